@@ -1,0 +1,1 @@
+"""rsched benchmarks: ``python -m bench`` (``make bench``)."""

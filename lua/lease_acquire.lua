@@ -1,0 +1,31 @@
+--[[ lease_acquire — try to become the leading scheduler.
+
+The lease is one string "<token>:<owner>" with a TTL. Every acquisition takes a new token from
+the fence counter, so tokens only grow and a scheduler that lost its lease (paused, partitioned)
+can never act with it again: fire compares the whole value.
+
+KEYS[1] leader   STRING "<token>:<owner>" (PX ttl)
+KEYS[2] fence    STRING counter of tokens handed out
+ARGV[1] owner    unique name of the calling process
+ARGV[2] ttl_ms   lease time to live
+
+Returns {1, token} when the caller holds the lease (newly, or already: a re-sent call is
+harmless), {0, current_value, pttl_ms} when another process holds it.
+]]
+-- @include common
+
+local leader_key, fence_key = KEYS[1], KEYS[2]
+local owner, ttl = ARGV[1], tonumber(ARGV[2])
+
+local cur = rcall('GET', leader_key)
+if cur then
+  local token, who = string.match(cur, '^(%d+):(.*)$')
+  if who == owner then
+    rcall('PEXPIRE', leader_key, ttl)
+    return {1, token}
+  end
+  return {0, cur, rcall('PTTL', leader_key)}
+end
+local token = rcall('INCR', fence_key)
+rcall('SET', leader_key, token .. ':' .. owner, 'PX', ttl)
+return {1, tostring(token)}

@@ -1,0 +1,14 @@
+--[[ lease_renew — extend the lease the caller holds.
+
+KEYS[1] leader   STRING "<token>:<owner>"
+ARGV[1] value    the caller's lease value "<token>:<owner>"
+ARGV[2] ttl_ms   new time to live
+
+Returns 1 when renewed, 0 when the caller no longer holds the lease (it expired or another
+scheduler took it): the caller must stop acting as leader at once.
+]]
+-- @include common
+
+if rcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+rcall('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 1

@@ -1,0 +1,18 @@
+--[[ remove — delete a schedule, its history and any buffered occurrence.
+
+A fire call that read the schedule before this finds it gone and fires nothing. A run already
+queued or running is not touched (its job entry stays in the queue stream).
+
+KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] buffered  KEYS[5] op
+ARGV[1] id         ARGV[2] op_ttl_ms
+
+Returns {1} removed | {-2} not found
+]]
+-- @include common
+
+local replay = op_replay(KEYS[5])
+if replay then return replay end
+if rcall('EXISTS', KEYS[2]) == 0 then return {-2} end
+rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
+rcall('ZREM', KEYS[1], ARGV[1])
+return op_store(KEYS[5], tonumber(ARGV[2]), {1})

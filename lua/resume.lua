@@ -1,0 +1,33 @@
+--[[ resume — let a paused schedule fire again from its next occurrence after now.
+
+KEYS[1] schedules  KEYS[2] hash  KEYS[3] op
+ARGV[1] id
+ARGV[2] expect_gen  generation the client computed next_ms from
+ARGV[3] next_ms     next occurrence after now (client, from Redis TIME), '' when none is left
+ARGV[4] wake        pub/sub channel for the scheduler
+ARGV[5] op_ttl_ms
+
+Returns {1} resumed (or was not paused) | {-2} not found | {-3, generation} spec changed since
+the client read it (read again and retry) | {-4} completed
+]]
+-- @include common
+
+local replay = op_replay(KEYS[3])
+if replay then return replay end
+local st = rcall('HMGET', KEYS[2], 'generation', 'status')
+if not st[1] then return {-2} end
+if st[1] ~= ARGV[2] then return {-3, tonumber(st[1])} end
+if st[2] == 'completed' then return {-4} end
+if st[2] ~= 'paused' then return op_store(KEYS[3], tonumber(ARGV[5]), {1}) end
+rcall('HDEL', KEYS[2], 'pause_note', 'status')
+rcall('HSET', KEYS[2], 'updated_at', string.format('%d', now_ms()))
+if ARGV[3] == '' then
+  rcall('HSET', KEYS[2], 'status', 'completed')
+  rcall('HDEL', KEYS[2], 'next_run')
+  rcall('ZADD', KEYS[1], 'inf', ARGV[1])
+else
+  rcall('HSET', KEYS[2], 'next_run', ARGV[3])
+  rcall('ZADD', KEYS[1], ARGV[3], ARGV[1])
+  rcall('PUBLISH', ARGV[4], ARGV[3])
+end
+return op_store(KEYS[3], tonumber(ARGV[5]), {1})

@@ -1,0 +1,79 @@
+--[[ upsert — create or replace a schedule's spec; every write bumps its generation.
+
+The spec fields replace the old ones whole (absent = default); engine state (created_at, runs,
+last_run) is kept. A buffered occurrence of the old spec is dropped so the old spec never fires.
+
+KEYS[1] schedules  ZSET of schedules by next run
+KEYS[2] hash       {p}:schedule:<id>
+KEYS[3] buffered   {p}:buffered:<id>
+KEYS[4] queues     SET of queue names
+KEYS[5] op         {p}:op:<request id> (replay protection)
+ARGV[1] id
+ARGV[2] mode       'add' (fail if it exists) | 'upsert' | 'replace' (fail if it does not exist)
+ARGV[3] expect_gen generation the caller read ('0' = must not exist yet), or '' for any
+ARGV[4] next_ms    first run computed by the client from Redis TIME, or '' when none is left
+ARGV[5] paused     '1' or '0'
+ARGV[6] queue      queue name (for the queues set)
+ARGV[7] wake       pub/sub channel told when the schedule is due earlier than any before
+ARGV[8] op_ttl_ms
+ARGV[9] created_ms creation time the client computed next_ms with (used for a new schedule)
+ARGV[10..] spec    field, value, field, value, … (non-default spec fields only)
+
+Returns {1, generation, created(0/1)} | {-1} exists (add) | {-2} not found (replace) |
+{-3, generation} the generation moved since the caller read it | {-6} a key has the wrong type
+]]
+-- @include common
+
+local schedules_key, hash_key, buffered_key, queues_key, op_key = KEYS[1], KEYS[2], KEYS[3],
+    KEYS[4], KEYS[5]
+local id, mode, expect_gen, next_ms, paused = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local queue, wake, op_ttl, created_ms = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+
+local replay = op_replay(op_key)
+if replay then return replay end
+if not (key_is(schedules_key, 'zset') and key_is(hash_key, 'hash') and
+        key_is(queues_key, 'set') and key_is(buffered_key, 'hash')) then return {-6} end
+
+local old = rcall('HMGET', hash_key, 'generation', 'created_at', 'runs', 'last_run')
+local exists = old[1] ~= false
+if mode == 'add' and exists then return {-1} end
+if mode == 'replace' and not exists then return {-2} end
+if expect_gen ~= '' and (old[1] or '0') ~= expect_gen then return {-3, tonumber(old[1] or '0')} end
+
+local now = string.format('%d', now_ms())
+local gen = tonumber(old[1] or '0') + 1
+local runs = tonumber(old[3] or '0')
+
+local spec = {}
+local max_runs = nil
+for i = 10, #ARGV, 2 do
+  spec[#spec + 1] = ARGV[i]
+  spec[#spec + 1] = ARGV[i + 1]
+  if ARGV[i] == 'max_runs' then max_runs = tonumber(ARGV[i + 1]) end
+end
+
+rcall('DEL', hash_key, buffered_key)
+rcall('HSET', hash_key, 'generation', gen, 'created_at', old[2] or created_ms, 'updated_at', now,
+      unpack(spec))
+if runs > 0 then rcall('HSET', hash_key, 'runs', runs) end
+if old[4] then rcall('HSET', hash_key, 'last_run', old[4]) end
+
+local score = 'inf'
+if next_ms == '' or (max_runs and runs >= max_runs) then
+  rcall('HSET', hash_key, 'status', 'completed')
+elseif paused == '1' then
+  rcall('HSET', hash_key, 'status', 'paused')
+else
+  rcall('HSET', hash_key, 'next_run', next_ms)
+  score = next_ms
+end
+
+local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
+rcall('ZADD', schedules_key, score, id)
+rcall('SADD', queues_key, queue)
+if score ~= 'inf' and (not head[2] or tonumber(score) < tonumber(head[2])) then
+  rcall('PUBLISH', wake, score)
+end
+local created = 1
+if exists then created = 0 end
+return op_store(op_key, op_ttl, {1, gen, created})

@@ -1,0 +1,74 @@
+"""The one exception hierarchy of rsched: everything raised to users derives from RschedError."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class RschedError(Exception):
+    """Base class of every error rsched raises on purpose."""
+
+
+class ConfigError(RschedError):
+    """Raised when a setting or the server's configuration cannot work."""
+
+
+class InvalidSchedule(RschedError, ValueError):
+    """Raised when a schedule (or a change to one) fails validation; nothing was written.
+
+    ``errors`` lists ``(field, message)`` pairs, one per problem found.
+    """
+
+    def __init__(self, schedule_id: str | None, errors: Sequence[tuple[str, str]]) -> None:
+        self.schedule_id = schedule_id
+        self.errors = list(errors)
+        who = f"schedule {schedule_id!r}" if schedule_id else "schedule"
+        lines = "; ".join(f"{field}: {msg}" if field else msg for field, msg in self.errors)
+        super().__init__(f"invalid {who}: {lines}")
+
+
+class ScheduleNotFound(RschedError, KeyError):
+    """Raised when a schedule id does not exist (or was removed meanwhile)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(schedule_id)
+
+    def __str__(self) -> str:
+        return f"schedule {self.schedule_id!r} does not exist"
+
+
+class ScheduleExists(RschedError):
+    """Raised by ``add`` when a schedule with that id already exists (use ``upsert``)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(
+            f"schedule {schedule_id!r} already exists; use upsert() to replace it "
+            "or update() to change fields"
+        )
+
+
+class StateError(RschedError):
+    """Raised when stored state is not what rsched wrote (a key of the wrong type, bad JSON)."""
+
+
+class NotLeader(RschedError):
+    """Raised when a scheduler acts with a fencing token that is no longer the current lease."""
+
+
+class RedisUnavailable(RschedError):
+    """Raised when Redis cannot be reached after the configured retries."""
+
+
+class Retry(RschedError):
+    """Raised by a job handler to ask for another attempt after ``delay_s`` seconds.
+
+    The attempt still counts towards the schedule's ``max_retries``; ``delay_s=None`` uses the
+    schedule's backoff.
+    """
+
+    def __init__(self, delay_s: float | None = None, reason: str = "") -> None:
+        self.delay_s = delay_s
+        self.reason = reason
+        super().__init__(reason or (f"retry in {delay_s}s" if delay_s is not None else "retry"))

@@ -1,0 +1,103 @@
+"""Every Redis key and channel name rsched uses; nothing else formats a key string.
+
+All names share the hash tag ``{prefix}`` so that every key a script touches hashes to one
+slot and the same scripts run unchanged on Redis Cluster. docs/keys.md documents each key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Letters, digits and '. _ - :' only: readable in redis-cli, no glob ('*?[') or hash-tag ('{}')
+# characters, so a name can never escape its key or its slot.
+NAME_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
+PREFIX_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,64}$")
+
+# Worker consumer group name on every queue stream.
+GROUP = "rsched"
+
+
+def check_prefix(prefix: str) -> str:
+    if not PREFIX_RE.match(prefix):
+        raise ValueError(
+            f"prefix {prefix!r} is invalid: use 1-64 letters, digits or '. _ - :' (e.g. 'rsched')"
+        )
+    return prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names under one prefix. ``Keys("rsched").schedule("a")`` == ``{rsched}:schedule:a``."""
+
+    prefix: str = "rsched"
+
+    def __post_init__(self) -> None:
+        check_prefix(self.prefix)
+
+    @property
+    def tag(self) -> str:
+        return "{" + self.prefix + "}"
+
+    @property
+    def schedules(self) -> str:
+        """ZSET of every schedule id, scored by next run (ms); +inf when it has none."""
+        return f"{self.tag}:schedules"
+
+    def schedule(self, schedule_id: str) -> str:
+        """HASH: a schedule's spec (non-default fields) and engine state."""
+        return f"{self.tag}:schedule:{schedule_id}"
+
+    def history(self, schedule_id: str) -> str:
+        """LIST (newest first, capped) of JSON events: fired, skipped, misfired, outcomes."""
+        return f"{self.tag}:history:{schedule_id}"
+
+    def running(self, schedule_id: str) -> str:
+        """HASH marker of the schedule's unfinished run (overlap policies), with a TTL."""
+        return f"{self.tag}:running:{schedule_id}"
+
+    def buffered(self, schedule_id: str) -> str:
+        """HASH: the one occurrence held back by ``overlap=buffer_one`` (the job's fields)."""
+        return f"{self.tag}:buffered:{schedule_id}"
+
+    def queue(self, name: str) -> str:
+        """STREAM of jobs for one queue, read by workers through the ``rsched`` group."""
+        return f"{self.tag}:queue:{name}"
+
+    def dead(self, name: str) -> str:
+        """STREAM of dead letters of one queue."""
+        return f"{self.tag}:dead:{name}"
+
+    @property
+    def delayed(self) -> str:
+        """ZSET of delayed jobs (retries, enqueue with delay), scored by due time (ms)."""
+        return f"{self.tag}:delayed"
+
+    @property
+    def queues(self) -> str:
+        """SET of queue names that ever received a job (for stats and workers)."""
+        return f"{self.tag}:queues"
+
+    @property
+    def leader(self) -> str:
+        """STRING ``<token>:<owner>`` with a TTL: the scheduler lease."""
+        return f"{self.tag}:leader"
+
+    @property
+    def fence(self) -> str:
+        """STRING counter: the last fencing token handed out (INCR at every acquisition)."""
+        return f"{self.tag}:fence"
+
+    @property
+    def wake(self) -> str:
+        """Pub/sub channel: a schedule became due earlier than the scheduler planned."""
+        return f"{self.tag}:wake"
+
+    @property
+    def cancel(self) -> str:
+        """Pub/sub channel: execution ids whose running handler must be cancelled."""
+        return f"{self.tag}:cancel"
+
+    def op(self, request_id: str) -> str:
+        """STRING: the result of one client write, kept briefly so a re-sent call is a no-op."""
+        return f"{self.tag}:op:{request_id}"

@@ -1,0 +1,276 @@
+"""The schedule model: what a schedule is, how it is validated, and how it is stored in Redis.
+
+A schedule is stored as one Redis hash holding only the spec fields that differ from their
+default (so ``HGETALL`` shows what the user chose and memory stays small), plus engine state.
+Times in the hash are epoch milliseconds; the payload is JSON text.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from rsched._cron import Cron
+from rsched._errors import InvalidSchedule, StateError
+from rsched._keys import NAME_RE
+from rsched._tz import resolve_timezone
+
+Overlap = Literal["allow", "skip", "buffer_one", "cancel_previous"]
+Misfire = Literal["run_once", "skip", "catch_up"]
+
+DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+
+#: Fields the engine maintains; ignored when a schedule is written.
+STATE_FIELDS = frozenset(
+    {"generation", "next_run", "last_run", "runs", "created_at", "updated_at", "completed"}
+)
+_TIME_FIELDS = frozenset({"at", "start_at", "end_at", "next_run", "last_run"})
+_TIME_FIELDS_STATE = frozenset({"created_at", "updated_at"})
+
+
+def to_ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+def from_ms(ms: int, tz: Any = UTC) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz)
+
+
+def _check_name(value: str, what: str) -> str:
+    if not NAME_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid {what}: use 1-200 letters, digits or '. _ - :' "
+            f"(no spaces, '*', '?', '[', ']', '{{' or '}}'), e.g. 'nightly-report'"
+        )
+    return value
+
+
+class Schedule(BaseModel):
+    """A recurring (``cron`` or ``every``) or one-off (``at``) job specification plus its state.
+
+    Exactly one of ``cron``, ``every`` and ``at`` must be given. Naive datetimes are read in
+    ``timezone``. The state fields (``generation`` … ``completed``) are filled in by rsched and
+    ignored on write. Raises :class:`InvalidSchedule` naming each bad field.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=False)
+
+    id: str
+    task: str
+    queue: str = "default"
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+    cron: str | None = None
+    every: float | None = None
+    at: datetime | None = None
+    timezone: str = "UTC"
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = Field(default=None, ge=1)
+
+    max_retries: int = Field(default=3, ge=0, le=1000)
+    retry_base_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    retry_multiplier: float = Field(default=2.0, ge=1, le=100, allow_inf_nan=False)
+    retry_max_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    retry_jitter: float = Field(default=0.2, ge=0, le=1, allow_inf_nan=False)
+    timeout_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+
+    overlap: Overlap = "skip"
+    misfire: Misfire = "run_once"
+    catch_up_limit: int = Field(default=100, ge=1, le=10_000)
+    misfire_grace_s: float = Field(default=60.0, ge=0, allow_inf_nan=False)
+
+    paused: bool = False
+    pause_note: str | None = Field(default=None, max_length=500)
+    description: str | None = Field(default=None, max_length=2000)
+    source: str | None = Field(default=None, max_length=300)
+
+    generation: int = 0
+    next_run: datetime | None = None
+    last_run: datetime | None = None
+    runs: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    completed: bool = False
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise invalid(data.get("id"), exc) from None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        return _check_name(v, "schedule id")
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        return _check_name(v, "task name")
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, v: str) -> str:
+        if len(v) > 100:
+            raise ValueError("queue names are at most 100 characters")
+        return _check_name(v, "queue name")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        return None if v is None else Cron.parse(v).text
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _every(cls, v: Any) -> Any:
+        if isinstance(v, timedelta):
+            v = v.total_seconds()
+        is_number = isinstance(v, int | float) and not isinstance(v, bool)
+        if is_number and (not math.isfinite(v) or v < 0.001):
+            raise ValueError(
+                f"interval must be at least 0.001 seconds, got {v!r}; "
+                "give seconds (every=300) or a timedelta (every=timedelta(minutes=5))"
+            )
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, v: str) -> str:
+        resolve_timezone(v)
+        return v
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _payload(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, str | bytes):
+            try:
+                v = orjson.loads(v)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"payload is not valid JSON ({exc})") from None
+        if not isinstance(v, dict):
+            raise ValueError(f"payload must be a JSON object (a dict), got {type(v).__name__}")
+        try:
+            size = len(orjson.dumps(v))
+        except TypeError as exc:
+            raise ValueError(f"payload is not JSON-serialisable: {exc}") from None
+        limit = (info.context or {}).get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES)
+        if size > limit:
+            raise ValueError(
+                f"payload is {size} bytes encoded, over the {limit}-byte limit; store large "
+                "data elsewhere and pass a reference, or raise RSCHED_MAX_PAYLOAD_BYTES"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _whole(self) -> Schedule:
+        triggers = [name for name in ("cron", "every", "at") if getattr(self, name) is not None]
+        if len(triggers) != 1:
+            given = ", ".join(triggers) or "none"
+            raise ValueError(
+                f"give exactly one trigger: cron='0 2 * * *', every=300 or at=<datetime> "
+                f"(given: {given})"
+            )
+        tz = resolve_timezone(self.timezone)
+        for name in _TIME_FIELDS | _TIME_FIELDS_STATE:
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                object.__setattr__(self, name, value.replace(tzinfo=tz))
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            raise ValueError("end_at must be later than start_at")
+        if self.retry_max_s < self.retry_base_s:
+            raise ValueError("retry_max_s must be at least retry_base_s")
+        return self
+
+    # --- storage -------------------------------------------------------------------------
+
+    def spec_fields(self) -> dict[str, str]:
+        """The hash fields of the spec: every non-default user field, as strings."""
+        out: dict[str, str] = {}
+        for name, info in type(self).model_fields.items():
+            if name in STATE_FIELDS or name in ("id", "paused"):
+                continue
+            value = getattr(self, name)
+            if name == "payload":
+                if value:
+                    out[name] = orjson.dumps(value).decode()
+                continue
+            if value == info.get_default(call_default_factory=True) and name != "task":
+                continue
+            out[name] = _encode(value)
+        return out
+
+    @classmethod
+    def from_hash(cls, schedule_id: str, fields: dict[str, str]) -> Schedule:
+        """Rebuild a schedule from its stored hash (as returned by HGETALL, decoded)."""
+        if not fields:
+            raise StateError(f"schedule {schedule_id!r} has no stored fields")
+        data: dict[str, Any] = {"id": schedule_id}
+        status = fields.get("status")
+        for name, raw in fields.items():
+            if name == "status":
+                continue
+            if name in _TIME_FIELDS or name in _TIME_FIELDS_STATE:
+                data[name] = from_ms(int(raw))
+            elif name not in cls.model_fields:
+                continue  # a field from a newer rsched: ignore rather than fail to read
+            else:
+                data[name] = raw
+        data["paused"] = status == "paused"
+        data["completed"] = status == "completed"
+        try:
+            return cls.model_validate(data, context={"max_payload_bytes": math.inf})
+        except ValidationError as exc:
+            raise StateError(
+                f"stored schedule {schedule_id!r} is invalid ({invalid(schedule_id, exc)}); "
+                "it was not written by this version of rsched or was edited by hand"
+            ) from None
+
+    @classmethod
+    def parse(cls, data: dict[str, Any], *, max_payload_bytes: int | None = None) -> Schedule:
+        """Validate a mapping (as from a file or JSON) into a schedule; raises InvalidSchedule."""
+        limit = DEFAULT_MAX_PAYLOAD_BYTES if max_payload_bytes is None else max_payload_bytes
+        try:
+            return cls.model_validate(data, context={"max_payload_bytes": limit})
+        except ValidationError as exc:
+            raise invalid(data.get("id"), exc) from None
+
+    def public_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of spec and state (datetimes as ISO 8601 strings)."""
+        return self.model_dump(mode="json")
+
+
+def _encode(value: Any) -> str:
+    if isinstance(value, datetime):
+        return str(to_ms(value))
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def invalid(schedule_id: Any, exc: ValidationError) -> InvalidSchedule:
+    """Translate pydantic's error into InvalidSchedule with one (field, message) per problem."""
+    errors: list[tuple[str, str]] = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; check the spelling against rsched.Schedule's fields"
+        elif err["type"] == "missing":
+            msg = "required"
+        errors.append((field, msg))
+    return InvalidSchedule(schedule_id if isinstance(schedule_id, str) else None, errors)

@@ -1,0 +1,91 @@
+"""What to fire for one due schedule: the on-time occurrence, or the misfire policy's answer.
+
+Pure (no Redis): the scheduler feeds it the schedule's due score and Redis' now, and sends the
+resulting items to lua/fire.lua, which re-checks everything atomically.
+
+An occurrence late by no more than ``misfire_grace_s`` is simply run. Beyond that:
+- ``run_once``: one run, scheduled at the latest missed occurrence, stands for all of them;
+- ``skip``: no run (if the latest occurrence is itself within the grace, it runs on time);
+- ``catch_up``: the newest ``catch_up_limit`` missed occurrences run, oldest first; older ones
+  are recorded as skipped.
+Afterwards the schedule continues with its first occurrence after now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rsched._store import FireItem
+from rsched._timing import Timing
+
+# Counting missed occurrences is for the history record only; never let it cost unbounded time.
+MISSED_COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The fields of a schedule that decide how it fires, cached per generation."""
+
+    generation: str
+    timing: Timing
+    queue: str
+    misfire: str = "run_once"
+    grace_ms: int = 60_000
+    catch_up_limit: int = 100
+
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> Policy:
+        return cls(
+            generation=fields["generation"],
+            timing=Timing.from_hash(fields),
+            queue=fields.get("queue", "default"),
+            misfire=fields.get("misfire", "run_once"),
+            grace_ms=round(float(fields.get("misfire_grace_s", "60")) * 1000),
+            catch_up_limit=int(fields.get("catch_up_limit", "100")),
+        )
+
+
+def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[FireItem]:
+    """The fire items for a schedule whose next run ``due_ms`` is at or before ``now_ms``."""
+    timing, gen = policy.timing, policy.generation
+    if now_ms - due_ms <= policy.grace_ms:
+        return [FireItem(schedule_id, gen, due_ms, due_ms, timing.next_after(due_ms), "fire")]
+
+    latest = timing.prev_at_or_before(now_ms)
+    if latest is None or latest < due_ms:
+        latest = due_ms
+    after_now = timing.next_after(latest)
+
+    if policy.misfire == "run_once":
+        missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
+        return [FireItem(schedule_id, gen, due_ms, latest, after_now, "misfire", max(missed, 1))]
+
+    if policy.misfire == "skip":
+        if now_ms - latest <= policy.grace_ms and latest > due_ms:
+            missed = timing.count(due_ms, latest - 1, MISSED_COUNT_CAP)
+            return [
+                FireItem(schedule_id, gen, due_ms, due_ms, latest, "skip", missed),
+                FireItem(schedule_id, gen, latest, latest, after_now, "fire"),
+            ]
+        missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
+        return [FireItem(schedule_id, gen, due_ms, due_ms, after_now, "skip", max(missed, 1))]
+
+    # catch_up: walk back from now to find the newest `limit` occurrences, then fire them in order.
+    newest: list[int] = []
+    t: int | None = latest
+    while t is not None and t >= due_ms and len(newest) < policy.catch_up_limit:
+        newest.append(t)
+        t = timing.prev_at_or_before(t - 1)
+    newest.reverse()
+    items: list[FireItem] = []
+    expect = due_ms
+    dropped = timing.count(due_ms, newest[0] - 1, MISSED_COUNT_CAP) if newest[0] > due_ms else 0
+    if dropped:
+        items.append(FireItem(schedule_id, gen, due_ms, due_ms, newest[0], "skip", dropped))
+        expect = newest[0]
+    for i, sched in enumerate(newest):
+        nxt = newest[i + 1] if i + 1 < len(newest) else after_now
+        action = "fire" if now_ms - sched <= policy.grace_ms else "misfire"
+        items.append(FireItem(schedule_id, gen, expect, sched, nxt, action, 1))
+        expect = nxt if nxt is not None else sched
+    return items

@@ -1,0 +1,325 @@
+"""The scheduler process's engine: leader election, due detection and firing, as anyio actors.
+
+Actors (each one task owning its state, talking through one memory stream into the ticker):
+- lease keeper: acquires the lease, renews it well inside its TTL, reports lead/lost;
+- wake listener: a schedule moved earlier than the ticker planned (pub/sub), wake up now;
+- ticker: while leading, reads what is due by Redis TIME, plans each schedule's occurrences
+  (misfire policies) and fires them in bounded batches; then sleeps until the earliest next run.
+Correctness never rests on this process being right about its leadership: the fire script
+checks the fencing token, the generation and the occurrence atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from rsched._backoff import Backoff
+from rsched._errors import RschedError, StateError
+from rsched._keys import Keys
+from rsched._log import get_logger
+from rsched._plan import Policy, plan
+from rsched._settings import Settings
+from rsched._store import FireItem, Store
+
+log = get_logger("rsched.scheduler")
+
+Message = tuple[str, Any]  # ("lead", lease) | ("lost", None) | ("wake", score_ms)
+
+FIRED, SKIPPED, BUFFERED, MISFIRE_SKIPPED, STALE, NOT_DUE, WRONG_TYPE = 1, 2, 3, 4, 0, -5, -6
+QUARANTINE_S = 30.0
+POLICY_CACHE_MAX = 1_000_000
+ROUND_TIMEOUT_S = 30.0
+
+
+class _LostLease(Exception):
+    """The fire script rejected our fencing token: another scheduler leads now."""
+
+
+class Scheduler:
+    """Runs until :meth:`stop` is called (or it is cancelled); any number may run at once."""
+
+    def __init__(self, redis: Redis, settings: Settings | None = None, *, owner: str = "") -> None:
+        self.settings = settings or Settings()
+        self.cfg = self.settings.scheduler
+        self.keys = Keys(self.settings.prefix)
+        self.store = Store(redis, self.keys, history_limit=self.settings.history_limit)
+        self.redis = redis
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.fired_total = 0
+        self._held: str | None = None  # written by the lease keeper only
+        self._policies: dict[str, Policy] = {}
+        self._quarantine: dict[str, float] = {}
+        self._stop = anyio.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._held is not None
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: finish the current batch, release the lease, return."""
+        self._stop.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        send, recv = anyio.create_memory_object_stream[Message](1000)
+        log.info("scheduler.start", owner=self.owner, prefix=self.settings.prefix)
+        try:
+            async with anyio.create_task_group() as tg, send, recv:
+                await tg.start(self._keep_lease, send.clone())
+                await tg.start(self._listen_wake, send.clone())
+                tg.start_soon(self._tick_loop, recv.clone())
+                task_status.started()
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self._release()
+            log.info("scheduler.stop", owner=self.owner, fired_total=self.fired_total)
+
+    async def _release(self) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            if await self.store.lease_release(held):
+                log.info("leader.released", lease=held)
+        except (RedisError, OSError) as exc:
+            log.warning("leader.release_failed", error=str(exc))
+
+    # --- lease keeper --------------------------------------------------------------------
+
+    async def _keep_lease(
+        self, inbox: MemoryObjectSendStream[Message], *, task_status: TaskStatus[None]
+    ) -> None:
+        ttl, renew_s = self.cfg.lease_ttl_ms, self.cfg.lease_renew_ms / 1000
+        backoff = Backoff()
+        last_ok = time.monotonic()
+        task_status.started()
+        async with inbox:
+            while True:
+                try:
+                    delay = renew_s
+                    if self._held is None:
+                        lease, pttl = await self.store.lease_acquire(self.owner, ttl)
+                        if lease is not None:
+                            self._held, last_ok = lease, time.monotonic()
+                            log.info("leader.acquired", lease=lease, ttl_ms=ttl)
+                            await inbox.send(("lead", lease))
+                        else:
+                            delay = min(renew_s, max(pttl, 20) / 1000)
+                    elif await self.store.lease_renew(self._held, ttl):
+                        last_ok = time.monotonic()
+                    else:
+                        log.warning("leader.lost", lease=self._held, reason="renew refused")
+                        self._held, delay = None, 0
+                        await inbox.send(("lost", None))
+                    backoff.reset()
+                except (RedisError, OSError) as exc:
+                    delay = backoff.next()
+                    log.warning("redis.error", actor="lease", error=str(exc), retry_s=delay)
+                    if self._held is not None and time.monotonic() - last_ok > ttl / 1000:
+                        log.warning("leader.lost", lease=self._held, reason="renew failing")
+                        self._held = None
+                        await inbox.send(("lost", None))
+                await anyio.sleep(delay)
+
+    # --- wake listener -------------------------------------------------------------------
+
+    async def _listen_wake(
+        self, inbox: MemoryObjectSendStream[Message], *, task_status: TaskStatus[None]
+    ) -> None:
+        backoff = Backoff()
+        task_status.started()
+        async with inbox:
+            while True:
+                try:
+                    async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                        await pubsub.subscribe(self.keys.wake)
+                        backoff.reset()
+                        _offer(inbox, ("wake", 0))  # messages may have been missed meanwhile
+                        async for message in pubsub.listen():
+                            if message.get("type") == "message":
+                                _offer(inbox, ("wake", message["data"]))
+                except (RedisError, OSError) as exc:
+                    delay = backoff.next()
+                    log.warning("redis.error", actor="wake", error=str(exc), retry_s=delay)
+                    await anyio.sleep(delay)
+
+    # --- ticker --------------------------------------------------------------------------
+
+    async def _tick_loop(self, inbox: MemoryObjectReceiveStream[Message]) -> None:
+        lease: str | None = None
+        backoff = Backoff()
+        async with inbox:
+            while True:
+                if lease is None:
+                    lease = _apply(await inbox.receive(), lease)
+                    continue
+                # A round is never interrupted half-way: stopping waits for the batch in flight.
+                with anyio.CancelScope(shield=True):
+                    try:
+                        with anyio.fail_after(ROUND_TIMEOUT_S):
+                            delay = await self._round(lease)
+                        backoff.reset()
+                    except _LostLease:
+                        log.warning("leader.lost", lease=lease, reason="fencing token rejected")
+                        lease, delay = None, 0.0
+                    except (RedisError, OSError, TimeoutError, StateError) as exc:
+                        delay = backoff.next()
+                        log.warning("redis.error", actor="ticker", error=str(exc), retry_s=delay)
+                if self._stop.is_set():
+                    return
+                if delay > 0:
+                    with anyio.move_on_after(delay):
+                        lease = _apply(await inbox.receive(), lease)
+                while True:  # drain: many wakes need only one look at what is due
+                    try:
+                        lease = _apply(inbox.receive_nowait(), lease)
+                    except anyio.WouldBlock:
+                        break
+
+    async def _round(self, lease: str) -> float:
+        """Fire what is due now; return how long to sleep before looking again (seconds)."""
+        now, due, next_ms = await self.store.due(self.cfg.window_size)
+        wall = time.monotonic()
+        ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
+        if not ready:
+            await self._prefetch(now)
+            delay = (next_ms - now) / 1000 if next_ms is not None else math.inf
+            if due:  # only quarantined entries are due: look again when the first is released
+                delay = min(delay, min(self._quarantine[sid] for sid, _ in due) - wall)
+            return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
+
+        await self._load([sid for sid, _ in ready if sid not in self._policies])
+        groups: list[list[tuple[FireItem, tuple[str, ...]]]] = []
+        for sid, score in ready:
+            policy = self._policies.get(sid)
+            if policy is None:  # its hash is gone: a stale item lets the script drop the index
+                orphan = FireItem(sid, "", score, score, None, "fire")
+                groups.append([(orphan, self.store.fire_keys(sid, "default"))])
+                continue
+            item_keys = self.store.fire_keys(sid, policy.queue)
+            items = plan(sid, policy, score, now)
+            for item in items:
+                if item.action != "fire":
+                    log.info(
+                        "misfire",
+                        schedule=sid,
+                        policy=policy.misfire,
+                        action=item.action,
+                        scheduled_at=item.sched,
+                        missed=item.missed,
+                        late_ms=now - item.expect,
+                    )
+            groups.append([(item, item_keys) for item in items])
+        await self._fire(lease, groups, now)
+        return 0.0
+
+    async def _fire(
+        self, lease: str, groups: list[list[tuple[FireItem, tuple[str, ...]]]], now: int
+    ) -> None:
+        started = time.perf_counter()
+        counts: dict[int, int] = {}
+        lost = False
+
+        async def send(batch: list[tuple[FireItem, tuple[str, ...]]]) -> None:
+            nonlocal lost
+            async with limiter:
+                codes = await self.store.fire(lease, batch)
+            if codes is None:
+                lost = True
+                return
+            for (item, _), code in zip(batch, codes, strict=True):
+                counts[code] = counts.get(code, 0) + 1
+                self._after_fire(item, code)
+
+        limiter = anyio.CapacityLimiter(self.cfg.max_in_flight)
+        async with anyio.create_task_group() as tg:
+            for batch in _batches(groups, self.cfg.batch_size):
+                tg.start_soon(send, batch)
+        if lost:
+            raise _LostLease
+        self.fired_total += counts.get(FIRED, 0)
+        log.info(
+            "fired",
+            fired=counts.get(FIRED, 0),
+            skipped=counts.get(SKIPPED, 0),
+            buffered=counts.get(BUFFERED, 0),
+            misfire_skipped=counts.get(MISFIRE_SKIPPED, 0),
+            stale=counts.get(STALE, 0),
+            late_ms=max(0, now - min(item.sched for g in groups for item, _ in g)),
+            took_ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+
+    def _after_fire(self, item: FireItem, code: int) -> None:
+        sid = item.schedule_id
+        if code == STALE or item.next is None:
+            # Another generation, gone, or complete: forget the cached spec, read it afresh.
+            self._policies.pop(sid, None)
+        elif code == WRONG_TYPE:
+            self._quarantine[sid] = time.monotonic() + QUARANTINE_S
+            log.error("schedule.bad_keys", schedule=sid, retry_s=QUARANTINE_S)
+        elif code == NOT_DUE:
+            log.warning("schedule.not_due", schedule=sid, scheduled_at=item.sched)
+
+    async def _load(self, ids: list[str]) -> None:
+        if len(self._policies) > POLICY_CACHE_MAX:
+            self._policies.clear()
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            for sid, fields in zip(chunk, await self.store.fields(chunk), strict=True):
+                if not fields:
+                    continue
+                try:
+                    self._policies[sid] = Policy.from_hash(fields)
+                except (RschedError, ValueError, KeyError, TypeError) as exc:
+                    self._quarantine[sid] = time.monotonic() + QUARANTINE_S
+                    log.error("schedule.unreadable", schedule=sid, error=str(exc))
+
+    async def _prefetch(self, now: int) -> None:
+        """Read the specs of schedules due soon while idle, so a herd fires from a warm cache."""
+        if self.cfg.prefetch_ms <= 0:
+            return
+        ids = await self.store.upcoming(now, now + self.cfg.prefetch_ms, self.cfg.window_size)
+        await self._load([sid for sid in ids if sid not in self._policies])
+
+
+def _apply(message: Message, lease: str | None) -> str | None:
+    kind, value = message
+    if kind == "lead":
+        return str(value)
+    if kind == "lost":
+        return None
+    return lease
+
+
+def _offer(inbox: MemoryObjectSendStream[Message], message: Message) -> None:
+    # When the inbox is full the ticker is already due to look: a wake is only a hint.
+    with contextlib.suppress(anyio.WouldBlock):
+        inbox.send_nowait(message)
+
+
+def _batches(
+    groups: Iterable[list[tuple[FireItem, tuple[str, ...]]]], size: int
+) -> Iterable[list[tuple[FireItem, tuple[str, ...]]]]:
+    """Cut into batches of about ``size`` items, never splitting one schedule's chain."""
+    batch: list[tuple[FireItem, tuple[str, ...]]] = []
+    for group in groups:
+        batch.extend(group)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

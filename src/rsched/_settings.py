@@ -1,0 +1,64 @@
+"""Configuration: one pydantic-settings root read from ``RSCHED_*`` environment variables.
+
+Nested sections use a double underscore: ``RSCHED_SCHEDULER__LEASE_TTL_MS=15000``. Every
+setting has a default that is safe in production and a unit in its name where it has one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class SchedulerSettings(BaseModel):
+    """Settings of ``rsched-scheduler``."""
+
+    lease_ttl_ms: int = Field(default=10_000, ge=500)
+    lease_renew_ms: int = Field(default=2_000, ge=100)
+    batch_size: int = Field(default=500, ge=1, le=5_000)
+    window_size: int = Field(default=10_000, ge=1, le=100_000)
+    max_in_flight: int = Field(default=4, ge=1, le=32)
+    max_idle_ms: int = Field(default=10_000, ge=100)
+    prefetch_ms: int = Field(default=5_000, ge=0)
+
+    @model_validator(mode="after")
+    def _renew_inside_ttl(self) -> SchedulerSettings:
+        if self.lease_renew_ms * 2 > self.lease_ttl_ms:
+            raise ValueError(
+                f"lease_renew_ms ({self.lease_renew_ms}) must be at most half of lease_ttl_ms "
+                f"({self.lease_ttl_ms}) so the lease is renewed well before it expires"
+            )
+        return self
+
+
+class WorkerSettings(BaseModel):
+    """Settings of ``rsched-worker`` (fields are owned by the worker module)."""
+
+    queues: list[str] = Field(default_factory=lambda: ["default"])
+    concurrency: int = Field(default=10, ge=1, le=10_000)
+    shutdown_grace_period_s: float = Field(default=30.0, ge=0)
+
+
+class Settings(BaseSettings):
+    """The root of rsched's configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RSCHED_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    redis_url: str | None = None
+    prefix: str = Field(default="rsched", pattern=r"^[A-Za-z0-9._:\-]{1,64}$")
+    max_payload_bytes: int = Field(default=64 * 1024, ge=2, le=64 * 1024 * 1024)
+    history_limit: int = Field(default=100, ge=1, le=10_000)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+
+    @property
+    def url(self) -> str:
+        return self.redis_url or DEFAULT_REDIS_URL

@@ -1,0 +1,303 @@
+"""Redis access for schedules: every script call and read, with return codes mapped to errors.
+
+Both the client SDK and the scheduler go through this module, so a key layout or script
+signature lives in exactly one place on the Python side.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from rsched import _lua
+from rsched._errors import (
+    InvalidSchedule,
+    RschedError,
+    ScheduleExists,
+    ScheduleNotFound,
+    StateError,
+)
+from rsched._keys import Keys
+from rsched._model import Schedule
+
+OP_TTL_MS = 300_000
+
+# Return codes shared by the scripts (see each script's header).
+NOT_LEADER = -1
+EXISTS = -1
+NOT_FOUND = -2
+CONFLICT = -3
+COMPLETED = -4
+WRONG_TYPE = -6
+
+
+class Conflict(RschedError):
+    """Raised when a schedule's generation moved between a read and a write (retry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FireItem:
+    """One occurrence handed to the fire script (see lua/fire.lua for the meaning of each)."""
+
+    schedule_id: str
+    generation: str
+    expect: int
+    sched: int
+    next: int | None
+    action: str  # fire | misfire | skip
+    missed: int = 0
+
+    def args(self) -> tuple[str, ...]:
+        nxt = "" if self.next is None else str(self.next)
+        return (
+            self.schedule_id,
+            self.generation,
+            str(self.expect),
+            str(self.sched),
+            nxt,
+            self.action,
+            str(self.missed),
+        )
+
+
+class Store:
+    """Script calls and reads for one Redis client and one key prefix."""
+
+    def __init__(self, redis: Redis, keys: Keys, *, history_limit: int = 100) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.history_limit = history_limit
+        self._scripts: dict[str, AsyncScript] = {}
+
+    def script(self, name: str) -> AsyncScript:
+        found = self._scripts.get(name)
+        if found is None:
+            found = self._scripts[name] = self.redis.register_script(_lua.source(name))
+        return found
+
+    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self.script(name)(keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                raise StateError(f"{name}: a key holds the wrong type of value ({exc})") from exc
+            raise
+
+    async def time_ms(self) -> int:
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _op(self) -> str:
+        return self.keys.op(uuid.uuid4().hex)
+
+    # --- schedule writes -------------------------------------------------------------------
+
+    async def write(
+        self,
+        schedule: Schedule,
+        *,
+        mode: str,
+        expect_gen: int | None,
+        next_ms: int | None,
+        created_ms: int,
+    ) -> tuple[int, bool]:
+        """Run upsert.lua; returns (generation, created). Raises on exists/not found/conflict."""
+        k = self.keys
+        spec = schedule.spec_fields()
+        if schedule.paused and schedule.pause_note:
+            spec["pause_note"] = schedule.pause_note
+        flat = [v for pair in spec.items() for v in pair]
+        res = await self.call(
+            "upsert",
+            [
+                k.schedules,
+                k.schedule(schedule.id),
+                k.buffered(schedule.id),
+                k.queues,
+                self._op(),
+            ],
+            [
+                schedule.id,
+                mode,
+                "" if expect_gen is None else str(expect_gen),
+                "" if next_ms is None else str(next_ms),
+                "1" if schedule.paused else "0",
+                schedule.queue,
+                k.wake,
+                OP_TTL_MS,
+                created_ms,
+                *flat,
+            ],
+        )
+        code = int(res[0])
+        if code == EXISTS:
+            raise ScheduleExists(schedule.id)
+        if code == NOT_FOUND:
+            raise ScheduleNotFound(schedule.id)
+        if code == CONFLICT:
+            raise Conflict(f"schedule {schedule.id!r} changed meanwhile (generation {res[1]})")
+        _check_type(code, schedule.id)
+        return int(res[1]), bool(int(res[2]))
+
+    async def remove(self, schedule_id: str) -> None:
+        k = self.keys
+        res = await self.call(
+            "remove",
+            [
+                k.schedules,
+                k.schedule(schedule_id),
+                k.history(schedule_id),
+                k.buffered(schedule_id),
+                self._op(),
+            ],
+            [schedule_id, OP_TTL_MS],
+        )
+        if int(res[0]) == NOT_FOUND:
+            raise ScheduleNotFound(schedule_id)
+
+    async def pause(self, schedule_id: str, note: str | None) -> None:
+        k = self.keys
+        res = await self.call(
+            "pause",
+            [k.schedules, k.schedule(schedule_id), self._op()],
+            [schedule_id, note or "", OP_TTL_MS],
+        )
+        code = int(res[0])
+        if code == NOT_FOUND:
+            raise ScheduleNotFound(schedule_id)
+        if code == COMPLETED:
+            raise InvalidSchedule(schedule_id, [("paused", "the schedule has completed")])
+
+    async def resume(self, schedule_id: str, expect_gen: int, next_ms: int | None) -> None:
+        k = self.keys
+        res = await self.call(
+            "resume",
+            [k.schedules, k.schedule(schedule_id), self._op()],
+            [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, OP_TTL_MS],
+        )
+        code = int(res[0])
+        if code == NOT_FOUND:
+            raise ScheduleNotFound(schedule_id)
+        if code == CONFLICT:
+            raise Conflict(f"schedule {schedule_id!r} changed meanwhile")
+        if code == COMPLETED:
+            raise InvalidSchedule(schedule_id, [("paused", "the schedule has completed")])
+
+    async def trigger(self, schedule_id: str, queue: str) -> tuple[int, str]:
+        """Run one extra occurrence now; returns (code, execution id): 1 fired, 2 skipped,
+        3 buffered by the overlap policy."""
+        k = self.keys
+        res = await self.call(
+            "trigger",
+            [
+                k.schedules,
+                k.schedule(schedule_id),
+                k.history(schedule_id),
+                k.running(schedule_id),
+                k.buffered(schedule_id),
+                k.queue(queue),
+                self._op(),
+            ],
+            [schedule_id, self.history_limit, k.cancel, OP_TTL_MS],
+        )
+        code = int(res[0])
+        if code == NOT_FOUND:
+            raise ScheduleNotFound(schedule_id)
+        if code == COMPLETED:
+            raise InvalidSchedule(schedule_id, [("max_runs", "the schedule has completed")])
+        _check_type(code, schedule_id)
+        return code, str(res[1])
+
+    # --- reads -----------------------------------------------------------------------------
+
+    async def fields(self, schedule_ids: Sequence[str]) -> list[dict[str, str]]:
+        """The stored hash of each id (empty dict where it does not exist), in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in schedule_ids:
+                pipe.hgetall(self.keys.schedule(sid))
+            return list(await pipe.execute())
+
+    async def load(self, schedule_id: str) -> Schedule:
+        (fields,) = await self.fields([schedule_id])
+        if not fields:
+            raise ScheduleNotFound(schedule_id)
+        return Schedule.from_hash(schedule_id, fields)
+
+    async def history(self, schedule_id: str, limit: int) -> list[dict[str, Any]]:
+        raw = await self.redis.lrange(self.keys.history(schedule_id), 0, limit - 1)
+        out: list[dict[str, Any]] = []
+        for item in raw:
+            try:
+                out.append(orjson.loads(item))
+            except orjson.JSONDecodeError:
+                out.append({"event": "unreadable", "raw": item})
+        return out
+
+    # --- scheduler -------------------------------------------------------------------------
+
+    async def due(self, limit: int) -> tuple[int, list[tuple[str, int]], int | None]:
+        """(Redis now ms, due (id, score) pairs oldest first, next future score or None)."""
+        now, flat, nxt = await self.call("due", [self.keys.schedules], [limit])
+        pairs = [(flat[i], int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
+        return int(now), pairs, int(float(nxt)) if nxt else None
+
+    async def upcoming(self, after_ms: int, until_ms: int, limit: int) -> list[str]:
+        ids = await self.redis.zrangebyscore(
+            self.keys.schedules, f"({after_ms}", until_ms, start=0, num=limit
+        )
+        return [str(sid) for sid in ids]
+
+    def fire_keys(self, schedule_id: str, queue: str) -> tuple[str, str, str, str, str]:
+        k = self.keys
+        return (
+            k.schedule(schedule_id),
+            k.history(schedule_id),
+            k.running(schedule_id),
+            k.buffered(schedule_id),
+            k.queue(queue),
+        )
+
+    async def fire(
+        self, lease: str, items: Sequence[tuple[FireItem, tuple[str, ...]]]
+    ) -> list[int] | None:
+        """Fire a batch of (item, fire_keys); returns a code per item, None when not leader."""
+        keys = [self.keys.leader, self.keys.schedules]
+        args: list[str] = [lease, str(self.history_limit), self.keys.cancel]
+        for item, item_keys in items:
+            keys.extend(item_keys)
+            args.extend(item.args())
+        codes = [int(c) for c in await self.call("fire", keys, args)]
+        # Per-item codes are never -1 or -7, so a lone one of those is about the whole call.
+        if codes == [NOT_LEADER]:
+            return None
+        if codes == [-7]:
+            raise StateError("fire: the scheduler sent malformed arguments")
+        return codes
+
+    async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
+        """(lease value "<token>:<owner>" when acquired else None, ms until the holder's expiry)."""
+        res = await self.call("lease_acquire", [self.keys.leader, self.keys.fence], [owner, ttl_ms])
+        if int(res[0]) == 1:
+            return f"{res[1]}:{owner}", ttl_ms
+        return None, int(res[2])
+
+    async def lease_renew(self, lease: str, ttl_ms: int) -> bool:
+        return bool(await self.call("lease_renew", [self.keys.leader], [lease, ttl_ms]))
+
+    async def lease_release(self, lease: str) -> bool:
+        return bool(await self.call("lease_release", [self.keys.leader], [lease]))
+
+
+def _check_type(code: int, schedule_id: str) -> None:
+    if code == WRONG_TYPE:
+        raise StateError(
+            f"a key of schedule {schedule_id!r} holds the wrong type of value; "
+            "something other than rsched wrote it (inspect it with redis-cli TYPE)"
+        )

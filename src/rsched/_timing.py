@@ -1,0 +1,172 @@
+"""When a schedule fires: occurrences of its trigger inside its window, as epoch milliseconds.
+
+Pure arithmetic shared by the scheduler, the SDK preview and the CLI. Cron DST rules live in
+_cron; ``every`` intervals are elapsed time (they ignore DST) anchored at ``start_at``, or one
+interval after creation; ``at`` is a single occurrence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from rsched._cron import Cron
+from rsched._model import Schedule, from_ms, to_ms
+from rsched._tz import resolve_timezone
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The time part of a schedule, compiled. All times are epoch ms."""
+
+    tz: ZoneInfo
+    cron: Cron | None = None
+    every_ms: int | None = None
+    at_ms: int | None = None
+    start_ms: int | None = None
+    end_ms: int | None = None
+    anchor_ms: int | None = None  # first occurrence of an `every` schedule, when known
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> Timing:
+        created = to_ms(schedule.created_at) if schedule.created_at else None
+        return cls._build(
+            tz=resolve_timezone(schedule.timezone),
+            cron=schedule.cron,
+            every_ms=round(schedule.every * 1000) if schedule.every is not None else None,
+            at_ms=to_ms(schedule.at) if schedule.at else None,
+            start_ms=to_ms(schedule.start_at) if schedule.start_at else None,
+            end_ms=to_ms(schedule.end_at) if schedule.end_at else None,
+            created_ms=created,
+        )
+
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> Timing:
+        """Build straight from a stored hash (the scheduler's hot path: no model validation)."""
+        every = fields.get("every")
+        return cls._build(
+            tz=resolve_timezone(fields.get("timezone", "UTC")),
+            cron=fields.get("cron"),
+            every_ms=round(float(every) * 1000) if every is not None else None,
+            at_ms=_int(fields.get("at")),
+            start_ms=_int(fields.get("start_at")),
+            end_ms=_int(fields.get("end_at")),
+            created_ms=_int(fields.get("created_at")),
+        )
+
+    @classmethod
+    def _build(
+        cls,
+        *,
+        tz: ZoneInfo,
+        cron: str | None,
+        every_ms: int | None,
+        at_ms: int | None,
+        start_ms: int | None,
+        end_ms: int | None,
+        created_ms: int | None,
+    ) -> Timing:
+        anchor = None
+        if every_ms is not None:
+            every_ms = max(every_ms, 1)
+            if start_ms is not None:
+                anchor = start_ms
+            elif created_ms is not None:
+                anchor = created_ms + every_ms
+        return cls(
+            tz=tz,
+            cron=Cron.parse(cron) if cron is not None else None,
+            every_ms=every_ms,
+            at_ms=at_ms,
+            start_ms=start_ms,
+            end_ms=end_ms,
+            anchor_ms=anchor,
+        )
+
+    def _in_window(self, ms: int | None) -> int | None:
+        if ms is None or (self.end_ms is not None and ms > self.end_ms):
+            return None
+        return ms
+
+    def next_after(self, after_ms: int) -> int | None:
+        """The first occurrence strictly after ``after_ms``, or None when there is none."""
+        if self.start_ms is not None and after_ms < self.start_ms:
+            after_ms = self.start_ms - 1
+        if self.cron is not None:
+            nxt = self.cron.next_after(from_ms(after_ms, UTC), self.tz)
+            return self._in_window(to_ms(nxt) if nxt else None)
+        if self.every_ms is not None:
+            anchor = self.anchor_ms if self.anchor_ms is not None else after_ms + self.every_ms
+            if after_ms < anchor:
+                return self._in_window(anchor)
+            steps = (after_ms - anchor) // self.every_ms + 1
+            return self._in_window(anchor + steps * self.every_ms)
+        assert self.at_ms is not None
+        return self._in_window(self.at_ms if self.at_ms > after_ms else None)
+
+    def prev_at_or_before(self, ms: int) -> int | None:
+        """The latest occurrence at or before ``ms`` (inside the window), or None."""
+        if self.end_ms is not None:
+            ms = min(ms, self.end_ms)
+        found: int | None
+        if self.cron is not None:
+            prev = self.cron.prev_at_or_before(from_ms(ms, UTC), self.tz)
+            found = to_ms(prev) if prev else None
+        elif self.every_ms is not None:
+            anchor = self.anchor_ms if self.anchor_ms is not None else ms
+            found = None if ms < anchor else anchor + (ms - anchor) // self.every_ms * self.every_ms
+        else:
+            assert self.at_ms is not None
+            found = self.at_ms if self.at_ms <= ms else None
+        if found is None or (self.start_ms is not None and found < self.start_ms):
+            return None
+        return found
+
+    def between(self, first_ms: int, last_ms: int, limit: int) -> list[int]:
+        """Occurrences in [first_ms, last_ms], oldest first, at most ``limit`` of them."""
+        out: list[int] = []
+        t = self.next_after(first_ms - 1)
+        while t is not None and t <= last_ms and len(out) < limit:
+            out.append(t)
+            t = self.next_after(t)
+        return out
+
+    def count(self, first_ms: int, last_ms: int, cap: int) -> int:
+        """How many occurrences fall in [first_ms, last_ms], counting no further than ``cap``."""
+        if self.every_ms is not None and self.anchor_ms is not None:
+            lo = self.next_after(first_ms - 1)
+            hi = self.prev_at_or_before(last_ms)
+            if lo is None or hi is None or hi < lo:
+                return 0
+            return min(cap, (hi - lo) // self.every_ms + 1)
+        return len(self.between(first_ms, last_ms, cap))
+
+
+def _int(raw: str | None) -> int | None:
+    return int(raw) if raw is not None else None
+
+
+def next_fire_times(
+    schedule: Schedule, after: datetime | None = None, n: int = 5
+) -> list[datetime]:
+    """The next ``n`` fire times of ``schedule`` strictly after ``after`` (default: now).
+
+    Pure: uses no Redis. Honours the trigger, ``timezone`` (with rsched's DST rules),
+    ``start_at``/``end_at`` and the runs left under ``max_runs``; a completed schedule has none.
+    Times are returned in the schedule's time zone.
+    """
+    if schedule.completed:
+        return []
+    if schedule.max_runs is not None:
+        n = min(n, max(0, schedule.max_runs - schedule.runs))
+    timing = Timing.of(schedule)
+    at = to_ms(after if after is not None else datetime.now(UTC))
+    out: list[datetime] = []
+    while len(out) < n:
+        nxt = timing.next_after(at)
+        if nxt is None:
+            break
+        out.append(from_ms(nxt, timing.tz))
+        at = nxt
+    return out

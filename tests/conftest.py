@@ -1,0 +1,146 @@
+"""Fixtures shared by the whole suite.
+
+Integration tests run against private servers this suite starts itself (see servers.py):
+one per server kind for the session (Redis 7 and Valkey, each test under both), plus
+``make_server`` for fault tests that kill and restart their own. Every test gets a fresh key
+prefix, so tests never see each other's keys and nothing is flushed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from rsched._settings import Settings
+from servers import Server, env_kinds
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
+    # Every coroutine test runs under anyio without a marker on each one.
+    if inspect.iscoroutinefunction(obj) and name.startswith("test"):
+        pytest.mark.anyio(obj)
+        pytest.mark.usefixtures("anyio_backend")(obj)
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session", params=env_kinds())
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A private server of each kind (redis, valkey) shared by the session."""
+    srv = Server(request.param).start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def redis_url(server: Server) -> str:
+    return server.url
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def settings(redis_url: str, prefix: str) -> Settings:
+    return Settings(redis_url=redis_url, prefix=prefix)
+
+
+@pytest.fixture
+async def redis(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
+    """A decoded async client; the test's keys are deleted afterwards."""
+    client = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        yield client
+    finally:
+        keys = [k async for k in client.scan_iter(match=f"{{{prefix}}}:*", count=1000)]
+        for start in range(0, len(keys), 1000):
+            await client.delete(*keys[start : start + 1000])
+        await client.aclose()
+
+
+@pytest.fixture
+def make_server(server: Server) -> Iterator[Callable[..., Server]]:
+    """Factory of extra private servers (same kind as ``server``) for fault tests."""
+    made: list[Server] = []
+
+    def make(*, appendonly: bool = False) -> Server:
+        srv = Server(server.kind, appendonly=appendonly).start()
+        made.append(srv)
+        return srv
+
+    yield make
+    for srv in made:
+        srv.close()
+
+
+class Proc:
+    """A child Python process (``python -m module args``) with its output kept in a file."""
+
+    def __init__(self, module: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.log = Path(tempfile.mkstemp(prefix="rsched-proc-", suffix=".log")[1])
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout_s: float = 15.0) -> None:
+        """Wait until ``text`` appears in the output; fail with the output otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} never appeared; output:\n{self.output()[-4000:]}")
+            time.sleep(0.05)
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout_s: float = 15.0) -> int:
+        return self.proc.wait(timeout_s)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Proc]]:
+    """Start child processes (``spawn("rsched._scheduler_main", "--flag")``); killed at the end."""
+    procs: list[Proc] = []
+
+    def start(module: str, *args: str, env: dict[str, str] | None = None) -> Proc:
+        proc = Proc(module, *args, env=env)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.close()
