@@ -11,8 +11,12 @@ help:
 	@echo "make test   run the whole test suite against private redis-server / valkey processes"
 	@echo "make lint   ruff + mypy --strict"
 	@echo "make bench  run the benchmarks in bench/ and print their tables"
+	@echo "make test-fast / fmt / venv / clean   see DEVELOPERS.md"
 
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
+		"rsched needs Python 3.11+; $(PYTHON) is " + sys.version.split()[0] + \
+		": run make PYTHON=python3.11 (or newer)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -39,7 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m rsched.demo
+	$(BIN)/python -m rsched.demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -1,11 +1,12 @@
 --[[ fire — fire a batch of due occurrences, each exactly once. Called by the leading scheduler.
 
-Guarantees: nothing is written unless the caller still holds the lease (fencing). For each item
-independently: it fires only if the schedule exists, is active, has the generation the scheduler
-computed from (an updated or removed schedule never fires its old spec), still has next_run equal
-to `expect` (this occurrence has not fired yet: a re-sent call or a racing scheduler finds it
-moved and does nothing), and `sched` is due by Redis TIME. Each item is validated (key types
-included) before its first write, so an item is applied whole or not at all.
+Guarantees: nothing is written unless the caller still holds the lease (fencing) and every
+argument is well formed. For each item independently: it fires only if the schedule exists, is
+active, has the version the scheduler computed from (an updated, or removed and re-created,
+schedule never fires its old spec), still has next_run equal to `expect` (this occurrence has not
+fired yet: a re-sent call or a racing scheduler finds it moved and does nothing), and `sched` is
+due by Redis TIME. Each item is validated (key types and stored fields included) before its
+first write, so an item is applied whole or not at all, and one bad item never stops the others.
 
 KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
@@ -20,17 +21,18 @@ ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
 ARGV[3] cancel      pub/sub channel for cancel_previous
 then 7 args per item:
-  id, generation, expect (the next_run the scheduler read, ms), sched (occurrence to run, ms),
+  id, version ("<generation>:<created_at>" of the hash the plan was computed from),
+  expect (the next_run the scheduler read, ms), sched (occurrence to run, ms),
   next (following occurrence, ms, or '' when there is none), action, missed
   action: 'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
           'skip' (misfire policy skip: no job, only history)
 
-Returns: {-1} when the lease is not the caller's (nothing written); {-7} bad arguments;
-otherwise a list with one code per item:
+Returns: {-1} when the lease is not the caller's; {-7} malformed arguments; {-8} the schedules
+index is not a sorted set (nothing written in all three cases); otherwise one code per item:
   1 fired   2 skipped by overlap policy   3 buffered (buffer_one)   4 misfire skipped
-  0 stale (gone, paused, completed, other generation, or already fired; the index entry is
+  0 stale (gone, paused, completed, other version, or already fired; the index entry is
     re-pointed at the hash's next_run, or removed when the hash is gone)   -5 not due yet
-  -6 a key of this schedule has the wrong type (left untouched)
+  -6 a key of this schedule has the wrong type or the hash lacks its task (left untouched)
 ]]
 -- @include common
 -- @include fire_job
@@ -38,23 +40,34 @@ otherwise a list with one code per item:
 local leader_key, schedules_key = KEYS[1], KEYS[2]
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local KEYS_PER, ARGS_PER = 5, 7
+local ACTIONS = {fire = true, misfire = true, skip = true}
 
 -- A stale item whose index entry disagrees with its hash (hash deleted or edited by hand) would
 -- come due again at once, forever: point the index at the hash's truth instead.
 local function heal_index(zkey, sid, st)
-  local want = 'inf'
   if not st[1] then
     rcall('ZREM', zkey, sid)
     return
   end
+  local want = 'inf'
   if not st[3] and st[2] then want = st[2] end
   local cur = rcall('ZSCORE', zkey, sid)
-  if cur ~= want and not (want == 'inf' and cur == 'inf') then rcall('ZADD', zkey, want, sid) end
+  if cur ~= want then rcall('ZADD', zkey, want, sid) end
 end
 
+local function is_ms(s) return s ~= nil and string.match(s, '^%-?%d+$') ~= nil end
+
 local n = (#ARGV - 3) / ARGS_PER
-if n ~= math.floor(n) or #KEYS ~= 2 + n * KEYS_PER or not cap then return {-7} end
+if n ~= math.floor(n) or #KEYS ~= 2 + n * KEYS_PER or not cap or cap < 1 then return {-7} end
+for i = 0, n - 1 do
+  local a = 4 + i * ARGS_PER
+  if not (is_ms(ARGV[a + 2]) and is_ms(ARGV[a + 3]) and (ARGV[a + 4] == '' or is_ms(ARGV[a + 4]))
+          and ACTIONS[ARGV[a + 5]] and is_ms(ARGV[a + 6])) then
+    return {-7}
+  end
+end
 if rcall('GET', leader_key) ~= lease then return {-1} end
+if not key_is(schedules_key, 'zset') then return {-8} end
 
 local now = now_ms()
 local results = {}
@@ -63,22 +76,28 @@ for i = 0, n - 1 do
   local a, b = 4 + i * ARGS_PER, 3 + i * KEYS_PER
   local k = {hash = KEYS[b], history = KEYS[b + 1], running = KEYS[b + 2],
              buffered = KEYS[b + 3], stream = KEYS[b + 4]}
-  local sid, gen, expect, sched = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local sid, version, expect, sched = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local nxt, action, missed = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
   local code
   if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.running, 'hash')
           and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')) then
     code = -6
   else
-    local st = rcall('HMGET', k.hash, 'generation', 'next_run', 'status')
-    if st[1] ~= gen or st[2] ~= expect or st[3] then
+    local st = rcall('HMGET', k.hash, 'generation', 'next_run', 'status', 'created_at', 'task')
+    local current = nil
+    if st[1] then current = st[1] .. ':' .. (st[4] or '') end
+    if current ~= version or st[2] ~= expect or st[3] then
       code = 0  -- status is absent exactly when the schedule is active
       heal_index(schedules_key, sid, st)
+    elseif not st[5] then
+      code = -6
     elseif tonumber(sched) > now then
       code = -5
     elseif action == 'skip' then
+      local at = string.format('%d', now)
       hist(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
-           ',"scheduled_at":' .. expect .. ',"at":' .. string.format('%d', now) .. '}')
+           ',"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
+           string.format('%d', now - tonumber(sched)) .. '}')
       advance(schedules_key, k.hash, sid, sched, nxt, false, true)
       code = 4
     else

@@ -1,7 +1,673 @@
-"""The async client SDK (placeholder; the product-surface issue fills this in)."""
+"""The async client SDK: add, change and inspect schedules, jobs and dead letters.
+
+Every write goes through a Lua script (see lua/), so a client can never half-apply a change;
+every time decision (first run, due-ness) uses Redis TIME, never this host's clock.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from rsched._connection import connect
+from rsched._errors import (
+    InvalidArgument,
+    InvalidSchedule,
+    RedisUnavailable,
+    ScheduleNotFound,
+)
+from rsched._job import DeadLetter
+from rsched._keys import Keys
+from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
+from rsched._queues import QueueStore
+from rsched._settings import Settings
+from rsched._store import Conflict, Store
+from rsched._timing import Timing, next_fire_times
+from rsched._tz import resolve_timezone
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: At most this many occurrences per backfill call: a script must never run long.
+BACKFILL_LIMIT = 1000
+#: How often a read-modify-write retries when the schedule changes under it.
+WRITE_ATTEMPTS = 5
+_TRIGGERS = ("cron", "every", "at")
+_Entries = list[tuple[str, float]]
+_Schedules = list[Schedule]
+_OUTCOMES = {1: "fired", 2: "skipped", 3: "buffered", 0: "already_fired"}
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of :meth:`Client.list`; pass ``cursor`` back for the next (None: last page)."""
+
+    schedules: list[Schedule]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """What :meth:`Client.trigger` did: ``status`` is fired, skipped or buffered (overlap)."""
+
+    execution_id: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillResult:
+    """Per occurrence of a backfilled range: its execution id and what happened to it.
+
+    ``outcomes`` maps execution id to fired, skipped (overlap policy), buffered (buffer_one) or
+    already_fired (by the schedule or an earlier backfill; nothing done).
+    """
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+    def count(self, status: str) -> int:
+        return sum(1 for s in self.outcomes.values() if s == status)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A snapshot of one rsched deployment (see :meth:`Client.stats`). Times are epoch ms."""
+
+    now_ms: int
+    schedules: dict[str, int]
+    due: int
+    oldest_overdue: dict[str, Any] | None
+    queues: dict[str, dict[str, Any]]
+    dead_letters: int
+    leader: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "now_ms": self.now_ms,
+            "schedules": self.schedules,
+            "due": self.due,
+            "oldest_overdue": self.oldest_overdue,
+            "queues": self.queues,
+            "dead_letters": self.dead_letters,
+            "leader": self.leader,
+        }
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password, for error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _redis_errors(
+    fn: Callable[P, Awaitable[T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Translate connection failures (after redis-py's own retries) into RedisUnavailable."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError, ConnectionError) as exc:
+            client = args[0]
+            url = client.settings.url if isinstance(client, Client) else "?"
+            raise RedisUnavailable(
+                f"cannot reach Redis at {_safe_url(url)} ({exc}); check RSCHED_REDIS_URL / "
+                "--redis-url and that the server is running"
+            ) from exc
+
+    return wrapper
+
+
+def _to_ms(value: datetime, zone: str, name: str) -> int:
+    if not isinstance(value, datetime):
+        raise InvalidArgument(name, f"give a datetime, got {type(value).__name__} {value!r}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=resolve_timezone(zone))
+    return to_ms(value)
+
 
 class Client:
-    """Adds, changes and inspects schedules, jobs and dead letters."""
+    """Adds, changes and inspects schedules, jobs and dead letters.
+
+    ``async with rsched.Client.from_url("redis://localhost:6379/0") as client: ...`` or
+    ``Client(redis, settings)`` around an existing decoded ``redis.asyncio.Redis`` (which the
+    client then does not close). Every method raises :class:`RedisUnavailable` when Redis
+    cannot be reached. Since 0.1.0.
+    """
+
+    def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
+        self.redis = redis
+        self.settings = settings or Settings()
+        self.keys = Keys(self.settings.prefix)
+        self.store = Store(
+            redis,
+            self.keys,
+            history_limit=self.settings.history_limit,
+            max_payload_bytes=self.settings.max_payload_bytes,
+        )
+        self.queues = QueueStore(
+            redis,
+            self.keys,
+            history_limit=self.settings.history_limit,
+            max_payload_bytes=self.settings.max_payload_bytes,
+            dead_letter_max_entries=self.settings.worker.dead_letter_max_entries,
+        )
+        self._owns_redis = False
+
+    @classmethod
+    def from_url(cls, url: str | None = None, prefix: str | None = None, **settings: Any) -> Client:
+        """A client with its own connection pool (closed by ``aclose`` / ``async with``).
+
+        ``url`` and ``prefix`` default to RSCHED_REDIS_URL and RSCHED_PREFIX (``rsched``);
+        other keyword arguments are :class:`rsched.Settings` fields.
+        """
+        given = {"redis_url": url, "prefix": prefix, **settings}
+        return cls.from_settings(Settings(**{k: v for k, v in given.items() if v is not None}))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Client:
+        """A client with its own connection pool to ``settings.url``."""
+        client = cls(connect(settings.url), settings)
+        client._owns_redis = True
+        return client
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool if this client opened it."""
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    # --- writing schedules ------------------------------------------------------------------
+
+    def _validated(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
+        """Re-validate (with this deployment's payload limit); state fields are dropped."""
+        if isinstance(schedule, Schedule):
+            data = schedule.model_dump(exclude=set(STATE_FIELDS), exclude_unset=True)
+            data.update(id=schedule.id, task=schedule.task)
+        elif isinstance(schedule, Mapping):
+            data = {k: v for k, v in schedule.items() if k not in STATE_FIELDS}
+        else:
+            raise InvalidArgument(
+                "schedule", f"give an rsched.Schedule or a dict, got {type(schedule).__name__}"
+            )
+        return _parse(data)
+
+    @_redis_errors
+    async def add(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
+        """Create a schedule; returns it as stored (with its first ``next_run``).
+
+        Raises ScheduleExists when the id is taken, InvalidSchedule (naming each field) when
+        the spec is invalid or ``at`` / ``end_at`` is in the past; nothing is written then.
+        """
+        valid = self._validated(schedule)
+        await self.store.save(valid, mode="add")
+        return await self.store.load(valid.id)
+
+    @_redis_errors
+    async def upsert(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
+        """Create a schedule or replace its whole spec (bumping its generation).
+
+        A replaced schedule keeps its runs, last run and creation time, its next run is
+        recomputed from now, and an occurrence buffered under the old spec is dropped.
+        """
+        valid = self._validated(schedule)
+        await self.store.save(valid, mode="upsert")
+        return await self.store.load(valid.id)
+
+    @_redis_errors
+    async def update(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change some fields of a schedule; the merged spec is validated again.
+
+        Setting one trigger (``cron``, ``every`` or ``at``) clears the others. Raises
+        ScheduleNotFound, or InvalidSchedule naming each bad field (nothing written).
+        """
+        readonly = sorted(set(changes) & (STATE_FIELDS | {"id"}))
+        if readonly:
+            raise InvalidSchedule(
+                schedule_id, [(name, "is read-only; rsched maintains it") for name in readonly]
+            )
+        for attempt in range(WRITE_ATTEMPTS):
+            old = await self.store.load(schedule_id)
+            data = old.model_dump(exclude=set(STATE_FIELDS))
+            if any(changes.get(t) is not None for t in _TRIGGERS):
+                data.update(dict.fromkeys(_TRIGGERS))
+            data.update(changes)
+            new = _parse(data)
+            try:
+                await self.store.save(new, mode="replace", expect_gen=old.generation)
+            except Conflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+                continue
+            break
+        return await self.store.load(schedule_id)
+
+    @_redis_errors
+    async def remove(self, schedule_id: str) -> None:
+        """Delete a schedule and its history. Queued or running jobs are not touched."""
+        source = await self.redis.hget(self.keys.schedule(schedule_id), "source")
+        await self.store.remove(schedule_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self.keys.backfilled(schedule_id))
+            if source:
+                pipe.srem(self.keys.source(str(source)), schedule_id)
+            await pipe.execute()
+
+    @_redis_errors
+    async def pause(self, schedule_id: str, note: str | None = None) -> None:
+        """Stop a schedule from firing until :meth:`resume`; ``note`` says why (for operators).
+
+        Raises ScheduleNotFound, or InvalidSchedule when the schedule has completed.
+        """
+        if note is not None and len(note) > 500:
+            raise InvalidSchedule(schedule_id, [("pause_note", "at most 500 characters")])
+        await self.store.pause(schedule_id, note)
+
+    @_redis_errors
+    async def resume(self, schedule_id: str) -> None:
+        """Let a paused schedule fire again from its first occurrence after now.
+
+        Occurrences that came due while paused are not run. Raises ScheduleNotFound, or
+        InvalidSchedule when it has completed.
+        """
+        for attempt in range(WRITE_ATTEMPTS):
+            schedule = await self.store.load(schedule_id)
+            now = await self.store.time_ms()
+            next_ms: int | None = None
+            if schedule.max_runs is None or schedule.runs < schedule.max_runs:
+                next_ms = Timing.of(schedule).next_after(now)
+            try:
+                await self.store.resume(schedule_id, schedule.generation, next_ms)
+            except Conflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+                continue
+            return
+
+    @_redis_errors
+    async def trigger(self, schedule_id: str) -> Fired:
+        """Run one extra occurrence now, through the overlap policy; next runs do not move.
+
+        Raises ScheduleNotFound, or InvalidSchedule when the schedule has completed.
+        """
+        queue = await self.redis.hget(self.keys.schedule(schedule_id), "queue")
+        code, execution_id = await self.store.trigger(schedule_id, str(queue or "default"))
+        return Fired(execution_id, _OUTCOMES.get(code, str(code)))
+
+    @_redis_errors
+    async def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
+        """Fire every occurrence in [start, end] (a past range), through the overlap policy.
+
+        An occurrence already fired (by the schedule or an earlier backfill) is not fired again,
+        so calling this twice is safe. Naive datetimes are read in the schedule's zone. At most
+        1000 occurrences per call. Raises ScheduleNotFound, or InvalidArgument naming
+        ``start``/``end`` when the range is empty, in the future or too long.
+        """
+        for attempt in range(WRITE_ATTEMPTS):
+            schedule = await self.store.load(schedule_id)
+            start_ms = _to_ms(start, schedule.timezone, "start")
+            end_ms = _to_ms(end, schedule.timezone, "end")
+            if end_ms < start_ms:
+                raise InvalidArgument("end", f"{end.isoformat()} is before start")
+            now = await self.store.time_ms()
+            if end_ms > now:
+                raise InvalidArgument(
+                    "end",
+                    f"{end.isoformat()} is in the future (it is now "
+                    f"{from_ms(now).isoformat(timespec='seconds')}); backfill fills the past only",
+                )
+            times = Timing.of(schedule).between(start_ms, end_ms, BACKFILL_LIMIT + 1)
+            if len(times) > BACKFILL_LIMIT:
+                raise InvalidArgument(
+                    "start",
+                    f"the range holds more than {BACKFILL_LIMIT} occurrences; "
+                    "backfill it in shorter ranges",
+                )
+            if not times:
+                return BackfillResult()
+            try:
+                codes = await self._backfill_call(schedule, times)
+            except Conflict:
+                if attempt == WRITE_ATTEMPTS - 1:
+                    raise
+                continue
+            return BackfillResult(
+                {
+                    f"{schedule_id}@{t}": _OUTCOMES.get(c, str(c))
+                    for t, c in zip(times, codes, strict=True)
+                }
+            )
+        raise AssertionError("unreachable")
+
+    async def _backfill_call(self, schedule: Schedule, times: Sequence[int]) -> list[int]:
+        k, sid = self.keys, schedule.id
+        res = await self.store.call(
+            "backfill",
+            [
+                k.schedule(sid),
+                k.history(sid),
+                k.running(sid),
+                k.buffered(sid),
+                k.queue(schedule.queue),
+                k.backfilled(sid),
+                self.store._op(),
+            ],
+            [sid, schedule.generation, self.settings.history_limit, k.cancel, 300_000, *times],
+        )
+        code = int(res[0])
+        if code == -2:
+            raise ScheduleNotFound(sid)
+        if code == -3:
+            raise Conflict(f"schedule {sid!r} changed meanwhile")
+        if code == -5:
+            raise InvalidArgument("end", "an occurrence is in the future by the server's clock")
+        if code == -6:
+            raise InvalidSchedule(sid, [("", "a key of this schedule holds the wrong type")])
+        return [int(c) for c in res[1:]]
+
+    # --- reading schedules ------------------------------------------------------------------
+
+    @_redis_errors
+    async def get(self, schedule_id: str) -> Schedule:
+        """The schedule's spec and state (next_run, last_run, runs, generation, …).
+
+        Raises ScheduleNotFound.
+        """
+        return await self.store.load(schedule_id)
+
+    @_redis_errors
+    async def next_runs(self, schedule_id: str, n: int = 5) -> list[datetime]:
+        """The next ``n`` fire times after now (Redis time), in the schedule's zone.
+
+        A paused schedule shows when it would fire if resumed now.
+        """
+        if not 1 <= n <= 10_000:
+            raise InvalidArgument("n", f"give 1-10000, got {n!r}")
+        schedule = await self.store.load(schedule_id)
+        now = await self.store.time_ms()
+        return next_fire_times(schedule, from_ms(now), n)
+
+    @_redis_errors
+    async def history(
+        self, schedule_id: str, *, limit: int = 20, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The schedule's recent events, newest first (fired, skipped, misfired, outcomes).
+
+        ``status`` keeps only events of that name (e.g. ``fired``, ``failed``, ``dead``).
+        Times (``scheduled_at``, ``at``) are epoch ms; ``late_ms`` is the lateness of a fire.
+        Raises ScheduleNotFound.
+        """
+        if not 1 <= limit <= 10_000:
+            raise InvalidArgument("limit", f"give 1-10000, got {limit!r}")
+        events = await self.store.history(schedule_id, self.settings.history_limit)
+        if not events and not await self.redis.exists(self.keys.schedule(schedule_id)):
+            raise ScheduleNotFound(schedule_id)
+        if status is not None:
+            events = [e for e in events if status in (e.get("event"), e.get("status"))]
+        return events[:limit]
+
+    # --- jobs and dead letters ----------------------------------------------------------------
+
+    @_redis_errors
+    async def enqueue(
+        self,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        delay: float | timedelta = 0,
+        max_retries: int = 3,
+        timeout_s: float = 3600,
+        execution_id: str | None = None,
+    ) -> str:
+        """Add a one-off job outside any schedule; returns its execution id.
+
+        ``delay`` (seconds or a timedelta) holds it back that long by Redis time. Raises
+        InvalidJob naming the bad field (task, queue, payload, delay_s).
+        """
+        delay_s = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        return await self.queues.enqueue(
+            task,
+            payload,
+            queue=queue,
+            delay_s=delay_s,
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+            execution_id=execution_id,
+        )
+
+    @_redis_errors
+    async def dead_letters(
+        self,
+        queue: str = "default",
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        task: str | None = None,
+    ) -> tuple[list[DeadLetter], str | None]:
+        """A page of the queue's dead letters, newest first, and the next page's cursor."""
+        return await self.queues.dead_letters(queue, limit=limit, cursor=cursor, task=task)
+
+    @_redis_errors
+    async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
+        """One dead letter with its error and traceback excerpt; raises DeadLetterNotFound."""
+        return await self.queues.dead_letter(queue, entry_id)
+
+    @_redis_errors
+    async def requeue(
+        self,
+        queue: str = "default",
+        entry_ids: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+    ) -> int:
+        """Put dead letters back on their queue as attempt 1 (all of them when ``entry_ids`` is
+        None, only ``task``'s when given); returns how many."""
+        return await self.queues.requeue(queue, entry_ids, task=task)
+
+    @_redis_errors
+    async def purge(
+        self,
+        queue: str = "default",
+        entry_ids: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+    ) -> int:
+        """Delete dead letters for good (all, ``entry_ids``, or ``task``'s); returns how many."""
+        return await self.queues.purge(queue, entry_ids, task=task)
+
+    # --- operations overview ----------------------------------------------------------------
+
+    @_redis_errors
+    async def stats(self) -> Stats:
+        """Counts for an operator: schedules by status, due backlog, queues, dead letters,
+        the current leader and its lease age, and the most overdue schedule."""
+        k = self.keys
+        now = await self.store.time_ms()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(k.schedules)
+            pipe.zcount(k.schedules, "-inf", "(inf")
+            pipe.zcount(k.schedules, "-inf", now)
+            pipe.zrange(k.schedules, "-inf", now, byscore=True, offset=0, num=1, withscores=True)
+            pipe.get(k.leader)
+            pipe.pttl(k.leader)
+            total, active, due, oldest, leader, pttl = await pipe.execute()
+        paused = await self._count_paused()
+        oldest_overdue = None
+        if oldest:
+            sid, score = oldest[0]
+            oldest_overdue = {"id": sid, "next_run_ms": int(score), "late_ms": now - int(score)}
+        lead = None
+        if leader:
+            token, _, owner = str(leader).partition(":")
+            ttl = self.settings.scheduler.lease_ttl_ms
+            lead = {
+                "owner": owner,
+                "token": int(token) if token.isdigit() else token,
+                "lease_left_ms": int(pttl),
+                "lease_age_ms": max(0, ttl - int(pttl)),
+            }
+        queues: dict[str, dict[str, Any]] = dict(await self.queues.queue_stats())
+        dead = sum(int(q.get("dead", 0) or 0) for q in queues.values())
+        return Stats(
+            now_ms=now,
+            schedules={
+                "total": int(total),
+                "active": int(active),
+                "paused": paused,
+                "completed": int(total) - int(active) - paused,
+            },
+            due=int(due),
+            oldest_overdue=oldest_overdue,
+            queues=queues,
+            dead_letters=dead,
+            leader=lead,
+        )
+
+    async def _count_paused(self) -> int:
+        """Paused and completed schedules both sit at +inf in the index: tell them apart."""
+        key, paused, offset = self.keys.schedules, 0, 0
+        while True:
+            ids = [
+                str(m)
+                for m in await self.redis.zrange(
+                    key, "+inf", "+inf", byscore=True, offset=offset, num=1000
+                )
+            ]
+            if not ids:
+                return paused
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in ids:
+                    pipe.hget(self.keys.schedule(sid), "status")
+                paused += sum(1 for s in await pipe.execute() if s == "paused")
+            offset += len(ids)
+
+    # --- listing (last: the method name shadows the builtin in the class body) -----------
+
+    @_redis_errors
+    async def list(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        paused: bool | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """One page of schedules in next-run order (paused and completed ones last).
+
+        Pass the returned ``cursor`` to get the next page; None means this was the last. Uses
+        ranges of the schedules index (never KEYS), so it is cheap at any size. Like SCAN, a
+        schedule that moves while you page may appear twice.
+        """
+        if not 1 <= limit <= 10_000:
+            raise InvalidArgument("limit", f"give 1-10000, got {limit!r}")
+        pos = _decode_cursor(cursor)
+        filtered = queue is not None or task is not None or paused is not None
+        out: _Schedules = []
+        while True:
+            want = max(limit - len(out), 200) if filtered else limit - len(out)
+            batch = await self._after(pos, want)
+            hashes = await self.store.fields([sid for sid, _ in batch])
+            for i, ((sid, score), stored) in enumerate(zip(batch, hashes, strict=True)):
+                pos = (score, sid)
+                if not stored:
+                    continue  # removed since the range was read
+                s = Schedule.from_hash(sid, stored)
+                if (
+                    (queue is None or s.queue == queue)
+                    and (task is None or s.task == task)
+                    and (paused is None or s.paused == paused)
+                ):
+                    out.append(s)
+                if len(out) == limit:
+                    more = i + 1 < len(batch) or len(batch) == want
+                    return Page(out, _encode_cursor(pos) if more else None)
+            if len(batch) < want:
+                return Page(out, None)
+
+    async def _after(self, pos: tuple[float, str] | None, n: int) -> _Entries:
+        """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id)."""
+        key = self.keys.schedules
+        if pos is None:
+            return _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
+        score, member = pos
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrank(key, member)
+            pipe.zscore(key, member)
+            rank, current = await pipe.execute()
+        if rank is None or current is None or float(current) != score:
+            # The cursor's entry moved or went away: find where (score, id) would sit.
+            rank = await self.redis.zcount(key, "-inf", f"({_score_arg(score)}") - 1
+            offset = 0
+            while True:
+                group = await self.redis.zrange(
+                    key, _score_arg(score), _score_arg(score), byscore=True, offset=offset, num=500
+                )
+                later = [str(m) for m in group if str(m) > member]
+                if later:
+                    rank += offset + [str(m) for m in group].index(later[0])
+                    break
+                if len(group) < 500:
+                    rank += offset + len(group)
+                    break
+                offset += 500
+        return _pairs(await self.redis.zrange(key, rank + 1, rank + n, withscores=True))
+
+
+def _pairs(raw: Any) -> _Entries:
+    return [(str(m), float(s)) for m, s in raw]
+
+
+def _score_arg(score: float) -> str:
+    return "+inf" if math.isinf(score) and score > 0 else str(int(score))
+
+
+def _encode_cursor(pos: tuple[float, str]) -> str:
+    score, member = pos
+    return f"{'inf' if math.isinf(score) else int(score)}:{member}"
+
+
+def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
+    if cursor is None or cursor == "":
+        return None
+    score, sep, member = cursor.partition(":")
+    try:
+        value = float(score)
+    except ValueError:
+        value = math.nan
+    if not sep or not member or math.isnan(value):
+        raise InvalidArgument(
+            "cursor", f"{cursor!r} is not a cursor; pass the cursor a previous page returned"
+        )
+    return value, member
+
+
+def _parse(data: dict[str, Any]) -> Schedule:
+    """Validate a spec. The payload size is checked against this deployment's limit by
+    ``Store.save``; the model's own check uses the default limit."""
+    return Schedule(**data)

@@ -72,3 +72,44 @@ class Retry(RschedError):
         self.delay_s = delay_s
         self.reason = reason
         super().__init__(reason or (f"retry in {delay_s}s" if delay_s is not None else "retry"))
+
+
+class InvalidArgument(RschedError, ValueError):
+    """Raised when an argument of a client call (a limit, a cursor, a time range) is invalid.
+
+    ``field`` names the argument; nothing was written.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class ScheduleFileError(RschedError, ValueError):
+    """Raised when a schedules file is invalid or conflicts with existing schedules.
+
+    ``errors`` lists ``(where, message)`` pairs (``where`` names the entry and field); nothing
+    was applied.
+    """
+
+    def __init__(self, path: str, errors: Sequence[tuple[str, str]]) -> None:
+        self.path = path
+        self.errors = list(errors)
+        lines = "\n".join(f"  {where}: {msg}" if where else f"  {msg}" for where, msg in errors)
+        super().__init__(f"{path}: {len(self.errors)} problem(s), nothing applied:\n{lines}")
+
+
+class InvalidJob(RschedError, ValueError):
+    """Raised when a job to enqueue fails validation (task, queue, payload, options)."""
+
+
+class DeadLetterNotFound(RschedError, KeyError):
+    """Raised when a dead-letter entry id does not exist in that queue's dead-letter stream."""
+
+    def __init__(self, queue: str, entry_id: str) -> None:
+        self.queue = queue
+        self.entry_id = entry_id
+        super().__init__(entry_id)
+
+    def __str__(self) -> str:
+        return f"dead letter {self.entry_id!r} does not exist in queue {self.queue!r}"

@@ -1,15 +1,113 @@
-"""A job as a handler sees it (placeholder; the worker issue fills this in)."""
+"""Jobs as handlers see them, dead letters as operators see them, and the retry backoff.
+
+A job is one entry of a queue stream (written by the scheduler's fire script, by ``enqueue``,
+by a retry or by a dead-letter requeue). Its fields are strings; ``parse_entry`` turns them
+into a :class:`Job` or says precisely why it cannot (the worker dead-letters it as malformed).
+"""
 
 from __future__ import annotations
 
+import math
+import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+import orjson
+
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_RETRY_BASE_S = 30.0
+DEFAULT_RETRY_MULTIPLIER = 2.0
+DEFAULT_RETRY_MAX_S = 3600.0
+DEFAULT_RETRY_JITTER = 0.2
+DEFAULT_TIMEOUT_S = 3600.0
+
+_OPTION_NAMES = frozenset(
+    {"max_retries", "retry_base_s", "retry_multiplier", "retry_max_s", "retry_jitter", "timeout_s"}
+)
+
+
+class MalformedJob(ValueError):
+    """A stream entry that is not a job rsched can run (missing field, bad JSON, bad number)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Retry and timeout settings a job carries (the schedule's, or those given to enqueue)."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_base_s: float = DEFAULT_RETRY_BASE_S
+    retry_multiplier: float = DEFAULT_RETRY_MULTIPLIER
+    retry_max_s: float = DEFAULT_RETRY_MAX_S
+    retry_jitter: float = DEFAULT_RETRY_JITTER
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @classmethod
+    def parse(cls, text: str | None) -> JobOptions:
+        """Read the ``opts`` field (a JSON object of the non-default settings only)."""
+        if not text or text == "{}":
+            return _DEFAULT_OPTIONS
+        try:
+            raw = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise MalformedJob(f"opts is not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise MalformedJob("opts is not a JSON object")
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name not in _OPTION_NAMES:
+                continue  # an option of a newer rsched: ignore rather than refuse the job
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise MalformedJob(f"opts.{name} is not a number: {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise MalformedJob(f"opts.{name} must be a finite number >= 0: {value!r}")
+            values[name] = int(value) if name == "max_retries" else float(value)
+        if values.get("timeout_s") == 0:
+            raise MalformedJob("opts.timeout_s must be > 0")
+        return cls(**values)
+
+    def encode(self) -> str:
+        """The ``opts`` field: only the settings that differ from their default."""
+        diff = {
+            name: getattr(self, name)
+            for name in sorted(_OPTION_NAMES)
+            if getattr(self, name) != getattr(_DEFAULT_OPTIONS, name)
+        }
+        return orjson.dumps(diff).decode()
+
+
+_DEFAULT_OPTIONS = JobOptions()
+
+
+def retry_delay_s(opts: JobOptions, attempt: int, rng: random.Random | None = None) -> float:
+    """Delay before the attempt after ``attempt`` (1-based) failed.
+
+    ``retry_base_s × retry_multiplier^(attempt-1)``, capped at ``retry_max_s``, then spread by
+    ± ``retry_jitter`` (a fraction) so that jobs failing together do not retry together; the
+    result never exceeds ``retry_max_s``. ``retry_multiplier=1`` gives a fixed delay.
+    """
+    exponent = max(0, attempt - 1)
+    try:
+        delay = opts.retry_base_s * opts.retry_multiplier**exponent
+    except OverflowError:
+        delay = math.inf
+    delay = min(delay, opts.retry_max_s)
+    if opts.retry_jitter > 0:
+        spread = (rng or random).uniform(-opts.retry_jitter, opts.retry_jitter)
+        delay *= 1 + spread
+    return max(0.0, min(delay, opts.retry_max_s))
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One delivery of a fired occurrence or an enqueued job."""
+    """One delivery of a fired occurrence or an enqueued job, as passed to a handler.
+
+    ``attempt`` starts at 1 and grows with each retry; ``deliveries`` counts how often this
+    attempt's entry was handed to a worker (more than 1 after a worker died mid-run).
+    ``scheduled_at`` is the occurrence's time (for an enqueued job, when it became due) and
+    ``fired_at`` when it was written to the queue; both are aware UTC datetimes.
+    """
 
     execution_id: str
     task: str
@@ -18,3 +116,145 @@ class Job:
     schedule_id: str | None = None
     scheduled_at: datetime | None = None
     attempt: int = 1
+    fired_at: datetime | None = None
+    origin: str = "enqueue"
+    generation: int | None = None
+    entry_id: str = ""
+    deliveries: int = 1
+    options: JobOptions = _DEFAULT_OPTIONS
+    fields: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def max_retries(self) -> int:
+        return self.options.max_retries
+
+    @property
+    def timeout_s(self) -> float:
+        return self.options.timeout_s
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """True when a failure of this attempt goes to the dead-letter stream."""
+        return self.attempt > self.options.max_retries
+
+    def next_attempt_fields(self) -> list[str]:
+        """The stream fields of the retry of this job (attempt + 1), as a flat list."""
+        out: list[str] = []
+        for name, value in self.fields.items():
+            out += [name, str(self.attempt + 1) if name == "attempt" else value]
+        if "attempt" not in self.fields:
+            out += ["attempt", str(self.attempt + 1)]
+        return out
+
+
+def _ms(value: str, name: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(int(value) / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        raise MalformedJob(f"{name} is not a time in ms: {value!r}") from None
+
+
+def parse_entry(queue: str, entry_id: str, fields: Mapping[str, str], deliveries: int = 1) -> Job:
+    """Build the :class:`Job` of a stream entry; raises MalformedJob naming the bad field."""
+    missing = [name for name in ("execution_id", "task") if not fields.get(name)]
+    if missing:
+        raise MalformedJob(f"missing field(s): {', '.join(missing)}")
+    try:
+        payload = orjson.loads(fields.get("payload") or "{}")
+    except orjson.JSONDecodeError as exc:
+        raise MalformedJob(f"payload is not valid JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise MalformedJob(f"payload is not a JSON object (got {type(payload).__name__})")
+    try:
+        attempt = int(fields.get("attempt") or "1")
+    except ValueError:
+        raise MalformedJob(f"attempt is not an integer: {fields.get('attempt')!r}") from None
+    if attempt < 1:
+        raise MalformedJob(f"attempt must be >= 1: {attempt}")
+    scheduled = fields.get("scheduled_at")
+    fired = fields.get("fired_at")
+    generation = fields.get("generation")
+    return Job(
+        execution_id=fields["execution_id"],
+        task=fields["task"],
+        queue=queue,
+        payload=payload,
+        schedule_id=fields.get("schedule_id") or None,
+        scheduled_at=_ms(scheduled, "scheduled_at") if scheduled else None,
+        attempt=attempt,
+        fired_at=_ms(fired, "fired_at") if fired else None,
+        origin=fields.get("origin") or "enqueue",
+        generation=int(generation) if generation and generation.isdigit() else None,
+        entry_id=entry_id,
+        deliveries=deliveries,
+        options=JobOptions.parse(fields.get("opts")),
+        fields=fields,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A job in a queue's dead-letter stream, with why and when it got there.
+
+    ``reason`` is one of ``max_retries``, ``poison`` (delivered more than ``max_deliveries``
+    times), ``unknown_task``, ``malformed``, ``timeout``. ``job_fields`` holds the job's raw
+    stream fields, which ``requeue`` writes back (as attempt 1).
+    """
+
+    entry_id: str
+    queue: str
+    execution_id: str
+    task: str
+    schedule_id: str | None
+    payload: dict[str, Any] | None
+    attempt: int
+    reason: str
+    error_type: str
+    error_message: str
+    traceback: str
+    deliveries: int
+    dead_at: datetime
+    worker: str = ""
+    job_fields: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_entry(cls, queue: str, entry_id: str, fields: Mapping[str, str]) -> DeadLetter:
+        """Read a dead-letter stream entry (tolerant: a hand-written one still lists)."""
+        job_fields: dict[str, str] = {}
+        try:
+            flat = orjson.loads(fields.get("job") or "[]")
+            if isinstance(flat, list):
+                job_fields = {str(k): str(v) for k, v in zip(flat[::2], flat[1::2], strict=False)}
+        except orjson.JSONDecodeError:
+            pass
+        payload: dict[str, Any] | None
+        try:
+            loaded = orjson.loads(job_fields.get("payload") or "{}")
+            payload = loaded if isinstance(loaded, dict) else None
+        except orjson.JSONDecodeError:
+            payload = None
+        dead_ms = _int(fields.get("dead_at"), default=_int(entry_id.split("-")[0]))
+        return cls(
+            entry_id=entry_id,
+            queue=queue,
+            execution_id=fields.get("execution_id") or job_fields.get("execution_id", ""),
+            task=fields.get("task") or job_fields.get("task", ""),
+            schedule_id=(fields.get("schedule_id") or job_fields.get("schedule_id")) or None,
+            payload=payload,
+            attempt=_int(job_fields.get("attempt"), default=1),
+            reason=fields.get("reason", ""),
+            error_type=fields.get("error_type", ""),
+            error_message=fields.get("error_message", ""),
+            traceback=fields.get("traceback", ""),
+            deliveries=_int(fields.get("deliveries"), default=1),
+            dead_at=datetime.fromtimestamp(dead_ms / 1000, UTC),
+            worker=fields.get("worker", ""),
+            job_fields=job_fields,
+        )
+
+
+def _int(text: str | None, default: int = 0) -> int:
+    try:
+        return int(text) if text else default
+    except ValueError:
+        return default

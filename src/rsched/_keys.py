@@ -68,6 +68,11 @@ class Keys:
         """STREAM of dead letters of one queue."""
         return f"{self.tag}:dead:{name}"
 
+    def delayed_queue(self, name: str) -> str:
+        """ZSET of one queue's delayed jobs (retries, enqueue with a delay), scored by due time
+        (ms); each member is the job's fields as a JSON list ``[field, value, …]``."""
+        return f"{self.tag}:delayed:{name}"
+
     @property
     def delayed(self) -> str:
         """ZSET of delayed jobs (retries, enqueue with delay), scored by due time (ms)."""
@@ -101,3 +106,11 @@ class Keys:
     def op(self, request_id: str) -> str:
         """STRING: the result of one client write, kept briefly so a re-sent call is a no-op."""
         return f"{self.tag}:op:{request_id}"
+
+    def source(self, name: str) -> str:
+        """SET of the schedule ids created from one schedules file (``rsched sync``)."""
+        return f"{self.tag}:source:{name}"
+
+    def backfilled(self, schedule_id: str) -> str:
+        """SET of the execution ids a backfill of this schedule has fired (never fired twice)."""
+        return f"{self.tag}:backfilled:{schedule_id}"

@@ -22,11 +22,20 @@ from rsched._timing import Timing
 MISSED_COUNT_CAP = 10_000
 
 
+def version_of(fields: dict[str, str]) -> str:
+    """The version the fire script compares: ``<generation>:<created_at>`` of a stored hash."""
+    return f"{fields['generation']}:{fields.get('created_at', '')}"
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The fields of a schedule that decide how it fires, cached per generation."""
+    """The fields of a schedule that decide how it fires, cached per version.
 
-    generation: str
+    The version is ``<generation>:<created_at>``: the generation alone restarts at 1 when a
+    schedule is removed and created again, and a cached plan of the old one must not match.
+    """
+
+    version: str
     timing: Timing
     queue: str
     misfire: str = "run_once"
@@ -36,7 +45,7 @@ class Policy:
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Policy:
         return cls(
-            generation=fields["generation"],
+            version=version_of(fields),
             timing=Timing.from_hash(fields),
             queue=fields.get("queue", "default"),
             misfire=fields.get("misfire", "run_once"),
@@ -47,7 +56,7 @@ class Policy:
 
 def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[FireItem]:
     """The fire items for a schedule whose next run ``due_ms`` is at or before ``now_ms``."""
-    timing, gen = policy.timing, policy.generation
+    timing, gen = policy.timing, policy.version
     if now_ms - due_ms <= policy.grace_ms:
         return [FireItem(schedule_id, gen, due_ms, due_ms, timing.next_after(due_ms), "fire")]
 

@@ -6,7 +6,7 @@ Actors (each one task owning its state, talking through one memory stream into t
 - ticker: while leading, reads what is due by Redis TIME, plans each schedule's occurrences
   (misfire policies) and fires them in bounded batches; then sleeps until the earliest next run.
 Correctness never rests on this process being right about its leadership: the fire script
-checks the fencing token, the generation and the occurrence atomically.
+checks the fencing token, the schedule's version and the occurrence atomically.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ FIRED, SKIPPED, BUFFERED, MISFIRE_SKIPPED, STALE, NOT_DUE, WRONG_TYPE = 1, 2, 3,
 QUARANTINE_S = 30.0
 POLICY_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
+NOT_DUE_PAUSE_S = 0.01
 
 
 class _LostLease(Exception):
@@ -224,12 +225,14 @@ class Scheduler:
                         late_ms=now - item.expect,
                     )
             groups.append([(item, item_keys) for item in items])
-        await self._fire(lease, groups, now)
-        return 0.0
+        counts = await self._fire(lease, groups, now)
+        # Not due by the script's TIME although due by the read's: the server clock stepped
+        # back (a failover to a replica with another clock). Do not spin while it catches up.
+        return NOT_DUE_PAUSE_S if counts.get(NOT_DUE) else 0.0
 
     async def _fire(
         self, lease: str, groups: list[list[tuple[FireItem, tuple[str, ...]]]], now: int
-    ) -> None:
+    ) -> dict[int, int]:
         started = time.perf_counter()
         counts: dict[int, int] = {}
         lost = False
@@ -262,6 +265,7 @@ class Scheduler:
             late_ms=max(0, now - min(item.sched for g in groups for item, _ in g)),
             took_ms=round((time.perf_counter() - started) * 1000, 1),
         )
+        return counts
 
     def _after_fire(self, item: FireItem, code: int) -> None:
         sid = item.schedule_id
@@ -279,7 +283,11 @@ class Scheduler:
             self._policies.clear()
         for start in range(0, len(ids), 1000):
             chunk = ids[start : start + 1000]
-            for sid, fields in zip(chunk, await self.store.fields(chunk), strict=True):
+            for sid, fields in zip(chunk, await self.store.read_hashes(chunk), strict=True):
+                if fields is None:  # not a hash: someone else wrote the key; keep the rest going
+                    self._quarantine[sid] = time.monotonic() + QUARANTINE_S
+                    log.error("schedule.bad_keys", schedule=sid, retry_s=QUARANTINE_S)
+                    continue
                 if not fields:
                     continue
                 try:

@@ -41,6 +41,29 @@ class WorkerSettings(BaseModel):
     queues: list[str] = Field(default_factory=lambda: ["default"])
     concurrency: int = Field(default=10, ge=1, le=10_000)
     shutdown_grace_period_s: float = Field(default=30.0, ge=0)
+    # An entry idle (no heartbeat) this long is reclaimed by another worker.
+    visibility_timeout_s: float = Field(default=60.0, ge=0.5)
+    # How often a running job's entries are marked alive; well inside visibility_timeout_s.
+    heartbeat_s: float = Field(default=10.0, ge=0.05)
+    # An entry delivered more often than this (it keeps crashing workers) is dead-lettered.
+    max_deliveries: int = Field(default=5, ge=1, le=1000)
+    block_ms: int = Field(default=2_000, ge=10, le=60_000)
+    read_batch: int = Field(default=200, ge=1, le=10_000)
+    promote_interval_ms: int = Field(default=500, ge=10, le=60_000)
+    reclaim_interval_s: float = Field(default=5.0, ge=0.05)
+    # Dead-letter streams keep about this many newest entries (older ones are trimmed).
+    dead_letter_max_entries: int = Field(default=100_000, ge=10)
+    # Traceback excerpt kept in a dead letter (characters, from the end).
+    traceback_max_chars: int = Field(default=4_000, ge=100)
+
+    @model_validator(mode="after")
+    def _heartbeat_inside_visibility(self) -> WorkerSettings:
+        if self.heartbeat_s * 2 > self.visibility_timeout_s:
+            raise ValueError(
+                f"heartbeat_s ({self.heartbeat_s}) must be at most half of visibility_timeout_s "
+                f"({self.visibility_timeout_s}) so running jobs are never reclaimed"
+            )
+        return self
 
 
 class Settings(BaseSettings):

@@ -25,7 +25,8 @@ from rsched._errors import (
     StateError,
 )
 from rsched._keys import Keys
-from rsched._model import Schedule
+from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
+from rsched._timing import first_run_ms
 
 OP_TTL_MS = 300_000
 
@@ -36,6 +37,8 @@ NOT_FOUND = -2
 CONFLICT = -3
 COMPLETED = -4
 WRONG_TYPE = -6
+BAD_ARGS = -7
+BAD_INDEX = -8
 
 
 class Conflict(RschedError):
@@ -47,7 +50,7 @@ class FireItem:
     """One occurrence handed to the fire script (see lua/fire.lua for the meaning of each)."""
 
     schedule_id: str
-    generation: str
+    version: str  # "<generation>:<created_at>" of the hash the plan was computed from
     expect: int
     sched: int
     next: int | None
@@ -58,7 +61,7 @@ class FireItem:
         nxt = "" if self.next is None else str(self.next)
         return (
             self.schedule_id,
-            self.generation,
+            self.version,
             str(self.expect),
             str(self.sched),
             nxt,
@@ -70,10 +73,18 @@ class FireItem:
 class Store:
     """Script calls and reads for one Redis client and one key prefix."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, history_limit: int = 100) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        history_limit: int = 100,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.history_limit = history_limit
+        self.max_payload_bytes = max_payload_bytes
         self._scripts: dict[str, AsyncScript] = {}
 
     def script(self, name: str) -> AsyncScript:
@@ -98,6 +109,51 @@ class Store:
         return self.keys.op(uuid.uuid4().hex)
 
     # --- schedule writes -------------------------------------------------------------------
+
+    async def save(
+        self, schedule: Schedule, *, mode: str = "upsert", expect_gen: int | None = None
+    ) -> tuple[int, bool]:
+        """Validate ``schedule`` against Redis time and write it; returns (generation, created).
+
+        ``mode``: ``add`` (ScheduleExists if the id is taken), ``upsert``, or ``replace``
+        (ScheduleNotFound if it is not). The first run is computed from Redis TIME with
+        :func:`first_run_ms`; an ``every`` interval keeps the grid of the stored schedule it
+        replaces. Raises InvalidSchedule (nothing written) for a payload over the size limit,
+        an ``at`` or ``end_at`` in the past, or a window without occurrences; StateError when
+        the schedule's key holds something rsched did not write; Conflict when ``expect_gen``
+        does not match.
+        """
+        size = len(orjson.dumps(schedule.payload))
+        if size > self.max_payload_bytes:
+            raise InvalidSchedule(
+                schedule.id,
+                [
+                    (
+                        "payload",
+                        f"payload is {size} bytes encoded, over the {self.max_payload_bytes}-"
+                        "byte limit; store large data elsewhere and pass a reference, or raise "
+                        "RSCHED_MAX_PAYLOAD_BYTES",
+                    )
+                ],
+            )
+        try:
+            gen, created = await self.redis.hmget(
+                self.keys.schedule(schedule.id), ["generation", "created_at"]
+            )
+        except ResponseError as exc:
+            _check_type(WRONG_TYPE, schedule.id, exc)
+            raise
+        exists = gen is not None
+        if mode == "add" and exists:
+            raise ScheduleExists(schedule.id)
+        if mode == "replace" and not exists:
+            raise ScheduleNotFound(schedule.id)
+        now = await self.time_ms()
+        anchor = int(created) if exists and created else now
+        next_ms = first_run_ms(schedule, now, created_ms=anchor, creating=not exists)
+        return await self.write(
+            schedule, mode=mode, expect_gen=expect_gen, next_ms=next_ms, created_ms=now
+        )
 
     async def write(
         self,
@@ -218,11 +274,33 @@ class Store:
     # --- reads -----------------------------------------------------------------------------
 
     async def fields(self, schedule_ids: Sequence[str]) -> list[dict[str, str]]:
-        """The stored hash of each id (empty dict where it does not exist), in one round trip."""
+        """The stored hash of each id (empty dict where it does not exist), in one round trip.
+
+        Raises StateError when one of the keys is not a hash.
+        """
+        out: list[dict[str, str]] = []
+        for sid, found in zip(schedule_ids, await self.read_hashes(schedule_ids), strict=True):
+            if found is None:
+                _check_type(WRONG_TYPE, sid)
+            else:
+                out.append(found)
+        return out
+
+    async def read_hashes(self, schedule_ids: Sequence[str]) -> list[dict[str, str] | None]:
+        """Like :meth:`fields`, with None for a key of the wrong type instead of raising."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for sid in schedule_ids:
                 pipe.hgetall(self.keys.schedule(sid))
-            return list(await pipe.execute())
+            results = await pipe.execute(raise_on_error=False)
+        out: list[dict[str, str] | None] = []
+        for result in results:
+            if isinstance(result, ResponseError) and "WRONGTYPE" in str(result):
+                out.append(None)
+            elif isinstance(result, Exception):
+                raise result
+            else:
+                out.append(result)
+        return out
 
     async def load(self, schedule_id: str) -> Schedule:
         (fields,) = await self.fields([schedule_id])
@@ -274,11 +352,16 @@ class Store:
             keys.extend(item_keys)
             args.extend(item.args())
         codes = [int(c) for c in await self.call("fire", keys, args)]
-        # Per-item codes are never -1 or -7, so a lone one of those is about the whole call.
+        # Per-item codes are never -1, -7 or -8, so a lone one of those is about the whole call.
         if codes == [NOT_LEADER]:
             return None
-        if codes == [-7]:
+        if codes == [BAD_ARGS]:
             raise StateError("fire: the scheduler sent malformed arguments")
+        if codes == [BAD_INDEX]:
+            raise StateError(
+                f"{self.keys.schedules} is not a sorted set; something other than rsched "
+                "wrote it (inspect it with redis-cli TYPE)"
+            )
         return codes
 
     async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
@@ -295,9 +378,9 @@ class Store:
         return bool(await self.call("lease_release", [self.keys.leader], [lease]))
 
 
-def _check_type(code: int, schedule_id: str) -> None:
+def _check_type(code: int, schedule_id: str, cause: Exception | None = None) -> None:
     if code == WRONG_TYPE:
         raise StateError(
             f"a key of schedule {schedule_id!r} holds the wrong type of value; "
             "something other than rsched wrote it (inspect it with redis-cli TYPE)"
-        )
+        ) from cause

@@ -1,7 +1,204 @@
-"""The blocking client SDK (placeholder; the product-surface issue fills this in)."""
+"""The blocking client SDK: :class:`rsched.Client`'s methods for code without an event loop.
+
+The async client runs on a private event loop in a background thread (anyio's blocking
+portal); each method blocks until its call finishes there. Safe to share between threads.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from rsched._client import BackfillResult, Client, Fired, Page, Stats
+from rsched._job import DeadLetter
+from rsched._model import Schedule
+from rsched._settings import Settings
+
+T = TypeVar("T")
+
 
 class SyncClient:
-    """The same methods as :class:`rsched.Client`, blocking."""
+    """The same methods as :class:`rsched.Client`, blocking.
+
+    ``with rsched.SyncClient.from_url("redis://localhost:6379/0") as client: client.add(...)``.
+    Raises the same exceptions as the async client. Since 0.1.0.
+    """
+
+    def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:
+        self._portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
+        self._portal = self._portal_cm.__enter__()
+        try:
+            self._client: Client = self._portal.call(_open, url, prefix, settings)
+        except BaseException:
+            self._portal_cm.__exit__(None, None, None)
+            raise
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls, url: str | None = None, prefix: str | None = None, **settings: Any
+    ) -> SyncClient:
+        """Connect (``url``/``prefix`` default to RSCHED_REDIS_URL / RSCHED_PREFIX)."""
+        return cls(url, prefix, **settings)
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool and stop the background event loop."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._portal.call(self._client.aclose)
+        finally:
+            self._portal_cm.__exit__(None, None, None)
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        async def call() -> T:
+            return await fn(*args, **kwargs)
+
+        return self._portal.call(call)
+
+    @property
+    def settings(self) -> Settings:
+        return self._client.settings
+
+    def add(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
+        """See :meth:`rsched.Client.add`."""
+        return self._run(self._client.add, schedule)
+
+    def upsert(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
+        """See :meth:`rsched.Client.upsert`."""
+        return self._run(self._client.upsert, schedule)
+
+    def update(self, schedule_id: str, **changes: Any) -> Schedule:
+        """See :meth:`rsched.Client.update`."""
+        return self._run(self._client.update, schedule_id, **changes)
+
+    def remove(self, schedule_id: str) -> None:
+        """See :meth:`rsched.Client.remove`."""
+        self._run(self._client.remove, schedule_id)
+
+    def pause(self, schedule_id: str, note: str | None = None) -> None:
+        """See :meth:`rsched.Client.pause`."""
+        self._run(self._client.pause, schedule_id, note)
+
+    def resume(self, schedule_id: str) -> None:
+        """See :meth:`rsched.Client.resume`."""
+        self._run(self._client.resume, schedule_id)
+
+    def trigger(self, schedule_id: str) -> Fired:
+        """See :meth:`rsched.Client.trigger`."""
+        return self._run(self._client.trigger, schedule_id)
+
+    def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
+        """See :meth:`rsched.Client.backfill`."""
+        return self._run(self._client.backfill, schedule_id, start, end)
+
+    def get(self, schedule_id: str) -> Schedule:
+        """See :meth:`rsched.Client.get`."""
+        return self._run(self._client.get, schedule_id)
+
+    def next_runs(self, schedule_id: str, n: int = 5) -> list[datetime]:
+        """See :meth:`rsched.Client.next_runs`."""
+        return self._run(self._client.next_runs, schedule_id, n)
+
+    def history(
+        self, schedule_id: str, *, limit: int = 20, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """See :meth:`rsched.Client.history`."""
+        return self._run(self._client.history, schedule_id, limit=limit, status=status)
+
+    def enqueue(
+        self,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        delay: float | timedelta = 0,
+        max_retries: int = 3,
+        timeout_s: float = 3600,
+        execution_id: str | None = None,
+    ) -> str:
+        """See :meth:`rsched.Client.enqueue`."""
+        return self._run(
+            self._client.enqueue,
+            task,
+            payload,
+            queue=queue,
+            delay=delay,
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+            execution_id=execution_id,
+        )
+
+    def dead_letters(
+        self,
+        queue: str = "default",
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        task: str | None = None,
+    ) -> tuple[list[DeadLetter], str | None]:
+        """See :meth:`rsched.Client.dead_letters`."""
+        return self._run(self._client.dead_letters, queue, limit=limit, cursor=cursor, task=task)
+
+    def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
+        """See :meth:`rsched.Client.dead_letter`."""
+        return self._run(self._client.dead_letter, queue, entry_id)
+
+    def requeue(
+        self,
+        queue: str = "default",
+        entry_ids: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+    ) -> int:
+        """See :meth:`rsched.Client.requeue`."""
+        return self._run(self._client.requeue, queue, entry_ids, task=task)
+
+    def purge(
+        self,
+        queue: str = "default",
+        entry_ids: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+    ) -> int:
+        """See :meth:`rsched.Client.purge`."""
+        return self._run(self._client.purge, queue, entry_ids, task=task)
+
+    def stats(self) -> Stats:
+        """See :meth:`rsched.Client.stats`."""
+        return self._run(self._client.stats)
+
+    def list(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        paused: bool | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """See :meth:`rsched.Client.list`."""
+        return self._run(
+            self._client.list, queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
+        )
+
+
+async def _open(url: str | None, prefix: str | None, settings: dict[str, Any]) -> Client:
+    return Client.from_url(url, prefix, **settings)

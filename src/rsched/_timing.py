@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from rsched._cron import Cron
+from rsched._errors import InvalidSchedule
 from rsched._model import Schedule, from_ms, to_ms
 from rsched._tz import resolve_timezone
 
@@ -170,3 +171,58 @@ def next_fire_times(
         out.append(from_ms(nxt, timing.tz))
         at = nxt
     return out
+
+
+def first_run_ms(
+    schedule: Schedule,
+    now_ms: int,
+    *,
+    created_ms: int | None = None,
+    creating: bool = True,
+) -> int | None:
+    """The first occurrence strictly after ``now_ms`` (Redis time) of a schedule being written.
+
+    ``created_ms`` anchors an ``every`` interval without ``start_at`` (default ``now_ms``: a new
+    schedule first runs one interval after it is created; pass the stored ``created_at`` when
+    replacing one). Returns None only when nothing is left to run for a schedule that already
+    exists (``creating=False``: its ``max_runs`` are used up or its window has passed); the
+    schedule is then stored as completed.
+
+    Raises InvalidSchedule, naming the field, when ``creating`` a schedule with an ``at`` in
+    the past, an ``end_at`` in the past, or a window that holds no occurrence.
+    """
+    if schedule.max_runs is not None and schedule.runs >= schedule.max_runs and not creating:
+        return None
+    anchor = created_ms if created_ms is not None else now_ms
+    timing = Timing.of(schedule.model_copy(update={"created_at": from_ms(anchor)}))
+    nxt = timing.next_after(now_ms)
+    if nxt is not None:
+        return nxt
+    if not creating:
+        return None
+    now = from_ms(now_ms).isoformat(timespec="seconds")
+    if schedule.at is not None:
+        field, message = (
+            "at",
+            (
+                f"{schedule.at.isoformat()} is in the past (it is now {now}); give a future time, "
+                "or use trigger() to run a job now"
+            ),
+        )
+    elif schedule.end_at is not None and to_ms(schedule.end_at) <= now_ms:
+        field, message = (
+            "end_at",
+            (
+                f"{schedule.end_at.isoformat()} is in the past (it is now {now}), so the schedule "
+                "would never fire; give a later end_at or none"
+            ),
+        )
+    else:
+        field, message = (
+            "end_at",
+            (
+                "no occurrence falls between start_at and end_at, so the schedule would never "
+                "fire; widen the window"
+            ),
+        )
+    raise InvalidSchedule(schedule.id, [(field, message)])

@@ -1,0 +1,650 @@
+"""The engine benchmark: herd dispatch, steady-state lag, CPU, memory and the raw ceiling.
+
+Every measurement runs against a private server (bench._servers) that is flushed between
+runs, and a real ``rsched.Scheduler`` in its own process (bench._scheduler_proc) so that its
+CPU time is its own. Times of fire come from the job stream entries themselves (``fired_at``
+is Redis TIME inside the fire script), so the bench's own polling does not bias them.
+
+``python -m bench.engine [--quick] [--repeat N] [--kind redis|valkey] [--profile]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from redis.asyncio import Redis
+
+from bench._servers import BenchServer
+from rsched._keys import Keys
+from rsched._model import Schedule
+from rsched._plan import Policy, plan
+from rsched._settings import SchedulerSettings
+from rsched._store import OP_TTL_MS, FireItem, Store
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CHUNK = 2_000
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Reads (scheduled_at, fired_at - scheduled_at) pairs straight out of a job stream, so that 100k
+# entries do not have to travel to Python field by field. Read-only.
+#   KEYS[1] stream   ARGV[1] start id (inclusive '-' or exclusive '(id')   ARGV[2] count
+#   returns {last id or '', sched, lag, sched, lag, ...}
+LAGS_LUA = """
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', tonumber(ARGV[2]))
+local out = {''}
+for _, e in ipairs(entries) do
+  out[1] = e[1]
+  local f, s, at = e[2], nil, nil
+  for i = 1, #f, 2 do
+    if f[i] == 'scheduled_at' then s = tonumber(f[i + 1])
+    elseif f[i] == 'fired_at' then at = tonumber(f[i + 1]) end
+  end
+  out[#out + 1] = s
+  out[#out + 1] = at - s
+end
+return out
+"""
+
+# Moves schedules to a new next run in both places the engine reads it (hash and index), as if
+# time had passed; for setting up a herd. KEYS: schedules zset, then one hash per id.
+#   ARGV: one next_ms per id, then the ids in the same order.
+RETIME_LUA = """
+local n = #KEYS - 1
+for i = 1, n do
+  redis.call('HSET', KEYS[i + 1], 'next_run', ARGV[i])
+  redis.call('ZADD', KEYS[1], ARGV[i], ARGV[n + i])
+end
+return n
+"""
+
+# The same Redis writes a fire does, with no checks, policy or history: per id one XADD of a
+# job entry and one HSET + ZADD moving it on. The server-side floor of dispatching N jobs.
+#   KEYS[1] schedules zset, KEYS[2] stream, then one hash per id; ARGV: ids, then sched, next
+RAW_FIRE_LUA = """
+local n = #KEYS - 2
+local sched, nxt = ARGV[n + 1], ARGV[n + 2]
+local t = redis.call('TIME')
+local at = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+for i = 1, n do
+  local sid = ARGV[i]
+  redis.call('XADD', KEYS[2], '*', 'execution_id', sid .. '@' .. sched, 'schedule_id', sid,
+             'task', 'bench.task', 'payload', '{}', 'scheduled_at', sched, 'fired_at', at,
+             'attempt', '1', 'generation', '1', 'origin', 'schedule', 'opts', '{}')
+  redis.call('HSET', KEYS[i + 2], 'next_run', nxt, 'last_run', sched)
+  redis.call('ZADD', KEYS[1], nxt, sid)
+end
+return n
+"""
+
+
+# --- small helpers ----------------------------------------------------------------------------
+
+
+def pct(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted sequence (0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    return float(sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))])
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (no psutil)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = [title]
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(
+            zip(row, widths, strict=True))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+# --- a bench run's Redis side -----------------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    server: BenchServer
+    redis: Redis
+    keys: Keys
+    store: Store
+    profile_dir: Path | None = None
+    log_dir: Path = field(default_factory=lambda: RESULTS_DIR)
+
+    @classmethod
+    def new(cls, server: BenchServer, redis: Redis, profile_dir: Path | None) -> Ctx:
+        keys = Keys("bench")
+        return cls(server, redis, keys, Store(redis, keys), profile_dir)
+
+    async def reset(self) -> None:
+        await self.redis.flushall()
+        await self.redis.config_resetstat()
+
+    async def now_ms(self) -> int:
+        return await self.store.time_ms()
+
+    async def create(
+        self,
+        ids: Sequence[str],
+        spec: Callable[[int], dict[str, str]],
+        next_ms: Callable[[int], int],
+        created_ms: int,
+    ) -> float:
+        """Write schedules through upsert.lua, pipelined; returns the seconds it took."""
+        started = time.perf_counter()
+        upsert = self.store.script("upsert")
+        k = self.keys
+        for start in range(0, len(ids), CHUNK):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for i in range(start, min(start + CHUNK, len(ids))):
+                    sid = ids[i]
+                    flat = [v for pair in spec(i).items() for v in pair]
+                    keys = [
+                        k.schedules,
+                        k.schedule(sid),
+                        k.buffered(sid),
+                        k.queues,
+                        k.op(uuid.uuid4().hex),
+                    ]
+                    args = [
+                        sid, "upsert", "", str(next_ms(i)), "0", "default", k.wake,
+                        OP_TTL_MS, created_ms, *flat,
+                    ]  # fmt: skip
+                    await upsert(keys=keys, args=args, client=pipe)
+                for res in await pipe.execute():
+                    if int(res[0]) != 1:
+                        raise RuntimeError(f"upsert.lua refused a bench schedule: {res}")
+        took = time.perf_counter() - started
+        if await self.redis.zcard(k.schedules) != len(ids):
+            raise RuntimeError("not every bench schedule reached the index")
+        await self.store.load(ids[0])  # the stored form must read back as a valid schedule
+        return took
+
+    async def drop_op_keys(self) -> None:
+        """Replay-protection keys expire after OP_TTL_MS; drop them now so memory is at rest."""
+        batch: list[str] = []
+        async for key in self.redis.scan_iter(match=self.keys.op("*"), count=5_000):
+            batch.append(key)
+            if len(batch) >= 5_000:
+                await self.redis.unlink(*batch)
+                batch = []
+        if batch:
+            await self.redis.unlink(*batch)
+
+    async def retime(self, ids: Sequence[str], next_ms: Callable[[int], int]) -> None:
+        script = self.redis.register_script(RETIME_LUA)
+        for start in range(0, len(ids), 5_000):
+            chunk = range(start, min(start + 5_000, len(ids)))
+            keys = [self.keys.schedules, *(self.keys.schedule(ids[i]) for i in chunk)]
+            args = [*(next_ms(i) for i in chunk), *(ids[i] for i in chunk)]
+            await script(keys=keys, args=args)
+
+    async def lags(self) -> list[tuple[int, int]]:
+        """(scheduled_at, lag ms) of every job entry in the default queue's stream."""
+        script = self.redis.register_script(LAGS_LUA)
+        out: list[tuple[int, int]] = []
+        start = "-"
+        while True:
+            res = await script(keys=[self.keys.queue("default")], args=[start, 10_000])
+            flat = res[1:]
+            out.extend((int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2))
+            if len(flat) < 20_000:
+                return out
+            start = "(" + str(res[0])
+
+    async def stream_len(self) -> int:
+        return int(await self.redis.xlen(self.keys.queue("default")))
+
+    async def evalsha_stats(self) -> tuple[int, int]:
+        """(calls, server µs) of EVALSHA so far: the scripts' own time inside Redis."""
+        stats = await self.redis.info("commandstats")
+        entry = stats.get("cmdstat_evalsha", {})
+        return int(entry.get("calls", 0)), int(entry.get("usec", 0))
+
+
+class SchedulerProc:
+    """The benchmarked scheduler in a child process."""
+
+    def __init__(self, ctx: Ctx, name: str) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.proc: anyio.abc.Process | None = None
+        self.log = ctx.log_dir / f"scheduler-{name}.log"
+
+    async def __aenter__(self) -> SchedulerProc:
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "RSCHED_REDIS_URL": self.ctx.server.url,
+            "RSCHED_PREFIX": self.ctx.keys.prefix,
+        }
+        cmd = [sys.executable, "-m", "bench._scheduler_proc"]
+        if self.ctx.profile_dir is not None:
+            cmd += ["--profile", str(self.ctx.profile_dir / f"scheduler-{self.name}.prof")]
+        with self.log.open("wb") as out:
+            self.proc = await anyio.open_process(cmd, stdout=out, stderr=out, env=env)
+        with anyio.fail_after(30):
+            while await self.ctx.redis.get(self.ctx.keys.leader) is None:
+                if self.proc.returncode is not None:
+                    raise RuntimeError(f"bench scheduler exited: {self.log.read_text()[-2000:]}")
+                await anyio.sleep(0.02)
+        return self
+
+    def cpu_s(self) -> float:
+        assert self.proc is not None
+        return proc_cpu_s(self.proc.pid)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        with anyio.move_on_after(15):
+            await self.proc.wait()
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
+
+# --- the measurements -------------------------------------------------------------------------
+
+
+def template(kind: str, payload: dict[str, Any] | None = None) -> dict[str, str]:
+    """Spec fields of a bench schedule with rsched's defaults (only the trigger and task set)."""
+    trigger: dict[str, Any] = {"cron": "0 * * * *"} if kind == "cron" else {"every": 3600}
+    sched = Schedule(id="template", task="bench.task", payload=payload or {}, **trigger)
+    return sched.spec_fields()
+
+
+async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
+    """N schedules come due at the same instant T; how long until all are jobs, and how late."""
+    await ctx.reset()
+    ids = [f"herd-{kind}-{i:06d}" for i in range(n)]
+    spec = template(kind)
+    now = await ctx.now_ms()
+    create_s = await ctx.create(ids, lambda i: spec, lambda i: now + DAY_MS, now)
+    await ctx.drop_op_keys()
+    async with SchedulerProc(ctx, f"herd-{kind}-{n}") as sched:
+        await anyio.sleep(0.3)  # idle and leading, as a scheduler is before a herd
+        lead_ms = 1_500 + n // 100  # time to retime and for the scheduler to prefetch
+        t_ms = await ctx.now_ms() + lead_ms
+        cpu0, rcpu0 = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
+        await ctx.retime(ids, lambda i: t_ms)
+        await ctx.redis.publish(ctx.keys.wake, str(t_ms))
+        calls0, usec0 = await ctx.evalsha_stats()
+        seen_ms = 0
+        with anyio.move_on_after(timeout_s + lead_ms / 1000):
+            while await ctx.stream_len() < n:
+                await anyio.sleep(0.002)
+            seen_ms = int(time.time() * 1000)
+        cpu1, rcpu1 = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
+        calls1, usec1 = await ctx.evalsha_stats()
+    lags = sorted(lag for _, lag in await ctx.lags())
+    fired = len(lags)
+    return {
+        "kind": kind,
+        "n": n,
+        "create_s": round(create_s, 3),
+        "fired": fired,
+        "complete": fired >= n,
+        # T until the poller saw the last job (upper bound) and until the last batch began.
+        "dispatched_s": round((seen_ms - t_ms) / 1000, 3) if seen_ms else None,
+        "last_fire_s": round(lags[-1] / 1000, 3) if lags else None,
+        "lag_p50_ms": pct(lags, 0.50),
+        "lag_p99_ms": pct(lags, 0.99),
+        "lag_max_ms": float(lags[-1]) if lags else 0.0,
+        "scheduler_cpu_s": round(cpu1 - cpu0, 3),
+        "redis_cpu_s": round(rcpu1 - rcpu0, 3),
+        "script_calls": calls1 - calls0,
+        "script_server_s": round((usec1 - usec0) / 1e6, 3),
+    }
+
+
+async def steady(ctx: Ctx, n: int, duration_s: float, warmup_s: float) -> dict[str, Any]:
+    """N ``every=60`` schedules with anchors spread over a minute; lag of each fire."""
+    await ctx.reset()
+    period = 60_000
+    ids = [f"steady-{i:06d}" for i in range(n)]
+    base = template("every")
+    base["every"] = "60"
+    now = await ctx.now_ms()
+    anchors = [now + i * period // n for i in range(n)]
+
+    def spec(i: int) -> dict[str, str]:
+        return {**base, "start_at": str(anchors[i])}
+
+    await ctx.create(ids, spec, lambda i: now + DAY_MS, now)
+    await ctx.drop_op_keys()
+    async with SchedulerProc(ctx, f"steady-{n}") as sched:
+        await anyio.sleep(0.3)
+        start = await ctx.now_ms() + 1_000 + n // 100
+
+        def first_after_start(i: int) -> int:
+            steps = max(0, (start - anchors[i]) // period + 1)
+            return anchors[i] + steps * period
+
+        await ctx.retime(ids, first_after_start)
+        await ctx.redis.publish(ctx.keys.wake, str(start))
+        await anyio.sleep(max(0.0, (start - await ctx.now_ms()) / 1000) + warmup_s)
+        cpu0, rcpu0, t0 = sched.cpu_s(), proc_cpu_s(ctx.server.pid()), time.monotonic()
+        measured_from = await ctx.now_ms()
+        await anyio.sleep(duration_s - warmup_s)
+        cpu1, rcpu1, t1 = sched.cpu_s(), proc_cpu_s(ctx.server.pid()), time.monotonic()
+        measured_to = await ctx.now_ms()
+    lags = sorted(lag for s, lag in await ctx.lags() if measured_from <= s < measured_to)
+    wall = t1 - t0
+    return {
+        "n": n,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        "fires_measured": len(lags),
+        "fires_per_s": round(len(lags) / wall, 1) if wall else 0.0,
+        "lag_p50_ms": pct(lags, 0.50),
+        "lag_p99_ms": pct(lags, 0.99),
+        "lag_max_ms": float(lags[-1]) if lags else 0.0,
+        "scheduler_cpu_pct": round(100 * (cpu1 - cpu0) / wall, 1),
+        "redis_cpu_pct": round(100 * (rcpu1 - rcpu0) / wall, 1),
+    }
+
+
+async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
+    """Bytes per schedule at rest and after one fire; then the fire script and raw Redis alone."""
+    await ctx.reset()
+    ids = [f"mem-{i:06d}" for i in range(n)]
+    spec = template("every", payload={"report": "daily", "n": 1})
+    k = ctx.keys
+    used0 = int((await ctx.redis.info("memory"))["used_memory"])
+    now = await ctx.now_ms()
+    due_at = now - 1_000  # due already (inside the misfire grace): every item fires on time
+    await ctx.create(ids, lambda i: spec, lambda i: due_at, now - 2_000)
+    await ctx.drop_op_keys()
+    used1 = int((await ctx.redis.info("memory"))["used_memory"])
+    one_hash = int(await ctx.redis.memory_usage(k.schedule(ids[0])) or 0)
+    index = int(await ctx.redis.memory_usage(k.schedules, samples=0) or 0)
+
+    # Ceiling 1: the fire script on pre-planned batches (no due read, no planning), sent the
+    # way the scheduler sends them (batch_size items, max_in_flight calls at once).
+    cfg = SchedulerSettings()
+    lease, _ = await ctx.store.lease_acquire("bench-ceiling", 600_000)
+    assert lease is not None
+    nxt = due_at + HOUR_MS
+    # Planned the way the scheduler plans (all bench schedules share one spec and version).
+    policy = Policy.from_hash(await ctx.redis.hgetall(k.schedule(ids[0])))
+    fire_now = await ctx.now_ms()
+    planned = [
+        (item, ctx.store.fire_keys(sid, "default"))
+        for sid in ids
+        for item in plan(sid, policy, due_at, fire_now)
+    ]
+    nxt = planned[0][0].next or nxt
+    batches = [planned[i : i + cfg.batch_size] for i in range(0, n, cfg.batch_size)]
+    calls0, usec0 = await ctx.evalsha_stats()
+    limiter = anyio.CapacityLimiter(cfg.max_in_flight)
+    codes: list[int] = []
+
+    async def send(batch: list[tuple[FireItem, tuple[str, ...]]]) -> None:
+        async with limiter:
+            got = await ctx.store.fire(lease, batch)
+        assert got is not None
+        codes.extend(got)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for batch in batches:
+            tg.start_soon(send, batch)
+    fire_script_s = time.perf_counter() - started
+    calls1, usec1 = await ctx.evalsha_stats()
+    if codes.count(1) != n:
+        raise RuntimeError(f"the fire script fired {codes.count(1)} of {n}: {set(codes)}")
+
+    used2 = int((await ctx.redis.info("memory"))["used_memory"])
+    stream_bytes = int(await ctx.redis.memory_usage(k.queue("default"), samples=0) or 0)
+    history = int(await ctx.redis.memory_usage(k.history(ids[0])) or 0)
+    running = int(await ctx.redis.memory_usage(k.running(ids[0])) or 0)
+
+    # Ceiling 2: the same writes with no checks or policy, from one Lua loop per batch.
+    await ctx.redis.delete(k.queue("default"))
+    raw = ctx.redis.register_script(RAW_FIRE_LUA)
+    started = time.perf_counter()
+    for start in range(0, n, cfg.batch_size):
+        chunk = ids[start : start + cfg.batch_size]
+        await raw(
+            keys=[k.schedules, k.queue("default"), *(k.schedule(s) for s in chunk)],
+            args=[*chunk, nxt, nxt + HOUR_MS],
+        )
+    raw_lua_s = time.perf_counter() - started
+
+    # Ceiling 3: plain pipelined XADD + HSET + ZADD from Python (what a client-side loop costs).
+    await ctx.redis.delete(k.queue("default"))
+    job = template("every")
+    started = time.perf_counter()
+    for start in range(0, n, CHUNK):
+        async with ctx.redis.pipeline(transaction=False) as pipe:
+            for sid in ids[start : start + CHUNK]:
+                pipe.xadd(
+                    k.queue("default"),
+                    {"execution_id": f"{sid}@{nxt}", "schedule_id": sid, "task": job["task"],
+                     "payload": "{}", "scheduled_at": nxt, "fired_at": nxt, "attempt": 1,
+                     "generation": 1, "origin": "schedule", "opts": "{}"},
+                )  # fmt: skip
+                pipe.hset(k.schedule(sid), mapping={"next_run": nxt + HOUR_MS, "last_run": nxt})
+                pipe.zadd(k.schedules, {sid: nxt + HOUR_MS})
+            await pipe.execute()
+    raw_pipeline_s = time.perf_counter() - started
+
+    return {
+        "n": n,
+        "bytes_per_schedule": round((used1 - used0) / n, 1),
+        "hash_bytes": one_hash,
+        "index_bytes_per_schedule": round(index / n, 1),
+        "after_fire_bytes_per_schedule": round((used2 - used0 - stream_bytes) / n, 1),
+        "history_bytes_one_fire": history,
+        "running_marker_bytes": running,
+        "stream_bytes_per_job": round(stream_bytes / n, 1),
+        "fire_script_s": round(fire_script_s, 3),
+        "fire_script_server_s": round((usec1 - usec0) / 1e6, 3),
+        "fire_script_calls": calls1 - calls0,
+        "raw_lua_s": round(raw_lua_s, 3),
+        "raw_pipeline_s": round(raw_pipeline_s, 3),
+    }
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    herd_sizes: list[int]
+    repeat: int
+    steady_n: int
+    steady_s: float
+    warmup_s: float
+    memory_n: int
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Plan:
+        if args.quick:
+            return cls([1_000, 10_000], args.repeat or 1, 10_000, 15.0, 5.0, 10_000)
+        return cls([1_000, 10_000, 100_000], args.repeat or 3, 100_000, 75.0, 15.0, 100_000)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smaller sizes, well under a minute")
+    p.add_argument("--repeat", type=int, default=0, help="herd runs per size (best + median)")
+    p.add_argument("--kind", choices=["redis", "valkey"], default="redis", help="server binary")
+    p.add_argument("--only", choices=["herd", "steady", "memory"], action="append")
+    p.add_argument("--profile", action="store_true", help="cProfile the scheduler process")
+    return p
+
+
+def _best_median(runs: list[dict[str, Any]], key: str) -> tuple[float, float]:
+    values = [r[key] for r in runs if r[key] is not None]
+    if not values:
+        return float("nan"), float("nan")
+    return min(values), statistics.median(values)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    plan = Plan.of(args)
+    only = set(args.only or ["herd", "steady", "memory"])
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"machine": machine(), "quick": args.quick, "plan": plan.__dict__}
+    with BenchServer(args.kind) as server:
+        report["machine"]["server"] = server.version()
+        redis = Redis.from_url(server.url, decode_responses=True)
+        profile_dir = RESULTS_DIR if args.profile else None
+        ctx = Ctx.new(server, redis, profile_dir)
+        try:
+            print(
+                f"machine: {report['machine']['nproc']} cores, {report['machine']['cpu']}, "
+                f"{report['machine']['server']}, python {report['machine']['python']}, "
+                f"load {report['machine']['load_avg_1m']}",
+                flush=True,
+            )
+            if "herd" in only:
+                report["herd"] = await _herds(ctx, plan)
+            if "steady" in only:
+                print(f"\nsteady state: {plan.steady_n:,} schedules for {plan.steady_s:g} s ...")
+                report["steady"] = await steady(ctx, plan.steady_n, plan.steady_s, plan.warmup_s)
+                print(_steady_table(report["steady"]), flush=True)
+            if "memory" in only:
+                report["memory"] = await memory_and_ceiling(ctx, plan.memory_n)
+                print("\n" + _memory_table(report["memory"]), flush=True)
+        finally:
+            await redis.aclose()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = RESULTS_DIR / f"engine-{stamp}.json"
+    out.write_text(json.dumps(report, indent=2))
+    print(f"\nresults: {out}")
+    return report
+
+
+async def _herds(ctx: Ctx, plan: Plan) -> list[dict[str, Any]]:
+    rows: list[list[Any]] = []
+    summary: list[dict[str, Any]] = []
+    for n in plan.herd_sizes:
+        for kind in ("cron", "every"):
+            runs = [await herd(ctx, n, kind, timeout_s=60) for _ in range(plan.repeat)]
+            best, median = _best_median(runs, "dispatched_s")
+            by_median = sorted(runs, key=lambda r: r["dispatched_s"] or float("inf"))
+            mid = by_median[len(by_median) // 2]
+            summary.append({"kind": kind, "n": n, "best_s": best, "median_s": median, "runs": runs})
+            rows.append([
+                kind, n, best, median, mid["last_fire_s"], mid["lag_p50_ms"], mid["lag_p99_ms"],
+                mid["lag_max_ms"], round(n / median) if median and median > 0 else "-",
+                mid["scheduler_cpu_s"], mid["redis_cpu_s"], mid["script_server_s"],
+                "" if all(r["complete"] for r in runs) else "INCOMPLETE",
+            ])  # fmt: skip
+            print(f"  herd {kind} {n:,}: best {best:.3f} s, median {median:.3f} s", flush=True)
+    print(
+        "\n"
+        + table(
+            f"Herd: N recurring schedules all due at T (best/median of {plan.repeat}; other "
+            "columns from the median run)",
+            [
+                "trigger", "N", "best s", "median s", "last fire s", "lag p50 ms",
+                "lag p99 ms", "lag max ms", "jobs/s", "sched CPU s", "redis CPU s",
+                "script s", "",
+            ],
+            rows,
+        )
+    )  # fmt: skip
+    return summary
+
+
+def _steady_table(r: dict[str, Any]) -> str:
+    return table(
+        "Steady state: every=60 schedules, anchors spread uniformly over the minute",
+        ["N", "measured s", "fires", "fires/s", "lag p50 ms", "lag p99 ms", "lag max ms",
+         "sched CPU %", "redis CPU %"],
+        [[r["n"], r["duration_s"] - r["warmup_s"], r["fires_measured"], r["fires_per_s"],
+          r["lag_p50_ms"], r["lag_p99_ms"], r["lag_max_ms"], r["scheduler_cpu_pct"],
+          r["redis_cpu_pct"]]],
+    )  # fmt: skip
+
+
+def _memory_table(r: dict[str, Any]) -> str:
+    n = r["n"]
+    mem = table(
+        f"Redis memory ({n:,} every= schedules, small payload, defaults)",
+        ["measure", "bytes"],
+        [
+            ["used_memory delta / schedule, at rest", r["bytes_per_schedule"]],
+            ["  MEMORY USAGE of one schedule hash", r["hash_bytes"]],
+            ["  index zset / schedule", r["index_bytes_per_schedule"]],
+            ["after one fire, excluding the stream / schedule", r["after_fire_bytes_per_schedule"]],
+            ["  history list after one fire", r["history_bytes_one_fire"]],
+            ["  running marker (overlap=skip)", r["running_marker_bytes"]],
+            ["stream bytes / job entry", r["stream_bytes_per_job"]],
+        ],
+    )
+    ceiling = table(
+        f"Ceiling: firing {n:,} due schedules with no scheduler around it",
+        ["path", "seconds", "jobs/s"],
+        [
+            ["fire.lua on pre-planned batches (scheduler's batch size/concurrency)",
+             r["fire_script_s"], round(n / r["fire_script_s"])],
+            ["  of which inside Redis (commandstats)", r["fire_script_server_s"],
+             round(n / r["fire_script_server_s"]) if r["fire_script_server_s"] else "-"],
+            ["raw Lua loop: XADD + HSET + ZADD, no checks", r["raw_lua_s"],
+             round(n / r["raw_lua_s"])],
+            ["raw pipelined XADD + HSET + ZADD from Python", r["raw_pipeline_s"],
+             round(n / r["raw_pipeline_s"])],
+        ],
+    )  # fmt: skip
+    return mem + "\n\n" + ceiling
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    anyio.run(run, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The demo's tasks, as a user's own tasks module would define them.
+
+Workers load the worker object:       rsched-worker demo_tasks:worker
+Running the module adds the schedules: python -m demo_tasks   (an upsert: safe to repeat)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from datetime import UTC, datetime, timedelta
+
+import rsched
+
+worker = rsched.Worker(queues=["default", "reports"], concurrency=10)
+
+
+@worker.task("demo.tick")
+async def tick(job: rsched.Job) -> None:
+    """A short async job: every five seconds."""
+    await asyncio.sleep(0.05)
+    print(f"tick {job.execution_id} scheduled_at={job.scheduled_at}", flush=True)
+
+
+@worker.task("demo.report")
+def report(job: rsched.Job) -> None:
+    """A blocking function runs in a worker thread and does not hold up the others."""
+    time.sleep(random.uniform(0.2, 1.0))
+    print(f"report {job.payload.get('kind')} done ({job.execution_id})", flush=True)
+
+
+@worker.task("demo.flaky")
+async def flaky(job: rsched.Job) -> None:
+    """Fails every attempt: retried with backoff, then lands in the dead-letter stream."""
+    raise RuntimeError(f"demo failure on attempt {job.attempt}")
+
+
+def schedules() -> list[rsched.Schedule]:
+    soon = datetime.now(UTC) + timedelta(seconds=30)
+    return [
+        rsched.Schedule(id="demo-tick", task="demo.tick", cron="*/5 * * * * *"),
+        rsched.Schedule(
+            id="demo-report",
+            task="demo.report",
+            queue="reports",
+            every=20,
+            payload={"kind": "sales"},
+        ),
+        rsched.Schedule(id="demo-once", task="demo.tick", at=soon),
+        rsched.Schedule(
+            id="demo-flaky",
+            task="demo.flaky",
+            every=60,
+            max_retries=2,
+            retry_base_s=2,
+            retry_jitter=0,
+        ),
+    ]
+
+
+async def seed() -> None:
+    url = os.environ.get("RSCHED_REDIS_URL", "redis://127.0.0.1:6379/0")
+    prefix = os.environ.get("RSCHED_PREFIX", "rsched")
+    async with rsched.Client.from_url(url, prefix=prefix) as client:
+        for schedule in schedules():
+            await client.upsert(schedule)
+            print(f"upserted {schedule.id}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(seed())

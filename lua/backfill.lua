@@ -1,0 +1,71 @@
+--[[ backfill — fire past occurrences of a schedule (a range the client computed), each at most
+once, through the same overlap policy and job format as a regular fire (origin 'backfill').
+
+Idempotent by execution id ("<id>@<scheduled ms>"): an occurrence whose execution id is in the
+backfilled set, or appears as fired/buffered in the schedule's history, is not fired again.
+Backfilled runs do not move next_run, last_run or runs: they fill the past, the schedule's
+future is unchanged. Every argument is checked before the first write.
+
+KEYS[1] hash        {p}:schedule:<id>
+KEYS[2] history     {p}:history:<id>
+KEYS[3] running     {p}:running:<id>
+KEYS[4] buffered    {p}:buffered:<id>
+KEYS[5] stream      {p}:queue:<queue of the schedule>
+KEYS[6] backfilled  {p}:backfilled:<id>  SET of execution ids fired by backfills
+KEYS[7] op          {p}:op:<request id> (replay protection)
+ARGV[1] id
+ARGV[2] generation  the generation the client computed the occurrences from
+ARGV[3] cap         history length cap
+ARGV[4] cancel      pub/sub channel for cancel_previous
+ARGV[5] op_ttl_ms
+ARGV[6..] sched     occurrences to fire (ms), oldest first
+
+Returns {1, code, code, …} with one code per occurrence: 1 fired, 2 skipped by the overlap
+policy, 3 buffered (buffer_one), 0 already fired before (nothing done);
+{-2} not found | {-3, generation} the spec changed since the client read it (nothing done) |
+{-5} an occurrence is in the future by Redis TIME (nothing done) | {-6} a key has the wrong type
+]]
+-- @include common
+-- @include fire_job
+
+local k = {hash = KEYS[1], history = KEYS[2], running = KEYS[3], buffered = KEYS[4],
+           stream = KEYS[5]}
+local backfilled_key, op_key = KEYS[6], KEYS[7]
+local sid, gen, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local op_ttl = tonumber(ARGV[5])
+
+local replay = op_replay(op_key)
+if replay then return replay end
+if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.running, 'hash')
+        and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')
+        and key_is(backfilled_key, 'set')) then return {-6} end
+local cur = rcall('HGET', k.hash, 'generation')
+if not cur then return {-2} end
+if cur ~= gen then return {-3, tonumber(cur)} end
+local now = now_ms()
+for i = 6, #ARGV do
+  if tonumber(ARGV[i]) > now then return {-5} end
+end
+
+-- Occurrences the regular schedule (or an earlier backfill) already turned into a job.
+local done = {}
+for _, entry in ipairs(rcall('LRANGE', k.history, 0, -1)) do
+  if string.find(entry, '"event":"fired"', 1, true) or
+     string.find(entry, '"event":"buffered"', 1, true) then
+    local exec = string.match(entry, '"execution_id":"([^"]*)"')
+    if exec then done[exec] = true end
+  end
+end
+
+local out = {1}
+for i = 6, #ARGV do
+  local sched = ARGV[i]
+  local exec = sid .. '@' .. sched
+  local code = 0
+  if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
+    code = fire_job(k, sid, sched, now, 'backfill', cap, cancel_channel, '')
+    if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end
+  end
+  out[#out + 1] = code
+end
+return op_store(op_key, op_ttl, out)

@@ -1,0 +1,44 @@
+--[[ dead — move a job to its queue's dead-letter stream (retries exhausted, poison, unknown
+task, malformed entry, timeout).
+
+Guarantees: acknowledge + delete the entry, write the dead letter, record "dead" and end the
+schedule's run, all in one step. Running it twice does nothing the second time (the entry is
+no longer pending). The dead-letter stream keeps about ARGV[3] newest entries.
+
+KEYS[1] stream    {p}:queue:<queue>
+KEYS[2] dead      {p}:dead:<queue>
+KEYS[3] history   {p}:history:<id>   (these three are ignored when ARGV[5] is '0')
+KEYS[4] running   {p}:running:<id>
+KEYS[5] buffered  {p}:buffered:<id>
+ARGV[1] group     ARGV[2] entry id   ARGV[3] dead-letter cap (entries)   ARGV[4] history cap
+ARGV[5] has schedule '1' | '0'
+ARGV[6] execution id   ARGV[7] attempt
+ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
+ARGV[9] extra        JSON fragment for the history events ('' or ',…')
+ARGV[10..] dead letter fields (field, value, …; dead_at is added here)
+
+Returns {1, dead-letter entry id} | {0} the entry was not pending | {-6} wrong key type.
+]]
+-- @include common
+-- @include job_run
+
+local stream, dead, history, running, buffered = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local group, id, dead_max, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local has_schedule, exec, attempt = ARGV[5] == '1', ARGV[6], ARGV[7]
+local first, extra = ARGV[8], ARGV[9]
+
+if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {-6} end
+if rcall('XACK', stream, group, id) == 0 then return {0} end
+rcall('XDEL', stream, id)
+local now = now_ms()
+local fields = {}
+for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
+fields[#fields + 1] = 'dead_at'
+fields[#fields + 1] = string.format('%d', now)
+local dead_id = rcall('XADD', dead, 'MAXLEN', '~', dead_max, '*', unpack(fields))
+if has_schedule and schedule_keys_ok(history, running, buffered) then
+  if first ~= '' then job_event(history, cap, first, exec, attempt, now, extra) end
+  job_event(history, cap, 'dead', exec, attempt, now, extra)
+  finish_run(running, buffered, stream, history, cap, exec, now)
+end
+return {1, dead_id}

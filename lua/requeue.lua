@@ -1,0 +1,37 @@
+--[[ requeue — move dead letters back onto their queue's stream, as attempt 1.
+
+Each dead letter is re-queued and removed from the dead-letter stream in one step; an id that
+is gone (already re-queued or purged) is skipped, so running it twice re-queues nothing twice.
+A dead letter whose stored job cannot be read is left in place and not counted.
+
+KEYS[1] dead    {p}:dead:<queue>
+KEYS[2] stream  {p}:queue:<queue>
+ARGV[1..] dead-letter entry ids
+
+Returns the number re-queued | -6 a key has the wrong type.
+]]
+-- @include common
+-- @include job_run
+
+local dead, stream = KEYS[1], KEYS[2]
+if not (key_is(dead, 'stream') and key_is(stream, 'stream')) then return -6 end
+local moved = 0
+for i = 1, #ARGV do
+  local e = rcall('XRANGE', dead, ARGV[i], ARGV[i])
+  if e[1] then
+    local f = e[1][2]
+    local job = nil
+    for j = 1, #f, 2 do
+      if f[j] == 'job' then job = decode_fields(f[j + 1]) end
+    end
+    if job then
+      for j = 1, #job, 2 do
+        if job[j] == 'attempt' then job[j + 1] = '1' end
+      end
+      rcall('XADD', stream, '*', unpack(job))
+      rcall('XDEL', dead, ARGV[i])
+      moved = moved + 1
+    end
+  end
+end
+return moved

@@ -1,0 +1,47 @@
+--[[ retry — a run failed and has attempts left: schedule the next attempt after a delay.
+
+Guarantees: acknowledge + delete the entry and store the next attempt in one step, so a failed
+job is never lost nor queued twice. Running it twice does nothing the second time (the entry
+is no longer pending). The schedule's running marker is kept: the run is not over.
+
+KEYS[1] stream   {p}:queue:<queue>
+KEYS[2] delayed  {p}:delayed:<queue>
+KEYS[3] history  {p}:history:<id> (ignored when ARGV[9] is '0')
+ARGV[1] group
+ARGV[2] entry id
+ARGV[3] delay_ms        0 = back on the stream at once
+ARGV[4] next attempt    the job's fields as a JSON list [field, value, …]
+ARGV[5] history cap
+ARGV[6] execution id    ARGV[7] attempt that failed
+ARGV[8] event           'failed' | 'timed_out'
+ARGV[9] has history     '1' | '0'
+ARGV[10] extra          JSON fragment for the history event ('' or ',…')
+
+Returns {1, due ms} | {0} the entry was not pending (nothing done) | {-6} wrong key type |
+{-7} the next attempt is not a JSON list of strings.
+]]
+-- @include common
+-- @include job_run
+
+local stream, delayed, history = KEYS[1], KEYS[2], KEYS[3]
+local group, id, delay, member = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local cap, exec, attempt, event = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
+local has_history, extra = ARGV[9] == '1', ARGV[10]
+
+if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {-6} end
+local fields = decode_fields(member)
+if not fields then return {-7} end
+if rcall('XACK', stream, group, id) == 0 then return {0} end
+rcall('XDEL', stream, id)
+local now = now_ms()
+local due = now + math.max(0, math.floor(delay))
+if due > now then
+  rcall('ZADD', delayed, due, member)
+else
+  rcall('XADD', stream, '*', unpack(fields))
+end
+if has_history and key_is(history, 'list') then
+  job_event(history, cap, event, exec, attempt, now,
+            ',"retry_in_ms":' .. string.format('%d', due - now) .. extra)
+end
+return {1, string.format('%d', due)}

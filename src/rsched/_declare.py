@@ -1,0 +1,346 @@
+"""Declarative schedules: make Redis match a TOML file of schedules.
+
+A schedules file::
+
+    source = "billing"            # optional; default "file:<file name without .toml>"
+
+    [defaults]                    # optional; fields every entry starts from
+    timezone = "Europe/Rome"
+
+    [[schedule]]
+    id = "nightly-report"
+    task = "reports.nightly"
+    cron = "0 2 * * *"
+    payload = { kind = "sales" }
+
+Syncing adds what is new, replaces what changed (bumping its generation), leaves unchanged
+schedules untouched and removes the schedules this file created earlier that it no longer lists.
+Schedules created through the SDK or by another file are never touched: an id the file shares
+with one is a conflict (unless ``adopt``). Ownership is the ``source`` field of each schedule
+plus a per-source set of ids (so removals need no scan). The whole file is checked before
+anything is written: one bad entry fails the sync with every problem listed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from rsched._errors import InvalidSchedule, ScheduleExists, ScheduleFileError, ScheduleNotFound
+from rsched._keys import NAME_RE, Keys
+from rsched._log import EventLogger, get_logger
+from rsched._model import STATE_FIELDS, Schedule
+from rsched._settings import Settings
+from rsched._store import Conflict, Store
+from rsched._timing import first_run_ms
+
+_log = get_logger("rsched.sync")
+_TOP_LEVEL = {"source", "defaults", "schedule"}
+#: Operator-owned fields: a file that does not set them leaves them as they are.
+_OPERATOR_FIELDS = frozenset({"paused", "pause_note"})
+_NOT_IN_FILE = STATE_FIELDS | {"source"}
+APPLY_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One difference between the file and Redis.
+
+    ``action``: add, update, adopt (take over a schedule the file did not create; only with
+    ``adopt``) or remove. ``diff`` maps each changed field to (old, new).
+    """
+
+    action: str
+    schedule_id: str
+    schedule: Schedule | None = None
+    diff: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    generation: int = 0
+
+    def describe(self) -> str:
+        if self.action == "remove":
+            return "no longer in the file"
+        if self.action == "add" and self.schedule is not None:
+            return _summary(self.schedule)
+        parts = [f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in self.diff.items()]
+        return "; ".join(parts) or "source only"
+
+
+@dataclass(slots=True)
+class SyncPlan:
+    """What a sync does (or did: ``applied``). ``lines()`` renders it for people."""
+
+    path: str
+    source: str
+    changes: list[Change] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    applied: bool = False
+
+    def ids(self, action: str) -> list[str]:
+        return [c.schedule_id for c in self.changes if c.action == action]
+
+    def summary(self) -> str:
+        counts = {a: len(self.ids(a)) for a in ("add", "update", "adopt", "remove")}
+        parts = [f"{n} to {a}" for a, n in counts.items() if n or a != "adopt"]
+        return f"{', '.join(parts)}, {len(self.unchanged)} unchanged"
+
+    def lines(self) -> list[str]:
+        signs = {"add": "+", "update": "~", "adopt": "~", "remove": "-"}
+        head = f"{self.path} (source {self.source}): {self.summary()}"
+        if not self.applied:
+            head += " [not applied]"
+        width = max((len(c.schedule_id) for c in self.changes), default=0)
+        body = [
+            f"  {signs[c.action]} {c.action:<6} {c.schedule_id:<{width}}  {c.describe()}"
+            for c in self.changes
+        ]
+        return [head, *body]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "source": self.source,
+            "applied": self.applied,
+            "changes": [
+                {
+                    "action": c.action,
+                    "id": c.schedule_id,
+                    "diff": {k: [_json(o), _json(n)] for k, (o, n) in c.diff.items()},
+                }
+                for c in self.changes
+            ],
+            "unchanged": self.unchanged,
+        }
+
+
+def default_source(path: Path) -> str:
+    return f"file:{path.stem}"
+
+
+def load_file(path: str | Path) -> tuple[str, list[Schedule]]:
+    """Parse and validate a schedules file; returns (source name, schedules with that source).
+
+    Raises ScheduleFileError listing every problem (entry index, id and field).
+    """
+    source, schedules, errors = parse_file(path)
+    if errors:
+        raise ScheduleFileError(str(path), errors)
+    return source, schedules
+
+
+def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, str]]]:
+    """(source name, the valid schedules, every problem found). Raises ScheduleFileError only
+    when the file cannot be read or is not TOML."""
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScheduleFileError(str(p), [("", f"cannot read the file ({exc.strerror})")]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ScheduleFileError(str(p), [("", f"not valid TOML: {exc}")]) from None
+    errors: list[tuple[str, str]] = []
+    for key in sorted(set(doc) - _TOP_LEVEL):
+        errors.append(
+            (key, "unknown top-level key; use source, [defaults] and [[schedule]] entries")
+        )
+    source = doc.get("source", default_source(p))
+    if not isinstance(source, str) or not NAME_RE.match(source):
+        errors.append(
+            ("source", f"{source!r} is not a valid source name: use letters, digits, '. _ - :'")
+        )
+        source = default_source(p)
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        errors.append(("defaults", "must be a table: [defaults]"))
+        defaults = {}
+    entries = doc.get("schedule", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        errors.append(("schedule", "write each schedule as a [[schedule]] table"))
+        entries = []
+    for name in sorted(set(defaults) & {"id"} | set(defaults) & _NOT_IN_FILE):
+        errors.append((f"defaults.{name}", "cannot have a default"))
+    schedules: list[Schedule] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        where = f"schedule[{index}]" + (f" (id {entry['id']!r})" if "id" in entry else "")
+        bad = sorted(set(entry) & _NOT_IN_FILE)
+        for name in bad:
+            errors.append((f"{where}.{name}", "is maintained by rsched; remove it from the file"))
+        try:
+            s = Schedule(**{**defaults, **entry, "source": source})
+        except InvalidSchedule as exc:
+            errors.extend((f"{where}.{f}" if f else where, msg) for f, msg in exc.errors)
+            continue
+        if s.id in seen:
+            errors.append((f"{where}.id", f"duplicate id, also used by schedule[{seen[s.id]}]"))
+            continue
+        seen[s.id] = index
+        if not bad:
+            schedules.append(s)
+    return source, schedules, errors
+
+
+def _compare(old: Schedule, new: Schedule) -> dict[str, tuple[Any, Any]]:
+    keep = set(new.model_fields_set) & _OPERATOR_FIELDS
+    skip = STATE_FIELDS | (_OPERATOR_FIELDS - keep)
+    a, b = old.model_dump(exclude=set(skip)), new.model_dump(exclude=set(skip))
+    return {k: (a[k], b[k]) for k in b if a.get(k) != b[k]}
+
+
+async def plan_sync(
+    store: Store,
+    source: str,
+    schedules: list[Schedule],
+    path: str,
+    *,
+    adopt: bool = False,
+    errors: list[tuple[str, str]] | None = None,
+) -> SyncPlan:
+    """Compare the file with Redis. Raises ScheduleFileError listing ``errors`` (the file's own)
+    plus conflicts and entries that cannot be created (an ``at`` in the past)."""
+    keys = store.keys
+    plan = SyncPlan(path=path, source=source)
+    owned = {str(x) for x in await store.redis.smembers(keys.source(source))}
+    wanted = {s.id: s for s in schedules}
+    ids = sorted(set(wanted) | owned)
+    stored = dict(zip(ids, await store.fields(ids), strict=True))
+    now = await store.time_ms()
+    errors = list(errors or [])
+    for sid, new in wanted.items():
+        found = stored[sid]
+        if not found:
+            try:
+                first_run_ms(new, now, creating=True)
+            except InvalidSchedule as exc:
+                errors.extend((f"schedule {sid!r}.{f}", m) for f, m in exc.errors)
+            plan.changes.append(Change("add", sid, new))
+            continue
+        old = Schedule.from_hash(sid, found)
+        diff = _compare(old, new)
+        if old.source != source:
+            owner = f"the file with source {old.source!r}" if old.source else "the SDK or CLI"
+            if not adopt:
+                errors.append(
+                    (
+                        f"schedule {sid!r}",
+                        f"already exists, created by {owner}; rename it in the file, remove "
+                        "the existing one, or sync with --adopt to take it over",
+                    )
+                )
+                continue
+            diff["source"] = (old.source, source)
+            plan.changes.append(Change("adopt", sid, _carry(old, new), diff, old.generation))
+        elif diff:
+            plan.changes.append(Change("update", sid, _carry(old, new), diff, old.generation))
+        else:
+            plan.unchanged.append(sid)
+    for sid in sorted(owned - set(wanted)):
+        found = stored[sid]
+        if found and found.get("source") == source:
+            plan.changes.append(Change("remove", sid))
+    if errors:
+        raise ScheduleFileError(path, errors)
+    return plan
+
+
+def _carry(old: Schedule, new: Schedule) -> Schedule:
+    """Keep an operator's pause unless the file says otherwise."""
+    if "paused" in new.model_fields_set:
+        return new
+    return new.model_copy(update={"paused": old.paused, "pause_note": old.pause_note})
+
+
+async def apply_plan(store: Store, plan: SyncPlan) -> None:
+    keys, redis = store.keys, store.redis
+    index = keys.source(plan.source)
+    for change in plan.changes:
+        sid, s = change.schedule_id, change.schedule
+        if change.action == "remove":
+            # Re-check just before: the id may have been re-created by someone else meanwhile.
+            if await redis.hget(keys.schedule(sid), "source") == plan.source:
+                with contextlib.suppress(ScheduleNotFound):
+                    await store.remove(sid)
+                await redis.delete(keys.backfilled(sid))
+            await redis.srem(index, sid)
+            continue
+        assert s is not None
+        # Index first: a crash between the two leaves an extra id (checked against the hash's
+        # source on every sync), never a schedule of this file that the index does not know.
+        await redis.sadd(index, sid)
+        if change.action == "add":
+            await store.save(s, mode="add")
+        else:
+            await store.save(s, mode="replace", expect_gen=change.generation)
+    # Ids of this source whose schedule was removed by hand: forget them.
+    for sid in {str(x) for x in await redis.smembers(index)}:
+        if await redis.hget(keys.schedule(sid), "source") != plan.source:
+            await redis.srem(index, sid)
+    plan.applied = True
+
+
+async def sync_file(
+    redis: Redis,
+    settings: Settings,
+    path: str | Path,
+    *,
+    dry_run: bool = False,
+    adopt: bool = False,
+    log: EventLogger | None = None,
+) -> SyncPlan:
+    """Make Redis match the schedules file at ``path``; returns the plan (``applied`` unless
+    ``dry_run``). Every difference is logged before it is applied.
+
+    Raises ScheduleFileError (nothing applied) when the file is invalid or an id conflicts
+    with a schedule the file did not create (pass ``adopt=True`` to take those over).
+    """
+    log = log or _log
+    store = Store(
+        redis,
+        Keys(settings.prefix),
+        history_limit=settings.history_limit,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+    source, schedules, errors = parse_file(path)
+    for attempt in range(APPLY_ATTEMPTS):
+        plan = await plan_sync(store, source, schedules, str(path), adopt=adopt, errors=errors)
+        for change in plan.changes:
+            log.info(
+                f"sync.{change.action}",
+                id=change.schedule_id,
+                source=source,
+                detail=change.describe(),
+                dry_run=dry_run,
+            )
+        if dry_run:
+            return plan
+        try:
+            await apply_plan(store, plan)
+        except (Conflict, ScheduleExists):
+            # Another process (a second scheduler starting with the same file) wrote first.
+            if attempt == APPLY_ATTEMPTS - 1:
+                raise
+            log.info("sync.retry", source=source, reason="changed meanwhile")
+            continue
+        log.info("sync.done", source=source, path=str(path), summary=plan.summary())
+        return plan
+    raise AssertionError("unreachable")
+
+
+def _summary(s: Schedule) -> str:
+    trigger = f"cron {s.cron!r}" if s.cron else f"every {s.every:g}s" if s.every else f"at {s.at}"
+    zone = f" {s.timezone}" if s.timezone != "UTC" else ""
+    return f"{trigger}{zone} -> {s.task} (queue {s.queue})"
+
+
+def _show(value: Any) -> str:
+    return repr(_json(value))
+
+
+def _json(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value

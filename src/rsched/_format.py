@@ -1,0 +1,72 @@
+"""Human output for the CLI: aligned tables, times in a zone and UTC, relative times."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from rsched._tz import resolve_timezone
+
+_UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s"))
+
+
+def duration(ms: float) -> str:
+    """``1d2h``, ``3m``, ``5m30s``, ``250ms``: the largest unit and the next one when not 0."""
+    rest = abs(int(ms))
+    if rest < 1000:
+        return f"{rest}ms"
+    for i, (size, unit) in enumerate(_UNITS):
+        if rest >= size:
+            text = f"{rest // size}{unit}"
+            if i + 1 < len(_UNITS):
+                sub_size, sub_unit = _UNITS[i + 1]
+                if sub := (rest % size) // sub_size:
+                    text += f"{sub}{sub_unit}"
+            return text
+    return f"{rest}ms"  # unreachable: rest >= 1000 matches the seconds unit
+
+
+def relative(ms: int | None, now_ms: int) -> str:
+    """``in 3m`` / ``2h ago`` / ``now`` (within a second)."""
+    if ms is None:
+        return "-"
+    delta = ms - now_ms
+    if abs(delta) < 1000:
+        return "now"
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
+
+
+def clock(ms: int | None, zone: str = "UTC") -> str:
+    """``2026-11-22 23:00:00 CET`` in the given IANA zone."""
+    if ms is None:
+        return "-"
+    dt = datetime.fromtimestamp(ms / 1000, resolve_timezone(zone))
+    return dt.strftime("%Y-%m-%d %H:%M:%S ") + (dt.tzname() or zone)
+
+
+def when(ms: int | None, zone: str, now_ms: int) -> str:
+    """The time in the schedule's zone, in UTC when that differs, and relative to now."""
+    if ms is None:
+        return "-"
+    text = clock(ms, zone)
+    if zone != "UTC":
+        utc = datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S UTC")
+        text += f" ({utc})"
+    return f"{text}  {relative(ms, now_ms)}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; the last column is not padded."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [c.ljust(w) for c, w in zip(row[:-1], widths[:-1], strict=True)]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def fields(pairs: Sequence[tuple[str, object]]) -> str:
+    """``name:  value`` lines with the values aligned."""
+    width = max((len(k) for k, _ in pairs), default=0) + 1
+    return "\n".join(f"{(k + ':').ljust(width)}  {'-' if v is None else v}" for k, v in pairs)

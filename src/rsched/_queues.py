@@ -1,0 +1,543 @@
+"""Redis access for queues: enqueue, the worker's script calls, dead letters and statistics.
+
+The worker, the client SDK and the CLI all go through this module, so the layout of a queue's
+keys (stream, consumer group, delayed set, dead-letter stream) lives in one place on the
+Python side. Every write is a Lua script in lua/ that is safe to run twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from rsched import _lua
+from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob, StateError
+from rsched._job import DeadLetter, JobOptions
+from rsched._keys import GROUP, NAME_RE, Keys
+
+OP_TTL_MS = 300_000
+WRONG_TYPE = -6
+PAGE = 500
+
+Entry = tuple[str, dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A finished run for ``complete``: its entry and the history event to record."""
+
+    entry_id: str
+    execution_id: str
+    schedule_id: str | None
+    attempt: int
+    event: str  # completed | cancelled
+    extra: str = ""  # JSON fragment ('' or ',"k":v…')
+
+
+def fragment(fields: dict[str, Any]) -> str:
+    """A JSON fragment (``,"k":v,…``) appended to a history event, or '' when empty."""
+    return "," + orjson.dumps(fields).decode()[1:-1] if fields else ""
+
+
+def check_name(value: str, what: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value) or len(value) > 200:
+        raise InvalidJob(
+            f"{what}: {value!r} is not a valid name; use 1-200 letters, digits or '. _ - :' "
+            "(e.g. 'reports.nightly')"
+        )
+    return value
+
+
+class QueueStore:
+    """Queue-side script calls and reads for one Redis client and one key prefix."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        history_limit: int = 100,
+        max_payload_bytes: int = 65536,
+        dead_letter_max_entries: int = 100_000,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.history_limit = history_limit
+        self.max_payload_bytes = max_payload_bytes
+        self.dead_letter_max_entries = dead_letter_max_entries
+        self._scripts: dict[str, AsyncScript] = {}
+
+    def script(self, name: str) -> AsyncScript:
+        found = self._scripts.get(name)
+        if found is None:
+            found = self._scripts[name] = self.redis.register_script(_lua.source(name))
+        return found
+
+    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self.script(name)(keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                raise StateError(f"{name}: a key holds the wrong type of value ({exc})") from exc
+            raise
+
+    # --- producers ---------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        delay_s: float = 0,
+        max_retries: int = 3,
+        timeout_s: float = 3600,
+        execution_id: str | None = None,
+        retry_base_s: float | None = None,
+        retry_multiplier: float | None = None,
+        retry_max_s: float | None = None,
+        retry_jitter: float | None = None,
+    ) -> str:
+        """Add a one-off job; returns its execution id. Raises InvalidJob naming the bad field.
+
+        With ``delay_s > 0`` the job waits in the queue's delayed set until then (Redis time).
+        """
+        check_name(task, "task")
+        check_name(queue, "queue")
+        if execution_id is None:
+            execution_id = f"job-{uuid.uuid4().hex}"
+        else:
+            check_name(execution_id, "execution_id")
+        try:
+            body = orjson.dumps(payload or {})
+        except TypeError as exc:
+            raise InvalidJob(f"payload: not JSON-serialisable ({exc})") from None
+        if payload is not None and not isinstance(payload, dict):
+            raise InvalidJob(f"payload: must be a dict (a JSON object), got {type(payload)}")
+        if len(body) > self.max_payload_bytes:
+            raise InvalidJob(
+                f"payload: {len(body)} bytes encoded, over the {self.max_payload_bytes}-byte "
+                "limit; store large data elsewhere and pass a reference"
+            )
+        if not isinstance(delay_s, int | float) or not delay_s >= 0 or delay_s > 10 * 365 * 86400:
+            raise InvalidJob(f"delay_s: must be a number of seconds >= 0, got {delay_s!r}")
+        options = self._options(
+            max_retries, timeout_s, retry_base_s, retry_multiplier, retry_max_s, retry_jitter
+        )
+        fields = [
+            "execution_id", execution_id,
+            "task", task,
+            "payload", body.decode(),
+            "attempt", "1",
+            "origin", "enqueue",
+            "opts", options.encode(),
+        ]  # fmt: skip
+        res = await self.call(
+            "enqueue",
+            [self.keys.queue(queue), self.keys.delayed_queue(queue), self.keys.queues,
+             self.keys.op(uuid.uuid4().hex)],
+            [queue, round(delay_s * 1000), OP_TTL_MS, *fields],
+        )  # fmt: skip
+        if int(res[0]) == WRONG_TYPE:
+            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+        return execution_id
+
+    @staticmethod
+    def _options(
+        max_retries: int,
+        timeout_s: float,
+        base: float | None,
+        multiplier: float | None,
+        maximum: float | None,
+        jitter: float | None,
+    ) -> JobOptions:
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int):
+            raise InvalidJob(f"max_retries: must be an integer, got {max_retries!r}")
+        if not 0 <= max_retries <= 1000:
+            raise InvalidJob(f"max_retries: must be between 0 and 1000, got {max_retries}")
+        checks = {
+            "timeout_s": timeout_s,
+            "retry_base_s": base,
+            "retry_multiplier": multiplier,
+            "retry_max_s": maximum,
+            "retry_jitter": jitter,
+        }
+        values: dict[str, float] = {}
+        for name, value in checks.items():
+            if value is None:
+                continue
+            bad = isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+            if bad and not (name == "retry_jitter" and value == 0):
+                raise InvalidJob(f"{name}: must be a number > 0, got {value!r}")
+            values[name] = float(value)
+        if values.get("retry_multiplier", 2.0) < 1:
+            raise InvalidJob("retry_multiplier: must be >= 1 (1 = a fixed delay)")
+        if values.get("retry_jitter", 0.0) > 1:
+            raise InvalidJob("retry_jitter: must be a fraction between 0 and 1")
+        return JobOptions(max_retries=max_retries, **values)
+
+    # --- dead letters --------------------------------------------------------------------------
+
+    async def dead_letters(
+        self,
+        queue: str = "default",
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        task: str | None = None,
+    ) -> tuple[list[DeadLetter], str | None]:
+        """A page of dead letters, newest first, and the cursor of the next page (or None)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidArgument("limit", f"must be an integer from 1 to 10000, got {limit!r}")
+        key = self.keys.dead(queue)
+        start = f"({cursor}" if cursor else "+"
+        out: list[DeadLetter] = []
+        while len(out) < limit:
+            want = limit - len(out) if task is None else PAGE
+            try:
+                page = cast(list[Entry], await self.redis.xrevrange(key, start, "-", count=want))
+            except ResponseError as exc:
+                raise InvalidArgument("cursor", f"{cursor!r} is not an entry id ({exc})") from None
+            for entry_id, fields in page:
+                letter = DeadLetter.from_entry(queue, entry_id, fields)
+                if task is None or letter.task == task:
+                    out.append(letter)
+                    if len(out) == limit:
+                        return out, entry_id
+            if len(page) < want:
+                return out, None
+            start = f"({page[-1][0]}"
+        return out, (out[-1].entry_id if out else None)
+
+    async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
+        """One dead letter; raises DeadLetterNotFound."""
+        try:
+            found = cast(
+                list[Entry], await self.redis.xrange(self.keys.dead(queue), entry_id, entry_id)
+            )
+        except ResponseError:
+            raise DeadLetterNotFound(queue, entry_id) from None
+        if not found:
+            raise DeadLetterNotFound(queue, entry_id)
+        return DeadLetter.from_entry(queue, found[0][0], found[0][1])
+
+    async def _matching(self, queue: str, task: str | None) -> Iterable[list[str]]:
+        """Pages of dead-letter ids (oldest first) whose task matches (all when task is None)."""
+        key = self.keys.dead(queue)
+        start = "-"
+        pages: list[list[str]] = []
+        while True:
+            page = cast(list[Entry], await self.redis.xrange(key, start, "+", count=PAGE))
+            ids = [eid for eid, fields in page if task is None or _dead_task(fields) == task]
+            if ids:
+                pages.append(ids)
+            if len(page) < PAGE:
+                return pages
+            start = f"({page[-1][0]}"
+
+    async def requeue(
+        self, queue: str, entry_ids: Sequence[str] | None = None, *, task: str | None = None
+    ) -> int:
+        """Put dead letters back on the queue as attempt 1; returns how many were re-queued.
+
+        ``entry_ids=None`` re-queues every dead letter of the queue (of ``task`` if given).
+        """
+        pages = [list(entry_ids)] if entry_ids is not None else await self._matching(queue, task)
+        moved = 0
+        for ids in pages:
+            for start in range(0, len(ids), PAGE):
+                chunk = ids[start : start + PAGE]
+                if task is not None and entry_ids is not None:
+                    chunk = await self._filter_ids(queue, chunk, task)
+                if not chunk:
+                    continue
+                res = int(
+                    await self.call(
+                        "requeue", [self.keys.dead(queue), self.keys.queue(queue)], chunk
+                    )
+                )
+                if res == WRONG_TYPE:
+                    raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+                moved += res
+        if moved:
+            await self.redis.sadd(self.keys.queues, queue)
+        return moved
+
+    async def _filter_ids(self, queue: str, ids: list[str], task: str) -> list[str]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for eid in ids:
+                pipe.xrange(self.keys.dead(queue), eid, eid)
+            found: list[list[Entry]] = await pipe.execute()
+        return [
+            eid
+            for eid, hit in zip(ids, found, strict=True)
+            if hit and _dead_task(hit[0][1]) == task
+        ]
+
+    async def purge(
+        self, queue: str, entry_ids: Sequence[str] | None = None, *, task: str | None = None
+    ) -> int:
+        """Delete dead letters for good; returns how many were deleted.
+
+        ``entry_ids=None`` deletes every dead letter of the queue (of ``task`` if given).
+        """
+        key = self.keys.dead(queue)
+        if entry_ids is None and task is None:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.xlen(key)
+                pipe.delete(key)
+                count, _ = await pipe.execute()
+            return int(count)
+        pages = [list(entry_ids)] if entry_ids is not None else await self._matching(queue, task)
+        deleted = 0
+        for ids in pages:
+            for start in range(0, len(ids), PAGE):
+                chunk = ids[start : start + PAGE]
+                if task is not None and entry_ids is not None:
+                    chunk = await self._filter_ids(queue, chunk, task)
+                if chunk:
+                    deleted += int(await self.redis.xdel(key, *chunk))
+        return deleted
+
+    # --- statistics ----------------------------------------------------------------------------
+
+    async def queue_names(self) -> list[str]:
+        return sorted(str(q) for q in await self.redis.smembers(self.keys.queues))
+
+    async def queue_stats(self) -> dict[str, dict[str, int | float | None]]:
+        """Per queue: length, pending, consumers, delayed, dead, oldest_pending_ms (age)."""
+        names = await self.queue_names()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for name in names:
+                pipe.xlen(self.keys.queue(name))
+                pipe.zcard(self.keys.delayed_queue(name))
+                pipe.xlen(self.keys.dead(name))
+            head = await pipe.execute(raise_on_error=False)
+        seconds, micros = head[0]
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        out: dict[str, dict[str, int | float | None]] = {}
+        for i, name in enumerate(names):
+            length, delayed, dead = (_as_int(v) for v in head[1 + i * 3 : 4 + i * 3])
+            pending, consumers, oldest = 0, 0, None
+            try:
+                groups = await self.redis.xinfo_groups(self.keys.queue(name))
+                for group in groups:
+                    if group.get("name") == GROUP:
+                        pending, consumers = int(group["pending"]), int(group["consumers"])
+                if pending:
+                    summary = await self.redis.xpending(self.keys.queue(name), GROUP)
+                    low = summary.get("min")
+                    if low:
+                        oldest = max(0, now_ms - int(str(low).split("-")[0]))
+            except ResponseError:
+                pass  # no stream or no group yet
+            out[name] = {
+                "length": length,
+                "pending": pending,
+                "consumers": consumers,
+                "delayed": delayed,
+                "dead": dead,
+                "oldest_pending_ms": oldest,
+            }
+        return out
+
+    # --- worker ----------------------------------------------------------------------------------
+
+    async def create_groups(self, queues: Sequence[str]) -> None:
+        """Create the consumer group on each queue (from the stream's start; idempotent)."""
+        for queue in queues:
+            try:
+                await self.redis.xgroup_create(self.keys.queue(queue), GROUP, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+        await self.redis.sadd(self.keys.queues, *queues)
+
+    async def read(
+        self, queues: Sequence[str], consumer: str, count: int, block_ms: int
+    ) -> list[tuple[str, list[Entry]]]:
+        """New entries for this consumer: [(queue, [(entry id, fields)])]."""
+        streams: dict[Any, Any] = {self.keys.queue(q): ">" for q in queues}
+        res: Any = await self.redis.xreadgroup(
+            GROUP, consumer, streams, count=count, block=block_ms
+        )
+        if not res:
+            return []
+        prefix_len = len(self.keys.queue(""))
+        if isinstance(res, dict):  # RESP3
+            return [(str(k)[prefix_len:], v[0] if v and isinstance(v[0], list) else v)
+                    for k, v in res.items()]  # fmt: skip
+        return [(str(key)[prefix_len:], entries) for key, entries in res]
+
+    async def start(
+        self, queue: str, worker: str, items: Sequence[tuple[str, str, str, int, str]]
+    ) -> list[int]:
+        """Mark schedule jobs running; items (entry id, exec id, schedule id, attempt, extra).
+        Returns 1 (run) or 0 (superseded, already acknowledged) per item."""
+        keys = [self.keys.queue(queue)]
+        args: list[Any] = [GROUP, self.history_limit, worker]
+        for entry_id, exec_id, sid, attempt, extra in items:
+            keys += [self.keys.history(sid), self.keys.running(sid)]
+            args += [entry_id, exec_id, attempt, extra]
+        return [int(c) for c in await self.call("start", keys, args)]
+
+    async def complete(self, queue: str, done: Sequence[Done]) -> list[int]:
+        """Acknowledge finished runs and record their events; 1 recorded, 0 not pending."""
+        keys = [self.keys.queue(queue)]
+        args: list[Any] = [GROUP, self.history_limit]
+        for d in done:
+            if d.schedule_id:
+                sid = d.schedule_id
+                keys += [self.keys.history(sid), self.keys.running(sid), self.keys.buffered(sid)]
+            args += [d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra]
+        return [int(c) for c in await self.call("complete", keys, args)]
+
+    async def retry(
+        self,
+        queue: str,
+        entry_id: str,
+        *,
+        next_fields: Sequence[str],
+        delay_ms: int,
+        execution_id: str,
+        schedule_id: str | None,
+        attempt: int,
+        event: str,
+        extra: str,
+    ) -> int | None:
+        """Schedule the next attempt; returns its due time (ms) or None when not pending."""
+        history = self.keys.history(schedule_id) if schedule_id else self.keys.queue(queue)
+        res = await self.call(
+            "retry",
+            [self.keys.queue(queue), self.keys.delayed_queue(queue), history],
+            [
+                GROUP,
+                entry_id,
+                max(0, delay_ms),
+                orjson.dumps(list(next_fields)).decode(),
+                self.history_limit,
+                execution_id,
+                attempt,
+                event,
+                "1" if schedule_id else "0",
+                extra,
+            ],
+        )
+        code = int(res[0])
+        if code == WRONG_TYPE:
+            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+        if code == -7:
+            raise StateError(f"retry of {execution_id!r}: the next attempt could not be encoded")
+        return int(res[1]) if code == 1 else None
+
+    async def dead(
+        self,
+        queue: str,
+        entry_id: str,
+        *,
+        raw: dict[str, str],
+        reason: str,
+        error_type: str = "",
+        error_message: str = "",
+        traceback: str = "",
+        deliveries: int = 1,
+        worker: str = "",
+        first_event: str = "",
+        extra: str = "",
+    ) -> str | None:
+        """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
+        entry was no longer pending)."""
+        sid = raw.get("schedule_id") or ""
+        has_schedule = bool(sid) and NAME_RE.match(sid) is not None
+        k = self.keys
+        keys = [k.queue(queue), k.dead(queue)]
+        if has_schedule:
+            keys += [k.history(sid), k.running(sid), k.buffered(sid)]
+        else:
+            keys += [k.queue(queue)] * 3
+        flat = [v for pair in raw.items() for v in pair]
+        fields = [
+            "reason", reason,
+            "execution_id", raw.get("execution_id", ""),
+            "task", raw.get("task", ""),
+            "schedule_id", sid,
+            "error_type", error_type,
+            "error_message", error_message[:2000],
+            "traceback", traceback,
+            "deliveries", str(deliveries),
+            "worker", worker,
+            "job", orjson.dumps(flat).decode(),
+        ]  # fmt: skip
+        res = await self.call(
+            "dead",
+            keys,
+            [
+                GROUP,
+                entry_id,
+                self.dead_letter_max_entries,
+                self.history_limit,
+                "1" if has_schedule else "0",
+                raw.get("execution_id", ""),
+                raw.get("attempt", "1"),
+                first_event,
+                extra,
+                *fields,
+            ],
+        )
+        code = int(res[0])
+        if code == WRONG_TYPE:
+            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+        return str(res[1]) if code == 1 else None
+
+    async def heartbeat(self, queue: str, consumer: str, entry_ids: Sequence[str]) -> list[str]:
+        """Keep entries fresh; returns the ids this consumer no longer holds."""
+        if not entry_ids:
+            return []
+        lost = await self.call("heartbeat", [self.keys.queue(queue)], [GROUP, consumer, *entry_ids])
+        return [str(x) for x in lost]
+
+    async def reclaim(
+        self, queue: str, consumer: str, min_idle_ms: int, start: str, count: int
+    ) -> tuple[str, list[tuple[str, dict[str, str], int]]]:
+        """Claim idle entries: (next start id, [(entry id, fields, deliveries)])."""
+        nxt, found = await self.call(
+            "reclaim", [self.keys.queue(queue)], [GROUP, consumer, min_idle_ms, start, count]
+        )
+        out = []
+        for entry_id, flat, deliveries in found:
+            fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+            out.append((str(entry_id), fields, int(deliveries)))
+        return str(nxt), out
+
+    async def promote(self, queue: str, limit: int = 1000) -> tuple[int, int | None]:
+        """Move due delayed jobs into the stream: (moved, ms until the next is due or None)."""
+        res = await self.call(
+            "promote", [self.keys.delayed_queue(queue), self.keys.queue(queue)], [limit]
+        )
+        if int(res[0]) == WRONG_TYPE:
+            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+        wait = int(res[1])
+        return int(res[0]), (wait if wait >= 0 else None)
+
+    async def time_ms(self) -> int:
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _dead_task(fields: dict[str, str]) -> str:
+    return fields.get("task", "")
+
+
+def _as_int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

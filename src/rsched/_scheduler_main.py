@@ -1,0 +1,185 @@
+"""``rsched-scheduler``: the scheduler process (settings, logging, signals, exit codes).
+
+Settings come from ``RSCHED_*`` environment variables, overridden by the flags given. Exit codes:
+0 after a clean stop (SIGTERM/SIGINT: the batch in flight finishes and the lease is released),
+1 on a fatal error or a forced stop (a second signal), 2 for bad settings or a bad schedules file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from rsched._connection import connect, warn_if_unsafe
+from rsched._errors import ConfigError, InvalidSchedule, RschedError
+from rsched._log import configure_logging, get_logger
+from rsched._scheduler import Scheduler
+from rsched._settings import DEFAULT_REDIS_URL, Settings
+
+log = get_logger("rsched.scheduler")
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+# Flag -> (path in Settings, environment variable), for overrides and error messages.
+_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "redis_url": (("redis_url",), "RSCHED_REDIS_URL"),
+    "prefix": (("prefix",), "RSCHED_PREFIX"),
+    "lease_ttl_ms": (("scheduler", "lease_ttl_ms"), "RSCHED_SCHEDULER__LEASE_TTL_MS"),
+    "lease_renew_ms": (("scheduler", "lease_renew_ms"), "RSCHED_SCHEDULER__LEASE_RENEW_MS"),
+    "log_level": (("log_level",), "RSCHED_LOG_LEVEL"),
+    "log_format": (("log_format",), "RSCHED_LOG_FORMAT"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rsched-scheduler",
+        description=(
+            "Run an rsched scheduler. Any number may run against one Redis; one leads at a "
+            "time and fires due schedules into the queue streams. Flags override RSCHED_* "
+            "environment variables."
+        ),
+        epilog=(
+            "examples:\n"
+            "  rsched-scheduler --redis-url redis://127.0.0.1:6379/0\n"
+            "  RSCHED_PREFIX=staging rsched-scheduler --schedules schedules.toml\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--redis-url", help=f"Redis URL (RSCHED_REDIS_URL; {DEFAULT_REDIS_URL})")
+    parser.add_argument("--prefix", help="key prefix (RSCHED_PREFIX; default rsched)")
+    parser.add_argument("--lease-ttl-ms", type=int, help="leader lease time to live (10000)")
+    parser.add_argument("--lease-renew-ms", type=int, help="lease renew period (2000)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["text", "json"])
+    parser.add_argument(
+        "--schedules", type=Path, metavar="FILE", help="sync schedules from FILE at start"
+    )
+    return parser
+
+
+def load_settings(args: argparse.Namespace) -> Settings:
+    """Settings from the environment with the given flags on top; raises ConfigError."""
+    try:
+        data: dict[str, Any] = Settings().model_dump()
+        for flag, (path, _) in _FLAGS.items():
+            value = getattr(args, flag)
+            if value is None:
+                continue
+            target = data
+            for part in path[:-1]:
+                target = target[part]
+            target[path[-1]] = value
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    by_path = {path: (flag, env) for flag, (path, env) in _FLAGS.items()}
+    lines = []
+    for err in exc.errors():
+        path = tuple(str(p) for p in err["loc"])
+        flag_env = by_path.get(path)
+        if flag_env is not None:
+            name = f"--{flag_env[0].replace('_', '-')} / {flag_env[1]}"
+        else:
+            name = "RSCHED_" + "__".join(path).upper() if path else "settings"
+        lines.append(f"{name}: {err['msg'].removeprefix('Value error, ')}")
+    return "invalid settings: " + "; ".join(lines)
+
+
+async def _sync_schedules(redis: Any, settings: Settings, path: Path) -> None:
+    # Imported on use: only this option needs the declarative-file support.
+    try:
+        sync_file = importlib.import_module("rsched._declare").sync_file
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"--schedules: declarative schedule files are unavailable in this install ({exc})"
+        ) from None
+    try:
+        result = sync_file(redis, settings, path)
+        if inspect.isawaitable(result):
+            await result
+    except (RschedError, OSError, ValueError) as exc:
+        if isinstance(exc, RedisError):
+            raise
+        raise ConfigError(f"--schedules {path}: {exc}") from exc
+
+
+async def _serve(settings: Settings, schedules: Path | None) -> int:
+    redis = connect(settings.url)
+    scheduler = Scheduler(redis, settings)
+    try:
+        await warn_if_unsafe(redis, log)
+        if schedules is not None:
+            await _sync_schedules(redis, settings, schedules)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tg:
+
+                async def watch_signals() -> None:
+                    stopping = False
+                    async for signum in signals:
+                        if stopping:  # a second signal: the operator wants out now
+                            log.warning("scheduler.forced_exit", signal=signal.Signals(signum).name)
+                            for handler in logging.getLogger("rsched").handlers:
+                                handler.flush()
+                            os._exit(EXIT_ERROR)
+                        stopping = True
+                        log.info("scheduler.stopping", signal=signal.Signals(signum).name)
+                        scheduler.stop()
+
+                async def run_scheduler(*, task_status: TaskStatus[None]) -> None:
+                    await scheduler.run(task_status=task_status)
+                    tg.cancel_scope.cancel()  # stopped cleanly: stop watching for signals
+
+                tg.start_soon(watch_signals)
+                await tg.start(run_scheduler)
+                log.info(
+                    "scheduler.ready",
+                    owner=scheduler.owner,
+                    prefix=settings.prefix,
+                    lease_ttl_ms=settings.scheduler.lease_ttl_ms,
+                )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await redis.aclose()
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the scheduler until SIGTERM/SIGINT; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = load_settings(args)
+    except ConfigError as exc:
+        print(f"rsched-scheduler: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        return anyio.run(_serve, settings, args.schedules)
+    except (ConfigError, InvalidSchedule) as exc:
+        log.error("scheduler.config_error", error=str(exc))
+        print(f"rsched-scheduler: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RschedError as exc:
+        log.error("scheduler.failed", error=str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

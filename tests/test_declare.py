@@ -1,0 +1,193 @@
+"""Schedules files: sync plans, conflicts with SDK-created schedules, invalid files."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from rsched import Client, Schedule, ScheduleFileError, Settings
+from rsched._declare import load_file, sync_file
+
+BASE = """
+[defaults]
+queue = "reports"
+
+[[schedule]]
+id = "nightly"
+task = "reports.nightly"
+cron = "0 2 * * *"
+timezone = "Europe/Rome"
+payload = { kind = "sales" }
+
+[[schedule]]
+id = "poll"
+task = "feeds.poll"
+every = 300
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "schedules.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+async def test_first_sync_adds_then_is_a_no_op(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    path = write(tmp_path, BASE)
+    plan = await sync_file(redis, settings, path)
+    assert plan.applied
+    assert sorted(plan.ids("add")) == ["nightly", "poll"]
+    client = Client(redis, settings)
+    nightly = await client.get("nightly")
+    assert nightly.source == "file:schedules"
+    assert nightly.queue == "reports"
+    assert nightly.payload == {"kind": "sales"}
+    again = await sync_file(redis, settings, path)
+    assert again.changes == []
+    assert sorted(again.unchanged) == ["nightly", "poll"]
+    assert (await client.get("nightly")).generation == 1
+
+
+async def test_update_remove_and_sdk_schedules_left_alone(
+    tmp_path: Path, redis: Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path, BASE)
+    await sync_file(redis, settings, path)
+    client = Client(redis, settings)
+    await client.add(Schedule(id="mine", task="t", every=60))
+    changed = BASE.replace("every = 300", "every = 600").split('[[schedule]]\nid = "nightly"')[0]
+    changed += '[[schedule]]\nid = "fresh"\ntask = "t"\ncron = "*/5 * * * *"\n'
+    changed += '[[schedule]]\nid = "poll"\ntask = "feeds.poll"\nevery = 600\n'
+    path.write_text(changed)
+    with caplog.at_level(logging.INFO, logger="rsched.sync"):
+        dry = await sync_file(redis, settings, path, dry_run=True)
+    assert not dry.applied
+    assert (dry.ids("add"), dry.ids("update"), dry.ids("remove")) == (
+        ["fresh"],
+        ["poll"],
+        ["nightly"],
+    )
+    assert "every: 300.0 -> 600.0" in "\n".join(dry.lines())
+    assert "sync.remove" in caplog.text
+    assert (await client.get("poll")).every == 300  # dry run: nothing written
+    plan = await sync_file(redis, settings, path)
+    assert plan.applied
+    assert (await client.get("poll")).generation == 2
+    ids = {s.id for s in (await client.list()).schedules}
+    assert ids == {"poll", "fresh", "mine"}
+    assert await redis.smembers(f"{{{settings.prefix}}}:source:file:schedules") == {
+        "poll",
+        "fresh",
+    }
+
+
+async def test_an_operator_pause_survives_a_sync(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    path = write(tmp_path, BASE)
+    await sync_file(redis, settings, path)
+    client = Client(redis, settings)
+    await client.pause("poll", note="upstream down")
+    path.write_text(BASE.replace("every = 300", "every = 900"))
+    await sync_file(redis, settings, path)
+    poll = await client.get("poll")
+    assert poll.every == 900
+    assert poll.paused
+    assert poll.pause_note == "upstream down"
+
+
+async def test_conflict_with_an_sdk_schedule(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    client = Client(redis, settings)
+    await client.add(Schedule(id="poll", task="old.task", every=60))
+    path = write(tmp_path, BASE)
+    with pytest.raises(ScheduleFileError, match=r"'poll'.*created by the SDK or CLI.*--adopt"):
+        await sync_file(redis, settings, path)
+    assert await client.list() is not None
+    assert {s.id for s in (await client.list()).schedules} == {"poll"}  # nothing applied
+    plan = await sync_file(redis, settings, path, adopt=True)
+    assert plan.ids("adopt") == ["poll"]
+    poll = await client.get("poll")
+    assert poll.source == "file:schedules"
+    assert poll.task == "feeds.poll"
+
+
+async def test_two_files_do_not_touch_each_other(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    a = write(tmp_path, BASE, "a.toml")
+    b = write(tmp_path, '[[schedule]]\nid = "b1"\ntask = "t"\nevery = 60\n', "b.toml")
+    await sync_file(redis, settings, a)
+    await sync_file(redis, settings, b)
+    b.write_text("")  # empty file: remove everything b created
+    plan = await sync_file(redis, settings, b)
+    assert plan.ids("remove") == ["b1"]
+    client = Client(redis, settings)
+    assert {s.id for s in (await client.list()).schedules} == {"nightly", "poll"}
+    clash = write(tmp_path, '[[schedule]]\nid = "poll"\ntask = "t"\nevery = 60\n', "c.toml")
+    with pytest.raises(ScheduleFileError, match="source 'file:a'"):
+        await sync_file(redis, settings, clash)
+
+
+async def test_invalid_entries_fail_the_whole_sync(
+    tmp_path: Path, redis: Redis, settings: Settings, prefix: str
+) -> None:
+    path = write(
+        tmp_path,
+        BASE
+        + """
+[[schedule]]
+id = "bad"
+task = "t"
+cron = "0 0 30 2 *"
+
+[[schedule]]
+task = "no.id"
+every = 5
+colour = "blue"
+
+[[schedule]]
+id = "poll"
+task = "dup"
+every = 5
+
+[[schedule]]
+id = "once"
+task = "t"
+at = 2001-01-01T00:00:00Z
+""",
+    )
+    with pytest.raises(ScheduleFileError) as err:
+        await sync_file(redis, settings, path)
+    where = [w for w, _ in err.value.errors]
+    assert "schedule[2] (id 'bad').cron" in where
+    assert "schedule[3].id" in where
+    assert "schedule[3].colour" in where
+    assert "schedule[4] (id 'poll').id" in where
+    assert "schedule 'once'.at" in where
+    assert "nothing applied" in str(err.value)
+    assert await redis.keys(f"{{{prefix}}}:*") == []
+
+
+def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ScheduleFileError, match="cannot read the file"):
+        load_file(tmp_path / "missing.toml")
+    with pytest.raises(ScheduleFileError, match="not valid TOML"):
+        load_file(write(tmp_path, "[[schedule]\nid="))
+    with pytest.raises(ScheduleFileError, match="unknown top-level key") as err:
+        load_file(write(tmp_path, 'schedules = 1\nsource = "bad name!"\n'))
+    assert [w for w, _ in err.value.errors] == ["schedules", "source"]
+    with pytest.raises(ScheduleFileError, match="maintained by rsched"):
+        load_file(write(tmp_path, '[[schedule]]\nid="a"\ntask="t"\nevery=5\ngeneration=3\n'))
+
+
+def test_explicit_source_name(tmp_path: Path) -> None:
+    source, schedules = load_file(write(tmp_path, 'source = "billing"\n' + BASE))
+    assert source == "billing"
+    assert {s.source for s in schedules} == {"billing"}

@@ -1,0 +1,269 @@
+"""The fire script against real servers: fencing, versions, re-sends, due-ness, bad keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from rsched import Schedule, StateError
+from rsched._keys import Keys
+from rsched._plan import version_of
+from rsched._settings import Settings
+from rsched._store import FireItem, Store
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+def store(redis: Redis, settings: Settings) -> Store:
+    return Store(redis, Keys(settings.prefix), history_limit=5)
+
+
+async def due_item(
+    store: Store, sid: str, *, late_ms: int = 1_000, action: str = "fire"
+) -> FireItem:
+    """Move the schedule's next run ``late_ms`` into the past and return the item firing it."""
+    now = await store.time_ms()
+    sched = now - late_ms
+    await store.redis.hset(store.keys.schedule(sid), "next_run", sched)
+    await store.redis.zadd(store.keys.schedules, {sid: sched})
+    (fields,) = await store.fields([sid])
+    return FireItem(sid, version_of(fields), sched, sched, sched + HOUR_MS, action, 1)
+
+
+async def add(store: Store, sid: str = "a", **spec: Any) -> None:
+    spec.setdefault("every", 3600)
+    await store.save(Schedule(id=sid, task="t", **spec))
+
+
+async def fire(store: Store, lease: str, *items: FireItem) -> list[int] | None:
+    return await store.fire(lease, [(i, store.fire_keys(i.schedule_id, "default")) for i in items])
+
+
+async def jobs(store: Store, queue: str = "default") -> list[dict[str, str]]:
+    entries: Any = await store.redis.xrange(store.keys.queue(queue))
+    return [fields for _, fields in entries]
+
+
+async def lease_of(store: Store) -> str:
+    lease, _ = await store.lease_acquire("test-owner", 60_000)
+    assert lease is not None
+    return lease
+
+
+async def test_fires_once_and_advances(store: Store) -> None:
+    await add(store, payload={"k": 1})
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    assert await fire(store, lease, item) == [1]
+    assert await fire(store, lease, item) == [0]  # the same call again: already fired
+    (job,) = await jobs(store)
+    assert job["execution_id"] == f"a@{item.sched}"
+    assert job["schedule_id"] == "a"
+    assert job["task"] == "t"
+    assert job["payload"] == '{"k":1}'
+    assert job["scheduled_at"] == str(item.sched)
+    assert job["attempt"] == "1"
+    assert job["generation"] == "1"
+    assert int(job["fired_at"]) >= item.sched
+    fields = await store.redis.hgetall(store.keys.schedule("a"))
+    assert fields["runs"] == "1"
+    assert fields["last_run"] == str(item.sched)
+    assert fields["next_run"] == str(item.next)
+    assert await store.redis.zscore(store.keys.schedules, "a") == item.next
+    (event,) = await store.history("a", 10)
+    assert event["event"] == "fired"
+    assert event["scheduled_at"] == item.sched
+    assert event["late_ms"] == event["at"] - item.sched >= 1_000
+
+
+async def test_stale_lease_writes_nothing(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    before = await store.redis.hgetall(store.keys.schedule("a"))
+    # Another scheduler took over after this one's lease expired: its token is newer.
+    await store.redis.delete(store.keys.leader)
+    newer, _ = await store.lease_acquire("other-owner", 60_000)
+    assert newer is not None
+    assert int(newer.split(":")[0]) > int(lease.split(":")[0])
+    assert await fire(store, lease, item) is None
+    assert await jobs(store) == []
+    assert await store.redis.hgetall(store.keys.schedule("a")) == before
+    assert await store.history("a", 10) == []
+    # No lease at all is refused too.
+    await store.redis.delete(store.keys.leader)
+    assert await fire(store, lease, item) is None
+
+
+async def test_old_version_never_fires(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    old = await due_item(store, "a")
+    await store.save(Schedule(id="a", task="new-task", every=3600))  # bumps the generation
+    new = await due_item(store, "a")
+    stale = FireItem("a", old.version, new.expect, new.sched, new.next, "fire")
+    assert await fire(store, lease, stale) == [0]
+    assert await jobs(store) == []
+    assert await fire(store, lease, new) == [1]
+    (job,) = await jobs(store)
+    assert (job["task"], job["generation"]) == ("new-task", "2")
+
+
+async def test_removed_schedule_never_fires(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    await store.remove("a")
+    assert await fire(store, lease, item) == [0]
+    assert await jobs(store) == []
+    assert await store.redis.zscore(store.keys.schedules, "a") is None
+
+
+async def test_recreated_schedule_does_not_match_old_plan(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    old = await due_item(store, "a")
+    await store.remove("a")
+    await anyio.sleep(0.002)  # a different creation time
+    await add(store)  # generation 1 again
+    new = await due_item(store, "a", late_ms=1_000)
+    assert new.version != old.version
+    stale = FireItem("a", old.version, new.expect, new.sched, new.next, "fire")
+    assert await fire(store, lease, stale) == [0]
+    assert await jobs(store) == []
+
+
+async def test_not_due_yet(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a", late_ms=-60_000)
+    assert await fire(store, lease, item) == [-5]
+    assert await jobs(store) == []
+
+
+async def test_paused_schedule_is_stale(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    await store.pause("a", "maintenance")
+    assert await fire(store, lease, item) == [0]
+    assert await jobs(store) == []
+    assert await store.redis.zscore(store.keys.schedules, "a") == float("inf")
+
+
+async def test_concurrent_identical_calls_fire_once(store: Store) -> None:
+    for sid in ("a", "b", "c"):
+        await add(store, sid)
+    lease = await lease_of(store)
+    items = [await due_item(store, sid) for sid in ("a", "b", "c")]
+    results: list[list[int] | None] = []
+
+    async def call() -> None:
+        results.append(await fire(store, lease, *items))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(call)
+    assert sorted(map(str, results)) == ["[0, 0, 0]", "[0, 0, 0]", "[1, 1, 1]"]
+    assert len(await jobs(store)) == 3
+
+
+async def test_misfire_skip_records_history_only(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a", late_ms=HOUR_MS)
+    skip = FireItem("a", item.version, item.expect, item.sched, item.next, "skip", 3)
+    assert await fire(store, lease, skip) == [4]
+    assert await jobs(store) == []
+    (event,) = await store.history("a", 10)
+    assert event["event"] == "misfired"
+    assert event["missed"] == 3
+    assert event["scheduled_at"] == item.sched
+    assert event["late_ms"] >= HOUR_MS
+    fields = await store.redis.hgetall(store.keys.schedule("a"))
+    assert fields["next_run"] == str(item.next)
+    assert "runs" not in fields
+
+
+async def test_history_is_capped(store: Store) -> None:
+    await add(store, overlap="allow")
+    lease = await lease_of(store)
+    for _ in range(8):
+        assert await fire(store, lease, await due_item(store, "a")) == [1]
+    assert await store.redis.llen(store.keys.history("a")) == 5  # history_limit of the store
+
+
+async def test_last_occurrence_completes(store: Store) -> None:
+    await add(store, max_runs=2, overlap="allow")
+    lease = await lease_of(store)
+    assert await fire(store, lease, await due_item(store, "a")) == [1]
+    assert await fire(store, lease, await due_item(store, "a")) == [1]
+    fields = await store.redis.hgetall(store.keys.schedule("a"))
+    assert fields["status"] == "completed"
+    assert "next_run" not in fields
+    assert await store.redis.zscore(store.keys.schedules, "a") == float("inf")
+    # No next occurrence at all also completes (an `at` one-off, or the end of the window).
+    await add(store, "b")
+    item = await due_item(store, "b")
+    last = FireItem("b", item.version, item.expect, item.sched, None, "fire")
+    assert await fire(store, lease, last) == [1]
+    assert (await store.load("b")).completed
+
+
+async def test_wrong_type_key_is_reported_and_others_fire(store: Store) -> None:
+    await add(store, "a")
+    await add(store, "b")
+    lease = await lease_of(store)
+    good = await due_item(store, "a")
+    bad = await due_item(store, "b")
+    await store.redis.delete(store.keys.schedule("b"))
+    await store.redis.set(store.keys.schedule("b"), "not a hash")
+    assert await fire(store, lease, good, bad) == [1, -6]
+    assert await store.redis.get(store.keys.schedule("b")) == "not a hash"
+    assert len(await jobs(store)) == 1
+    with pytest.raises(StateError, match="wrong type"):
+        await store.load("b")
+    with pytest.raises(StateError, match="wrong type"):
+        await store.save(Schedule(id="b", task="t", every=60))
+    with pytest.raises(StateError):
+        await store.pause("b", None)
+    assert await store.redis.get(store.keys.schedule("b")) == "not a hash"
+    # A wrong-type history list or queue stream is refused the same way, before any write.
+    await store.redis.set(store.keys.history("a"), "x")
+    assert await fire(store, lease, await due_item(store, "a")) == [-6]
+    assert len(await jobs(store)) == 1
+
+
+async def test_hash_without_task_is_refused(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    await store.redis.hdel(store.keys.schedule("a"), "task")
+    assert await fire(store, lease, item) == [-6]
+    assert await jobs(store) == []
+
+
+async def test_malformed_arguments_write_nothing(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    bad = FireItem("a", item.version, item.expect, item.sched, item.next, "explode")
+    with pytest.raises(StateError, match="malformed"):
+        await fire(store, lease, item, bad)
+    assert await jobs(store) == []
+
+
+async def test_wrong_type_index_writes_nothing(redis: Redis, settings: Settings) -> None:
+    store = Store(redis, Keys(settings.prefix))
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    await redis.delete(store.keys.schedules)
+    await redis.set(store.keys.schedules, "oops")
+    with pytest.raises(StateError, match="not a sorted set"):
+        await fire(store, lease, item)
+    assert await jobs(store) == []

@@ -1,0 +1,62 @@
+"""The Lua scripts: the include loader, every script's header, and loading on both servers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from rsched import _lua
+
+ENGINE_SCRIPTS = (
+    "due", "fire", "upsert", "remove", "pause", "resume", "trigger",
+    "lease_acquire", "lease_renew", "lease_release",
+)  # fmt: skip
+
+
+def write(directory: Path, name: str, text: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.lua").write_text(text)
+
+
+def test_expand_inlines_includes_recursively(tmp_path: Path) -> None:
+    inc = tmp_path / "includes"
+    write(inc, "a", "local a = 1\n-- @include b\n")
+    write(inc, "b", "local b = 2\n")
+    out = _lua.expand("-- @include a\nreturn a + b\n", inc)
+    assert out == "local a = 1\nlocal b = 2\n\nreturn a + b\n"
+
+
+def test_expand_leaves_other_comments(tmp_path: Path) -> None:
+    text = "-- @include\n--  @include a\n-- see @include a\nreturn 1\n"
+    assert _lua.expand(text, tmp_path) == text
+
+
+def test_expand_rejects_cycles_and_missing_files(tmp_path: Path) -> None:
+    inc = tmp_path / "includes"
+    write(inc, "a", "-- @include b\n")
+    write(inc, "b", "-- @include a\n")
+    with pytest.raises(ValueError, match="cycle: a -> b -> a"):
+        _lua.expand("-- @include a\n", inc)
+    with pytest.raises(FileNotFoundError, match="'nope'"):
+        _lua.expand("-- @include nope\n", inc)
+
+
+def test_every_engine_script_exists_with_a_header() -> None:
+    assert set(ENGINE_SCRIPTS) <= set(_lua.names())
+    for name in ENGINE_SCRIPTS:
+        text = (_lua.lua_dir() / f"{name}.lua").read_text()
+        assert text.startswith(f"--[[ {name} "), name
+        header = text.split("]]", 1)[0]
+        assert "KEYS[1]" in header, name
+        assert re.search(r"ARGV\[1\]|ARGV: none", header), name
+        assert "Returns" in header or "returns" in header, name
+        assert "@include" not in _lua.source(name), name
+
+
+@pytest.mark.parametrize("name", ENGINE_SCRIPTS)
+async def test_scripts_load_on_the_server(redis: Redis, name: str) -> None:
+    sha = await redis.script_load(_lua.source(name))
+    assert (await redis.script_exists(sha)) == [True]

@@ -1,0 +1,95 @@
+"""Misfire policies as a pure function: what the scheduler sends for a late schedule."""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from rsched._plan import Policy, plan, version_of
+from rsched._timing import Timing
+
+MIN = 60_000
+T0 = 1_800_000_000_000 - 1_800_000_000_000 % MIN  # a whole minute
+
+
+def every_minute(**kw: object) -> Policy:
+    timing = Timing(tz=ZoneInfo("UTC"), every_ms=MIN, anchor_ms=T0)
+    return Policy(version="1:0", timing=timing, queue="default", **kw)  # type: ignore[arg-type]
+
+
+def test_on_time_and_within_grace_fire() -> None:
+    policy = every_minute()
+    (item,) = plan("a", policy, T0 + 5 * MIN, T0 + 5 * MIN + 59_000)
+    assert (item.action, item.expect, item.sched, item.next) == (
+        "fire", T0 + 5 * MIN, T0 + 5 * MIN, T0 + 6 * MIN,
+    )  # fmt: skip
+    assert item.version == "1:0"
+
+
+def test_run_once() -> None:
+    (item,) = plan("a", every_minute(), T0, T0 + 10 * MIN + 30_000)
+    assert item.action == "misfire"
+    assert item.expect == T0  # the stored next run: what the script compares
+    assert item.sched == T0 + 10 * MIN  # the latest missed occurrence stands for all
+    assert item.next == T0 + 11 * MIN
+    assert item.missed == 11
+
+
+def test_skip() -> None:
+    (item,) = plan("a", every_minute(misfire="skip", grace_ms=1_000), T0, T0 + 10 * MIN + 30_000)
+    assert (item.action, item.expect, item.next, item.missed) == ("skip", T0, T0 + 11 * MIN, 11)
+
+
+def test_skip_keeps_the_latest_when_it_is_within_grace() -> None:
+    items = plan("a", every_minute(misfire="skip", grace_ms=10_000), T0, T0 + 10 * MIN + 3_000)
+    assert [(i.action, i.expect, i.sched, i.next) for i in items] == [
+        ("skip", T0, T0, T0 + 10 * MIN),
+        ("fire", T0 + 10 * MIN, T0 + 10 * MIN, T0 + 11 * MIN),
+    ]
+    assert items[0].missed == 10
+
+
+def test_catch_up_limit_keeps_the_newest_oldest_first() -> None:
+    policy = every_minute(misfire="catch_up", catch_up_limit=3)
+    items = plan("a", policy, T0, T0 + 10 * MIN + 30_000)
+    assert [(i.action, i.expect, i.sched, i.next) for i in items] == [
+        ("skip", T0, T0, T0 + 8 * MIN),
+        ("misfire", T0 + 8 * MIN, T0 + 8 * MIN, T0 + 9 * MIN),
+        ("misfire", T0 + 9 * MIN, T0 + 9 * MIN, T0 + 10 * MIN),
+        ("fire", T0 + 10 * MIN, T0 + 10 * MIN, T0 + 11 * MIN),
+    ]
+    assert items[0].missed == 8
+
+
+def test_catch_up_everything_under_the_limit() -> None:
+    items = plan("a", every_minute(misfire="catch_up"), T0, T0 + 3 * MIN + 59_000 + MIN)
+    assert [i.sched for i in items] == [T0 + i * MIN for i in range(5)]
+    assert all(i.action != "skip" for i in items)
+    # Each item expects what the previous one leaves as next run: one atomic chain.
+    assert [i.expect for i in items[1:]] == [i.next for i in items[:-1]]
+
+
+def test_one_off_misfire_completes() -> None:
+    timing = Timing(tz=ZoneInfo("UTC"), at_ms=T0)
+    policy = Policy(version="1:0", timing=timing, queue="q")
+    (item,) = plan("a", policy, T0, T0 + 10 * MIN)
+    assert (item.action, item.sched, item.next) == ("misfire", T0, None)
+
+
+@pytest.mark.parametrize("misfire", ["run_once", "skip", "catch_up"])
+def test_policy_from_hash(misfire: str) -> None:
+    fields = {
+        "generation": "3",
+        "created_at": str(T0),
+        "cron": "*/5 * * * *",
+        "queue": "q",
+        "misfire": misfire,
+        "misfire_grace_s": "2.5",
+        "catch_up_limit": "7",
+    }
+    policy = Policy.from_hash(fields)
+    assert policy.version == version_of(fields) == f"3:{T0}"
+    assert (policy.queue, policy.misfire, policy.grace_ms, policy.catch_up_limit) == (
+        "q", misfire, 2_500, 7,
+    )  # fmt: skip

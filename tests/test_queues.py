@@ -1,0 +1,159 @@
+"""QueueStore: enqueue validation, dead letters (list, inspect, requeue, purge), statistics."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+import rsched
+from rsched._keys import GROUP, Keys
+from rsched._queues import QueueStore
+from rsched._settings import Settings
+
+
+@pytest.fixture
+def store(redis: Redis, settings: Settings) -> QueueStore:
+    return QueueStore(redis, Keys(settings.prefix), max_payload_bytes=1000)
+
+
+async def make_dead(store: QueueStore, tasks: list[str], queue: str = "default") -> list[str]:
+    """Enqueue one job per task and dead-letter each (as a worker would); returns their ids."""
+    await store.create_groups([queue])
+    for task in tasks:
+        await store.enqueue(task, {"task": task}, queue=queue)
+    read = await store.read([queue], "c1", len(tasks), 100)
+    ids = []
+    for _, entries in read:
+        for entry_id, fields in entries:
+            dead_id = await store.dead(
+                queue, entry_id, raw=fields, reason="max_retries", error_type="E",
+                error_message="m", traceback="tb",
+            )  # fmt: skip
+            assert dead_id is not None
+            ids.append(dead_id)
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"task": "bad task"}, "task"),
+        ({"task": "t", "queue": "a*b"}, "queue"),
+        ({"task": "t", "payload": {"x": "y" * 2000}}, "payload: .* over the 1000-byte limit"),
+        ({"task": "t", "payload": {"x": object()}}, "payload: not JSON"),
+        ({"task": "t", "delay_s": -1}, "delay_s"),
+        ({"task": "t", "max_retries": -1}, "max_retries"),
+        ({"task": "t", "timeout_s": 0}, "timeout_s"),
+        ({"task": "t", "execution_id": "a b"}, "execution_id"),
+    ],
+)
+async def test_enqueue_validates(store: QueueStore, kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(rsched.InvalidJob, match=message):
+        await store.enqueue(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_enqueue_writes_a_job_entry(store: QueueStore, redis: Redis) -> None:
+    exec_id = await store.enqueue(
+        "t", {"a": 1}, queue="q1", max_retries=0, timeout_s=5, execution_id="my-id"
+    )
+    assert exec_id == "my-id"
+    [(_, fields)] = await redis.xrange(store.keys.queue("q1"))
+    assert fields["task"] == "t" and fields["payload"] == '{"a":1}' and fields["attempt"] == "1"
+    assert fields["opts"] == '{"max_retries":0,"timeout_s":5.0}'
+    assert int(fields["scheduled_at"]) == int(fields["fired_at"])
+    assert "q1" in await store.queue_names()
+
+
+async def test_delayed_jobs_are_promoted_when_due(store: QueueStore, redis: Redis) -> None:
+    await store.enqueue("t", delay_s=0.2)
+    assert await redis.xlen(store.keys.queue("default")) == 0
+    moved, wait_ms = await store.promote("default")
+    assert moved == 0 and wait_ms is not None and 0 < wait_ms <= 200
+    # A member someone else wrote still moves (as a malformed entry), never blocks the set.
+    await redis.zadd(store.keys.delayed_queue("default"), {"not json": 0})
+    moved, _ = await store.promote("default")
+    assert moved == 1
+    entries = await redis.xrange(store.keys.queue("default"))
+    assert entries[-1][1] == {"malformed": "not json"}
+
+
+async def test_dead_letter_pages_filters_and_lookup(store: QueueStore) -> None:
+    ids = await make_dead(store, ["a", "b", "a", "c", "a"])
+    page, cursor = await store.dead_letters(limit=2)
+    assert [d.entry_id for d in page] == ids[::-1][:2]  # newest first
+    assert cursor is not None
+    page2, cursor2 = await store.dead_letters(limit=2, cursor=cursor)
+    assert [d.entry_id for d in page2] == ids[::-1][2:4]
+    page3, cursor3 = await store.dead_letters(limit=2, cursor=cursor2)
+    assert [d.entry_id for d in page3] == ids[:1] and cursor3 is None
+    only_a, _ = await store.dead_letters(task="a")
+    assert [d.entry_id for d in only_a] == [ids[4], ids[2], ids[0]]
+    letter = await store.dead_letter("default", ids[1])
+    assert letter.task == "b" and letter.payload == {"task": "b"} and letter.traceback == "tb"
+    assert letter.job_fields["task"] == "b"
+    with pytest.raises(rsched.DeadLetterNotFound):
+        await store.dead_letter("default", "1-1")
+    with pytest.raises(rsched.InvalidArgument):
+        await store.dead_letters(limit=0)
+
+
+async def test_requeue_by_ids_and_by_filter(store: QueueStore, redis: Redis) -> None:
+    ids = await make_dead(store, ["a", "b", "a", "c"])
+    stream = store.keys.queue("default")
+    assert await store.requeue("default", [ids[1], "1-1"]) == 1
+    assert await store.requeue("default", task="a") == 2
+    assert await store.requeue("default", [ids[3]], task="a") == 0  # filter applies to ids
+    remaining, _ = await store.dead_letters()
+    assert [d.task for d in remaining] == ["c"]
+    entries = await redis.xrange(stream)
+    assert sorted(f["task"] for _, f in entries) == ["a", "a", "b"]
+    assert all(f["attempt"] == "1" for _, f in entries)
+    assert await store.requeue("default") == 1
+    assert (await store.dead_letters())[0] == []
+
+
+async def test_purge_by_ids_filter_and_all(store: QueueStore) -> None:
+    ids = await make_dead(store, ["a", "b", "a", "c", "d"])
+    assert await store.purge("default", [ids[0]]) == 1
+    assert await store.purge("default", [ids[0]]) == 0
+    assert await store.purge("default", task="a") == 1
+    assert await store.purge("default", [ids[1]], task="zzz") == 0
+    assert await store.purge("default") == 3
+    assert (await store.dead_letters())[0] == []
+
+
+async def test_queue_stats(store: QueueStore, redis: Redis) -> None:
+    await store.create_groups(["q"])
+    for _ in range(3):
+        await store.enqueue("t", queue="q")
+    await store.enqueue("t", queue="q", delay_s=60)
+    await store.read(["q"], "c1", 2, 100)
+    await make_dead(store, ["x"], queue="dq")
+    stats = await store.queue_stats()
+    q = stats["q"]
+    assert q["length"] == 3 and q["pending"] == 2 and q["consumers"] == 1
+    assert q["delayed"] == 1 and q["dead"] == 0
+    assert q["oldest_pending_ms"] is not None and 0 <= q["oldest_pending_ms"] < 60_000
+    assert stats["dq"]["dead"] == 1 and stats["dq"]["pending"] == 0
+    assert stats["dq"]["oldest_pending_ms"] is None
+    pending = await redis.xpending(store.keys.queue("q"), GROUP)
+    assert pending["pending"] == 2
+
+
+async def test_scripts_are_safe_to_run_twice(store: QueueStore, redis: Redis) -> None:
+    await store.create_groups(["default"])
+    await store.enqueue("t")
+    [(_, [(entry_id, fields)])] = await store.read(["default"], "c1", 1, 100)
+    from rsched._queues import Done
+
+    done = Done(entry_id, fields["execution_id"], None, 1, "completed")
+    assert await store.complete("default", [done]) == [1]
+    assert await store.complete("default", [done]) == [0]
+    assert await redis.xlen(store.keys.queue("default")) == 0
+    assert await store.dead("default", entry_id, raw=fields, reason="x") is None
+    retried = await store.retry(
+        "default", entry_id, next_fields=["task", "t"], delay_ms=0, execution_id="e",
+        schedule_id=None, attempt=1, event="failed", extra="",
+    )  # fmt: skip
+    assert retried is None
+    assert await redis.xlen(store.keys.queue("default")) == 0

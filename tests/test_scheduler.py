@@ -1,0 +1,387 @@
+"""The Scheduler in process against real servers: firing, completion, misfires, races, wake-ups."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from rsched import Schedule, Scheduler
+from rsched._connection import connect
+from rsched._keys import Keys
+from rsched._scheduler import _LostLease
+from rsched._settings import SchedulerSettings, Settings
+from rsched._store import Store
+from rsched._timing import first_run_ms
+
+DAY_MS = 86_400_000
+
+
+@pytest.fixture
+def fast(redis_url: str, prefix: str) -> Settings:
+    """Short lease and idle periods so the tests run in well under a second each."""
+    return Settings(
+        redis_url=redis_url,
+        prefix=prefix,
+        scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=500),
+    )
+
+
+@pytest.fixture
+def store(redis: Redis, fast: Settings) -> Store:
+    return Store(redis, Keys(fast.prefix))
+
+
+@asynccontextmanager
+async def running(settings: Settings, count: int = 1) -> AsyncIterator[list[Scheduler]]:
+    """``count`` schedulers, each with its own connection, stopped (gracefully) on exit."""
+    clients = [connect(settings.url) for _ in range(count)]
+    schedulers = [Scheduler(client, settings) for client in clients]
+    try:
+        async with anyio.create_task_group() as tg:
+            for scheduler in schedulers:
+                await tg.start(scheduler.run)
+            yield schedulers
+            for scheduler in schedulers:
+                scheduler.stop()
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not await check():  # noqa: ASYNC110 - polling Redis, there is no event to await
+            await anyio.sleep(0.02)
+
+
+async def jobs(store: Store, queue: str = "default") -> list[dict[str, str]]:
+    entries: Any = await store.redis.xrange(store.keys.queue(queue))
+    return [fields for _, fields in entries]
+
+
+async def count_jobs(store: Store, at_least: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return len(await jobs(store)) >= at_least
+
+    return check
+
+
+async def set_next_run(store: Store, sid: str, ms: int) -> None:
+    """Put a schedule's next run where an outage would have left it."""
+    await store.redis.hset(store.keys.schedule(sid), "next_run", ms)
+    await store.redis.zadd(store.keys.schedules, {sid: ms})
+
+
+def soon(seconds: float) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+async def test_every_interval_fires_on_its_grid(store: Store, fast: Settings) -> None:
+    start = soon(0.3)
+    await store.save(Schedule(id="e", task="t", every=0.2, start_at=start, overlap="allow"))
+    async with running(fast):
+        await eventually(await count_jobs(store, 4))
+    entries = await jobs(store)
+    scheduled = [int(j["scheduled_at"]) for j in entries]
+    first = int(start.timestamp() * 1000)
+    assert scheduled[:4] == [first + i * 200 for i in range(4)]
+    assert len({j["execution_id"] for j in entries}) == len(entries)
+    for job in entries:  # fired promptly: the leader sleeps until the next run, not a tick
+        assert 0 <= int(job["fired_at"]) - int(job["scheduled_at"]) < 1_000
+
+
+async def test_one_off_at_completes(store: Store, fast: Settings) -> None:
+    at = soon(0.3)
+    await store.save(Schedule(id="once", task="t", at=at))
+    async with running(fast):
+
+        async def done() -> bool:
+            return (await store.load("once")).completed
+
+        await eventually(done)
+        await anyio.sleep(0.3)
+    (job,) = await jobs(store)
+    assert job["scheduled_at"] == str(int(at.timestamp() * 1000))
+    assert await store.redis.zscore(store.keys.schedules, "once") == float("inf")
+    loaded = await store.load("once")
+    assert loaded.runs == 1
+    assert loaded.next_run is None
+
+
+async def test_max_runs_completes(store: Store, fast: Settings) -> None:
+    await store.save(Schedule(id="m", task="t", every=0.05, max_runs=3, overlap="allow"))
+    async with running(fast):
+
+        async def done() -> bool:
+            return (await store.load("m")).completed
+
+        await eventually(done)
+        await anyio.sleep(0.3)
+    assert len(await jobs(store)) == 3
+    assert (await store.load("m")).runs == 3
+
+
+async def test_end_at_completes(store: Store, fast: Settings) -> None:
+    start = soon(0.2)
+    end = start + timedelta(seconds=0.35)
+    await store.save(
+        Schedule(id="w", task="t", every=0.1, start_at=start, end_at=end, overlap="allow")
+    )
+    async with running(fast):
+
+        async def done() -> bool:
+            return (await store.load("w")).completed
+
+        await eventually(done)
+        await anyio.sleep(0.2)
+    scheduled = [int(j["scheduled_at"]) for j in await jobs(store)]
+    first = int(start.timestamp() * 1000)
+    assert scheduled == [first, first + 100, first + 200, first + 300]
+
+
+async def test_wake_on_new_earlier_schedule(store: Store, redis_url: str, prefix: str) -> None:
+    # A long idle period: only the wake notification can make this fire on time.
+    settings = Settings(
+        redis_url=redis_url,
+        prefix=prefix,
+        scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=30_000),
+    )
+    await store.save(Schedule(id="far", task="t", cron="0 0 1 1 *"))
+    async with running(settings) as (scheduler,):
+        await eventually(lambda: _true(scheduler.is_leader))
+        await anyio.sleep(0.2)  # the leader is asleep until next year's run
+        await store.save(Schedule(id="near", task="t", at=soon(0.3)))
+        await eventually(await count_jobs(store, 1), timeout_s=3)
+    (job,) = await jobs(store)
+    assert int(job["fired_at"]) - int(job["scheduled_at"]) < 1_000
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_pause_and_resume(store: Store, fast: Settings) -> None:
+    await store.save(Schedule(id="p", task="t", every=0.1, overlap="allow"))
+    await store.pause("p", None)
+    async with running(fast):
+        await anyio.sleep(0.5)
+        assert await jobs(store) == []
+        loaded = await store.load("p")
+        now = await store.time_ms()
+        nxt = first_run_ms(loaded, now, created_ms=now, creating=False)
+        await store.resume("p", loaded.generation, nxt)
+        await eventually(await count_jobs(store, 2))
+
+
+@pytest.mark.slow
+async def test_three_schedulers_fire_each_occurrence_once(store: Store, fast: Settings) -> None:
+    ids = [f"s{i}" for i in range(20)]
+    start = soon(0.3)
+    for sid in ids:
+        await store.save(Schedule(id=sid, task="t", every=0.1, start_at=start, overlap="allow"))
+    async with running(fast, count=3) as schedulers:
+        # Force hand-overs: drop the lease now and then, as if the leader had paused.
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            await anyio.sleep(0.25)
+            await store.redis.delete(store.keys.leader)
+        leaders = sum(s.is_leader for s in schedulers)
+        assert leaders <= 1
+    entries = await jobs(store)
+    counts = Counter(j["execution_id"] for j in entries)
+    assert counts.most_common(1)[0][1] == 1, "an occurrence fired twice"
+    by_schedule: dict[str, list[int]] = {}
+    for job in entries:
+        by_schedule.setdefault(job["schedule_id"], []).append(int(job["scheduled_at"]))
+    first = int(start.timestamp() * 1000)
+    for sid in ids:
+        times = sorted(by_schedule[sid])
+        # No occurrence lost either: a gap-free run of the grid from the first one.
+        assert times == [first + 100 * i for i in range(len(times))], sid
+        assert len(times) >= 10
+
+
+async def test_update_while_due_never_fires_old_spec(store: Store, fast: Settings) -> None:
+    await store.save(Schedule(id="u", task="old", every=0.02, overlap="allow"))
+    async with running(fast):
+        await eventually(await count_jobs(store, 2))
+        await store.save(Schedule(id="u", task="new", every=0.02, overlap="allow"))
+        changed_at = await store.time_ms()
+        await eventually(await count_jobs(store, 10))
+        await store.remove("u")
+        removed_at = await store.time_ms()
+        await anyio.sleep(0.3)
+    entries = await jobs(store)
+    for job in entries:
+        assert (job["task"], job["generation"]) in (("old", "1"), ("new", "2"))
+        if int(job["fired_at"]) > changed_at:
+            assert job["task"] == "new"
+        assert int(job["fired_at"]) <= removed_at
+    assert any(j["task"] == "new" for j in entries)
+
+
+async def test_wrong_type_schedule_does_not_stop_others(store: Store, fast: Settings) -> None:
+    await store.save(Schedule(id="bad", task="t", every=0.05))
+    await store.save(Schedule(id="good", task="t", every=0.05, overlap="allow"))
+    await store.redis.delete(store.keys.schedule("bad"))
+    await store.redis.set(store.keys.schedule("bad"), "clobbered")
+    async with running(fast):
+        await eventually(await count_jobs(store, 3))
+    assert {j["schedule_id"] for j in await jobs(store)} == {"good"}
+    assert await store.redis.get(store.keys.schedule("bad")) == "clobbered"
+
+
+async def test_graceful_stop_releases_lease(store: Store, fast: Settings) -> None:
+    async with running(fast) as (scheduler,):
+        await eventually(lambda: _true(scheduler.is_leader))
+        assert await store.redis.get(store.keys.leader) is not None
+    assert await store.redis.get(store.keys.leader) is None
+
+
+async def test_standby_takes_over(store: Store, fast: Settings) -> None:
+    await store.save(Schedule(id="h", task="t", every=0.05, overlap="allow"))
+    async with running(fast, count=2) as schedulers:
+        await eventually(lambda: _true(any(s.is_leader for s in schedulers)))
+        leader = next(s for s in schedulers if s.is_leader)
+        other = next(s for s in schedulers if s is not leader)
+        leader.stop()
+        await eventually(lambda: _true(other.is_leader), timeout_s=3)
+        before = len(await jobs(store))
+        await eventually(await count_jobs(store, before + 3))
+
+
+# --- misfire policies after an outage --------------------------------------------------------
+
+
+def daily_far_from_now() -> str:
+    """A daily cron whose latest occurrence is about 12 hours ago, whatever the time now."""
+    return f"0 {(datetime.now(UTC).hour + 12) % 24} * * *"
+
+
+async def outage(store: Store, sid: str, days: int, **spec: Any) -> tuple[int, int]:
+    """Create a daily schedule whose next run an outage left ``days`` days behind.
+
+    Returns (stale next run, latest missed occurrence).
+    """
+    await store.save(Schedule(id=sid, task="t", cron=daily_far_from_now(), **spec))
+    upcoming = int(await store.redis.hget(store.keys.schedule(sid), "next_run") or 0)
+    latest = upcoming - DAY_MS
+    stale = latest - (days - 1) * DAY_MS
+    await set_next_run(store, sid, stale)
+    return stale, latest
+
+
+async def run_until_moved(store: Store, fast: Settings, sid: str, stale: int) -> dict[str, str]:
+    async with running(fast):
+
+        async def moved() -> bool:
+            nxt = await store.redis.hget(store.keys.schedule(sid), "next_run")
+            return nxt is not None and int(nxt) > stale + DAY_MS * 2
+
+        await eventually(moved)
+    fields: dict[str, str] = (await store.fields([sid]))[0]
+    return fields
+
+
+async def test_misfire_run_once(store: Store, fast: Settings) -> None:
+    stale, latest = await outage(store, "r", days=5)
+    fields = await run_until_moved(store, fast, "r", stale)
+    (job,) = await jobs(store)
+    assert job["origin"] == "misfire"
+    assert job["scheduled_at"] == str(latest)
+    assert int(fields["next_run"]) == latest + DAY_MS
+    (event,) = await store.history("r", 10)
+    assert (event["event"], event["missed"], event["scheduled_at"]) == ("fired", 5, latest)
+    assert event["late_ms"] > 11 * 3_600_000
+
+
+async def test_misfire_skip(store: Store, fast: Settings) -> None:
+    stale, latest = await outage(store, "s", days=5, misfire="skip")
+    fields = await run_until_moved(store, fast, "s", stale)
+    assert await jobs(store) == []
+    assert int(fields["next_run"]) == latest + DAY_MS
+    assert "runs" not in fields
+    (event,) = await store.history("s", 10)
+    assert (event["event"], event["missed"], event["scheduled_at"]) == ("misfired", 5, stale)
+
+
+async def test_misfire_catch_up(store: Store, fast: Settings) -> None:
+    stale, latest = await outage(
+        store, "c", days=5, misfire="catch_up", catch_up_limit=3, overlap="allow"
+    )
+    fields = await run_until_moved(store, fast, "c", stale)
+    scheduled = [int(j["scheduled_at"]) for j in await jobs(store)]
+    assert scheduled == [latest - 2 * DAY_MS, latest - DAY_MS, latest]  # newest 3, oldest first
+    assert int(fields["next_run"]) == latest + DAY_MS
+    assert fields["runs"] == "3"
+    events = [(e["event"], e.get("missed")) for e in reversed(await store.history("c", 10))]
+    assert events == [("misfired", 2), ("fired", 1), ("fired", 1), ("fired", 1)]
+
+
+async def test_late_within_grace_just_runs(store: Store, fast: Settings) -> None:
+    await store.save(Schedule(id="g", task="t", cron="0 0 1 1 *", misfire="skip"))
+    now = await store.time_ms()
+    await set_next_run(store, "g", now - 5_000)  # default misfire_grace_s is 60
+    async with running(fast):
+        await eventually(await count_jobs(store, 1))
+    (job,) = await jobs(store)
+    assert job["origin"] == "schedule"
+    (event,) = await store.history("g", 10)
+    assert event["event"] == "fired"
+    assert event["late_ms"] >= 5_000
+
+
+async def test_stale_lease_round_steps_down(store: Store, fast: Settings) -> None:
+    # The ticker's own view of leadership is never trusted: the fire script checks the token.
+    await store.save(Schedule(id="f", task="t", cron="0 0 1 1 *"))
+    await set_next_run(store, "f", await store.time_ms() - 1_000)
+    lease, _ = await store.lease_acquire("someone-else", 60_000)
+    assert lease is not None
+    scheduler = Scheduler(store.redis, fast)
+    with pytest.raises(_LostLease):
+        await scheduler._round("1:a-lease-that-expired")
+    assert await jobs(store) == []
+
+
+async def test_catch_up_goes_through_the_overlap_policy(store: Store, fast: Settings) -> None:
+    # With the default overlap=skip the first caught-up run is still queued when the next one
+    # comes due, so the rest are skipped; overlap="allow" runs every one (test above).
+    stale, _ = await outage(store, "o", days=3, misfire="catch_up")
+    await run_until_moved(store, fast, "o", stale)
+    assert len(await jobs(store)) == 1
+    events = [e["event"] for e in reversed(await store.history("o", 10))]
+    assert events == ["fired", "skipped", "skipped"]
+
+
+@pytest.mark.slow
+async def test_survives_a_redis_restart(make_server: Callable[..., Any], prefix: str) -> None:
+    server = make_server(appendonly=True)
+    settings = Settings(
+        redis_url=server.url,
+        prefix=prefix,
+        scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=500),
+    )
+    client = connect(server.url)
+    after = connect(server.url)  # a client that never saw the old connection
+    store = Store(client, Keys(prefix))
+    try:
+        await store.save(Schedule(id="r", task="t", every=0.1, overlap="allow"))
+        async with running(settings):
+            await eventually(await count_jobs(store, 3))
+            await anyio.to_thread.run_sync(server.restart)
+            store = Store(after, Keys(prefix))
+            before = len(await jobs(store))
+            await eventually(await count_jobs(store, before + 5), timeout_s=10)
+        entries = await jobs(store)
+        assert Counter(j["execution_id"] for j in entries).most_common(1)[0][1] == 1
+    finally:
+        await client.aclose()
+        await after.aclose()

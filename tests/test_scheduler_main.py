@@ -1,0 +1,161 @@
+"""``rsched-scheduler`` as a process: settings, signals, and a leader paused past its lease."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from rsched import Schedule
+from rsched._keys import Keys
+from rsched._plan import version_of
+from rsched._scheduler_main import _parser, load_settings
+from rsched._settings import Settings
+from rsched._store import FireItem, Store
+
+MAIN = "rsched._scheduler_main"
+FAST = ("--lease-ttl-ms", "1000", "--lease-renew-ms", "200")
+
+
+@pytest.fixture
+def store(redis: Redis, settings: Settings) -> Store:
+    return Store(redis, Keys(settings.prefix))
+
+
+def args(settings: Settings, *extra: str) -> tuple[str, ...]:
+    return ("--redis-url", settings.url, "--prefix", settings.prefix, *FAST, *extra)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not await check():  # noqa: ASYNC110 - polling Redis, there is no event to await
+            await anyio.sleep(0.05)
+
+
+async def wait_for(proc: Any, text: str, timeout_s: float = 15.0) -> None:
+    await anyio.to_thread.run_sync(proc.wait_for, text, timeout_s)
+
+
+async def jobs(store: Store) -> list[dict[str, str]]:
+    entries: Any = await store.redis.xrange(store.keys.queue("default"))
+    return [fields for _, fields in entries]
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RSCHED_PREFIX", "from-env")
+    monkeypatch.setenv("RSCHED_SCHEDULER__LEASE_TTL_MS", "20000")
+    monkeypatch.delenv("RSCHED_REDIS_URL", raising=False)
+    settings = load_settings(_parser().parse_args(["--lease-renew-ms", "300"]))
+    assert settings.prefix == "from-env"
+    assert settings.scheduler.lease_ttl_ms == 20_000
+    assert settings.scheduler.lease_renew_ms == 300
+    assert settings.url == "redis://127.0.0.1:6379/0"
+    settings = load_settings(
+        _parser().parse_args(["--prefix", "flag", "--redis-url", "redis://h/1"])
+    )
+    assert (settings.prefix, settings.url) == ("flag", "redis://h/1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [
+        (["--lease-ttl-ms", "10"], {}, "--lease-ttl-ms / RSCHED_SCHEDULER__LEASE_TTL_MS"),
+        (["--prefix", "has space"], {}, "--prefix / RSCHED_PREFIX"),
+        ([], {"RSCHED_HISTORY_LIMIT": "0"}, "RSCHED_HISTORY_LIMIT"),
+        (["--lease-ttl-ms", "1000", "--lease-renew-ms", "900"], {}, "lease_renew_ms"),
+    ],
+)
+def test_bad_settings_exit_2(
+    spawn: Callable[..., Any], argv: list[str], env: dict[str, str], named: str
+) -> None:
+    proc = spawn(MAIN, *argv, env=env)
+    assert proc.wait() == 2
+    assert named in proc.output()
+
+
+def test_schedules_file_problems_exit_2(spawn: Callable[..., Any], settings: Settings) -> None:
+    proc = spawn(MAIN, *args(settings, "--schedules", "/nonexistent/schedules.toml"))
+    assert proc.wait() == 2
+    assert "--schedules" in proc.output()
+
+
+@pytest.mark.slow
+async def test_sigterm_exits_0_and_releases_lease(
+    spawn: Callable[..., Any], settings: Settings, store: Store
+) -> None:
+    proc = spawn(MAIN, *args(settings))
+    await wait_for(proc, "scheduler.ready")
+    await wait_for(proc, "leader.acquired")
+    assert await store.redis.get(store.keys.leader) is not None
+    proc.signal(signal.SIGTERM)
+    assert await anyio.to_thread.run_sync(proc.wait) == 0
+    assert await store.redis.get(store.keys.leader) is None
+    assert "leader.released" in proc.output()
+
+
+@pytest.mark.slow
+async def test_paused_leader_fires_nothing_after_resume(
+    spawn: Callable[..., Any], settings: Settings, store: Store
+) -> None:
+    await store.save(Schedule(id="tick", task="t", every=0.1, overlap="allow"))
+    old = spawn(MAIN, *args(settings))
+    await wait_for(old, "leader.acquired")
+    match = re.search(r"event=leader\.acquired lease=(\S+)", old.output())
+    assert match is not None
+    old_lease = match.group(1)
+    await eventually(lambda: _has_jobs(store, 3))
+
+    old.signal(signal.SIGSTOP)
+    paused_at = await store.time_ms()
+    new = spawn(MAIN, *args(settings))
+    await wait_for(new, "leader.acquired")
+    new_lease = str(await store.redis.get(store.keys.leader))
+    assert int(new_lease.split(":")[0]) > int(old_lease.split(":")[0])
+    before = len(await jobs(store))
+    await eventually(lambda: _has_jobs(store, before + 3))
+
+    seen = len(old.output())
+    old.signal(signal.SIGCONT)
+    await wait_for(old, "leader.lost")
+    await anyio.sleep(0.5)
+
+    # The old leader's fire calls are refused by the fencing token and write nothing.
+    (fields,) = await store.fields(["tick"])
+    nxt = int(fields["next_run"])
+    item = FireItem("tick", version_of(fields), nxt, nxt, nxt + 100, "fire")
+    length = await store.redis.xlen(store.keys.queue("default"))
+    assert await store.fire(old_lease, [(item, store.fire_keys("tick", "default"))]) is None
+    assert await store.redis.xlen(store.keys.queue("default")) == length
+    for fired in re.findall(r"event=fired fired=(\d+)", old.output()[seen:]):
+        assert fired == "0"
+
+    entries = await jobs(store)
+    assert Counter(j["execution_id"] for j in entries).most_common(1)[0][1] == 1
+    times = sorted(int(j["scheduled_at"]) for j in entries)
+    assert all(b - a == 100 for a, b in itertools.pairwise(times)), "a gap or repeat"
+    assert any(int(j["fired_at"]) > paused_at + 1000 for j in entries)
+    for proc in (old, new):
+        proc.signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(proc.wait) == 0
+
+
+async def _has_jobs(store: Store, n: int) -> bool:
+    return len(await jobs(store)) >= n
+
+
+def test_module_runs_as_script() -> None:
+    # `python -m rsched._scheduler_main --help` exits 0 and documents the flags.
+    out = subprocess.run(
+        [sys.executable, "-m", MAIN, "--help"], capture_output=True, text=True, check=True
+    )
+    for flag in ("--redis-url", "--prefix", "--lease-ttl-ms", "--lease-renew-ms", "--schedules"):
+        assert flag in out.stdout

@@ -1,0 +1,254 @@
+"""Schedule writes through Store against real servers: validation, re-sends, pause, trigger."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from rsched import InvalidSchedule, Schedule, ScheduleExists, ScheduleNotFound
+from rsched._keys import Keys
+from rsched._settings import Settings
+from rsched._store import Conflict, Store
+from rsched._timing import first_run_ms
+
+
+@pytest.fixture
+def store(redis: Redis, settings: Settings) -> Store:
+    return Store(redis, Keys(settings.prefix), max_payload_bytes=1024)
+
+
+async def snapshot(redis: Redis, prefix: str) -> dict[str, Any]:
+    """Every key of the prefix with its serialized value (DUMP) and whether it expires."""
+    out: dict[str, Any] = {}
+    async for key in redis.scan_iter(match=f"{{{prefix}}}:*"):
+        dump = await redis.execute_command("DUMP", key, NEVER_DECODE=True)  # type: ignore[no-untyped-call]
+        out[key] = (dump, await redis.pttl(key) > 0)
+    return out
+
+
+async def test_write_and_load(store: Store) -> None:
+    gen, created = await store.save(
+        Schedule(id="r", task="reports.nightly", cron="0 2 * * *", timezone="Europe/Rome")
+    )
+    assert (gen, created) == (1, True)
+    loaded = await store.load("r")
+    assert loaded.cron == "0 2 * * *"
+    assert loaded.timezone == "Europe/Rome"
+    assert loaded.generation == 1
+    assert loaded.next_run is not None
+    assert loaded.next_run.astimezone(UTC).hour in (0, 1)  # 02:00 in Rome
+    fields = await store.redis.hgetall(store.keys.schedule("r"))
+    # Only what differs from the defaults is stored, plus engine state.
+    assert set(fields) == {
+        "task", "cron", "timezone", "generation", "created_at", "updated_at", "next_run",
+    }  # fmt: skip
+    assert await store.redis.zscore(store.keys.schedules, "r") == int(fields["next_run"])
+    gen, created = await store.save(Schedule(id="r", task="reports.nightly", cron="0 3 * * *"))
+    assert (gen, created) == (2, False)
+    assert fields["created_at"] == await store.redis.hget(store.keys.schedule("r"), "created_at")
+
+
+async def test_modes(store: Store) -> None:
+    spec = Schedule(id="m", task="t", every=60)
+    with pytest.raises(ScheduleNotFound):
+        await store.save(spec, mode="replace")
+    await store.save(spec, mode="add")
+    with pytest.raises(ScheduleExists):
+        await store.save(spec, mode="add")
+    with pytest.raises(Conflict):
+        await store.save(spec, expect_gen=7)
+    assert (await store.save(spec, expect_gen=1))[0] == 2
+    await store.remove("m")
+    with pytest.raises(ScheduleNotFound):
+        await store.remove("m")
+    with pytest.raises(ScheduleNotFound):
+        await store.load("m")
+
+
+async def test_every_anchor_and_window(store: Store) -> None:
+    now = await store.time_ms()
+    await store.save(Schedule(id="e", task="t", every=30))
+    nxt = int(await store.redis.hget(store.keys.schedule("e"), "next_run") or 0)
+    assert now + 30_000 <= nxt < now + 31_000
+    start = datetime.now(UTC) + timedelta(hours=1)
+    await store.save(Schedule(id="w", task="t", every=30, start_at=start))
+    assert await store.redis.hget(store.keys.schedule("w"), "next_run") == str(
+        int(start.timestamp() * 1000)
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Schedule(id="x", task="t", cron="61 * * * *"), "cron"),
+        (lambda: Schedule(id="x", task="t", cron="0 0 30 2 *"), "cron"),
+        (lambda: Schedule(id="x", task="t", cron="*/0 * * * *"), "cron"),
+        (lambda: Schedule(id="x", task="t", cron="0 2 * * *", timezone="PST"), "timezone"),
+        (lambda: Schedule(id="x", task="t", cron="0 2 * * *", timezone="Mars/Base"), "timezone"),
+        (lambda: Schedule(id="bad id!", task="t", every=5), "id"),
+        (lambda: Schedule(id="x{y}", task="t", every=5), "id"),
+        (lambda: Schedule(id="x", task="t", every=0), "every"),
+        (lambda: Schedule(id="x", task="t", every=-5), "every"),
+        (lambda: Schedule(id="x", task="t", every=timedelta(0)), "every"),
+        (lambda: Schedule(id="x", task="t", every=5, payload={"b": "x" * 70_000}), "payload"),
+        (lambda: Schedule(id="x", task="t", every=5, payload=[1]), "payload"),
+        (lambda: Schedule(id="x", task="t", every=5, cron="* * * * *"), ""),
+        (lambda: Schedule(id="x", task="t"), ""),
+    ],
+)
+async def test_bad_input_names_the_field(
+    store: Store, prefix: str, make: Callable[[], Schedule], field: str
+) -> None:
+    await store.save(Schedule(id="keep", task="t", every=60))
+    before = await snapshot(store.redis, prefix)
+    with pytest.raises(InvalidSchedule) as caught:
+        await store.save(make())
+    assert [f for f, _ in caught.value.errors] == [field]
+    assert await snapshot(store.redis, prefix) == before
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"at": datetime.now(UTC) - timedelta(minutes=1)}, "at"),
+        ({"every": 5, "end_at": datetime.now(UTC) - timedelta(minutes=1)}, "end_at"),
+        (
+            {
+                "cron": "0 0 1 1 *",
+                "start_at": datetime.now(UTC) + timedelta(days=2),
+                "end_at": datetime.now(UTC) + timedelta(days=3),
+            },
+            "end_at",
+        ),
+        ({"every": 5, "payload": {"big": "x" * 2000}}, "payload"),  # store limit 1024
+    ],
+)
+async def test_bad_input_checked_against_redis_time(
+    store: Store, prefix: str, spec: dict[str, Any], field: str
+) -> None:
+    await store.save(Schedule(id="keep", task="t", every=60))
+    before = await snapshot(store.redis, prefix)
+    with pytest.raises(InvalidSchedule) as caught:
+        await store.save(Schedule(id="x", task="t", **spec))
+    assert [f for f, _ in caught.value.errors] == [field]
+    assert field in str(caught.value)
+    assert await snapshot(store.redis, prefix) == before
+
+
+def test_first_run_helper() -> None:
+    now = 1_800_000_000_000
+    at = Schedule(id="a", task="t", at=datetime.fromtimestamp(now / 1000 + 5, UTC))
+    assert first_run_ms(at, now) == now + 5_000
+    with pytest.raises(InvalidSchedule, match=r"at: .* is in the past"):
+        first_run_ms(at, now + 5_000)
+    # An existing one-off that already passed simply has nothing left to run.
+    assert first_run_ms(at, now + 10_000, creating=False) is None
+    every = Schedule(id="e", task="t", every=10)
+    assert first_run_ms(every, now) == now + 10_000
+    assert first_run_ms(every, now, created_ms=now - 25_000) == now + 5_000
+    used_up = Schedule(id="u", task="t", every=10, max_runs=2, runs=2)
+    assert first_run_ms(used_up, now, creating=False) is None
+
+
+async def test_resent_writes_apply_once(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # redis-py re-sends a script call after a connection error; the op key makes it a no-op.
+    monkeypatch.setattr(store, "_op", lambda: store.keys.op("fixed-request"))
+    spec = Schedule(id="r", task="t", every=60, overlap="allow")
+    assert await store.save(spec) == (1, True)
+    assert await store.save(spec) == (1, True)
+    assert await store.redis.hget(store.keys.schedule("r"), "generation") == "1"
+
+    monkeypatch.setattr(store, "_op", lambda: store.keys.op("trigger-request"))
+    first = await store.trigger("r", "default")
+    assert await store.trigger("r", "default") == first
+    assert await store.redis.xlen(store.keys.queue("default")) == 1
+    assert await store.redis.hget(store.keys.schedule("r"), "runs") == "1"
+
+    monkeypatch.setattr(store, "_op", lambda: store.keys.op("remove-request"))
+    await store.remove("r")
+    await store.remove("r")  # replayed: no ScheduleNotFound for the re-sent call
+    assert await store.redis.exists(store.keys.schedule("r")) == 0
+
+
+async def test_trigger_goes_through_overlap(store: Store) -> None:
+    await store.save(Schedule(id="t1", task="t", cron="0 0 1 1 *", max_runs=2))
+    code, exec_id = await store.trigger("t1", "default")
+    assert code == 1
+    assert exec_id.startswith("t1@")
+    entries: Any = await store.redis.xrange(store.keys.queue("default"))
+    (entry,) = entries
+    assert entry[1]["origin"] == "manual"
+    assert entry[1]["execution_id"] == exec_id
+    assert await store.redis.hget(store.keys.running("t1"), "execution_id") == exec_id
+    # The previous run is still marked running: overlap=skip skips the second trigger.
+    code, _ = await store.trigger("t1", "default")
+    assert code == 2
+    events = [e["event"] for e in await store.history("t1", 10)]
+    assert events == ["skipped", "fired"]
+    # Triggers count towards max_runs; the regular occurrences did not move.
+    await store.redis.delete(store.keys.running("t1"))
+    assert (await store.trigger("t1", "default"))[0] == 1
+    loaded = await store.load("t1")
+    assert loaded.completed
+    with pytest.raises(InvalidSchedule, match="completed"):
+        await store.trigger("t1", "default")
+    with pytest.raises(ScheduleNotFound):
+        await store.trigger("nope", "default")
+
+
+async def test_buffer_one_and_cancel_previous(store: Store) -> None:
+    await store.save(Schedule(id="b", task="t", every=3600, overlap="buffer_one"))
+    assert (await store.trigger("b", "default"))[0] == 1
+    assert (await store.trigger("b", "default"))[0] == 3
+    assert (await store.trigger("b", "default"))[0] == 2
+    assert await store.redis.hget(store.keys.buffered("b"), "task") == "t"
+    await store.save(Schedule(id="c", task="t", every=3600, overlap="cancel_previous"))
+    _, first = await store.trigger("c", "default")
+    async with store.redis.pubsub() as pubsub:
+        await pubsub.subscribe(store.keys.cancel)
+        await pubsub.get_message(timeout=1)
+        assert (await store.trigger("c", "default"))[0] == 1
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+    assert message is not None
+    assert message["data"] == first
+    # A new spec drops the occurrence buffered under the old one.
+    await store.save(Schedule(id="b", task="t2", every=3600, overlap="buffer_one"))
+    assert await store.redis.exists(store.keys.buffered("b")) == 0
+
+
+async def test_pause_and_resume(store: Store) -> None:
+    await store.save(Schedule(id="p", task="t", every=60))
+    await store.pause("p", "deploy in progress")
+    loaded = await store.load("p")
+    assert loaded.paused
+    assert loaded.pause_note == "deploy in progress"
+    assert await store.redis.zscore(store.keys.schedules, "p") == float("inf")
+    now = await store.time_ms()
+    nxt = first_run_ms(loaded, now, created_ms=now, creating=False)
+    with pytest.raises(Conflict):
+        await store.resume("p", 5, nxt)
+    await store.resume("p", loaded.generation, nxt)
+    resumed = await store.load("p")
+    assert not resumed.paused
+    assert resumed.pause_note is None
+    assert await store.redis.zscore(store.keys.schedules, "p") == nxt
+    with pytest.raises(ScheduleNotFound):
+        await store.pause("nope", None)
+
+
+async def test_wake_published_when_a_schedule_becomes_the_earliest(store: Store) -> None:
+    await store.save(Schedule(id="paused", task="t", every=60))
+    await store.pause("paused", None)  # the only entry now scores +inf
+    async with store.redis.pubsub() as pubsub:
+        await pubsub.subscribe(store.keys.wake)
+        await pubsub.get_message(timeout=1)
+        await store.save(Schedule(id="first", task="t", every=600))
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+        assert message is not None
+        assert message["data"] == await store.redis.hget(store.keys.schedule("first"), "next_run")
+        await store.save(Schedule(id="later", task="t", every=900))  # not earlier: no wake
+        assert await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2) is None

@@ -1,0 +1,66 @@
+"""The blocking SDK: the same methods as the async client, from plain threads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_sync
+
+from rsched import Schedule, ScheduleExists, ScheduleNotFound, SyncClient
+
+
+@pytest.fixture
+def sync_client(redis_url: str, prefix: str) -> Iterator[SyncClient]:
+    with SyncClient.from_url(redis_url, prefix=prefix) as client:
+        yield client
+    with redis_sync.Redis.from_url(redis_url) as raw:
+        keys = list(raw.scan_iter(match=f"{{{prefix}}}:*", count=1000))
+        if keys:
+            raw.delete(*keys)
+
+
+def test_sync_client_round_trip(sync_client: SyncClient) -> None:
+    stored = sync_client.add(Schedule(id="s", task="t", cron="*/5 * * * *"))
+    assert stored.generation == 1
+    with pytest.raises(ScheduleExists):
+        sync_client.add(Schedule(id="s", task="t", every=5))
+    assert sync_client.update("s", every=30).every == 30
+    sync_client.pause("s", note="why not")
+    assert sync_client.get("s").paused
+    sync_client.resume("s")
+    assert len(sync_client.next_runs("s", 4)) == 4
+    fired = sync_client.trigger("s")
+    assert fired.status == "fired"
+    assert sync_client.history("s")[0]["execution_id"] == fired.execution_id
+    assert [s.id for s in sync_client.list().schedules] == ["s"]
+    assert sync_client.stats().schedules["total"] == 1
+    sync_client.remove("s")
+    with pytest.raises(ScheduleNotFound):
+        sync_client.get("s")
+
+
+def test_sync_client_from_threads(sync_client: SyncClient) -> None:
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(10):
+                sync_client.upsert(Schedule(id=f"t{n}-{i}", task="t", every=60))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(sync_client.list(limit=100).schedules) == 40
+
+
+def test_close_is_idempotent(redis_url: str, prefix: str) -> None:
+    client = SyncClient(redis_url, prefix)
+    client.close()
+    client.close()

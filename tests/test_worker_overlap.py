@@ -1,0 +1,199 @@
+"""Overlap policies end to end: a real scheduler fires, in-process workers run the jobs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import orjson
+from redis.asyncio import Redis
+
+import rsched
+from rsched._keys import Keys
+from rsched._model import Schedule
+from rsched._scheduler import Scheduler
+from rsched._settings import Settings
+from rsched._store import Store
+from test_worker import running, wait_until
+from worker_app import fast_settings
+
+
+@asynccontextmanager
+async def scheduling(redis: Redis, settings: Settings, **spec: Any) -> AsyncIterator[Store]:
+    store = Store(redis, Keys(settings.prefix))
+    now = await store.time_ms()
+    await store.write(
+        Schedule(id="s1", task="t", **spec),
+        mode="add",
+        expect_gen=None,
+        next_ms=now + 100,
+        created_ms=now,
+    )
+    scheduler = Scheduler(redis, settings)
+    async with anyio.create_task_group() as tg:
+        await tg.start(scheduler.run)
+        try:
+            yield store
+        finally:
+            scheduler.stop()
+
+
+async def events(store: Store) -> list[dict[str, Any]]:
+    return list(reversed(await store.history("s1", 1000)))  # oldest first
+
+
+async def test_skip_never_overlaps_and_records_outcomes(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    state = {"now": 0, "peak": 0, "done": 0}
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        state["now"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        marker = await redis.hgetall(Keys(settings.prefix).running("s1"))
+        assert marker["state"] == "running" and marker["execution_id"] == job.execution_id
+        assert job.schedule_id == "s1" and job.scheduled_at is not None
+        await anyio.sleep(0.5)
+        state["now"] -= 1
+        state["done"] += 1
+
+    async with running(worker, redis), scheduling(redis, settings, every=0.2) as store:
+        await wait_until(lambda: state["done"] >= 2)
+    assert state["peak"] == 1
+    names = [e["event"] for e in await events(store)]
+    assert "skipped" in names and "running" in names
+    done = [e for e in await events(store) if e["event"] == "completed"]
+    assert done[0]["duration_ms"] >= 400 and done[0]["attempt"] == 1
+    assert "execution_id" in done[0] and "at" in done[0]
+
+
+async def test_allow_runs_concurrently(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    state = {"now": 0, "peak": 0}
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        state["now"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        await anyio.sleep(0.5)
+        state["now"] -= 1
+
+    async with running(worker, redis), scheduling(redis, settings, every=0.1, overlap="allow"):
+        await wait_until(lambda: state["peak"] >= 2)
+    assert not await redis.exists(Keys(settings.prefix).running("s1"))
+
+
+async def test_buffer_one_releases_one_occurrence_when_the_run_ends(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    runs: list[str] = []
+    state = {"now": 0, "peak": 0}
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        state["now"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        runs.append(job.execution_id)
+        await anyio.sleep(0.4)
+        state["now"] -= 1
+
+    async with (
+        running(worker, redis),
+        scheduling(redis, settings, every=0.1, overlap="buffer_one") as store,
+    ):
+        await wait_until(lambda: len(runs) >= 3)
+    history = await events(store)
+    names = [e["event"] for e in history]
+    assert "buffered" in names and "released" in names
+    released = [e["execution_id"] for e in history if e["event"] == "released"]
+    assert released[0] in runs  # the buffered occurrence is the one that ran next
+    assert state["peak"] == 1
+
+
+async def test_cancel_previous_cancels_the_running_handler(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    started: list[str] = []
+    cancelled: list[str] = []
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        started.append(job.execution_id)
+        try:
+            await anyio.sleep(30)
+        except BaseException:
+            cancelled.append(job.execution_id)
+            raise
+
+    async with (
+        running(worker, redis),
+        scheduling(redis, settings, every=0.4, overlap="cancel_previous") as store,
+    ):
+        await wait_until(lambda: len(cancelled) >= 1 and len(started) >= 2)
+        history = await events(store)
+    assert cancelled[0] == started[0]
+    gone = [e for e in history if e["event"] == "cancelled"]
+    assert gone and gone[0]["execution_id"] == started[0]
+    assert any(e["event"] == "cancel_requested" for e in history)
+
+
+async def test_superseded_queued_job_is_skipped(redis: Redis, settings: Settings) -> None:
+    """A queued job whose marker names a newer execution is cancelled, never run."""
+    keys = Keys(settings.prefix)
+    store = Store(redis, keys)
+    worker = rsched.Worker(settings=fast_settings(settings))
+    ran: list[str] = []
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+
+    fields = {"execution_id": "s1@1", "schedule_id": "s1", "task": "t", "payload": "{}",
+              "scheduled_at": "1", "fired_at": "1", "attempt": "1", "origin": "schedule",
+              "opts": "{}"}  # fmt: skip
+    await redis.xadd(keys.queue("default"), fields)
+    await redis.xadd(keys.queue("default"), {**fields, "execution_id": "s1@2"})
+    await redis.hset(keys.running("s1"), mapping={"execution_id": "s1@2", "state": "queued"})
+    async with running(worker, redis):
+        await wait_until(lambda: ran == ["s1@2"])
+        await wait_until(lambda: _has_event(store, "cancelled"))
+    history = await events(store)
+    (gone,) = [e for e in history if e["event"] == "cancelled"]
+    assert gone["execution_id"] == "s1@1" and gone["reason"] == "superseded"
+    assert not await redis.exists(keys.running("s1"))  # the run of s1@2 ended
+
+
+async def _has_event(store: Store, name: str) -> bool:
+    return any(e["event"] == name for e in await store.history("s1", 100))
+
+
+async def test_failed_and_dead_events_in_history(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    attempts: list[int] = []
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        attempts.append(job.attempt)
+        raise RuntimeError("nope")
+
+    async with (
+        running(worker, redis),
+        scheduling(
+            redis, settings, every=3600, max_retries=1, retry_base_s=0.1, retry_max_s=0.1
+        ) as store,
+    ):
+        await wait_until(lambda: _has_event(store, "dead"))
+    history = await events(store)
+    failed = next(e for e in history if e["event"] == "failed")
+    assert failed["attempt"] == 1 and failed["error_type"] == "RuntimeError"
+    assert 0 <= failed["retry_in_ms"] <= 150
+    dead = next(e for e in history if e["event"] == "dead")
+    assert dead["attempt"] == 2 and dead["reason"] == "max_retries"
+    assert attempts == [1, 2]
+    assert not await redis.exists(Keys(settings.prefix).running("s1"))
+    raw = await redis.lrange(Keys(settings.prefix).history("s1"), 0, -1)
+    assert all(isinstance(orjson.loads(item), dict) for item in raw)

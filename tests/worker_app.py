@@ -1,0 +1,88 @@
+"""Task handlers for worker tests that run ``rsched-worker`` in a child process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import anyio
+from redis import Redis
+
+import rsched
+
+worker = rsched.Worker(queues=["default"], concurrency=5)
+
+
+def marks_key(prefix: str) -> str:
+    return "{" + prefix + "}:test-marks"
+
+
+def _mark(job: rsched.Job, what: str) -> None:
+    # Tests read these marks to see which process ran what, and when.
+    url = os.environ["RSCHED_REDIS_URL"]
+    with Redis.from_url(url, decode_responses=True) as client:
+        client.rpush(
+            marks_key(os.environ["RSCHED_PREFIX"]),
+            f"{what}:{job.execution_id}:{job.attempt}:{os.getpid()}:{time.time()}",
+        )
+
+
+@worker.task("app.sleep")
+async def sleep(job: rsched.Job) -> None:
+    _mark(job, "start")
+    await anyio.sleep(float(job.payload.get("s", 1)))
+    _mark(job, "end")
+
+
+@worker.task("app.sync_sleep")
+def sync_sleep(job: rsched.Job) -> None:
+    _mark(job, "start")
+    time.sleep(float(job.payload.get("s", 1)))
+    _mark(job, "end")
+
+
+@worker.task("app.crash")
+def crash(job: rsched.Job) -> None:
+    _mark(job, "start")
+    os._exit(3)  # a job that kills its worker
+
+
+@worker.task("app.noop")
+async def noop(job: rsched.Job) -> None:
+    _mark(job, "end")
+
+
+# --- helpers shared by the worker tests (in-process workers) ---------------------------------
+
+FAST_WORKER = {
+    "block_ms": 100,
+    "visibility_timeout_s": 1.0,
+    "heartbeat_s": 0.2,
+    "reclaim_interval_s": 0.2,
+    "promote_interval_ms": 50,
+    "shutdown_grace_period_s": 2.0,
+}
+
+
+def fast_settings(settings: rsched.Settings, **worker_fields: object) -> rsched.Settings:
+    """``settings`` with short worker timings (tests run in seconds, not minutes)."""
+    from rsched._settings import WorkerSettings
+
+    fields = {**FAST_WORKER, **worker_fields}
+    return settings.model_copy(update={"worker": WorkerSettings.model_validate(fields)})
+
+
+def fast_env(settings: rsched.Settings, **extra: str) -> dict[str, str]:
+    """Environment of a child ``rsched-worker`` using ``settings`` with short timings."""
+    env = {
+        "PYTHONPATH": os.path.dirname(__file__),
+        "RSCHED_REDIS_URL": settings.url,
+        "RSCHED_PREFIX": settings.prefix,
+        "RSCHED_WORKER__BLOCK_MS": "100",
+        "RSCHED_WORKER__VISIBILITY_TIMEOUT_S": "1",
+        "RSCHED_WORKER__HEARTBEAT_S": "0.2",
+        "RSCHED_WORKER__RECLAIM_INTERVAL_S": "0.2",
+        "RSCHED_WORKER__PROMOTE_INTERVAL_MS": "50",
+    }
+    env.update(extra)
+    return env
