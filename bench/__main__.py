@@ -6,6 +6,7 @@ Arguments are passed through to each benchmark's ``main(args)``; the engine benc
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import time
@@ -29,10 +30,8 @@ def main(argv: list[str] | None = None) -> int:
             module = _load(name)
             if module is not None:
                 print(f"\n--- bench.{name} ---")
-                try:
+                with contextlib.suppress(SystemExit):
                     module.main(["--help"])
-                except SystemExit:
-                    pass
         return 0
     status = 0
     for name in ("engine", "worker"):

@@ -129,8 +129,12 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = [title]
     for n, row in enumerate(cells):
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(
-            zip(row, widths, strict=True))))
+        lines.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -191,7 +195,7 @@ class Ctx:
                         k.queues,
                         k.op(uuid.uuid4().hex),
                     ]
-                    args = [
+                    args: list[str | int] = [
                         sid, "upsert", "", str(next_ms(i)), "0", "default", k.wake,
                         OP_TTL_MS, created_ms, *flat,
                     ]  # fmt: skip
@@ -221,7 +225,7 @@ class Ctx:
         for start in range(0, len(ids), 5_000):
             chunk = range(start, min(start + 5_000, len(ids)))
             keys = [self.keys.schedules, *(self.keys.schedule(ids[i]) for i in chunk)]
-            args = [*(next_ms(i) for i in chunk), *(ids[i] for i in chunk)]
+            args: list[str | int] = [*(next_ms(i) for i in chunk), *(ids[i] for i in chunk)]
             await script(keys=keys, args=args)
 
     async def lags(self) -> list[tuple[int, int]]:
@@ -318,7 +322,8 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
         calls0, usec0 = await ctx.evalsha_stats()
         seen_ms = 0
         with anyio.move_on_after(timeout_s + lead_ms / 1000):
-            while await ctx.stream_len() < n:
+            # Polling (not an event): the jobs are written by another process.
+            while await ctx.stream_len() < n:  # noqa: ASYNC110
                 await anyio.sleep(0.002)
             seen_ms = int(time.time() * 1000)
         cpu1, rcpu1 = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
@@ -413,9 +418,10 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
     assert lease is not None
     nxt = due_at + HOUR_MS
     # Planned the way the scheduler plans (all bench schedules share one spec and version).
-    policy = Policy.from_hash(await ctx.redis.hgetall(k.schedule(ids[0])))
+    stored = await ctx.redis.hgetall(k.schedule(ids[0]))
+    policy = Policy.from_hash({str(f): str(v) for f, v in stored.items()})
     fire_now = await ctx.now_ms()
-    planned = [
+    planned: list[tuple[FireItem, tuple[str, ...]]] = [
         (item, ctx.store.fire_keys(sid, "default"))
         for sid in ids
         for item in plan(sid, policy, due_at, fire_now)
@@ -641,7 +647,10 @@ def _memory_table(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    # Unknown options belong to another benchmark when run through ``python -m bench``.
+    args, unknown = parser().parse_known_args(argv)
+    if unknown:
+        print(f"bench.engine: ignoring {' '.join(unknown)}", file=sys.stderr)
     anyio.run(run, args)
     return 0
 

@@ -24,6 +24,7 @@ Returns {1, code, code, …} with one code per occurrence: 1 fired, 2 skipped by
 policy, 3 buffered (buffer_one), 0 already fired before (nothing done);
 {-2} not found | {-3, generation} the spec changed since the client read it (nothing done) |
 {-5} an occurrence is in the future by Redis TIME (nothing done) | {-6} a key has the wrong type
+or the schedule's stored fields are unusable (edited by hand; nothing done)
 ]]
 -- @include common
 -- @include fire_job
@@ -42,6 +43,7 @@ if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.runnin
 local cur = rcall('HGET', k.hash, 'generation')
 if not cur then return {-2} end
 if cur ~= gen then return {-3, tonumber(cur)} end
+if not fire_job_ok(k.hash) then return {-6} end
 local now = now_ms()
 for i = 6, #ARGV do
   if tonumber(ARGV[i]) > now then return {-5} end

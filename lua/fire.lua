@@ -32,7 +32,8 @@ index is not a sorted set (nothing written in all three cases); otherwise one co
   1 fired   2 skipped by overlap policy   3 buffered (buffer_one)   4 misfire skipped
   0 stale (gone, paused, completed, other version, or already fired; the index entry is
     re-pointed at the hash's next_run, or removed when the hash is gone)   -5 not due yet
-  -6 a key of this schedule has the wrong type or the hash lacks its task (left untouched)
+  -6 a key of this schedule has the wrong type, or its hash lacks a task or holds a number
+     field that is not a number (left untouched)
 ]]
 -- @include common
 -- @include fire_job
@@ -83,13 +84,15 @@ for i = 0, n - 1 do
           and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')) then
     code = -6
   else
-    local st = rcall('HMGET', k.hash, 'generation', 'next_run', 'status', 'created_at', 'task')
+    local st = rcall('HMGET', k.hash, 'generation', 'next_run', 'status', 'created_at')
     local current = nil
     if st[1] then current = st[1] .. ':' .. (st[4] or '') end
-    if current ~= version or st[2] ~= expect or st[3] then
+    if st[2] and not is_ms(st[2]) then
+      code = -6  -- next_run edited by hand: not even the index can be healed from it
+    elseif current ~= version or st[2] ~= expect or st[3] then
       code = 0  -- status is absent exactly when the schedule is active
       heal_index(schedules_key, sid, st)
-    elseif not st[5] then
+    elseif not fire_job_ok(k.hash) then
       code = -6
     elseif tonumber(sched) > now then
       code = -5

@@ -8,12 +8,15 @@ ARGV[4] wake        pub/sub channel for the scheduler
 ARGV[5] op_ttl_ms
 
 Returns {1} resumed (or was not paused) | {-2} not found | {-3, generation} spec changed since
-the client read it (read again and retry) | {-4} completed
+the client read it (read again and retry) | {-4} completed | {-6} a key has the wrong type |
+{-7} next_ms is not a number
 ]]
 -- @include common
 
 local replay = op_replay(KEYS[3])
 if replay then return replay end
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end
+if not (ARGV[3] == '' or tonumber(ARGV[3])) then return {-7} end
 local st = rcall('HMGET', KEYS[2], 'generation', 'status')
 if not st[1] then return {-2} end
 if st[1] ~= ARGV[2] then return {-3, tonumber(st[1])} end

@@ -6,7 +6,8 @@ KEYS[6] stream     KEYS[7] op
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_ttl_ms
 
 Returns {code, execution_id}: code 1 fired, 2 skipped by overlap policy, 3 buffered;
-{-2} not found | {-4} completed | {-6} a key has the wrong type. A re-sent call returns the
+{-2} not found | {-4} completed | {-6} a key has the wrong type, or the hash holds fields
+rsched did not write (no task, a number field that is not a number). A re-sent call returns the
 first result (the execution id is derived from the Redis time of the first call).
 ]]
 -- @include common
@@ -16,11 +17,12 @@ local replay = op_replay(KEYS[7])
 if replay then return replay end
 local k = {hash = KEYS[2], history = KEYS[3], running = KEYS[4], buffered = KEYS[5],
            stream = KEYS[6]}
-if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.running, 'hash')
+if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.running, 'hash')
         and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')) then return {-6} end
 local st = rcall('HMGET', k.hash, 'generation', 'status')
 if not st[1] then return {-2} end
 if st[2] == 'completed' then return {-4} end
+if not fire_job_ok(k.hash) then return {-6} end
 local now = now_ms()
 local sched = string.format('%d', now)
 local code, exec = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]), ARGV[3], '')

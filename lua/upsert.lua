@@ -21,6 +21,7 @@ ARGV[10..] spec    field, value, field, value, … (non-default spec fields only
 
 Returns {1, generation, created(0/1)} | {-1} exists (add) | {-2} not found (replace) |
 {-3, generation} the generation moved since the caller read it | {-6} a key has the wrong type
+(or the stored generation/runs are not numbers) | {-7} malformed arguments
 ]]
 -- @include common
 
@@ -34,8 +35,16 @@ if replay then return replay end
 if not (key_is(schedules_key, 'zset') and key_is(hash_key, 'hash') and
         key_is(queues_key, 'set') and key_is(buffered_key, 'hash')) then return {-6} end
 
+local MODES = {add = true, upsert = true, replace = true}
+if not MODES[mode] or not (next_ms == '' or tonumber(next_ms)) or not tonumber(created_ms)
+    or not op_ttl or (#ARGV - 9) % 2 ~= 0 then
+  return {-7}
+end
+
 local old = rcall('HMGET', hash_key, 'generation', 'created_at', 'runs', 'last_run')
 local exists = old[1] ~= false
+-- State fields edited by hand would make the arithmetic below fail after the first write.
+if (old[1] and not tonumber(old[1])) or (old[3] and not tonumber(old[3])) then return {-6} end
 if mode == 'add' and exists then return {-1} end
 if mode == 'replace' and not exists then return {-2} end
 if expect_gen ~= '' and (old[1] or '0') ~= expect_gen then return {-3, tonumber(old[1] or '0')} end

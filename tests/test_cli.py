@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,31 @@ def test_redis_unavailable_is_an_error_not_a_traceback(
 )
 def test_durations(text: str, seconds: float) -> None:
     assert duration_s(text) == seconds
+
+
+def test_next_history_backfill_pause_resume(cli: Cli) -> None:
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
+    assert cli("add", "m", "--task", "t", "--cron", "* * * * *", "--overlap", "allow")[0] == 0
+    code, out, _ = cli("next", "m", "-n", "3")
+    assert code == 0
+    assert len(out.splitlines()) == 3
+    assert all(line.split()[1].endswith(":00") for line in out.splitlines())
+    window = ("--start", start.isoformat(), "--end", (start + timedelta(minutes=2)).isoformat())
+    code, out, _ = cli("backfill", "m", *window)
+    assert code == 0, out
+    assert out.startswith("3 occurrence(s): 3 fired")
+    again = orjson.loads(cli("--json", "backfill", "m", *window)[1])
+    assert again["counts"]["already_fired"] == 3
+    code, out, _ = cli("history", "m", "--status", "fired")
+    assert code == 0
+    assert out.count("origin=backfill") == 3
+    assert cli("pause", "m", "--note", "deploy")[0] == 0
+    assert "paused (deploy)" in cli("show", "m")[1]
+    assert "paused" in cli("ls", "--paused")[1]
+    assert "no schedules" in cli("ls", "--active")[1]
+    code, out, _ = cli("resume", "m")
+    assert code == 0
+    assert "resumed m; next run" in out
+    code, _, err = cli("backfill", "m", "--start", "2020-01-01", "--end", "2030-01-01")
+    assert code == 1
+    assert "end: 2030-01-01T00:00:00 is in the future" in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 from redis.asyncio import Redis
@@ -343,3 +344,45 @@ async def test_dead_letters_list_show_requeue_purge(
     assert [e["execution_id"] for e in await jobs(redis, prefix, "mail")][-2:] == ["e0", "e1"]
     assert await client.purge("mail") == 1
     assert (await client.stats()).queues["mail"]["dead"] == 0
+
+
+async def test_concurrent_updates_all_land(client: Client) -> None:
+    await client.add(Schedule(id="busy", task="t", every=60))
+
+    async def change(i: int) -> None:
+        await client.update("busy", payload={"writer": i})
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(change, i)
+    final = await client.get("busy")
+    assert final.generation == 6  # every write landed once, none was lost to a conflict
+    assert final.payload["writer"] in range(5)
+
+
+async def test_remove_forgets_backfills_and_file_index(
+    client: Client, redis: Redis, prefix: str
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=3)
+    await client.add(
+        Schedule(id="f", task="t", every=60, start_at=start, overlap="allow", source="file:x")
+    )
+    await redis.sadd(f"{{{prefix}}}:source:file:x", "f")
+    assert (await client.backfill("f", start, start)).count("fired") == 1
+    await client.remove("f")
+    assert await redis.exists(f"{{{prefix}}}:backfilled:f") == 0
+    assert await redis.smembers(f"{{{prefix}}}:source:file:x") == set()
+    # Re-created under the same id, the schedule's past can be backfilled again.
+    await client.add(Schedule(id="f", task="t", every=60, start_at=start, overlap="allow"))
+    assert (await client.backfill("f", start, start)).count("fired") == 1
+
+
+async def test_backfill_refuses_a_hand_edited_schedule(
+    client: Client, redis: Redis, prefix: str
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=3)
+    await client.add(Schedule(id="h", task="t", every=60, start_at=start, overlap="allow"))
+    await redis.hset(f"{{{prefix}}}:schedule:h", "max_retries", "lots")
+    with pytest.raises(rsched.StateError, match="'h'"):
+        await client.backfill("h", start, start + timedelta(minutes=1))
+    assert await jobs(redis, prefix) == []

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
 from redis.asyncio import Redis
 
+from conftest import Proc
 from rsched import Client, Schedule, ScheduleFileError, Settings
 from rsched._declare import load_file, sync_file
 
@@ -191,3 +195,55 @@ def test_explicit_source_name(tmp_path: Path) -> None:
     source, schedules = load_file(write(tmp_path, 'source = "billing"\n' + BASE))
     assert source == "billing"
     assert {s.source for s in schedules} == {"billing"}
+
+
+def test_durations_in_a_file(tmp_path: Path) -> None:
+    _, schedules = load_file(
+        write(tmp_path, '[[schedule]]\nid="a"\ntask="t"\nevery="1h30m"\ntimeout_s="90s"\n')
+    )
+    assert (schedules[0].every, schedules[0].timeout_s) == (5400, 90)
+    with pytest.raises(ScheduleFileError, match=r"schedule\[0\] \(id 'a'\)\.every: 'soon'"):
+        load_file(write(tmp_path, '[[schedule]]\nid="a"\ntask="t"\nevery="soon"\n'))
+
+
+async def test_two_schedulers_syncing_at_once(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    path = write(tmp_path, BASE)
+    plans = []
+
+    async def sync() -> None:
+        plans.append(await sync_file(redis, settings, path))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(sync)
+    assert all(p.applied for p in plans)
+    client = Client(redis, settings)
+    assert {s.id: s.generation for s in (await client.list()).schedules} == {
+        "nightly": 1,
+        "poll": 1,
+    }
+
+
+@pytest.mark.slow
+async def test_the_scheduler_syncs_its_file_at_start(
+    tmp_path: Path,
+    redis: Redis,
+    settings: Settings,
+    redis_url: str,
+    prefix: str,
+    spawn: Callable[..., Proc],
+) -> None:
+    path = write(tmp_path, BASE)
+    env = {"RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix}
+    proc = spawn("rsched._scheduler_main", "--schedules", str(path), env=env)
+    proc.wait_for("leader.acquired")
+    assert "sync.add" in proc.output()
+    client = Client(redis, settings)
+    assert {s.id for s in (await client.list()).schedules} == {"nightly", "poll"}
+    stats = await client.stats()
+    assert stats.leader is not None
+    assert stats.leader["lease_left_ms"] > 0
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -9,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Schedule, StateError
+from rsched._connection import connect
 from rsched._keys import Keys
 from rsched._plan import version_of
 from rsched._settings import Settings
@@ -266,4 +268,68 @@ async def test_wrong_type_index_writes_nothing(redis: Redis, settings: Settings)
     await redis.set(store.keys.schedules, "oops")
     with pytest.raises(StateError, match="not a sorted set"):
         await fire(store, lease, item)
+    assert await jobs(store) == []
+
+
+@pytest.mark.slow
+async def test_client_retries_across_a_server_restart(
+    make_server: Callable[..., Any], prefix: str
+) -> None:
+    server = make_server(appendonly=True)
+    client = connect(server.url)
+    try:
+        store = Store(client, Keys(prefix))
+        await add(store)
+        await anyio.to_thread.run_sync(server.restart)
+        # The pooled connection died with the old process: the call is re-sent, not failed.
+        assert (await store.load("a")).task == "t"
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("max_runs", "many"), ("runs", "x"), ("timeout_s", "1h")]
+)
+async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, value: str) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    await store.redis.hset(store.keys.schedule("a"), field, value)
+    before = await store.redis.hgetall(store.keys.schedule("a"))
+    assert await fire(store, lease, item) == [-6]
+    assert await jobs(store) == []
+    assert await store.redis.hgetall(store.keys.schedule("a")) == before
+    assert await store.redis.exists(store.keys.history("a"), store.keys.running("a")) == 0
+    with pytest.raises(StateError):
+        await store.trigger("a", "default")
+    assert await jobs(store) == []
+
+
+async def test_unreadable_next_run_is_refused(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    await store.redis.hset(store.keys.schedule("a"), "next_run", "soon")
+    assert await fire(store, lease, item) == [-6]
+    await store.redis.hset(store.keys.schedule("a"), "generation", "two")
+    with pytest.raises(StateError):
+        await store.save(Schedule(id="a", task="t", every=60))
+    assert await store.redis.hget(store.keys.schedule("a"), "generation") == "two"
+
+
+async def test_wrong_type_index_refuses_client_writes(store: Store) -> None:
+    await add(store)
+    await store.redis.delete(store.keys.schedules)
+    await store.redis.set(store.keys.schedules, "oops")
+    before = await store.redis.hgetall(store.keys.schedule("a"))
+    for call in (
+        store.remove("a"),
+        store.pause("a", None),
+        store.resume("a", 1, None),
+        store.trigger("a", "default"),
+        store.save(Schedule(id="a", task="t", every=60)),
+    ):
+        with pytest.raises(StateError):
+            await call
+    assert await store.redis.hgetall(store.keys.schedule("a")) == before
     assert await jobs(store) == []

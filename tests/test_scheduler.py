@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from rsched import Schedule, Scheduler
 from rsched._connection import connect
@@ -385,3 +387,40 @@ async def test_survives_a_redis_restart(make_server: Callable[..., Any], prefix:
     finally:
         await client.aclose()
         await after.aclose()
+
+
+async def test_script_failure_is_isolated_to_its_schedule(
+    store: Store, fast: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for sid in ("ok1", "boom", "ok2"):
+        await store.save(Schedule(id=sid, task="t", every=0.05, overlap="allow"))
+    real_fire = Store.fire
+
+    async def fire(self: Store, lease: str, items: Any) -> list[int] | None:
+        if any(item.schedule_id == "boom" for item, _ in items):
+            raise ResponseError("user_script:1: something unforeseen")
+        return await real_fire(self, lease, items)
+
+    monkeypatch.setattr(Store, "fire", fire)
+    async with running(fast) as (scheduler,):
+        await eventually(await count_jobs(store, 6))
+        assert "boom" in scheduler._quarantine
+    assert {j["schedule_id"] for j in await jobs(store)} == {"ok1", "ok2"}
+
+
+async def test_connection_error_while_firing_is_retried(
+    store: Store, fast: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.save(Schedule(id="c", task="t", every=0.05, overlap="allow"))
+    real_fire = Store.fire
+    failures = [RedisConnectionError("connection reset"), OSError("broken pipe")]
+
+    async def fire(self: Store, lease: str, items: Any) -> list[int] | None:
+        if failures:
+            raise failures.pop()
+        return await real_fire(self, lease, items)
+
+    monkeypatch.setattr(Store, "fire", fire)
+    async with running(fast):
+        await eventually(await count_jobs(store, 3))
+    assert failures == []

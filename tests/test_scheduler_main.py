@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -159,3 +160,28 @@ def test_module_runs_as_script() -> None:
     )
     for flag in ("--redis-url", "--prefix", "--lease-ttl-ms", "--lease-renew-ms", "--schedules"):
         assert flag in out.stdout
+
+
+@pytest.mark.slow
+async def test_schedules_file_is_synced_at_start(
+    spawn: Callable[..., Any], settings: Settings, store: Store, tmp_path: Path
+) -> None:
+    path = tmp_path / "schedules.toml"
+    path.write_text('[[schedule]]\nid = "from-file"\ntask = "t"\nevery = 0.1\noverlap = "allow"\n')
+    proc = spawn(MAIN, *args(settings, "--schedules", str(path)))
+    await wait_for(proc, "scheduler.ready")
+    assert (await store.load("from-file")).every == 0.1
+    await eventually(lambda: _has_jobs(store, 2))
+    proc.signal(signal.SIGTERM)
+    assert await anyio.to_thread.run_sync(proc.wait) == 0
+
+
+def test_invalid_schedules_file_exits_2(
+    spawn: Callable[..., Any], settings: Settings, tmp_path: Path
+) -> None:
+    path = tmp_path / "schedules.toml"
+    path.write_text('[[schedule]]\nid = "bad"\ntask = "t"\ncron = "0 0 30 2 *"\n')
+    proc = spawn(MAIN, *args(settings, "--schedules", str(path)))
+    assert proc.wait() == 2
+    assert "cron" in proc.output()
+    assert "scheduler.ready" not in proc.output()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis as redis_sync
@@ -64,3 +65,15 @@ def test_close_is_idempotent(redis_url: str, prefix: str) -> None:
     client = SyncClient(redis_url, prefix)
     client.close()
     client.close()
+
+
+def test_sync_client_jobs_and_backfill(sync_client: SyncClient) -> None:
+    execution_id = sync_client.enqueue("emails.send", {"to": "x"}, queue="mail", delay=0)
+    assert execution_id.startswith("job-")
+    assert sync_client.stats().queues["mail"]["length"] == 1
+    assert sync_client.dead_letters("mail") == ([], None)
+    assert sync_client.requeue("mail") == 0
+    assert sync_client.purge("mail") == 0
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    sync_client.add(Schedule(id="b", task="t", every=60, start_at=start, overlap="allow"))
+    assert sync_client.backfill("b", start, start + timedelta(minutes=1)).count("fired") == 2

@@ -7,10 +7,22 @@
 --   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill
 --   extra: string appended inside the history JSON object (e.g. ',"missed":3'), or ''
 -- Returns 1 fired, 2 skipped by the overlap policy, 3 buffered (overlap=buffer_one), plus the
--- execution id. The caller has checked key types and that the schedule may fire.
+-- execution id. The caller has checked key types, fire_job_ok and that the schedule may fire.
 
 local JOB_OPTS = {'max_retries', 'retry_base_s', 'retry_multiplier', 'retry_max_s',
                   'retry_jitter', 'timeout_s'}
+
+-- fire_job_ok(hash): true when the stored fields fire_job and advance read are usable (a task,
+-- numbers where numbers belong). Call it before the first write: a hash edited by hand must
+-- be refused whole rather than fail halfway, which Redis would not roll back.
+local function fire_job_ok(hash)
+  local f = rcall('HMGET', hash, 'task', 'runs', 'max_runs', unpack(JOB_OPTS))
+  if not f[1] then return false end
+  for i = 2, #f do
+    if f[i] and not tonumber(f[i]) then return false end
+  end
+  return true
+end
 
 local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra)
   local f = rcall('HMGET', k.hash, 'task', 'payload', 'overlap', 'generation',

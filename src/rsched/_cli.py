@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -31,8 +30,6 @@ from rsched._model import Schedule, to_ms
 from rsched._settings import Settings
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DELEGATES = {"scheduler": "rsched._scheduler_main", "worker": "rsched._worker_main"}
 
 Handler = Callable[[Client, argparse.Namespace], Awaitable[Any]]
@@ -48,15 +45,9 @@ class UsageError(Exception):
 def duration_s(text: str) -> float:
     """``300``, ``90s``, ``5m``, ``1h30m``, ``1.5d``, ``250ms`` -> seconds."""
     try:
-        return float(text)
-    except ValueError:
-        pass
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text.replace(" ", ""):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; use seconds (300) or units like 90s, 5m, 1h30m, 2d"
-        )
-    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+        return fmt.parse_duration_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -762,9 +753,16 @@ def _delegate(argv: Sequence[str]) -> int | None:
     """``rsched scheduler …`` / ``rsched worker …``: hand over to that process's main."""
     rest = list(argv)
     globals_: dict[str, str] = {}
-    while rest and rest[0] in ("--redis-url", "--prefix") and len(rest) > 1:
-        globals_[rest[0]] = rest[1]
-        rest = rest[2:]
+    while rest:
+        name, eq, value = rest[0].partition("=")
+        if name not in ("--redis-url", "--prefix"):
+            break
+        if eq:
+            globals_[name], rest = value, rest[1:]
+        elif len(rest) > 1:
+            globals_[name], rest = rest[1], rest[2:]
+        else:
+            break
     if not rest or rest[0] not in _DELEGATES:
         return None
     if "--redis-url" in globals_:

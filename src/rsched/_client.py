@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,13 +26,14 @@ from rsched._errors import (
     InvalidSchedule,
     RedisUnavailable,
     ScheduleNotFound,
+    StateError,
 )
 from rsched._job import DeadLetter
 from rsched._keys import Keys
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._queues import QueueStore
 from rsched._settings import Settings
-from rsched._store import Conflict, Store
+from rsched._store import OP_TTL_MS, Conflict, Store
 from rsched._timing import Timing, next_fire_times
 from rsched._tz import resolve_timezone
 
@@ -374,9 +376,9 @@ class Client:
                 k.buffered(sid),
                 k.queue(schedule.queue),
                 k.backfilled(sid),
-                self.store._op(),
+                k.op(uuid.uuid4().hex),
             ],
-            [sid, schedule.generation, self.settings.history_limit, k.cancel, 300_000, *times],
+            [sid, schedule.generation, self.settings.history_limit, k.cancel, OP_TTL_MS, *times],
         )
         code = int(res[0])
         if code == -2:
@@ -386,7 +388,10 @@ class Client:
         if code == -5:
             raise InvalidArgument("end", "an occurrence is in the future by the server's clock")
         if code == -6:
-            raise InvalidSchedule(sid, [("", "a key of this schedule holds the wrong type")])
+            raise StateError(
+                f"a key of schedule {sid!r} holds the wrong type of value or unusable fields; "
+                "something other than rsched wrote it (inspect it with redis-cli)"
+            )
         return [int(c) for c in res[1:]]
 
     # --- reading schedules ------------------------------------------------------------------
@@ -505,7 +510,11 @@ class Client:
     @_redis_errors
     async def stats(self) -> Stats:
         """Counts for an operator: schedules by status, due backlog, queues, dead letters,
-        the current leader and its lease age, and the most overdue schedule."""
+        the current leader and its lease age, and the most overdue schedule.
+
+        ``lease_age_ms`` (time since the leader last renewed) assumes the scheduler runs with
+        this client's ``scheduler.lease_ttl_ms``; ``lease_left_ms`` is exact.
+        """
         k = self.keys
         now = await self.store.time_ms()
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.asyncio.retry import Retry
 
 from rsched._errors import ConfigError
 from rsched._log import EventLogger
@@ -19,7 +19,8 @@ def connect(url: str, *, socket_timeout_s: float | None = 10.0) -> Redis:
     """An async client with decoded responses and a short, bounded retry on connection errors.
 
     Every script rsched sends is safe to run twice, so redis-py's re-send after a dropped
-    connection cannot apply an operation twice.
+    connection cannot apply an operation twice. (The retry must be redis.asyncio's: the sync
+    one would wrap only the creation of each coroutine and never retry anything.)
     """
     try:
         return Redis.from_url(

@@ -13,6 +13,11 @@ A schedules file::
     cron = "0 2 * * *"
     payload = { kind = "sales" }
 
+    [[schedule]]
+    id = "poll-feeds"
+    task = "feeds.poll"
+    every = "5m"                  # seconds (300) or 90s, 5m, 1h30m, 2d
+
 Syncing adds what is new, replaces what changed (bumping its generation), leaves unchanged
 schedules untouched and removes the schedules this file created earlier that it no longer lists.
 Schedules created through the SDK or by another file are never touched: an id the file shares
@@ -32,6 +37,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from rsched._errors import InvalidSchedule, ScheduleExists, ScheduleFileError, ScheduleNotFound
+from rsched._format import parse_duration_s
 from rsched._keys import NAME_RE, Keys
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
@@ -44,7 +50,11 @@ _TOP_LEVEL = {"source", "defaults", "schedule"}
 #: Operator-owned fields: a file that does not set them leaves them as they are.
 _OPERATOR_FIELDS = frozenset({"paused", "pause_note"})
 _NOT_IN_FILE = STATE_FIELDS | {"source"}
-APPLY_ATTEMPTS = 3
+APPLY_ATTEMPTS = 5
+#: Fields a file may also write as "5m", "1h30m", "90s".
+_DURATION_FIELDS = frozenset(
+    {"every", "timeout_s", "misfire_grace_s", "retry_base_s", "retry_max_s"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +180,16 @@ def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, s
         bad = sorted(set(entry) & _NOT_IN_FILE)
         for name in bad:
             errors.append((f"{where}.{name}", "is maintained by rsched; remove it from the file"))
+        spec = {**defaults, **entry, "source": source}
+        for name in _DURATION_FIELDS & set(spec):
+            if isinstance(spec[name], str):
+                try:
+                    spec[name] = parse_duration_s(spec[name])
+                except ValueError as exc:
+                    errors.append((f"{where}.{name}", str(exc)))
+                    spec.pop(name)
         try:
-            s = Schedule(**{**defaults, **entry, "source": source})
+            s = Schedule(**spec)
         except InvalidSchedule as exc:
             errors.extend((f"{where}.{f}" if f else where, msg) for f, msg in exc.errors)
             continue

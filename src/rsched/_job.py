@@ -114,15 +114,25 @@ class Job:
     queue: str
     payload: dict[str, Any] = field(default_factory=dict)
     schedule_id: str | None = None
-    scheduled_at: datetime | None = None
+    scheduled_ms: int | None = None
     attempt: int = 1
-    fired_at: datetime | None = None
+    fired_ms: int | None = None
     origin: str = "enqueue"
     generation: int | None = None
     entry_id: str = ""
     deliveries: int = 1
     options: JobOptions = _DEFAULT_OPTIONS
     fields: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def scheduled_at(self) -> datetime | None:
+        """When the occurrence was due (aware, UTC); for an enqueued job, when it became due."""
+        return None if self.scheduled_ms is None else _dt(self.scheduled_ms)
+
+    @property
+    def fired_at(self) -> datetime | None:
+        """When the job was written to its queue (Redis time, aware, UTC)."""
+        return None if self.fired_ms is None else _dt(self.fired_ms)
 
     @property
     def max_retries(self) -> int:
@@ -147,11 +157,18 @@ class Job:
         return out
 
 
-def _ms(value: str, name: str) -> datetime:
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _ms(value: str, name: str) -> int:
     try:
-        return datetime.fromtimestamp(int(value) / 1000, UTC)
-    except (ValueError, OverflowError, OSError):
+        ms = int(value)
+    except ValueError:
         raise MalformedJob(f"{name} is not a time in ms: {value!r}") from None
+    if not -62_135_596_800_000 < ms < 253_402_300_800_000:  # years 1-9999
+        raise MalformedJob(f"{name} is out of range: {value!r}")
+    return ms
 
 
 def parse_entry(queue: str, entry_id: str, fields: Mapping[str, str], deliveries: int = 1) -> Job:
@@ -180,9 +197,9 @@ def parse_entry(queue: str, entry_id: str, fields: Mapping[str, str], deliveries
         queue=queue,
         payload=payload,
         schedule_id=fields.get("schedule_id") or None,
-        scheduled_at=_ms(scheduled, "scheduled_at") if scheduled else None,
+        scheduled_ms=_ms(scheduled, "scheduled_at") if scheduled else None,
         attempt=attempt,
-        fired_at=_ms(fired, "fired_at") if fired else None,
+        fired_ms=_ms(fired, "fired_at") if fired else None,
         origin=fields.get("origin") or "enqueue",
         generation=int(generation) if generation and generation.isdigit() else None,
         entry_id=entry_id,

@@ -9,6 +9,12 @@ An occurrence late by no more than ``misfire_grace_s`` is simply run. Beyond tha
 - ``catch_up``: the newest ``catch_up_limit`` missed occurrences run, oldest first; older ones
   are recorded as skipped.
 Afterwards the schedule continues with its first occurrence after now.
+
+Every run still goes through the schedule's overlap policy in the fire script: with the
+default ``overlap=skip`` the first caught-up run is still queued when the next one comes due,
+so ``catch_up`` runs every missed occurrence only with ``overlap="allow"`` (``buffer_one``
+keeps one more). Workers treat a job whose schedule marks another run as current as
+superseded, so the engine never queues two runs of a non-``allow`` schedule at once.
 """
 
 from __future__ import annotations

@@ -377,6 +377,23 @@ class QueueStore:
                     for k, v in res.items()]  # fmt: skip
         return [(str(key)[prefix_len:], entries) for key, entries in res]
 
+    async def take(
+        self, queues: Sequence[str], consumer: str, count: int
+    ) -> list[tuple[str, list[Entry]]]:
+        """Like :meth:`read` without blocking, at most ``count`` entries in all, in the order
+        of ``queues``; one JSON reply instead of a RESP field per value (see lua/take.lua)."""
+        raw = await self.call(
+            "take", [self.keys.queue(q) for q in queues], [GROUP, consumer, count]
+        )
+        doc = orjson.loads(raw)
+        out: list[tuple[str, list[Entry]]] = []
+        if not isinstance(doc, list):  # cjson writes an empty list as {}
+            return out
+        for index, entries in doc:
+            if isinstance(entries, list):
+                out.append((queues[int(index) - 1], [(str(e[0]), e[1] or {}) for e in entries]))
+        return out
+
     async def start(
         self, queue: str, worker: str, items: Sequence[tuple[str, str, str, int, str]]
     ) -> list[int]:
@@ -392,13 +409,23 @@ class QueueStore:
     async def complete(self, queue: str, done: Sequence[Done]) -> list[int]:
         """Acknowledge finished runs and record their events; 1 recorded, 0 not pending."""
         keys = [self.keys.queue(queue)]
-        args: list[Any] = [GROUP, self.history_limit]
+        items = []
         for d in done:
             if d.schedule_id:
                 sid = d.schedule_id
                 keys += [self.keys.history(sid), self.keys.running(sid), self.keys.buffered(sid)]
-            args += [d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra]
-        return [int(c) for c in await self.call("complete", keys, args)]
+            items.append(
+                (d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra)
+            )
+        codes = [
+            int(c)
+            for c in await self.call(
+                "complete", keys, [GROUP, self.history_limit, orjson.dumps(items)]
+            )
+        ]
+        if codes == [-7]:
+            raise StateError("complete: malformed batch")
+        return codes
 
     async def retry(
         self,

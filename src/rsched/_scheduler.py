@@ -24,10 +24,10 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
-from rsched._errors import RschedError, StateError
+from rsched._errors import RschedError
 from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._plan import Policy, plan
@@ -43,6 +43,16 @@ QUARANTINE_S = 30.0
 POLICY_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
 NOT_DUE_PAUSE_S = 0.01
+# Error replies about the server's state, not about one schedule's data.
+_SERVER_CONDITIONS = (
+    "OOM",
+    "BUSY",
+    "READONLY",
+    "LOADING",
+    "MASTERDOWN",
+    "NOREPLICAS",
+    "CLUSTERDOWN",
+)
 
 
 class _LostLease(Exception):
@@ -177,7 +187,7 @@ class Scheduler:
                     except _LostLease:
                         log.warning("leader.lost", lease=lease, reason="fencing token rejected")
                         lease, delay = None, 0.0
-                    except (RedisError, OSError, TimeoutError, StateError) as exc:
+                    except (RedisError, OSError, TimeoutError, RschedError) as exc:
                         delay = backoff.next()
                         log.warning("redis.error", actor="ticker", error=str(exc), retry_s=delay)
                 if self._stop.is_set():
@@ -236,15 +246,37 @@ class Scheduler:
         started = time.perf_counter()
         counts: dict[int, int] = {}
         lost = False
+        # Raised after the task group, unwrapped, so the ticker's handlers see the real error.
+        failures: list[Exception] = []
 
-        async def send(batch: list[tuple[FireItem, tuple[str, ...]]]) -> None:
+        async def send(batch: list[list[tuple[FireItem, tuple[str, ...]]]]) -> None:
             nonlocal lost
-            async with limiter:
-                codes = await self.store.fire(lease, batch)
+            flat = [pair for group in batch for pair in group]
+            try:
+                async with limiter:
+                    codes = await self.store.fire(lease, flat)
+            except ResponseError as exc:
+                if str(exc).startswith(_SERVER_CONDITIONS):
+                    failures.append(exc)  # the server cannot take writes: retry with backoff
+                    return
+                # The script failed on something it did not foresee. Find the schedule that
+                # causes it (one call per schedule) and set it aside; the others still fire.
+                if len(batch) > 1:
+                    for group in batch:
+                        await send([group])
+                    return
+                sid = batch[0][0][0].schedule_id
+                self._quarantine[sid] = time.monotonic() + QUARANTINE_S
+                self._policies.pop(sid, None)
+                log.error("schedule.fire_failed", schedule=sid, error=str(exc))
+                return
+            except (RedisError, OSError, RschedError) as exc:
+                failures.append(exc)
+                return
             if codes is None:
                 lost = True
                 return
-            for (item, _), code in zip(batch, codes, strict=True):
+            for (item, _), code in zip(flat, codes, strict=True):
                 counts[code] = counts.get(code, 0) + 1
                 self._after_fire(item, code)
 
@@ -254,6 +286,8 @@ class Scheduler:
                 tg.start_soon(send, batch)
         if lost:
             raise _LostLease
+        if failures:
+            raise failures[0]
         self.fired_total += counts.get(FIRED, 0)
         log.info(
             "fired",
@@ -321,13 +355,15 @@ def _offer(inbox: MemoryObjectSendStream[Message], message: Message) -> None:
 
 def _batches(
     groups: Iterable[list[tuple[FireItem, tuple[str, ...]]]], size: int
-) -> Iterable[list[tuple[FireItem, tuple[str, ...]]]]:
+) -> Iterable[list[list[tuple[FireItem, tuple[str, ...]]]]]:
     """Cut into batches of about ``size`` items, never splitting one schedule's chain."""
-    batch: list[tuple[FireItem, tuple[str, ...]]] = []
+    batch: list[list[tuple[FireItem, tuple[str, ...]]]] = []
+    items = 0
     for group in groups:
-        batch.extend(group)
-        if len(batch) >= size:
+        batch.append(group)
+        items += len(group)
+        if items >= size:
             yield batch
-            batch = []
+            batch, items = [], 0
     if batch:
         yield batch

@@ -122,23 +122,24 @@ async def _sync_schedules(redis: Any, settings: Settings, path: Path) -> None:
 async def _serve(settings: Settings, schedules: Path | None) -> int:
     redis = connect(settings.url)
     scheduler = Scheduler(redis, settings)
+    stopping = False
+    failed: ConfigError | None = None
     try:
-        await warn_if_unsafe(redis, log)
-        if schedules is not None:
-            await _sync_schedules(redis, settings, schedules)
+        # Signals are handled from the very start, so a stop during start-up is clean too.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
 
                 async def watch_signals() -> None:
-                    stopping = False
+                    nonlocal stopping
                     async for signum in signals:
+                        name = signal.Signals(signum).name
                         if stopping:  # a second signal: the operator wants out now
-                            log.warning("scheduler.forced_exit", signal=signal.Signals(signum).name)
+                            log.warning("scheduler.forced_exit", signal=name)
                             for handler in logging.getLogger("rsched").handlers:
                                 handler.flush()
                             os._exit(EXIT_ERROR)
                         stopping = True
-                        log.info("scheduler.stopping", signal=signal.Signals(signum).name)
+                        log.info("scheduler.stopping", signal=name)
                         scheduler.stop()
 
                 async def run_scheduler(*, task_status: TaskStatus[None]) -> None:
@@ -146,16 +147,27 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
                     tg.cancel_scope.cancel()  # stopped cleanly: stop watching for signals
 
                 tg.start_soon(watch_signals)
-                await tg.start(run_scheduler)
-                log.info(
-                    "scheduler.ready",
-                    owner=scheduler.owner,
-                    prefix=settings.prefix,
-                    lease_ttl_ms=settings.scheduler.lease_ttl_ms,
-                )
+                await warn_if_unsafe(redis, log)
+                if schedules is not None:
+                    try:
+                        await _sync_schedules(redis, settings, schedules)
+                    except ConfigError as exc:  # raised below, outside the task group
+                        failed = exc
+                if failed is not None or stopping:
+                    tg.cancel_scope.cancel()
+                else:
+                    await tg.start(run_scheduler)
+                    log.info(
+                        "scheduler.ready",
+                        owner=scheduler.owner,
+                        prefix=settings.prefix,
+                        lease_ttl_ms=settings.scheduler.lease_ttl_ms,
+                    )
     finally:
         with anyio.CancelScope(shield=True):
             await redis.aclose()
+    if failed is not None:
+        raise failed
     return EXIT_OK
 
 

@@ -199,6 +199,11 @@ class Store:
             raise ScheduleNotFound(schedule.id)
         if code == CONFLICT:
             raise Conflict(f"schedule {schedule.id!r} changed meanwhile (generation {res[1]})")
+        if code == BAD_ARGS:
+            raise InvalidSchedule(
+                schedule.id,
+                [("", f"upsert refused its arguments (mode={mode!r}, next={next_ms!r})")],
+            )
         _check_type(code, schedule.id)
         return int(res[1]), bool(int(res[2]))
 
@@ -217,6 +222,7 @@ class Store:
         )
         if int(res[0]) == NOT_FOUND:
             raise ScheduleNotFound(schedule_id)
+        _check_type(int(res[0]), schedule_id)
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         k = self.keys
@@ -230,6 +236,7 @@ class Store:
             raise ScheduleNotFound(schedule_id)
         if code == COMPLETED:
             raise InvalidSchedule(schedule_id, [("paused", "the schedule has completed")])
+        _check_type(code, schedule_id)
 
     async def resume(self, schedule_id: str, expect_gen: int, next_ms: int | None) -> None:
         k = self.keys
@@ -245,6 +252,9 @@ class Store:
             raise Conflict(f"schedule {schedule_id!r} changed meanwhile")
         if code == COMPLETED:
             raise InvalidSchedule(schedule_id, [("paused", "the schedule has completed")])
+        if code == BAD_ARGS:
+            raise InvalidSchedule(schedule_id, [("next_run", f"{next_ms!r} is not a time in ms")])
+        _check_type(code, schedule_id)
 
     async def trigger(self, schedule_id: str, queue: str) -> tuple[int, str]:
         """Run one extra occurrence now; returns (code, execution id): 1 fired, 2 skipped,

@@ -2,8 +2,9 @@
 
 Actors (anyio tasks under one task group, stopped in order on shutdown):
 - reader: XREADGROUP on the worker's queues, as many entries as there are free slots;
-- runners: one task per job (async handlers in the loop, plain functions in worker threads),
-  each under the job's timeout and its own cancel scope (cancel_previous);
+- runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
+  plain functions in worker threads), each job under its timeout and its own cancel scope
+  (cancel_previous);
 - acker: records finished runs in batches (one script call acknowledges many entries);
 - heartbeat: keeps the entries of running jobs fresh so no other worker reclaims them;
 - reclaimer: takes over entries idle longer than the visibility timeout (a dead worker's),
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
@@ -80,7 +81,11 @@ class _Slots:
         while self.total - self.used - self.reserved <= 0:
             self._changed = anyio.Event()
             await self._changed.wait()
+        # Let the jobs that are ready finish first: one large read instead of many small ones.
+        await anyio.sleep(0)
         n = min(most, self.total - self.used - self.reserved)
+        if n <= 0:
+            return await self.reserve(most)
         self.reserved += n
         return n
 
@@ -297,7 +302,9 @@ class Worker:
         slots = _Slots(cfg.concurrency)
         threads = anyio.CapacityLimiter(cfg.concurrency)
         send, recv = anyio.create_memory_object_stream[tuple[str, Done]](ACK_BUFFER)
-        ctx = _Context(self, store, settings, slots, threads, send)
+        # Unbounded only in type: the slots bound what the reader hands over.
+        jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
+        ctx = _Context(self, store, settings, slots, threads, send, jobs)
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:
             self._all_scope = services.cancel_scope
@@ -310,12 +317,16 @@ class Worker:
                 if self._hard:
                     runners_scope.cancel()
                 async with anyio.create_task_group() as runners:
+                    with jobs_out:
+                        for _ in range(cfg.concurrency):
+                            runners.start_soon(ctx.runner, jobs_out.clone())
                     async with anyio.create_task_group() as intake:
-                        intake.start_soon(ctx.reader, runners)
-                        intake.start_soon(ctx.reclaimer, runners)
+                        intake.start_soon(ctx.reader)
+                        intake.start_soon(ctx.reclaimer)
                         task_status.started()
                         await self._stopping.wait()
                         intake.cancel_scope.cancel()
+                    jobs.close()  # runners finish the jobs already read, then return
                     log.info(
                         "worker.draining",
                         running=len(self._running),
@@ -347,6 +358,7 @@ class _Context:
         slots: _Slots,
         threads: anyio.CapacityLimiter,
         acks: MemoryObjectSendStream[tuple[str, Done]],
+        jobs: MemoryObjectSendStream[Job],
     ) -> None:
         self.w = worker
         self.store = store
@@ -355,17 +367,30 @@ class _Context:
         self.slots = slots
         self.threads = threads
         self.acks = acks
+        self.jobs = jobs
         self.consumer = worker.consumer
 
     # --- reader ------------------------------------------------------------------------------
 
-    async def reader(self, runners: TaskGroup) -> None:
+    async def reader(self) -> None:
         backoff = Backoff()
-        queues = self.cfg.queues
+        queues = list(self.cfg.queues)
+        busy = False
+        turn = 0
         while True:
             n = await self.slots.reserve(self.cfg.read_batch)
             try:
-                got = await self.store.read(queues, self.consumer, n, self.cfg.block_ms)
+                if busy:
+                    # Work is waiting: take it without blocking, in one JSON reply, starting
+                    # from a different queue each time so that none starves.
+                    turn = (turn + 1) % len(queues)
+                    order = queues[turn:] + queues[:turn]
+                    got = await self.store.take(order, self.consumer, n)
+                else:
+                    # Idle: block until anything arrives (one entry per queue wakes us; the
+                    # rest follow through take()).
+                    got = await self.store.read(queues, self.consumer, 1, self.cfg.block_ms)
+                busy = bool(got)
             except ResponseError as exc:
                 self.slots.commit(n, 0)
                 if "NOGROUP" in str(exc):  # the server lost its data (restart without AOF)
@@ -388,7 +413,7 @@ class _Context:
             backoff.reset()
             self.slots.commit(n, sum(len(entries) for _, entries in got))
             for queue, entries in got:
-                await self.dispatch(runners, queue, [(eid, f, 1) for eid, f in entries])
+                await self.dispatch(queue, [(eid, f, 1) for eid, f in entries])
 
     async def _recreate_groups(self, backoff: Backoff) -> None:
         while True:
@@ -400,9 +425,7 @@ class _Context:
                 log.warning("redis.error", actor="reader", error=str(exc), retry_s=round(delay, 2))
                 await anyio.sleep(delay)
 
-    async def dispatch(
-        self, runners: TaskGroup, queue: str, entries: list[tuple[str, dict[str, str], int]]
-    ) -> None:
+    async def dispatch(self, queue: str, entries: list[tuple[str, dict[str, str], int]]) -> None:
         """Start the jobs of entries that each hold one slot (released here when not run)."""
         jobs: list[Job] = []
         for entry_id, fields, deliveries in entries:
@@ -434,7 +457,7 @@ class _Context:
                 jobs = [j for j in jobs if j.entry_id not in superseded]
         for job in jobs:
             self.w._inflight[job.entry_id] = queue
-            runners.start_soon(self.run_job, job)
+            self.jobs.send_nowait(job)
 
     async def _start_scheduled(self, queue: str, jobs: list[Job]) -> set[str]:
         items = [
@@ -496,6 +519,11 @@ class _Context:
 
     # --- runners -----------------------------------------------------------------------------
 
+    async def runner(self, inbox: MemoryObjectReceiveStream[Job]) -> None:
+        async with inbox:
+            async for job in inbox:
+                await self.run_job(job)
+
     async def run_job(self, job: Job) -> None:
         fn, is_async = self.w._handlers[job.task]
         run = _Running(job)
@@ -510,16 +538,18 @@ class _Context:
         started = time.perf_counter()
         error: BaseException | None = None
         timed_out = False
+        # One scope serves both the job's timeout (its deadline) and cancel_previous (cancel());
+        # run.cancel_requested tells them apart.
+        run.scope.deadline = anyio.current_time() + job.timeout_s
         try:
             with run.scope:
-                with anyio.move_on_after(job.timeout_s) as limit:
-                    if is_async:
-                        await fn(job)
-                    else:
-                        await anyio.to_thread.run_sync(
-                            fn, job, abandon_on_cancel=True, limiter=self.threads
-                        )
-                timed_out = limit.cancelled_caught
+                if is_async:
+                    await fn(job)
+                else:
+                    await anyio.to_thread.run_sync(
+                        fn, job, abandon_on_cancel=True, limiter=self.threads
+                    )
+            timed_out = run.scope.cancelled_caught and not run.cancel_requested
         except Exception as exc:
             error = exc
         except BaseException:
@@ -715,7 +745,7 @@ class _Context:
 
     # --- reclaimer ---------------------------------------------------------------------------
 
-    async def reclaimer(self, runners: TaskGroup) -> None:
+    async def reclaimer(self) -> None:
         cursors = dict.fromkeys(self.cfg.queues, "0-0")
         visibility_ms = math.ceil(self.cfg.visibility_timeout_s * 1000)
         rounds = 0
@@ -750,7 +780,7 @@ class _Context:
                     else:
                         runnable.append((entry_id, fields, deliveries))
                 if runnable:
-                    await self.dispatch(runners, queue, runnable)
+                    await self.dispatch(queue, runnable)
             if rounds % 100 == 1:
                 await self._forget_consumers()
 

@@ -1,0 +1,262 @@
+"""The worker benchmark: no-op throughput of one worker process, and fire-to-start latency.
+
+1. Throughput: N no-op jobs (50k) are written to a queue first, then one ``rsched-worker``
+   process runs them; the rate is N over the time from the first job taken to the last one
+   acknowledged (the stream is empty and nothing is pending). Run with per-job log lines on
+   (``info``) and off (``warning``).
+2. Latency: an in-process Scheduler fires schedules spread over time (an idle system: a few
+   fires per second) and a worker process runs them; each handler notes, before anything else,
+   how long after the fire (``fired_at``, Redis TIME in the fire script, ms) and after the
+   occurrence's scheduled time it started. p50/p99/max are printed.
+
+``python -m bench.worker [--quick] [--jobs N] [--concurrency N] [--seconds S] [--kind K]``
+Every run uses a private server (bench._servers); port 6379 is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from redis.asyncio import Redis
+
+import rsched
+from bench._servers import BenchServer
+from rsched._keys import GROUP, Keys
+from rsched._model import Schedule
+from rsched._scheduler import Scheduler
+from rsched._settings import Settings
+from rsched._store import Store
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parent.parent
+
+# --- the worker the benchmark runs (``rsched-worker bench.worker:worker``) -------------------
+
+worker = rsched.Worker(queues=["bench"])
+_client: Redis | None = None
+
+
+@worker.task("bench.noop")
+async def noop(job: rsched.Job) -> None:
+    pass
+
+
+@worker.task("bench.latency")
+async def latency(job: rsched.Job) -> None:
+    now_ms = time.time() * 1000
+    global _client
+    assert job.fired_at is not None and job.scheduled_at is not None
+    fire_lag = now_ms - job.fired_at.timestamp() * 1000
+    sched_lag = now_ms - job.scheduled_at.timestamp() * 1000
+    if _client is None:
+        _client = Redis.from_url(os.environ["RSCHED_REDIS_URL"], decode_responses=True)
+    await _client.rpush(_lat_key(os.environ["RSCHED_PREFIX"]), f"{fire_lag:.3f},{sched_lag:.3f}")
+
+
+def _lat_key(prefix: str) -> str:
+    return "{" + prefix + "}:bench-latency"
+
+
+# --- measurement -------------------------------------------------------------------------------
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _spawn_worker(
+    url: str, prefix: str, concurrency: int, log_level: str
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "RSCHED_REDIS_URL": url,
+        "RSCHED_PREFIX": prefix,
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "rsched._worker_main", "bench.worker:worker",
+         "--queues", "bench", "--concurrency", str(concurrency), "--log-level", log_level],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+async def _fill(redis: Redis, stream: str, n: int) -> None:
+    now = str(int(time.time() * 1000))
+    for start in range(0, n, 5000):
+        async with redis.pipeline(transaction=False) as pipe:
+            for _ in range(start, min(n, start + 5000)):
+                pipe.xadd(
+                    stream,
+                    {
+                        "execution_id": f"job-{uuid.uuid4().hex}",
+                        "task": "bench.noop",
+                        "payload": "{}",
+                        "attempt": "1",
+                        "origin": "enqueue",
+                        "opts": "{}",
+                        "scheduled_at": now,
+                        "fired_at": now,
+                    },
+                )
+            await pipe.execute()
+
+
+async def throughput(
+    server: BenchServer, jobs: int, concurrency: int, log_level: str
+) -> dict[str, Any]:
+    prefix = f"bw{uuid.uuid4().hex[:8]}"
+    keys = Keys(prefix)
+    stream = keys.queue("bench")
+    redis = Redis.from_url(server.url, decode_responses=True)
+    try:
+        await _fill(redis, stream, jobs)
+        proc = _spawn_worker(server.url, prefix, concurrency, log_level)
+        try:
+            first: float | None = None
+            cpu0 = 0.0
+            srv0 = _cpu_s(server.pid())
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                left = int(await redis.xlen(stream))
+                now = time.perf_counter()
+                if first is None and left < jobs:
+                    first, cpu0, srv0 = now, _cpu_s(proc.pid), _cpu_s(server.pid())
+                if left == 0:
+                    pending = await redis.xpending(stream, GROUP)
+                    if int(pending["pending"]) == 0:
+                        break
+                await anyio.sleep(0.002)
+            else:
+                raise RuntimeError("the worker did not finish the jobs within 300 s")
+            end = time.perf_counter()
+            assert first is not None
+            took = end - first
+            return {
+                "jobs": jobs,
+                "concurrency": concurrency,
+                "log_level": log_level,
+                "seconds": round(took, 3),
+                "jobs_per_s": round(jobs / took),
+                "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
+                "server_cpu_s": round(_cpu_s(server.pid()) - srv0, 2),
+            }
+        finally:
+            _stop(proc)
+    finally:
+        await redis.aclose()
+
+
+async def fire_to_start(server: BenchServer, seconds: float, schedules: int) -> dict[str, Any]:
+    prefix = f"bl{uuid.uuid4().hex[:8]}"
+    keys = Keys(prefix)
+    redis = Redis.from_url(server.url, decode_responses=True)
+    settings = Settings(redis_url=server.url, prefix=prefix, log_level="warning")
+    store = Store(redis, keys)
+    period_s = 2.0
+    proc = _spawn_worker(server.url, prefix, 50, "warning")
+    try:
+        await anyio.sleep(1.0)  # the worker process starts and blocks on its queue
+        now = await store.time_ms()
+        for i in range(schedules):
+            sched = Schedule(id=f"lat-{i}", task="bench.latency", queue="bench", every=period_s)
+            first = now + 500 + round(i * period_s * 1000 / schedules)
+            await store.write(sched, mode="add", expect_gen=None, next_ms=first, created_ms=now)
+        scheduler = Scheduler(redis, settings, owner="bench")
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            await anyio.sleep(seconds)
+            scheduler.stop()
+        await anyio.sleep(0.5)
+        raw = await redis.lrange(_lat_key(prefix), 0, -1)
+    finally:
+        _stop(proc)
+        await redis.aclose()
+    fire = sorted(float(r.split(",")[0]) for r in raw)
+    sched_lags = sorted(float(r.split(",")[1]) for r in raw)
+    if not fire:
+        raise RuntimeError("no latency samples: the worker ran no job")
+    return {
+        "samples": len(fire),
+        "fires_per_s": round(schedules / period_s, 1),
+        "fire_p50_ms": round(_pct(fire, 50), 2),
+        "fire_p99_ms": round(_pct(fire, 99), 2),
+        "fire_max_ms": round(fire[-1], 2),
+        "sched_p50_ms": round(_pct(sched_lags, 50), 2),
+        "sched_p99_ms": round(_pct(sched_lags, 99), 2),
+    }
+
+
+def _pct(values: list[float], p: float) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(str(r.get(c, "")).rjust(w) for c, w in zip(columns, widths, strict=True))
+              for r in rows]  # fmt: skip
+    return "\n".join(lines)
+
+
+async def _main(args: argparse.Namespace) -> None:
+    with BenchServer(args.kind) as server:
+        print(
+            f"{server.version()} · python {platform.python_version()} · "
+            f"{os.cpu_count()} cores · {platform.machine()}",
+            flush=True,
+        )
+        rows = []
+        for level in ("warning", "info"):
+            rows.append(await throughput(server, args.jobs, args.concurrency, level))
+            print(_table(rows[-1:], list(rows[-1])), flush=True)
+        print("\nno-op throughput, one worker process (bar: >= 10,000 jobs/s)")
+        print(_table(rows, list(rows[0])))
+        lat = await fire_to_start(server, args.seconds, args.schedules)
+        print("\nfire -> handler start, scheduler + one worker, idle (bar: p99 <= 20 ms)")
+        print(_table([lat], list(lat)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="10k jobs, 8 s of latency")
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=20.0, help="latency run length")
+    parser.add_argument("--schedules", type=int, default=20, help="latency: schedules (2 s each)")
+    parser.add_argument("--kind", default="redis", choices=["redis", "valkey"])
+    args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
+    if args.quick:
+        args.jobs, args.seconds = min(args.jobs, 10_000), min(args.seconds, 8.0)
+    anyio.run(_main, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
