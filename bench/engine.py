@@ -281,10 +281,15 @@ class SchedulerProc:
 
     def cpu_s(self) -> float:
         assert self.proc is not None
-        return proc_cpu_s(self.proc.pid)
+        try:
+            return proc_cpu_s(self.proc.pid)
+        except FileNotFoundError:
+            raise RuntimeError(
+                f"the bench scheduler exited early; its log:\n{self.log.read_text()[-3000:]}"
+            ) from None
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.proc is None:
+        if self.proc is None or self.proc.returncode is not None:
             return
         self.proc.terminate()
         with anyio.move_on_after(15):
@@ -356,6 +361,9 @@ async def steady(ctx: Ctx, n: int, duration_s: float, warmup_s: float) -> dict[s
     ids = [f"steady-{i:06d}" for i in range(n)]
     base = template("every")
     base["every"] = "60"
+    # No worker drains the queue here: with the default overlap=skip every occurrence after
+    # the first would be skipped (its previous run never finishes), so let them all fire.
+    base["overlap"] = "allow"
     now = await ctx.now_ms()
     anchors = [now + i * period // n for i in range(n)]
 
@@ -366,7 +374,7 @@ async def steady(ctx: Ctx, n: int, duration_s: float, warmup_s: float) -> dict[s
     await ctx.drop_op_keys()
     async with SchedulerProc(ctx, f"steady-{n}") as sched:
         await anyio.sleep(0.3)
-        start = await ctx.now_ms() + 1_000 + n // 100
+        start = await ctx.now_ms() + 1_000 + n // 20  # after the retime below is done
 
         def first_after_start(i: int) -> int:
             steps = max(0, (start - anchors[i]) // period + 1)

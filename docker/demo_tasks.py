@@ -7,7 +7,6 @@ Running the module adds the schedules: python -m demo_tasks   (an upsert: safe t
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -38,7 +37,7 @@ async def flaky(job: rsched.Job) -> None:
 
 
 def schedules() -> list[rsched.Schedule]:
-    soon = datetime.now(UTC) + timedelta(seconds=30)
+    now = datetime.now(UTC)
     return [
         rsched.Schedule(id="demo-tick", task="demo.tick", cron="*/5 * * * * *"),
         rsched.Schedule(
@@ -46,13 +45,15 @@ def schedules() -> list[rsched.Schedule]:
             task="demo.report",
             queue="reports",
             every=20,
+            start_at=now + timedelta(seconds=5),
             payload={"kind": "sales"},
         ),
-        rsched.Schedule(id="demo-once", task="demo.tick", at=soon),
+        rsched.Schedule(id="demo-once", task="demo.tick", at=now + timedelta(seconds=30)),
         rsched.Schedule(
             id="demo-flaky",
             task="demo.flaky",
             every=60,
+            start_at=now + timedelta(seconds=10),
             max_retries=2,
             retry_base_s=2,
             retry_jitter=0,
@@ -61,9 +62,8 @@ def schedules() -> list[rsched.Schedule]:
 
 
 async def seed() -> None:
-    url = os.environ.get("RSCHED_REDIS_URL", "redis://127.0.0.1:6379/0")
-    prefix = os.environ.get("RSCHED_PREFIX", "rsched")
-    async with rsched.Client.from_url(url, prefix=prefix) as client:
+    # URL and prefix from RSCHED_REDIS_URL / RSCHED_PREFIX, as for the other processes.
+    async with rsched.Client.from_url() as client:
         for schedule in schedules():
             await client.upsert(schedule)
             print(f"upserted {schedule.id}", flush=True)

@@ -14,8 +14,9 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…')]
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 
-Returns one code per item: 1 recorded | 0 was not pending (nothing done); {-7} when ARGV[3]
-is not a JSON array.
+Returns the number of items recorded (the others were no longer pending: nothing done), or
+-7 when ARGV[3] is not a JSON array. (A count, not a code per item: a reply of thousands of
+integers would cost the client more than the whole script.)
 ]]
 -- @include common
 -- @include job_run
@@ -23,9 +24,9 @@ is not a JSON array.
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local ok, items = pcall(cjson.decode, ARGV[3])
-if not ok or type(items) ~= 'table' then return {-7} end
+if not ok or type(items) ~= 'table' then return -7 end
 local now = now_ms()
-local out = {}
+local recorded = 0
 local k = 2
 for i = 1, #items do
   local it = items[i]
@@ -36,15 +37,13 @@ for i = 1, #items do
     history, running, buffered = KEYS[k], KEYS[k + 1], KEYS[k + 2]
     k = k + 3
   end
-  local code = 0
   if rcall('XACK', stream, group, id) == 1 then
     rcall('XDEL', stream, id)
     if sid ~= '' and schedule_keys_ok(history, running, buffered) then
       job_event(history, cap, event, exec, attempt, now, extra)
       finish_run(running, buffered, stream, history, cap, exec, now)
     end
-    code = 1
+    recorded = recorded + 1
   end
-  out[#out + 1] = code
 end
-return out
+return recorded

@@ -20,28 +20,31 @@ then 5 keys per item, in this order:
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
 ARGV[3] cancel      pub/sub channel for cancel_previous
-then 7 args per item:
-  id, version ("<generation>:<created_at>" of the hash the plan was computed from),
-  expect (the next_run the scheduler read, ms), sched (occurrence to run, ms),
-  next (following occurrence, ms, or '' when there is none), action, missed
-  action: 'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
-          'skip' (misfire policy skip: no job, only history)
+then 1 arg per item: "<id> <version> <expect> <sched> <next> <action> <missed>" (one string,
+  fields separated by single spaces; packing them keeps a batch of thousands cheap to send):
+  version  "<generation>:<created_at>" of the hash the plan was computed from ('' = none)
+  expect   the next_run the scheduler read (ms)   sched  the occurrence to run (ms)
+  next     the following occurrence (ms), or '' when there is none
+  action   'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
+           'skip' (misfire policy skip: no job, only history)
 
-Returns: {-1} when the lease is not the caller's; {-7} malformed arguments; {-8} the schedules
-index is not a sorted set (nothing written in all three cases); otherwise one code per item:
+Returns one string of comma-separated codes, one per item:
   1 fired   2 skipped by overlap policy   3 buffered (buffer_one)   4 misfire skipped
   0 stale (gone, paused, completed, other version, or already fired; the index entry is
     re-pointed at the hash's next_run, or removed when the hash is gone)   -5 not due yet
   -6 a key of this schedule has the wrong type, or its hash lacks a task or holds a number
      field that is not a number (left untouched)
+or a single code for the whole call, nothing written: '-1' the lease is not the caller's;
+'-7' malformed arguments; '-8' the schedules index is not a sorted set.
 ]]
 -- @include common
 -- @include fire_job
 
 local leader_key, schedules_key = KEYS[1], KEYS[2]
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local KEYS_PER, ARGS_PER = 5, 7
+local KEYS_PER = 5
 local ACTIONS = {fire = true, misfire = true, skip = true}
+local ITEM = '^(%S+) (%S*) (%-?%d+) (%-?%d+) (%-?%d*) (%a+) (%d+)$'
 
 -- A stale item whose index entry disagrees with its hash (hash deleted or edited by hand) would
 -- come due again at once, forever: point the index at the hash's truth instead.
@@ -56,43 +59,44 @@ local function heal_index(zkey, sid, st)
   if cur ~= want then rcall('ZADD', zkey, want, sid) end
 end
 
-local function is_ms(s) return s ~= nil and string.match(s, '^%-?%d+$') ~= nil end
-
-local n = (#ARGV - 3) / ARGS_PER
-if n ~= math.floor(n) or #KEYS ~= 2 + n * KEYS_PER or not cap or cap < 1 then return {-7} end
-for i = 0, n - 1 do
-  local a = 4 + i * ARGS_PER
-  if not (is_ms(ARGV[a + 2]) and is_ms(ARGV[a + 3]) and (ARGV[a + 4] == '' or is_ms(ARGV[a + 4]))
-          and ACTIONS[ARGV[a + 5]] and is_ms(ARGV[a + 6])) then
-    return {-7}
-  end
+local n = #ARGV - 3
+if n < 0 or #KEYS ~= 2 + n * KEYS_PER or not cap or cap < 1 then return '-7' end
+local items = {}
+for i = 1, n do
+  local it = {string.match(ARGV[3 + i], ITEM)}
+  if not it[1] or not ACTIONS[it[6]] then return '-7' end
+  items[i] = it
 end
-if rcall('GET', leader_key) ~= lease then return {-1} end
-if not key_is(schedules_key, 'zset') then return {-8} end
+if rcall('GET', leader_key) ~= lease then return '-1' end
+if not key_is(schedules_key, 'zset') then return '-8' end
 
 local now = now_ms()
 local results = {}
+-- One read of the hash gives the version check and everything fire_job and advance need.
+local STATE = {'generation', 'next_run', 'status', 'created_at', unpack(JOB_FIELDS)}
+local stream_ok = {}  -- most batches share one queue stream: check its type once
 
-for i = 0, n - 1 do
-  local a, b = 4 + i * ARGS_PER, 3 + i * KEYS_PER
+for i = 1, n do
+  local b = 3 + (i - 1) * KEYS_PER
   local k = {hash = KEYS[b], history = KEYS[b + 1], running = KEYS[b + 2],
              buffered = KEYS[b + 3], stream = KEYS[b + 4]}
-  local sid, version, expect, sched = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local nxt, action, missed = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+  local sid, version, expect, sched, nxt, action, missed = unpack(items[i])
   local code
-  if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.running, 'hash')
-          and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')) then
+  if not key_is(k.hash, 'hash') then
     code = -6
   else
-    local st = rcall('HMGET', k.hash, 'generation', 'next_run', 'status', 'created_at')
+    local st = rcall('HMGET', k.hash, unpack(STATE))
+    local f = {}
+    for j = 1, #JOB_FIELDS do f[j] = st[4 + j] end
     local current = nil
     if st[1] then current = st[1] .. ':' .. (st[4] or '') end
-    if st[2] and not is_ms(st[2]) then
+    if stream_ok[k.stream] == nil then stream_ok[k.stream] = key_is(k.stream, 'stream') end
+    if st[2] and not string.match(st[2], '^%-?%d+$') then
       code = -6  -- next_run edited by hand: not even the index can be healed from it
     elseif current ~= version or st[2] ~= expect or st[3] then
       code = 0  -- status is absent exactly when the schedule is active
       heal_index(schedules_key, sid, st)
-    elseif not fire_job_ok(k.hash) then
+    elseif not (fire_job_ok(k.hash, f) and key_is(k.history, 'list')) then
       code = -6
     elseif tonumber(sched) > now then
       code = -5
@@ -101,15 +105,17 @@ for i = 0, n - 1 do
       hist(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
            ',"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
            string.format('%d', now - tonumber(sched)) .. '}')
-      advance(schedules_key, k.hash, sid, sched, nxt, false, true)
+      advance(schedules_key, k.hash, sid, sched, nxt, false, true, f)
       code = 4
+    elseif not (stream_ok[k.stream] and overlap_keys_ok(k, f[F_OVERLAP])) then
+      code = -6
     else
       local origin, extra = 'schedule', ''
       if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
-      code = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra)
-      advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true)
+      code = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
+      advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f)
     end
   end
-  results[i + 1] = code
+  results[i] = code
 end
-return results
+return table.concat(results, ',')

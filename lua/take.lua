@@ -16,10 +16,17 @@ ARGV[1] group   ARGV[2] consumer   ARGV[3] count (total over all streams)
 Returns a JSON array with one item per stream that had entries: a pair of the key index
 (1-based) and the list of that stream's entries, each a pair of entry id and {field: value}.
 Returns '[]' when there is none.
-Errors (NOGROUP) are raised as by XREADGROUP.
+Errors: NOGROUP as raised by XREADGROUP (the group is missing: the caller re-creates it);
+WRONGTYPE before anything is read when a key is not a stream.
 ]]
 local rcall = redis.call
 local group, consumer, left = ARGV[1], ARGV[2], tonumber(ARGV[3])
+for i = 1, #KEYS do
+  local t = rcall('TYPE', KEYS[i])['ok']
+  if t ~= 'stream' and t ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. t .. ', not a stream')
+  end
+end
 local out = {}
 for i = 1, #KEYS do
   if left <= 0 then break end

@@ -34,10 +34,12 @@ def test_jitter_spreads_within_bounds_and_never_exceeds_cap() -> None:
     opts = JobOptions(retry_base_s=10, retry_multiplier=2, retry_max_s=25, retry_jitter=0.2)
     rng = random.Random(7)
     first = [retry_delay_s(opts, 1, rng) for _ in range(500)]
-    assert min(first) >= 8 and max(first) <= 12
+    assert min(first) >= 8
+    assert max(first) <= 12
     assert max(first) - min(first) > 2  # actually spread
     capped = [retry_delay_s(opts, 5, rng) for _ in range(500)]
-    assert max(capped) <= 25 and min(capped) >= 20
+    assert max(capped) <= 25
+    assert min(capped) >= 20
 
 
 def test_options_round_trip_only_non_defaults() -> None:
@@ -80,10 +82,14 @@ GOOD = {
 def test_parse_entry() -> None:
     job = parse_entry("q", "1-0", GOOD, deliveries=2)
     assert job.payload == {"a": 1}
-    assert job.attempt == 2 and job.deliveries == 2 and job.generation == 3
-    assert job.scheduled_at is not None and job.scheduled_at.tzinfo is not None
+    assert job.attempt == 2
+    assert job.deliveries == 2
+    assert job.generation == 3
+    assert job.scheduled_at is not None
+    assert job.scheduled_at.tzinfo is not None
     assert job.scheduled_at.timestamp() == 1.0
-    assert job.max_retries == 5 and not job.is_last_attempt
+    assert job.max_retries == 5
+    assert not job.is_last_attempt
     nxt = job.next_attempt_fields()
     assert dict(zip(nxt[::2], nxt[1::2], strict=True))["attempt"] == "3"
 

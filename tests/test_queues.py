@@ -9,6 +9,7 @@ import rsched
 from rsched._keys import GROUP, Keys
 from rsched._queues import QueueStore
 from rsched._settings import Settings
+from worker_app import any_
 
 
 @pytest.fixture
@@ -47,7 +48,9 @@ async def make_dead(store: QueueStore, tasks: list[str], queue: str = "default")
         ({"task": "t", "execution_id": "a b"}, "execution_id"),
     ],
 )
-async def test_enqueue_validates(store: QueueStore, kwargs: dict[str, object], message: str) -> None:
+async def test_enqueue_validates(
+    store: QueueStore, kwargs: dict[str, object], message: str
+) -> None:
     with pytest.raises(rsched.InvalidJob, match=message):
         await store.enqueue(**kwargs)  # type: ignore[arg-type]
 
@@ -57,8 +60,10 @@ async def test_enqueue_writes_a_job_entry(store: QueueStore, redis: Redis) -> No
         "t", {"a": 1}, queue="q1", max_retries=0, timeout_s=5, execution_id="my-id"
     )
     assert exec_id == "my-id"
-    [(_, fields)] = await redis.xrange(store.keys.queue("q1"))
-    assert fields["task"] == "t" and fields["payload"] == '{"a":1}' and fields["attempt"] == "1"
+    [(_, fields)] = await any_(redis).xrange(store.keys.queue("q1"))
+    assert fields["task"] == "t"
+    assert fields["payload"] == '{"a":1}'
+    assert fields["attempt"] == "1"
     assert fields["opts"] == '{"max_retries":0,"timeout_s":5.0}'
     assert int(fields["scheduled_at"]) == int(fields["fired_at"])
     assert "q1" in await store.queue_names()
@@ -68,12 +73,14 @@ async def test_delayed_jobs_are_promoted_when_due(store: QueueStore, redis: Redi
     await store.enqueue("t", delay_s=0.2)
     assert await redis.xlen(store.keys.queue("default")) == 0
     moved, wait_ms = await store.promote("default")
-    assert moved == 0 and wait_ms is not None and 0 < wait_ms <= 200
+    assert moved == 0
+    assert wait_ms is not None
+    assert 0 < wait_ms <= 200
     # A member someone else wrote still moves (as a malformed entry), never blocks the set.
     await redis.zadd(store.keys.delayed_queue("default"), {"not json": 0})
     moved, _ = await store.promote("default")
     assert moved == 1
-    entries = await redis.xrange(store.keys.queue("default"))
+    entries = await any_(redis).xrange(store.keys.queue("default"))
     assert entries[-1][1] == {"malformed": "not json"}
 
 
@@ -85,11 +92,14 @@ async def test_dead_letter_pages_filters_and_lookup(store: QueueStore) -> None:
     page2, cursor2 = await store.dead_letters(limit=2, cursor=cursor)
     assert [d.entry_id for d in page2] == ids[::-1][2:4]
     page3, cursor3 = await store.dead_letters(limit=2, cursor=cursor2)
-    assert [d.entry_id for d in page3] == ids[:1] and cursor3 is None
+    assert [d.entry_id for d in page3] == ids[:1]
+    assert cursor3 is None
     only_a, _ = await store.dead_letters(task="a")
     assert [d.entry_id for d in only_a] == [ids[4], ids[2], ids[0]]
     letter = await store.dead_letter("default", ids[1])
-    assert letter.task == "b" and letter.payload == {"task": "b"} and letter.traceback == "tb"
+    assert letter.task == "b"
+    assert letter.payload == {"task": "b"}
+    assert letter.traceback == "tb"
     assert letter.job_fields["task"] == "b"
     with pytest.raises(rsched.DeadLetterNotFound):
         await store.dead_letter("default", "1-1")
@@ -105,7 +115,7 @@ async def test_requeue_by_ids_and_by_filter(store: QueueStore, redis: Redis) -> 
     assert await store.requeue("default", [ids[3]], task="a") == 0  # filter applies to ids
     remaining, _ = await store.dead_letters()
     assert [d.task for d in remaining] == ["c"]
-    entries = await redis.xrange(stream)
+    entries = await any_(redis).xrange(stream)
     assert sorted(f["task"] for _, f in entries) == ["a", "a", "b"]
     assert all(f["attempt"] == "1" for _, f in entries)
     assert await store.requeue("default") == 1
@@ -131,10 +141,15 @@ async def test_queue_stats(store: QueueStore, redis: Redis) -> None:
     await make_dead(store, ["x"], queue="dq")
     stats = await store.queue_stats()
     q = stats["q"]
-    assert q["length"] == 3 and q["pending"] == 2 and q["consumers"] == 1
-    assert q["delayed"] == 1 and q["dead"] == 0
-    assert q["oldest_pending_ms"] is not None and 0 <= q["oldest_pending_ms"] < 60_000
-    assert stats["dq"]["dead"] == 1 and stats["dq"]["pending"] == 0
+    assert q["length"] == 3
+    assert q["pending"] == 2
+    assert q["consumers"] == 1
+    assert q["delayed"] == 1
+    assert q["dead"] == 0
+    assert q["oldest_pending_ms"] is not None
+    assert 0 <= q["oldest_pending_ms"] < 60_000
+    assert stats["dq"]["dead"] == 1
+    assert stats["dq"]["pending"] == 0
     assert stats["dq"]["oldest_pending_ms"] is None
     pending = await redis.xpending(store.keys.queue("q"), GROUP)
     assert pending["pending"] == 2
@@ -147,8 +162,8 @@ async def test_scripts_are_safe_to_run_twice(store: QueueStore, redis: Redis) ->
     from rsched._queues import Done
 
     done = Done(entry_id, fields["execution_id"], None, 1, "completed")
-    assert await store.complete("default", [done]) == [1]
-    assert await store.complete("default", [done]) == [0]
+    assert await store.complete("default", [done]) == 1
+    assert await store.complete("default", [done]) == 0
     assert await redis.xlen(store.keys.queue("default")) == 0
     assert await store.dead("default", entry_id, raw=fields, reason="x") is None
     retried = await store.retry(
@@ -157,3 +172,29 @@ async def test_scripts_are_safe_to_run_twice(store: QueueStore, redis: Redis) ->
     )  # fmt: skip
     assert retried is None
     assert await redis.xlen(store.keys.queue("default")) == 0
+
+
+async def test_enqueue_re_sent_after_a_lost_reply_writes_once(
+    store: QueueStore, redis: Redis
+) -> None:
+    keys = [store.keys.queue("q"), store.keys.delayed_queue("q"), store.keys.queues]
+    op = store.keys.op("fixed-request")
+    args = ["q", 0, 60_000, "execution_id", "e1", "task", "t", "payload", "{}", "attempt", "1"]
+    first = await store.call("enqueue", [*keys, op], args)
+    again = await store.call("enqueue", [*keys, op], args)
+    assert first == again
+    assert await redis.xlen(store.keys.queue("q")) == 1
+
+
+async def test_heartbeat_reports_entries_this_consumer_no_longer_holds(
+    store: QueueStore, redis: Redis
+) -> None:
+    await store.create_groups(["default"])
+    await store.enqueue("t")
+    await store.enqueue("t")
+    [(_, entries)] = await store.read(["default"], "c1", 2, 100)
+    mine, taken = entries[0][0], entries[1][0]
+    await any_(redis).xclaim(store.keys.queue("default"), GROUP, "c2", 0, [taken])
+    assert await store.heartbeat("default", "c1", [mine, taken, "1-1"]) == [taken, "1-1"]
+    claimed = await store.reclaim("default", "c3", 60_000, "0-0", 10)
+    assert claimed[1] == []  # both were just refreshed or claimed: nothing is idle

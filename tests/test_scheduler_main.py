@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -185,3 +186,23 @@ def test_invalid_schedules_file_exits_2(
     assert proc.wait() == 2
     assert "cron" in proc.output()
     assert "scheduler.ready" not in proc.output()
+
+
+@pytest.mark.slow
+async def test_standby_takes_over_a_killed_leader(
+    spawn: Callable[..., Any], settings: Settings, store: Store
+) -> None:
+    await store.save(Schedule(id="k", task="t", every=0.1, overlap="allow"))
+    first = spawn(MAIN, *args(settings))
+    await wait_for(first, "leader.acquired")
+    second = spawn(MAIN, *args(settings))
+    await wait_for(second, "scheduler.ready")
+    await eventually(lambda: _has_jobs(store, 2))
+    first.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    await wait_for(second, "leader.acquired")
+    assert time.monotonic() - killed_at < 3.0  # lease TTL 1 s, plus generous slack
+    before = len(await jobs(store))
+    await eventually(lambda: _has_jobs(store, before + 3))
+    entries = await jobs(store)
+    assert Counter(j["execution_id"] for j in entries).most_common(1)[0][1] == 1

@@ -15,7 +15,7 @@ import rsched
 from rsched._keys import GROUP, Keys
 from rsched._queues import QueueStore
 from rsched._settings import Settings
-from worker_app import fast_settings
+from worker_app import any_, fast_settings
 
 
 async def wait_until(
@@ -32,7 +32,7 @@ async def wait_until(
 
 
 @asynccontextmanager
-async def running(worker: rsched.Worker, redis: Redis) -> AsyncIterator[rsched.Worker]:
+async def running(worker: rsched.Worker, redis: Redis | None) -> AsyncIterator[rsched.Worker]:
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, redis)
         try:
@@ -74,10 +74,15 @@ async def test_runs_async_and_sync_handlers(redis: Redis, settings: Settings) ->
         await wait_until(lambda: settled(redis, settings))
     by_task = {j.task: j for j in seen}
     job = by_task["t.async"]
-    assert job.execution_id == first and job.payload == {"n": 1} and job.attempt == 1
-    assert job.queue == "default" and job.schedule_id is None
-    assert job.scheduled_at is not None and job.scheduled_at.tzinfo is not None
-    assert threads and threads[0] != threading.main_thread().name
+    assert job.execution_id == first
+    assert job.payload == {"n": 1}
+    assert job.attempt == 1
+    assert job.queue == "default"
+    assert job.schedule_id is None
+    assert job.scheduled_at is not None
+    assert job.scheduled_at.tzinfo is not None
+    assert threads
+    assert threads[0] != threading.main_thread().name
     assert worker.completed_total == 2
 
 
@@ -125,10 +130,14 @@ async def test_retries_with_backoff_then_dead_letter_then_requeue(
         assert 0.5 <= gap2 <= 3.0, gap2  # 0.3 × 2
         (letters, _) = await store.dead_letters()
         letter = letters[0]
-        assert letter.execution_id == exec_id and letter.reason == "max_retries"
-        assert letter.error_type == "ValueError" and letter.error_message == "boom 3"
-        assert "ValueError: boom 3" in letter.traceback and letter.attempt == 3
-        assert letter.payload == {"x": 1} and letter.task == "t.flaky"
+        assert letter.execution_id == exec_id
+        assert letter.reason == "max_retries"
+        assert letter.error_type == "ValueError"
+        assert letter.error_message == "boom 3"
+        assert "ValueError: boom 3" in letter.traceback
+        assert letter.attempt == 3
+        assert letter.payload == {"x": 1}
+        assert letter.task == "t.flaky"
         assert letter.dead_at.tzinfo is not None
 
         healthy = True
@@ -221,9 +230,7 @@ async def test_timeout_async_and_sync(redis: Redis, settings: Settings) -> None:
     assert "async" not in finished
 
 
-async def test_long_job_with_heartbeats_is_not_run_twice(
-    redis: Redis, settings: Settings
-) -> None:
+async def test_long_job_with_heartbeats_is_not_run_twice(redis: Redis, settings: Settings) -> None:
     runs: list[str] = []
 
     def make() -> rsched.Worker:
@@ -244,9 +251,7 @@ async def test_long_job_with_heartbeats_is_not_run_twice(
     assert len(runs) == 1
 
 
-async def test_entries_of_a_vanished_worker_are_reclaimed(
-    redis: Redis, settings: Settings
-) -> None:
+async def test_entries_of_a_vanished_worker_are_reclaimed(redis: Redis, settings: Settings) -> None:
     keys = Keys(settings.prefix)
     store = store_for(redis, settings)
     await store.create_groups(["default"])
@@ -263,7 +268,8 @@ async def test_entries_of_a_vanished_worker_are_reclaimed(
     async with running(worker, redis):
         await wait_until(lambda: bool(seen))
         await wait_until(lambda: settled(redis, settings))
-    assert seen[0].deliveries == 2 and seen[0].attempt == 1
+    assert seen[0].deliveries == 2
+    assert seen[0].attempt == 1
 
 
 async def test_poison_after_max_deliveries(redis: Redis, settings: Settings) -> None:
@@ -272,7 +278,7 @@ async def test_poison_after_max_deliveries(redis: Redis, settings: Settings) -> 
     await store.create_groups(["default"])
     exec_id = await store.enqueue("t", {})
     stream = keys.queue("default")
-    [[_, [(entry_id, _)]]] = await redis.xreadgroup(GROUP, "ghost", {stream: ">"}, count=1)
+    [[_, [(entry_id, _)]]] = await any_(redis).xreadgroup(GROUP, "ghost", {stream: ">"}, count=1)
     # Delivered (and crashed on) three times already.
     await redis.xclaim(stream, GROUP, "ghost", 0, [entry_id], retrycount=3)
     worker = rsched.Worker(settings=fast_settings(settings, max_deliveries=3))
@@ -287,13 +293,12 @@ async def test_poison_after_max_deliveries(redis: Redis, settings: Settings) -> 
         await wait_until(lambda: settled(redis, settings))
     assert ran == []
     (letter,) = (await store.dead_letters())[0]
-    assert letter.reason == "poison" and letter.deliveries == 4
+    assert letter.reason == "poison"
+    assert letter.deliveries == 4
     assert letter.execution_id == exec_id
 
 
-async def test_stop_lets_running_jobs_finish_within_grace(
-    redis: Redis, settings: Settings
-) -> None:
+async def test_stop_lets_running_jobs_finish_within_grace(redis: Redis, settings: Settings) -> None:
     worker = rsched.Worker(settings=fast_settings(settings, shutdown_grace_period_s=3))
     done: list[int] = []
     started = anyio.Event()
@@ -368,16 +373,64 @@ async def test_concurrency_limit(redis: Redis, settings: Settings) -> None:
 def test_settings_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     worker = rsched.Worker(queues=["a", "b"], concurrency=7)
     cfg = worker.resolve_settings().worker
-    assert cfg.queues == ["a", "b"] and cfg.concurrency == 7
+    assert cfg.queues == ["a", "b"]
+    assert cfg.concurrency == 7
     monkeypatch.setenv("RSCHED_WORKER__CONCURRENCY", "9")
     assert rsched.Worker(concurrency=7).resolve_settings().worker.concurrency == 9
     worker = rsched.Worker(concurrency=7)
     worker.configure(concurrency=11, queues=["z"], redis_url="redis://127.0.0.1:1/0")
     resolved = worker.resolve_settings()
-    assert resolved.worker.concurrency == 11 and resolved.worker.queues == ["z"]
+    assert resolved.worker.concurrency == 11
+    assert resolved.worker.queues == ["z"]
     assert resolved.redis_url == "redis://127.0.0.1:1/0"
     with pytest.raises(rsched.ConfigError, match="queue"):
         rsched.Worker(queues=["bad name"]).resolve_settings()
+    worker.add_task("t", lambda job: None)
     with pytest.raises(rsched.ConfigError, match="registered twice"):
         worker.add_task("t", lambda job: None)
-        worker.add_task("t", lambda job: None)
+
+
+async def test_bytes_that_are_not_utf8_do_not_stop_the_worker(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))  # its own connection
+    ok: list[str] = []
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        ok.append(job.execution_id)
+
+    raw = Redis.from_url(settings.url)  # bytes in, bytes out
+    stream = Keys(settings.prefix).queue("default")
+    store = store_for(redis, settings)
+    try:
+        async with running(worker, None):
+            await raw.xadd(stream, {b"execution_id": b"e\xff", b"task": b"t\xfe", b"x": b"\xff"})
+            await store.enqueue("t", execution_id="good")
+            await wait_until(lambda: "good" in ok)
+            await wait_until(lambda: _dead_count(store, 1))
+    finally:
+        await raw.aclose()
+    (letter,) = (await store.dead_letters())[0]
+    assert letter.reason == "unknown_task"
+    assert letter.task == "t\ufffd"
+
+
+async def test_deleted_pending_entries_are_dropped_by_the_reclaimer(
+    redis: Redis, settings: Settings
+) -> None:
+    keys = Keys(settings.prefix)
+    store = store_for(redis, settings)
+    await store.create_groups(["default"])
+    await store.enqueue("t")
+    stream = keys.queue("default")
+    [[_, [(entry_id, _)]]] = await any_(redis).xreadgroup(GROUP, "ghost", {stream: ">"}, count=1)
+    await redis.xdel(stream, entry_id)  # deleted while pending (someone trimmed the stream)
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        raise AssertionError("a deleted entry has nothing to run")
+
+    async with running(worker, redis):
+        await wait_until(lambda: settled(redis, settings))

@@ -18,7 +18,7 @@ from rsched._queues import QueueStore
 from rsched._settings import Settings
 from servers import Server
 from test_worker import running, settled, wait_until
-from worker_app import fast_env, fast_settings, marks_key
+from worker_app import any_, fast_env, fast_settings, marks_key
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ Spawn = Callable[..., Proc]
 
 
 async def marks(redis: Redis, settings: Settings) -> list[list[str]]:
-    return [m.split(":") for m in await redis.lrange(marks_key(settings.prefix), 0, -1)]
+    return [m.split(":") for m in await any_(redis).lrange(marks_key(settings.prefix), 0, -1)]
 
 
 def start_worker(spawn: Spawn, settings: Settings, **env: str) -> Proc:
@@ -58,7 +58,8 @@ async def test_sigkill_mid_job_another_worker_completes_it(
     got = await marks(redis, settings)
     assert [m[0] for m in got] == ["start", "start", "end"]
     assert {m[1] for m in got} == {exec_id}
-    assert got[0][3] == str(first.proc.pid) and got[2][3] == str(second.proc.pid)
+    assert got[0][3] == str(first.proc.pid)
+    assert got[2][3] == str(second.proc.pid)
     assert "job.reclaimed" in second.output()
 
 
@@ -79,7 +80,8 @@ async def test_sigterm_drains_in_flight_jobs_and_exits_0(
     assert [m[0] for m in await marks(redis, settings)].count("end") == 2
     assert await settled(redis, settings)
     assert "event=worker.draining" in proc.output()
-    assert "event=job.end" in proc.output() and "duration_ms=" in proc.output()
+    assert "event=job.end" in proc.output()
+    assert "duration_ms=" in proc.output()
 
 
 async def _count(redis: Redis, settings: Settings, what: str, n: int) -> bool:
@@ -114,7 +116,8 @@ async def test_a_job_that_crashes_its_worker_becomes_poison(
     second = start_worker(spawn, settings, **env)
     await wait_until(lambda: _dead(store), timeout_s=15)
     (letter,) = (await store.dead_letters())[0]
-    assert letter.reason == "poison" and letter.deliveries == 2
+    assert letter.reason == "poison"
+    assert letter.deliveries == 2
     assert letter.execution_id == exec_id
     assert second.proc.poll() is None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import anyio
 from redis import Redis
@@ -62,6 +63,11 @@ FAST_WORKER = {
     "promote_interval_ms": 50,
     "shutdown_grace_period_s": 2.0,
 }
+
+
+def any_(client: object) -> Any:
+    """A Redis client untyped: redis-py's stubs type replies as unions of bytes and str."""
+    return client
 
 
 def fast_settings(settings: rsched.Settings, **worker_fields: object) -> rsched.Settings:

@@ -10,10 +10,10 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Push one JSON event on a capped history list (newest first).
+-- Push one JSON event on a capped history list (newest first). LPUSH returns the length, so
+-- the trim costs a call only when the list is over its cap.
 local function hist(key, cap, json)
-  rcall('LPUSH', key, json)
-  rcall('LTRIM', key, 0, cap - 1)
+  if rcall('LPUSH', key, json) > cap then rcall('LTRIM', key, 0, cap - 1) end
 end
 
 -- Client writes carry an operation key so that a command re-sent after a lost reply (redis-py

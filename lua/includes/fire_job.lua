@@ -2,34 +2,56 @@
 -- backfill so that every path applies the same overlap policy and writes the same job entry.
 -- Needs: common.lua.
 --
--- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra)
+-- job_fields(hash): the schedule fields fire_job and advance use, as one HMGET in JOB_FIELDS
+--   order (task, payload, overlap, generation, the six JOB_OPTS, runs, max_runs). A caller
+--   that already read them passes the result on, so a fire costs one read of the hash.
+-- fire_job_ok(hash [, f]): true when those fields are usable (a task, numbers where numbers
+--   belong). Call it before the first write: a hash edited by hand must be refused whole
+--   rather than fail halfway, which Redis would not roll back.
+-- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra [, f])
 --   k: {hash=, history=, running=, buffered=, stream=} key names of this schedule
 --   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill
 --   extra: string appended inside the history JSON object (e.g. ',"missed":3'), or ''
--- Returns 1 fired, 2 skipped by the overlap policy, 3 buffered (overlap=buffer_one), plus the
--- execution id. The caller has checked key types, fire_job_ok and that the schedule may fire.
+--   f: job_fields(k.hash) when the caller has it
+--   Returns 1 fired, 2 skipped by the overlap policy, 3 buffered (overlap=buffer_one), plus the
+--   execution id. The caller has checked key types (running and buffered only matter when the
+--   overlap policy uses them, see overlap_keys), fire_job_ok and that the schedule may fire.
+-- advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next [, f])
+--   count the run and move next_run, or complete the schedule.
 
 local JOB_OPTS = {'max_retries', 'retry_base_s', 'retry_multiplier', 'retry_max_s',
                   'retry_jitter', 'timeout_s'}
+local JOB_FIELDS = {'task', 'payload', 'overlap', 'generation', 'max_retries', 'retry_base_s',
+                    'retry_multiplier', 'retry_max_s', 'retry_jitter', 'timeout_s', 'runs',
+                    'max_runs'}
+local F_TASK, F_PAYLOAD, F_OVERLAP, F_GEN, F_OPTS, F_RUNS, F_MAX_RUNS = 1, 2, 3, 4, 5, 11, 12
 
--- fire_job_ok(hash): true when the stored fields fire_job and advance read are usable (a task,
--- numbers where numbers belong). Call it before the first write: a hash edited by hand must
--- be refused whole rather than fail halfway, which Redis would not roll back.
-local function fire_job_ok(hash)
-  local f = rcall('HMGET', hash, 'task', 'runs', 'max_runs', unpack(JOB_OPTS))
-  if not f[1] then return false end
-  for i = 2, #f do
+local function job_fields(hash)
+  return rcall('HMGET', hash, unpack(JOB_FIELDS))
+end
+
+local function fire_job_ok(hash, f)
+  f = f or job_fields(hash)
+  if not f[F_TASK] then return false end
+  for i = F_OPTS, F_MAX_RUNS do
     if f[i] and not tonumber(f[i]) then return false end
   end
   return true
 end
 
-local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra)
-  local f = rcall('HMGET', k.hash, 'task', 'payload', 'overlap', 'generation',
-                  'max_retries', 'retry_base_s', 'retry_multiplier', 'retry_max_s',
-                  'retry_jitter', 'timeout_s')
+-- The keys besides hash, history and stream that a fire may write, by overlap policy: only
+-- these need their type checked before the first write.
+local function overlap_keys_ok(k, overlap)
+  overlap = overlap or 'skip'
+  if overlap == 'allow' then return true end
+  if not key_is(k.running, 'hash') then return false end
+  return overlap ~= 'buffer_one' or key_is(k.buffered, 'hash')
+end
+
+local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
+  f = f or job_fields(k.hash)
   local exec = sid .. '@' .. sched
-  local overlap = f[3] or 'skip'
+  local overlap = f[F_OVERLAP] or 'skip'
   local at = string.format('%d', now)
   local late = string.format('%d', now - tonumber(sched))
   local base = '"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' .. late ..
@@ -39,11 +61,13 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra)
   -- worker never has to read a schedule that may have changed or gone since the fire.
   local opts = {}
   for i = 1, #JOB_OPTS do
-    if f[4 + i] then opts[#opts + 1] = '"' .. JOB_OPTS[i] .. '":' .. f[4 + i] end
+    local v = f[F_OPTS - 1 + i]
+    if v then opts[#opts + 1] = '"' .. JOB_OPTS[i] .. '":' .. v end
   end
-  local job = {'execution_id', exec, 'schedule_id', sid, 'task', f[1], 'payload', f[2] or '{}',
-               'scheduled_at', sched, 'fired_at', at, 'attempt', '1', 'generation', f[4],
-               'origin', origin, 'opts', '{' .. table.concat(opts, ',') .. '}'}
+  local job = {'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
+               'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
+               'attempt', '1', 'generation', f[F_GEN], 'origin', origin,
+               'opts', '{' .. table.concat(opts, ',') .. '}'}
 
   local prev = nil
   if overlap ~= 'allow' and rcall('EXISTS', k.running) == 1 then
@@ -60,6 +84,7 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra)
       return 3, exec
     else -- cancel_previous: the new run replaces the marker; the old handler is told to stop
       prev = rcall('HGET', k.running, 'execution_id')
+      rcall('DEL', k.running)
     end
   end
 
@@ -67,11 +92,10 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra)
   if overlap ~= 'allow' then
     -- The marker outlives any plausible run (timeout x attempts, plus backoff) so a lost worker
     -- can never block the schedule forever; workers refresh it while the job runs.
-    local timeout = tonumber(f[10] or '3600')
-    local attempts = tonumber(f[5] or '3') + 1
-    local backoff = tonumber(f[8] or '3600')
+    local timeout = tonumber(f[F_OPTS + 5] or '3600')
+    local attempts = tonumber(f[F_OPTS] or '3') + 1
+    local backoff = tonumber(f[F_OPTS + 3] or '3600')
     local ttl = math.floor((timeout + backoff) * attempts * 1000) + 60000
-    rcall('DEL', k.running)
     rcall('HSET', k.running, 'execution_id', exec, 'state', 'queued', 'since', at)
     rcall('PEXPIRE', k.running, ttl)
   end
@@ -86,20 +110,33 @@ end
 
 -- Advance a schedule after an occurrence was handled: count the run, move next_run (or complete
 -- the schedule when nxt is '' or max_runs is reached). `fired` is true when a job was written.
-local function advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next)
-  local st = rcall('HMGET', hash_key, 'runs', 'max_runs')
-  local runs = tonumber(st[1] or '0')
-  if fired then
-    runs = runs + 1
-    rcall('HSET', hash_key, 'runs', runs, 'last_run', sched)
+local function advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next, f)
+  local runs_raw, max_raw
+  if f then
+    runs_raw, max_raw = f[F_RUNS], f[F_MAX_RUNS]
+  else
+    local st = rcall('HMGET', hash_key, 'runs', 'max_runs')
+    runs_raw, max_raw = st[1], st[2]
   end
-  local done = (st[2] and runs >= tonumber(st[2])) or (move_next and nxt == '')
+  local runs = tonumber(runs_raw or '0')
+  if fired then runs = runs + 1 end
+  local done = (max_raw and runs >= tonumber(max_raw)) or (move_next and nxt == '')
   if done then
-    rcall('HSET', hash_key, 'status', 'completed')
+    if fired then
+      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched, 'status', 'completed')
+    else
+      rcall('HSET', hash_key, 'status', 'completed')
+    end
     rcall('HDEL', hash_key, 'next_run')
     rcall('ZADD', schedules_key, 'inf', sid)
   elseif move_next then
-    rcall('HSET', hash_key, 'next_run', nxt)
+    if fired then
+      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched, 'next_run', nxt)
+    else
+      rcall('HSET', hash_key, 'next_run', nxt)
+    end
     rcall('ZADD', schedules_key, nxt, sid)
+  elseif fired then
+    rcall('HSET', hash_key, 'runs', runs, 'last_run', sched)
   end
 end

@@ -152,15 +152,19 @@ class EmbeddedServer:
             "--appendfsync", "everysec",
             "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            # Safe despite the general warning on preexec_fn: the hook only calls prctl.
-            preexec_fn=_exit_with_parent(),
-        )
+        try:
+            self.proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                # Safe despite the general warning on preexec_fn: the hook only calls prctl.
+                preexec_fn=_exit_with_parent(),
+            )
+        except OSError as exc:
+            self.stop()
+            raise RedisUnavailable(f"cannot run the embedded server {self.binary}: {exc}") from None
         deadline = time.monotonic() + timeout_s
         while True:
             try:

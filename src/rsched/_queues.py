@@ -406,8 +406,9 @@ class QueueStore:
             args += [entry_id, exec_id, attempt, extra]
         return [int(c) for c in await self.call("start", keys, args)]
 
-    async def complete(self, queue: str, done: Sequence[Done]) -> list[int]:
-        """Acknowledge finished runs and record their events; 1 recorded, 0 not pending."""
+    async def complete(self, queue: str, done: Sequence[Done]) -> int:
+        """Acknowledge finished runs and record their events; returns how many were recorded
+        (the others were no longer pending)."""
         keys = [self.keys.queue(queue)]
         items = []
         for d in done:
@@ -417,15 +418,11 @@ class QueueStore:
             items.append(
                 (d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra)
             )
-        codes = [
-            int(c)
-            for c in await self.call(
-                "complete", keys, [GROUP, self.history_limit, orjson.dumps(items)]
-            )
-        ]
-        if codes == [-7]:
+        args = [GROUP, self.history_limit, orjson.dumps(items)]
+        recorded = int(await self.call("complete", keys, args))
+        if recorded < 0:
             raise StateError("complete: malformed batch")
-        return codes
+        return recorded
 
     async def retry(
         self,

@@ -207,10 +207,11 @@ class Scheduler:
         wall = time.monotonic()
         ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
         if not ready:
-            await self._prefetch(now)
-            delay = (next_ms - now) / 1000 if next_ms is not None else math.inf
+            until = wall + (next_ms - now) / 1000 if next_ms is not None else math.inf
+            await self._prefetch(now, until)
             if due:  # only quarantined entries are due: look again when the first is released
-                delay = min(delay, min(self._quarantine[sid] for sid, _ in due) - wall)
+                until = min(until, min(self._quarantine[sid] for sid, _ in due))
+            delay = until - time.monotonic()  # the prefetch took some of the idle time
             return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
 
         await self._load([sid for sid, _ in ready if sid not in self._policies])
@@ -330,12 +331,21 @@ class Scheduler:
                     self._quarantine[sid] = time.monotonic() + QUARANTINE_S
                     log.error("schedule.unreadable", schedule=sid, error=str(exc))
 
-    async def _prefetch(self, now: int) -> None:
-        """Read the specs of schedules due soon while idle, so a herd fires from a warm cache."""
+    async def _prefetch(self, now: int, until: float) -> None:
+        """Read the specs of schedules due soon while idle, so a herd fires from a warm cache.
+
+        Pages through everything due within ``prefetch_ms``, and stops early when the first of
+        them is about to come due (``until``, monotonic seconds): firing on time comes first.
+        """
         if self.cfg.prefetch_ms <= 0:
             return
-        ids = await self.store.upcoming(now, now + self.cfg.prefetch_ms, self.cfg.window_size)
-        await self._load([sid for sid in ids if sid not in self._policies])
+        size, offset = self.cfg.window_size, 0
+        while len(self._policies) < POLICY_CACHE_MAX and time.monotonic() < until - 0.05:
+            ids = await self.store.upcoming(now, now + self.cfg.prefetch_ms, size, offset)
+            await self._load([sid for sid in ids if sid not in self._policies])
+            if len(ids) < size:
+                return
+            offset += size
 
 
 def _apply(message: Message, lease: str | None) -> str | None:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         log.error("scheduler.failed", error=str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
+        return EXIT_ERROR
+    except Exception as exc:  # an actor crashed: say so in one line, then the traceback
+        log.error("scheduler.crashed", error=repr(exc))
+        traceback.print_exc()
         return EXIT_ERROR
 
 

@@ -57,16 +57,12 @@ class FireItem:
     action: str  # fire | misfire | skip
     missed: int = 0
 
-    def args(self) -> tuple[str, ...]:
+    def arg(self) -> str:
+        """The item as fire.lua reads it: one space-separated string."""
         nxt = "" if self.next is None else str(self.next)
         return (
-            self.schedule_id,
-            self.version,
-            str(self.expect),
-            str(self.sched),
-            nxt,
-            self.action,
-            str(self.missed),
+            f"{self.schedule_id} {self.version} {self.expect} {self.sched} {nxt} "
+            f"{self.action} {self.missed}"
         )
 
 
@@ -333,12 +329,16 @@ class Store:
     async def due(self, limit: int) -> tuple[int, list[tuple[str, int]], int | None]:
         """(Redis now ms, due (id, score) pairs oldest first, next future score or None)."""
         now, flat, nxt = await self.call("due", [self.keys.schedules], [limit])
-        pairs = [(flat[i], int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
+        parts = flat.split(" ") if flat else []
+        pairs = [(parts[i], int(parts[i + 1])) for i in range(0, len(parts), 2)]
         return int(now), pairs, int(float(nxt)) if nxt else None
 
-    async def upcoming(self, after_ms: int, until_ms: int, limit: int) -> list[str]:
+    async def upcoming(
+        self, after_ms: int, until_ms: int, limit: int, offset: int = 0
+    ) -> list[str]:
+        """Ids due in (after_ms, until_ms], earliest first: ``limit`` of them from ``offset``."""
         ids = await self.redis.zrangebyscore(
-            self.keys.schedules, f"({after_ms}", until_ms, start=0, num=limit
+            self.keys.schedules, f"({after_ms}", until_ms, start=offset, num=limit
         )
         return [str(sid) for sid in ids]
 
@@ -360,8 +360,9 @@ class Store:
         args: list[str] = [lease, str(self.history_limit), self.keys.cancel]
         for item, item_keys in items:
             keys.extend(item_keys)
-            args.extend(item.args())
-        codes = [int(c) for c in await self.call("fire", keys, args)]
+            args.append(item.arg())
+        reply = str(await self.call("fire", keys, args))
+        codes = [int(c) for c in reply.split(",")] if reply else []
         # Per-item codes are never -1, -7 or -8, so a lone one of those is about the whole call.
         if codes == [NOT_LEADER]:
             return None

@@ -15,6 +15,7 @@ cleanly and exits 0; a second Ctrl-C stops at once. ``--duration S`` stops by it
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import shlex
@@ -32,6 +33,7 @@ from typing import Any
 import anyio
 import orjson
 from anyio.abc import TaskStatus
+from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -49,7 +51,8 @@ from rsched._worker import Worker
 
 log = get_logger("rsched.demo")
 
-QUEUE = "default"
+# Its own queue: pointed at a Redis that real workers use, the demo never takes their jobs.
+QUEUE = "demo"
 EXTERNAL_PREFIX = "rsched-demo"
 POLL_S = 0.1
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -66,27 +69,31 @@ def demo_schedules(now: datetime) -> list[Schedule]:
     return [
         Schedule(
             id="demo-tick",
+            queue=QUEUE,
             task="demo.tick",
             cron="*/5 * * * * *",
-            description="a short async job every 5 seconds",
+            description="a short async job",
         ),
         Schedule(
             id="demo-report",
+            queue=QUEUE,
             task="demo.report",
             every=7,
             start_at=now + timedelta(seconds=2),
             payload={"kind": "sales"},
-            description="a blocking function every 7 s, run in a worker thread",
+            description="a blocking function, run in a worker thread",
         ),
         Schedule(
             id="demo-once",
+            queue=QUEUE,
             task="demo.hello",
             at=now + timedelta(seconds=6),
             payload={"name": "world"},
-            description="a one-off job, 6 s after start",
+            description="a one-off job",
         ),
         Schedule(
             id="demo-flaky",
+            queue=QUEUE,
             task="demo.flaky",
             every=30,
             start_at=now + timedelta(seconds=1),
@@ -94,16 +101,16 @@ def demo_schedules(now: datetime) -> list[Schedule]:
             retry_base_s=FLAKY_RETRY_S,
             retry_multiplier=1,
             retry_jitter=0,
-            description=(
-                f"fails every time: {FLAKY_RETRIES} retries {FLAKY_RETRY_S:g} s apart, "
-                "then the dead-letter stream"
-            ),
+            description=f"always fails: {FLAKY_RETRIES} retries, then a dead letter",
         ),
     ]
 
 
-def demo_worker(settings: Settings) -> Worker:
-    """A worker with the demo's handlers: an async one, a blocking one, one that always fails."""
+def demo_worker(settings: Settings, say: Callable[[Job, str, str], None]) -> Worker:
+    """A worker with the demo's handlers: async ones, a blocking one, one that always fails.
+
+    ``say(job, label, text)`` prints a line among the narration (a handler's own output).
+    """
     worker = Worker(queues=[QUEUE], concurrency=settings.worker.concurrency, settings=settings)
 
     @worker.task("demo.tick")
@@ -116,7 +123,7 @@ def demo_worker(settings: Settings) -> Worker:
 
     @worker.task("demo.hello")
     async def hello(job: Job) -> None:
-        print(f"{_clock()}  {'says':<10} {'demo-once':<12} hello, {job.payload.get('name')}!")
+        say(job, "says", f"hello, {job.payload.get('name')}!")
 
     @worker.task("demo.flaky")
     async def flaky(job: Job) -> None:
@@ -150,13 +157,38 @@ def _hms(ms: Any) -> str:
 
 def _seconds(ms: Any) -> str:
     try:
-        value = int(ms)
+        value = float(ms)
     except (TypeError, ValueError):
         return str(ms)
-    return f"{value} ms" if value < 1000 else f"{value / 1000:.1f} s"
+    if value < 1:
+        return "<1 ms"
+    if value < 10 and not value.is_integer():
+        return f"{value:.1f} ms"
+    return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.1f} s"
 
 
-def describe(event: dict[str, Any]) -> tuple[str, str]:
+# Order of events that share a millisecond; a handler's own lines (rank 1) sit in between.
+_RANK = {
+    "fired": 0,
+    "started": 0,
+    "completed": 2,
+    "failed": 2,
+    "timed out": 2,
+    "dead": 3,
+    "skipped": 2,
+    "cancelled": 2,
+}
+
+_DEAD_REASONS = {
+    "max_retries": "retries exhausted",
+    "poison": "delivered too many times",
+    "unknown_task": "no handler for this task",
+    "malformed": "not a valid job",
+    "timeout": "timed out",
+}
+
+
+def describe(event: dict[str, Any], dead_stream: str = "the dead-letter stream") -> tuple[str, str]:
     """(label, detail) of one history event, for a human."""
     kind = str(event.get("event", "?"))
     attempt = event.get("attempt")
@@ -173,16 +205,18 @@ def describe(event: dict[str, Any]) -> tuple[str, str]:
         return "started", f"attempt {attempt}"
     if kind == "completed":
         took = event.get("duration_ms")
-        return "completed", f"attempt {attempt}" + (f" in {_seconds(took)}" if took else "")
+        return "completed", f"attempt {attempt}" + (
+            f" in {_seconds(took)}" if took is not None else ""
+        )
     if kind in ("failed", "timed_out"):
         retry = event.get("retry_in_ms")
         nxt = f" -> retry in {_seconds(retry)}" if retry is not None else ""
         what = "timed out" if kind == "timed_out" else (error or "failed")
         return "failed" if kind == "failed" else "timed out", f"attempt {attempt}: {what}{nxt}"
     if kind == "dead":
-        reason = event.get("reason", "")
-        why = f" ({reason})" if reason else ""
-        return "dead", f"attempt {attempt}{why}: moved to the dead-letter stream"
+        reason = str(event.get("reason", ""))
+        why = _DEAD_REASONS.get(reason, reason)
+        return "dead", f"attempt {attempt}: {error or why} -> {dead_stream} ({why})"
     if kind == "skipped":
         return "skipped", f"occurrence {_hms(event.get('scheduled_at'))}: {event.get('reason')}"
     rest = {k: v for k, v in event.items() if k not in ("event", "execution_id", "at")}
@@ -191,13 +225,22 @@ def describe(event: dict[str, Any]) -> tuple[str, str]:
 
 @dataclass
 class Narrator:
-    """Polls the demo schedules' history lists and prints each new event once, in time order."""
+    """Polls the demo schedules' history lists and prints each new event once, in time order,
+    together with what handlers said (:meth:`note`)."""
 
     redis: Redis
     keys: Keys
     schedule_ids: list[str]
+    queue: str = QUEUE
     counts: dict[str, int] = field(default_factory=dict)
     _seen: dict[str, str] = field(default_factory=dict)
+    _notes: list[tuple[int, str, str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def note(self, job: Job, label: str, text: str) -> None:
+        """A handler's line; printed in time order with the next events (thread-safe)."""
+        with self._lock:
+            self._notes.append((int(time.time() * 1000), job.schedule_id or job.task, label, text))
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -208,36 +251,52 @@ class Narrator:
                 log.warning("demo.poll_failed", error=str(exc))
             await anyio.sleep(POLL_S)
 
-    async def poll(self) -> None:
+    async def _fetch(self) -> list[tuple[int, str, dict[str, Any]]]:
         async with self.redis.pipeline(transaction=False) as pipe:
             for sid in self.schedule_ids:
                 pipe.lrange(self.keys.history(sid), 0, 49)
             lists: list[list[str]] = await pipe.execute()
-        fresh: list[tuple[int, int, str, dict[str, Any]]] = []
+        fresh: list[tuple[int, str, dict[str, Any]]] = []
         for sid, items in zip(self.schedule_ids, lists, strict=True):
             seen = self._seen.get(sid)
             new: list[str] = []
-            for raw in items:  # newest first: everything before the last one already printed
+            for raw in items:  # newest first: stop at the newest one already printed
                 if raw == seen:
                     break
                 new.append(raw)
             if items:
                 self._seen[sid] = items[0]
-            for order, raw in enumerate(reversed(new)):
+            for raw in reversed(new):
                 try:
                     event = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     continue
                 if isinstance(event, dict):
-                    fresh.append((int(event.get("at") or 0), order, sid, event))
-        for at, _, sid, event in sorted(fresh, key=lambda item: (item[0], item[1])):
-            label, detail = describe(event)
-            self.counts[label] = self.counts.get(label, 0) + 1
+                    fresh.append((int(event.get("at") or 0), sid, event))
+        return fresh
+
+    async def skip_existing(self) -> None:
+        """Take what is already recorded (an earlier run's history) as seen."""
+        await self._fetch()
+
+    async def poll(self) -> None:
+        lines = [
+            (at, sid, *describe(ev, self.keys.dead(self.queue)))
+            for at, sid, ev in await self._fetch()
+        ]
+        with self._lock:
+            lines += self._notes
+            self._notes = []
+        # Stable sort: events of one schedule keep their recorded order on equal times, and a
+        # handler's own line goes between its start and its end.
+        for at, sid, label, detail in sorted(lines, key=lambda ln: (ln[0], _RANK.get(ln[2], 1))):
+            if label in _RANK:
+                self.counts[label] = self.counts.get(label, 0) + 1
             _say(f"{_clock(at or None)}  {label:<10} {sid:<12} {detail}")
 
-    def mark_seen(self, sid: str, newest: str | None) -> None:
-        if newest is not None:
-            self._seen[sid] = newest
+    def summary(self) -> str:
+        labels = sorted(self.counts, key=lambda x: (_RANK.get(x, 9), x))
+        return ", ".join(f"{self.counts[x]} {x}" for x in labels) or "nothing happened"
 
 
 # --- running it -----------------------------------------------------------------------------
@@ -275,6 +334,7 @@ def _banner(target: Target, server_name: str, schedules: list[Schedule]) -> None
     _say()
     _say("  Look inside while it runs (another terminal):")
     _say(f"    {env} {_cli_path()} ls")
+    _say("      (then also: show demo-tick, history demo-flaky, dead ls, stats)")
     _say(f"    {cli}")
     _say("  Stop with Ctrl-C.")
     _say()
@@ -323,10 +383,9 @@ async def _run(target: Target, settings: Settings, duration_s: float | None) -> 
         _banner(target, name, schedules)
 
         narrator = Narrator(redis, client.keys, [s.id for s in schedules])
-        await narrator.poll()  # what an earlier demo run left is history, not news
-        narrator.counts.clear()
+        await narrator.skip_existing()  # what an earlier demo run left is history, not news
         scheduler = Scheduler(redis, settings, owner=f"demo:{os.getpid()}")
-        worker = demo_worker(settings)
+        worker = demo_worker(settings, narrator.note)
         stop = anyio.Event()
         _say(f"{'time':<12}  {'event':<10} {'schedule':<12} detail")
         async with anyio.create_task_group() as outer:
@@ -345,13 +404,13 @@ async def _run(target: Target, settings: Settings, duration_s: float | None) -> 
         if target.server is None:
             for schedule in schedules:
                 await client.remove(schedule.id)
+            _say(f"demo schedules removed; their history stays under {{{target.prefix}}}:*")
     finally:
         with anyio.CancelScope(shield=True):
             await redis.aclose()
     if forced:
         return EXIT_ERROR
-    summary = ", ".join(f"{n} {label}" for label, n in sorted(narrator.counts.items()))
-    _say(f"stopped cleanly ({summary or 'nothing happened'})")
+    _say(f"stopped cleanly ({narrator.summary()})")
     return EXIT_OK
 
 
@@ -359,6 +418,14 @@ async def _run_worker(
     worker: Worker, redis: Redis, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     await worker.run(redis, task_status=task_status)
+
+
+# Log events the narration already shows in its own words.
+_NARRATED = frozenset({"job.start", "job.end", "server.unsafe"})
+
+
+def _not_narrated(record: logging.LogRecord) -> bool:
+    return record.getMessage() not in _NARRATED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -398,6 +465,17 @@ def _settings(url: str, prefix: str, log_level: str) -> Settings:
     )
 
 
+def _explain(exc: BaseException, url: str) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, RedisError | OSError) and not isinstance(exc, RschedError):
+        return (
+            f"cannot use the Redis at {url} ({exc}); is it running? Unset RSCHED_REDIS_URL "
+            "to run on an embedded server instead"
+        )
+    return str(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit code (0 after Ctrl-C or ``--duration``)."""
     args = _parser().parse_args(argv)
@@ -405,7 +483,13 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m rsched.demo: --duration must be > 0 seconds", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(args.log_level)
-    env = Settings()
+    for handler in logging.getLogger("rsched").handlers:
+        handler.addFilter(_not_narrated)
+    try:
+        env = Settings()
+    except ValidationError as exc:
+        print(f"python -m rsched.demo: invalid RSCHED_* settings: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     server: EmbeddedServer | None = None
     try:
         if env.redis_url:
@@ -418,8 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         return anyio.run(_run, target, settings, args.duration)
     except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal
         return EXIT_OK
-    except RschedError as exc:
-        print(f"python -m rsched.demo: {exc}", file=sys.stderr)
+    except (RschedError, RedisError, OSError, ExceptionGroup) as exc:
+        url = server.url if server is not None else env.url
+        print(f"python -m rsched.demo: {_explain(exc, url)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         if server is not None:

@@ -1,0 +1,172 @@
+"""``python -m rsched.demo`` / ``make demo``: runs, narrates, and stops cleanly.
+
+The demo is only ever run as a child process here: importing ``rsched.demo`` in the test
+process would add a public ``demo`` attribute to the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from conftest import Proc
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_IDS = ("demo-tick", "demo-report", "demo-once", "demo-flaky")
+
+
+@pytest.fixture
+def no_redis_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the demo pick its embedded server, whatever the calling shell exports."""
+    for name in ("RSCHED_REDIS_URL", "RSCHED_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Direct child processes of ``pid`` with their command lines (Linux /proc)."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _check_story(out: str) -> None:
+    assert "rsched ls" in out
+    assert "--scan --pattern '{rsched}:*'" in out
+    for line in ("fired      demo-tick", "completed  demo-tick", "fired      demo-once"):
+        assert line in out, f"{line!r} missing:\n{out}"
+    assert "failed     demo-flaky   attempt 1" in out
+    assert "dead       demo-flaky   attempt 3" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_redis_env")
+def test_demo_runs_on_the_embedded_server_and_stops_by_itself(
+    spawn: Callable[..., Proc],
+) -> None:
+    proc = spawn("rsched.demo", "--duration", "8")
+    assert proc.wait(60) == 0, proc.output()
+    out = proc.output()
+    _check_story(out)
+    assert "redis-cli -p " in out
+    assert "stopped cleanly" in out
+    assert out.rstrip().endswith("embedded server stopped")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.usefixtures("no_redis_env")
+def test_ctrl_c_stops_everything_and_the_embedded_server(spawn: Callable[..., Proc]) -> None:
+    proc = spawn("rsched.demo")
+    proc.wait_for("fired ", timeout_s=30)
+    servers = [pid for pid, cmd in _children(proc.proc.pid).items() if "valkey-server" in cmd]
+    assert len(servers) == 1, _children(proc.proc.pid)
+    proc.signal(signal.SIGINT)
+    assert proc.wait(30) == 0, proc.output()
+    out = proc.output()
+    assert "stopping" in out
+    assert "stopped cleanly" in out
+    assert "embedded server stopped" in out
+    assert "Traceback" not in out
+    assert _wait_gone(servers[0]), "the embedded server outlived the demo"
+
+
+@pytest.mark.slow
+async def test_demo_on_a_given_redis_cleans_up_its_schedules(
+    spawn: Callable[..., Proc], redis_url: str, prefix: str, redis: Redis
+) -> None:
+    proc = spawn(
+        "rsched.demo",
+        "--duration",
+        "5",
+        env={"RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix},
+    )
+    assert proc.wait(60) == 0, proc.output()
+    out = proc.output()
+    assert f"RSCHED_PREFIX={prefix}" in out
+    assert "dead       demo-flaky   attempt 3" in out
+    assert "demo schedules removed" in out
+    assert "embedded server" not in out
+    assert await redis.zcard(f"{{{prefix}}}:schedules") == 0
+    assert await redis.exists(f"{{{prefix}}}:dead:demo")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_redis_env")
+def test_make_demo_target() -> None:
+    make = shutil.which("make")
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    if make is None or Path(sys.executable).resolve() != venv_python.resolve():
+        pytest.skip("needs make and the repository's .venv")
+    # Only when the venv is up to date: never let a test reinstall packages.
+    if subprocess.run([make, "-q", ".venv/.installed"], cwd=ROOT, check=False).returncode != 0:
+        pytest.skip(".venv is out of date (run make venv)")
+    done = subprocess.run(
+        [make, "-s", "demo", "DEMO_ARGS=--duration 7"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    _check_story(done.stdout)
+    assert "embedded server stopped" in done.stdout
+
+
+def test_docker_tasks_module_defines_the_worker_and_valid_schedules() -> None:
+    spec = importlib.util.spec_from_file_location("demo_tasks", ROOT / "docker" / "demo_tasks.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.worker.tasks == ["demo.flaky", "demo.report", "demo.tick"]
+    schedules = module.schedules()
+    assert {s.task for s in schedules} <= set(module.worker.tasks)
+    assert {s.queue for s in schedules} <= set(module.worker.resolve_settings().worker.queues)
+
+
+def test_compose_runs_a_safe_redis_two_schedulers_and_two_workers() -> None:
+    compose = (ROOT / "docker" / "compose.yaml").read_text()
+    for flag in ("--appendonly", "--maxmemory-policy", "noeviction"):
+        assert f"- {flag}" in compose
+    assert compose.count('command: ["rsched-scheduler"]') == 2
+    assert compose.count('command: ["rsched-worker", "demo_tasks:worker"]') == 2
+    # The host's own Redis port stays free.
+    assert re.search(r"[\"' ](127\.0\.0\.1:)?6379:6379", compose) is None
