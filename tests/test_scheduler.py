@@ -16,11 +16,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from rsched import Schedule, Scheduler
+from rsched import _scheduler as scheduler_module
 from rsched._connection import connect
 from rsched._keys import Keys
 from rsched._scheduler import _LostLease
 from rsched._settings import SchedulerSettings, Settings
-from rsched._store import Store
+from rsched._store import FireItem, Store
 from rsched._timing import first_run_ms
 
 DAY_MS = 86_400_000
@@ -424,3 +425,29 @@ async def test_connection_error_while_firing_is_retried(
     async with running(fast):
         await eventually(await count_jobs(store, 3))
     assert failures == []
+
+
+async def test_rounds_make_progress_past_their_planning_budget(
+    store: Store, fast: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With no budget at all each round plans a single schedule; every one still fires once.
+    monkeypatch.setattr(scheduler_module, "PLAN_BUDGET_S", 0.0)
+    for i in range(5):
+        await store.save(Schedule(id=f"b{i}", task="t", cron="0 0 1 1 *", misfire="catch_up"))
+        await set_next_run(store, f"b{i}", await store.time_ms() - 1_000)
+    async with running(fast):
+        await eventually(await count_jobs(store, 5))
+    assert sorted(j["schedule_id"] for j in await jobs(store)) == [f"b{i}" for i in range(5)]
+
+
+def test_batches_are_bounded_and_keep_chains_whole() -> None:
+    def group(sid: str, n: int) -> list[tuple[FireItem, tuple[str, ...]]]:
+        return [(FireItem(sid, "1:0", i, i, i + 1, "fire"), ()) for i in range(n)]
+
+    groups = [group("a", 3), group("b", 1), group("c", 4), group("d", 1), group("e", 2)]
+    batches = list(scheduler_module._batches(groups, 4))
+    assert [[g[0][0].schedule_id for g in batch] for batch in batches] == [
+        ["a", "b"],
+        ["c"],
+        ["d", "e"],
+    ]

@@ -43,6 +43,7 @@ QUARANTINE_S = 30.0
 POLICY_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
 NOT_DUE_PAUSE_S = 0.01
+PLAN_BUDGET_S = 2.0
 # Error replies about the server's state, not about one schedule's data.
 _SERVER_CONDITIONS = (
     "OOM",
@@ -216,14 +217,25 @@ class Scheduler:
 
         await self._load([sid for sid, _ in ready if sid not in self._policies])
         groups: list[list[tuple[FireItem, tuple[str, ...]]]] = []
+        budget_end = time.monotonic() + PLAN_BUDGET_S
         for sid, score in ready:
+            # Misfire arithmetic after a long outage can be slow (counting a year of a
+            # per-second cron): fire what is planned and leave the rest, still due, for the
+            # next round, so every round makes progress and none runs into its timeout.
+            if groups and time.monotonic() > budget_end:
+                break
             policy = self._policies.get(sid)
             if policy is None:  # its hash is gone: a stale item lets the script drop the index
                 orphan = FireItem(sid, "", score, score, None, "fire")
                 groups.append([(orphan, self.store.fire_keys(sid, "default"))])
                 continue
             item_keys = self.store.fire_keys(sid, policy.queue)
-            items = plan(sid, policy, score, now)
+            try:
+                items = plan(sid, policy, score, now)
+            except (ValueError, ArithmeticError) as exc:
+                self._quarantine[sid] = time.monotonic() + QUARANTINE_S
+                log.error("schedule.unplannable", schedule=sid, error=str(exc))
+                continue
             for item in items:
                 if item.action != "fire":
                     log.info(
@@ -236,6 +248,8 @@ class Scheduler:
                         late_ms=now - item.expect,
                     )
             groups.append([(item, item_keys) for item in items])
+        if not groups:
+            return 0.0
         counts = await self._fire(lease, groups, now)
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
