@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 import rsched
 from bench._servers import BenchServer
 from rsched._keys import GROUP, Keys
-from rsched._model import Schedule
+from rsched._model import Schedule, from_ms
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
 from rsched._store import Store
@@ -184,8 +184,16 @@ async def fire_to_start(server: BenchServer, seconds: float, schedules: int) -> 
         await anyio.sleep(1.0)  # the worker process starts and blocks on its queue
         now = await store.time_ms()
         for i in range(schedules):
-            sched = Schedule(id=f"lat-{i}", task="bench.latency", queue="bench", every=period_s)
+            # Each on its own grid (start_at anchors an interval): fires spread evenly over
+            # the period, never a herd.
             first = now + 500 + round(i * period_s * 1000 / schedules)
+            sched = Schedule(
+                id=f"lat-{i}",
+                task="bench.latency",
+                queue="bench",
+                every=period_s,
+                start_at=from_ms(first),
+            )
             await store.write(sched, mode="add", expect_gen=None, next_ms=first, created_ms=now)
         scheduler = Scheduler(redis, settings, owner="bench")
         async with anyio.create_task_group() as tg:

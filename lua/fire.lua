@@ -107,13 +107,16 @@ for i = 1, n do
            string.format('%d', now - tonumber(sched)) .. '}')
       advance(schedules_key, k.hash, sid, sched, nxt, false, true, f)
       code = 4
-    elseif not (stream_ok[k.stream] and overlap_keys_ok(k, f[F_OVERLAP])) then
-      code = -6
     else
-      local origin, extra = 'schedule', ''
-      if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
-      code = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
-      advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f)
+      local ok, running = overlap_keys_ok(k, f[F_OVERLAP])
+      if not (ok and stream_ok[k.stream]) then
+        code = -6
+      else
+        local origin, extra = 'schedule', ''
+        if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
+        code = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f, running)
+        advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f)
+      end
     end
   end
   results[i] = code

@@ -15,10 +15,11 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from rsched import Schedule, Scheduler
+from rsched import Schedule, Scheduler, next_fire_times
 from rsched import _scheduler as scheduler_module
 from rsched._connection import connect
 from rsched._keys import Keys
+from rsched._model import from_ms, to_ms
 from rsched._scheduler import _LostLease
 from rsched._settings import SchedulerSettings, Settings
 from rsched._store import FireItem, Store
@@ -95,14 +96,17 @@ async def test_every_interval_fires_on_its_grid(store: Store, fast: Settings) ->
     entries = await jobs(store)
     scheduled = [int(j["scheduled_at"]) for j in entries]
     first = int(start.timestamp() * 1000)
-    assert scheduled[:4] == [first + i * 200 for i in range(4)]
+    # On the grid from start_at (a slow machine may have passed its first point already).
+    assert scheduled[0] >= first
+    assert (scheduled[0] - first) % 200 == 0
+    assert scheduled[:4] == [scheduled[0] + i * 200 for i in range(4)]
     assert len({j["execution_id"] for j in entries}) == len(entries)
     for job in entries:  # fired promptly: the leader sleeps until the next run, not a tick
         assert 0 <= int(job["fired_at"]) - int(job["scheduled_at"]) < 1_000
 
 
 async def test_one_off_at_completes(store: Store, fast: Settings) -> None:
-    at = soon(0.3)
+    at = soon(0.5)
     await store.save(Schedule(id="once", task="t", at=at))
     async with running(fast):
 
@@ -133,7 +137,7 @@ async def test_max_runs_completes(store: Store, fast: Settings) -> None:
 
 
 async def test_end_at_completes(store: Store, fast: Settings) -> None:
-    start = soon(0.2)
+    start = soon(0.3)
     end = start + timedelta(seconds=0.35)
     await store.save(
         Schedule(id="w", task="t", every=0.1, start_at=start, end_at=end, overlap="allow")
@@ -147,7 +151,8 @@ async def test_end_at_completes(store: Store, fast: Settings) -> None:
         await anyio.sleep(0.2)
     scheduled = [int(j["scheduled_at"]) for j in await jobs(store)]
     first = int(start.timestamp() * 1000)
-    assert scheduled == [first, first + 100, first + 200, first + 300]
+    assert scheduled[0] >= first
+    assert scheduled == list(range(scheduled[0], first + 301, 100))  # through the last one
 
 
 async def test_wake_on_new_earlier_schedule(store: Store, redis_url: str, prefix: str) -> None:
@@ -161,7 +166,7 @@ async def test_wake_on_new_earlier_schedule(store: Store, redis_url: str, prefix
     async with running(settings) as (scheduler,):
         await eventually(lambda: _true(scheduler.is_leader))
         await anyio.sleep(0.2)  # the leader is asleep until next year's run
-        await store.save(Schedule(id="near", task="t", at=soon(0.3)))
+        await store.save(Schedule(id="near", task="t", at=soon(0.5)))
         await eventually(await count_jobs(store, 1), timeout_s=3)
     (job,) = await jobs(store)
     assert int(job["fired_at"]) - int(job["scheduled_at"]) < 1_000
@@ -191,13 +196,14 @@ async def test_three_schedulers_fire_each_occurrence_once(store: Store, fast: Se
     for sid in ids:
         await store.save(Schedule(id=sid, task="t", every=0.1, start_at=start, overlap="allow"))
     async with running(fast, count=3) as schedulers:
-        # Force hand-overs: drop the lease now and then, as if the leader had paused.
+        # Force hand-overs: drop the lease now and then, as if the leader had paused. For a
+        # moment two may believe they lead; the fencing token keeps the old one from firing.
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             await anyio.sleep(0.25)
             await store.redis.delete(store.keys.leader)
-        leaders = sum(s.is_leader for s in schedulers)
-        assert leaders <= 1
+    assert sum(s.fired_total for s in schedulers) == len(await jobs(store))
+    assert int(await store.redis.get(store.keys.fence) or 0) >= 4  # the lead changed hands
     entries = await jobs(store)
     counts = Counter(j["execution_id"] for j in entries)
     assert counts.most_common(1)[0][1] == 1, "an occurrence fired twice"
@@ -208,7 +214,8 @@ async def test_three_schedulers_fire_each_occurrence_once(store: Store, fast: Se
     for sid in ids:
         times = sorted(by_schedule[sid])
         # No occurrence lost either: a gap-free run of the grid from the first one.
-        assert times == [first + 100 * i for i in range(len(times))], sid
+        assert (times[0] - first) % 100 == 0, sid
+        assert times == list(range(times[0], times[-1] + 1, 100)), sid
         assert len(times) >= 10
 
 
@@ -451,3 +458,23 @@ def test_batches_are_bounded_and_keep_chains_whole() -> None:
         ["c"],
         ["d", "e"],
     ]
+
+
+@pytest.mark.slow
+async def test_seconds_cron_fires_on_whole_seconds(store: Store, fast: Settings) -> None:
+    await store.save(
+        Schedule(id="sec", task="t", cron="* * * * * *", timezone="Europe/Rome", overlap="allow")
+    )
+    async with running(fast):
+        await eventually(await count_jobs(store, 2))
+    entries = await jobs(store)
+    times = [int(j["scheduled_at"]) for j in entries]
+    assert all(t % 1000 == 0 for t in times)
+    assert times == list(range(times[0], times[-1] + 1, 1000))
+    assert all(int(j["fired_at"]) - int(j["scheduled_at"]) < 1_000 for j in entries)
+    # The engine fires what the pure preview announces.
+    loaded = await store.load("sec")
+    assert loaded.next_run is not None
+    assert to_ms(loaded.next_run) == times[-1] + 1000
+    preview = next_fire_times(loaded, from_ms(times[0] - 1), len(times))
+    assert [to_ms(t) for t in preview] == times

@@ -206,3 +206,23 @@ async def test_standby_takes_over_a_killed_leader(
     await eventually(lambda: _has_jobs(store, before + 3))
     entries = await jobs(store)
     assert Counter(j["execution_id"] for j in entries).most_common(1)[0][1] == 1
+
+
+@pytest.mark.slow
+def test_second_signal_exits_at_once(
+    spawn: Callable[..., Any], make_server: Callable[..., Any], prefix: str
+) -> None:
+    server = make_server()
+    proc = spawn(MAIN, "--redis-url", server.url, "--prefix", prefix, *FAST)
+    proc.wait_for("leader.acquired")
+    server.pause()  # the graceful stop now waits on a server that does not answer
+    try:
+        proc.signal(signal.SIGTERM)
+        proc.wait_for("scheduler.stopping")
+        started = time.monotonic()
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(timeout_s=5) == 1
+        assert time.monotonic() - started < 2.0
+        assert "scheduler.forced_exit" in proc.output()
+    finally:
+        server.resume()

@@ -139,7 +139,7 @@ async def test_bad_input_checked_against_redis_time(
     assert await snapshot(store.redis, prefix) == before
 
 
-def test_first_run_helper() -> None:
+def test_first_run_ms() -> None:
     now = 1_800_000_000_000
     at = Schedule(id="a", task="t", at=datetime.fromtimestamp(now / 1000 + 5, UTC))
     assert first_run_ms(at, now) == now + 5_000

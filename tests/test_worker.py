@@ -230,6 +230,7 @@ async def test_timeout_async_and_sync(redis: Redis, settings: Settings) -> None:
     assert "async" not in finished
 
 
+@pytest.mark.slow
 async def test_long_job_with_heartbeats_is_not_run_twice(redis: Redis, settings: Settings) -> None:
     runs: list[str] = []
 

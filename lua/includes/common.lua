@@ -1,4 +1,4 @@
--- Include: common helpers inlined (by rsched._scripts) into every script that names it.
+-- Include: common functions, inlined (by rsched._lua) into every script that names it.
 -- Defines: rcall, now_ms(), hist(key, cap, json), op_replay(key), op_store(key, ttl, result),
 -- key_is(key, want) and json_str(s).
 

@@ -8,11 +8,12 @@
 -- fire_job_ok(hash [, f]): true when those fields are usable (a task, numbers where numbers
 --   belong). Call it before the first write: a hash edited by hand must be refused whole
 --   rather than fail halfway, which Redis would not roll back.
--- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra [, f])
+-- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra [, f [, running]])
 --   k: {hash=, history=, running=, buffered=, stream=} key names of this schedule
 --   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill
 --   extra: string appended inside the history JSON object (e.g. ',"missed":3'), or ''
---   f: job_fields(k.hash) when the caller has it
+--   f: job_fields(k.hash) when the caller has it; running: whether the running marker exists,
+--   when the caller knows (see overlap_keys_ok)
 --   Returns 1 fired, 2 skipped by the overlap policy, 3 buffered (overlap=buffer_one), plus the
 --   execution id. The caller has checked key types (running and buffered only matter when the
 --   overlap policy uses them, see overlap_keys), fire_job_ok and that the schedule may fire.
@@ -40,22 +41,31 @@ local function fire_job_ok(hash, f)
 end
 
 -- The keys besides hash, history and stream that a fire may write, by overlap policy: only
--- these need their type checked before the first write.
+-- these need their type checked before the first write. Returns ok, and whether the running
+-- marker exists (its TYPE answers both questions in one call).
 local function overlap_keys_ok(k, overlap)
   overlap = overlap or 'skip'
-  if overlap == 'allow' then return true end
-  if not key_is(k.running, 'hash') then return false end
-  return overlap ~= 'buffer_one' or key_is(k.buffered, 'hash')
+  if overlap == 'allow' then return true, false end
+  local t = rcall('TYPE', k.running)['ok']
+  if t ~= 'none' and t ~= 'hash' then return false, false end
+  return overlap ~= 'buffer_one' or key_is(k.buffered, 'hash'), t == 'hash'
 end
 
-local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
+-- JSON string of an execution id: ids rsched writes hold no quote or backslash, so the common
+-- case needs no encoder.
+local function exec_json(exec)
+  if string.find(exec, '["\\%c]') then return json_str(exec) end
+  return '"' .. exec .. '"'
+end
+
+local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f, running)
   f = f or job_fields(k.hash)
   local exec = sid .. '@' .. sched
   local overlap = f[F_OVERLAP] or 'skip'
   local at = string.format('%d', now)
   local late = string.format('%d', now - tonumber(sched))
   local base = '"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' .. late ..
-               ',"execution_id":' .. json_str(exec) .. ',"origin":"' .. origin .. '"' .. extra
+               ',"execution_id":' .. exec_json(exec) .. ',"origin":"' .. origin .. '"' .. extra
 
   -- Retry and timeout settings travel with the job (only those not at their default), so a
   -- worker never has to read a schedule that may have changed or gone since the fire.
@@ -70,7 +80,8 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
                'opts', '{' .. table.concat(opts, ',') .. '}'}
 
   local prev = nil
-  if overlap ~= 'allow' and rcall('EXISTS', k.running) == 1 then
+  if running == nil then running = overlap ~= 'allow' and rcall('EXISTS', k.running) == 1 end
+  if overlap ~= 'allow' and running then
     if overlap == 'skip' then
       hist(k.history, cap, '{"event":"skipped","reason":"overlap",' .. base .. '}')
       return 2, exec

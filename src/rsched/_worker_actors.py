@@ -436,6 +436,11 @@ class Actors:
                 try:
                     await call()
                     return
+                except StateError as exc:
+                    # Not transient (a key of the wrong type): leave the entry pending; it is
+                    # reclaimed and, failing again, ends as poison.
+                    log.error("job.unrecorded", execution_id=job.execution_id, error=str(exc))
+                    return
                 except _FAILURES as exc:
                     delay = backoff.next()
                     log.warning(
@@ -472,6 +477,9 @@ class Actors:
             while True:
                 try:
                     await self.store.complete(queue, items)
+                    break
+                except StateError as exc:  # not transient: the entries stay pending
+                    log.error("queue.unrecorded", queue=queue, jobs=len(items), error=str(exc))
                     break
                 except _FAILURES as exc:
                     delay = backoff.next()
@@ -607,7 +615,9 @@ class Actors:
                 backoff.reset()
             except _FAILURES as exc:
                 wait_s = backoff.next()
-                log.warning("redis.error", actor="promoter", error=str(exc), retry_s=wait_s)
+                log.warning(
+                    "redis.error", actor="promoter", error=str(exc), retry_s=round(wait_s, 2)
+                )
             self.promote_wake = anyio.Event()
             with anyio.move_on_after(max(wait_s, 0.005)):
                 await self.promote_wake.wait()
