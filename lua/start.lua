@@ -5,7 +5,7 @@ superseded (cancel_previous fired a newer occurrence meanwhile): it is acknowled
 from the stream and recorded as cancelled, and must not run. Otherwise the marker (when it
 names this job) becomes state=running with the worker's id, "running" is recorded, and the job
 runs. Keys of the wrong type are left alone (the job runs; nothing recorded for them).
-Running it twice records "running" twice at most.
+Running it twice records "running" twice at most, "cancelled" once.
 
 KEYS[1] stream  {p}:queue:<queue>
 then 2 keys per item: history {p}:history:<id>, running {p}:running:<id>
@@ -31,10 +31,11 @@ for i = 0, n - 1 do
   if key_is(history, 'list') and key_is(running, 'hash') then
     local owner = rcall('HGET', running, 'execution_id')
     if owner and owner ~= exec then
-      rcall('XACK', stream, group, id)
-      rcall('XDEL', stream, id)
-      job_event(history, cap, 'cancelled', exec, attempt, now,
-                ',"reason":"superseded","by":' .. json_str(owner))
+      if rcall('XACK', stream, group, id) == 1 then  -- recorded once, even if re-sent
+        rcall('XDEL', stream, id)
+        job_event(history, cap, 'cancelled', exec, attempt, now,
+                  ',"reason":"superseded","by":' .. json_str(owner))
+      end
       code = 0
     else
       if owner then rcall('HSET', running, 'state', 'running', 'worker', worker, 'since', at) end

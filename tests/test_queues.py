@@ -215,3 +215,17 @@ async def test_take_reads_across_queues_up_to_count_and_refuses_wrong_types(
     await redis.set(store.keys.queue("x"), "not a stream")
     with pytest.raises(rsched.StateError):
         await store.take(["a", "x"], "c1", 10)
+
+
+async def test_forget_consumers_keeps_busy_and_recent_ones(store: QueueStore) -> None:
+    await store.create_groups(["default"])
+    await store.enqueue("t")
+    await store.read(["default"], "busy", 1, 100)  # holds a pending entry
+    await any_(store.redis).xgroup_createconsumer(store.keys.queue("default"), GROUP, "idle")
+    assert await store.forget_consumers(["default"], keep="me", idle_ms=60_000) == 0
+    assert await store.forget_consumers(["default"], keep="me", idle_ms=-1) == 1
+    names = {
+        c["name"]
+        for c in await any_(store.redis).xinfo_consumers(store.keys.queue("default"), GROUP)
+    }
+    assert names == {"busy"}

@@ -551,6 +551,24 @@ class QueueStore:
         wait = int(res[1])
         return int(res[0]), (wait if wait >= 0 else None)
 
+    async def forget_consumers(self, queues: Sequence[str], *, keep: str, idle_ms: int) -> int:
+        """Delete group consumers idle longer than ``idle_ms`` that hold no pending entry
+        (workers that are gone); returns how many. Harmless for a live but quiet worker: it
+        holds nothing, and its next read re-creates its consumer."""
+        forgotten = 0
+        for queue in queues:
+            consumers = await self.redis.xinfo_consumers(self.keys.queue(queue), GROUP)
+            for c in consumers:
+                name = str(c.get("name"))
+                if (
+                    name != keep
+                    and not int(c.get("pending", 0))
+                    and int(c.get("idle", 0)) > idle_ms
+                ):
+                    await self.redis.xgroup_delconsumer(self.keys.queue(queue), GROUP, name)
+                    forgotten += 1
+        return forgotten
+
     async def time_ms(self) -> int:
         seconds, micros = await self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000

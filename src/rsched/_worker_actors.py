@@ -578,24 +578,12 @@ class Actors:
 
     async def _forget_consumers(self) -> None:
         """Remove consumers of dead workers once they hold nothing (keeps XINFO readable)."""
-        for queue in self.cfg.queues:
-            try:
-                consumers = await self.store.redis.xinfo_consumers(
-                    self.store.keys.queue(queue), "rsched"
-                )
-                for c in consumers:
-                    name = str(c.get("name"))
-                    idle = int(c.get("idle", 0))
-                    if (
-                        name != self.consumer
-                        and int(c.get("pending", 0)) == 0
-                        and idle > CONSUMER_IDLE_FORGET_MS
-                    ):
-                        await self.store.redis.xgroup_delconsumer(
-                            self.store.keys.queue(queue), "rsched", name
-                        )
-            except _FAILURES:
-                return
+        try:
+            await self.store.forget_consumers(
+                self.cfg.queues, keep=self.consumer, idle_ms=CONSUMER_IDLE_FORGET_MS
+            )
+        except _FAILURES as exc:
+            log.warning("redis.error", actor="reclaimer", error=str(exc))
 
     # --- promoter ----------------------------------------------------------------------------
 
