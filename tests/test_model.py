@@ -40,12 +40,29 @@ def fields_of(**kw: Any) -> list[str]:
         ({"every": 1, "misfire": "later"}, "misfire"),
         ({"every": 1, "catch_up_limit": 0}, "catch_up_limit"),
         ({"every": 1, "payload": "not json"}, "payload"),
-        ({"every": 1, "payload": {"x": "y" * (64 * 1024)}}, "payload"),
         ({"every": 1, "colour": "red"}, "colour"),
     ],
 )
 def test_bad_field_is_named(kw: dict[str, Any], field: str) -> None:
     assert fields_of(**kw) == [field]
+
+
+def test_payload_limit_is_the_callers() -> None:
+    big = {"id": "a", "task": "t", "every": 1, "payload": {"x": "y" * (64 * 1024)}}
+    with pytest.raises(InvalidSchedule, match=r"payload: payload is 65544 bytes") as caught:
+        Schedule.parse(big)
+    assert [field for field, _ in caught.value.errors] == ["payload"]
+    # A raised limit (RSCHED_MAX_PAYLOAD_BYTES) is honoured, and stored payloads always load.
+    assert Schedule.parse(big, max_payload_bytes=1 << 20).payload == big["payload"]
+    assert Schedule(**big).payload == big["payload"]
+    stored = Schedule(**big).spec_fields()
+    assert Schedule.from_hash("a", {**stored, "generation": "1"}).payload == big["payload"]
+
+
+def test_parse_names_each_field() -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        Schedule.parse({"id": "a b", "task": "t", "cron": "bad", "timezone": "PST"})
+    assert sorted(field for field, _ in caught.value.errors) == ["cron", "id", "timezone"]
 
 
 def test_messages_suggest_the_fix() -> None:

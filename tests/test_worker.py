@@ -435,3 +435,32 @@ async def test_deleted_pending_entries_are_dropped_by_the_reclaimer(
 
     async with running(worker, redis):
         await wait_until(lambda: settled(redis, settings))
+
+
+async def test_many_jobs_over_several_workers_and_queues_run_once_each(
+    redis: Redis, settings: Settings
+) -> None:
+    runs: list[str] = []
+
+    def make() -> rsched.Worker:
+        worker = rsched.Worker(
+            queues=["a", "b"], concurrency=7, settings=fast_settings(settings, read_batch=5)
+        )
+
+        @worker.task("t")
+        async def handler(job: rsched.Job) -> None:
+            runs.append(job.execution_id)
+            if len(runs) % 3 == 0:
+                await anyio.sleep(0.001)  # some jobs yield, some do not
+
+        return worker
+
+    store = store_for(redis, settings)
+    workers = [make() for _ in range(3)]
+    expected = {await store.enqueue("t", queue="ab"[i % 2]) for i in range(300)}
+    async with running(workers[0], redis), running(workers[1], redis), running(workers[2], redis):
+        await wait_until(lambda: len(runs) >= 300)
+        await wait_until(lambda: settled(redis, settings, "a"))
+        await wait_until(lambda: settled(redis, settings, "b"))
+    assert sorted(runs) == sorted(expected)
+    assert sum(w.completed_total for w in workers) == 300

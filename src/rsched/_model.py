@@ -8,6 +8,7 @@ Times in the hash are epoch milliseconds; the payload is JSON text.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -31,6 +32,9 @@ Overlap = Literal["allow", "skip", "buffer_one", "cancel_previous"]
 Misfire = Literal["run_once", "skip", "catch_up"]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+# A plain Schedule(...) only refuses payloads no setting allows (RSCHED_MAX_PAYLOAD_BYTES is at
+# most 64 MiB); the configured limit is enforced where schedules are written (Store.save).
+_payload_limit: ContextVar[float] = ContextVar("rsched_payload_limit", default=64 * 1024 * 1024)
 
 #: Fields the engine maintains; ignored when a schedule is written.
 STATE_FIELDS = frozenset(
@@ -106,8 +110,12 @@ class Schedule(BaseModel):
     completed: bool = False
 
     def __init__(self, **data: Any) -> None:
+        # pydantic routes model_validate() through a custom __init__ too, without its context,
+        # so the payload limit travels in a context variable (see parse and from_hash).
         try:
-            super().__init__(**data)
+            self.__pydantic_validator__.validate_python(
+                data, self_instance=self, context={"max_payload_bytes": _payload_limit.get()}
+            )
         except ValidationError as exc:
             raise invalid(data.get("id"), exc) from None
 
@@ -166,7 +174,7 @@ class Schedule(BaseModel):
             size = len(orjson.dumps(v))
         except TypeError as exc:
             raise ValueError(f"payload is not JSON-serialisable: {exc}") from None
-        limit = (info.context or {}).get("max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES)
+        limit = (info.context or {}).get("max_payload_bytes", _payload_limit.get())
         if size > limit:
             raise ValueError(
                 f"payload is {size} bytes encoded, over the {limit}-byte limit; store large "
@@ -231,10 +239,10 @@ class Schedule(BaseModel):
         data["paused"] = status == "paused"
         data["completed"] = status == "completed"
         try:
-            return cls.model_validate(data, context={"max_payload_bytes": math.inf})
-        except ValidationError as exc:
+            return cls._with_limit(math.inf, data)
+        except InvalidSchedule as exc:
             raise StateError(
-                f"stored schedule {schedule_id!r} is invalid ({invalid(schedule_id, exc)}); "
+                f"stored schedule {schedule_id!r} is invalid ({exc}); "
                 "it was not written by this version of rsched or was edited by hand"
             ) from None
 
@@ -242,10 +250,15 @@ class Schedule(BaseModel):
     def parse(cls, data: dict[str, Any], *, max_payload_bytes: int | None = None) -> Schedule:
         """Validate a mapping (as from a file or JSON) into a schedule; raises InvalidSchedule."""
         limit = DEFAULT_MAX_PAYLOAD_BYTES if max_payload_bytes is None else max_payload_bytes
+        return cls._with_limit(limit, data)
+
+    @classmethod
+    def _with_limit(cls, limit: float, data: dict[str, Any]) -> Schedule:
+        token = _payload_limit.set(limit)
         try:
-            return cls.model_validate(data, context={"max_payload_bytes": limit})
-        except ValidationError as exc:
-            raise invalid(data.get("id"), exc) from None
+            return cls(**data)
+        finally:
+            _payload_limit.reset(token)
 
     def public_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of spec and state (datetimes as ISO 8601 strings)."""
