@@ -523,7 +523,7 @@ class Plan:
     def of(cls, args: argparse.Namespace) -> Plan:
         if args.quick:
             return cls([1_000, 10_000], args.repeat or 1, 10_000, 15.0, 5.0, 10_000)
-        return cls([1_000, 10_000, 100_000], args.repeat or 3, 100_000, 75.0, 15.0, 100_000)
+        return cls([1_000, 10_000, 100_000], args.repeat or 3, 100_000, 125.0, 65.0, 100_000)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -531,7 +531,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smaller sizes, well under a minute")
     p.add_argument("--repeat", type=int, default=0, help="herd runs per size (best + median)")
     p.add_argument("--kind", choices=["redis", "valkey"], default="redis", help="server binary")
-    p.add_argument("--only", choices=["herd", "steady", "memory"], action="append")
+    p.add_argument(
+        "--only",
+        choices=["herd", "steady", "memory"],
+        action="append",
+        help="one part (repeatable)",
+    )
     p.add_argument("--profile", action="store_true", help="cProfile the scheduler process")
     return p
 

@@ -464,3 +464,25 @@ async def test_many_jobs_over_several_workers_and_queues_run_once_each(
         await wait_until(lambda: settled(redis, settings, "b"))
     assert sorted(runs) == sorted(expected)
     assert sum(w.completed_total for w in workers) == 300
+
+
+async def test_sync_handler_is_told_to_stop_after_its_timeout(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    stopped: list[float] = []
+
+    @worker.task("t")
+    def cooperative(job: rsched.Job) -> None:
+        assert job.stop_event is not None
+        assert not job.should_stop
+        started = time.monotonic()
+        job.stop_event.wait(10)  # a sleep that ends when the worker gives up on the run
+        stopped.append(time.monotonic() - started)
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        await store.enqueue("t", max_retries=0, timeout_s=0.2)
+        await wait_until(lambda: bool(stopped))
+        await wait_until(lambda: _dead_count(store, 1))
+    assert stopped[0] < 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -125,6 +126,15 @@ class Job:
     deliveries: int = 1
     options: JobOptions = _DEFAULT_OPTIONS
     fields: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # Set for sync handlers (threads cannot be cancelled): see should_stop.
+    stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def should_stop(self) -> bool:
+        """For a sync handler: True once the worker gave up on this run (timeout,
+        cancel_previous, shutdown). A long loop should check it and return; ``stop_event.wait(s)``
+        is a sleep that ends early. Always False for async handlers: they are cancelled."""
+        return self.stop_event is not None and self.stop_event.is_set()
 
     @property
     def scheduled_at(self) -> datetime | None:

@@ -59,7 +59,8 @@ class Worker:
 
     Sync handlers run in worker threads. A thread cannot be interrupted: when its job times
     out or is cancelled, the job is recorded as timed out / cancelled and the worker moves on,
-    but the thread keeps running until the function returns (and keeps its thread slot).
+    but the thread keeps running until the function returns (and keeps its thread slot);
+    a long sync handler should watch ``job.should_stop`` (or wait on ``job.stop_event``).
     An async handler must not block the event loop for longer than ``visibility_timeout_s``:
     heartbeats stop meanwhile and another worker would take its job over.
     Since 0.1.0.

@@ -12,7 +12,9 @@ entries it holds; everything runs on one event loop, so no lock is needed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +35,9 @@ from rsched._queues import Done, QueueStore, fragment
 from rsched._settings import Settings
 
 log = get_logger("rsched.worker")
+# The per-job lines (job.start, job.end) under their own name, so that a busy deployment can
+# quiet them (logging.getLogger("rsched.worker.jobs").setLevel("WARNING")) and keep the rest.
+jobs_log = get_logger("rsched.worker.jobs")
 
 # What an actor survives (logs, backs off, carries on): Redis unreachable or refusing, a key
 # someone overwrote with the wrong type, bytes that are not UTF-8 in an entry.
@@ -283,7 +288,7 @@ class Actors:
         fn, is_async = self.handlers[job.task]
         run = Running(job)
         self.running[job.execution_id] = run
-        log.info(
+        jobs_log.info(
             "job.start",
             execution_id=job.execution_id,
             task=job.task,
@@ -296,6 +301,8 @@ class Actors:
         # One scope serves both the job's timeout (its deadline) and cancel_previous (cancel());
         # run.cancel_requested tells them apart.
         run.scope.deadline = anyio.current_time() + job.timeout_s
+        if not is_async:
+            job = dataclasses.replace(job, stop_event=threading.Event())
         try:
             with run.scope:
                 if is_async:
@@ -314,6 +321,8 @@ class Actors:
         finally:
             self.running.pop(job.execution_id, None)
             self.slots.release()
+            if job.stop_event is not None:  # a thread still running is told to stop
+                job.stop_event.set()
         duration_ms = round((time.perf_counter() - started) * 1000, 1)
         if run.cancel_requested:
             await self._finish(job, "cancelled", duration_ms, {"reason": "cancel_previous"})
@@ -327,7 +336,7 @@ class Actors:
     async def _finish(
         self, job: Job, event: str, duration_ms: float, extra: dict[str, Any]
     ) -> None:
-        log.info(
+        jobs_log.info(
             "job.end",
             execution_id=job.execution_id,
             task=job.task,
@@ -366,7 +375,7 @@ class Actors:
         extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
         if job.is_last_attempt:
             reason = "timeout" if timed_out else "max_retries"
-            log.error(
+            jobs_log.error(
                 "job.end",
                 execution_id=job.execution_id,
                 task=job.task,
@@ -400,7 +409,7 @@ class Actors:
         else:
             delay_s = retry_delay_s(job.options, job.attempt)
         delay_ms = round(delay_s * 1000)
-        log.warning(
+        jobs_log.warning(
             "job.end",
             execution_id=job.execution_id,
             task=job.task,
