@@ -7,6 +7,7 @@ Every line has an ``event`` name and key/value fields, as logfmt (default, reada
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -22,7 +23,12 @@ class EventLogger:
 
     def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
         if self._logger.isEnabledFor(level):
-            self._logger.log(level, event, extra={"rsched_fields": fields})
+            # makeRecord + handle skips Logger.findCaller's stack walk: source lines are not
+            # logged, and a worker writes two lines per job.
+            record = self._logger.makeRecord(
+                self._logger.name, level, "", 0, event, (), None, extra={"rsched_fields": fields}
+            )
+            self._logger.handle(record)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit(logging.DEBUG, event, fields)
@@ -41,14 +47,29 @@ def get_logger(name: str) -> EventLogger:
     return EventLogger(name)
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def _timestamp(record: logging.LogRecord) -> str:
-    ms = int(record.msecs)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{ms:03d}Z"
+    # Formatting the date part once per second keeps a busy worker's log lines cheap.
+    global _second_cache
+    second = int(record.created)
+    if _second_cache[0] != second:
+        _second_cache = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{_second_cache[1]}.{int(record.msecs):03d}Z"
+
+
+_NEEDS_QUOTES = re.compile(r'[\s="]')
 
 
 def _logfmt_value(value: Any) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
-    if text == "" or any(c in text for c in ' ="'):
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int | float):  # bools included: JSON spells them true/false
+        return "true" if value is True else "false" if value is False else str(value)
+    else:
+        text = orjson.dumps(value, default=str).decode()
+    if not text or _NEEDS_QUOTES.search(text):
         return orjson.dumps(text).decode()
     return text
 
@@ -56,16 +77,15 @@ def _logfmt_value(value: Any) -> str:
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = getattr(record, "rsched_fields", {})
-        parts = [
-            f"ts={_timestamp(record)}",
-            f"level={record.levelname.lower()}",
-            f"logger={record.name}",
-            f"event={_logfmt_value(record.getMessage())}",
-        ]
-        parts += [f"{k}={_logfmt_value(v)}" for k, v in fields.items()]
+        line = (
+            f"ts={_timestamp(record)} level={record.levelname.lower()} logger={record.name} "
+            f"event={_logfmt_value(record.getMessage())}"
+        )
+        if fields:
+            line += " " + " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
         if record.exc_info:
-            parts.append(f"exc={_logfmt_value(self.formatException(record.exc_info))}")
-        return " ".join(parts)
+            line += f" exc={_logfmt_value(self.formatException(record.exc_info))}"
+        return line
 
 
 class JsonFormatter(logging.Formatter):
