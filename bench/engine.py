@@ -166,7 +166,8 @@ class Ctx:
         return cls(server, redis, keys, Store(redis, keys), profile_dir)
 
     async def reset(self) -> None:
-        await self.redis.flushall()
+        # SYNC: Valkey frees a plain FLUSHALL lazily, which would skew the next memory reading.
+        await self.redis.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
         await self.redis.config_resetstat()
 
     async def now_ms(self) -> int:

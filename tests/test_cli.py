@@ -19,22 +19,14 @@ import pytest
 import redis as redis_sync
 
 from rsched._cli import duration_s, main
-from servers import Server, env_kinds
+from servers import Server
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture
 def rsched(server: Server, redis_url: str, prefix: str) -> Iterator[Run]:
-    """Run ``rsched ARGS`` in a child process against the test's server and prefix.
-
-    Child processes cost ~0.5 s each on a busy machine, and the CLI reaches the server only
-    through the SDK (whose tests run on every server kind), so these run on one kind.
-    """
-    if server.kind != env_kinds()[0]:
-        pytest.skip(
-            f"CLI process tests run on {env_kinds()[0]} only (SDK tests cover {server.kind})"
-        )
+    """Run ``rsched ARGS`` in a child process against the test's server and prefix."""
     env = {**os.environ, "RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix}
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
