@@ -320,7 +320,9 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
     await ctx.drop_op_keys()
     async with SchedulerProc(ctx, f"herd-{kind}-{n}") as sched:
         await anyio.sleep(0.3)  # idle and leading, as a scheduler is before a herd
-        lead_ms = 1_500 + n // 100  # time to retime and for the scheduler to prefetch
+        # As before a real herd, the scheduler gets its whole prefetch window to warm its cache
+        # (plus the time the retime below takes).
+        lead_ms = SchedulerSettings().prefetch_ms + 500 + n // 100
         t_ms = await ctx.now_ms() + lead_ms
         cpu0, rcpu0 = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
         await ctx.retime(ids, lambda i: t_ms)

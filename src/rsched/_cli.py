@@ -119,6 +119,10 @@ def _spec_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--end-at", type=iso_datetime, help="last possible run (ISO 8601)")
     p.add_argument("--max-runs", type=int, help="complete after this many runs")
     p.add_argument("--max-retries", type=int, help="retries after a failure (default 3)")
+    p.add_argument("--retry-base", dest="retry_base_s", type=duration_s, help="first delay (30s)")
+    p.add_argument("--retry-multiplier", type=float, help="delay factor per retry (2; 1 = fixed)")
+    p.add_argument("--retry-max", dest="retry_max_s", type=duration_s, help="delay cap (1h)")
+    p.add_argument("--retry-jitter", type=float, help="random share of each delay, 0-1 (0.2)")
     p.add_argument("--timeout", dest="timeout_s", type=duration_s, help="job timeout")
     p.add_argument("--overlap", choices=["allow", "skip", "buffer_one", "cancel_previous"])
     p.add_argument("--misfire", choices=["run_once", "skip", "catch_up"])
@@ -366,6 +370,10 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "end_at",
         "max_runs",
         "max_retries",
+        "retry_base_s",
+        "retry_multiplier",
+        "retry_max_s",
+        "retry_jitter",
         "timeout_s",
         "overlap",
         "misfire",

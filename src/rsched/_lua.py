@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from rsched._errors import StateError
 
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
@@ -46,3 +54,34 @@ def source(name: str) -> str:
 
 def names() -> list[str]:
     return sorted(p.stem for p in lua_dir().glob("*.lua"))
+
+
+class ScriptCaller:
+    """Calls the scripts of lua/ on one client: each registered once, then run by SHA.
+
+    The base of the two stores (schedules and queues); a key of the wrong type, which only a
+    writer other than rsched can cause, surfaces as StateError.
+    """
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._scripts: dict[str, AsyncScript] = {}
+
+    def script(self, name: str) -> AsyncScript:
+        found = self._scripts.get(name)
+        if found is None:
+            found = self._scripts[name] = self.redis.register_script(source(name))
+        return found
+
+    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self.script(name)(keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                raise StateError(f"{name}: a key holds the wrong type of value ({exc})") from exc
+            raise
+
+    async def time_ms(self) -> int:
+        """Redis TIME in epoch ms: decisions about time never use a client's clock."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000

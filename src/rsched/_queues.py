@@ -14,7 +14,6 @@ from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from rsched import _lua
@@ -55,7 +54,7 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
-class QueueStore:
+class QueueStore(_lua.ScriptCaller):
     """Queue-side script calls and reads for one Redis client and one key prefix."""
 
     def __init__(
@@ -67,26 +66,11 @@ class QueueStore:
         max_payload_bytes: int = 65536,
         dead_letter_max_entries: int = 100_000,
     ) -> None:
-        self.redis = redis
+        super().__init__(redis)
         self.keys = keys
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
         self.dead_letter_max_entries = dead_letter_max_entries
-        self._scripts: dict[str, AsyncScript] = {}
-
-    def script(self, name: str) -> AsyncScript:
-        found = self._scripts.get(name)
-        if found is None:
-            found = self._scripts[name] = self.redis.register_script(_lua.source(name))
-        return found
-
-    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            return await self.script(name)(keys=list(keys), args=list(args))
-        except ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                raise StateError(f"{name}: a key holds the wrong type of value ({exc})") from exc
-            raise
 
     # --- producers ---------------------------------------------------------------------------
 
@@ -568,10 +552,6 @@ class QueueStore:
                     await self.redis.xgroup_delconsumer(self.keys.queue(queue), GROUP, name)
                     forgotten += 1
         return forgotten
-
-    async def time_ms(self) -> int:
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _dead_task(fields: dict[str, str]) -> str:

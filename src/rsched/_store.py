@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from rsched import _lua
@@ -66,7 +65,7 @@ class FireItem:
         )
 
 
-class Store:
+class Store(_lua.ScriptCaller):
     """Script calls and reads for one Redis client and one key prefix."""
 
     def __init__(
@@ -77,29 +76,10 @@ class Store:
         history_limit: int = 100,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        self.redis = redis
+        super().__init__(redis)
         self.keys = keys
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
-        self._scripts: dict[str, AsyncScript] = {}
-
-    def script(self, name: str) -> AsyncScript:
-        found = self._scripts.get(name)
-        if found is None:
-            found = self._scripts[name] = self.redis.register_script(_lua.source(name))
-        return found
-
-    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            return await self.script(name)(keys=list(keys), args=list(args))
-        except ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                raise StateError(f"{name}: a key holds the wrong type of value ({exc})") from exc
-            raise
-
-    async def time_ms(self) -> int:
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
 
     def _op(self) -> str:
         return self.keys.op(uuid.uuid4().hex)
