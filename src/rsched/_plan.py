@@ -34,6 +34,13 @@ def version_of(fields: dict[str, str]) -> str:
     return f"{fields['generation']}:{fields.get('created_at', '')}"
 
 
+# Every hash field Policy.from_hash reads: the scheduler fetches only these (never the payload).
+POLICY_FIELDS = (
+    "generation", "created_at", "timezone", "cron", "every", "at", "start_at", "end_at",
+    "queue", "misfire", "misfire_grace_s", "catch_up_limit",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """The fields of a schedule that decide how it fires, cached per version.

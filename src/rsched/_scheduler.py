@@ -30,7 +30,7 @@ from rsched._backoff import Backoff
 from rsched._errors import RschedError
 from rsched._keys import Keys
 from rsched._log import get_logger
-from rsched._plan import Policy, plan
+from rsched._plan import POLICY_FIELDS, Policy, plan
 from rsched._settings import Settings
 from rsched._store import FireItem, Store
 
@@ -74,6 +74,8 @@ class Scheduler:
         self._held: str | None = None  # written by the lease keeper only
         self._policies: dict[str, Policy] = {}
         self._quarantine: dict[str, float] = {}
+        # (score, offset) up to which the prefetch has read the index; reset by a wake.
+        self._prefetched: tuple[int, int] = (0, 0)
         self._stop = anyio.Event()
 
     @property
@@ -177,7 +179,7 @@ class Scheduler:
         async with inbox:
             while True:
                 if lease is None:
-                    lease = _apply(await inbox.receive(), lease)
+                    lease = self._apply(await inbox.receive(), lease)
                     continue
                 # A round is never interrupted half-way: stopping waits for the batch in flight.
                 with anyio.CancelScope(shield=True):
@@ -195,12 +197,18 @@ class Scheduler:
                     return
                 if delay > 0:
                     with anyio.move_on_after(delay):
-                        lease = _apply(await inbox.receive(), lease)
+                        lease = self._apply(await inbox.receive(), lease)
                 while True:  # drain: many wakes need only one look at what is due
                     try:
-                        lease = _apply(inbox.receive_nowait(), lease)
+                        lease = self._apply(inbox.receive_nowait(), lease)
                     except anyio.WouldBlock:
                         break
+
+    def _apply(self, message: Message, lease: str | None) -> str | None:
+        if message[0] == "wake":
+            # A schedule moved earlier, maybe into the part of the index already prefetched.
+            self._prefetched = (0, 0)
+        return _apply(message, lease)
 
     async def _round(self, lease: str) -> float:
         """Fire what is due now; return how long to sleep before looking again (seconds)."""
@@ -212,6 +220,11 @@ class Scheduler:
             await self._prefetch(now, until)
             if due:  # only quarantined entries are due: look again when the first is released
                 until = min(until, min(self._quarantine[sid] for sid, _ in due))
+            lead_s = self.cfg.prefetch_ms / 1000
+            if lead_s > 0 and until - wall > lead_s:
+                # Wake when the next run enters the prefetch window, not only when it is due:
+                # otherwise a herd after a long idle stretch meets a cold cache.
+                until -= lead_s
             delay = until - time.monotonic()  # the prefetch took some of the idle time
             return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
 
@@ -332,7 +345,8 @@ class Scheduler:
             self._policies.clear()
         for start in range(0, len(ids), 1000):
             chunk = ids[start : start + 1000]
-            for sid, fields in zip(chunk, await self.store.read_hashes(chunk), strict=True):
+            found = await self.store.policy_fields(chunk, POLICY_FIELDS)
+            for sid, fields in zip(chunk, found, strict=True):
                 if fields is None:  # not a hash: someone else wrote the key; keep the rest going
                     self._quarantine[sid] = time.monotonic() + QUARANTINE_S
                     log.error("schedule.bad_keys", schedule=sid, retry_s=QUARANTINE_S)
@@ -350,16 +364,23 @@ class Scheduler:
 
         Pages through everything due within ``prefetch_ms``, and stops early when the first of
         them is about to come due (``until``, monotonic seconds): firing on time comes first.
+        Incremental: a round reads only the part of the index no earlier round has read, so a
+        steady stream of fires does not re-read seconds of upcoming ids after every fire.
         """
         if self.cfg.prefetch_ms <= 0:
             return
-        size, offset = self.cfg.window_size, 0
+        size, horizon = self.cfg.window_size, now + self.cfg.prefetch_ms
+        after, offset = self._prefetched
+        if after < now:  # what lies before now is due: the due read covers it
+            after, offset = now, 0
         while len(self._policies) < POLICY_CACHE_MAX and time.monotonic() < until - 0.05:
-            ids = await self.store.upcoming(now, now + self.cfg.prefetch_ms, size, offset)
+            ids = await self.store.upcoming(after, horizon, size, offset)
             await self._load([sid for sid in ids if sid not in self._policies])
             if len(ids) < size:
+                self._prefetched = (horizon, 0)
                 return
             offset += size
+            self._prefetched = (after, offset)
 
 
 def _apply(message: Message, lease: str | None) -> str | None:
