@@ -7,6 +7,8 @@ schedule never fires its old spec), still has next_run equal to `expect` (this o
 fired yet: a re-sent call or a racing scheduler finds it moved and does nothing), and `sched` is
 due by Redis TIME. Each item is validated (key types and stored fields included) before its
 first write, so an item is applied whole or not at all, and one bad item never stops the others.
+(The hash's type is checked by the HMGET that reads it, the history's by the item's first write,
+a push that fails without writing anything when the key holds another type.)
 
 KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
@@ -82,40 +84,45 @@ for i = 1, n do
              buffered = KEYS[b + 3], stream = KEYS[b + 4]}
   local sid, version, expect, sched, nxt, action, missed = unpack(items[i])
   local code
-  if not key_is(k.hash, 'hash') then
+  -- The HMGET is also the hash's type check; the history key is checked by its first push
+  -- (hist_first), which fails without writing; running and buffered by overlap_keys_ok.
+  local st = pcall_read('HMGET', k.hash, unpack(STATE))
+  if not st then
     code = -6
   else
-    local st = rcall('HMGET', k.hash, unpack(STATE))
     local f = {}
     for j = 1, #JOB_FIELDS do f[j] = st[4 + j] end
     local current = nil
     if st[1] then current = st[1] .. ':' .. (st[4] or '') end
-    if stream_ok[k.stream] == nil then stream_ok[k.stream] = key_is(k.stream, 'stream') end
     if st[2] and not string.match(st[2], '^%-?%d+$') then
       code = -6  -- next_run edited by hand: not even the index can be healed from it
     elseif current ~= version or st[2] ~= expect or st[3] then
       code = 0  -- status is absent exactly when the schedule is active
       heal_index(schedules_key, sid, st)
-    elseif not (fire_job_ok(k.hash, f) and key_is(k.history, 'list')) then
+    elseif not fire_job_ok(k.hash, f) then
       code = -6
     elseif tonumber(sched) > now then
       code = -5
     elseif action == 'skip' then
       local at = string.format('%d', now)
-      hist(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
-           ',"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
-           string.format('%d', now - tonumber(sched)) .. '}')
-      advance(schedules_key, k.hash, sid, sched, nxt, false, true, f)
-      code = 4
+      if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
+                    ',"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
+                    string.format('%d', now - tonumber(sched)) .. '}') then
+        advance(schedules_key, k.hash, sid, sched, nxt, false, true, f)
+        code = 4
+      else
+        code = -6
+      end
     else
       local ok, running = overlap_keys_ok(k, f[F_OVERLAP])
+      if stream_ok[k.stream] == nil then stream_ok[k.stream] = key_is(k.stream, 'stream') end
       if not (ok and stream_ok[k.stream]) then
         code = -6
       else
         local origin, extra = 'schedule', ''
         if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
         code = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f, running)
-        advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f)
+        if code > 0 then advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f) end
       end
     end
   end

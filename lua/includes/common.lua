@@ -1,6 +1,6 @@
 -- Include: common functions, inlined (by rsched._lua) into every script that names it.
--- Defines: rcall, now_ms(), hist(key, cap, json), op_replay(key), op_store(key, ttl, result),
--- key_is(key, want) and json_str(s).
+-- Defines: rcall, now_ms(), hist(key, cap, json), hist_first(key, cap, json), pcall_read(...),
+-- op_replay(key), op_store(key, ttl, result), key_is(key, want) and json_str(s).
 
 local rcall = redis.call
 
@@ -14,6 +14,33 @@ end
 -- the trim costs a call only when the list is over its cap.
 local function hist(key, cap, json)
   if rcall('LPUSH', key, json) > cap then rcall('LTRIM', key, 0, cap - 1) end
+end
+
+-- A reply of the wrong type (someone other than rsched wrote the key) is an answer for the
+-- caller to act on; any other error (out of memory, ...) still aborts the script.
+local function wrong_type(reply)
+  if type(reply) == 'table' and reply['err'] then
+    if string.find(reply['err'], 'WRONGTYPE', 1, true) then return true end
+    error(reply)
+  end
+  return false
+end
+
+-- hist() as the *first* write of an item, to a key whose type was not checked: a wrong type
+-- fails the LPUSH itself, which writes nothing, so the item can still be refused whole. One
+-- call instead of a TYPE check followed by the push. Returns false for a wrong type.
+local function hist_first(key, cap, json)
+  local len = redis.pcall('LPUSH', key, json)
+  if wrong_type(len) then return false end
+  if len > cap then rcall('LTRIM', key, 0, cap - 1) end
+  return true
+end
+
+-- A read that doubles as the type check of its key: nil when the key holds another type.
+local function pcall_read(...)
+  local reply = redis.pcall(...)
+  if wrong_type(reply) then return nil end
+  return reply
 end
 
 -- Client writes carry an operation key so that a command re-sent after a lost reply (redis-py

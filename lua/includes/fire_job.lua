@@ -14,9 +14,10 @@
 --   extra: string appended inside the history JSON object (e.g. ',"missed":3'), or ''
 --   f: job_fields(k.hash) when the caller has it; running: whether the running marker exists,
 --   when the caller knows (see overlap_keys_ok)
---   Returns 1 fired, 2 skipped by the overlap policy, 3 buffered (overlap=buffer_one), plus the
---   execution id. The caller has checked key types (running and buffered only matter when the
---   overlap policy uses them, see overlap_keys), fire_job_ok and that the schedule may fire.
+--   Returns 1 fired, 2 skipped by the overlap policy, 3 buffered (overlap=buffer_one), or -6
+--   when the history key holds another type (nothing written), plus the execution id. The
+--   caller has checked the other key types (running and buffered only matter when the overlap
+--   policy uses them, see overlap_keys_ok), fire_job_ok and that the schedule may fire.
 -- advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next [, f])
 --   count the run and move next_run, or complete the schedule.
 
@@ -79,30 +80,50 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
                'attempt', '1', 'generation', f[F_GEN], 'origin', origin,
                'opts', '{' .. table.concat(opts, ',') .. '}'}
 
+  -- The history push is each path's first write and checks the history key's type by itself
+  -- (hist_first): a history list someone else overwrote refuses the occurrence whole (-6).
   local prev = nil
   if running == nil then running = overlap ~= 'allow' and rcall('EXISTS', k.running) == 1 end
   if overlap ~= 'allow' and running then
     if overlap == 'skip' then
-      hist(k.history, cap, '{"event":"skipped","reason":"overlap",' .. base .. '}')
+      if not hist_first(k.history, cap, '{"event":"skipped","reason":"overlap",' .. base .. '}') then
+        return -6, exec
+      end
       return 2, exec
     elseif overlap == 'buffer_one' then
       if rcall('EXISTS', k.buffered) == 1 then
-        hist(k.history, cap, '{"event":"skipped","reason":"buffer_full",' .. base .. '}')
+        if not hist_first(k.history, cap,
+                          '{"event":"skipped","reason":"buffer_full",' .. base .. '}') then
+          return -6, exec
+        end
         return 2, exec
       end
+      if not hist_first(k.history, cap, '{"event":"buffered",' .. base .. '}') then
+        return -6, exec
+      end
       rcall('HSET', k.buffered, unpack(job))
-      hist(k.history, cap, '{"event":"buffered",' .. base .. '}')
       return 3, exec
     else -- cancel_previous: the new run replaces the marker; the old handler is told to stop
       prev = rcall('HGET', k.running, 'execution_id')
-      rcall('DEL', k.running)
     end
   end
 
+  if prev then
+    if not hist_first(k.history, cap, '{"event":"cancel_requested","cancelled":' ..
+                      json_str(prev) .. ',' .. base .. '}') then
+      return -6, exec
+    end
+    rcall('DEL', k.running)
+    hist(k.history, cap, '{"event":"fired",' .. base .. '}')
+  elseif not hist_first(k.history, cap, '{"event":"fired",' .. base .. '}') then
+    return -6, exec
+  end
   rcall('XADD', k.stream, '*', unpack(job))
   if overlap ~= 'allow' then
     -- The marker outlives any plausible run (timeout x attempts, plus backoff) so a lost worker
-    -- can never block the schedule forever; workers refresh it while the job runs.
+    -- can never block the schedule forever; workers refresh it while the job runs. A marker
+    -- left from an earlier run only exists here under cancel_previous, deleted above, so no
+    -- stale field (worker, state) survives into this run's marker.
     local timeout = tonumber(f[F_OPTS + 5] or '3600')
     local attempts = tonumber(f[F_OPTS] or '3') + 1
     local backoff = tonumber(f[F_OPTS + 3] or '3600')
@@ -110,12 +131,7 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
     rcall('HSET', k.running, 'execution_id', exec, 'state', 'queued', 'since', at)
     rcall('PEXPIRE', k.running, ttl)
   end
-  if prev then
-    rcall('PUBLISH', cancel_channel, prev)
-    hist(k.history, cap, '{"event":"cancel_requested","cancelled":' .. json_str(prev) .. ',' ..
-         base .. '}')
-  end
-  hist(k.history, cap, '{"event":"fired",' .. base .. '}')
+  if prev then rcall('PUBLISH', cancel_channel, prev) end
   return 1, exec
 end
 

@@ -20,6 +20,7 @@ from rsched import _lua
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob, StateError
 from rsched._job import DeadLetter, JobOptions
 from rsched._keys import GROUP, NAME_RE, Keys
+from rsched._settings import DEFAULT_HISTORY_LIMIT
 
 OP_TTL_MS = 300_000
 WRONG_TYPE = -6
@@ -62,7 +63,7 @@ class QueueStore(_lua.ScriptCaller):
         redis: Redis,
         keys: Keys,
         *,
-        history_limit: int = 100,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
         max_payload_bytes: int = 65536,
         dead_letter_max_entries: int = 100_000,
     ) -> None:

@@ -12,6 +12,10 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# Events kept per schedule. Each is ~150 bytes and a run writes about three (fired, running,
+# completed), so this is the last ~10 runs for ~4.5 KB: the largest part of a busy schedule's
+# memory, hence modest by default.
+DEFAULT_HISTORY_LIMIT = 30
 
 
 class SchedulerSettings(BaseModel):
@@ -77,7 +81,7 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     prefix: str = Field(default="rsched", pattern=r"^[A-Za-z0-9._:\-]{1,64}$")
     max_payload_bytes: int = Field(default=64 * 1024, ge=2, le=64 * 1024 * 1024)
-    history_limit: int = Field(default=100, ge=1, le=10_000)
+    history_limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=10_000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
