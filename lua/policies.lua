@@ -1,14 +1,14 @@
 --[[ policies — read the fields the scheduler plans with, for a batch of schedules (read-only).
 
-One JSON array per schedule instead of a whole HGETALL reply: the scheduler parses one string
-per schedule (the payload, up to its size limit, never travels), which is what lets it warm its
-cache for a large herd in the seconds before it comes due.
+One JSON document for the whole batch instead of a whole HGETALL reply per schedule: the
+scheduler parses one string (the payload, up to its size limit, never travels), which is what
+lets it warm its cache for a large herd in the seconds before it comes due.
 
 KEYS[i]  {p}:schedule:<id> of each schedule
 ARGV     the field names to read, in order
 
-Returns one entry per key: a JSON array of the values (null where absent), '' when the hash does
-not exist, or '!' when the key holds another type.
+Returns one JSON array with one entry per key: an array of the values (false where absent), ''
+when the hash does not exist, or '!' when the key holds another type.
 ]]
 -- @include common
 
@@ -16,11 +16,12 @@ local out = {}
 for i = 1, #KEYS do
   local t = rcall('TYPE', KEYS[i])['ok']
   if t == 'hash' then
-    out[i] = cjson.encode(rcall('HMGET', KEYS[i], unpack(ARGV)))
+    out[i] = rcall('HMGET', KEYS[i], unpack(ARGV))
   elseif t == 'none' then
     out[i] = ''
   else
     out[i] = '!'
   end
 end
-return out
+if #out == 0 then return '[]' end  -- cjson would encode an empty table as {}
+return cjson.encode(out)

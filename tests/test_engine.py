@@ -240,6 +240,41 @@ async def test_wrong_type_key_is_reported_and_others_fire(store: Store) -> None:
     assert len(await jobs(store)) == 1
 
 
+@pytest.mark.parametrize(
+    ("overlap", "marker", "action"),
+    [
+        ("allow", False, "fire"),
+        ("skip", False, "fire"),
+        ("skip", True, "fire"),
+        ("buffer_one", True, "fire"),
+        ("cancel_previous", True, "misfire"),
+        ("skip", False, "skip"),
+    ],
+)
+async def test_wrong_type_history_refuses_every_path_whole(
+    store: Store, overlap: str, marker: bool, action: str
+) -> None:
+    # The history key's type is checked by the first push itself: each path must still write
+    # nothing at all (no job, no marker, no buffered entry, no state change).
+    await add(store, overlap=overlap)
+    lease = await lease_of(store)
+    item = await due_item(store, "a", action=action)
+    running = store.keys.running("a")
+    if marker:
+        await store.redis.hset(running, mapping={"execution_id": "a@1", "state": "running"})
+    await store.redis.set(store.keys.history("a"), "x")
+    before = await store.redis.hgetall(store.keys.schedule("a"))
+    marker_before = await store.redis.hgetall(running)
+    score = await store.redis.zscore(store.keys.schedules, "a")
+    assert await fire(store, lease, item) == [-6]
+    assert await jobs(store) == []
+    assert await store.redis.hgetall(store.keys.schedule("a")) == before
+    assert await store.redis.hgetall(running) == marker_before
+    assert await store.redis.exists(store.keys.buffered("a")) == 0
+    assert await store.redis.zscore(store.keys.schedules, "a") == score
+    assert await store.redis.get(store.keys.history("a")) == "x"
+
+
 async def test_hash_without_task_is_refused(store: Store) -> None:
     await add(store)
     lease = await lease_of(store)

@@ -44,12 +44,14 @@ async def test_write_and_load(store: Store) -> None:
     fields = await store.redis.hgetall(store.keys.schedule("r"))
     # Only what differs from the defaults is stored, plus engine state.
     assert set(fields) == {
-        "task", "cron", "timezone", "generation", "created_at", "updated_at", "next_run",
+        "task", "cron", "timezone", "generation", "created_at", "next_run",
     }  # fmt: skip
+    assert loaded.updated_at == loaded.created_at  # stored only once the schedule changes
     assert await store.redis.zscore(store.keys.schedules, "r") == int(fields["next_run"])
     gen, created = await store.save(Schedule(id="r", task="reports.nightly", cron="0 3 * * *"))
     assert (gen, created) == (2, False)
     assert fields["created_at"] == await store.redis.hget(store.keys.schedule("r"), "created_at")
+    assert await store.redis.hexists(store.keys.schedule("r"), "updated_at")
 
 
 async def test_modes(store: Store) -> None:

@@ -6,6 +6,7 @@ every time decision (first run, due-ness) uses Redis TIME, never this host's clo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import uuid
@@ -93,15 +94,7 @@ class Stats:
     leader: dict[str, Any] | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "now_ms": self.now_ms,
-            "schedules": self.schedules,
-            "due": self.due,
-            "oldest_overdue": self.oldest_overdue,
-            "queues": self.queues,
-            "dead_letters": self.dead_letters,
-            "leader": self.leader,
-        }
+        return dataclasses.asdict(self)
 
 
 def _safe_url(url: str) -> str:
@@ -134,6 +127,17 @@ def _redis_errors(
     return wrapper
 
 
+async def _until_no_conflict(write: Callable[[], Awaitable[T]]) -> T:
+    """Run a read-modify-write again while the schedule changes under it (at most
+    WRITE_ATTEMPTS times; then the Conflict propagates)."""
+    for _ in range(WRITE_ATTEMPTS - 1):
+        try:
+            return await write()
+        except Conflict:
+            continue
+    return await write()
+
+
 def _to_ms(value: datetime, zone: str, name: str) -> int:
     if not isinstance(value, datetime):
         raise InvalidArgument(name, f"give a datetime, got {type(value).__name__} {value!r}")
@@ -161,13 +165,7 @@ class Client:
             history_limit=self.settings.history_limit,
             max_payload_bytes=self.settings.max_payload_bytes,
         )
-        self.queues = QueueStore(
-            redis,
-            self.keys,
-            history_limit=self.settings.history_limit,
-            max_payload_bytes=self.settings.max_payload_bytes,
-            dead_letter_max_entries=self.settings.worker.dead_letter_max_entries,
-        )
+        self.queues = QueueStore.from_settings(redis, self.settings)
         self._owns_redis = False
 
     @classmethod
@@ -252,20 +250,16 @@ class Client:
             raise InvalidSchedule(
                 schedule_id, [(name, "is read-only; rsched maintains it") for name in readonly]
             )
-        for attempt in range(WRITE_ATTEMPTS):
+
+        async def write() -> None:
             old = await self.store.load(schedule_id)
             data = old.model_dump(exclude=set(STATE_FIELDS))
             if any(changes.get(t) is not None for t in _TRIGGERS):
                 data.update(dict.fromkeys(_TRIGGERS))
             data.update(changes)
-            new = _parse(data)
-            try:
-                await self.store.save(new, mode="replace", expect_gen=old.generation)
-            except Conflict:
-                if attempt == WRITE_ATTEMPTS - 1:
-                    raise
-                continue
-            break
+            await self.store.save(_parse(data), mode="replace", expect_gen=old.generation)
+
+        await _until_no_conflict(write)
         return await self.store.load(schedule_id)
 
     @_redis_errors
@@ -296,19 +290,16 @@ class Client:
         Occurrences that came due while paused are not run. Raises ScheduleNotFound, or
         InvalidSchedule when it has completed.
         """
-        for attempt in range(WRITE_ATTEMPTS):
+
+        async def write() -> None:
             schedule = await self.store.load(schedule_id)
             now = await self.store.time_ms()
             next_ms: int | None = None
             if schedule.max_runs is None or schedule.runs < schedule.max_runs:
                 next_ms = Timing.of(schedule).next_after(now)
-            try:
-                await self.store.resume(schedule_id, schedule.generation, next_ms)
-            except Conflict:
-                if attempt == WRITE_ATTEMPTS - 1:
-                    raise
-                continue
-            return
+            await self.store.resume(schedule_id, schedule.generation, next_ms)
+
+        await _until_no_conflict(write)
 
     @_redis_errors
     async def trigger(self, schedule_id: str) -> Fired:
@@ -329,7 +320,8 @@ class Client:
         1000 occurrences per call. Raises ScheduleNotFound, or InvalidArgument naming
         ``start``/``end`` when the range is empty, in the future or too long.
         """
-        for attempt in range(WRITE_ATTEMPTS):
+
+        async def write() -> BackfillResult:
             schedule = await self.store.load(schedule_id)
             start_ms = _to_ms(start, schedule.timezone, "start")
             end_ms = _to_ms(end, schedule.timezone, "end")
@@ -351,19 +343,15 @@ class Client:
                 )
             if not times:
                 return BackfillResult()
-            try:
-                codes = await self._backfill_call(schedule, times)
-            except Conflict:
-                if attempt == WRITE_ATTEMPTS - 1:
-                    raise
-                continue
+            codes = await self._backfill_call(schedule, times)
             return BackfillResult(
                 {
                     f"{schedule_id}@{t}": _OUTCOMES.get(c, str(c))
                     for t, c in zip(times, codes, strict=True)
                 }
             )
-        raise AssertionError("unreachable")
+
+        return await _until_no_conflict(write)
 
     async def _backfill_call(self, schedule: Schedule, times: Sequence[int]) -> list[int]:
         k, sid = self.keys, schedule.id

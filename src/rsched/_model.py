@@ -238,6 +238,8 @@ class Schedule(BaseModel):
                 data[name] = raw
         data["paused"] = status == "paused"
         data["completed"] = status == "completed"
+        if "updated_at" not in data and "created_at" in data:
+            data["updated_at"] = data["created_at"]  # stored only once the schedule changes
         try:
             return cls._with_limit(math.inf, data)
         except InvalidSchedule as exc:

@@ -8,7 +8,7 @@ Python side. Every write is a Lua script in lua/ that is safe to run twice.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -20,7 +20,7 @@ from rsched import _lua
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob, StateError
 from rsched._job import DeadLetter, JobOptions
 from rsched._keys import GROUP, NAME_RE, Keys
-from rsched._settings import DEFAULT_HISTORY_LIMIT
+from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
 OP_TTL_MS = 300_000
 WRONG_TYPE = -6
@@ -72,6 +72,17 @@ class QueueStore(_lua.ScriptCaller):
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
         self.dead_letter_max_entries = dead_letter_max_entries
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> QueueStore:
+        """The store for one deployment's prefix and limits."""
+        return cls(
+            redis,
+            Keys(settings.prefix),
+            history_limit=settings.history_limit,
+            max_payload_bytes=settings.max_payload_bytes,
+            dead_letter_max_entries=settings.worker.dead_letter_max_entries,
+        )
 
     # --- producers ---------------------------------------------------------------------------
 
@@ -131,7 +142,7 @@ class QueueStore(_lua.ScriptCaller):
             [queue, round(delay_s * 1000), OP_TTL_MS, *fields],
         )  # fmt: skip
         if int(res[0]) == WRONG_TYPE:
-            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+            raise _wrong_type(queue)
         return execution_id
 
     @staticmethod
@@ -184,7 +195,7 @@ class QueueStore(_lua.ScriptCaller):
         key = self.keys.dead(queue)
         start = f"({cursor}" if cursor else "+"
         out: list[DeadLetter] = []
-        while len(out) < limit:
+        while True:
             want = limit - len(out) if task is None else PAGE
             try:
                 page = cast(list[Entry], await self.redis.xrevrange(key, start, "-", count=want))
@@ -199,7 +210,6 @@ class QueueStore(_lua.ScriptCaller):
             if len(page) < want:
                 return out, None
             start = f"({page[-1][0]}"
-        return out, (out[-1].entry_id if out else None)
 
     async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
         """One dead letter; raises DeadLetterNotFound."""
@@ -234,26 +244,32 @@ class QueueStore(_lua.ScriptCaller):
 
         ``entry_ids=None`` re-queues every dead letter of the queue (of ``task`` if given).
         """
-        pages = [list(entry_ids)] if entry_ids is not None else await self._matching(queue, task)
         moved = 0
+        async for chunk in self._selected(queue, entry_ids, task):
+            res = int(
+                await self.call("requeue", [self.keys.dead(queue), self.keys.queue(queue)], chunk)
+            )
+            if res == WRONG_TYPE:
+                raise _wrong_type(queue)
+            moved += res
+        if moved:
+            await self.redis.sadd(self.keys.queues, queue)
+        return moved
+
+    async def _selected(
+        self, queue: str, entry_ids: Sequence[str] | None, task: str | None
+    ) -> AsyncIterator[list[str]]:
+        """The dead letters ``requeue`` / ``purge`` act on, in non-empty chunks of at most PAGE
+        ids: ``entry_ids`` (those of ``task`` when given too), or when None every dead letter
+        of the queue (of ``task``)."""
+        pages = [list(entry_ids)] if entry_ids is not None else await self._matching(queue, task)
         for ids in pages:
             for start in range(0, len(ids), PAGE):
                 chunk = ids[start : start + PAGE]
                 if task is not None and entry_ids is not None:
                     chunk = await self._filter_ids(queue, chunk, task)
-                if not chunk:
-                    continue
-                res = int(
-                    await self.call(
-                        "requeue", [self.keys.dead(queue), self.keys.queue(queue)], chunk
-                    )
-                )
-                if res == WRONG_TYPE:
-                    raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
-                moved += res
-        if moved:
-            await self.redis.sadd(self.keys.queues, queue)
-        return moved
+                if chunk:
+                    yield chunk
 
     async def _filter_ids(self, queue: str, ids: list[str], task: str) -> list[str]:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -280,15 +296,9 @@ class QueueStore(_lua.ScriptCaller):
                 pipe.delete(key)
                 count, _ = await pipe.execute()
             return int(count)
-        pages = [list(entry_ids)] if entry_ids is not None else await self._matching(queue, task)
         deleted = 0
-        for ids in pages:
-            for start in range(0, len(ids), PAGE):
-                chunk = ids[start : start + PAGE]
-                if task is not None and entry_ids is not None:
-                    chunk = await self._filter_ids(queue, chunk, task)
-                if chunk:
-                    deleted += int(await self.redis.xdel(key, *chunk))
+        async for chunk in self._selected(queue, entry_ids, task):
+            deleted += int(await self.redis.xdel(key, *chunk))
         return deleted
 
     # --- statistics ----------------------------------------------------------------------------
@@ -442,7 +452,7 @@ class QueueStore(_lua.ScriptCaller):
         )
         code = int(res[0])
         if code == WRONG_TYPE:
-            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+            raise _wrong_type(queue)
         if code == -7:
             raise StateError(f"retry of {execution_id!r}: the next attempt could not be encoded")
         return int(res[1]) if code == 1 else None
@@ -503,7 +513,7 @@ class QueueStore(_lua.ScriptCaller):
         )
         code = int(res[0])
         if code == WRONG_TYPE:
-            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+            raise _wrong_type(queue)
         return str(res[1]) if code == 1 else None
 
     async def heartbeat(self, queue: str, consumer: str, entry_ids: Sequence[str]) -> list[str]:
@@ -532,7 +542,7 @@ class QueueStore(_lua.ScriptCaller):
             "promote", [self.keys.delayed_queue(queue), self.keys.queue(queue)], [limit]
         )
         if int(res[0]) == WRONG_TYPE:
-            raise StateError(f"a key of queue {queue!r} holds the wrong type of value")
+            raise _wrong_type(queue)
         wait = int(res[1])
         return int(res[0]), (wait if wait >= 0 else None)
 
@@ -553,6 +563,10 @@ class QueueStore(_lua.ScriptCaller):
                     await self.redis.xgroup_delconsumer(self.keys.queue(queue), GROUP, name)
                     forgotten += 1
         return forgotten
+
+
+def _wrong_type(queue: str) -> StateError:
+    return StateError(f"a key of queue {queue!r} holds the wrong type of value")
 
 
 def _dead_task(fields: dict[str, str]) -> str:

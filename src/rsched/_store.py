@@ -326,16 +326,18 @@ class Store(_lua.ScriptCaller):
         self, schedule_ids: Sequence[str], names: Sequence[str]
     ) -> list[dict[str, str] | None]:
         """The named fields of each hash ({} when it does not exist, None when the key holds
-        another type), as one JSON string per schedule: far cheaper to parse than HGETALL."""
+        another type), as one JSON document for the batch: far cheaper to parse than HGETALL
+        or a reply element per schedule."""
+        if not schedule_ids:
+            return []
         raw = await self.call("policies", [self.keys.schedule(sid) for sid in schedule_ids], names)
         out: list[dict[str, str] | None] = []
-        for text in raw:
-            if text == "!":
+        for values in orjson.loads(raw):
+            if values == "!":
                 out.append(None)
-            elif not text:
+            elif not values:
                 out.append({})
             else:
-                values = orjson.loads(text)
                 out.append(
                     {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
                 )

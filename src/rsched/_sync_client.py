@@ -6,6 +6,7 @@ portal); each method blocks until its call finishes there. Safe to share between
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -68,10 +69,7 @@ class SyncClient:
             self._portal_cm.__exit__(None, None, None)
 
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-        async def call() -> T:
-            return await fn(*args, **kwargs)
-
-        return self._portal.call(call)
+        return self._portal.call(functools.partial(fn, *args, **kwargs))
 
     @property
     def settings(self) -> Settings:

@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
-import anyio.lowlevel
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 
@@ -35,7 +34,6 @@ from rsched._backoff import Backoff
 from rsched._connection import connect, warn_if_unsafe
 from rsched._errors import ConfigError, InvalidJob
 from rsched._job import Job
-from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._queues import Done, QueueStore, check_name
 from rsched._settings import Settings, WorkerSettings
@@ -82,7 +80,6 @@ class Worker:
         self._stopping = anyio.Event()
         self._hard = False
         self._runners_scope: anyio.CancelScope | None = None
-        # (queue, entry id) of every entry read and not yet acknowledged (ids are per stream).
         self._actors: Actors | None = None
         self.consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -210,13 +207,7 @@ class Worker:
             client.connection_pool.connection_kwargs["encoding_errors"] = "replace"
         else:
             client = redis
-        store = QueueStore(
-            client,
-            Keys(settings.prefix),
-            history_limit=settings.history_limit,
-            max_payload_bytes=settings.max_payload_bytes,
-            dead_letter_max_entries=cfg.dead_letter_max_entries,
-        )
+        store = QueueStore.from_settings(client, settings)
         log.info(
             "worker.start",
             worker=self.consumer,

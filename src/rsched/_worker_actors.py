@@ -13,6 +13,7 @@ entries it holds; everything runs on one event loop, so no lock is needed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import threading
 import time
@@ -163,9 +164,7 @@ class Actors:
                 continue
             except _FAILURES as exc:
                 self.slots.commit(n, 0)
-                delay = backoff.next()
-                log.warning("redis.error", actor="reader", error=str(exc), retry_s=round(delay, 2))
-                await anyio.sleep(delay)
+                await _back_off(backoff, "reader", exc)
                 continue
             except BaseException:
                 self.slots.commit(n, 0)
@@ -181,9 +180,7 @@ class Actors:
                 await self.store.create_groups(self.cfg.queues)
                 return
             except _FAILURES as exc:
-                delay = backoff.next()
-                log.warning("redis.error", actor="reader", error=str(exc), retry_s=round(delay, 2))
-                await anyio.sleep(delay)
+                await _back_off(backoff, "reader", exc)
 
     async def dispatch(self, queue: str, entries: list[tuple[str, dict[str, str], int]]) -> None:
         """Start the jobs of entries that each hold one slot (released here when not run)."""
@@ -191,15 +188,15 @@ class Actors:
         for entry_id, fields, deliveries in entries:
             if fields is None or ("malformed" in fields and "task" not in fields):
                 raw = fields or {}
-                await self._dead_now(queue, entry_id, raw, "malformed", "entry has no job fields")
+                await self._refuse(queue, entry_id, raw, "malformed", "entry has no job fields")
                 continue
             try:
                 job = parse_entry(queue, entry_id, fields, deliveries)
             except MalformedJob as exc:
-                await self._dead_now(queue, entry_id, fields, "malformed", str(exc))
+                await self._refuse(queue, entry_id, fields, "malformed", str(exc))
                 continue
             if job.task not in self.handlers:
-                await self._dead_now(
+                await self._refuse(
                     queue,
                     entry_id,
                     fields,
@@ -250,9 +247,35 @@ class Actors:
                 )
         return superseded
 
-    async def _dead_now(
+    async def _refuse(
         self, queue: str, entry_id: str, raw: dict[str, str], reason: str, message: str
     ) -> None:
+        """Dead-letter an entry this worker cannot run (malformed, or no handler)."""
+        await self._bury(
+            queue,
+            entry_id,
+            raw,
+            reason=reason,
+            error_type="MalformedJob" if reason == "malformed" else "UnknownTask",
+            message=message,
+            extra={"reason": reason, "worker": self.consumer},
+            actor="dead",
+        )
+
+    async def _bury(
+        self,
+        queue: str,
+        entry_id: str,
+        raw: dict[str, str],
+        *,
+        reason: str,
+        error_type: str,
+        message: str,
+        extra: dict[str, Any],
+        actor: str,
+        deliveries: int = 1,
+    ) -> None:
+        """Dead-letter an entry that holds a slot without running (the slot is freed here)."""
         self.slots.release()
         log.error(
             "job.dead",
@@ -269,13 +292,14 @@ class Actors:
                 entry_id,
                 raw=raw,
                 reason=reason,
-                error_type="MalformedJob" if reason == "malformed" else "UnknownTask",
+                error_type=error_type,
                 error_message=message,
+                deliveries=deliveries,
                 worker=self.consumer,
-                extra=fragment({"reason": reason, "worker": self.consumer}),
+                extra=fragment(extra),
             )
         except _FAILURES as exc:  # left pending: reclaimed and judged again later
-            log.warning("redis.error", actor="dead", error=str(exc))
+            log.warning("redis.error", actor=actor, error=str(exc))
 
     # --- runners -----------------------------------------------------------------------------
 
@@ -336,14 +360,7 @@ class Actors:
     async def _finish(
         self, job: Job, event: str, duration_ms: float, extra: dict[str, Any]
     ) -> None:
-        jobs_log.info(
-            "job.end",
-            execution_id=job.execution_id,
-            task=job.task,
-            attempt=job.attempt,
-            outcome=event,
-            duration_ms=duration_ms,
-        )
+        _log_end(jobs_log.info, job, event, duration_ms=duration_ms)
         self.completed += event == "completed"
         item = (
             job.queue,
@@ -375,12 +392,10 @@ class Actors:
         extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
         if job.is_last_attempt:
             reason = "timeout" if timed_out else "max_retries"
-            jobs_log.error(
-                "job.end",
-                execution_id=job.execution_id,
-                task=job.task,
-                attempt=job.attempt,
-                outcome="dead",
+            _log_end(
+                jobs_log.error,
+                job,
+                "dead",
                 reason=reason,
                 duration_ms=duration_ms,
                 error_type=error_type,
@@ -409,12 +424,10 @@ class Actors:
         else:
             delay_s = retry_delay_s(job.options, job.attempt)
         delay_ms = round(delay_s * 1000)
-        jobs_log.warning(
-            "job.end",
-            execution_id=job.execution_id,
-            task=job.task,
-            attempt=job.attempt,
-            outcome=event,
+        _log_end(
+            jobs_log.warning,
+            job,
+            event,
             duration_ms=duration_ms,
             retry_in_ms=delay_ms,
             error_type=error_type,
@@ -439,23 +452,10 @@ class Actors:
 
     async def _record(self, job: Job, call: Callable[[], Awaitable[Any]]) -> None:
         """Run a recording script until Redis takes it (the entry stays pending meanwhile)."""
-        backoff = Backoff()
         try:
-            while True:
-                try:
-                    await call()
-                    return
-                except StateError as exc:
-                    # Not transient (a key of the wrong type): leave the entry pending; it is
-                    # reclaimed and, failing again, ends as poison.
-                    log.error("job.unrecorded", execution_id=job.execution_id, error=str(exc))
-                    return
-                except _FAILURES as exc:
-                    delay = backoff.next()
-                    log.warning(
-                        "redis.error", actor="runner", error=str(exc), retry_s=round(delay, 2)
-                    )
-                    await anyio.sleep(delay)
+            refused = await _until_taken(call, "runner")
+            if refused is not None:
+                log.error("job.unrecorded", execution_id=job.execution_id, error=str(refused))
         finally:
             self.inflight.discard((job.queue, job.entry_id))
 
@@ -481,21 +481,12 @@ class Actors:
         by_queue: dict[str, list[Done]] = {}
         for queue, item in batch:
             by_queue.setdefault(queue, []).append(item)
-        backoff = Backoff()
         for queue, items in by_queue.items():
-            while True:
-                try:
-                    await self.store.complete(queue, items)
-                    break
-                except StateError as exc:  # not transient: the entries stay pending
-                    log.error("queue.unrecorded", queue=queue, jobs=len(items), error=str(exc))
-                    break
-                except _FAILURES as exc:
-                    delay = backoff.next()
-                    log.warning(
-                        "redis.error", actor="acker", error=str(exc), retry_s=round(delay, 2)
-                    )
-                    await anyio.sleep(delay)
+            refused = await _until_taken(
+                functools.partial(self.store.complete, queue, items), "acker"
+            )
+            if refused is not None:
+                log.error("queue.unrecorded", queue=queue, jobs=len(items), error=str(refused))
             for item in items:
                 self.inflight.discard((queue, item.entry_id))
 
@@ -564,26 +555,21 @@ class Actors:
     async def _poison(
         self, queue: str, entry_id: str, fields: dict[str, str], deliveries: int
     ) -> None:
-        self.slots.release()
         message = (
             f"delivered {deliveries} times (more than max_deliveries={self.cfg.max_deliveries}); "
             "it keeps crashing or stalling its workers"
         )
-        log.error("job.dead", entry_id=entry_id, queue=queue, reason="poison", error=message)
-        try:
-            await self.store.dead(
-                queue,
-                entry_id,
-                raw=fields,
-                reason="poison",
-                error_type="Poison",
-                error_message=message,
-                deliveries=deliveries,
-                worker=self.consumer,
-                extra=fragment({"reason": "poison", "deliveries": deliveries}),
-            )
-        except _FAILURES as exc:
-            log.warning("redis.error", actor="reclaimer", error=str(exc))
+        await self._bury(
+            queue,
+            entry_id,
+            fields,
+            reason="poison",
+            error_type="Poison",
+            message=message,
+            extra={"reason": "poison", "deliveries": deliveries},
+            actor="reclaimer",
+            deliveries=deliveries,
+        )
 
     async def _forget_consumers(self) -> None:
         """Remove consumers of dead workers once they hold nothing (keeps XINFO readable)."""
@@ -636,12 +622,10 @@ class Actors:
                         if message.get("type") == "message":
                             self._cancel(str(message["data"]))
             except _FAILURES as exc:
-                delay = backoff.next()
-                log.warning("redis.error", actor="cancel", error=str(exc), retry_s=round(delay, 2))
                 if not started:
                     started = True
                     task_status.started()
-                await anyio.sleep(delay)
+                await _back_off(backoff, "cancel", exc)
 
     def _cancel(self, execution_id: str) -> None:
         run = self.running.get(execution_id)
@@ -650,3 +634,39 @@ class Actors:
         log.info("job.cancel_requested", execution_id=execution_id, task=run.job.task)
         run.cancel_requested = True
         run.scope.cancel()
+
+
+async def _back_off(backoff: Backoff, actor: str, exc: BaseException) -> None:
+    """Log a transient failure of an actor and wait the backoff's next delay."""
+    delay = backoff.next()
+    log.warning("redis.error", actor=actor, error=str(exc), retry_s=round(delay, 2))
+    await anyio.sleep(delay)
+
+
+async def _until_taken(call: Callable[[], Awaitable[Any]], actor: str) -> StateError | None:
+    """Run a recording script until Redis takes it, backing off while Redis fails.
+
+    A StateError (a key of the wrong type) is not transient: it is returned, not retried, and
+    the entries stay pending; they are reclaimed and, failing again, end as poison.
+    """
+    backoff = Backoff()
+    while True:
+        try:
+            await call()
+            return None
+        except StateError as exc:
+            return exc
+        except _FAILURES as exc:
+            await _back_off(backoff, actor, exc)
+
+
+def _log_end(log_at: Callable[..., None], job: Job, outcome: str, **fields: Any) -> None:
+    """The ``job.end`` line of a run, at the level the outcome deserves."""
+    log_at(
+        "job.end",
+        execution_id=job.execution_id,
+        task=job.task,
+        attempt=job.attempt,
+        outcome=outcome,
+        **fields,
+    )

@@ -1,0 +1,270 @@
+"""The ``rsched`` command's argument parser: global options, subcommands and their handlers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rsched import _cli_queues as queues
+from rsched import _cli_schedules as schedules
+from rsched._cli_common import Handler, duration_s, iso_datetime, json_object
+
+#: ``rsched scheduler …`` / ``rsched worker …`` run these modules' ``main``.
+DELEGATES = {"scheduler": "rsched._scheduler_main", "worker": "rsched._worker_main"}
+
+
+def _common() -> argparse.ArgumentParser:
+    # SUPPRESS defaults let the options stand before or after the subcommand.
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(
+        "--redis-url",
+        default=argparse.SUPPRESS,
+        help="Redis URL (env RSCHED_REDIS_URL; default redis://127.0.0.1:6379/0)",
+    )
+    p.add_argument(
+        "--prefix", default=argparse.SUPPRESS, help="key prefix (env RSCHED_PREFIX; default rsched)"
+    )
+    p.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
+    )
+    return p
+
+
+def _sub(
+    subs: Any, name: str, help_: str, examples: str, handler: Handler | None
+) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subs.add_parser(
+        name,
+        help=help_,
+        description=help_,
+        epilog="examples:\n" + examples.strip("\n"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common()],
+    )
+    p.set_defaults(handler=handler)
+    return p
+
+
+def _spec_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", nargs="?", help="schedule id (letters, digits, '. _ - :')")
+    p.add_argument("--file", help="read the whole schedule from a JSON file ('-' for stdin)")
+    p.add_argument("--task", help="the handler name a worker runs")
+    trigger = p.add_mutually_exclusive_group()
+    trigger.add_argument("--cron", help="cron expression, e.g. '0 2 * * *' or '*/10 * * * * *'")
+    trigger.add_argument("--every", type=duration_s, help="interval: 300, 90s, 5m, 1h30m")
+    trigger.add_argument("--at", type=iso_datetime, help="one-off time, ISO 8601")
+    p.add_argument("--tz", "--timezone", dest="timezone", help="IANA zone, e.g. Europe/Rome")
+    p.add_argument("--queue", help="queue name (default: default)")
+    p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
+    p.add_argument("--start-at", type=iso_datetime, help="first possible run (ISO 8601)")
+    p.add_argument("--end-at", type=iso_datetime, help="last possible run (ISO 8601)")
+    p.add_argument("--max-runs", type=int, help="complete after this many runs")
+    p.add_argument("--max-retries", type=int, help="retries after a failure (default 3)")
+    p.add_argument("--retry-base", dest="retry_base_s", type=duration_s, help="first delay (30s)")
+    p.add_argument("--retry-multiplier", type=float, help="delay factor per retry (2; 1 = fixed)")
+    p.add_argument("--retry-max", dest="retry_max_s", type=duration_s, help="delay cap (1h)")
+    p.add_argument("--retry-jitter", type=float, help="random share of each delay, 0-1 (0.2)")
+    p.add_argument("--timeout", dest="timeout_s", type=duration_s, help="job timeout")
+    p.add_argument("--overlap", choices=["allow", "skip", "buffer_one", "cancel_previous"])
+    p.add_argument("--misfire", choices=["run_once", "skip", "catch_up"])
+    p.add_argument("--catch-up-limit", type=int)
+    p.add_argument("--misfire-grace", dest="misfire_grace_s", type=duration_s)
+    p.add_argument("--description")
+    p.add_argument("--paused", action="store_true", default=None, help="create it paused")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rsched",
+        description="Manage rsched schedules, jobs and dead letters in Redis.",
+        epilog=(
+            "examples:\n"
+            "  rsched add nightly --task reports.nightly --cron '0 2 * * *' --tz Europe/Rome\n"
+            "  rsched ls\n"
+            "  rsched show nightly\n"
+            "  rsched --json stats\n"
+            "  rsched sync schedules.toml --dry-run\n"
+            "  rsched scheduler --help\n\n"
+            "exit codes: 0 ok, 1 error, 2 usage"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common()],
+    )
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    writes: tuple[tuple[str, str, Handler], ...] = (
+        ("add", "Create a schedule (fails if the id exists)", schedules.cmd_add),
+        ("upsert", "Create or replace a schedule", schedules.cmd_upsert),
+    )
+    for name, what, handler in writes:
+        p = _sub(
+            subs,
+            name,
+            what,
+            f"  rsched {name} nightly --task reports.nightly --cron '0 2 * * *' --tz Europe/Rome\n"
+            f"  rsched {name} poll --task feeds.poll --every 5m --payload '{{\"feed\": 1}}'\n"
+            f"  rsched {name} launch --task rocket.go --at 2030-01-01T09:00 --tz UTC\n"
+            f"  rsched {name} --file nightly.json",
+            handler,
+        )
+        _spec_options(p)
+
+    p = _sub(
+        subs, "rm", "Remove schedules", "  rsched rm nightly\n  rsched rm a b c", schedules.cmd_rm
+    )
+    p.add_argument("ids", nargs="+", metavar="ID")
+
+    p = _sub(
+        subs,
+        "pause",
+        "Pause a schedule until resumed",
+        "  rsched pause nightly --note 'db migration'",
+        schedules.cmd_pause,
+    )
+    p.add_argument("id")
+    p.add_argument("--note", help="why (shown by ls and show)")
+
+    p = _sub(
+        subs, "resume", "Resume a paused schedule", "  rsched resume nightly", schedules.cmd_resume
+    )
+    p.add_argument("id")
+
+    p = _sub(
+        subs,
+        "trigger",
+        "Run one extra occurrence now (overlap policy applies)",
+        "  rsched trigger nightly",
+        schedules.cmd_trigger,
+    )
+    p.add_argument("id")
+
+    p = _sub(
+        subs,
+        "ls",
+        "List schedules in next-run order",
+        "  rsched ls\n  rsched ls --queue reports --paused\n  rsched ls --all --json",
+        schedules.cmd_ls,
+    )
+    p.add_argument("--queue")
+    p.add_argument("--task")
+    state = p.add_mutually_exclusive_group()
+    state.add_argument("--paused", action="store_true", default=None, help="only paused ones")
+    state.add_argument(
+        "--active", dest="paused", action="store_false", default=None, help="only unpaused ones"
+    )
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    p.add_argument("--cursor", help="continue from a previous page")
+    p.add_argument("--all", action="store_true", help="every page")
+
+    p = _sub(
+        subs,
+        "show",
+        "Spec, state, next five fire times and last runs of a schedule",
+        "  rsched show nightly\n  rsched show nightly --json",
+        schedules.cmd_show,
+    )
+    p.add_argument("id")
+
+    p = _sub(
+        subs,
+        "next",
+        "Next fire times",
+        "  rsched next nightly\n  rsched next nightly -n 20",
+        schedules.cmd_next,
+    )
+    p.add_argument("id")
+    p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+
+    p = _sub(
+        subs,
+        "history",
+        "Recent events of a schedule, newest first",
+        "  rsched history nightly\n  rsched history nightly --status dead --limit 50",
+        schedules.cmd_history,
+    )
+    p.add_argument("id")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--status", help="only this event: fired, skipped, completed, failed, dead, …")
+
+    p = _sub(
+        subs,
+        "backfill",
+        "Fire the occurrences of a past range (each at most once)",
+        "  rsched backfill nightly --start 2026-05-01 --end 2026-05-07T23:59\n"
+        "  (naive times are in the schedule's zone; overlap policy applies)",
+        schedules.cmd_backfill,
+    )
+    p.add_argument("id")
+    p.add_argument("--start", type=iso_datetime, required=True)
+    p.add_argument("--end", type=iso_datetime, required=True)
+
+    dead = _sub(
+        subs,
+        "dead",
+        "Dead letters: ls, show, requeue, purge",
+        "  rsched dead ls --queue default\n  rsched dead show 1715000000000-0\n"
+        "  rsched dead requeue --all\n  rsched dead purge --task emails.send",
+        None,
+    )
+    dsubs = dead.add_subparsers(dest="dead_command", metavar="ACTION")
+    p = _sub(
+        dsubs,
+        "ls",
+        "List dead letters, newest first",
+        "  rsched dead ls\n  rsched dead ls --queue mail --task emails.send",
+        queues.cmd_dead_ls,
+    )
+    p.add_argument("--queue", default="default")
+    p.add_argument("--task")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--cursor")
+    p = _sub(
+        dsubs,
+        "show",
+        "One dead letter in full",
+        "  rsched dead show 1715000000000-0",
+        queues.cmd_dead_show,
+    )
+    p.add_argument("entry_id")
+    p.add_argument("--queue", default="default")
+    bulk: tuple[tuple[str, str, Handler], ...] = (
+        ("requeue", "Put dead letters back on their queue", queues.cmd_dead_requeue),
+        ("purge", "Delete dead letters", queues.cmd_dead_purge),
+    )
+    for name, what, handler in bulk:
+        p = _sub(
+            dsubs,
+            name,
+            what,
+            f"  rsched dead {name} 1715000000000-0\n  rsched dead {name} --task emails.send\n"
+            f"  rsched dead {name} --all --queue mail",
+            handler,
+        )
+        p.add_argument("entry_ids", nargs="*", metavar="ENTRY_ID")
+        p.add_argument("--queue", default="default")
+        p.add_argument("--task", help="only dead letters of this task")
+        p.add_argument("--all", action="store_true", help="every dead letter of the queue")
+
+    _sub(
+        subs,
+        "stats",
+        "Counts, backlog, queues, leader",
+        "  rsched stats\n  rsched stats --json",
+        queues.cmd_stats,
+    )
+
+    p = _sub(
+        subs,
+        "sync",
+        "Make Redis match a TOML schedules file",
+        "  rsched sync schedules.toml --dry-run\n  rsched sync schedules.toml\n"
+        "  rsched sync schedules.toml --adopt   (take over same-id schedules made by the SDK)",
+        schedules.cmd_sync,
+    )
+    p.add_argument("file")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    p.add_argument("--adopt", action="store_true", help="take over existing ids")
+
+    for name in DELEGATES:
+        subs.add_parser(name, help=f"run the {name} process (see rsched {name} --help)")
+    return parser

@@ -1,0 +1,111 @@
+"""``rsched`` commands on queues: ``dead ls|show|requeue|purge`` and ``stats``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from rsched import _format as fmt
+from rsched._cli_common import UsageError, out
+from rsched._client import Client
+from rsched._job import DeadLetter
+from rsched._model import to_ms
+
+
+def _letter(d: DeadLetter) -> dict[str, Any]:
+    """The dead letter as shown to operators (its raw job fields left out)."""
+    data = {f.name: getattr(d, f.name) for f in dataclasses.fields(d) if f.name != "job_fields"}
+    data["dead_at"] = d.dead_at.isoformat()
+    return data
+
+
+async def cmd_dead_ls(client: Client, args: argparse.Namespace) -> None:
+    letters, cursor = await client.dead_letters(
+        args.queue, limit=args.limit, cursor=args.cursor, task=args.task
+    )
+    now = await client.store.time_ms()
+    rows = [
+        (
+            d.entry_id,
+            d.task,
+            d.reason,
+            f"{d.error_type}: {d.error_message}"[:80],
+            d.attempt,
+            fmt.relative(to_ms(d.dead_at), now),
+        )
+        for d in letters
+    ]
+    text = (
+        fmt.table(("ENTRY", "TASK", "REASON", "ERROR", "ATTEMPT", "DIED"), rows)
+        if rows
+        else f"no dead letters in queue {args.queue}"
+    )
+    if cursor:
+        text += f"\nmore: rsched dead ls --queue {args.queue} --cursor {cursor}"
+    out(args, {"dead_letters": [_letter(d) for d in letters], "cursor": cursor}, text)
+
+
+async def cmd_dead_show(client: Client, args: argparse.Namespace) -> None:
+    d = await client.dead_letter(args.queue, args.entry_id)
+    data = _letter(d)
+    pairs = [(k, v) for k, v in data.items() if k != "traceback"]
+    text = fmt.fields(pairs) + "\n\ntraceback:\n" + (d.traceback or "-")
+    out(args, data, text)
+
+
+def _selection(args: argparse.Namespace) -> list[str] | None:
+    if args.entry_ids and args.all:
+        raise UsageError("give entry ids or --all, not both")
+    if not args.entry_ids and not args.all and not args.task:
+        raise UsageError("give entry ids, --task TASK or --all")
+    return list(args.entry_ids) or None
+
+
+async def cmd_dead_requeue(client: Client, args: argparse.Namespace) -> None:
+    n = await client.requeue(args.queue, _selection(args), task=args.task)
+    out(args, {"requeued": n}, f"requeued {n} dead letter(s) onto queue {args.queue}")
+
+
+async def cmd_dead_purge(client: Client, args: argparse.Namespace) -> None:
+    n = await client.purge(args.queue, _selection(args), task=args.task)
+    out(args, {"purged": n}, f"purged {n} dead letter(s) from queue {args.queue}")
+
+
+async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
+    st = await client.stats()
+    sc = st.schedules
+    lines = [
+        f"schedules: {sc['total']} total, {sc['active']} active, {sc['paused']} paused, "
+        f"{sc['completed']} completed",
+        f"due now:   {st.due}",
+    ]
+    if st.oldest_overdue:
+        o = st.oldest_overdue
+        lines.append(f"oldest overdue: {o['id']} (late {fmt.duration(o['late_ms'])})")
+    if st.leader:
+        ld = st.leader
+        lines.append(
+            f"leader:    {ld['owner']} (token {ld['token']}, renewed "
+            f"{fmt.duration(ld['lease_age_ms'])} ago, "
+            f"expires in {fmt.duration(ld['lease_left_ms'])})"
+        )
+    else:
+        lines.append("leader:    none (no scheduler is running)")
+    lines.append(f"dead letters: {st.dead_letters}")
+    if st.queues:
+        rows = [
+            (
+                name,
+                q.get("length"),
+                q.get("pending"),
+                q.get("delayed"),
+                q.get("dead"),
+                q.get("consumers"),
+                fmt.duration(q["oldest_pending_ms"]) if q.get("oldest_pending_ms") else "-",
+            )
+            for name, q in st.queues.items()
+        ]
+        headers = ("QUEUE", "LENGTH", "PENDING", "DELAYED", "DEAD", "CONSUMERS", "OLDEST PENDING")
+        lines += ["", fmt.table(headers, rows)]
+    out(args, st.as_dict(), "\n".join(lines))
