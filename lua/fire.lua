@@ -3,8 +3,8 @@
 Guarantees: nothing is written unless the caller still holds the lease (fencing) and every
 argument is well formed. For each item independently: it fires only if the schedule exists, is
 active, has the version the scheduler computed from (an updated, or removed and re-created,
-schedule never fires its old spec), still has next_run equal to `expect` (this occurrence has not
-fired yet: a re-sent call or a racing scheduler finds it moved and does nothing), and `sched` is
+schedule never fires its old spec), still has its index score (its next run) equal to `expect`
+(this occurrence has not fired yet: a re-sent call or a racing scheduler finds it moved and does nothing), and `sched` is
 due by Redis TIME. Each item is validated (key types and stored fields included) before its
 first write, so an item is applied whole or not at all, and one bad item never stops the others.
 (The hash's type is checked by the HMGET that reads it, the history's by the item's first write,
@@ -33,7 +33,8 @@ then 1 arg per item: "<id> <version> <expect> <sched> <next> <action> <missed>" 
 Returns one string of comma-separated codes, one per item:
   1 fired   2 skipped by overlap policy   3 buffered (buffer_one)   4 misfire skipped
   0 stale (gone, paused, completed, other version, or already fired; the index entry is
-    re-pointed at the hash's next_run, or removed when the hash is gone)   -5 not due yet
+    removed when the hash is gone, and set to +inf when the hash is paused or completed)
+  -5 not due yet
   -6 a key of this schedule has the wrong type, or its hash lacks a task or holds a number
      field that is not a number (left untouched)
 or a single code for the whole call, nothing written: '-1' the lease is not the caller's;
@@ -49,16 +50,14 @@ local ACTIONS = {fire = true, misfire = true, skip = true}
 local ITEM = '^(%S+) (%S*) (%-?%d+) (%-?%d+) (%-?%d*) (%a+) (%d+)$'
 
 -- A stale item whose index entry disagrees with its hash (hash deleted or edited by hand) would
--- come due again at once, forever: point the index at the hash's truth instead.
-local function heal_index(zkey, sid, st)
-  if not st[1] then
-    rcall('ZREM', zkey, sid)
-    return
+-- come due again at once, forever: make the index agree with the hash instead. An active
+-- schedule's next run lives only in the index, so that entry is left as it is.
+local function heal_index(zkey, sid, exists, status, score)
+  if not exists then
+    if score then rcall('ZREM', zkey, sid) end
+  elseif status and score ~= 'inf' then
+    rcall('ZADD', zkey, 'inf', sid)
   end
-  local want = 'inf'
-  if not st[3] and st[2] then want = st[2] end
-  local cur = rcall('ZSCORE', zkey, sid)
-  if cur ~= want then rcall('ZADD', zkey, want, sid) end
 end
 
 local n = #ARGV - 3
@@ -75,7 +74,7 @@ if not key_is(schedules_key, 'zset') then return '-8' end
 local now = now_ms()
 local results = {}
 -- One read of the hash gives the version check and everything fire_job and advance need.
-local STATE = {'generation', 'next_run', 'status', 'created_at', unpack(JOB_FIELDS)}
+local STATE = {'generation', 'status', 'created_at', unpack(JOB_FIELDS)}
 local stream_ok = {}  -- most batches share one queue stream: check its type once
 
 for i = 1, n do
@@ -91,14 +90,13 @@ for i = 1, n do
     code = -6
   else
     local f = {}
-    for j = 1, #JOB_FIELDS do f[j] = st[4 + j] end
+    for j = 1, #JOB_FIELDS do f[j] = st[3 + j] end
     local current = nil
-    if st[1] then current = st[1] .. ':' .. (st[4] or '') end
-    if st[2] and not string.match(st[2], '^%-?%d+$') then
-      code = -6  -- next_run edited by hand: not even the index can be healed from it
-    elseif current ~= version or st[2] ~= expect or st[3] then
+    if st[1] then current = st[1] .. ':' .. (st[3] or '') end
+    local score = rcall('ZSCORE', schedules_key, sid)
+    if current ~= version or score ~= expect or st[2] then
       code = 0  -- status is absent exactly when the schedule is active
-      heal_index(schedules_key, sid, st)
+      heal_index(schedules_key, sid, st[1], st[2], score)
     elseif not fire_job_ok(k.hash, f) then
       code = -6
     elseif tonumber(sched) > now then

@@ -26,10 +26,8 @@ rcall('HDEL', KEYS[2], 'pause_note', 'status')
 rcall('HSET', KEYS[2], 'updated_at', string.format('%d', now_ms()))
 if ARGV[3] == '' then
   rcall('HSET', KEYS[2], 'status', 'completed')
-  rcall('HDEL', KEYS[2], 'next_run')
   rcall('ZADD', KEYS[1], 'inf', ARGV[1])
 else
-  rcall('HSET', KEYS[2], 'next_run', ARGV[3])
   rcall('ZADD', KEYS[1], ARGV[3], ARGV[1])
   rcall('PUBLISH', ARGV[4], ARGV[3])
 end

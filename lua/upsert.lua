@@ -75,8 +75,7 @@ if next_ms == '' or (max_runs and runs >= max_runs) then
 elseif paused == '1' then
   rcall('HSET', hash_key, 'status', 'paused')
 else
-  rcall('HSET', hash_key, 'next_run', next_ms)
-  score = next_ms
+  score = next_ms  -- the next run lives in the index only (its score), not in the hash
 end
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')

@@ -79,8 +79,7 @@ async def count_jobs(store: Store, at_least: int) -> Callable[[], Awaitable[bool
 
 
 async def set_next_run(store: Store, sid: str, ms: int) -> None:
-    """Put a schedule's next run where an outage would have left it."""
-    await store.redis.hset(store.keys.schedule(sid), "next_run", ms)
+    """Put a schedule's next run (its index score) where an outage would have left it."""
     await store.redis.zadd(store.keys.schedules, {sid: ms})
 
 
@@ -282,7 +281,7 @@ async def outage(store: Store, sid: str, days: int, **spec: Any) -> tuple[int, i
     Returns (stale next run, latest missed occurrence).
     """
     await store.save(Schedule(id=sid, task="t", cron=daily_far_from_now(), **spec))
-    upcoming = int(await store.redis.hget(store.keys.schedule(sid), "next_run") or 0)
+    upcoming = int(await store.redis.zscore(store.keys.schedules, sid) or 0)
     latest = upcoming - DAY_MS
     stale = latest - (days - 1) * DAY_MS
     await set_next_run(store, sid, stale)
@@ -293,8 +292,8 @@ async def run_until_moved(store: Store, fast: Settings, sid: str, stale: int) ->
     async with running(fast):
 
         async def moved() -> bool:
-            nxt = await store.redis.hget(store.keys.schedule(sid), "next_run")
-            return nxt is not None and int(nxt) > stale + DAY_MS * 2
+            nxt = await store.redis.zscore(store.keys.schedules, sid)
+            return nxt is not None and nxt > stale + DAY_MS * 2
 
         await eventually(moved)
     fields: dict[str, str] = (await store.fields([sid]))[0]

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from rsched import InvalidSchedule, Schedule, ScheduleExists, ScheduleNotFound
 from rsched._keys import Keys
 from rsched._settings import Settings
-from rsched._store import Conflict, Store
+from rsched._store import Conflict, Store, pack_command
 from rsched._timing import first_run_ms
 
 
@@ -44,10 +44,12 @@ async def test_write_and_load(store: Store) -> None:
     fields = await store.redis.hgetall(store.keys.schedule("r"))
     # Only what differs from the defaults is stored, plus engine state.
     assert set(fields) == {
-        "task", "cron", "timezone", "generation", "created_at", "next_run",
+        "task", "cron", "timezone", "generation", "created_at",
     }  # fmt: skip
     assert loaded.updated_at == loaded.created_at  # stored only once the schedule changes
-    assert await store.redis.zscore(store.keys.schedules, "r") == int(fields["next_run"])
+    # The next run lives in the index only, and reads take it from there.
+    score = await store.redis.zscore(store.keys.schedules, "r")
+    assert score == loaded.next_run.timestamp() * 1000
     gen, created = await store.save(Schedule(id="r", task="reports.nightly", cron="0 3 * * *"))
     assert (gen, created) == (2, False)
     assert fields["created_at"] == await store.redis.hget(store.keys.schedule("r"), "created_at")
@@ -74,13 +76,11 @@ async def test_modes(store: Store) -> None:
 async def test_every_anchor_and_window(store: Store) -> None:
     now = await store.time_ms()
     await store.save(Schedule(id="e", task="t", every=30))
-    nxt = int(await store.redis.hget(store.keys.schedule("e"), "next_run") or 0)
+    nxt = int(await store.redis.zscore(store.keys.schedules, "e") or 0)
     assert now + 30_000 <= nxt < now + 31_000
     start = datetime.now(UTC) + timedelta(hours=1)
     await store.save(Schedule(id="w", task="t", every=30, start_at=start))
-    assert await store.redis.hget(store.keys.schedule("w"), "next_run") == str(
-        int(start.timestamp() * 1000)
-    )
+    assert await store.redis.zscore(store.keys.schedules, "w") == int(start.timestamp() * 1000)
 
 
 @pytest.mark.parametrize(
@@ -251,6 +251,28 @@ async def test_wake_published_when_a_schedule_becomes_the_earliest(store: Store)
         await store.save(Schedule(id="first", task="t", every=600))
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
         assert message is not None
-        assert message["data"] == await store.redis.hget(store.keys.schedule("first"), "next_run")
+        score = await store.redis.zscore(store.keys.schedules, "first")
+        assert message["data"] == str(int(score or 0))
         await store.save(Schedule(id="later", task="t", every=900))  # not earlier: no wake
         assert await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2) is None
+
+
+def test_pack_command_matches_the_protocol() -> None:
+    assert pack_command(["EVALSHA", "ab", "1", "k:é"]) == (
+        b"*4\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n1\r\n$4\r\nk:\xc3\xa9\r\n"
+    )
+
+
+async def test_batch_reads_and_fires_after_the_script_cache_is_flushed(store: Store) -> None:
+    # Batch calls are packed by Store and sent by SHA; a server without the script loaded
+    # (restarted, or SCRIPT FLUSH) must load it and answer, not fail.
+    await store.save(Schedule(id="a", task="t", every=60))
+    await store.redis.set(store.keys.schedule("s"), "not a hash")
+    await store.redis.script_flush()
+    found = await store.policy_fields(["a", "missing", "s"], ["task", "cron"])
+    assert found == [{"task": "t"}, {}, None]
+    assert await store.policy_fields([], ["task"]) == []
+    await store.redis.script_flush()
+    lease, _ = await store.lease_acquire("owner", 60_000)
+    assert lease is not None
+    assert await store.fire(lease, []) == []

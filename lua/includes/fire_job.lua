@@ -154,14 +154,10 @@ local function advance(schedules_key, hash_key, sid, sched, nxt, fired, move_nex
     else
       rcall('HSET', hash_key, 'status', 'completed')
     end
-    rcall('HDEL', hash_key, 'next_run')
     rcall('ZADD', schedules_key, 'inf', sid)
   elseif move_next then
-    if fired then
-      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched, 'next_run', nxt)
-    else
-      rcall('HSET', hash_key, 'next_run', nxt)
-    end
+    -- The next run lives in the index only (its score), not in the hash.
+    if fired then rcall('HSET', hash_key, 'runs', runs, 'last_run', sched) end
     rcall('ZADD', schedules_key, nxt, sid)
   elseif fired then
     rcall('HSET', hash_key, 'runs', runs, 'last_run', sched)
