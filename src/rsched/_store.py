@@ -29,6 +29,7 @@ from rsched._errors import (
 )
 from rsched._keys import Keys
 from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
+from rsched._settings import DEFAULT_HISTORY_LIMIT
 from rsched._timing import first_run_ms
 
 OP_TTL_MS = 300_000
@@ -91,7 +92,7 @@ class Store(_lua.ScriptCaller):
         redis: Redis,
         keys: Keys,
         *,
-        history_limit: int = 100,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         super().__init__(redis)
