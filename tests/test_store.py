@@ -11,8 +11,9 @@ from redis.asyncio import Redis
 
 from rsched import InvalidSchedule, Schedule, ScheduleExists, ScheduleNotFound
 from rsched._keys import Keys
+from rsched._lua import pack_command
 from rsched._settings import Settings
-from rsched._store import Conflict, Store, pack_command
+from rsched._store import Conflict, Store
 from rsched._timing import first_run_ms
 
 

@@ -8,8 +8,6 @@ Settings come from ``RSCHED_*`` environment variables, overridden by the flags g
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import logging
 import os
 import signal
@@ -21,6 +19,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 from pydantic import ValidationError
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from rsched._connection import connect, warn_if_unsafe
@@ -102,21 +101,14 @@ def _describe(exc: ValidationError) -> str:
     return "invalid settings: " + "; ".join(lines)
 
 
-async def _sync_schedules(redis: Any, settings: Settings, path: Path) -> None:
-    # Imported on use: only this option needs the declarative-file support.
+async def _sync_schedules(redis: Redis, settings: Settings, path: Path) -> None:
+    from rsched._declare import sync_file  # only this option needs schedules files
+
     try:
-        sync_file = importlib.import_module("rsched._declare").sync_file
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"--schedules: declarative schedule files are unavailable in this install ({exc})"
-        ) from None
-    try:
-        result = sync_file(redis, settings, path)
-        if inspect.isawaitable(result):
-            await result
+        await sync_file(redis, settings, path)
+    except RedisError:
+        raise  # Redis trouble is not a problem with the file
     except (RschedError, OSError, ValueError) as exc:
-        if isinstance(exc, RedisError):
-            raise
         raise ConfigError(f"--schedules {path}: {exc}") from exc
 
 

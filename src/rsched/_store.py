@@ -12,12 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 
 from rsched import _lua
 from rsched._errors import (
@@ -68,20 +65,6 @@ class FireItem:
             f"{self.schedule_id} {self.version} {self.expect} {self.sched} {nxt} "
             f"{self.action} {self.missed}"
         )
-
-
-def pack_command(args: Sequence[str]) -> bytes:
-    """One command in the Redis protocol (RESP2 array of bulk strings).
-
-    redis-py packs each argument through its encoder at several µs apiece; a fire batch carries
-    thousands of arguments (6 per schedule), which made packing the scheduler's largest CPU
-    cost in a herd. Every argument here is already a str.
-    """
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg.encode()
-        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(out)
 
 
 class Store(_lua.ScriptCaller):
@@ -368,46 +351,6 @@ class Store(_lua.ScriptCaller):
                     {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
                 )
         return out
-
-    async def call_packed(self, name: str, keys: Sequence[str], args: Sequence[str]) -> Any:
-        """:meth:`call` for large batches: the command is packed here, in one pass.
-
-        Anything unusual (script not loaded yet, a dedicated connection, a connection error)
-        goes through :meth:`call`, which loads the script and retries; the scripts sent here
-        are safe to run twice, so re-sending after a lost reply is fine.
-        """
-        redis = self.redis
-        if redis.connection is not None or redis.single_connection_client:
-            return await self.call(name, keys, args)
-        sha = self.script(name).sha
-        data = pack_command(["EVALSHA", sha, str(len(keys)), *keys, *args])
-        pool = redis.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-        fallback = False
-        try:
-            await conn.send_packed_command(data)
-            reply = await conn.read_response()
-        except NoScriptError:
-            fallback = True
-        except (RedisConnectionError, RedisTimeoutError):
-            await conn.disconnect()
-            fallback = True
-        except ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                raise StateError(f"{name}: a key holds the wrong type of value ({exc})") from exc
-            raise
-        except BaseException:
-            # Cancelled (or failed) between send and reply: the reply would be read by the
-            # connection's next user, so the connection must not go back to the pool as is.
-            with anyio.CancelScope(shield=True):
-                await conn.disconnect()
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await pool.release(conn)
-        if fallback:
-            return await self.call(name, keys, args)
-        return reply
 
     def fire_keys(self, schedule_id: str, queue: str) -> tuple[str, str, str, str, str]:
         k = self.keys
