@@ -17,7 +17,6 @@ import platform
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from rsched._keys import Keys
 from rsched._model import Schedule
 from rsched._plan import Policy, plan
 from rsched._settings import SchedulerSettings
-from rsched._store import OP_TTL_MS, FireItem, Store
+from rsched._store import FireItem, Store
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CHUNK = 2_000
@@ -60,13 +59,12 @@ end
 return out
 """
 
-# Moves schedules to a new next run in both places the engine reads it (hash and index), as if
-# time had passed; for setting up a herd. KEYS: schedules zset, then one hash per id.
+# Moves schedules to a new next run (their index score, the only place the engine keeps it), as
+# if time had passed; for setting up a herd. KEYS[1]: schedules zset.
 #   ARGV: one next_ms per id, then the ids in the same order.
 RETIME_LUA = """
-local n = #KEYS - 1
+local n = #ARGV / 2
 for i = 1, n do
-  redis.call('HSET', KEYS[i + 1], 'next_run', ARGV[i])
   redis.call('ZADD', KEYS[1], ARGV[i], ARGV[n + i])
 end
 return n
@@ -189,16 +187,17 @@ class Ctx:
                 for i in range(start, min(start + CHUNK, len(ids))):
                     sid = ids[i]
                     flat = [v for pair in spec(i).items() for v in pair]
+                    op_key, op_id = k.new_op()
                     keys = [
                         k.schedules,
                         k.schedule(sid),
                         k.buffered(sid),
                         k.queues,
-                        k.op(uuid.uuid4().hex),
+                        op_key,
                     ]
                     args: list[str | int] = [
                         sid, "upsert", "", str(next_ms(i)), "0", "default", k.wake,
-                        OP_TTL_MS, created_ms, *flat,
+                        op_id, created_ms, *flat,
                     ]  # fmt: skip
                     await upsert(keys=keys, args=args, client=pipe)
                 for res in await pipe.execute():
@@ -211,21 +210,18 @@ class Ctx:
         return took
 
     async def drop_op_keys(self) -> None:
-        """Replay-protection keys expire after OP_TTL_MS; drop them now so memory is at rest."""
-        batch: list[str] = []
-        async for key in self.redis.scan_iter(match=self.keys.op("*"), count=5_000):
-            batch.append(key)
-            if len(batch) >= 5_000:
-                await self.redis.unlink(*batch)
-                batch = []
-        if batch:
-            await self.redis.unlink(*batch)
+        """Replay-protection hashes expire 5 minutes after their last write; drop them now so
+        memory is at rest (and give the server's incremental rehashing a moment to settle)."""
+        keys = [key async for key in self.redis.scan_iter(match=self.keys.ops("*"), count=5_000)]
+        if keys:
+            await self.redis.unlink(*keys)
+        await anyio.sleep(1.0)
 
     async def retime(self, ids: Sequence[str], next_ms: Callable[[int], int]) -> None:
         script = self.redis.register_script(RETIME_LUA)
         for start in range(0, len(ids), 5_000):
             chunk = range(start, min(start + 5_000, len(ids)))
-            keys = [self.keys.schedules, *(self.keys.schedule(ids[i]) for i in chunk)]
+            keys = [self.keys.schedules]
             args: list[str | int] = [*(next_ms(i) for i in chunk), *(ids[i] for i in chunk)]
             await script(keys=keys, args=args)
 
@@ -461,7 +457,7 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
     used2 = int((await ctx.redis.info("memory"))["used_memory"])
     stream_bytes = int(await ctx.redis.memory_usage(k.queue("default"), samples=0) or 0)
     history = int(await ctx.redis.memory_usage(k.history(ids[0])) or 0)
-    running = int(await ctx.redis.memory_usage(k.running(ids[0])) or 0)
+    hash_fired = int(await ctx.redis.memory_usage(k.schedule(ids[0])) or 0)
 
     # Ceiling 2: the same writes with no checks or policy, from one Lua loop per batch.
     await ctx.redis.delete(k.queue("default"))
@@ -500,7 +496,7 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
         "index_bytes_per_schedule": round(index / n, 1),
         "after_fire_bytes_per_schedule": round((used2 - used0 - stream_bytes) / n, 1),
         "history_bytes_one_fire": history,
-        "running_marker_bytes": running,
+        "hash_after_fire_bytes": hash_fired,
         "stream_bytes_per_job": round(stream_bytes / n, 1),
         "fire_script_s": round(fire_script_s, 3),
         "fire_script_server_s": round((usec1 - usec0) / 1e6, 3),
@@ -641,7 +637,7 @@ def _memory_table(r: dict[str, Any]) -> str:
             ["  index zset / schedule", r["index_bytes_per_schedule"]],
             ["after one fire, excluding the stream / schedule", r["after_fire_bytes_per_schedule"]],
             ["  history list after one fire", r["history_bytes_one_fire"]],
-            ["  running marker (overlap=skip)", r["running_marker_bytes"]],
+            ["  schedule hash after one fire (runs, last_run, run marker)", r["hash_after_fire_bytes"]],
             ["stream bytes / job entry", r["stream_bytes_per_job"]],
         ],
     )

@@ -8,16 +8,15 @@ future is unchanged. Every argument is checked before the first write.
 
 KEYS[1] hash        {p}:schedule:<id>
 KEYS[2] history     {p}:history:<id>
-KEYS[3] running     {p}:running:<id>
-KEYS[4] buffered    {p}:buffered:<id>
-KEYS[5] stream      {p}:queue:<queue of the schedule>
-KEYS[6] backfilled  {p}:backfilled:<id>  SET of execution ids fired by backfills
-KEYS[7] op          {p}:op:<request id> (replay protection)
+KEYS[3] buffered    {p}:buffered:<id>
+KEYS[4] stream      {p}:queue:<queue of the schedule>
+KEYS[5] backfilled  {p}:backfilled:<id>  SET of execution ids fired by backfills
+KEYS[6] op          {p}:ops:<minute> (replay protection)
 ARGV[1] id
 ARGV[2] generation  the generation the client computed the occurrences from
 ARGV[3] cap         history length cap
 ARGV[4] cancel      pub/sub channel for cancel_previous
-ARGV[5] op_ttl_ms
+ARGV[5] op_id       request id of this call
 ARGV[6..] sched     occurrences to fire (ms), oldest first
 
 Returns {1, code, code, …} with one code per occurrence: 1 fired, 2 skipped by the overlap
@@ -27,23 +26,23 @@ policy, 3 buffered (buffer_one), 0 already fired before (nothing done);
 or the schedule's stored fields are unusable (edited by hand; nothing done)
 ]]
 -- @include common
+-- @include marker
 -- @include fire_job
 
-local k = {hash = KEYS[1], history = KEYS[2], running = KEYS[3], buffered = KEYS[4],
-           stream = KEYS[5]}
-local backfilled_key, op_key = KEYS[6], KEYS[7]
+local k = {hash = KEYS[1], history = KEYS[2], buffered = KEYS[3], stream = KEYS[4]}
+local backfilled_key, op_key = KEYS[5], KEYS[6]
 local sid, gen, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local op_ttl = tonumber(ARGV[5])
+local op_id = ARGV[5]
 
-local replay = op_replay(op_key)
+local replay = op_replay(op_key, op_id)
 if replay then return replay end
-if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.running, 'hash')
-        and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')
+if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')
         and key_is(backfilled_key, 'set')) then return {-6} end
-local cur = rcall('HGET', k.hash, 'generation')
-if not cur then return {-2} end
-if cur ~= gen then return {-3, tonumber(cur)} end
-if not fire_job_ok(k.hash) then return {-6} end
+local f = job_fields(k.hash)
+if not f[F_VERSION] then return {-2} end
+local cur = version_parts(f[F_VERSION]) or 0
+if tostring(cur) ~= gen then return {-3, cur} end
+if not fire_job_ok(f) then return {-6} end
 local now = now_ms()
 for i = 6, #ARGV do
   if tonumber(ARGV[i]) > now then return {-5} end
@@ -65,9 +64,15 @@ for i = 6, #ARGV do
   local exec = sid .. '@' .. sched
   local code = 0
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
-    code = fire_job(k, sid, sched, now, 'backfill', cap, cancel_channel, '')
+    local _, marker
+    code, _, marker = fire_job(k, sid, sched, now, 'backfill', cap, cancel_channel, '', f)
     if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end
+    if marker then
+      rcall('HSET', k.hash, unpack(marker))
+      -- The next occurrence of this backfill sees the run it just queued.
+      f[F_RUN], f[F_RUN_UNTIL] = marker[2], marker[6]
+    end
   end
   out[#out + 1] = code
 end
-return op_store(op_key, op_ttl, out)
+return op_store(op_key, op_id, out)

@@ -8,7 +8,7 @@ no longer pending). The dead-letter stream keeps about ARGV[3] newest entries.
 KEYS[1] stream    {p}:queue:<queue>
 KEYS[2] dead      {p}:dead:<queue>
 KEYS[3] history   {p}:history:<id>   (these three are ignored when ARGV[5] is '0')
-KEYS[4] running   {p}:running:<id>
+KEYS[4] hash      {p}:schedule:<id>
 KEYS[5] buffered  {p}:buffered:<id>
 ARGV[1] group     ARGV[2] entry id   ARGV[3] dead-letter cap (entries)   ARGV[4] history cap
 ARGV[5] has schedule '1' | '0'
@@ -20,9 +20,10 @@ ARGV[10..] dead letter fields (field, value, …; dead_at is added here)
 Returns {1, dead-letter entry id} | {0} the entry was not pending | {-6} wrong key type.
 ]]
 -- @include common
+-- @include marker
 -- @include job_run
 
-local stream, dead, history, running, buffered = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local stream, dead, history, hash, buffered = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, id, dead_max, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local has_schedule, exec, attempt = ARGV[5] == '1', ARGV[6], ARGV[7]
 local first, extra = ARGV[8], ARGV[9]
@@ -36,9 +37,9 @@ for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'dead_at'
 fields[#fields + 1] = string.format('%d', now)
 local dead_id = rcall('XADD', dead, 'MAXLEN', '~', dead_max, '*', unpack(fields))
-if has_schedule and schedule_keys_ok(history, running, buffered) then
+if has_schedule and schedule_keys_ok(history, hash, buffered) then
   if first ~= '' then job_event(history, cap, first, exec, attempt, now, extra) end
   job_event(history, cap, 'dead', exec, attempt, now, extra)
-  finish_run(running, buffered, stream, history, cap, exec, now)
+  finish_run(hash, buffered, stream, history, cap, exec, now)
 end
 return {1, dead_id}

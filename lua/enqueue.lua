@@ -7,10 +7,10 @@ becomes due and fired_at the Redis time of the call.
 KEYS[1] stream   {p}:queue:<queue>
 KEYS[2] delayed  {p}:delayed:<queue>
 KEYS[3] queues   SET of queue names
-KEYS[4] op       {p}:op:<request id>
+KEYS[4] op       {p}:ops:<minute> (replay protection)
 ARGV[1] queue      queue name (added to the queues set)
 ARGV[2] delay_ms   0 = ready now
-ARGV[3] op_ttl_ms
+ARGV[3] op_id    request id of this call
 ARGV[4..] fields   field, value, … of the job (without scheduled_at / fired_at)
 
 Returns {1, entry id} queued | {2, due ms} delayed | {-6} a key has the wrong type.
@@ -18,9 +18,9 @@ Returns {1, entry id} queued | {2, due ms} delayed | {-6} a key has the wrong ty
 -- @include common
 
 local stream, delayed, queues, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local queue, delay, op_ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local queue, delay, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
-local replay = op_replay(op_key)
+local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(stream, 'stream') and key_is(delayed, 'zset') and key_is(queues, 'set')) then
   return {-6}
@@ -43,4 +43,4 @@ if due > now then
 else
   result = {1, rcall('XADD', stream, '*', unpack(fields))}
 end
-return op_store(op_key, op_ttl, result)
+return op_store(op_key, op_id, result)

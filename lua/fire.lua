@@ -4,18 +4,18 @@ Guarantees: nothing is written unless the caller still holds the lease (fencing)
 argument is well formed. For each item independently: it fires only if the schedule exists, is
 active, has the version the scheduler computed from (an updated, or removed and re-created,
 schedule never fires its old spec), still has its index score (its next run) equal to `expect`
-(this occurrence has not fired yet: a re-sent call or a racing scheduler finds it moved and does nothing), and `sched` is
-due by Redis TIME. Each item is validated (key types and stored fields included) before its
-first write, so an item is applied whole or not at all, and one bad item never stops the others.
-(The hash's type is checked by the HMGET that reads it, the history's by the item's first write,
-a push that fails without writing anything when the key holds another type.)
+(this occurrence has not fired yet: a re-sent call or a racing scheduler finds it moved and
+does nothing), and `sched` is due by Redis TIME. Each item is validated (key types and stored
+fields included) before its first write, so an item is applied whole or not at all, and one bad
+item never stops the others. (The hash's type is checked by the HMGET that reads it, the
+history's by the item's first write, a push that fails without writing anything when the key
+holds another type; the run marker lives in the hash, see marker.lua.)
 
 KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
-then 5 keys per item, in this order:
+then 4 keys per item, in this order:
   hash      {p}:schedule:<id>
   history   {p}:history:<id>
-  running   {p}:running:<id>
   buffered  {p}:buffered:<id>
   stream    {p}:queue:<queue of the schedule>
 
@@ -24,7 +24,8 @@ ARGV[2] cap         history length cap
 ARGV[3] cancel      pub/sub channel for cancel_previous
 then 1 arg per item: "<id> <version> <expect> <sched> <next> <action> <missed>" (one string,
   fields separated by single spaces; packing them keeps a batch of thousands cheap to send):
-  version  "<generation>:<created_at>" of the hash the plan was computed from ('' = none)
+  version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
+           from ('' = none)
   expect   the next_run the scheduler read (ms)   sched  the occurrence to run (ms)
   next     the following occurrence (ms), or '' when there is none
   action   'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
@@ -41,11 +42,12 @@ or a single code for the whole call, nothing written: '-1' the lease is not the 
 '-7' malformed arguments; '-8' the schedules index is not a sorted set.
 ]]
 -- @include common
+-- @include marker
 -- @include fire_job
 
 local leader_key, schedules_key = KEYS[1], KEYS[2]
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local KEYS_PER = 5
+local KEYS_PER = 4
 local ACTIONS = {fire = true, misfire = true, skip = true}
 local ITEM = '^(%S+) (%S*) (%-?%d+) (%-?%d+) (%-?%d*) (%a+) (%d+)$'
 
@@ -73,54 +75,47 @@ if not key_is(schedules_key, 'zset') then return '-8' end
 
 local now = now_ms()
 local results = {}
--- One read of the hash gives the version check and everything fire_job and advance need.
-local STATE = {'generation', 'status', 'created_at', unpack(JOB_FIELDS)}
 local stream_ok = {}  -- most batches share one queue stream: check its type once
 
 for i = 1, n do
   local b = 3 + (i - 1) * KEYS_PER
-  local k = {hash = KEYS[b], history = KEYS[b + 1], running = KEYS[b + 2],
-             buffered = KEYS[b + 3], stream = KEYS[b + 4]}
+  local k = {hash = KEYS[b], history = KEYS[b + 1], buffered = KEYS[b + 2], stream = KEYS[b + 3]}
   local sid, version, expect, sched, nxt, action, missed = unpack(items[i])
   local code
-  -- The HMGET is also the hash's type check; the history key is checked by its first push
-  -- (hist_first), which fails without writing; running and buffered by overlap_keys_ok.
-  local st = pcall_read('HMGET', k.hash, unpack(STATE))
-  if not st then
+  -- One read of the hash (which is also its type check) gives the version check and everything
+  -- fire_job and advance need.
+  local f = pcall_read('HMGET', k.hash, unpack(JOB_FIELDS))
+  if not f then
     code = -6
   else
-    local f = {}
-    for j = 1, #JOB_FIELDS do f[j] = st[3 + j] end
-    local current = nil
-    if st[1] then current = st[1] .. ':' .. (st[3] or '') end
     local score = rcall('ZSCORE', schedules_key, sid)
-    if current ~= version or score ~= expect or st[2] then
+    if f[F_VERSION] ~= version or score ~= expect or f[F_STATUS] then
       code = 0  -- status is absent exactly when the schedule is active
-      heal_index(schedules_key, sid, st[1], st[2], score)
-    elseif not fire_job_ok(k.hash, f) then
+      heal_index(schedules_key, sid, f[F_VERSION], f[F_STATUS], score)
+    elseif not fire_job_ok(f) then
       code = -6
     elseif tonumber(sched) > now then
       code = -5
     elseif action == 'skip' then
-      local at = string.format('%d', now)
       if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
-                    ',"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
-                    string.format('%d', now - tonumber(sched)) .. '}') then
+                    ',"scheduled_at":' .. sched .. ',"at":' .. string.format('%d', now) ..
+                    ',"late_ms":' .. string.format('%d', now - tonumber(sched)) .. '}') then
         advance(schedules_key, k.hash, sid, sched, nxt, false, true, f)
         code = 4
       else
         code = -6
       end
     else
-      local ok, running = overlap_keys_ok(k, f[F_OVERLAP])
       if stream_ok[k.stream] == nil then stream_ok[k.stream] = key_is(k.stream, 'stream') end
-      if not (ok and stream_ok[k.stream]) then
+      if (f[F_OVERLAP] == 'buffer_one' and not key_is(k.buffered, 'hash'))
+          or not stream_ok[k.stream] then
         code = -6
       else
         local origin, extra = 'schedule', ''
         if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
-        code = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f, running)
-        if code > 0 then advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f) end
+        local _, marker
+        code, _, marker = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
+        if code > 0 then advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f, marker) end
       end
     end
   end

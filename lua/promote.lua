@@ -13,6 +13,7 @@ Returns {moved, ms until the next member is due (-1 when none is left)} | {-6} a
 wrong type.
 ]]
 -- @include common
+-- @include marker
 -- @include job_run
 
 local delayed, stream = KEYS[1], KEYS[2]

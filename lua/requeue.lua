@@ -11,6 +11,7 @@ ARGV[1..] dead-letter entry ids
 Returns the number re-queued | -6 a key has the wrong type.
 ]]
 -- @include common
+-- @include marker
 -- @include job_run
 
 local dead, stream = KEYS[1], KEYS[2]

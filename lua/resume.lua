@@ -5,7 +5,7 @@ ARGV[1] id
 ARGV[2] expect_gen  generation the client computed next_ms from
 ARGV[3] next_ms     next occurrence after now (client, from Redis TIME), '' when none is left
 ARGV[4] wake        pub/sub channel for the scheduler
-ARGV[5] op_ttl_ms
+ARGV[5] op_id       request id of this call
 
 Returns {1} resumed (or was not paused) | {-2} not found | {-3, generation} spec changed since
 the client read it (read again and retry) | {-4} completed | {-6} a key has the wrong type |
@@ -13,15 +13,16 @@ the client read it (read again and retry) | {-4} completed | {-6} a key has the 
 ]]
 -- @include common
 
-local replay = op_replay(KEYS[3])
+local replay = op_replay(KEYS[3], ARGV[5])
 if replay then return replay end
 if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end
 if not (ARGV[3] == '' or tonumber(ARGV[3])) then return {-7} end
-local st = rcall('HMGET', KEYS[2], 'generation', 'status')
+local st = rcall('HMGET', KEYS[2], 'version', 'status')
 if not st[1] then return {-2} end
-if st[1] ~= ARGV[2] then return {-3, tonumber(st[1])} end
+local gen = version_parts(st[1]) or 0
+if tostring(gen) ~= ARGV[2] then return {-3, gen} end
 if st[2] == 'completed' then return {-4} end
-if st[2] ~= 'paused' then return op_store(KEYS[3], tonumber(ARGV[5]), {1}) end
+if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {1}) end
 rcall('HDEL', KEYS[2], 'pause_note', 'status')
 rcall('HSET', KEYS[2], 'updated_at', string.format('%d', now_ms()))
 if ARGV[3] == '' then
@@ -31,4 +32,4 @@ else
   rcall('ZADD', KEYS[1], ARGV[3], ARGV[1])
   rcall('PUBLISH', ARGV[4], ARGV[3])
 end
-return op_store(KEYS[3], tonumber(ARGV[5]), {1})
+return op_store(KEYS[3], ARGV[5], {1})

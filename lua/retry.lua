@@ -21,6 +21,7 @@ Returns {1, due ms} | {0} the entry was not pending (nothing done) | {-6} wrong 
 {-7} the next attempt is not a JSON list of strings.
 ]]
 -- @include common
+-- @include marker
 -- @include job_run
 
 local stream, delayed, history = KEYS[1], KEYS[2], KEYS[3]

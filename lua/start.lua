@@ -1,35 +1,35 @@
 --[[ start — a worker is about to run a batch of schedule jobs it read.
 
-For each item: when the schedule's running marker names another execution, this job was
-superseded (cancel_previous fired a newer occurrence meanwhile): it is acknowledged, deleted
+For each item: when the schedule's run marker (marker.lua) names another execution, this job
+was superseded (cancel_previous fired a newer occurrence meanwhile): it is acknowledged, deleted
 from the stream and recorded as cancelled, and must not run. Otherwise the marker (when it
-names this job) becomes state=running with the worker's id, "running" is recorded, and the job
-runs. Keys of the wrong type are left alone (the job runs; nothing recorded for them).
+names this job) becomes run_state=running with the worker's id, "running" is recorded, and the
+job runs. Keys of the wrong type are left alone (the job runs; nothing recorded for them).
 Running it twice records "running" twice at most, "cancelled" once.
 
 KEYS[1] stream  {p}:queue:<queue>
-then 2 keys per item: history {p}:history:<id>, running {p}:running:<id>
+then 2 keys per item: history {p}:history:<id>, hash {p}:schedule:<id>
 ARGV[1] group   ARGV[2] history cap   ARGV[3] worker id
 then 4 args per item: entry id, execution id, attempt, extra (JSON fragment, '' or ',…')
 
 Returns one code per item: 1 run it | 0 superseded (already acknowledged, do not run).
 ]]
 -- @include common
+-- @include marker
 -- @include job_run
 
 local stream = KEYS[1]
 local group, cap, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = now_ms()
-local at = string.format('%d', now)
 local out = {}
 local n = (#ARGV - 3) / 4
 for i = 0, n - 1 do
-  local history, running = KEYS[2 + i * 2], KEYS[3 + i * 2]
+  local history, hash = KEYS[2 + i * 2], KEYS[3 + i * 2]
   local id, exec, attempt, extra = ARGV[4 + i * 4], ARGV[5 + i * 4], ARGV[6 + i * 4],
                                    ARGV[7 + i * 4]
   local code = 1
-  if key_is(history, 'list') and key_is(running, 'hash') then
-    local owner = rcall('HGET', running, 'execution_id')
+  if key_is(history, 'list') and key_is(hash, 'hash') then
+    local owner = marker_of(hash, now)
     if owner and owner ~= exec then
       if rcall('XACK', stream, group, id) == 1 then  -- recorded once, even if re-sent
         rcall('XDEL', stream, id)
@@ -38,7 +38,7 @@ for i = 0, n - 1 do
       end
       code = 0
     else
-      if owner then rcall('HSET', running, 'state', 'running', 'worker', worker, 'since', at) end
+      if owner then rcall('HSET', hash, 'run_state', 'running', 'run_worker', worker) end
       job_event(history, cap, 'running', exec, attempt, now, extra)
     end
   end

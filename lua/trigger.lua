@@ -1,9 +1,9 @@
 --[[ trigger — one extra run of a schedule now, through its overlap policy. The regular
 occurrences are not moved. The run counts towards max_runs.
 
-KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] running  KEYS[5] buffered
-KEYS[6] stream     KEYS[7] op
-ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_ttl_ms
+KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] buffered  KEYS[5] stream
+KEYS[6] op
+ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 
 Returns {code, execution_id}: code 1 fired, 2 skipped by overlap policy, 3 buffered;
 {-2} not found | {-4} completed | {-6} a key has the wrong type, or the hash holds fields
@@ -11,20 +11,21 @@ rsched did not write (no task, a number field that is not a number). A re-sent c
 first result (the execution id is derived from the Redis time of the first call).
 ]]
 -- @include common
+-- @include marker
 -- @include fire_job
 
-local replay = op_replay(KEYS[7])
+local replay = op_replay(KEYS[6], ARGV[4])
 if replay then return replay end
-local k = {hash = KEYS[2], history = KEYS[3], running = KEYS[4], buffered = KEYS[5],
-           stream = KEYS[6]}
-if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.running, 'hash')
+local k = {hash = KEYS[2], history = KEYS[3], buffered = KEYS[4], stream = KEYS[5]}
+if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history, 'list')
         and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')) then return {-6} end
-local st = rcall('HMGET', k.hash, 'generation', 'status')
-if not st[1] then return {-2} end
-if st[2] == 'completed' then return {-4} end
-if not fire_job_ok(k.hash) then return {-6} end
+local f = job_fields(k.hash)
+if not f[F_VERSION] then return {-2} end
+if f[F_STATUS] == 'completed' then return {-4} end
+if not fire_job_ok(f) then return {-6} end
 local now = now_ms()
 local sched = string.format('%d', now)
-local code, exec = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]), ARGV[3], '')
-advance(KEYS[1], k.hash, ARGV[1], sched, '', code == 1, false)
-return op_store(KEYS[7], tonumber(ARGV[4]), {code, exec})
+local code, exec, marker = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]), ARGV[3],
+                                    '', f)
+if code > 0 then advance(KEYS[1], k.hash, ARGV[1], sched, '', code == 1, false, f, marker) end
+return op_store(KEYS[6], ARGV[4], {code, exec})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -25,10 +24,10 @@ async def bulk_add(client: Client, schedules: list[Schedule]) -> None:
         async with client.redis.pipeline(transaction=False) as pipe:
             for s in schedules[start : start + 1000]:
                 flat = [v for pair in s.spec_fields().items() for v in pair]
-                keys = [k.schedules, k.schedule(s.id), k.buffered(s.id), k.queues]
-                keys.append(k.op(uuid.uuid4().hex))
+                op_key, op_id = k.new_op()
+                keys = [k.schedules, k.schedule(s.id), k.buffered(s.id), k.queues, op_key]
                 args: list[Any] = [s.id, "add", "", first_run_ms(s, now), "0", s.queue, k.wake]
-                args += [60_000, now, *flat]
+                args += [op_id, now, *flat]
                 await script(keys=keys, args=args, client=pipe)
             results = await pipe.execute()
         assert all(int(r[0]) == 1 for r in results)

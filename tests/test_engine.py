@@ -12,7 +12,6 @@ from redis.asyncio import Redis
 from rsched import Schedule, StateError
 from rsched._connection import connect
 from rsched._keys import Keys
-from rsched._plan import version_of
 from rsched._settings import Settings
 from rsched._store import FireItem, Store
 
@@ -32,7 +31,7 @@ async def due_item(
     sched = now - late_ms
     await store.redis.zadd(store.keys.schedules, {sid: sched})
     (fields,) = await store.fields([sid])
-    return FireItem(sid, version_of(fields), sched, sched, sched + HOUR_MS, action, 1)
+    return FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, action, 1)
 
 
 async def add(store: Store, sid: str = "a", **spec: Any) -> None:
@@ -259,17 +258,14 @@ async def test_wrong_type_history_refuses_every_path_whole(
     await add(store, overlap=overlap)
     lease = await lease_of(store)
     item = await due_item(store, "a", action=action)
-    running = store.keys.running("a")
     if marker:
-        await store.redis.hset(running, mapping={"execution_id": "a@1", "state": "running"})
+        await store.redis.hset(store.keys.schedule("a"), mapping={"run": "a@1", "run_state": "running"})
     await store.redis.set(store.keys.history("a"), "x")
-    before = await store.redis.hgetall(store.keys.schedule("a"))
-    marker_before = await store.redis.hgetall(running)
+    before = await store.redis.hgetall(store.keys.schedule("a"))  # the run marker included
     score = await store.redis.zscore(store.keys.schedules, "a")
     assert await fire(store, lease, item) == [-6]
     assert await jobs(store) == []
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
-    assert await store.redis.hgetall(running) == marker_before
     assert await store.redis.exists(store.keys.buffered("a")) == 0
     assert await store.redis.zscore(store.keys.schedules, "a") == score
     assert await store.redis.get(store.keys.history("a")) == "x"
@@ -334,7 +330,7 @@ async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, v
     assert await fire(store, lease, item) == [-6]
     assert await jobs(store) == []
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
-    assert await store.redis.exists(store.keys.history("a"), store.keys.running("a")) == 0
+    assert await store.redis.exists(store.keys.history("a")) == 0
     with pytest.raises(StateError):
         await store.trigger("a", "default")
     assert await jobs(store) == []
@@ -342,10 +338,10 @@ async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, v
 
 async def test_unreadable_generation_is_refused(store: Store) -> None:
     await add(store)
-    await store.redis.hset(store.keys.schedule("a"), "generation", "two")
+    await store.redis.hset(store.keys.schedule("a"), "version", "two")
     with pytest.raises(StateError):
         await store.save(Schedule(id="a", task="t", every=60))
-    assert await store.redis.hget(store.keys.schedule("a"), "generation") == "two"
+    assert await store.redis.hget(store.keys.schedule("a"), "version") == "two"
 
 
 async def test_wrong_type_index_refuses_client_writes(store: Store) -> None:

@@ -178,8 +178,8 @@ async def test_enqueue_re_sent_after_a_lost_reply_writes_once(
     store: QueueStore, redis: Redis
 ) -> None:
     keys = [store.keys.queue("q"), store.keys.delayed_queue("q"), store.keys.queues]
-    op = store.keys.op("fixed-request")
-    args = ["q", 0, 60_000, "execution_id", "e1", "task", "t", "payload", "{}", "attempt", "1"]
+    op, op_id = store.keys.new_op()
+    args = ["q", 0, op_id, "execution_id", "e1", "task", "t", "payload", "{}", "attempt", "1"]
     first = await store.call("enqueue", [*keys, op], args)
     again = await store.call("enqueue", [*keys, op], args)
     assert first == again

@@ -19,7 +19,6 @@ from redis.asyncio import Redis
 
 from rsched import Schedule
 from rsched._keys import Keys
-from rsched._plan import version_of
 from rsched._scheduler_main import _parser, load_settings
 from rsched._settings import Settings
 from rsched._store import FireItem, Store
@@ -133,7 +132,7 @@ async def test_paused_leader_fires_nothing_after_resume(
     # The old leader's fire calls are refused by the fencing token and write nothing.
     (fields,) = await store.fields(["tick"])
     nxt = int(fields["next_run"])
-    item = FireItem("tick", version_of(fields), nxt, nxt, nxt + 100, "fire")
+    item = FireItem("tick", fields["version"], nxt, nxt, nxt + 100, "fire")
     length = await store.redis.xlen(store.keys.queue("default"))
     assert await store.fire(old_lease, [(item, store.fire_keys("tick", "default"))]) is None
     assert await store.redis.xlen(store.keys.queue("default")) == length

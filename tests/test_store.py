@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from rsched import InvalidSchedule, Schedule, ScheduleExists, ScheduleNotFound
 from rsched._keys import Keys
 from rsched._lua import pack_command
+from rsched._model import to_ms
 from rsched._settings import Settings
 from rsched._store import Conflict, Store
 from rsched._timing import first_run_ms
@@ -45,15 +46,18 @@ async def test_write_and_load(store: Store) -> None:
     fields = await store.redis.hgetall(store.keys.schedule("r"))
     # Only what differs from the defaults is stored, plus engine state.
     assert set(fields) == {
-        "task", "cron", "timezone", "generation", "created_at",
+        "task", "cron", "timezone", "version",
     }  # fmt: skip
+    assert fields["version"] == f"1:{to_ms(loaded.created_at)}"
     assert loaded.updated_at == loaded.created_at  # stored only once the schedule changes
     # The next run lives in the index only, and reads take it from there.
     score = await store.redis.zscore(store.keys.schedules, "r")
     assert score == loaded.next_run.timestamp() * 1000
     gen, created = await store.save(Schedule(id="r", task="reports.nightly", cron="0 3 * * *"))
     assert (gen, created) == (2, False)
-    assert fields["created_at"] == await store.redis.hget(store.keys.schedule("r"), "created_at")
+    assert await store.redis.hget(store.keys.schedule("r"), "version") == "2:" + fields[
+        "version"
+    ].partition(":")[2]
     assert await store.redis.hexists(store.keys.schedule("r"), "updated_at")
 
 
@@ -159,19 +163,20 @@ def test_first_run_ms() -> None:
 
 async def test_resent_writes_apply_once(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     # redis-py re-sends a script call after a connection error; the op key makes it a no-op.
-    monkeypatch.setattr(store, "_op", lambda: store.keys.op("fixed-request"))
+    fixed = store.keys.ops(0)
+    monkeypatch.setattr(Keys, "new_op", lambda _: (fixed, "fixed-request"))
     spec = Schedule(id="r", task="t", every=60, overlap="allow")
     assert await store.save(spec) == (1, True)
     assert await store.save(spec) == (1, True)
-    assert await store.redis.hget(store.keys.schedule("r"), "generation") == "1"
+    assert (await store.load("r")).generation == 1
 
-    monkeypatch.setattr(store, "_op", lambda: store.keys.op("trigger-request"))
+    monkeypatch.setattr(Keys, "new_op", lambda _: (fixed, "trigger-request"))
     first = await store.trigger("r", "default")
     assert await store.trigger("r", "default") == first
     assert await store.redis.xlen(store.keys.queue("default")) == 1
     assert await store.redis.hget(store.keys.schedule("r"), "runs") == "1"
 
-    monkeypatch.setattr(store, "_op", lambda: store.keys.op("remove-request"))
+    monkeypatch.setattr(Keys, "new_op", lambda _: (fixed, "remove-request"))
     await store.remove("r")
     await store.remove("r")  # replayed: no ScheduleNotFound for the re-sent call
     assert await store.redis.exists(store.keys.schedule("r")) == 0
@@ -186,14 +191,14 @@ async def test_trigger_goes_through_overlap(store: Store) -> None:
     (entry,) = entries
     assert entry[1]["origin"] == "manual"
     assert entry[1]["execution_id"] == exec_id
-    assert await store.redis.hget(store.keys.running("t1"), "execution_id") == exec_id
+    assert await store.redis.hget(store.keys.schedule("t1"), "run") == exec_id
     # The previous run is still marked running: overlap=skip skips the second trigger.
     code, _ = await store.trigger("t1", "default")
     assert code == 2
     events = [e["event"] for e in await store.history("t1", 10)]
     assert events == ["skipped", "fired"]
     # Triggers count towards max_runs; the regular occurrences did not move.
-    await store.redis.delete(store.keys.running("t1"))
+    await store.redis.hdel(store.keys.schedule("t1"), "run")
     assert (await store.trigger("t1", "default"))[0] == 1
     loaded = await store.load("t1")
     assert loaded.completed

@@ -53,9 +53,10 @@ async def test_skip_never_overlaps_and_records_outcomes(redis: Redis, settings: 
     async def handler(job: rsched.Job) -> None:
         state["now"] += 1
         state["peak"] = max(state["peak"], state["now"])
-        marker = await redis.hgetall(Keys(settings.prefix).running("s1"))
-        assert marker["state"] == "running"
-        assert marker["execution_id"] == job.execution_id
+        marker = await redis.hgetall(Keys(settings.prefix).schedule("s1"))
+        assert marker["run_state"] == "running"
+        assert marker["run"] == job.execution_id
+        assert marker["run_worker"]
         assert job.schedule_id == "s1"
         assert job.scheduled_at is not None
         await anyio.sleep(0.5)
@@ -88,7 +89,7 @@ async def test_allow_runs_concurrently(redis: Redis, settings: Settings) -> None
 
     async with running(worker, redis), scheduling(redis, settings, every=0.1, overlap="allow"):
         await wait_until(lambda: state["peak"] >= 2)
-    assert not await redis.exists(Keys(settings.prefix).running("s1"))
+    assert not await redis.hexists(Keys(settings.prefix).schedule("s1"), "run")
 
 
 async def test_buffer_one_releases_one_occurrence_when_the_run_ends(
@@ -171,7 +172,7 @@ async def test_superseded_queued_job_is_skipped(redis: Redis, settings: Settings
               "opts": "{}"}  # fmt: skip
     await any_(redis).xadd(keys.queue("default"), fields)
     await any_(redis).xadd(keys.queue("default"), {**fields, "execution_id": "s1@2"})
-    await redis.hset(keys.running("s1"), mapping={"execution_id": "s1@2", "state": "queued"})
+    await redis.hset(keys.schedule("s1"), mapping={"run": "s1@2", "run_state": "queued"})
     async with running(worker, redis):
         await wait_until(lambda: ran == ["s1@2"])
         await wait_until(lambda: _has_event(store, "cancelled"))
@@ -179,7 +180,8 @@ async def test_superseded_queued_job_is_skipped(redis: Redis, settings: Settings
     (gone,) = [e for e in history if e["event"] == "cancelled"]
     assert gone["execution_id"] == "s1@1"
     assert gone["reason"] == "superseded"
-    assert not await redis.exists(keys.running("s1"))  # the run of s1@2 ended
+    marker = await redis.hmget(keys.schedule("s1"), ["run", "run_state", "run_until"])
+    assert marker == [None, None, None]  # the run of s1@2 ended
 
 
 async def _has_event(store: Store, name: str) -> bool:
@@ -211,6 +213,6 @@ async def test_failed_and_dead_events_in_history(redis: Redis, settings: Setting
     assert dead["attempt"] == 2
     assert dead["reason"] == "max_retries"
     assert attempts == [1, 2]
-    assert not await redis.exists(Keys(settings.prefix).running("s1"))
+    assert not await redis.hexists(Keys(settings.prefix).schedule("s1"), "run")
     raw = await redis.lrange(Keys(settings.prefix).history("s1"), 0, -1)
     assert all(isinstance(orjson.loads(item), dict) for item in raw)

@@ -1,6 +1,7 @@
 -- Include: common functions, inlined (by rsched._lua) into every script that names it.
 -- Defines: rcall, now_ms(), hist(key, cap, json), hist_first(key, cap, json), pcall_read(...),
--- op_replay(key), op_store(key, ttl, result), key_is(key, want) and json_str(s).
+-- op_replay(key, id), op_store(key, id, result), key_is(key, want), json_str(s) and
+-- version_parts(version).
 
 local rcall = redis.call
 
@@ -43,16 +44,23 @@ local function pcall_read(...)
   return reply
 end
 
--- Client writes carry an operation key so that a command re-sent after a lost reply (redis-py
--- retries on connection errors) returns the first result instead of applying twice.
-local function op_replay(key)
-  local prev = rcall('GET', key)
+-- Client writes carry a request id so that a command re-sent after a lost reply (redis-py
+-- retries on connection errors) returns the first result instead of applying twice. Results
+-- are kept in one hash per minute of the client's clock ({p}:ops:<minute>, which only names the
+-- bucket), alive until OP_TTL_MS after its last write: a key per write would double the
+-- keyspace's table during a bulk create, and the table does not shrink back (~10 bytes a
+-- schedule for good).
+local OP_TTL_MS = 300000
+
+local function op_replay(key, id)
+  local prev = rcall('HGET', key, id)
   if prev then return cjson.decode(prev) end
   return nil
 end
 
-local function op_store(key, ttl, result)
-  rcall('SET', key, cjson.encode(result), 'PX', ttl)
+local function op_store(key, id, result)
+  rcall('HSET', key, id, cjson.encode(result))
+  rcall('PEXPIRE', key, OP_TTL_MS)
   return result
 end
 
@@ -67,4 +75,12 @@ end
 -- client, but a hash edited by hand could hold anything, so escape through cjson.
 local function json_str(s)
   return cjson.encode(s)
+end
+
+-- A schedule hash's "version" field is "<generation>:<created_at>": returns the generation (a
+-- number) and the creation time (a string of ms), or nil when the field is absent or malformed.
+local function version_parts(version)
+  local gen, created = string.match(version or '', '^(%d+):(%d+)$')
+  if not gen then return nil end
+  return tonumber(gen), created
 end

@@ -1,55 +1,46 @@
 -- Include: fire_job — the one place an occurrence becomes a job. Shared by fire, trigger and
 -- backfill so that every path applies the same overlap policy and writes the same job entry.
--- Needs: common.lua.
+-- Needs: common.lua, marker.lua.
 --
--- job_fields(hash): the schedule fields fire_job and advance use, as one HMGET in JOB_FIELDS
---   order (task, payload, overlap, generation, the six JOB_OPTS, runs, max_runs). A caller
---   that already read them passes the result on, so a fire costs one read of the hash.
--- fire_job_ok(hash [, f]): true when those fields are usable (a task, numbers where numbers
---   belong). Call it before the first write: a hash edited by hand must be refused whole
---   rather than fail halfway, which Redis would not roll back.
--- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra [, f [, running]])
---   k: {hash=, history=, running=, buffered=, stream=} key names of this schedule
+-- job_fields(hash): the schedule fields a fire uses, as one HMGET in JOB_FIELDS order
+--   (version, status, task, payload, overlap, the six JOB_OPTS, runs, max_runs and the run
+--   marker). A fire costs one read of the hash.
+-- fire_job_ok(f): true when those fields are usable (a task, numbers where numbers belong).
+--   Call it before the first write: a hash edited by hand must be refused whole rather than
+--   fail halfway, which Redis would not roll back.
+-- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
+--   k: {hash=, history=, buffered=, stream=} key names of this schedule
 --   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill
 --   extra: string appended inside the history JSON object (e.g. ',"missed":3'), or ''
---   f: job_fields(k.hash) when the caller has it; running: whether the running marker exists,
---   when the caller knows (see overlap_keys_ok)
---   Returns 1 fired, 2 skipped by the overlap policy, 3 buffered (overlap=buffer_one), or -6
---   when the history key holds another type (nothing written), plus the execution id. The
---   caller has checked the other key types (running and buffered only matter when the overlap
---   policy uses them, see overlap_keys_ok), fire_job_ok and that the schedule may fire.
--- advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next [, f])
---   count the run and move next_run, or complete the schedule.
+--   f: job_fields(k.hash)
+--   Returns code, execution id, marker: code 1 fired, 2 skipped by the overlap policy,
+--   3 buffered (overlap=buffer_one), or -6 when the history key holds another type (nothing
+--   written). When a job was written under an overlap policy, `marker` holds the field/value
+--   pairs of its run marker: the caller writes them into the hash with the fields it updates
+--   anyway (advance), so marking the run costs no call of its own. The caller has checked the
+--   stream's type, fire_job_ok, and that the schedule may fire.
+-- advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next, f, marker)
+--   count the run and move next_run, or complete the schedule; writes `marker` (or nil) too.
 
 local JOB_OPTS = {'max_retries', 'retry_base_s', 'retry_multiplier', 'retry_max_s',
                   'retry_jitter', 'timeout_s'}
-local JOB_FIELDS = {'task', 'payload', 'overlap', 'generation', 'max_retries', 'retry_base_s',
-                    'retry_multiplier', 'retry_max_s', 'retry_jitter', 'timeout_s', 'runs',
-                    'max_runs'}
-local F_TASK, F_PAYLOAD, F_OVERLAP, F_GEN, F_OPTS, F_RUNS, F_MAX_RUNS = 1, 2, 3, 4, 5, 11, 12
+local JOB_FIELDS = {'version', 'status', 'task', 'payload', 'overlap', 'max_retries',
+                    'retry_base_s', 'retry_multiplier', 'retry_max_s', 'retry_jitter',
+                    'timeout_s', 'runs', 'max_runs', 'run', 'run_until'}
+local F_VERSION, F_STATUS, F_TASK, F_PAYLOAD, F_OVERLAP = 1, 2, 3, 4, 5
+local F_OPTS, F_RUNS, F_MAX_RUNS, F_RUN, F_RUN_UNTIL = 6, 12, 13, 14, 15
+local F_MAX_RETRIES, F_RETRY_MAX, F_TIMEOUT = F_OPTS, F_OPTS + 3, F_OPTS + 5
 
 local function job_fields(hash)
   return rcall('HMGET', hash, unpack(JOB_FIELDS))
 end
 
-local function fire_job_ok(hash, f)
-  f = f or job_fields(hash)
+local function fire_job_ok(f)
   if not f[F_TASK] then return false end
   for i = F_OPTS, F_MAX_RUNS do
     if f[i] and not tonumber(f[i]) then return false end
   end
-  return true
-end
-
--- The keys besides hash, history and stream that a fire may write, by overlap policy: only
--- these need their type checked before the first write. Returns ok, and whether the running
--- marker exists (its TYPE answers both questions in one call).
-local function overlap_keys_ok(k, overlap)
-  overlap = overlap or 'skip'
-  if overlap == 'allow' then return true, false end
-  local t = rcall('TYPE', k.running)['ok']
-  if t ~= 'none' and t ~= 'hash' then return false, false end
-  return overlap ~= 'buffer_one' or key_is(k.buffered, 'hash'), t == 'hash'
+  return not f[F_RUN_UNTIL] or tonumber(f[F_RUN_UNTIL]) ~= nil
 end
 
 -- JSON string of an execution id: ids rsched writes hold no quote or backslash, so the common
@@ -59,38 +50,39 @@ local function exec_json(exec)
   return '"' .. exec .. '"'
 end
 
-local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f, running)
-  f = f or job_fields(k.hash)
+local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
   local exec = sid .. '@' .. sched
   local overlap = f[F_OVERLAP] or 'skip'
   local at = string.format('%d', now)
-  local late = string.format('%d', now - tonumber(sched))
-  local base = '"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' .. late ..
-               ',"execution_id":' .. exec_json(exec) .. ',"origin":"' .. origin .. '"' .. extra
+  local base = '"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
+               string.format('%d', now - tonumber(sched)) .. ',"execution_id":' ..
+               exec_json(exec) .. ',"origin":"' .. origin .. '"' .. extra
 
   -- Retry and timeout settings travel with the job (only those not at their default), so a
   -- worker never has to read a schedule that may have changed or gone since the fire.
-  local opts = {}
-  for i = 1, #JOB_OPTS do
-    local v = f[F_OPTS - 1 + i]
-    if v then opts[#opts + 1] = '"' .. JOB_OPTS[i] .. '":' .. v end
+  local opts = '{}'
+  if f[F_MAX_RETRIES] or f[F_OPTS + 1] or f[F_OPTS + 2] or f[F_RETRY_MAX] or f[F_OPTS + 4]
+      or f[F_TIMEOUT] then
+    local o = {}
+    for i = 1, #JOB_OPTS do
+      local v = f[F_OPTS - 1 + i]
+      if v then o[#o + 1] = '"' .. JOB_OPTS[i] .. '":' .. v end
+    end
+    opts = '{' .. table.concat(o, ',') .. '}'
   end
-  local job = {'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
-               'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
-               'attempt', '1', 'generation', f[F_GEN], 'origin', origin,
-               'opts', '{' .. table.concat(opts, ',') .. '}'}
+  local gen = string.match(f[F_VERSION] or '', '^(%d+)') or '0'
 
   -- The history push is each path's first write and checks the history key's type by itself
   -- (hist_first): a history list someone else overwrote refuses the occurrence whole (-6).
   local prev = nil
-  if running == nil then running = overlap ~= 'allow' and rcall('EXISTS', k.running) == 1 end
-  if overlap ~= 'allow' and running then
-    if overlap == 'skip' then
+  if overlap ~= 'allow' then
+    prev = marker_live(f[F_RUN], f[F_RUN_UNTIL], now)
+    if prev and overlap == 'skip' then
       if not hist_first(k.history, cap, '{"event":"skipped","reason":"overlap",' .. base .. '}') then
         return -6, exec
       end
       return 2, exec
-    elseif overlap == 'buffer_one' then
+    elseif prev and overlap == 'buffer_one' then
       if rcall('EXISTS', k.buffered) == 1 then
         if not hist_first(k.history, cap,
                           '{"event":"skipped","reason":"buffer_full",' .. base .. '}') then
@@ -101,65 +93,56 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
       if not hist_first(k.history, cap, '{"event":"buffered",' .. base .. '}') then
         return -6, exec
       end
-      rcall('HSET', k.buffered, unpack(job))
+      rcall('HSET', k.buffered, 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
+            'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
+            'attempt', '1', 'generation', gen, 'origin', origin, 'opts', opts)
       return 3, exec
-    else -- cancel_previous: the new run replaces the marker; the old handler is told to stop
-      prev = rcall('HGET', k.running, 'execution_id')
     end
   end
 
-  if prev then
+  if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop
     if not hist_first(k.history, cap, '{"event":"cancel_requested","cancelled":' ..
                       json_str(prev) .. ',' .. base .. '}') then
       return -6, exec
     end
-    rcall('DEL', k.running)
     hist(k.history, cap, '{"event":"fired",' .. base .. '}')
   elseif not hist_first(k.history, cap, '{"event":"fired",' .. base .. '}') then
     return -6, exec
   end
-  rcall('XADD', k.stream, '*', unpack(job))
+  rcall('XADD', k.stream, '*', 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
+        'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
+        'attempt', '1', 'generation', gen, 'origin', origin, 'opts', opts)
+  local marker = nil
   if overlap ~= 'allow' then
-    -- The marker outlives any plausible run (timeout x attempts, plus backoff) so a lost worker
-    -- can never block the schedule forever; workers refresh it while the job runs. A marker
-    -- left from an earlier run only exists here under cancel_previous, deleted above, so no
-    -- stale field (worker, state) survives into this run's marker.
-    local timeout = tonumber(f[F_OPTS + 5] or '3600')
-    local attempts = tonumber(f[F_OPTS] or '3') + 1
-    local backoff = tonumber(f[F_OPTS + 3] or '3600')
-    local ttl = math.floor((timeout + backoff) * attempts * 1000) + 60000
-    rcall('HSET', k.running, 'execution_id', exec, 'state', 'queued', 'since', at)
-    rcall('PEXPIRE', k.running, ttl)
+    -- A worker id left from an earlier (expired or cancelled) run must not survive into this
+    -- run's marker.
+    if f[F_RUN] then rcall('HDEL', k.hash, 'run_worker') end
+    marker = {marker_fields(exec, now, marker_ttl(f[F_TIMEOUT], f[F_MAX_RETRIES],
+                                                  f[F_RETRY_MAX]))}
   end
   if prev then rcall('PUBLISH', cancel_channel, prev) end
-  return 1, exec
+  return 1, exec, marker
 end
 
 -- Advance a schedule after an occurrence was handled: count the run, move next_run (or complete
--- the schedule when nxt is '' or max_runs is reached). `fired` is true when a job was written.
-local function advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next, f)
-  local runs_raw, max_raw
-  if f then
-    runs_raw, max_raw = f[F_RUNS], f[F_MAX_RUNS]
-  else
-    local st = rcall('HMGET', hash_key, 'runs', 'max_runs')
-    runs_raw, max_raw = st[1], st[2]
+-- the schedule when nxt is '' or max_runs is reached), all hash fields in one HSET together
+-- with the run marker. `fired` is true when a job was written.
+local function advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next, f, marker)
+  local set = marker or {}
+  local n = #set
+  local runs = tonumber(f[F_RUNS] or '0')
+  if fired then
+    runs = runs + 1
+    set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'runs', runs, 'last_run', sched
+    n = n + 4
   end
-  local runs = tonumber(runs_raw or '0')
-  if fired then runs = runs + 1 end
-  local done = (max_raw and runs >= tonumber(max_raw)) or (move_next and nxt == '')
+  local done = (f[F_MAX_RUNS] and runs >= tonumber(f[F_MAX_RUNS])) or (move_next and nxt == '')
+  if done then set[n + 1], set[n + 2] = 'status', 'completed' end
+  if #set > 0 then rcall('HSET', hash_key, unpack(set)) end
+  -- The next run lives in the index only (its score), not in the hash.
   if done then
-    if fired then
-      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched, 'status', 'completed')
-    else
-      rcall('HSET', hash_key, 'status', 'completed')
-    end
     rcall('ZADD', schedules_key, 'inf', sid)
   elseif move_next then
-    -- The next run lives in the index only (its score), not in the hash.
-    if fired then rcall('HSET', hash_key, 'runs', runs, 'last_run', sched) end
     rcall('ZADD', schedules_key, nxt, sid)
-  elseif fired then
-    rcall('HSET', hash_key, 'runs', runs, 'last_run', sched)
   end
 end

@@ -1,18 +1,19 @@
 -- Include: job_run — a job's history events and the end of a schedule's run (overlap policies).
--- Needs: common.lua.
+-- Needs: common.lua, marker.lua.
 --
 -- job_event(history, cap, event, exec, attempt, now, extra)
 --   Push {"event":…,"execution_id":…,"attempt":…,"at":…<extra>} on the schedule's history;
 --   extra is '' or a JSON fragment starting with a comma (built by the worker with a JSON
 --   encoder, so it is always well formed).
--- schedule_keys_ok(history, running, buffered)
+-- schedule_keys_ok(history, hash, buffered)
 --   True when the schedule's keys are absent or of rsched's types; a key someone overwrote is
 --   left alone (the job's own outcome is still recorded on the queue).
--- finish_run(running, buffered, stream, history, cap, exec, now)
+-- finish_run(hash, buffered, stream, history, cap, exec, now)
 --   The run of `exec` is over (success, dead letter or cancellation; not between retries):
---   delete the running marker when it still names `exec` (a cancel_previous successor keeps
---   its own), then, unless another run holds the marker, release the occurrence buffer_one
---   held back into the stream under a fresh marker. Returns 1 when one was released.
+--   clear the schedule's run marker when it still names `exec` (a cancel_previous successor
+--   keeps its own), then, unless another run holds the marker, release the occurrence
+--   buffer_one held back into the stream under a fresh marker. Returns 1 when one was
+--   released. A removed schedule (no hash) gets nothing written.
 
 local function job_event(history, cap, event, exec, attempt, now, extra)
   hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
@@ -20,35 +21,30 @@ local function job_event(history, cap, event, exec, attempt, now, extra)
        ',"at":' .. string.format('%d', now) .. extra .. '}')
 end
 
-local function schedule_keys_ok(history, running, buffered)
-  return key_is(history, 'list') and key_is(running, 'hash') and key_is(buffered, 'hash')
+local function schedule_keys_ok(history, hash, buffered)
+  return key_is(history, 'list') and key_is(hash, 'hash') and key_is(buffered, 'hash')
 end
 
-local function finish_run(running, buffered, stream, history, cap, exec, now)
-  local owner = rcall('HGET', running, 'execution_id')
+local function finish_run(hash, buffered, stream, history, cap, exec, now)
+  local owner, stored = marker_of(hash, now)
   if owner and owner ~= exec then return 0 end
-  if owner then rcall('DEL', running) end
+  if stored then marker_clear(hash) end
   if rcall('EXISTS', buffered) == 0 then return 0 end
   local flat = rcall('HGETALL', buffered)
   rcall('DEL', buffered)
   local f = {}
   for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
   rcall('XADD', stream, '*', unpack(flat))
-  -- Same lifetime as the marker fire_job writes: outlives any plausible run, never blocks the
-  -- schedule forever when its worker is lost.
   local ok, opts = pcall(cjson.decode, f.opts or '{}')
   if not ok or type(opts) ~= 'table' then opts = {} end
-  local timeout = tonumber(opts.timeout_s) or 3600
-  local attempts = (tonumber(opts.max_retries) or 3) + 1
-  local backoff = tonumber(opts.retry_max_s) or 3600
-  local ttl = math.floor((timeout + backoff) * attempts * 1000) + 60000
-  local at = string.format('%d', now)
   local exec_b = f.execution_id or ''
-  rcall('HSET', running, 'execution_id', exec_b, 'state', 'queued', 'since', at)
-  rcall('PEXPIRE', running, ttl)
+  if rcall('EXISTS', hash) == 1 then
+    rcall('HSET', hash, marker_fields(exec_b, now, marker_ttl(opts.timeout_s, opts.max_retries,
+                                                               opts.retry_max_s)))
+  end
   hist(history, cap, '{"event":"released","execution_id":' .. json_str(exec_b) ..
        ',"scheduled_at":' .. string.format('%d', tonumber(f.scheduled_at) or 0) ..
-       ',"at":' .. at .. ',"after":' .. json_str(exec) .. '}')
+       ',"at":' .. string.format('%d', now) .. ',"after":' .. json_str(exec) .. '}')
   return 1
 end
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -34,7 +33,7 @@ from rsched._keys import Keys
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._queues import QueueStore
 from rsched._settings import Settings
-from rsched._store import OP_TTL_MS, Conflict, Store
+from rsched._store import Conflict, Store
 from rsched._timing import Timing, next_fire_times
 from rsched._tz import resolve_timezone
 
@@ -355,18 +354,18 @@ class Client:
 
     async def _backfill_call(self, schedule: Schedule, times: Sequence[int]) -> list[int]:
         k, sid = self.keys, schedule.id
+        op_key, op_id = k.new_op()
         res = await self.store.call(
             "backfill",
             [
                 k.schedule(sid),
                 k.history(sid),
-                k.running(sid),
                 k.buffered(sid),
                 k.queue(schedule.queue),
                 k.backfilled(sid),
-                k.op(uuid.uuid4().hex),
+                op_key,
             ],
-            [sid, schedule.generation, self.settings.history_limit, k.cancel, OP_TTL_MS, *times],
+            [sid, schedule.generation, self.settings.history_limit, k.cancel, op_id, *times],
         )
         code = int(res[0])
         if code == -2:

@@ -7,6 +7,8 @@ slot and the same scripts run unchanged on Redis Cluster. docs/keys.md documents
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from dataclasses import dataclass
 
 # Letters, digits and '. _ - :' only: readable in redis-cli, no glob ('*?[') or hash-tag ('{}')
@@ -51,10 +53,6 @@ class Keys:
     def history(self, schedule_id: str) -> str:
         """LIST (newest first, capped) of JSON events: fired, skipped, misfired, outcomes."""
         return f"{self.tag}:history:{schedule_id}"
-
-    def running(self, schedule_id: str) -> str:
-        """HASH marker of the schedule's unfinished run (overlap policies), with a TTL."""
-        return f"{self.tag}:running:{schedule_id}"
 
     def buffered(self, schedule_id: str) -> str:
         """HASH: the one occurrence held back by ``overlap=buffer_one`` (the job's fields)."""
@@ -103,9 +101,14 @@ class Keys:
         """Pub/sub channel: execution ids whose running handler must be cancelled."""
         return f"{self.tag}:cancel"
 
-    def op(self, request_id: str) -> str:
-        """STRING: the result of one client write, kept briefly so a re-sent call is a no-op."""
-        return f"{self.tag}:op:{request_id}"
+    def ops(self, minute: int | str) -> str:
+        """HASH request id -> JSON result of the client writes sent in one minute (by the
+        client's clock), kept 5 minutes after its last write so that a re-sent call is a no-op."""
+        return f"{self.tag}:ops:{minute}"
+
+    def new_op(self) -> tuple[str, str]:
+        """(ops key, fresh request id) for one client write."""
+        return self.ops(int(time.time() // 60)), uuid.uuid4().hex
 
     def source(self, name: str) -> str:
         """SET of the schedule ids created from one schedules file (``rsched sync``)."""

@@ -29,14 +29,9 @@ from rsched._timing import Timing
 MISSED_COUNT_CAP = 1_000
 
 
-def version_of(fields: dict[str, str]) -> str:
-    """The version the fire script compares: ``<generation>:<created_at>`` of a stored hash."""
-    return f"{fields['generation']}:{fields.get('created_at', '')}"
-
-
 # Every hash field Policy.from_hash reads: the scheduler fetches only these (never the payload).
 POLICY_FIELDS = (
-    "generation", "created_at", "timezone", "cron", "every", "at", "start_at", "end_at",
+    "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "queue", "misfire", "misfire_grace_s", "catch_up_limit",
 )  # fmt: skip
 
@@ -59,7 +54,7 @@ class Policy:
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Policy:
         return cls(
-            version=version_of(fields),
+            version=fields["version"],
             timing=Timing.from_hash(fields),
             queue=fields.get("queue", "default"),
             misfire=fields.get("misfire", "run_once"),

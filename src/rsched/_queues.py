@@ -22,7 +22,6 @@ from rsched._job import DeadLetter, JobOptions
 from rsched._keys import GROUP, NAME_RE, Keys
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
-OP_TTL_MS = 300_000
 WRONG_TYPE = -6
 PAGE = 500
 
@@ -135,11 +134,11 @@ class QueueStore(_lua.ScriptCaller):
             "origin", "enqueue",
             "opts", options.encode(),
         ]  # fmt: skip
+        op_key, op_id = self.keys.new_op()
         res = await self.call(
             "enqueue",
-            [self.keys.queue(queue), self.keys.delayed_queue(queue), self.keys.queues,
-             self.keys.op(uuid.uuid4().hex)],
-            [queue, round(delay_s * 1000), OP_TTL_MS, *fields],
+            [self.keys.queue(queue), self.keys.delayed_queue(queue), self.keys.queues, op_key],
+            [queue, round(delay_s * 1000), op_id, *fields],
         )  # fmt: skip
         if int(res[0]) == WRONG_TYPE:
             raise _wrong_type(queue)
@@ -397,7 +396,7 @@ class QueueStore(_lua.ScriptCaller):
         keys = [self.keys.queue(queue)]
         args: list[Any] = [GROUP, self.history_limit, worker]
         for entry_id, exec_id, sid, attempt, extra in items:
-            keys += [self.keys.history(sid), self.keys.running(sid)]
+            keys += [self.keys.history(sid), self.keys.schedule(sid)]
             args += [entry_id, exec_id, attempt, extra]
         return [int(c) for c in await self.call("start", keys, args)]
 
@@ -409,7 +408,7 @@ class QueueStore(_lua.ScriptCaller):
         for d in done:
             if d.schedule_id:
                 sid = d.schedule_id
-                keys += [self.keys.history(sid), self.keys.running(sid), self.keys.buffered(sid)]
+                keys += [self.keys.history(sid), self.keys.schedule(sid), self.keys.buffered(sid)]
             items.append(
                 (d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra)
             )
@@ -479,7 +478,7 @@ class QueueStore(_lua.ScriptCaller):
         k = self.keys
         keys = [k.queue(queue), k.dead(queue)]
         if has_schedule:
-            keys += [k.history(sid), k.running(sid), k.buffered(sid)]
+            keys += [k.history(sid), k.schedule(sid), k.buffered(sid)]
         else:
             keys += [k.queue(queue)] * 3
         flat = [v for pair in raw.items() for v in pair]

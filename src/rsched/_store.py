@@ -7,7 +7,6 @@ signature lives in exactly one place on the Python side.
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +27,6 @@ from rsched._keys import Keys
 from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
 from rsched._settings import DEFAULT_HISTORY_LIMIT
 from rsched._timing import first_run_ms
-
-OP_TTL_MS = 300_000
 
 # Return codes shared by the scripts (see each script's header).
 NOT_LEADER = -1
@@ -83,9 +80,6 @@ class Store(_lua.ScriptCaller):
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
 
-    def _op(self) -> str:
-        return self.keys.op(uuid.uuid4().hex)
-
     # --- schedule writes -------------------------------------------------------------------
 
     async def save(
@@ -115,13 +109,12 @@ class Store(_lua.ScriptCaller):
                 ],
             )
         try:
-            gen, created = await self.redis.hmget(
-                self.keys.schedule(schedule.id), ["generation", "created_at"]
-            )
+            version = await self.redis.hget(self.keys.schedule(schedule.id), "version")
         except ResponseError as exc:
             _check_type(WRONG_TYPE, schedule.id, exc)
             raise
-        exists = gen is not None
+        exists = version is not None
+        created = split_version(version or "")[1]
         if mode == "add" and exists:
             raise ScheduleExists(schedule.id)
         if mode == "replace" and not exists:
@@ -148,6 +141,7 @@ class Store(_lua.ScriptCaller):
         if schedule.paused and schedule.pause_note:
             spec["pause_note"] = schedule.pause_note
         flat = [v for pair in spec.items() for v in pair]
+        op_key, op_id = k.new_op()
         res = await self.call(
             "upsert",
             [
@@ -155,7 +149,7 @@ class Store(_lua.ScriptCaller):
                 k.schedule(schedule.id),
                 k.buffered(schedule.id),
                 k.queues,
-                self._op(),
+                op_key,
             ],
             [
                 schedule.id,
@@ -165,7 +159,7 @@ class Store(_lua.ScriptCaller):
                 "1" if schedule.paused else "0",
                 schedule.queue,
                 k.wake,
-                OP_TTL_MS,
+                op_id,
                 created_ms,
                 *flat,
             ],
@@ -187,6 +181,7 @@ class Store(_lua.ScriptCaller):
 
     async def remove(self, schedule_id: str) -> None:
         k = self.keys
+        op_key, op_id = k.new_op()
         res = await self.call(
             "remove",
             [
@@ -194,9 +189,9 @@ class Store(_lua.ScriptCaller):
                 k.schedule(schedule_id),
                 k.history(schedule_id),
                 k.buffered(schedule_id),
-                self._op(),
+                op_key,
             ],
-            [schedule_id, OP_TTL_MS],
+            [schedule_id, op_id],
         )
         if int(res[0]) == NOT_FOUND:
             raise ScheduleNotFound(schedule_id)
@@ -204,10 +199,11 @@ class Store(_lua.ScriptCaller):
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         k = self.keys
+        op_key, op_id = k.new_op()
         res = await self.call(
             "pause",
-            [k.schedules, k.schedule(schedule_id), self._op()],
-            [schedule_id, note or "", OP_TTL_MS],
+            [k.schedules, k.schedule(schedule_id), op_key],
+            [schedule_id, note or "", op_id],
         )
         code = int(res[0])
         if code == NOT_FOUND:
@@ -218,10 +214,11 @@ class Store(_lua.ScriptCaller):
 
     async def resume(self, schedule_id: str, expect_gen: int, next_ms: int | None) -> None:
         k = self.keys
+        op_key, op_id = k.new_op()
         res = await self.call(
             "resume",
-            [k.schedules, k.schedule(schedule_id), self._op()],
-            [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, OP_TTL_MS],
+            [k.schedules, k.schedule(schedule_id), op_key],
+            [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, op_id],
         )
         code = int(res[0])
         if code == NOT_FOUND:
@@ -238,18 +235,18 @@ class Store(_lua.ScriptCaller):
         """Run one extra occurrence now; returns (code, execution id): 1 fired, 2 skipped,
         3 buffered by the overlap policy."""
         k = self.keys
+        op_key, op_id = k.new_op()
         res = await self.call(
             "trigger",
             [
                 k.schedules,
                 k.schedule(schedule_id),
                 k.history(schedule_id),
-                k.running(schedule_id),
                 k.buffered(schedule_id),
                 k.queue(queue),
-                self._op(),
+                op_key,
             ],
-            [schedule_id, self.history_limit, k.cancel, OP_TTL_MS],
+            [schedule_id, self.history_limit, k.cancel, op_id],
         )
         code = int(res[0])
         if code == NOT_FOUND:
@@ -348,16 +345,17 @@ class Store(_lua.ScriptCaller):
                 out.append({})
             else:
                 out.append(
-                    {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
+                    _state_fields(
+                        {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
+                    )
                 )
         return out
 
-    def fire_keys(self, schedule_id: str, queue: str) -> tuple[str, str, str, str, str]:
+    def fire_keys(self, schedule_id: str, queue: str) -> tuple[str, str, str, str]:
         k = self.keys
         return (
             k.schedule(schedule_id),
             k.history(schedule_id),
-            k.running(schedule_id),
             k.buffered(schedule_id),
             k.queue(queue),
         )
@@ -399,7 +397,23 @@ class Store(_lua.ScriptCaller):
         return bool(await self.call("lease_release", [self.keys.leader], [lease]))
 
 
+def split_version(version: str) -> tuple[str, str]:
+    """(generation, created_at) of a hash's ``version`` field, ``"<generation>:<created_at>"``
+    (one field where two would cost 16 bytes more a schedule); empty strings when malformed."""
+    gen, _, created = version.partition(":")
+    return (gen, created) if gen.isdigit() and created.isdigit() else ("", "")
+
+
+def _state_fields(fields: dict[str, str]) -> dict[str, str]:
+    """Readers see ``generation`` and ``created_at`` apart (the hash stores them as one)."""
+    gen, created = split_version(fields.get("version", ""))
+    if gen:
+        fields["generation"], fields["created_at"] = gen, created
+    return fields
+
+
 def _with_next_run(fields: dict[str, str], score: object) -> dict[str, str]:
+    _state_fields(fields)
     # A score that is not a finite number (index of the wrong type, +inf for a paused or
     # completed schedule, absent) means no next run; hashes written before the next run moved
     # to the index may still hold a stale copy, never used.
