@@ -521,8 +521,12 @@ class Plan:
     @classmethod
     def of(cls, args: argparse.Namespace) -> Plan:
         if args.quick:
-            return cls([1_000, 10_000], args.repeat or 1, 10_000, 15.0, 5.0, 10_000)
-        return cls([1_000, 10_000, 100_000], args.repeat or 3, 100_000, 125.0, 65.0, 100_000)
+            plan = cls([1_000, 10_000], args.repeat or 1, 10_000, 15.0, 5.0, 10_000)
+        else:
+            plan = cls([1_000, 10_000, 100_000], args.repeat or 3, 100_000, 125.0, 65.0, 100_000)
+        if args.sizes:
+            plan.herd_sizes = args.sizes
+        return plan
 
 
 def parser() -> argparse.ArgumentParser:
@@ -530,6 +534,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smaller sizes, well under a minute")
     p.add_argument("--repeat", type=int, default=0, help="herd runs per size (best + median)")
     p.add_argument("--kind", choices=["redis", "valkey"], default="redis", help="server binary")
+    p.add_argument(
+        "--sizes", type=int, nargs="+", help="herd sizes instead of the defaults (e.g. 100000)"
+    )
     p.add_argument(
         "--only",
         choices=["herd", "steady", "memory"],

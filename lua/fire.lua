@@ -51,27 +51,39 @@ local KEYS_PER = 4
 local ACTIONS = {fire = true, misfire = true, skip = true}
 local ITEM = '^(%S+) (%S*) (%-?%d+) (%-?%d+) (%-?%d*) (%a+) (%d+)$'
 
+-- The index is read once for the whole batch (ZMSCORE) and written once at the end; `index`
+-- holds each schedule's score as this batch leaves it (a catch_up batch may hold several
+-- occurrences of one schedule, each seeing the move of the one before), `moved` the entries to
+-- write: a score, or false to remove the entry.
+local index, moved = {}, {}
+
 -- A stale item whose index entry disagrees with its hash (hash deleted or edited by hand) would
 -- come due again at once, forever: make the index agree with the hash instead. An active
 -- schedule's next run lives only in the index, so that entry is left as it is.
-local function heal_index(zkey, sid, exists, status, score)
+local function heal_index(sid, exists, status, score)
   if not exists then
-    if score then rcall('ZREM', zkey, sid) end
+    if score then index[sid], moved[sid] = false, false end
   elseif status and score ~= 'inf' then
-    rcall('ZADD', zkey, 'inf', sid)
+    index[sid], moved[sid] = 'inf', 'inf'
   end
 end
 
 local n = #ARGV - 3
 if n < 0 or #KEYS ~= 2 + n * KEYS_PER or not cap or cap < 1 then return '-7' end
-local items = {}
+if n == 0 then return '' end
+local items, sids = {}, {}
 for i = 1, n do
   local it = {string.match(ARGV[3 + i], ITEM)}
   if not it[1] or not ACTIONS[it[6]] then return '-7' end
-  items[i] = it
+  items[i], sids[i] = it, it[1]
 end
 if rcall('GET', leader_key) ~= lease then return '-1' end
 if not key_is(schedules_key, 'zset') then return '-8' end
+for first = 1, n, 1000 do
+  local last = math.min(n, first + 999)
+  local scores = rcall('ZMSCORE', schedules_key, unpack(sids, first, last))
+  for i = first, last do index[sids[i]] = scores[i - first + 1] end
+end
 
 local now = now_ms()
 local results = {}
@@ -81,44 +93,58 @@ for i = 1, n do
   local b = 3 + (i - 1) * KEYS_PER
   local k = {hash = KEYS[b], history = KEYS[b + 1], buffered = KEYS[b + 2], stream = KEYS[b + 3]}
   local sid, version, expect, sched, nxt, action, missed = unpack(items[i])
-  local code
+  local code, score
   -- One read of the hash (which is also its type check) gives the version check and everything
   -- fire_job and advance need.
   local f = pcall_read('HMGET', k.hash, unpack(JOB_FIELDS))
   if not f then
     code = -6
-  else
-    local score = rcall('ZSCORE', schedules_key, sid)
-    if f[F_VERSION] ~= version or score ~= expect or f[F_STATUS] then
-      code = 0  -- status is absent exactly when the schedule is active
-      heal_index(schedules_key, sid, f[F_VERSION], f[F_STATUS], score)
-    elseif not fire_job_ok(f) then
-      code = -6
-    elseif tonumber(sched) > now then
-      code = -5
-    elseif action == 'skip' then
-      if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
-                    ',"scheduled_at":' .. sched .. ',"at":' .. string.format('%d', now) ..
-                    ',"late_ms":' .. string.format('%d', now - tonumber(sched)) .. '}') then
-        advance(schedules_key, k.hash, sid, sched, nxt, false, true, f)
-        code = 4
-      else
-        code = -6
-      end
+  elseif f[F_VERSION] ~= version or index[sid] ~= expect or f[F_STATUS] then
+    code = 0  -- status is absent exactly when the schedule is active
+    heal_index(sid, f[F_VERSION], f[F_STATUS], index[sid])
+  elseif not fire_job_ok(f) then
+    code = -6
+  elseif tonumber(sched) > now then
+    code = -5
+  elseif action == 'skip' then
+    if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
+                  ',"scheduled_at":' .. sched .. ',"at":' .. fmt_ms(now) ..
+                  ',"late_ms":' .. fmt_ms(now - tonumber(sched)) .. '}') then
+      score = advance(k.hash, sched, nxt, false, true, f)
+      code = 4
     else
-      if stream_ok[k.stream] == nil then stream_ok[k.stream] = key_is(k.stream, 'stream') end
-      if (f[F_OVERLAP] == 'buffer_one' and not key_is(k.buffered, 'hash'))
-          or not stream_ok[k.stream] then
-        code = -6
-      else
-        local origin, extra = 'schedule', ''
-        if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
-        local _, marker
-        code, _, marker = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
-        if code > 0 then advance(schedules_key, k.hash, sid, sched, nxt, code == 1, true, f, marker) end
-      end
+      code = -6
+    end
+  else
+    if stream_ok[k.stream] == nil then stream_ok[k.stream] = key_is(k.stream, 'stream') end
+    if (f[F_OVERLAP] == 'buffer_one' and not key_is(k.buffered, 'hash'))
+        or not stream_ok[k.stream] then
+      code = -6
+    else
+      local origin, extra = 'schedule', ''
+      if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
+      local _, marker
+      code, _, marker = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
+      if code > 0 then score = advance(k.hash, sched, nxt, code == 1, true, f, marker) end
     end
   end
+  if score then index[sid], moved[sid] = score, score end
   results[i] = code
+end
+
+local zadd, zrem = {}, {}
+for sid, score in pairs(moved) do
+  if score then
+    local z = #zadd
+    zadd[z + 1], zadd[z + 2] = score, sid
+  else
+    zrem[#zrem + 1] = sid
+  end
+end
+for first = 1, #zadd, 1000 do
+  rcall('ZADD', schedules_key, unpack(zadd, first, math.min(#zadd, first + 999)))
+end
+for first = 1, #zrem, 1000 do
+  rcall('ZREM', schedules_key, unpack(zrem, first, math.min(#zrem, first + 999)))
 end
 return table.concat(results, ',')

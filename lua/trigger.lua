@@ -27,5 +27,7 @@ local now = now_ms()
 local sched = string.format('%d', now)
 local code, exec, marker = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]), ARGV[3],
                                     '', f)
-if code > 0 then advance(KEYS[1], k.hash, ARGV[1], sched, '', code == 1, false, f, marker) end
+if code > 0 and advance(k.hash, sched, '', code == 1, false, f, marker) then
+  rcall('ZADD', KEYS[1], 'inf', ARGV[1])  -- completed (max_runs reached)
+end
 return op_store(KEYS[6], ARGV[4], {code, exec})

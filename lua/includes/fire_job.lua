@@ -19,8 +19,10 @@
 --   pairs of its run marker: the caller writes them into the hash with the fields it updates
 --   anyway (advance), so marking the run costs no call of its own. The caller has checked the
 --   stream's type, fire_job_ok, and that the schedule may fire.
--- advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next, f, marker)
---   count the run and move next_run, or complete the schedule; writes `marker` (or nil) too.
+-- advance(hash_key, sched, nxt, fired, move_next, f, marker)
+--   count the run and complete the schedule when it is done; writes `marker` (or nil) too.
+--   Returns the schedule's new index score ('inf' when completed, nxt when moved on) or nil
+--   when the index entry stays: the caller writes it (fire.lua does a whole batch at once).
 
 local JOB_OPTS = {'max_retries', 'retry_base_s', 'retry_multiplier', 'retry_max_s',
                   'retry_jitter', 'timeout_s'}
@@ -53,9 +55,9 @@ end
 local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
   local exec = sid .. '@' .. sched
   local overlap = f[F_OVERLAP] or 'skip'
-  local at = string.format('%d', now)
+  local at = fmt_ms(now)
   local base = '"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
-               string.format('%d', now - tonumber(sched)) .. ',"execution_id":' ..
+               fmt_ms(now - tonumber(sched)) .. ',"execution_id":' ..
                exec_json(exec) .. ',"origin":"' .. origin .. '"' .. extra
 
   -- Retry and timeout settings travel with the job (only those not at their default), so a
@@ -127,22 +129,20 @@ end
 -- Advance a schedule after an occurrence was handled: count the run, move next_run (or complete
 -- the schedule when nxt is '' or max_runs is reached), all hash fields in one HSET together
 -- with the run marker. `fired` is true when a job was written.
-local function advance(schedules_key, hash_key, sid, sched, nxt, fired, move_next, f, marker)
+local function advance(hash_key, sched, nxt, fired, move_next, f, marker)
   local set = marker or {}
   local n = #set
   local runs = tonumber(f[F_RUNS] or '0')
   if fired then
     runs = runs + 1
-    set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'runs', runs, 'last_run', sched
+    set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'runs', fmt_ms(runs), 'last_run', sched
     n = n + 4
   end
   local done = (f[F_MAX_RUNS] and runs >= tonumber(f[F_MAX_RUNS])) or (move_next and nxt == '')
   if done then set[n + 1], set[n + 2] = 'status', 'completed' end
   if #set > 0 then rcall('HSET', hash_key, unpack(set)) end
   -- The next run lives in the index only (its score), not in the hash.
-  if done then
-    rcall('ZADD', schedules_key, 'inf', sid)
-  elseif move_next then
-    rcall('ZADD', schedules_key, nxt, sid)
-  end
+  if done then return 'inf' end
+  if move_next then return nxt end
+  return nil
 end

@@ -17,10 +17,11 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.asyncio import Redis
@@ -229,18 +230,30 @@ class Scheduler:
             return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
 
         await self._load([sid for sid, _ in ready if sid not in self._policies])
-        groups: list[list[tuple[FireItem, tuple[str, ...]]]] = []
+        # `due` lists the oldest first: its lateness is the round's.
+        counts = await self._fire(lease, self._plan(ready, now), late_ms=max(0, now - ready[0][1]))
+        # Not due by the script's TIME although due by the read's: the server clock stepped
+        # back (a failover to a replica with another clock). Do not spin while it catches up.
+        return NOT_DUE_PAUSE_S if counts.get(NOT_DUE) else 0.0
+
+    def _plan(
+        self, ready: list[tuple[str, int]], now: int
+    ) -> Iterator[list[tuple[FireItem, tuple[str, ...]]]]:
+        """The fire items of each ready schedule, as a group per schedule: planned lazily, so
+        the first batches are on their way to Redis while the rest are still being planned."""
         budget_end = time.monotonic() + PLAN_BUDGET_S
+        planned = False
         for sid, score in ready:
             # Misfire arithmetic after a long outage can be slow (counting a year of a
             # per-second cron): fire what is planned and leave the rest, still due, for the
             # next round, so every round makes progress and none runs into its timeout.
-            if groups and time.monotonic() > budget_end:
-                break
+            if planned and time.monotonic() > budget_end:
+                return
             policy = self._policies.get(sid)
             if policy is None:  # its hash is gone: a stale item lets the script drop the index
                 orphan = FireItem(sid, "", score, score, None, "fire")
-                groups.append([(orphan, self.store.fire_keys(sid, "default"))])
+                planned = True
+                yield [(orphan, self.store.fire_keys(sid, "default"))]
                 continue
             item_keys = self.store.fire_keys(sid, policy.queue)
             try:
@@ -260,18 +273,14 @@ class Scheduler:
                         missed=item.missed,
                         late_ms=now - item.expect,
                     )
-            groups.append([(item, item_keys) for item in items])
-        if not groups:
-            return 0.0
-        counts = await self._fire(lease, groups, now)
-        # Not due by the script's TIME although due by the read's: the server clock stepped
-        # back (a failover to a replica with another clock). Do not spin while it catches up.
-        return NOT_DUE_PAUSE_S if counts.get(NOT_DUE) else 0.0
+            planned = True
+            yield [(item, item_keys) for item in items]
 
     async def _fire(
-        self, lease: str, groups: list[list[tuple[FireItem, tuple[str, ...]]]], now: int
+        self, lease: str, groups: Iterable[list[tuple[FireItem, tuple[str, ...]]]], late_ms: int
     ) -> dict[int, int]:
         started = time.perf_counter()
+        sent = 0
         counts: dict[int, int] = {}
         lost = False
         # Raised after the task group, unwrapped, so the ticker's handlers see the real error.
@@ -312,6 +321,11 @@ class Scheduler:
         async with anyio.create_task_group() as tg:
             for batch in _batches(groups, self.cfg.batch_size):
                 tg.start_soon(send, batch)
+                sent += 1
+                # Let the batch go out now: Redis fires it while the next one is planned.
+                await anyio.lowlevel.checkpoint()
+        if not sent:
+            return counts
         if lost:
             raise _LostLease
         if failures:
@@ -324,7 +338,7 @@ class Scheduler:
             buffered=counts.get(BUFFERED, 0),
             misfire_skipped=counts.get(MISFIRE_SKIPPED, 0),
             stale=counts.get(STALE, 0),
-            late_ms=max(0, now - min(item.sched for g in groups for item, _ in g)),
+            late_ms=late_ms,
             took_ms=round((time.perf_counter() - started) * 1000, 1),
         )
         return counts
