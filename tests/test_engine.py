@@ -259,7 +259,9 @@ async def test_wrong_type_history_refuses_every_path_whole(
     lease = await lease_of(store)
     item = await due_item(store, "a", action=action)
     if marker:
-        await store.redis.hset(store.keys.schedule("a"), mapping={"run": "a@1", "run_state": "running"})
+        await store.redis.hset(
+            store.keys.schedule("a"), mapping={"run": "a@1", "run_state": "running"}
+        )
     await store.redis.set(store.keys.history("a"), "x")
     before = await store.redis.hgetall(store.keys.schedule("a"))  # the run marker included
     score = await store.redis.zscore(store.keys.schedules, "a")
@@ -360,3 +362,74 @@ async def test_wrong_type_index_refuses_client_writes(store: Store) -> None:
             await call
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
     assert await jobs(store) == []
+
+
+async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: Store) -> None:
+    # Several occurrences of one schedule in one call: each must see the index as the one
+    # before it left it (the script reads the index once a batch and writes it at the end).
+    await add(store, overlap="allow")
+    lease = await lease_of(store)
+    first = await due_item(store, "a", late_ms=3 * HOUR_MS)
+    chain = [
+        FireItem("a", first.version, first.sched + i * 60_000, first.sched + i * 60_000,
+                 first.sched + (i + 1) * 60_000, "fire")
+        for i in range(3)
+    ]  # fmt: skip
+    assert await fire(store, lease, *chain) == [1, 1, 1]
+    assert [j["scheduled_at"] for j in await jobs(store)] == [str(i.sched) for i in chain]
+    assert await store.redis.zscore(store.keys.schedules, "a") == chain[-1].next
+    # Re-sent: every occurrence has fired already.
+    assert await fire(store, lease, *chain) == [0, 0, 0]
+
+
+async def test_run_marker_lives_in_the_schedule_hash(store: Store) -> None:
+    await add(store)  # overlap=skip
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    assert await fire(store, lease, item) == [1]
+    fields = await store.redis.hgetall(store.keys.schedule("a"))
+    assert fields["run"] == f"a@{item.sched}"
+    assert fields["run_state"] == "queued"
+    now = await store.time_ms()
+    # Timeout 3600 s + backoff cap 3600 s, for each of the 4 attempts, plus a minute.
+    assert int(fields["run_until"]) - now == pytest.approx(4 * 7_200_000 + 60_000, abs=5_000)
+    # While it is marked, the next occurrence is skipped.
+    assert await fire(store, lease, await due_item(store, "a")) == [2]
+    # An update keeps the marker: the run of the old spec still counts.
+    await store.save(Schedule(id="a", task="t2", every=60))
+    assert (await store.redis.hget(store.keys.schedule("a"), "run")) == f"a@{item.sched}"
+    assert await fire(store, lease, await due_item(store, "a")) == [2]
+
+
+async def test_expired_run_marker_no_longer_blocks(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    key = store.keys.schedule("a")
+    await store.redis.hset(
+        key, mapping={"run": "a@1", "run_state": "running", "run_until": "1", "run_worker": "w"}
+    )
+    item = await due_item(store, "a")
+    assert await fire(store, lease, item) == [1]
+    fields = await store.redis.hgetall(key)
+    assert (fields["run"], fields["run_state"]) == (f"a@{item.sched}", "queued")
+    assert "run_worker" not in fields  # nothing of the lost run survives into this one
+
+
+async def test_recreated_schedule_starts_without_a_marker(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    assert await fire(store, lease, await due_item(store, "a")) == [1]
+    await store.remove("a")
+    await add(store)
+    assert not await store.redis.hexists(store.keys.schedule("a"), "run")
+    assert await fire(store, lease, await due_item(store, "a")) == [1]
+
+
+async def test_replay_results_live_in_one_hash_per_minute(store: Store) -> None:
+    await add(store, "a")
+    await add(store, "b")
+    ops = [key async for key in store.redis.scan_iter(match=store.keys.ops("*"))]
+    assert 1 <= len(ops) <= 2  # two writes, one key (two across a minute boundary)
+    assert sum([await store.redis.hlen(key) for key in ops]) == 2
+    ttl = await store.redis.pttl(ops[-1])
+    assert 0 < ttl <= 300_000

@@ -55,9 +55,10 @@ async def test_write_and_load(store: Store) -> None:
     assert score == loaded.next_run.timestamp() * 1000
     gen, created = await store.save(Schedule(id="r", task="reports.nightly", cron="0 3 * * *"))
     assert (gen, created) == (2, False)
-    assert await store.redis.hget(store.keys.schedule("r"), "version") == "2:" + fields[
-        "version"
-    ].partition(":")[2]
+    assert (
+        await store.redis.hget(store.keys.schedule("r"), "version")
+        == "2:" + fields["version"].partition(":")[2]
+    )
     assert await store.redis.hexists(store.keys.schedule("r"), "updated_at")
 
 

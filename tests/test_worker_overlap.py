@@ -216,3 +216,35 @@ async def test_failed_and_dead_events_in_history(redis: Redis, settings: Setting
     assert not await redis.hexists(Keys(settings.prefix).schedule("s1"), "run")
     raw = await redis.lrange(Keys(settings.prefix).history("s1"), 0, -1)
     assert all(isinstance(orjson.loads(item), dict) for item in raw)
+
+
+async def test_schedule_removed_while_its_job_runs_stays_removed(
+    redis: Redis, settings: Settings
+) -> None:
+    """The run marker lives in the schedule's hash: ending a run of a removed schedule must not
+    write a new hash (a half schedule) back."""
+    worker = rsched.Worker(settings=fast_settings(settings))
+    started, release = anyio.Event(), anyio.Event()
+    done: list[str] = []
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        started.set()
+        await release.wait()
+        done.append(job.execution_id)
+
+    async with (
+        running(worker, redis),
+        scheduling(redis, settings, every=3600) as store,
+    ):
+        with anyio.fail_after(10):
+            await started.wait()
+        await store.remove("s1")
+        release.set()
+        await wait_until(lambda: len(done) == 1)
+        await wait_until(lambda: _stream_empty(redis, settings))
+    assert not await redis.exists(Keys(settings.prefix).schedule("s1"))
+
+
+async def _stream_empty(redis: Redis, settings: Settings) -> bool:
+    return int(await redis.xlen(Keys(settings.prefix).queue("default"))) == 0
