@@ -446,12 +446,15 @@ async def test_rounds_make_progress_past_their_planning_budget(
     assert sorted(j["schedule_id"] for j in await jobs(store)) == [f"b{i}" for i in range(5)]
 
 
-def test_batches_are_bounded_and_keep_chains_whole() -> None:
+async def test_batches_are_bounded_and_keep_chains_whole() -> None:
     def group(sid: str, n: int) -> list[tuple[FireItem, tuple[str, ...]]]:
         return [(FireItem(sid, "1:0", i, i, i + 1, "fire"), ()) for i in range(n)]
 
-    groups = [group("a", 3), group("b", 1), group("c", 4), group("d", 1), group("e", 2)]
-    batches = list(scheduler_module._batches(groups, 4))
+    async def groups() -> AsyncIterator[list[tuple[FireItem, tuple[str, ...]]]]:
+        for g in [group("a", 3), group("b", 1), group("c", 4), group("d", 1), group("e", 2)]:
+            yield g
+
+    batches = [b async for b in scheduler_module._batches(groups(), 4)]
     assert [[g[0][0].schedule_id for g in batch] for batch in batches] == [
         ["a", "b"],
         ["c"],

@@ -48,6 +48,7 @@ async def test_write_and_load(store: Store) -> None:
     assert set(fields) == {
         "task", "cron", "timezone", "version",
     }  # fmt: skip
+    assert loaded.created_at is not None
     assert fields["version"] == f"1:{to_ms(loaded.created_at)}"
     assert loaded.updated_at == loaded.created_at  # stored only once the schedule changes
     # The next run lives in the index only, and reads take it from there.

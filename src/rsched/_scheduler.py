@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import anyio
@@ -45,6 +45,8 @@ POLICY_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
+# Specs read per policies.lua call (and per step of the prefetch).
+LOAD_CHUNK = 1_000
 # Error replies about the server's state, not about one schedule's data.
 _SERVER_CONDITIONS = (
     "OOM",
@@ -229,21 +231,24 @@ class Scheduler:
             delay = until - time.monotonic()  # the prefetch took some of the idle time
             return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
 
-        await self._load([sid for sid, _ in ready if sid not in self._policies])
         # `due` lists the oldest first: its lateness is the round's.
         counts = await self._fire(lease, self._plan(ready, now), late_ms=max(0, now - ready[0][1]))
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
         return NOT_DUE_PAUSE_S if counts.get(NOT_DUE) else 0.0
 
-    def _plan(
+    async def _plan(
         self, ready: list[tuple[str, int]], now: int
-    ) -> Iterator[list[tuple[FireItem, tuple[str, ...]]]]:
-        """The fire items of each ready schedule, as a group per schedule: planned lazily, so
-        the first batches are on their way to Redis while the rest are still being planned."""
+    ) -> AsyncIterator[list[tuple[FireItem, tuple[str, ...]]]]:
+        """The fire items of each ready schedule, as a group per schedule. Lazy, a chunk of
+        specs at a time (those the prefetch did not cache are read here): the first batches are
+        on their way to Redis while the rest are still being read and planned."""
         budget_end = time.monotonic() + PLAN_BUDGET_S
         planned = False
-        for sid, score in ready:
+        for index, (sid, score) in enumerate(ready):
+            if index % LOAD_CHUNK == 0:
+                chunk = ready[index : index + LOAD_CHUNK]
+                await self._load([s for s, _ in chunk if s not in self._policies])
             # Misfire arithmetic after a long outage can be slow (counting a year of a
             # per-second cron): fire what is planned and leave the rest, still due, for the
             # next round, so every round makes progress and none runs into its timeout.
@@ -277,7 +282,10 @@ class Scheduler:
             yield [(item, item_keys) for item in items]
 
     async def _fire(
-        self, lease: str, groups: Iterable[list[tuple[FireItem, tuple[str, ...]]]], late_ms: int
+        self,
+        lease: str,
+        groups: AsyncIterable[list[tuple[FireItem, tuple[str, ...]]]],
+        late_ms: int,
     ) -> dict[int, int]:
         started = time.perf_counter()
         sent = 0
@@ -319,7 +327,7 @@ class Scheduler:
 
         limiter = anyio.CapacityLimiter(self.cfg.max_in_flight)
         async with anyio.create_task_group() as tg:
-            for batch in _batches(groups, self.cfg.batch_size):
+            async for batch in _batches(groups, self.cfg.batch_size):
                 tg.start_soon(send, batch)
                 sent += 1
                 # Let the batch go out now: Redis fires it while the next one is planned.
@@ -357,8 +365,8 @@ class Scheduler:
     async def _load(self, ids: list[str]) -> None:
         if len(self._policies) > POLICY_CACHE_MAX:
             self._policies.clear()
-        for start in range(0, len(ids), 1000):
-            chunk = ids[start : start + 1000]
+        for start in range(0, len(ids), LOAD_CHUNK):
+            chunk = ids[start : start + LOAD_CHUNK]
             found = await self.store.policy_fields(chunk, POLICY_FIELDS)
             for sid, fields in zip(chunk, found, strict=True):
                 if fields is None:  # not a hash: someone else wrote the key; keep the rest going
@@ -383,7 +391,8 @@ class Scheduler:
         """
         if self.cfg.prefetch_ms <= 0:
             return
-        size, horizon = self.cfg.window_size, now + self.cfg.prefetch_ms
+        # A page at a time, so the deadline is checked often: firing on time comes first.
+        size, horizon = min(self.cfg.window_size, LOAD_CHUNK), now + self.cfg.prefetch_ms
         after, offset = self._prefetched
         if after < now:  # what lies before now is due: the due read covers it
             after, offset = now, 0
@@ -412,13 +421,13 @@ def _offer(inbox: MemoryObjectSendStream[Message], message: Message) -> None:
         inbox.send_nowait(message)
 
 
-def _batches(
-    groups: Iterable[list[tuple[FireItem, tuple[str, ...]]]], size: int
-) -> Iterable[list[list[tuple[FireItem, tuple[str, ...]]]]]:
+async def _batches(
+    groups: AsyncIterable[list[tuple[FireItem, tuple[str, ...]]]], size: int
+) -> AsyncIterator[list[list[tuple[FireItem, tuple[str, ...]]]]]:
     """Cut into batches of about ``size`` items, never splitting one schedule's chain."""
     batch: list[list[tuple[FireItem, tuple[str, ...]]]] = []
     items = 0
-    for group in groups:
+    async for group in groups:
         batch.append(group)
         items += len(group)
         if items >= size:

@@ -114,7 +114,7 @@ class Store(_lua.ScriptCaller):
             _check_type(WRONG_TYPE, schedule.id, exc)
             raise
         exists = version is not None
-        created = split_version(version or "")[1]
+        created = split_version(str(version or ""))[1]
         if mode == "add" and exists:
             raise ScheduleExists(schedule.id)
         if mode == "replace" and not exists:
