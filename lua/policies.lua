@@ -14,13 +14,14 @@ when the hash does not exist, or '!' when the key holds another type.
 
 local out = {}
 for i = 1, #KEYS do
-  local t = rcall('TYPE', KEYS[i])['ok']
-  if t == 'hash' then
-    out[i] = rcall('HMGET', KEYS[i], unpack(ARGV))
-  elseif t == 'none' then
+  -- The read is its own type check: one call a schedule, not a TYPE first.
+  local values = pcall_read('HMGET', KEYS[i], unpack(ARGV))
+  if not values then
+    out[i] = '!'
+  elseif values[1] == false and rcall('EXISTS', KEYS[i]) == 0 then
     out[i] = ''
   else
-    out[i] = '!'
+    out[i] = values
   end
 end
 if #out == 0 then return '[]' end  -- cjson would encode an empty table as {}
