@@ -644,7 +644,7 @@ def _memory_table(r: dict[str, Any]) -> str:
             ["  index zset / schedule", r["index_bytes_per_schedule"]],
             ["after one fire, excluding the stream / schedule", r["after_fire_bytes_per_schedule"]],
             ["  history list after one fire", r["history_bytes_one_fire"]],
-            ["  schedule hash after one fire (runs, last_run, run marker)", r["hash_after_fire_bytes"]],
+            ["  schedule hash after one fire (run state)", r["hash_after_fire_bytes"]],
             ["stream bytes / job entry", r["stream_bytes_per_job"]],
         ],
     )

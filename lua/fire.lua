@@ -108,8 +108,8 @@ for i = 1, n do
     code = -5
   elseif action == 'skip' then
     if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
-                  ',"scheduled_at":' .. sched .. ',"at":' .. fmt_ms(now) ..
-                  ',"late_ms":' .. fmt_ms(now - tonumber(sched)) .. '}') then
+                  ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
+                  ',"late_ms":' .. int_text(now - tonumber(sched)) .. '}') then
       score = advance(k.hash, sched, nxt, false, true, f)
       code = 4
     else

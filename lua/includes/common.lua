@@ -1,18 +1,19 @@
 -- Include: common functions, inlined (by rsched._lua) into every script that names it.
--- Defines: rcall, fmt_ms(ms), now_ms(), hist(key, cap, json), hist_first(key, cap, json), pcall_read(...),
+-- Defines: rcall, int_text(n), now_ms(), hist(key, cap, json), hist_first(key, cap, json), pcall_read(...),
 -- op_replay(key, id), op_store(key, id, result), key_is(key, want), json_str(s) and
 -- version_parts(version).
 
 local rcall = redis.call
 
--- Decimal text of a time in ms. string.format costs ~1 µs a call here and a batch formats the
--- same few values (now, its lateness, a marker's expiry) over and over: remember them.
-local MS_TEXT = {}
-local function fmt_ms(ms)
-  local s = MS_TEXT[ms]
+-- Decimal text of an integer (a time in ms, a count). string.format costs ~1 µs a call and a
+-- batch formats the same few values (now, its lateness, a marker's expiry) over and over:
+-- remember them.
+local INT_TEXT = {}
+local function int_text(n)
+  local s = INT_TEXT[n]
   if not s then
-    s = string.format('%d', ms)
-    MS_TEXT[ms] = s
+    s = string.format('%d', n)
+    INT_TEXT[n] = s
   end
   return s
 end

@@ -55,24 +55,22 @@ end
 local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
   local exec = sid .. '@' .. sched
   local overlap = f[F_OVERLAP] or 'skip'
-  local at = fmt_ms(now)
+  local at = int_text(now)
   local base = '"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
-               fmt_ms(now - tonumber(sched)) .. ',"execution_id":' ..
+               int_text(now - tonumber(sched)) .. ',"execution_id":' ..
                exec_json(exec) .. ',"origin":"' .. origin .. '"' .. extra
 
   -- Retry and timeout settings travel with the job (only those not at their default), so a
   -- worker never has to read a schedule that may have changed or gone since the fire.
-  local opts = '{}'
-  if f[F_MAX_RETRIES] or f[F_OPTS + 1] or f[F_OPTS + 2] or f[F_RETRY_MAX] or f[F_OPTS + 4]
-      or f[F_TIMEOUT] then
-    local o = {}
-    for i = 1, #JOB_OPTS do
-      local v = f[F_OPTS - 1 + i]
-      if v then o[#o + 1] = '"' .. JOB_OPTS[i] .. '":' .. v end
-    end
-    opts = '{' .. table.concat(o, ',') .. '}'
+  local opts = {}
+  for i = 1, #JOB_OPTS do
+    local v = f[F_OPTS - 1 + i]
+    if v then opts[#opts + 1] = '"' .. JOB_OPTS[i] .. '":' .. v end
   end
-  local gen = string.match(f[F_VERSION] or '', '^(%d+)') or '0'
+  local job = {'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
+               'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
+               'attempt', '1', 'generation', string.match(f[F_VERSION] or '', '^(%d+)') or '0',
+               'origin', origin, 'opts', '{' .. table.concat(opts, ',') .. '}'}
 
   -- The history push is each path's first write and checks the history key's type by itself
   -- (hist_first): a history list someone else overwrote refuses the occurrence whole (-6).
@@ -95,9 +93,7 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
       if not hist_first(k.history, cap, '{"event":"buffered",' .. base .. '}') then
         return -6, exec
       end
-      rcall('HSET', k.buffered, 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
-            'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
-            'attempt', '1', 'generation', gen, 'origin', origin, 'opts', opts)
+      rcall('HSET', k.buffered, unpack(job))
       return 3, exec
     end
   end
@@ -111,9 +107,7 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
   elseif not hist_first(k.history, cap, '{"event":"fired",' .. base .. '}') then
     return -6, exec
   end
-  rcall('XADD', k.stream, '*', 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
-        'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
-        'attempt', '1', 'generation', gen, 'origin', origin, 'opts', opts)
+  rcall('XADD', k.stream, '*', unpack(job))
   local marker = nil
   if overlap ~= 'allow' then
     -- A worker id left from an earlier (expired or cancelled) run must not survive into this
@@ -135,7 +129,7 @@ local function advance(hash_key, sched, nxt, fired, move_next, f, marker)
   local runs = tonumber(f[F_RUNS] or '0')
   if fired then
     runs = runs + 1
-    set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'runs', fmt_ms(runs), 'last_run', sched
+    set[n + 1], set[n + 2], set[n + 3], set[n + 4] = 'runs', int_text(runs), 'last_run', sched
     n = n + 4
   end
   local done = (f[F_MAX_RUNS] and runs >= tonumber(f[F_MAX_RUNS])) or (move_next and nxt == '')

@@ -35,7 +35,7 @@ local function marker_ttl(timeout, max_retries, retry_max)
 end
 
 local function marker_fields(exec, now, ttl)
-  return 'run', exec, 'run_state', 'queued', 'run_until', fmt_ms(now + ttl)
+  return 'run', exec, 'run_state', 'queued', 'run_until', int_text(now + ttl)
 end
 
 local function marker_clear(hash)
