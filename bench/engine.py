@@ -428,18 +428,14 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
     stored = await ctx.redis.hgetall(k.schedule(ids[0]))
     policy = Policy.from_hash({str(f): str(v) for f, v in stored.items()})
     fire_now = await ctx.now_ms()
-    planned: list[tuple[FireItem, tuple[str, ...]]] = [
-        (item, ctx.store.fire_keys(sid, "default"))
-        for sid in ids
-        for item in plan(sid, policy, due_at, fire_now)
-    ]
-    nxt = planned[0][0].next or nxt
+    planned: list[FireItem] = [item for sid in ids for item in plan(sid, policy, due_at, fire_now)]
+    nxt = planned[0].next or nxt
     batches = [planned[i : i + cfg.batch_size] for i in range(0, n, cfg.batch_size)]
     calls0, usec0 = await ctx.evalsha_stats()
     limiter = anyio.CapacityLimiter(cfg.max_in_flight)
     codes: list[int] = []
 
-    async def send(batch: list[tuple[FireItem, tuple[str, ...]]]) -> None:
+    async def send(batch: list[FireItem]) -> None:
         async with limiter:
             got = await ctx.store.fire(lease, batch)
         assert got is not None

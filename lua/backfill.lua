@@ -64,13 +64,13 @@ for i = 6, #ARGV do
   local exec = sid .. '@' .. sched
   local code = 0
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
-    local _, marker
-    code, _, marker = fire_job(k, sid, sched, now, 'backfill', cap, cancel_channel, '', f)
+    local _, run_until
+    code, _, run_until = fire_job(k, sid, sched, now, 'backfill', cap, cancel_channel, '', f)
     if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end
-    if marker then
-      rcall('HSET', k.hash, unpack(marker))
+    if run_until then
+      rcall('HSET', k.hash, marker_pairs(exec, run_until))
       -- The next occurrence of this backfill sees the run it just queued.
-      f[F_RUN], f[F_RUN_UNTIL] = marker[2], marker[6]
+      f[F_RUN], f[F_RUN_UNTIL] = exec, run_until
     end
   end
   out[#out + 1] = code

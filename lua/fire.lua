@@ -13,21 +13,25 @@ holds another type; the run marker lives in the hash, see marker.lua.)
 
 KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
-then 4 keys per item, in this order:
-  hash      {p}:schedule:<id>
-  history   {p}:history:<id>
-  buffered  {p}:buffered:<id>
-  stream    {p}:queue:<queue of the schedule>
 
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
 ARGV[3] cancel      pub/sub channel for cancel_previous
-then 1 arg per item: "<id> <version> <expect> <sched> <next> <action> <missed>" (one string,
-  fields separated by single spaces; packing them keeps a batch of thousands cheap to send):
+ARGV[4..7]          key prefixes of a schedule's hash, history, buffered hash, and of a queue's
+                    stream ("{p}:schedule:", "{p}:history:", "{p}:buffered:", "{p}:queue:"):
+                    an item's keys are the prefix followed by its id (its queue for the
+                    stream, read from the hash). Passing prefixes instead of four names per item
+                    halves what a batch carries; every key keeps the hash tag of KEYS, so the
+                    script still touches a single slot.
+then 1 arg per item, one string of fields separated by single spaces (packing them keeps a
+  batch of thousands cheap to send): "<id> <version> <expect> <next>" for an occurrence on
+  time, "<id> <version> <expect> <next> <sched> <action> <missed>" otherwise:
+  id       a schedule id rsched accepts (letters, digits, '. _ - :')
   version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
            from ('' = none)
-  expect   the next_run the scheduler read (ms)   sched  the occurrence to run (ms)
+  expect   the next_run the scheduler read (ms)
   next     the following occurrence (ms), or '' when there is none
+  sched    the occurrence to run (ms; the short form runs `expect`)
   action   'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
            'skip' (misfire policy skip: no job, only history)
 
@@ -47,9 +51,14 @@ or a single code for the whole call, nothing written: '-1' the lease is not the 
 
 local leader_key, schedules_key = KEYS[1], KEYS[2]
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local KEYS_PER = 4
+local hash_prefix, history_prefix, buffered_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
+  ARGV[7]
+local HEAD = 7
 local ACTIONS = {fire = true, misfire = true, skip = true}
-local ITEM = '^(%S+) (%S*) (%-?%d+) (%-?%d+) (%-?%d*) (%a+) (%d+)$'
+-- Character sets rather than %S/%d classes, and the long form only when needed: the parse is a
+-- large part of what an item costs.
+local ITEM = '^([^ ]+) ([^ ]*) (%-?[0-9]+) (%-?[0-9]*)(.*)$'
+local TAIL = '^ (%-?[0-9]+) ([a-z]+) ([0-9]+)$'
 
 -- The index is read once for the whole batch (ZMSCORE) and written once at the end; `index`
 -- holds each schedule's score as this batch leaves it (a catch_up batch may hold several
@@ -68,14 +77,23 @@ local function heal_index(sid, exists, status, score)
   end
 end
 
-local n = #ARGV - 3
-if n < 0 or #KEYS ~= 2 + n * KEYS_PER or not cap or cap < 1 then return '-7' end
+local n = #ARGV - HEAD
+if n < 0 or #KEYS ~= 2 or not cap or cap < 1 or not stream_prefix then return '-7' end
 if n == 0 then return '' end
-local items, sids = {}, {}
+-- One array per item field (sids also feeds ZMSCORE).
+local sids, versions, expects, nexts, scheds, actions, misses = {}, {}, {}, {}, {}, {}, {}
+local match = string.match
 for i = 1, n do
-  local it = {string.match(ARGV[3 + i], ITEM)}
-  if not it[1] or not ACTIONS[it[6]] then return '-7' end
-  items[i], sids[i] = it, it[1]
+  local sid, version, expect, nxt, tail = match(ARGV[HEAD + i], ITEM)
+  if not sid then return '-7' end
+  sids[i], versions[i], expects[i], nexts[i] = sid, version, expect, nxt
+  if tail == '' then
+    scheds[i], actions[i], misses[i] = expect, 'fire', '0'
+  else
+    local sched, action, missed = match(tail, TAIL)
+    if not sched or not ACTIONS[action] then return '-7' end
+    scheds[i], actions[i], misses[i] = sched, action, missed
+  end
 end
 if rcall('GET', leader_key) ~= lease then return '-1' end
 if not key_is(schedules_key, 'zset') then return '-8' end
@@ -87,45 +105,58 @@ end
 
 local now = now_ms()
 local results = {}
-local stream_ok = {}  -- most batches share one queue stream: check its type once
+-- Stream key of each queue, false when that key holds another type (checked once per batch).
+local streams = {}
+local k = {}  -- this item's keys (fire_job's `k`), one table reused for every item
 
 for i = 1, n do
-  local b = 3 + (i - 1) * KEYS_PER
-  local k = {hash = KEYS[b], history = KEYS[b + 1], buffered = KEYS[b + 2], stream = KEYS[b + 3]}
-  local sid, version, expect, sched, nxt, action, missed = unpack(items[i])
+  local sid, expect, sched, nxt, action = sids[i], expects[i], scheds[i], nexts[i], actions[i]
   local code, score
+  k.hash = hash_prefix .. sid
   -- One read of the hash (which is also its type check) gives the version check and everything
   -- fire_job and advance need.
   local f = pcall_read('HMGET', k.hash, unpack(JOB_FIELDS))
   if not f then
     code = -6
-  elseif f[F_VERSION] ~= version or index[sid] ~= expect or f[F_STATUS] then
+  elseif f[F_VERSION] ~= versions[i] or index[sid] ~= expect or f[F_STATUS] then
     code = 0  -- status is absent exactly when the schedule is active
     heal_index(sid, f[F_VERSION], f[F_STATUS], index[sid])
   elseif not fire_job_ok(f) then
     code = -6
-  elseif tonumber(sched) > now then
+  elseif sched_ms(sched) > now then
     code = -5
-  elseif action == 'skip' then
-    if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' .. missed ..
-                  ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
-                  ',"late_ms":' .. int_text(now - tonumber(sched)) .. '}') then
-      score = advance(k.hash, sched, nxt, false, true, f)
-      code = 4
-    else
-      code = -6
-    end
   else
-    if stream_ok[k.stream] == nil then stream_ok[k.stream] = key_is(k.stream, 'stream') end
-    if (f[F_OVERLAP] == 'buffer_one' and not key_is(k.buffered, 'hash'))
-        or not stream_ok[k.stream] then
-      code = -6
+    k.history = history_prefix .. sid
+    if action == 'skip' then
+      if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' ..
+                    misses[i] .. ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
+                    ',"late_ms":' .. int_text(now - sched_ms(sched)) .. '}') then
+        score = advance(k.hash, sched, nxt, false, true, f)
+        code = 4
+      else
+        code = -6
+      end
     else
-      local origin, extra = 'schedule', ''
-      if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
-      local _, marker
-      code, _, marker = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
-      if code > 0 then score = advance(k.hash, sched, nxt, code == 1, true, f, marker) end
+      local queue = f[F_QUEUE] or 'default'
+      local stream = streams[queue]
+      if stream == nil then
+        stream = stream_prefix .. queue
+        if not key_is(stream, 'stream') then stream = false end
+        streams[queue] = stream
+      end
+      k.stream, k.buffered = stream, buffered_prefix .. sid
+      if not stream or (f[F_OVERLAP] == 'buffer_one' and not key_is(k.buffered, 'hash')) then
+        code = -6
+      else
+        local origin, extra = 'schedule', ''
+        if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. misses[i] end
+        local exec, run_until
+        code, exec, run_until = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra,
+                                         f)
+        if code > 0 then
+          score = advance(k.hash, sched, nxt, code == 1, true, f, run_until and exec, run_until)
+        end
+      end
     end
   end
   if score then index[sid], moved[sid] = score, score end

@@ -25,9 +25,9 @@ if f[F_STATUS] == 'completed' then return {-4} end
 if not fire_job_ok(f) then return {-6} end
 local now = now_ms()
 local sched = string.format('%d', now)
-local code, exec, marker = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]), ARGV[3],
-                                    '', f)
-if code > 0 and advance(k.hash, sched, '', code == 1, false, f, marker) then
+local code, exec, run_until = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]),
+                                       ARGV[3], '', f)
+if code > 0 and advance(k.hash, sched, '', code == 1, false, f, run_until and exec, run_until) then
   rcall('ZADD', KEYS[1], 'inf', ARGV[1])  -- completed (max_runs reached)
 end
 return op_store(KEYS[6], ARGV[4], {code, exec})

@@ -40,7 +40,7 @@ async def add(store: Store, sid: str = "a", **spec: Any) -> None:
 
 
 async def fire(store: Store, lease: str, *items: FireItem) -> list[int] | None:
-    return await store.fire(lease, [(i, store.fire_keys(i.schedule_id, "default")) for i in items])
+    return await store.fire(lease, list(items))
 
 
 async def jobs(store: Store, queue: str = "default") -> list[dict[str, str]]:
@@ -321,7 +321,7 @@ async def test_client_retries_across_a_server_restart(
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("max_runs", "many"), ("runs", "x"), ("timeout_s", "1h")]
+    ("field", "value"), [("max_runs", "many"), ("runs", "x"), ("opts", "{timeout_s: 1h}"), ("run_until", "soon")]
 )
 async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, value: str) -> None:
     await add(store)

@@ -404,7 +404,7 @@ async def test_script_failure_is_isolated_to_its_schedule(
     real_fire = Store.fire
 
     async def fire(self: Store, lease: str, items: Any) -> list[int] | None:
-        if any(item.schedule_id == "boom" for item, _ in items):
+        if any(item.schedule_id == "boom" for item in items):
             raise ResponseError("user_script:1: something unforeseen")
         return await real_fire(self, lease, items)
 
@@ -447,15 +447,15 @@ async def test_rounds_make_progress_past_their_planning_budget(
 
 
 async def test_batches_are_bounded_and_keep_chains_whole() -> None:
-    def group(sid: str, n: int) -> list[tuple[FireItem, tuple[str, ...]]]:
-        return [(FireItem(sid, "1:0", i, i, i + 1, "fire"), ()) for i in range(n)]
+    def group(sid: str, n: int) -> list[FireItem]:
+        return [FireItem(sid, "1:0", i, i, i + 1, "fire") for i in range(n)]
 
-    async def groups() -> AsyncIterator[list[tuple[FireItem, tuple[str, ...]]]]:
+    async def groups() -> AsyncIterator[list[FireItem]]:
         for g in [group("a", 3), group("b", 1), group("c", 4), group("d", 1), group("e", 2)]:
             yield g
 
     batches = [b async for b in scheduler_module._batches(groups(), 4)]
-    assert [[g[0][0].schedule_id for g in batch] for batch in batches] == [
+    assert [[g[0].schedule_id for g in batch] for batch in batches] == [
         ["a", "b"],
         ["c"],
         ["d", "e"],

@@ -134,7 +134,7 @@ async def test_paused_leader_fires_nothing_after_resume(
     nxt = int(fields["next_run"])
     item = FireItem("tick", fields["version"], nxt, nxt, nxt + 100, "fire")
     length = await store.redis.xlen(store.keys.queue("default"))
-    assert await store.fire(old_lease, [(item, store.fire_keys("tick", "default"))]) is None
+    assert await store.fire(old_lease, [item]) is None
     assert await store.redis.xlen(store.keys.queue("default")) == length
     for fired in re.findall(r"event=fired fired=(\d+)", old.output()[seen:]):
         assert fired == "0"

@@ -11,6 +11,8 @@
 -- marker_live(run, run_until, now): the execution id when the marker counts, else nil.
 -- marker_of(hash, now): marker_live of the stored marker, and the stored `run` (live or not).
 -- marker_fields(exec, now, ttl_ms): field/value pairs of a fresh marker for HSET.
+-- marker_pairs(exec, run_until): the same with its expiry given as text; nothing when exec is
+--   nil (so that it can end an HSET's arguments either way).
 -- marker_ttl(timeout_s, max_retries, retry_max_s): how long a marker may live, in ms.
 -- marker_clear(hash): delete the marker fields.
 
@@ -34,8 +36,12 @@ local function marker_ttl(timeout, max_retries, retry_max)
                     * 1000) + 60000
 end
 
+local function marker_pairs(exec, run_until)
+  if exec then return 'run', exec, 'run_state', 'queued', 'run_until', run_until end
+end
+
 local function marker_fields(exec, now, ttl)
-  return 'run', exec, 'run_state', 'queued', 'run_until', int_text(now + ttl)
+  return marker_pairs(exec, int_text(now + ttl))
 end
 
 local function marker_clear(hash)

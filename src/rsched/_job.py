@@ -26,7 +26,8 @@ DEFAULT_RETRY_MAX_S = 3600.0
 DEFAULT_RETRY_JITTER = 0.2
 DEFAULT_TIMEOUT_S = 3600.0
 
-_OPTION_NAMES = frozenset(
+#: A job's retry and timeout settings: the ``opts`` of a job entry and of a schedule's hash.
+OPTION_NAMES = frozenset(
     {"max_retries", "retry_base_s", "retry_multiplier", "retry_max_s", "retry_jitter", "timeout_s"}
 )
 
@@ -59,7 +60,7 @@ class JobOptions:
             raise MalformedJob("opts is not a JSON object")
         values: dict[str, Any] = {}
         for name, value in raw.items():
-            if name not in _OPTION_NAMES:
+            if name not in OPTION_NAMES:
                 continue  # an option of a newer rsched: ignore rather than refuse the job
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise MalformedJob(f"opts.{name} is not a number: {value!r}")
@@ -74,7 +75,7 @@ class JobOptions:
         """The ``opts`` field: only the settings that differ from their default."""
         diff = {
             name: getattr(self, name)
-            for name in sorted(_OPTION_NAMES)
+            for name in sorted(OPTION_NAMES)
             if getattr(self, name) != getattr(_DEFAULT_OPTIONS, name)
         }
         return orjson.dumps(diff).decode()

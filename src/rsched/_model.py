@@ -25,6 +25,7 @@ from pydantic import (
 
 from rsched._cron import Cron
 from rsched._errors import InvalidSchedule, StateError
+from rsched._job import OPTION_NAMES, JobOptions, MalformedJob
 from rsched._keys import NAME_RE
 from rsched._tz import resolve_timezone
 
@@ -215,9 +216,16 @@ class Schedule(BaseModel):
                 if value:
                     out[name] = orjson.dumps(value).decode()
                 continue
+            if name in OPTION_NAMES:
+                continue
             if value == info.get_default(call_default_factory=True) and name != "task":
                 continue
             out[name] = _encode(value)
+        # The job options are one field, in the form a job entry carries them: the fire script
+        # copies it into the job as it is, and reads one field instead of six.
+        opts = JobOptions(**{name: getattr(self, name) for name in OPTION_NAMES}).encode()
+        if opts != "{}":
+            out["opts"] = opts
         return out
 
     @classmethod
@@ -232,6 +240,8 @@ class Schedule(BaseModel):
                 continue
             if name in _TIME_FIELDS or name in _TIME_FIELDS_STATE:
                 data[name] = from_ms(int(raw))
+            elif name == "opts":
+                data.update(_decode_opts(schedule_id, raw))
             elif name not in cls.model_fields:
                 continue  # a field from a newer rsched: ignore rather than fail to read
             else:
@@ -265,6 +275,17 @@ class Schedule(BaseModel):
     def public_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of spec and state (datetimes as ISO 8601 strings)."""
         return self.model_dump(mode="json")
+
+
+def _decode_opts(schedule_id: str, raw: str) -> dict[str, Any]:
+    try:
+        opts = JobOptions.parse(raw)
+    except MalformedJob as exc:
+        raise StateError(
+            f"stored schedule {schedule_id!r} has unreadable opts ({exc}); it was not written by "
+            "this version of rsched or was edited by hand"
+        ) from None
+    return {name: getattr(opts, name) for name in OPTION_NAMES}
 
 
 def _encode(value: Any) -> str:

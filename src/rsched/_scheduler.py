@@ -29,7 +29,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
 from rsched._errors import RschedError
-from rsched._keys import Keys
+from rsched._keys import NAME_RE, Keys
 from rsched._log import get_logger
 from rsched._plan import POLICY_FIELDS, Policy, plan
 from rsched._settings import Settings
@@ -237,9 +237,7 @@ class Scheduler:
         # back (a failover to a replica with another clock). Do not spin while it catches up.
         return NOT_DUE_PAUSE_S if counts.get(NOT_DUE) else 0.0
 
-    async def _plan(
-        self, ready: list[tuple[str, int]], now: int
-    ) -> AsyncIterator[list[tuple[FireItem, tuple[str, ...]]]]:
+    async def _plan(self, ready: list[tuple[str, int]], now: int) -> AsyncIterator[list[FireItem]]:
         """The fire items of each ready schedule, as a group per schedule. Lazy, a chunk of
         specs at a time (those the prefetch did not cache are read here): the first batches are
         on their way to Redis while the rest are still being read and planned."""
@@ -254,13 +252,17 @@ class Scheduler:
             # next round, so every round makes progress and none runs into its timeout.
             if planned and time.monotonic() > budget_end:
                 return
+            if not NAME_RE.match(sid):
+                # Not an id rsched writes (someone added it to the index by hand): the fire
+                # script's item format and the history's JSON assume one.
+                self._quarantine[sid] = time.monotonic() + QUARANTINE_S
+                log.error("schedule.bad_id", schedule=repr(sid), retry_s=QUARANTINE_S)
+                continue
             policy = self._policies.get(sid)
             if policy is None:  # its hash is gone: a stale item lets the script drop the index
-                orphan = FireItem(sid, "", score, score, None, "fire")
                 planned = True
-                yield [(orphan, self.store.fire_keys(sid, "default"))]
+                yield [FireItem(sid, "", score, score, None, "fire")]
                 continue
-            item_keys = self.store.fire_keys(sid, policy.queue)
             try:
                 items = plan(sid, policy, score, now)
             except (ValueError, ArithmeticError) as exc:
@@ -279,12 +281,12 @@ class Scheduler:
                         late_ms=now - item.expect,
                     )
             planned = True
-            yield [(item, item_keys) for item in items]
+            yield items
 
     async def _fire(
         self,
         lease: str,
-        groups: AsyncIterable[list[tuple[FireItem, tuple[str, ...]]]],
+        groups: AsyncIterable[list[FireItem]],
         late_ms: int,
     ) -> dict[int, int]:
         started = time.perf_counter()
@@ -294,9 +296,9 @@ class Scheduler:
         # Raised after the task group, unwrapped, so the ticker's handlers see the real error.
         failures: list[Exception] = []
 
-        async def send(batch: list[list[tuple[FireItem, tuple[str, ...]]]]) -> None:
+        async def send(batch: list[list[FireItem]]) -> None:
             nonlocal lost
-            flat = [pair for group in batch for pair in group]
+            flat = [item for group in batch for item in group]
             try:
                 async with limiter:
                     codes = await self.store.fire(lease, flat)
@@ -310,7 +312,7 @@ class Scheduler:
                     for group in batch:
                         await send([group])
                     return
-                sid = batch[0][0][0].schedule_id
+                sid = batch[0][0].schedule_id
                 self._quarantine[sid] = time.monotonic() + QUARANTINE_S
                 self._policies.pop(sid, None)
                 log.error("schedule.fire_failed", schedule=sid, error=str(exc))
@@ -321,7 +323,7 @@ class Scheduler:
             if codes is None:
                 lost = True
                 return
-            for (item, _), code in zip(flat, codes, strict=True):
+            for item, code in zip(flat, codes, strict=True):
                 counts[code] = counts.get(code, 0) + 1
                 self._after_fire(item, code)
 
@@ -422,10 +424,10 @@ def _offer(inbox: MemoryObjectSendStream[Message], message: Message) -> None:
 
 
 async def _batches(
-    groups: AsyncIterable[list[tuple[FireItem, tuple[str, ...]]]], size: int
-) -> AsyncIterator[list[list[tuple[FireItem, tuple[str, ...]]]]]:
+    groups: AsyncIterable[list[FireItem]], size: int
+) -> AsyncIterator[list[list[FireItem]]]:
     """Cut into batches of about ``size`` items, never splitting one schedule's chain."""
-    batch: list[list[tuple[FireItem, tuple[str, ...]]]] = []
+    batch: list[list[FireItem]] = []
     items = 0
     async for group in groups:
         batch.append(group)

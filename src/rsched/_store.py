@@ -23,7 +23,7 @@ from rsched._errors import (
     ScheduleNotFound,
     StateError,
 )
-from rsched._keys import Keys
+from rsched._keys import NAME_RE, Keys
 from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
 from rsched._settings import DEFAULT_HISTORY_LIMIT
 from rsched._timing import first_run_ms
@@ -56,10 +56,12 @@ class FireItem:
     missed: int = 0
 
     def arg(self) -> str:
-        """The item as fire.lua reads it: one space-separated string."""
-        nxt = "" if self.next is None else str(self.next)
+        """The item as fire.lua reads it: one space-separated string, short when on time."""
+        nxt = "" if self.next is None else self.next
+        if self.action == "fire" and self.sched == self.expect:
+            return f"{self.schedule_id} {self.version} {self.expect} {nxt}"
         return (
-            f"{self.schedule_id} {self.version} {self.expect} {self.sched} {nxt} "
+            f"{self.schedule_id} {self.version} {self.expect} {nxt} {self.sched} "
             f"{self.action} {self.missed}"
         )
 
@@ -234,6 +236,8 @@ class Store(_lua.ScriptCaller):
     async def trigger(self, schedule_id: str, queue: str) -> tuple[int, str]:
         """Run one extra occurrence now; returns (code, execution id): 1 fired, 2 skipped,
         3 buffered by the overlap policy."""
+        if not NAME_RE.match(schedule_id):
+            raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
         op_key, op_id = k.new_op()
         res = await self.call(
@@ -351,24 +355,15 @@ class Store(_lua.ScriptCaller):
                 )
         return out
 
-    def fire_keys(self, schedule_id: str, queue: str) -> tuple[str, str, str, str]:
+    async def fire(self, lease: str, items: Sequence[FireItem]) -> list[int] | None:
+        """Fire a batch of items; returns a code per item, None when not leader."""
         k = self.keys
-        return (
-            k.schedule(schedule_id),
-            k.history(schedule_id),
-            k.buffered(schedule_id),
-            k.queue(queue),
-        )
-
-    async def fire(
-        self, lease: str, items: Sequence[tuple[FireItem, tuple[str, ...]]]
-    ) -> list[int] | None:
-        """Fire a batch of (item, fire_keys); returns a code per item, None when not leader."""
-        keys = [self.keys.leader, self.keys.schedules]
-        args: list[str] = [lease, str(self.history_limit), self.keys.cancel]
-        for item, item_keys in items:
-            keys.extend(item_keys)
-            args.append(item.arg())
+        keys = [k.leader, k.schedules]
+        args = [
+            lease, str(self.history_limit), k.cancel,
+            k.schedule(""), k.history(""), k.buffered(""), k.queue(""),
+        ]  # fmt: skip
+        args.extend([item.arg() for item in items])
         reply = str(await self.call_packed("fire", keys, args))
         codes = [int(c) for c in reply.split(",")] if reply else []
         # Per-item codes are never -1, -7 or -8, so a lone one of those is about the whole call.
