@@ -144,8 +144,9 @@ for i = 1, n do
         if not key_is(stream, 'stream') then stream = false end
         streams[queue] = stream
       end
-      k.stream, k.buffered = stream, buffered_prefix .. sid
-      if not stream or (f[F_OVERLAP] == 'buffer_one' and not key_is(k.buffered, 'hash')) then
+      k.stream, k.buffered = stream, nil
+      if f[F_OVERLAP] == 'buffer_one' then k.buffered = buffered_prefix .. sid end
+      if not stream or (k.buffered and not key_is(k.buffered, 'hash')) then
         code = -6
       else
         local origin, extra = 'schedule', ''

@@ -172,7 +172,7 @@ async def test_superseded_queued_job_is_skipped(redis: Redis, settings: Settings
               "opts": "{}"}  # fmt: skip
     await any_(redis).xadd(keys.queue("default"), fields)
     await any_(redis).xadd(keys.queue("default"), {**fields, "execution_id": "s1@2"})
-    await redis.hset(keys.schedule("s1"), mapping={"run": "s1@2", "run_state": "queued"})
+    await redis.hset(keys.schedule("s1"), mapping={"run": "s1@2"})
     async with running(worker, redis):
         await wait_until(lambda: ran == ["s1@2"])
         await wait_until(lambda: _has_event(store, "cancelled"))

@@ -73,12 +73,17 @@ local function sched_ms(sched)
   return v
 end
 
--- The job entry's field/value pairs. Retry and timeout settings travel with the job, so a
--- worker never has to read a schedule that may have changed or gone since the fire.
+-- Retry and timeout settings travel with the job, so a worker never has to read a schedule
+-- that may have changed or gone since the fire; absent means all defaults (a field less).
+local function opts_pair(opts)
+  if opts and opts ~= '{}' then return 'opts', opts end
+end
+
+-- The job entry's field/value pairs.
 local function job_pairs(exec, sid, sched, at, origin, f)
   return 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
          'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
-         'attempt', '1', 'generation', f.gen, 'origin', origin, 'opts', f[F_OPTS] or '{}'
+         'attempt', '1', 'generation', f.gen, 'origin', origin, opts_pair(f[F_OPTS])
 end
 
 local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
@@ -127,9 +132,9 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
   rcall('XADD', k.stream, '*', job_pairs(exec, sid, sched, at, origin, f))
   local run_until = nil
   if overlap ~= 'allow' then
-    -- A worker id left from an earlier (expired or cancelled) run must not survive into this
-    -- run's marker.
-    if f[F_RUN] then rcall('HDEL', k.hash, 'run_worker') end
+    -- The state and worker of an earlier (expired or cancelled) run must not survive into
+    -- this run's marker.
+    if f[F_RUN] then rcall('HDEL', k.hash, 'run_state', 'run_worker') end
     run_until = int_text(now + f.ttl)
   end
   if prev then rcall('PUBLISH', cancel_channel, prev) end

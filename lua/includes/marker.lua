@@ -1,7 +1,8 @@
 -- Include: marker — a schedule's unfinished run (what the overlap policies look at), kept in
 -- the schedule's own hash so that a fire writes it with the fields it updates anyway:
 --   run        execution id of the run, present while it is queued or running
---   run_state  'queued' (written by the fire) | 'running' (a worker started it)
+--   run_state  absent while the job waits in its queue, 'running' once a worker started it
+--              (the fire writes no state: one field less in the HSET of every fire)
 --   run_until  ms after which the marker no longer counts: a lost worker never blocks the
 --              schedule forever (a hash field has no TTL of its own on Redis 7.0)
 --   run_worker the worker running it (with run_state 'running')
@@ -37,7 +38,7 @@ local function marker_ttl(timeout, max_retries, retry_max)
 end
 
 local function marker_pairs(exec, run_until)
-  if exec then return 'run', exec, 'run_state', 'queued', 'run_until', run_until end
+  if exec then return 'run', exec, 'run_until', run_until end
 end
 
 local function marker_fields(exec, now, ttl)
