@@ -414,7 +414,8 @@ async def test_expired_run_marker_no_longer_blocks(store: Store) -> None:
     fields = await store.redis.hgetall(key)
     assert fields["run"] == f"a@{item.sched}"
     # Nothing of the lost run survives into this one.
-    assert "run_worker" not in fields and "run_state" not in fields
+    assert "run_worker" not in fields
+    assert "run_state" not in fields
 
 
 async def test_recreated_schedule_starts_without_a_marker(store: Store) -> None:

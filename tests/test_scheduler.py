@@ -248,6 +248,25 @@ async def test_wrong_type_schedule_does_not_stop_others(store: Store, fast: Sett
     assert await store.redis.get(store.keys.schedule("bad")) == "clobbered"
 
 
+async def test_index_entries_rsched_never_wrote_do_not_stop_others(
+    store: Store, fast: Settings
+) -> None:
+    await store.save(Schedule(id="good", task="t", every=0.05, overlap="allow"))
+    now = await store.time_ms()
+    # Members and scores written by hand: no rsched id holds a space or a quote, and rsched
+    # writes whole-ms scores only.
+    await store.redis.zadd(
+        store.keys.schedules, {"with space": now, 'quo"te': now, "frac": now - 0.5, "low": "-inf"}
+    )
+    _, due, _ = await store.due(100)
+    assert {sid: score for sid, score in due if sid != "good"} == {'quo"te': now, "frac": now - 1}
+    async with running(fast) as (scheduler,):
+        await eventually(await count_jobs(store, 3))
+        assert 'quo"te' in scheduler._quarantine
+    assert {j["schedule_id"] for j in await jobs(store)} == {"good"}
+    assert await store.redis.zscore(store.keys.schedules, "with space") == now
+
+
 async def test_graceful_stop_releases_lease(store: Store, fast: Settings) -> None:
     async with running(fast) as (scheduler,):
         await eventually(lambda: _true(scheduler.is_leader))

@@ -318,7 +318,14 @@ class Store(_lua.ScriptCaller):
         """(Redis now ms, due (id, score) pairs oldest first, next future score or None)."""
         now, flat, nxt = await self.call("due", [self.keys.schedules], [limit])
         parts = flat.split(" ") if flat else []
-        pairs = [(parts[i], int(parts[i + 1])) for i in range(0, len(parts), 2)]
+        pairs: list[tuple[str, int]] = []
+        for i in range(0, len(parts), 2):
+            try:
+                pairs.append((parts[i], int(parts[i + 1])))
+            except ValueError:  # a score rsched did not write: fractional, or -inf
+                score = float(parts[i + 1])
+                if math.isfinite(score):
+                    pairs.append((parts[i], math.floor(score)))
         return int(now), pairs, int(float(nxt)) if nxt else None
 
     async def upcoming(
