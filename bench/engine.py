@@ -321,7 +321,7 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
         lead_ms = SchedulerSettings().prefetch_ms + 500 + n // 100
         t_ms = await ctx.now_ms() + lead_ms
         cpu0, rcpu0 = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
-        calls0, usec0 = await ctx.evalsha_stats()
+        _, usec0 = await ctx.evalsha_stats()
         await ctx.retime(ids, lambda i: t_ms)
         await ctx.redis.publish(ctx.keys.wake, str(t_ms))
         # Until T the scheduler reads the specs it will need (prefetch); from T on it fires.

@@ -12,12 +12,13 @@ checks the fencing token, the schedule's version and the occurrence atomically.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Container
 from typing import Any
 
 import anyio
@@ -45,6 +46,13 @@ POLICY_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
+# While rounds keep finding a full window (a herd), each reads twice as many due entries as the
+# last, up to this multiple of window_size: fewer rounds, so fewer pauses between them.
+WINDOW_GROWTH_MAX = 8
+# The spec cache is frozen (see _freeze_cache) each time it grew by this many, given this much
+# idle time before the next run.
+FREEZE_GROWTH = 10_000
+FREEZE_IDLE_S = 0.5
 # Specs read per policies.lua call (and per step of the prefetch).
 LOAD_CHUNK = 1_000
 # Error replies about the server's state, not about one schedule's data.
@@ -79,6 +87,10 @@ class Scheduler:
         self._quarantine: dict[str, float] = {}
         # (score, offset) up to which the prefetch has read the index; reset by a wake.
         self._prefetched: tuple[int, int] = (0, 0)
+        self._window = self.cfg.window_size
+        self._frozen = 0  # size of the spec cache at the last gc.freeze()
+        # The next round's due read, made while this round's last batches fire (see _fire).
+        self._read_ahead: tuple[int, list[tuple[str, int]], int | None, bool] | None = None
         self._stop = anyio.Event()
 
     @property
@@ -215,7 +227,12 @@ class Scheduler:
 
     async def _round(self, lease: str) -> float:
         """Fire what is due now; return how long to sleep before looking again (seconds)."""
-        now, due, next_ms = await self.store.due(self.cfg.window_size)
+        read, self._read_ahead = self._read_ahead, None
+        if read is None:
+            read = await self._read_due(frozenset())
+        now, due, next_ms, full = read
+        base = self.cfg.window_size
+        self._window = min(self._window * 2, base * WINDOW_GROWTH_MAX) if full else base
         wall = time.monotonic()
         ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
         if not ready:
@@ -231,11 +248,28 @@ class Scheduler:
             delay = until - time.monotonic()  # the prefetch took some of the idle time
             return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
 
-        # `due` lists the oldest first: its lateness is the round's.
-        counts = await self._fire(lease, self._plan(ready, now), late_ms=max(0, now - ready[0][1]))
+        # `due` lists the oldest first: its lateness is the round's. A full window means more is
+        # due: the next round's read goes out while this round's last batches are still firing.
+        counts = await self._fire(
+            lease,
+            self._plan(ready, now),
+            late_ms=max(0, now - ready[0][1]),
+            read_ahead={sid for sid, _ in ready} if full else None,
+        )
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
         return NOT_DUE_PAUSE_S if counts.get(NOT_DUE) else 0.0
+
+    async def _read_due(
+        self, exclude: Container[str]
+    ) -> tuple[int, list[tuple[str, int]], int | None, bool]:
+        """(Redis now, due entries not in ``exclude``, next future score, whether the window
+        was full)."""
+        now, due, next_ms = await self.store.due(self._window)
+        full = len(due) >= self._window
+        if exclude:
+            due = [(sid, score) for sid, score in due if sid not in exclude]
+        return now, due, next_ms, full
 
     async def _plan(self, ready: list[tuple[str, int]], now: int) -> AsyncIterator[list[FireItem]]:
         """The fire items of each ready schedule, as a group per schedule. Lazy, a chunk of
@@ -288,6 +322,7 @@ class Scheduler:
         lease: str,
         groups: AsyncIterable[list[FireItem]],
         late_ms: int,
+        read_ahead: set[str] | None = None,
     ) -> dict[int, int]:
         started = time.perf_counter()
         sent = 0
@@ -327,6 +362,17 @@ class Scheduler:
                 counts[code] = counts.get(code, 0) + 1
                 self._after_fire(item, code)
 
+        async def read_next(exclude: set[str]) -> None:
+            # Queued behind this round's batches (the limiter is first come, first served), so
+            # it goes out with only the last few in flight. Entries of those are due in the read
+            # too: left out, they are this round's. One that did not fire after all is found by
+            # a later read.
+            with contextlib.suppress(RedisError, OSError):
+                async with limiter:
+                    read = await self._read_due(exclude)
+                if read[1]:
+                    self._read_ahead = read
+
         limiter = anyio.CapacityLimiter(self.cfg.max_in_flight)
         async with anyio.create_task_group() as tg:
             async for batch in _batches(groups, self.cfg.batch_size):
@@ -334,6 +380,10 @@ class Scheduler:
                 sent += 1
                 # Let the batch go out now: Redis fires it while the next one is planned.
                 await anyio.lowlevel.checkpoint()
+            if read_ahead is not None:
+                tg.start_soon(read_next, read_ahead)
+        if lost or failures:
+            self._read_ahead = None
         if not sent:
             return counts
         if lost:
@@ -403,9 +453,28 @@ class Scheduler:
             await self._load([sid for sid in ids if sid not in self._policies])
             if len(ids) < size:
                 self._prefetched = (horizon, 0)
+                self._freeze_cache(until)
                 return
             offset += size
             self._prefetched = (after, offset)
+        self._freeze_cache(until)
+
+    def _freeze_cache(self, until: float) -> None:
+        """Move the cached specs out of the garbage collector's reach once the cache has grown.
+
+        Python's full collections traverse every live object: with 100k cached specs (about a
+        million objects) one takes ~60 ms, and a herd allocates enough to set off several, each
+        a pause of every fire. The cache holds no reference cycles, so frozen specs are still
+        freed by reference counting when dropped. Collected first (nothing cyclic gets frozen),
+        and only with time to spare before the next run is due.
+        """
+        if len(self._policies) - self._frozen < FREEZE_GROWTH:
+            return
+        if until - time.monotonic() < FREEZE_IDLE_S:
+            return
+        gc.collect()
+        gc.freeze()
+        self._frozen = len(self._policies)
 
 
 def _apply(message: Message, lease: str | None) -> str | None:
