@@ -465,6 +465,27 @@ async def test_rounds_make_progress_past_their_planning_budget(
     assert sorted(j["schedule_id"] for j in await jobs(store)) == [f"b{i}" for i in range(5)]
 
 
+async def test_a_herd_over_many_windows_fires_each_occurrence_once(
+    store: Store, fast: Settings
+) -> None:
+    # A window of 5 and batches of 2: rounds grow (5, 10, 20, 40) and each reads the next
+    # round's entries while its last batches are still in flight.
+    small = fast.model_copy(
+        update={"scheduler": fast.scheduler.model_copy(update={"window_size": 5, "batch_size": 2})}
+    )
+    ids = [f"h{i:03d}" for i in range(120)]
+    for sid in ids:
+        await store.save(Schedule(id=sid, task="t", every=3600))
+    due_at = await store.time_ms() - 1_000
+    for sid in ids:
+        await set_next_run(store, sid, due_at)
+    async with running(small, count=2):
+        await eventually(await count_jobs(store, len(ids)))
+        await anyio.sleep(0.3)  # time for a duplicate, were there one
+    fired = Counter(j["schedule_id"] for j in await jobs(store))
+    assert fired == Counter(ids)
+
+
 async def test_batches_are_bounded_and_keep_chains_whole() -> None:
     def group(sid: str, n: int) -> list[FireItem]:
         return [FireItem(sid, "1:0", i, i, i + 1, "fire") for i in range(n)]
