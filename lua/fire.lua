@@ -62,34 +62,43 @@ local TAIL = '^ (%-?[0-9]+) ([a-z]+) ([0-9]+)$'
 
 -- The index is read once for the whole batch (ZMSCORE) and written once at the end; `index`
 -- holds each schedule's score as this batch leaves it (a catch_up batch may hold several
--- occurrences of one schedule, each seeing the move of the one before), `moved` the entries to
--- write: a score, or false to remove the entry.
-local index, moved = {}, {}
+-- occurrences of one schedule, each seeing the move of the one before), `zadd` and `zrem` the
+-- writes, in item order (ZADD keeps the last score given for a member).
+local index, zadd, zrem = {}, {}, {}
+
+local function move(sid, score)
+  index[sid] = score
+  if score then
+    local z = #zadd
+    zadd[z + 1], zadd[z + 2] = score, sid
+  else
+    zrem[#zrem + 1] = sid
+  end
+end
 
 -- A stale item whose index entry disagrees with its hash (hash deleted or edited by hand) would
 -- come due again at once, forever: make the index agree with the hash instead. An active
 -- schedule's next run lives only in the index, so that entry is left as it is.
 local function heal_index(sid, exists, status, score)
   if not exists then
-    if score then index[sid], moved[sid] = false, false end
+    if score then move(sid, false) end
   elseif status and score ~= 'inf' then
-    index[sid], moved[sid] = 'inf', 'inf'
+    move(sid, 'inf')
   end
 end
 
 local n = #ARGV - HEAD
 if n < 0 or #KEYS ~= 2 or not cap or cap < 1 or not stream_prefix then return '-7' end
 if n == 0 then return '' end
--- One array per item field (sids also feeds ZMSCORE).
+-- One array per item field (sids also feeds ZMSCORE); the last three only for items of the long
+-- form (an item on time runs `expect` as action 'fire').
 local sids, versions, expects, nexts, scheds, actions, misses = {}, {}, {}, {}, {}, {}, {}
 local match = string.match
 for i = 1, n do
   local sid, version, expect, nxt, tail = match(ARGV[HEAD + i], ITEM)
   if not sid then return '-7' end
   sids[i], versions[i], expects[i], nexts[i] = sid, version, expect, nxt
-  if tail == '' then
-    scheds[i], actions[i], misses[i] = expect, 'fire', '0'
-  else
+  if tail ~= '' then
     local sched, action, missed = match(tail, TAIL)
     if not sched or not ACTIONS[action] then return '-7' end
     scheds[i], actions[i], misses[i] = sched, action, missed
@@ -110,7 +119,8 @@ local streams = {}
 local k = {}  -- this item's keys (fire_job's `k`), one table reused for every item
 
 for i = 1, n do
-  local sid, expect, sched, nxt, action = sids[i], expects[i], scheds[i], nexts[i], actions[i]
+  local sid, expect, nxt = sids[i], expects[i], nexts[i]
+  local sched, action = scheds[i] or expect, actions[i] or 'fire'
   local code, score
   k.hash = hash_prefix .. sid
   -- One read of the hash (which is also its type check) gives the version check and everything
@@ -160,19 +170,10 @@ for i = 1, n do
       end
     end
   end
-  if score then index[sid], moved[sid] = score, score end
+  if score then move(sid, score) end
   results[i] = code
 end
 
-local zadd, zrem = {}, {}
-for sid, score in pairs(moved) do
-  if score then
-    local z = #zadd
-    zadd[z + 1], zadd[z + 2] = score, sid
-  else
-    zrem[#zrem + 1] = sid
-  end
-end
 for first = 1, #zadd, 1000 do
   rcall('ZADD', schedules_key, unpack(zadd, first, math.min(#zadd, first + 999)))
 end

@@ -7,9 +7,9 @@
 --   A fire costs one read of the hash; each field read costs about as much as a small command,
 --   which is why the job options live in one `opts` field.
 -- fire_job_ok(f): true when those fields are usable (a task, numbers where numbers belong, opts
---   a JSON object); also keeps what it decoded in f (f.runs, f.ttl, f.gen). Call it before the
---   first write: a hash edited by hand must be refused whole rather than fail halfway, which
---   Redis would not roll back.
+--   a JSON object); keeps what it decoded (runs, max_runs, marker ttl, generation) in `fx` for
+--   fire_job and advance. Call it before the first write: a hash edited by hand must be refused
+--   whole rather than fail halfway, which Redis would not roll back.
 -- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
 --   k: {hash=, history=, buffered=, stream=} key names of this schedule
 --   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill
@@ -45,20 +45,26 @@ local function number_or(value, default)
   return tonumber(value)
 end
 
+-- What fire_job_ok derived from the last fields it accepted, for fire_job and advance. One
+-- table reused for every item: adding these keys to each item's own table cost a rehash or
+-- three per item, a large part of a fire's Lua time.
+local fx = {runs = 0, max_runs = false, ttl = DEFAULT_TTL, gen = '0'}
+
 local function fire_job_ok(f)
   if not f[F_TASK] then return false end
-  f.runs = number_or(f[F_RUNS], 0)
-  f.max_runs = number_or(f[F_MAX_RUNS], false)
-  if not f.runs or f.max_runs == nil or number_or(f[F_RUN_UNTIL], 0) == nil then return false end
+  local runs, max_runs = number_or(f[F_RUNS], 0), number_or(f[F_MAX_RUNS], false)
+  if not runs or max_runs == nil or number_or(f[F_RUN_UNTIL], 0) == nil then return false end
+  local ttl = DEFAULT_TTL
   local opts = f[F_OPTS]
   if opts and opts ~= '{}' then
     local ok, o = pcall(cjson.decode, opts)
     if not ok or type(o) ~= 'table' then return false end
-    f.ttl = marker_ttl(o.timeout_s, o.max_retries, o.retry_max_s)
-  else
-    f.ttl = DEFAULT_TTL
+    ttl = marker_ttl(o.timeout_s, o.max_retries, o.retry_max_s)
   end
-  f.gen = string.match(f[F_VERSION] or '', '^[0-9]+') or '0'
+  local version = f[F_VERSION] or ''
+  local colon = string.find(version, ':', 1, true)
+  fx.runs, fx.max_runs, fx.ttl = runs, max_runs, ttl
+  fx.gen = colon and string.sub(version, 1, colon - 1) or '0'
   return true
 end
 
@@ -83,16 +89,21 @@ end
 local function job_pairs(exec, sid, sched, at, origin, f)
   return 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
          'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
-         'attempt', '1', 'generation', f.gen, 'origin', origin, opts_pair(f[F_OPTS])
+         'attempt', '1', 'generation', fx.gen, 'origin', origin, opts_pair(f[F_OPTS])
+end
+
+-- A history event of an occurrence: `head` is the event's first fields. One concatenation per
+-- event (each one costs a new string), hence the many arguments.
+local function event_json(head, sched, at, late, exec, origin, extra)
+  return '{"event":' .. head .. ',"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
+         late .. ',"execution_id":"' .. exec .. '","origin":"' .. origin .. '"' .. extra .. '}'
 end
 
 local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
   local exec = sid .. '@' .. sched
   local overlap = f[F_OVERLAP] or 'skip'
   local at = int_text(now)
-  local base = '"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
-               int_text(now - sched_ms(sched)) .. ',"execution_id":"' .. exec ..
-               '","origin":"' .. origin .. '"' .. extra
+  local late = int_text(now - sched_ms(sched))
 
   -- The history push is each path's first write and checks the history key's type by itself
   -- (hist_first): a history list someone else overwrote refuses the occurrence whole (-6).
@@ -100,33 +111,30 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
   if overlap ~= 'allow' then
     prev = marker_live(f[F_RUN], f[F_RUN_UNTIL], now)
     if prev and overlap == 'skip' then
-      if not hist_first(k.history, cap, '{"event":"skipped","reason":"overlap",' .. base .. '}') then
-        return -6, exec
-      end
+      local event = event_json('"skipped","reason":"overlap"', sched, at, late, exec, origin, extra)
+      if not hist_first(k.history, cap, event) then return -6, exec end
       return 2, exec
     elseif prev and overlap == 'buffer_one' then
       if rcall('EXISTS', k.buffered) == 1 then
-        if not hist_first(k.history, cap,
-                          '{"event":"skipped","reason":"buffer_full",' .. base .. '}') then
-          return -6, exec
-        end
+        local event = event_json('"skipped","reason":"buffer_full"', sched, at, late, exec, origin,
+                                 extra)
+        if not hist_first(k.history, cap, event) then return -6, exec end
         return 2, exec
       end
-      if not hist_first(k.history, cap, '{"event":"buffered",' .. base .. '}') then
-        return -6, exec
-      end
+      local event = event_json('"buffered"', sched, at, late, exec, origin, extra)
+      if not hist_first(k.history, cap, event) then return -6, exec end
       rcall('HSET', k.buffered, job_pairs(exec, sid, sched, at, origin, f))
       return 3, exec
     end
   end
 
+  local fired = event_json('"fired"', sched, at, late, exec, origin, extra)
   if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop
-    if not hist_first(k.history, cap, '{"event":"cancel_requested","cancelled":' ..
-                      json_str(prev) .. ',' .. base .. '}') then
-      return -6, exec
-    end
-    hist(k.history, cap, '{"event":"fired",' .. base .. '}')
-  elseif not hist_first(k.history, cap, '{"event":"fired",' .. base .. '}') then
+    local event = event_json('"cancel_requested","cancelled":' .. json_str(prev), sched, at, late,
+                             exec, origin, extra)
+    if not hist_first(k.history, cap, event) then return -6, exec end
+    hist(k.history, cap, fired)
+  elseif not hist_first(k.history, cap, fired) then
     return -6, exec
   end
   rcall('XADD', k.stream, '*', job_pairs(exec, sid, sched, at, origin, f))
@@ -135,7 +143,7 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
     -- The state and worker of an earlier (expired or cancelled) run must not survive into
     -- this run's marker.
     if f[F_RUN] then rcall('HDEL', k.hash, 'run_state', 'run_worker') end
-    run_until = int_text(now + f.ttl)
+    run_until = int_text(now + fx.ttl)
   end
   if prev then rcall('PUBLISH', cancel_channel, prev) end
   return 1, exec, run_until
@@ -145,9 +153,9 @@ end
 -- the schedule when nxt is '' or max_runs is reached), all hash fields in one HSET together
 -- with the run marker. `fired` is true when a job was written (only then is there a marker).
 local function advance(hash_key, sched, nxt, fired, move_next, f, run, run_until)
-  local runs = f.runs
+  local runs, max_runs = fx.runs, fx.max_runs
   if fired then runs = runs + 1 end
-  local done = (f.max_runs and runs >= f.max_runs) or (move_next and nxt == '')
+  local done = (max_runs and runs >= max_runs) or (move_next and nxt == '')
   if fired and done then
     rcall('HSET', hash_key, 'status', 'completed', 'runs', int_text(runs), 'last_run', sched,
           marker_pairs(run, run_until))
