@@ -129,13 +129,19 @@ async def test_paused_leader_fires_nothing_after_resume(
     await wait_for(old, "leader.lost")
     await anyio.sleep(0.5)
 
-    # The old leader's fire calls are refused by the fencing token and write nothing.
-    (fields,) = await store.fields(["tick"])
-    nxt = int(fields["next_run"])
-    item = FireItem("tick", fields["version"], nxt, nxt, nxt + 100, "fire")
-    length = await store.redis.xlen(store.keys.queue("default"))
-    assert await store.fire(old_lease, [item]) is None
-    assert await store.redis.xlen(store.keys.queue("default")) == length
+    # The old leader's fire calls are refused by the fencing token and write nothing. The new
+    # leader is held still meanwhile (its lease stays valid), so that it adds no job either.
+    new.signal(signal.SIGSTOP)
+    try:
+        await anyio.sleep(0.05)  # a call it sent just before is done by now
+        (fields,) = await store.fields(["tick"])
+        nxt = int(fields["next_run"])
+        item = FireItem("tick", fields["version"], nxt, nxt, nxt + 100, "fire")
+        length = await store.redis.xlen(store.keys.queue("default"))
+        assert await store.fire(old_lease, [item]) is None
+        assert await store.redis.xlen(store.keys.queue("default")) == length
+    finally:
+        new.signal(signal.SIGCONT)
     for fired in re.findall(r"event=fired fired=(\d+)", old.output()[seen:]):
         assert fired == "0"
 
