@@ -424,7 +424,7 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
     used0 = await ctx.used_memory()
     now = await ctx.now_ms()
     due_at = now - 1_000  # due already (inside the misfire grace): every item fires on time
-    # In two halves: the server keeps ~0.5 MB of buffers from a bulk create whatever its size,
+    # In two halves: after a bulk create the server keeps ~0.5 MB in no key, whatever N is,
     # which the average over N includes and the second half's slope does not.
     half = n // 2
     await ctx.create(ids[:half], lambda i: spec, lambda i: due_at, now - 2_000)
