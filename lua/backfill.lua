@@ -36,8 +36,8 @@ local op_id = ARGV[5]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
-if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')
-        and key_is(backfilled_key, 'set')) then return {-6} end
+if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.buffered, 'hash')
+        and key_is(k.stream, 'stream') and key_is(backfilled_key, 'set')) then return {-6} end
 local f = job_fields(k.hash)
 if not f[F_VERSION] then return {-2} end
 local cur = version_parts(f[F_VERSION]) or 0

@@ -35,7 +35,7 @@ local now = now_ms()
 local fields = {}
 for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'dead_at'
-fields[#fields + 1] = string.format('%d', now)
+fields[#fields + 1] = int_text(now)
 local dead_id = rcall('XADD', dead, 'MAXLEN', '~', dead_max, '*', unpack(fields))
 if has_schedule and schedule_keys_ok(history, hash, buffered) then
   if first ~= '' then job_event(history, cap, first, exec, attempt, now, extra) end

@@ -21,7 +21,7 @@ local PAGE = 100   -- ranks read with their scores otherwise
 
 local schedules_key = KEYS[1]
 local limit = tonumber(ARGV[1])
-local now = string.format('%d', now_ms())
+local now = int_text(now_ms())
 local count = math.min(rcall('ZCOUNT', schedules_key, '-inf', now), limit)
 local parts = {}
 

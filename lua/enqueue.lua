@@ -31,15 +31,15 @@ local due = now + math.max(0, math.floor(delay))
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'scheduled_at'
-fields[#fields + 1] = string.format('%d', due)
+fields[#fields + 1] = int_text(due)
 fields[#fields + 1] = 'fired_at'
-fields[#fields + 1] = string.format('%d', now)
+fields[#fields + 1] = int_text(now)
 
 rcall('SADD', queues, queue)
 local result
 if due > now then
   rcall('ZADD', delayed, due, cjson.encode(fields))
-  result = {2, string.format('%d', due)}
+  result = {2, int_text(due)}
 else
   result = {1, rcall('XADD', stream, '*', unpack(fields))}
 end

@@ -15,7 +15,7 @@ if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} en
 local status = rcall('HMGET', KEYS[2], 'version', 'status')
 if not status[1] then return {-2} end
 if status[2] == 'completed' then return {-4} end
-rcall('HSET', KEYS[2], 'status', 'paused', 'updated_at', string.format('%d', now_ms()))
+rcall('HSET', KEYS[2], 'status', 'paused', 'updated_at', int_text(now_ms()))
 if ARGV[2] ~= '' then rcall('HSET', KEYS[2], 'pause_note', ARGV[2])
 else rcall('HDEL', KEYS[2], 'pause_note') end
 rcall('ZADD', KEYS[1], 'inf', ARGV[1])

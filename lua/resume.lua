@@ -24,7 +24,7 @@ if tostring(gen) ~= ARGV[2] then return {-3, gen} end
 if st[2] == 'completed' then return {-4} end
 if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {1}) end
 rcall('HDEL', KEYS[2], 'pause_note', 'status')
-rcall('HSET', KEYS[2], 'updated_at', string.format('%d', now_ms()))
+rcall('HSET', KEYS[2], 'updated_at', int_text(now_ms()))
 if ARGV[3] == '' then
   rcall('HSET', KEYS[2], 'status', 'completed')
   rcall('ZADD', KEYS[1], 'inf', ARGV[1])

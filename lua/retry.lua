@@ -43,6 +43,6 @@ else
 end
 if has_history and key_is(history, 'list') then
   job_event(history, cap, event, exec, attempt, now,
-            ',"retry_in_ms":' .. string.format('%d', due - now) .. extra)
+            ',"retry_in_ms":' .. int_text(due - now) .. extra)
 end
-return {1, string.format('%d', due)}
+return {1, int_text(due)}

@@ -24,7 +24,7 @@ if not f[F_VERSION] then return {-2} end
 if f[F_STATUS] == 'completed' then return {-4} end
 if not fire_job_ok(f) then return {-6} end
 local now = now_ms()
-local sched = string.format('%d', now)
+local sched = int_text(now)
 local code, exec, run_until = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]),
                                        ARGV[3], '', f)
 if code > 0 and advance(k.hash, sched, '', code == 1, false, f, run_until and exec, run_until) then

@@ -54,7 +54,7 @@ if mode == 'add' and exists then return {-1} end
 if mode == 'replace' and not exists then return {-2} end
 if expect_gen ~= '' and tostring(old_gen or 0) ~= expect_gen then return {-3, old_gen or 0} end
 
-local now = string.format('%d', now_ms())
+local now = int_text(now_ms())
 local gen = (old_gen or 0) + 1
 local runs = tonumber(old[2] or '0')
 

@@ -17,8 +17,8 @@
 
 local function job_event(history, cap, event, exec, attempt, now, extra)
   hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
-       ',"attempt":' .. string.format('%d', tonumber(attempt) or 0) ..
-       ',"at":' .. string.format('%d', now) .. extra .. '}')
+       ',"attempt":' .. int_text(tonumber(attempt) or 0) ..
+       ',"at":' .. int_text(now) .. extra .. '}')
 end
 
 local function schedule_keys_ok(history, hash, buffered)
@@ -43,8 +43,8 @@ local function finish_run(hash, buffered, stream, history, cap, exec, now)
                                                                opts.retry_max_s)))
   end
   hist(history, cap, '{"event":"released","execution_id":' .. json_str(exec_b) ..
-       ',"scheduled_at":' .. string.format('%d', tonumber(f.scheduled_at) or 0) ..
-       ',"at":' .. string.format('%d', now) .. ',"after":' .. json_str(exec) .. '}')
+       ',"scheduled_at":' .. int_text(tonumber(f.scheduled_at) or 0) ..
+       ',"at":' .. int_text(now) .. ',"after":' .. json_str(exec) .. '}')
   return 1
 end
 
