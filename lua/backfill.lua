@@ -42,7 +42,8 @@ local f = job_fields(k.hash)
 if not f[F_VERSION] then return {-2} end
 local cur = version_parts(f[F_VERSION]) or 0
 if tostring(cur) ~= gen then return {-3, cur} end
-if not fire_job_ok(f) then return {-6} end
+local p = policy_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS])
+if not p or not fire_job_ok(f) then return {-6} end
 local now = now_ms()
 for i = 6, #ARGV do
   if tonumber(ARGV[i]) > now then return {-5} end
@@ -65,7 +66,8 @@ for i = 6, #ARGV do
   local code = 0
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
     local _, run_until
-    code, _, run_until = fire_job(k, sid, sched, now, 'backfill', cap, cancel_channel, '', f)
+    code, _, run_until = fire_job(k.hash, k.history, k.buffered, k.stream, sid, sched, now,
+                                  'backfill', cap, cancel_channel, '', f, p)
     if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end
     if run_until then
       rcall('HSET', k.hash, marker_pairs(exec, run_until))

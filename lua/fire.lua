@@ -23,14 +23,23 @@ ARGV[4..7]          key prefixes of a schedule's hash, history, buffered hash, a
                     stream, read from the hash). Passing prefixes instead of four names per item
                     halves what a batch carries; every key keeps the hash tag of KEYS, so the
                     script still touches a single slot.
+ARGV[8]             P, the number of policies that follow
+ARGV[9..8+P]        the policies of the batch's items, one string each:
+                    "<overlap> <queue> <max_runs> <opts>" (max_runs '' = none, opts '' = all
+                    defaults, else the hash's JSON object): the policy fields of the version the
+                    scheduler planned with. Only an upsert writes them and it moves the version,
+                    so they are the hash's whenever the item's version check passes; sending
+                    them spares every fire reading four more fields.
 then 1 arg per item, one string of fields separated by single spaces (packing them keeps a
-  batch of thousands cheap to send): "<id> <version> <expect> <next>" for an occurrence on
-  time, "<id> <version> <expect> <next> <sched> <action> <missed>" otherwise:
+  batch of thousands cheap to send): "<id> <version> <expect> <next> <policy>" for an
+  occurrence on time, "<id> <version> <expect> <next> <policy> <sched> <action> <missed>"
+  otherwise:
   id       a schedule id rsched accepts (letters, digits, '. _ - :')
   version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
            from ('' = none)
   expect   the next_run the scheduler read (ms)
   next     the following occurrence (ms), or '' when there is none
+  policy   the position of its policy among ARGV[9..8+P] (1 = the first)
   sched    the occurrence to run (ms; the short form runs `expect`)
   action   'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
            'skip' (misfire policy skip: no job, only history)
@@ -40,10 +49,10 @@ Returns one string of comma-separated codes, one per item:
   0 stale (gone, paused, completed, other version, or already fired; the index entry is
     removed when the hash is gone, and set to +inf when the hash is paused or completed)
   -5 not due yet
-  -6 a key of this schedule has the wrong type, or its hash lacks a task or holds a number
-     field that is not a number (left untouched)
+  -6 a key of this schedule has the wrong type, or its hash lacks a task or holds a state
+     field (runs, run_until) that is not a number (left untouched)
 or a single code for the whole call, nothing written: '-1' the lease is not the caller's;
-'-7' malformed arguments; '-8' the schedules index is not a sorted set.
+'-7' malformed arguments (an item or a policy); '-8' the schedules index is not a sorted set.
 ]]
 -- @include common
 -- @include marker
@@ -53,12 +62,16 @@ local leader_key, schedules_key = KEYS[1], KEYS[2]
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local hash_prefix, history_prefix, buffered_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
   ARGV[7]
-local HEAD = 7
+local npolicies = tonumber(ARGV[8])
+if #KEYS ~= 2 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies then return '-7' end
+local HEAD = 8 + npolicies
 local ACTIONS = {fire = true, misfire = true, skip = true}
+local OVERLAPS = {allow = true, skip = true, buffer_one = true, cancel_previous = true}
 -- Character sets rather than %S/%d classes, and the long form only when needed: the parse is a
 -- large part of what an item costs.
-local ITEM = '^([^ ]+) ([^ ]*) (%-?[0-9]+) (%-?[0-9]*)(.*)$'
+local ITEM = '^([^ ]+) ([^ ]*) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z]+) ([0-9]+)$'
+local POLICY = '^([a-z_]+) ([^ ]+) ([0-9]*) (.*)$'
 
 -- The index is read once for the whole batch (ZMSCORE) and written once at the end; `index`
 -- holds each schedule's score as this batch leaves it (a catch_up batch may hold several
@@ -87,17 +100,26 @@ local function heal_index(sid, exists, status, score)
   end
 end
 
+local policies = {}
+for i = 1, npolicies do
+  local overlap, queue, max_runs, opts = string.match(ARGV[8 + i], POLICY)
+  if not OVERLAPS[overlap] then return '-7' end
+  -- Keyed by the position as items write it: looking a string up costs less than tonumber.
+  local p = policy_of(overlap, queue, max_runs ~= '' and max_runs, opts ~= '' and opts)
+  if not p then return '-7' end
+  policies[tostring(i)] = p
+end
 local n = #ARGV - HEAD
-if n < 0 or #KEYS ~= 2 or not cap or cap < 1 or not stream_prefix then return '-7' end
 if n == 0 then return '' end
 -- One array per item field (sids also feeds ZMSCORE); the last three only for items of the long
 -- form (an item on time runs `expect` as action 'fire').
-local sids, versions, expects, nexts, scheds, actions, misses = {}, {}, {}, {}, {}, {}, {}
+local sids, versions, expects, nexts, ps, scheds, actions, misses = {}, {}, {}, {}, {}, {}, {}, {}
 local match = string.match
 for i = 1, n do
-  local sid, version, expect, nxt, tail = match(ARGV[HEAD + i], ITEM)
-  if not sid then return '-7' end
-  sids[i], versions[i], expects[i], nexts[i] = sid, version, expect, nxt
+  local sid, version, expect, nxt, p, tail = match(ARGV[HEAD + i], ITEM)
+  p = policies[p]
+  if not p then return '-7' end
+  sids[i], versions[i], expects[i], nexts[i], ps[i] = sid, version, expect, nxt, p
   if tail ~= '' then
     local sched, action, missed = match(tail, TAIL)
     if not sched or not ACTIONS[action] then return '-7' end
@@ -116,56 +138,56 @@ local now = now_ms()
 local results = {}
 -- Stream key of each queue, false when that key holds another type (checked once per batch).
 local streams = {}
-local k = {}  -- this item's keys (fire_job's `k`), one table reused for every item
+local unpack = unpack
 
 for i = 1, n do
-  local sid, expect, nxt = sids[i], expects[i], nexts[i]
-  local sched, action = scheds[i] or expect, actions[i] or 'fire'
+  local sid, expect, nxt, p = sids[i], expects[i], nexts[i], ps[i]
+  local sched = scheds[i] or expect
   local code, score
-  k.hash = hash_prefix .. sid
-  -- One read of the hash (which is also its type check) gives the version check and everything
+  local hash = hash_prefix .. sid
+  -- One read of the hash (which is also its type check) gives the version check and the state
   -- fire_job and advance need.
-  local f = pcall_read('HMGET', k.hash, unpack(JOB_FIELDS))
-  if not f then
+  local f = rpcall('HMGET', hash, unpack(JOB_FIELDS, 1, STATE_FIELDS))
+  if f.err and wrong_type(f) then
     code = -6
   elseif f[F_VERSION] ~= versions[i] or index[sid] ~= expect or f[F_STATUS] then
     code = 0  -- status is absent exactly when the schedule is active
     heal_index(sid, f[F_VERSION], f[F_STATUS], index[sid])
   elseif not fire_job_ok(f) then
     code = -6
-  elseif sched_ms(sched) > now then
+  elseif (SCHED_MS[sched] or sched_ms(sched)) > now then
     code = -5
   else
-    k.history = history_prefix .. sid
+    local history = history_prefix .. sid
+    local action = actions[i]
     if action == 'skip' then
-      if hist_first(k.history, cap, '{"event":"misfired","policy":"skip","missed":' ..
+      if hist_first(history, cap, '{"event":"misfired","policy":"skip","missed":' ..
                     misses[i] .. ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
                     ',"late_ms":' .. int_text(now - sched_ms(sched)) .. '}') then
-        score = advance(k.hash, sched, nxt, false, true, f)
+        score = advance(hash, sched, nxt, false, true, p)
         code = 4
       else
         code = -6
       end
     else
-      local queue = f[F_QUEUE] or 'default'
-      local stream = streams[queue]
+      local stream = streams[p.queue]
       if stream == nil then
-        stream = stream_prefix .. queue
+        stream = stream_prefix .. p.queue
         if not key_is(stream, 'stream') then stream = false end
-        streams[queue] = stream
+        streams[p.queue] = stream
       end
-      k.stream, k.buffered = stream, nil
-      if f[F_OVERLAP] == 'buffer_one' then k.buffered = buffered_prefix .. sid end
-      if not stream or (k.buffered and not key_is(k.buffered, 'hash')) then
+      local buffered = nil
+      if p.overlap == 'buffer_one' then buffered = buffered_prefix .. sid end
+      if not stream or (buffered and not key_is(buffered, 'hash')) then
         code = -6
       else
         local origin, extra = 'schedule', ''
         if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. misses[i] end
         local exec, run_until
-        code, exec, run_until = fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra,
-                                         f)
+        code, exec, run_until = fire_job(hash, history, buffered, stream, sid, sched, now, origin,
+                                         cap, cancel_channel, extra, f, p)
         if code > 0 then
-          score = advance(k.hash, sched, nxt, code == 1, true, f, run_until and exec, run_until)
+          score = advance(hash, sched, nxt, code == 1, true, p, run_until and exec, run_until)
         end
       end
     end

@@ -22,12 +22,13 @@ if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history,
 local f = job_fields(k.hash)
 if not f[F_VERSION] then return {-2} end
 if f[F_STATUS] == 'completed' then return {-4} end
-if not fire_job_ok(f) then return {-6} end
+local p = policy_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS])
+if not p or not fire_job_ok(f) then return {-6} end
 local now = now_ms()
 local sched = int_text(now)
-local code, exec, run_until = fire_job(k, ARGV[1], sched, now, 'manual', tonumber(ARGV[2]),
-                                       ARGV[3], '', f)
-if code > 0 and advance(k.hash, sched, '', code == 1, false, f, run_until and exec, run_until) then
+local code, exec, run_until = fire_job(k.hash, k.history, k.buffered, k.stream, ARGV[1], sched,
+                                       now, 'manual', tonumber(ARGV[2]), ARGV[3], '', f, p)
+if code > 0 and advance(k.hash, sched, '', code == 1, false, p, run_until and exec, run_until) then
   rcall('ZADD', KEYS[1], 'inf', ARGV[1])  -- completed (max_runs reached)
 end
 return op_store(KEYS[6], ARGV[4], {code, exec})

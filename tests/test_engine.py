@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -13,7 +14,7 @@ from rsched import Schedule, StateError
 from rsched._connection import connect
 from rsched._keys import Keys
 from rsched._settings import Settings
-from rsched._store import FireItem, Store
+from rsched._store import FireItem, FirePolicy, Store
 
 HOUR_MS = 3_600_000
 
@@ -31,7 +32,8 @@ async def due_item(
     sched = now - late_ms
     await store.redis.zadd(store.keys.schedules, {sid: sched})
     (fields,) = await store.fields([sid])
-    return FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, action, 1)
+    policy = FirePolicy.from_hash(fields)
+    return FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, action, 1, policy)
 
 
 async def add(store: Store, sid: str = "a", **spec: Any) -> None:
@@ -177,7 +179,7 @@ async def test_misfire_skip_records_history_only(store: Store) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a", late_ms=HOUR_MS)
-    skip = FireItem("a", item.version, item.expect, item.sched, item.next, "skip", 3)
+    skip = replace(item, action="skip", missed=3)
     assert await fire(store, lease, skip) == [4]
     assert await jobs(store) == []
     (event,) = await store.history("a", 10)
@@ -210,7 +212,7 @@ async def test_last_occurrence_completes(store: Store) -> None:
     # No next occurrence at all also completes (an `at` one-off, or the end of the window).
     await add(store, "b")
     item = await due_item(store, "b")
-    last = FireItem("b", item.version, item.expect, item.sched, None, "fire")
+    last = replace(item, next=None)
     assert await fire(store, lease, last) == [1]
     assert (await store.load("b")).completed
 
@@ -286,7 +288,7 @@ async def test_malformed_arguments_write_nothing(store: Store) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
-    bad = FireItem("a", item.version, item.expect, item.sched, item.next, "explode")
+    bad = replace(item, action="explode")
     with pytest.raises(StateError, match="malformed"):
         await fire(store, lease, item, bad)
     assert await jobs(store) == []
@@ -330,13 +332,28 @@ async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, v
     item = await due_item(store, "a")
     await store.redis.hset(store.keys.schedule("a"), field, value)
     before = await store.redis.hgetall(store.keys.schedule("a"))
-    assert await fire(store, lease, item) == [-6]
+    if field in ("runs", "run_until"):  # state: the fire script reads and checks it
+        assert await fire(store, lease, item) == [-6]
+    else:  # policy: the scheduler reads it with the version it plans with, and refuses it
+        with pytest.raises(ValueError, match=field):
+            FirePolicy.from_hash(before)
     assert await jobs(store) == []
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
     assert await store.redis.exists(store.keys.history("a")) == 0
     with pytest.raises(StateError):
         await store.trigger("a", "default")
     assert await jobs(store) == []
+
+
+async def test_malformed_policy_is_refused_whole(store: Store) -> None:
+    await add(store)
+    lease = await lease_of(store)
+    item = await due_item(store, "a")
+    for policy in (FirePolicy(overlap="sometimes"), FirePolicy(opts="[1]")):
+        with pytest.raises(StateError, match="malformed"):
+            await fire(store, lease, replace(item, policy=policy))
+    assert await jobs(store) == []
+    assert await fire(store, lease, item) == [1]
 
 
 async def test_unreadable_generation_is_refused(store: Store) -> None:
@@ -372,8 +389,8 @@ async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: Store) -
     lease = await lease_of(store)
     first = await due_item(store, "a", late_ms=3 * HOUR_MS)
     chain = [
-        FireItem("a", first.version, first.sched + i * 60_000, first.sched + i * 60_000,
-                 first.sched + (i + 1) * 60_000, "fire")
+        replace(first, expect=first.sched + i * 60_000, sched=first.sched + i * 60_000,
+                next=first.sched + (i + 1) * 60_000, action="fire")
         for i in range(3)
     ]  # fmt: skip
     assert await fire(store, lease, *chain) == [1, 1, 1]

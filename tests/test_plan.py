@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from rsched._plan import Policy, plan
+from rsched._store import FirePolicy
 from rsched._timing import Timing
 
 MIN = 60_000
@@ -15,7 +16,7 @@ T0 = 1_800_000_000_000 - 1_800_000_000_000 % MIN  # a whole minute
 
 def every_minute(**kw: object) -> Policy:
     timing = Timing(tz=ZoneInfo("UTC"), every_ms=MIN, anchor_ms=T0)
-    return Policy(version="1:0", timing=timing, queue="default", **kw)  # type: ignore[arg-type]
+    return Policy(version="1:0", timing=timing, **kw)  # type: ignore[arg-type]
 
 
 def test_on_time_and_within_grace_fire() -> None:
@@ -72,7 +73,7 @@ def test_catch_up_everything_under_the_limit() -> None:
 
 def test_one_off_misfire_completes() -> None:
     timing = Timing(tz=ZoneInfo("UTC"), at_ms=T0)
-    policy = Policy(version="1:0", timing=timing, queue="q")
+    policy = Policy(version="1:0", timing=timing)
     (item,) = plan("a", policy, T0, T0 + 10 * MIN)
     assert (item.action, item.sched, item.next) == ("misfire", T0, None)
 
@@ -88,9 +89,28 @@ def test_policy_from_hash(misfire: str) -> None:
         "misfire": misfire,
         "misfire_grace_s": "2.5",
         "catch_up_limit": "7",
+        "overlap": "allow",
+        "max_runs": "4",
+        "opts": '{"timeout_s":5.0}',
     }
     policy = Policy.from_hash(fields)
     assert policy.version == f"3:{T0}"
-    assert (policy.queue, policy.misfire, policy.grace_ms, policy.catch_up_limit) == (
-        "q", misfire, 2_500, 7,
-    )  # fmt: skip
+    assert (policy.misfire, policy.grace_ms, policy.catch_up_limit) == (misfire, 2_500, 7)
+    assert policy.fire == FirePolicy("allow", "q", 4, '{"timeout_s":5.0}')
+    # Every item carries it: the fire script takes these fields from the scheduler.
+    assert all(item.policy == policy.fire for item in plan("a", policy, T0, T0 + 10 * MIN))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("overlap", "sometimes", "overlap"),
+        ("queue", "no spaces", "queue"),
+        ("max_runs", "many", "max_runs"),
+        ("opts", "{timeout_s: 1h}", "opts"),
+        ("opts", "[1]", "opts"),
+    ],
+)
+def test_fire_policy_refuses_hand_edited_fields(field: str, value: str, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        FirePolicy.from_hash({field: value})

@@ -2,19 +2,29 @@
 -- backfill so that every path applies the same overlap policy and writes the same job entry.
 -- Needs: common.lua, marker.lua.
 --
--- job_fields(hash): the schedule fields a fire uses, as one HMGET in JOB_FIELDS order
---   (version, status, task, payload, overlap, queue, opts, runs, max_runs and the run marker).
---   A fire costs one read of the hash; each field read costs about as much as a small command,
---   which is why the job options live in one `opts` field.
--- fire_job_ok(f): true when those fields are usable (a task, numbers where numbers belong, opts
---   a JSON object); keeps what it decoded (runs, max_runs, marker ttl, generation) in `fx` for
---   fire_job and advance. Call it before the first write: a hash edited by hand must be refused
---   whole rather than fail halfway, which Redis would not roll back.
--- fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
---   k: {hash=, history=, buffered=, stream=} key names of this schedule
---   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill
---   extra: string appended inside the history JSON object (e.g. ',"missed":3'), or ''
---   f: job_fields(k.hash)
+-- A fire runs for each of thousands of schedules in a herd, and in Redis 7.0 every Lua function
+-- call and table access here costs about as much as reading a hash field: the hot path keeps to
+-- locals and few calls.
+--
+-- job_fields(hash): the schedule fields a fire uses, as one HMGET in JOB_FIELDS order: first the
+--   STATE_FIELDS (version, status, task, payload, runs and the run marker), then the policy's
+--   (overlap, queue, max_runs, opts). fire.lua reads only the state fields: the scheduler sends
+--   the policy fields of the version it planned with, which are the hash's when the version
+--   matches (only an upsert writes them, and it moves the version).
+-- policy_of(overlap, queue, max_runs, opts): the policy table {overlap=, queue=, max_runs=
+--   (number or false), opts= (JSON text or false when all default), ttl= (run marker lifetime,
+--   ms)} of those field values (false/nil = absent), or nil when max_runs is not a number or
+--   opts not a JSON object.
+-- fire_job_ok(f): true when the state fields are usable (a task, numbers where numbers belong);
+--   keeps what it decoded (runs, generation) for fire_job and advance. Call it before the first
+--   write: a hash edited by hand must be refused whole rather than fail halfway, which Redis
+--   would not roll back.
+-- fire_job(hash, history, buffered, stream, sid, sched, now, origin, cap, cancel_channel, extra,
+--          f, p)
+--   the schedule's key names (buffered only used with overlap=buffer_one), sched: scheduled
+--   time (ms, string), origin: schedule|misfire|manual|backfill, extra: string appended inside
+--   the history JSON object (e.g. ',"missed":3') or '', f: job_fields (or the state fields),
+--   p: its policy.
 --   The schedule id must be one rsched accepts (letters, digits, '. _ - :'; the scheduler and
 --   the SDK check): it goes into the history's JSON unescaped.
 --   Returns code, execution id, run_until: code 1 fired, 2 skipped by the overlap policy,
@@ -23,48 +33,53 @@
 --   run marker: the caller writes the marker into the hash with the fields it updates anyway
 --   (advance), so marking the run costs no call of its own. The caller has checked the
 --   stream's type, fire_job_ok, and that the schedule may fire.
--- advance(hash_key, sched, nxt, fired, move_next, f, run, run_until)
+-- advance(hash_key, sched, nxt, fired, move_next, p, run, run_until)
 --   count the run and complete the schedule when it is done; writes the run marker of `run`
 --   (when not nil) in the same HSET.
 --   Returns the schedule's new index score ('inf' when completed, nxt when moved on) or nil
 --   when the index entry stays: the caller writes it (fire.lua does a whole batch at once).
 
-local JOB_FIELDS = {'version', 'status', 'task', 'payload', 'overlap', 'queue', 'opts', 'runs',
-                    'max_runs', 'run', 'run_until'}
-local F_VERSION, F_STATUS, F_TASK, F_PAYLOAD, F_OVERLAP, F_QUEUE = 1, 2, 3, 4, 5, 6
-local F_OPTS, F_RUNS, F_MAX_RUNS, F_RUN, F_RUN_UNTIL = 7, 8, 9, 10, 11
+local JOB_FIELDS = {'version', 'status', 'task', 'payload', 'runs', 'run', 'run_until',
+                    'overlap', 'queue', 'max_runs', 'opts'}
+local STATE_FIELDS = 7
+local F_VERSION, F_STATUS, F_TASK, F_PAYLOAD, F_RUNS, F_RUN, F_RUN_UNTIL = 1, 2, 3, 4, 5, 6, 7
+local F_OVERLAP, F_QUEUE, F_MAX_RUNS, F_OPTS = 8, 9, 10, 11
 local DEFAULT_TTL = marker_ttl(nil, nil, nil)
+local tonumber, match, rpcall = tonumber, string.match, redis.pcall
 
 local function job_fields(hash)
   return rcall('HMGET', hash, unpack(JOB_FIELDS))
 end
 
--- The number in a field's value, `default` when the field is absent, nil when not a number.
-local function number_or(value, default)
-  if not value then return default end
-  return tonumber(value)
+local function policy_of(overlap, queue, max_runs, opts)
+  if max_runs then
+    max_runs = tonumber(max_runs)
+    if not max_runs then return nil end
+  end
+  local ttl = DEFAULT_TTL
+  if opts == '{}' then opts = false end
+  if opts then
+    local ok, o = pcall(cjson.decode, opts)
+    -- A JSON array decodes to a table too.
+    if not ok or type(o) ~= 'table' or string.byte(opts) ~= 123 then return nil end
+    ttl = marker_ttl(o.timeout_s, o.max_retries, o.retry_max_s)
+  end
+  return {overlap = overlap or 'skip', queue = queue or 'default', max_runs = max_runs or false,
+          opts = opts or false, ttl = ttl}
 end
 
--- What fire_job_ok derived from the last fields it accepted, for fire_job and advance. One
--- table reused for every item: adding these keys to each item's own table cost a rehash or
--- three per item, a large part of a fire's Lua time.
-local fx = {runs = 0, max_runs = false, ttl = DEFAULT_TTL, gen = '0'}
+-- What fire_job_ok derived from the last fields it accepted, for fire_job and advance.
+local fx_runs, fx_gen = 0, '0'
 
 local function fire_job_ok(f)
   if not f[F_TASK] then return false end
-  local runs, max_runs = number_or(f[F_RUNS], 0), number_or(f[F_MAX_RUNS], false)
-  if not runs or max_runs == nil or number_or(f[F_RUN_UNTIL], 0) == nil then return false end
-  local ttl = DEFAULT_TTL
-  local opts = f[F_OPTS]
-  if opts and opts ~= '{}' then
-    local ok, o = pcall(cjson.decode, opts)
-    if not ok or type(o) ~= 'table' then return false end
-    ttl = marker_ttl(o.timeout_s, o.max_retries, o.retry_max_s)
+  local runs, run_until = f[F_RUNS], f[F_RUN_UNTIL]
+  if runs then
+    runs = tonumber(runs)
+    if not runs then return false end
   end
-  local version = f[F_VERSION] or ''
-  local colon = string.find(version, ':', 1, true)
-  fx.runs, fx.max_runs, fx.ttl = runs, max_runs, ttl
-  fx.gen = colon and string.sub(version, 1, colon - 1) or '0'
+  if run_until and not tonumber(run_until) then return false end
+  fx_runs, fx_gen = runs or 0, match(f[F_VERSION] or '', '^([^:]*):') or '0'
   return true
 end
 
@@ -79,17 +94,18 @@ local function sched_ms(sched)
   return v
 end
 
--- Retry and timeout settings travel with the job, so a worker never has to read a schedule
--- that may have changed or gone since the fire; absent means all defaults (a field less).
-local function opts_pair(opts)
-  if opts and opts ~= '{}' then return 'opts', opts end
-end
-
--- The job entry's field/value pairs.
-local function job_pairs(exec, sid, sched, at, origin, f)
+-- The job entry's field/value pairs. Retry and timeout settings travel with the job, so a worker
+-- never has to read a schedule that may have changed or gone since the fire; absent means all
+-- defaults (a field less).
+local function job_pairs(exec, sid, sched, at, origin, f, opts)
+  if opts then
+    return 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
+           'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
+           'attempt', '1', 'generation', fx_gen, 'origin', origin, 'opts', opts
+  end
   return 'execution_id', exec, 'schedule_id', sid, 'task', f[F_TASK],
          'payload', f[F_PAYLOAD] or '{}', 'scheduled_at', sched, 'fired_at', at,
-         'attempt', '1', 'generation', fx.gen, 'origin', origin, opts_pair(f[F_OPTS])
+         'attempt', '1', 'generation', fx_gen, 'origin', origin
 end
 
 -- A history event of an occurrence: `head` is the event's first fields. One concatenation per
@@ -99,31 +115,34 @@ local function event_json(head, sched, at, late, exec, origin, extra)
          late .. ',"execution_id":"' .. exec .. '","origin":"' .. origin .. '"' .. extra .. '}'
 end
 
-local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, f)
+local function fire_job(hash, history, buffered, stream, sid, sched, now, origin, cap,
+                        cancel_channel, extra, f, p)
   local exec = sid .. '@' .. sched
-  local overlap = f[F_OVERLAP] or 'skip'
-  local at = int_text(now)
-  local late = int_text(now - sched_ms(sched))
+  local overlap = p.overlap
+  local at = INT_TEXT[now] or int_text(now)
+  local late = now - (SCHED_MS[sched] or sched_ms(sched))
+  late = INT_TEXT[late] or int_text(late)
 
   -- The history push is each path's first write and checks the history key's type by itself
   -- (hist_first): a history list someone else overwrote refuses the occurrence whole (-6).
   local prev = nil
   if overlap ~= 'allow' then
-    prev = marker_live(f[F_RUN], f[F_RUN_UNTIL], now)
+    local run, run_until = f[F_RUN], f[F_RUN_UNTIL]
+    if run and (not run_until or tonumber(run_until) > now) then prev = run end -- marker_live
     if prev and overlap == 'skip' then
       local event = event_json('"skipped","reason":"overlap"', sched, at, late, exec, origin, extra)
-      if not hist_first(k.history, cap, event) then return -6, exec end
+      if not hist_first(history, cap, event) then return -6, exec end
       return 2, exec
     elseif prev and overlap == 'buffer_one' then
-      if rcall('EXISTS', k.buffered) == 1 then
+      if rcall('EXISTS', buffered) == 1 then
         local event = event_json('"skipped","reason":"buffer_full"', sched, at, late, exec, origin,
                                  extra)
-        if not hist_first(k.history, cap, event) then return -6, exec end
+        if not hist_first(history, cap, event) then return -6, exec end
         return 2, exec
       end
       local event = event_json('"buffered"', sched, at, late, exec, origin, extra)
-      if not hist_first(k.history, cap, event) then return -6, exec end
-      rcall('HSET', k.buffered, job_pairs(exec, sid, sched, at, origin, f))
+      if not hist_first(history, cap, event) then return -6, exec end
+      rcall('HSET', buffered, job_pairs(exec, sid, sched, at, origin, f, p.opts))
       return 3, exec
     end
   end
@@ -132,18 +151,21 @@ local function fire_job(k, sid, sched, now, origin, cap, cancel_channel, extra, 
   if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop
     local event = event_json('"cancel_requested","cancelled":' .. json_str(prev), sched, at, late,
                              exec, origin, extra)
-    if not hist_first(k.history, cap, event) then return -6, exec end
-    hist(k.history, cap, fired)
-  elseif not hist_first(k.history, cap, fired) then
-    return -6, exec
+    if not hist_first(history, cap, event) then return -6, exec end
+    hist(history, cap, fired)
+  else -- hist_first, inline: this is the path of nearly every fire
+    local len = rpcall('LPUSH', history, fired)
+    if type(len) == 'table' and wrong_type(len) then return -6, exec end
+    if len > cap then rcall('LTRIM', history, 0, cap - 1) end
   end
-  rcall('XADD', k.stream, '*', job_pairs(exec, sid, sched, at, origin, f))
+  rcall('XADD', stream, '*', job_pairs(exec, sid, sched, at, origin, f, p.opts))
   local run_until = nil
   if overlap ~= 'allow' then
     -- The state and worker of an earlier (expired or cancelled) run must not survive into
     -- this run's marker.
-    if f[F_RUN] then rcall('HDEL', k.hash, 'run_state', 'run_worker') end
-    run_until = int_text(now + fx.ttl)
+    if f[F_RUN] then rcall('HDEL', hash, 'run_state', 'run_worker') end
+    run_until = now + p.ttl
+    run_until = INT_TEXT[run_until] or int_text(run_until)
   end
   if prev then rcall('PUBLISH', cancel_channel, prev) end
   return 1, exec, run_until
@@ -152,15 +174,20 @@ end
 -- Advance a schedule after an occurrence was handled: count the run, move next_run (or complete
 -- the schedule when nxt is '' or max_runs is reached), all hash fields in one HSET together
 -- with the run marker. `fired` is true when a job was written (only then is there a marker).
-local function advance(hash_key, sched, nxt, fired, move_next, f, run, run_until)
-  local runs, max_runs = fx.runs, fx.max_runs
+local function advance(hash_key, sched, nxt, fired, move_next, p, run, run_until)
+  local runs, max_runs = fx_runs, p.max_runs
   if fired then runs = runs + 1 end
   local done = (max_runs and runs >= max_runs) or (move_next and nxt == '')
-  if fired and done then
-    rcall('HSET', hash_key, 'status', 'completed', 'runs', int_text(runs), 'last_run', sched,
-          marker_pairs(run, run_until))
-  elseif fired then
-    rcall('HSET', hash_key, 'runs', int_text(runs), 'last_run', sched, marker_pairs(run, run_until))
+  if fired then
+    runs = INT_TEXT[runs] or int_text(runs)
+    if done then
+      rcall('HSET', hash_key, 'status', 'completed', 'runs', runs, 'last_run', sched,
+            marker_pairs(run, run_until))
+    elseif run then
+      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched, 'run', run, 'run_until', run_until)
+    else
+      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched)
+    end
   elseif done then
     rcall('HSET', hash_key, 'status', 'completed')
   end

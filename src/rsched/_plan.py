@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsched._store import FireItem
+from rsched._store import DEFAULT_POLICY, FireItem, FirePolicy
 from rsched._timing import Timing
 
 # Counting missed occurrences is for the history record only ("missed" is at most this): never
@@ -32,7 +32,7 @@ MISSED_COUNT_CAP = 1_000
 # Every hash field Policy.from_hash reads: the scheduler fetches only these (never the payload).
 POLICY_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
-    "queue", "misfire", "misfire_grace_s", "catch_up_limit",
+    "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
 )  # fmt: skip
 
 
@@ -46,7 +46,7 @@ class Policy:
 
     version: str
     timing: Timing
-    queue: str
+    fire: FirePolicy = DEFAULT_POLICY  # sent with each item: what its fire writes
     misfire: str = "run_once"
     grace_ms: int = 60_000
     catch_up_limit: int = 100
@@ -56,7 +56,7 @@ class Policy:
         return cls(
             version=fields["version"],
             timing=Timing.from_hash(fields),
-            queue=fields.get("queue", "default"),
+            fire=FirePolicy.from_hash(fields),
             misfire=fields.get("misfire", "run_once"),
             grace_ms=round(float(fields.get("misfire_grace_s", "60")) * 1000),
             catch_up_limit=int(fields.get("catch_up_limit", "100")),
@@ -65,9 +65,10 @@ class Policy:
 
 def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[FireItem]:
     """The fire items for a schedule whose next run ``due_ms`` is at or before ``now_ms``."""
-    timing, gen = policy.timing, policy.version
+    timing, gen, fire = policy.timing, policy.version, policy.fire
     if now_ms - due_ms <= policy.grace_ms:
-        return [FireItem(schedule_id, gen, due_ms, due_ms, timing.next_after(due_ms), "fire")]
+        nxt = timing.next_after(due_ms)
+        return [FireItem(schedule_id, gen, due_ms, due_ms, nxt, "fire", policy=fire)]
 
     latest = timing.prev_at_or_before(now_ms)
     if latest is None or latest < due_ms:
@@ -76,17 +77,25 @@ def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[Fir
 
     if policy.misfire == "run_once":
         missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
-        return [FireItem(schedule_id, gen, due_ms, latest, after_now, "misfire", max(missed, 1))]
+        return [
+            FireItem(
+                schedule_id, gen, due_ms, latest, after_now, "misfire", max(missed, 1), policy=fire
+            )
+        ]
 
     if policy.misfire == "skip":
         if now_ms - latest <= policy.grace_ms and latest > due_ms:
             missed = timing.count(due_ms, latest - 1, MISSED_COUNT_CAP)
             return [
-                FireItem(schedule_id, gen, due_ms, due_ms, latest, "skip", missed),
-                FireItem(schedule_id, gen, latest, latest, after_now, "fire"),
+                FireItem(schedule_id, gen, due_ms, due_ms, latest, "skip", missed, policy=fire),
+                FireItem(schedule_id, gen, latest, latest, after_now, "fire", policy=fire),
             ]
         missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
-        return [FireItem(schedule_id, gen, due_ms, due_ms, after_now, "skip", max(missed, 1))]
+        return [
+            FireItem(
+                schedule_id, gen, due_ms, due_ms, after_now, "skip", max(missed, 1), policy=fire
+            )
+        ]
 
     # catch_up: walk back from now to find the newest `limit` occurrences, then fire them in order.
     newest: list[int] = []
@@ -99,11 +108,13 @@ def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[Fir
     expect = due_ms
     dropped = timing.count(due_ms, newest[0] - 1, MISSED_COUNT_CAP) if newest[0] > due_ms else 0
     if dropped:
-        items.append(FireItem(schedule_id, gen, due_ms, due_ms, newest[0], "skip", dropped))
+        items.append(
+            FireItem(schedule_id, gen, due_ms, due_ms, newest[0], "skip", dropped, policy=fire)
+        )
         expect = newest[0]
     for i, sched in enumerate(newest):
         nxt = newest[i + 1] if i + 1 < len(newest) else after_now
         action = "fire" if now_ms - sched <= policy.grace_ms else "misfire"
-        items.append(FireItem(schedule_id, gen, expect, sched, nxt, action, 1))
+        items.append(FireItem(schedule_id, gen, expect, sched, nxt, action, 1, policy=fire))
         expect = nxt if nxt is not None else sched
     return items

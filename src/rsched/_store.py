@@ -43,6 +43,56 @@ class Conflict(RschedError):
     """Raised when a schedule's generation moved between a read and a write (retry)."""
 
 
+OVERLAPS = frozenset(("allow", "skip", "buffer_one", "cancel_previous"))
+
+
+@dataclass(frozen=True, slots=True)
+class FirePolicy:
+    """The spec fields that decide what a fire writes (overlap policy, stream, completion, job
+    options), as the hash holds them. The scheduler sends them with each batch for the version it
+    planned with, so the fire script reads only the schedule's state (see lua/fire.lua)."""
+
+    overlap: str = "skip"
+    queue: str = "default"
+    max_runs: int | None = None
+    opts: str = ""  # the hash's ``opts`` JSON object, '' when every job option is the default
+
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> FirePolicy:
+        """Validated, so that a hash edited by hand is refused by the scheduler (ValueError
+        naming the field) rather than by a whole batch of the fire script."""
+        overlap = fields.get("overlap", "skip")
+        if overlap not in OVERLAPS:
+            raise ValueError(f"overlap must be one of {sorted(OVERLAPS)}, not {overlap!r}")
+        queue = fields.get("queue", "default")
+        if not NAME_RE.match(queue):
+            raise ValueError(f"queue is not a queue name rsched writes: {queue!r}")
+        max_runs = fields.get("max_runs")
+        if max_runs is not None and not max_runs.isdigit():
+            raise ValueError(f"max_runs must be a whole number, not {max_runs!r}")
+        opts = fields.get("opts", "")
+        if opts and opts != "{}":
+            try:
+                parsed = orjson.loads(opts)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"opts is not valid JSON ({exc})") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("opts is not a JSON object")
+            # Compact, as rsched writes it: the script checks for a leading brace.
+            opts = orjson.dumps(parsed).decode() if parsed else ""
+        else:
+            opts = ""
+        return cls(overlap, queue, None if max_runs is None else int(max_runs), opts)
+
+    def arg(self) -> str:
+        """The policy as fire.lua reads it: "<overlap> <queue> <max_runs> <opts>"."""
+        max_runs = "" if self.max_runs is None else self.max_runs
+        return f"{self.overlap} {self.queue} {max_runs} {self.opts}"
+
+
+DEFAULT_POLICY = FirePolicy()
+
+
 @dataclass(frozen=True, slots=True)
 class FireItem:
     """One occurrence handed to the fire script (see lua/fire.lua for the meaning of each)."""
@@ -54,14 +104,16 @@ class FireItem:
     next: int | None
     action: str  # fire | misfire | skip
     missed: int = 0
+    policy: FirePolicy = DEFAULT_POLICY  # the policy fields of that version
 
-    def arg(self) -> str:
-        """The item as fire.lua reads it: one space-separated string, short when on time."""
+    def arg(self, policy: int) -> str:
+        """The item as fire.lua reads it: one space-separated string, short when on time;
+        ``policy`` is the position of its policy among the batch's."""
         nxt = "" if self.next is None else self.next
         if self.action == "fire" and self.sched == self.expect:
-            return f"{self.schedule_id} {self.version} {self.expect} {nxt}"
+            return f"{self.schedule_id} {self.version} {self.expect} {nxt} {policy}"
         return (
-            f"{self.schedule_id} {self.version} {self.expect} {nxt} {self.sched} "
+            f"{self.schedule_id} {self.version} {self.expect} {nxt} {policy} {self.sched} "
             f"{self.action} {self.missed}"
         )
 
@@ -370,7 +422,14 @@ class Store(_lua.ScriptCaller):
             lease, str(self.history_limit), k.cancel,
             k.schedule(""), k.history(""), k.buffered(""), k.queue(""),
         ]  # fmt: skip
-        args.extend([item.arg() for item in items])
+        # Each distinct policy once: a batch's schedules mostly share a few.
+        positions: dict[FirePolicy, int] = {}
+        item_args = [
+            item.arg(positions.setdefault(item.policy, len(positions) + 1)) for item in items
+        ]
+        args.append(str(len(positions)))
+        args.extend(policy.arg() for policy in positions)
+        args.extend(item_args)
         reply = str(await self.call_packed("fire", keys, args))
         codes = [int(c) for c in reply.split(",")] if reply else []
         # Per-item codes are never -1, -7 or -8, so a lone one of those is about the whole call.
