@@ -30,19 +30,21 @@ ARGV[9..8+P]        the policies of the batch's items, one string each:
                     scheduler planned with. Only an upsert writes them and it moves the version,
                     so they are the hash's whenever the item's version check passes; sending
                     them spares every fire reading four more fields.
-then 1 arg per item, one string of fields separated by single spaces (packing them keeps a
-  batch of thousands cheap to send): "<id> <version> <expect> <next> <policy>" for an
-  occurrence on time, "<id> <version> <expect> <next> <policy> <sched> <action> <missed>"
-  otherwise:
-  id       a schedule id rsched accepts (letters, digits, '. _ - :')
-  version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
-           from ('' = none)
+then the items, in order, in groups of items that share a header: a header arg (it starts
+  with '=') and then two args per item of the group, its id and its version. A herd's items
+  share their times and policy: the header is sent and parsed once for all of them, and an
+  item costs two plain args (parsing strings is a large part of what an item costs in Lua).
+  header "=<expect> <next> <policy>" for occurrences on time,
+         "=<expect> <next> <policy> <sched> <action> <missed>" otherwise:
   expect   the next_run the scheduler read (ms)
   next     the following occurrence (ms), or '' when there is none
   policy   the position of its policy among ARGV[9..8+P] (1 = the first)
   sched    the occurrence to run (ms; the short form runs `expect`)
   action   'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
            'skip' (misfire policy skip: no job, only history)
+  id       a schedule id rsched accepts (letters, digits, '. _ - :')
+  version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
+           from ('' = none)
 
 Returns one string of comma-separated codes, one per item:
   1 fired   2 skipped by overlap policy   3 buffered (buffer_one)   4 misfire skipped
@@ -67,9 +69,8 @@ if #KEYS ~= 2 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies th
 local HEAD = 8 + npolicies
 local ACTIONS = {fire = true, misfire = true, skip = true}
 local OVERLAPS = {allow = true, skip = true, buffer_one = true, cancel_previous = true}
--- Character sets rather than %S/%d classes, and the long form only when needed: the parse is a
--- large part of what an item costs.
-local ITEM = '^([^ ]+) ([^ ]*) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
+-- Character sets rather than %S/%d classes, and the long form only when needed.
+local GROUP = '^=(%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z]+) ([0-9]+)$'
 local POLICY = '^([a-z_]+) ([^ ]+) ([0-9]*) (.*)$'
 
@@ -109,23 +110,34 @@ for i = 1, npolicies do
   if not p then return '-7' end
   policies[tostring(i)] = p
 end
-local n = #ARGV - HEAD
-if n == 0 then return '' end
 -- One array per item field (sids also feeds ZMSCORE); the last three only for items of the long
 -- form (an item on time runs `expect` as action 'fire').
 local sids, versions, expects, nexts, ps, scheds, actions, misses = {}, {}, {}, {}, {}, {}, {}, {}
-local match = string.match
-for i = 1, n do
-  local sid, version, expect, nxt, p, tail = match(ARGV[HEAD + i], ITEM)
-  p = policies[p]
-  if not p then return '-7' end
-  sids[i], versions[i], expects[i], nexts[i], ps[i] = sid, version, expect, nxt, p
-  if tail ~= '' then
-    local sched, action, missed = match(tail, TAIL)
-    if not sched or not ACTIONS[action] then return '-7' end
-    scheds[i], actions[i], misses[i] = sched, action, missed
+local match, byte = string.match, string.byte
+local n, j, last = 0, HEAD + 1, #ARGV
+local expect, nxt, p, sched, action, missed
+while j <= last do
+  local arg = ARGV[j]
+  if byte(arg) == 61 then  -- '=': the header of the items that follow
+    local pos, tail
+    expect, nxt, pos, tail = match(arg, GROUP)
+    p = policies[pos]
+    if not p then return '-7' end
+    sched, action, missed = nil, nil, nil
+    if tail ~= '' then
+      sched, action, missed = match(tail, TAIL)
+      if not sched or not ACTIONS[action] then return '-7' end
+    end
+    j = j + 1
+  else
+    if not p or arg == '' or j == last then return '-7' end
+    n = n + 1
+    sids[n], versions[n], expects[n], nexts[n], ps[n] = arg, ARGV[j + 1], expect, nxt, p
+    if sched then scheds[n], actions[n], misses[n] = sched, action, missed end
+    j = j + 2
   end
 end
+if n == 0 then return '' end
 if rcall('GET', leader_key) ~= lease then return '-1' end
 if not key_is(schedules_key, 'zset') then return '-8' end
 for first = 1, n, 1000 do
@@ -192,7 +204,11 @@ for i = 1, n do
       end
     end
   end
-  if score then move(sid, score) end
+  if score then -- move(sid, score), inline
+    index[sid] = score
+    local z = #zadd
+    zadd[z + 1], zadd[z + 2] = score, sid
+  end
   results[i] = code
 end
 

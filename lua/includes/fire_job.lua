@@ -147,7 +147,9 @@ local function fire_job(hash, history, buffered, stream, sid, sched, now, origin
     end
   end
 
-  local fired = event_json('"fired"', sched, at, late, exec, origin, extra)
+  local fired = '{"event":"fired","scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
+                late .. ',"execution_id":"' .. exec .. '","origin":"' .. origin .. '"' .. extra ..
+                '}'  -- event_json, inline
   if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop
     local event = event_json('"cancel_requested","cancelled":' .. json_str(prev), sched, at, late,
                              exec, origin, extra)

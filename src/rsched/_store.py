@@ -106,16 +106,13 @@ class FireItem:
     missed: int = 0
     policy: FirePolicy = DEFAULT_POLICY  # the policy fields of that version
 
-    def arg(self, policy: int) -> str:
-        """The item as fire.lua reads it: one space-separated string, short when on time;
+    def header(self, policy: int) -> str:
+        """The header of the item's group as fire.lua reads it (short when on time);
         ``policy`` is the position of its policy among the batch's."""
         nxt = "" if self.next is None else self.next
         if self.action == "fire" and self.sched == self.expect:
-            return f"{self.schedule_id} {self.version} {self.expect} {nxt} {policy}"
-        return (
-            f"{self.schedule_id} {self.version} {self.expect} {nxt} {policy} {self.sched} "
-            f"{self.action} {self.missed}"
-        )
+            return f"={self.expect} {nxt} {policy}"
+        return f"={self.expect} {nxt} {policy} {self.sched} {self.action} {self.missed}"
 
 
 class Store(_lua.ScriptCaller):
@@ -422,11 +419,17 @@ class Store(_lua.ScriptCaller):
             lease, str(self.history_limit), k.cancel,
             k.schedule(""), k.history(""), k.buffered(""), k.queue(""),
         ]  # fmt: skip
-        # Each distinct policy once: a batch's schedules mostly share a few.
+        # Each distinct policy once, and a header only where it differs from the item before:
+        # a batch's items mostly share their times and policy.
         positions: dict[FirePolicy, int] = {}
-        item_args = [
-            item.arg(positions.setdefault(item.policy, len(positions) + 1)) for item in items
-        ]
+        item_args: list[str] = []
+        header = ""
+        for item in items:
+            item_header = item.header(positions.setdefault(item.policy, len(positions) + 1))
+            if item_header != header:
+                item_args.append(item_header)
+                header = item_header
+            item_args += (item.schedule_id, item.version)
         args.append(str(len(positions)))
         args.extend(policy.arg() for policy in positions)
         args.extend(item_args)
