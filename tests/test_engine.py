@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -179,7 +178,7 @@ async def test_misfire_skip_records_history_only(store: Store) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a", late_ms=HOUR_MS)
-    skip = replace(item, action="skip", missed=3)
+    skip = item._replace(action="skip", missed=3)
     assert await fire(store, lease, skip) == [4]
     assert await jobs(store) == []
     (event,) = await store.history("a", 10)
@@ -212,7 +211,7 @@ async def test_last_occurrence_completes(store: Store) -> None:
     # No next occurrence at all also completes (an `at` one-off, or the end of the window).
     await add(store, "b")
     item = await due_item(store, "b")
-    last = replace(item, next=None)
+    last = item._replace(next=None)
     assert await fire(store, lease, last) == [1]
     assert (await store.load("b")).completed
 
@@ -288,7 +287,7 @@ async def test_malformed_arguments_write_nothing(store: Store) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
-    bad = replace(item, action="explode")
+    bad = item._replace(action="explode")
     with pytest.raises(StateError, match="malformed"):
         await fire(store, lease, item, bad)
     assert await jobs(store) == []
@@ -336,7 +335,7 @@ async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, v
         assert await fire(store, lease, item) == [-6]
     else:  # policy: the scheduler reads it with the version it plans with, and refuses it
         with pytest.raises(ValueError, match=field):
-            FirePolicy.from_hash(before)
+            FirePolicy.from_hash({str(k): str(v) for k, v in before.items()})
     assert await jobs(store) == []
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
     assert await store.redis.exists(store.keys.history("a")) == 0
@@ -351,7 +350,7 @@ async def test_malformed_policy_is_refused_whole(store: Store) -> None:
     item = await due_item(store, "a")
     for policy in (FirePolicy(overlap="sometimes"), FirePolicy(opts="[1]")):
         with pytest.raises(StateError, match="malformed"):
-            await fire(store, lease, replace(item, policy=policy))
+            await fire(store, lease, item._replace(policy=policy))
     assert await jobs(store) == []
     assert await fire(store, lease, item) == [1]
 
@@ -389,7 +388,7 @@ async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: Store) -
     lease = await lease_of(store)
     first = await due_item(store, "a", late_ms=3 * HOUR_MS)
     chain = [
-        replace(first, expect=first.sched + i * 60_000, sched=first.sched + i * 60_000,
+        first._replace(expect=first.sched + i * 60_000, sched=first.sched + i * 60_000,
                 next=first.sched + (i + 1) * 60_000, action="fire")
         for i in range(3)
     ]  # fmt: skip

@@ -284,3 +284,22 @@ async def test_batch_reads_and_fires_after_the_script_cache_is_flushed(store: St
     lease, _ = await store.lease_acquire("owner", 60_000)
     assert lease is not None
     assert await store.fire(lease, []) == []
+
+
+async def test_due_reads_runs_of_a_shared_score(store: Store) -> None:
+    # A herd: more entries share one score than one probe covers, plus members rsched never
+    # writes (a space, empty) inside the run, and entries of other scores around it.
+    now = await store.time_ms()
+    herd = {f"h{i:05d}": now - 10 for i in range(2_500)}
+    await store.redis.zadd(
+        store.keys.schedules,
+        {**herd, "h01000 x": now - 10, "": now - 10, "early": now - 20, "late": now + 60_000},
+    )
+    at, due, next_ms = await store.due(10_000)
+    assert at >= now
+    assert next_ms == now + 60_000
+    assert due == [("early", now - 20), *sorted(herd.items())]
+    # The limit counts entries, left out or not, and cuts a run anywhere.
+    _, due, _ = await store.due(1_500)
+    assert due[0] == ("early", now - 20)
+    assert len(due) == 1_498

@@ -63,7 +63,7 @@ def pack_command(args: Sequence[str]) -> bytes:
     """One command in the Redis protocol (RESP2 array of bulk strings).
 
     redis-py packs each argument through its encoder at several µs apiece; a fire batch carries
-    thousands of arguments (6 per schedule), which made packing the scheduler's largest CPU
+    thousands of arguments (two per schedule), which made packing the scheduler's largest CPU
     cost in a herd. Every argument here is already a str.
     """
     out = [b"*%d\r\n" % len(args)]

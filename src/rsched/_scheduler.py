@@ -46,6 +46,8 @@ POLICY_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
+# A full round's next due read goes out with this many of its batches still to run (see _fire).
+READ_AHEAD_BATCHES = 8
 # While rounds keep finding a full window (a herd), each reads twice as many due entries as the
 # last, up to this multiple of window_size: fewer rounds, so fewer pauses between them.
 WINDOW_GROWTH_MAX = 8
@@ -255,6 +257,7 @@ class Scheduler:
             self._plan(ready, now),
             late_ms=max(0, now - ready[0][1]),
             read_ahead={sid for sid, _ in ready} if full else None,
+            read_after=len(ready) - READ_AHEAD_BATCHES * self.cfg.batch_size,
         )
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
@@ -323,9 +326,13 @@ class Scheduler:
         groups: AsyncIterable[list[FireItem]],
         late_ms: int,
         read_ahead: set[str] | None = None,
+        read_after: int = 0,
     ) -> dict[int, int]:
+        """Fire the groups (one schedule's items each) in batches, ``max_in_flight`` calls at
+        once. With ``read_ahead`` (the round's ids), the next round's due read goes out once
+        ``read_after`` schedules are planned, behind the batches already queued."""
         started = time.perf_counter()
-        sent = 0
+        sent = planned = 0
         counts: dict[int, int] = {}
         lost = False
         # Raised after the task group, unwrapped, so the ticker's handlers see the real error.
@@ -363,10 +370,12 @@ class Scheduler:
                 self._after_fire(item, code)
 
         async def read_next(exclude: set[str]) -> None:
-            # Queued behind this round's batches (the limiter is first come, first served), so
-            # it goes out with only the last few in flight. Entries of those are due in the read
-            # too: left out, they are this round's. One that did not fire after all is found by
-            # a later read.
+            # Queued behind the batches planned so far (the limiter is first come, first
+            # served), so it goes out with this round's last few batches still to run: Redis
+            # fires those while the reply travels and is parsed, instead of waiting for the
+            # next round's first batch. Entries of this round are due in the read too: left
+            # out, they are this round's. One that did not fire after all is found by a later
+            # read.
             with contextlib.suppress(RedisError, OSError):
                 async with limiter:
                     read = await self._read_due(exclude)
@@ -378,6 +387,10 @@ class Scheduler:
             async for batch in _batches(groups, self.cfg.batch_size):
                 tg.start_soon(send, batch)
                 sent += 1
+                planned += len(batch)
+                if read_ahead is not None and planned >= read_after:
+                    tg.start_soon(read_next, read_ahead)
+                    read_ahead = None
                 # Let the batch go out now: Redis fires it while the next one is planned.
                 await anyio.lowlevel.checkpoint()
             if read_ahead is not None:

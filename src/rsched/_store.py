@@ -6,10 +6,11 @@ signature lives in exactly one place on the Python side.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from redis.asyncio import Redis
@@ -60,29 +61,11 @@ class FirePolicy:
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> FirePolicy:
         """Validated, so that a hash edited by hand is refused by the scheduler (ValueError
-        naming the field) rather than by a whole batch of the fire script."""
-        overlap = fields.get("overlap", "skip")
-        if overlap not in OVERLAPS:
-            raise ValueError(f"overlap must be one of {sorted(OVERLAPS)}, not {overlap!r}")
-        queue = fields.get("queue", "default")
-        if not NAME_RE.match(queue):
-            raise ValueError(f"queue is not a queue name rsched writes: {queue!r}")
-        max_runs = fields.get("max_runs")
-        if max_runs is not None and not max_runs.isdigit():
-            raise ValueError(f"max_runs must be a whole number, not {max_runs!r}")
-        opts = fields.get("opts", "")
-        if opts and opts != "{}":
-            try:
-                parsed = orjson.loads(opts)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"opts is not valid JSON ({exc})") from None
-            if not isinstance(parsed, dict):
-                raise ValueError("opts is not a JSON object")
-            # Compact, as rsched writes it: the script checks for a leading brace.
-            opts = orjson.dumps(parsed).decode() if parsed else ""
-        else:
-            opts = ""
-        return cls(overlap, queue, None if max_runs is None else int(max_runs), opts)
+        naming the field) rather than by a whole batch of the fire script. Schedules mostly
+        share a few policies: one instance each (cached), which also keeps the scheduler's spec
+        cache small."""
+        get = fields.get
+        return _fire_policy(get("overlap"), get("queue"), get("max_runs"), get("opts"))
 
     def arg(self) -> str:
         """The policy as fire.lua reads it: "<overlap> <queue> <max_runs> <opts>"."""
@@ -93,9 +76,35 @@ class FirePolicy:
 DEFAULT_POLICY = FirePolicy()
 
 
-@dataclass(frozen=True, slots=True)
-class FireItem:
-    """One occurrence handed to the fire script (see lua/fire.lua for the meaning of each)."""
+@functools.lru_cache(maxsize=4096)
+def _fire_policy(
+    overlap: str | None, queue: str | None, max_runs: str | None, opts: str | None
+) -> FirePolicy:
+    overlap = "skip" if overlap is None else overlap
+    queue = "default" if queue is None else queue
+    if overlap not in OVERLAPS:
+        raise ValueError(f"overlap must be one of {sorted(OVERLAPS)}, not {overlap!r}")
+    if not NAME_RE.match(queue):
+        raise ValueError(f"queue is not a queue name rsched writes: {queue!r}")
+    if max_runs is not None and not max_runs.isdigit():
+        raise ValueError(f"max_runs must be a whole number, not {max_runs!r}")
+    if opts and opts != "{}":
+        try:
+            parsed = orjson.loads(opts)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"opts is not valid JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("opts is not a JSON object")
+        # Compact, as rsched writes it: the script checks for a leading brace.
+        opts = orjson.dumps(parsed).decode() if parsed else ""
+    else:
+        opts = ""
+    return FirePolicy(overlap, queue, None if max_runs is None else int(max_runs), opts)
+
+
+class FireItem(NamedTuple):
+    """One occurrence handed to the fire script (see lua/fire.lua for the meaning of each).
+    A tuple: a herd creates one per schedule, and a frozen dataclass costs 4x as much."""
 
     schedule_id: str
     version: str  # "<generation>:<created_at>" of the hash the plan was computed from
@@ -365,16 +374,18 @@ class Store(_lua.ScriptCaller):
 
     async def due(self, limit: int) -> tuple[int, list[tuple[str, int]], int | None]:
         """(Redis now ms, due (id, score) pairs oldest first, next future score or None)."""
-        now, flat, nxt = await self.call("due", [self.keys.schedules], [limit])
-        parts = flat.split(" ") if flat else []
+        now, runs, nxt = await self.call("due", [self.keys.schedules], [limit])
         pairs: list[tuple[str, int]] = []
-        for i in range(0, len(parts), 2):
+        for run in runs:
+            text, *ids = run.split(" ")
             try:
-                pairs.append((parts[i], int(parts[i + 1])))
+                score = int(text)
             except ValueError:  # a score rsched did not write: fractional, or -inf
-                score = float(parts[i + 1])
-                if math.isfinite(score):
-                    pairs.append((parts[i], math.floor(score)))
+                value = float(text)
+                if not math.isfinite(value):
+                    continue
+                score = math.floor(value)
+            pairs += ((sid, score) for sid in ids)
         return int(now), pairs, int(float(nxt)) if nxt else None
 
     async def upcoming(
@@ -423,9 +434,12 @@ class Store(_lua.ScriptCaller):
         # a batch's items mostly share their times and policy.
         positions: dict[FirePolicy, int] = {}
         item_args: list[str] = []
-        header = ""
+        header, policy, position = "", None, 0
         for item in items:
-            item_header = item.header(positions.setdefault(item.policy, len(positions) + 1))
+            if item.policy is not policy:  # mostly the same (shared) instance as the last
+                policy = item.policy
+                position = positions.setdefault(policy, len(positions) + 1)
+            item_header = item.header(position)
             if item_header != header:
                 item_args.append(item_header)
                 header = item_header

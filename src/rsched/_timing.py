@@ -7,6 +7,7 @@ interval after creation; ``at`` is a single occurrence.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -15,6 +16,14 @@ from rsched._cron import Cron
 from rsched._errors import InvalidSchedule
 from rsched._model import Schedule, from_ms, to_ms
 from rsched._tz import resolve_timezone
+
+
+# The schedules of a herd share their expression, zone and due time: the next run is computed
+# once (Cron caches by second; this also skips the datetime conversions around it).
+@functools.lru_cache(maxsize=16_384)
+def _cron_next_ms(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
+    nxt = cron.next_after(from_ms(after_ms, UTC), tz)
+    return to_ms(nxt) if nxt else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +104,7 @@ class Timing:
         if self.start_ms is not None and after_ms < self.start_ms:
             after_ms = self.start_ms - 1
         if self.cron is not None:
-            nxt = self.cron.next_after(from_ms(after_ms, UTC), self.tz)
-            return self._in_window(to_ms(nxt) if nxt else None)
+            return self._in_window(_cron_next_ms(self.cron, self.tz, after_ms))
         if self.every_ms is not None:
             anchor = self.anchor_ms if self.anchor_ms is not None else after_ms + self.every_ms
             if after_ms < anchor:
