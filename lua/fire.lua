@@ -19,8 +19,8 @@ ARGV[2] cap         history length cap
 ARGV[3] cancel      pub/sub channel for cancel_previous
 ARGV[4..7]          key prefixes of a schedule's hash, history, buffered hash, and of a queue's
                     stream ("{p}:schedule:", "{p}:history:", "{p}:buffered:", "{p}:queue:"):
-                    an item's keys are the prefix followed by its id (its queue for the
-                    stream, read from the hash). Passing prefixes instead of four names per item
+                    an item's keys are the prefix followed by its id (its policy's queue for
+                    the stream). Passing prefixes instead of four names per item
                     halves what a batch carries; every key keeps the hash tag of KEYS, so the
                     script still touches a single slot.
 ARGV[8]             P, the number of policies that follow
@@ -30,12 +30,13 @@ ARGV[9..8+P]        the policies of the batch's items, one string each:
                     scheduler planned with. Only an upsert writes them and it moves the version,
                     so they are the hash's whenever the item's version check passes; sending
                     them spares every fire reading four more fields.
-then the items, in order, in groups of items that share a header: a header arg (it starts
-  with '=') and then two args per item of the group, its id and its version. A herd's items
-  share their times and policy: the header is sent and parsed once for all of them, and an
-  item costs two plain args (parsing strings is a large part of what an item costs in Lua).
-  header "=<expect> <next> <policy>" for occurrences on time,
-         "=<expect> <next> <policy> <sched> <action> <missed>" otherwise:
+then the items, in order, in groups of items that share a header: a header arg, then two args
+  per item of the group, its id and its version. A herd's items share their times and policy:
+  the header is sent and parsed once for all of them, and an item costs two plain args
+  (parsing strings is a large part of what an item costs in Lua).
+  header "<count> <expect> <next> <policy>" for occurrences on time,
+         "<count> <expect> <next> <policy> <sched> <action> <missed>" otherwise:
+  count    the number of items in the group (> 0)
   expect   the next_run the scheduler read (ms)
   next     the following occurrence (ms), or '' when there is none
   policy   the position of its policy among ARGV[9..8+P] (1 = the first)
@@ -70,7 +71,7 @@ local HEAD = 8 + npolicies
 local ACTIONS = {fire = true, misfire = true, skip = true}
 local OVERLAPS = {allow = true, skip = true, buffer_one = true, cancel_previous = true}
 -- Character sets rather than %S/%d classes, and the long form only when needed.
-local GROUP = '^=(%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
+local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z]+) ([0-9]+)$'
 local POLICY = '^([a-z_]+) ([^ ]+) ([0-9]*) (.*)$'
 
@@ -110,32 +111,28 @@ for i = 1, npolicies do
   if not p then return '-7' end
   policies[tostring(i)] = p
 end
--- One array per item field (sids also feeds ZMSCORE); the last three only for items of the long
--- form (an item on time runs `expect` as action 'fire').
-local sids, versions, expects, nexts, ps, scheds, actions, misses = {}, {}, {}, {}, {}, {}, {}, {}
-local match, byte = string.match, string.byte
+-- The groups in order (their header fields and where their items start), and every item's id
+-- for ZMSCORE; the items themselves are read from ARGV where they are.
+local groups, sids = {}, {}
+local match = string.match
 local n, j, last = 0, HEAD + 1, #ARGV
-local expect, nxt, p, sched, action, missed
 while j <= last do
-  local arg = ARGV[j]
-  if byte(arg) == 61 then  -- '=': the header of the items that follow
-    local pos, tail
-    expect, nxt, pos, tail = match(arg, GROUP)
-    p = policies[pos]
-    if not p then return '-7' end
-    sched, action, missed = nil, nil, nil
-    if tail ~= '' then
-      sched, action, missed = match(tail, TAIL)
-      if not sched or not ACTIONS[action] then return '-7' end
-    end
-    j = j + 1
-  else
-    if not p or arg == '' or j == last then return '-7' end
-    n = n + 1
-    sids[n], versions[n], expects[n], nexts[n], ps[n] = arg, ARGV[j + 1], expect, nxt, p
-    if sched then scheds[n], actions[n], misses[n] = sched, action, missed end
-    j = j + 2
+  local count, expect, nxt, pos, tail = match(ARGV[j], GROUP)
+  count = tonumber(count)
+  local p = policies[pos]
+  if not count or count < 1 or not p or j + 2 * count > last then return '-7' end
+  local g = {first = j + 1, last = j + 2 * count, expect = expect, nxt = nxt, p = p}
+  if tail ~= '' then
+    g.sched, g.action, g.missed = match(tail, TAIL)
+    if not g.sched or not ACTIONS[g.action] then return '-7' end
   end
+  groups[#groups + 1] = g
+  for k = g.first, g.last, 2 do
+    if ARGV[k] == '' then return '-7' end
+    n = n + 1
+    sids[n] = ARGV[k]
+  end
+  j = g.last + 1
 end
 if n == 0 then return '' end
 if rcall('GET', leader_key) ~= lease then return '-1' end
@@ -152,64 +149,68 @@ local results = {}
 local streams = {}
 local unpack = unpack
 
-for i = 1, n do
-  local sid, expect, nxt, p = sids[i], expects[i], nexts[i], ps[i]
-  local sched = scheds[i] or expect
-  local code, score
-  local hash = hash_prefix .. sid
-  -- One read of the hash (which is also its type check) gives the version check and the state
-  -- fire_job and advance need.
-  local f = rpcall('HMGET', hash, unpack(JOB_FIELDS, 1, STATE_FIELDS))
-  if f.err and wrong_type(f) then
-    code = -6
-  elseif f[F_VERSION] ~= versions[i] or index[sid] ~= expect or f[F_STATUS] then
-    code = 0  -- status is absent exactly when the schedule is active
-    heal_index(sid, f[F_VERSION], f[F_STATUS], index[sid])
-  elseif not fire_job_ok(f) then
-    code = -6
-  elseif (SCHED_MS[sched] or sched_ms(sched)) > now then
-    code = -5
-  else
-    local history = history_prefix .. sid
-    local action = actions[i]
-    if action == 'skip' then
-      if hist_first(history, cap, '{"event":"misfired","policy":"skip","missed":' ..
-                    misses[i] .. ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
-                    ',"late_ms":' .. int_text(now - sched_ms(sched)) .. '}') then
-        score = advance(hash, sched, nxt, false, true, p)
-        code = 4
-      else
-        code = -6
-      end
+local i = 0
+for _, g in ipairs(groups) do
+  local expect, nxt, p, action, missed = g.expect, g.nxt, g.p, g.action, g.missed
+  local sched = g.sched or expect
+  for k = g.first, g.last, 2 do
+    i = i + 1
+    local sid = ARGV[k]
+    local code, score
+    local hash = hash_prefix .. sid
+    -- One read of the hash (which is also its type check) gives the version check and the state
+    -- fire_job and advance need.
+    local f = rpcall('HMGET', hash, unpack(JOB_FIELDS, 1, STATE_FIELDS))
+    if f.err and wrong_type(f) then
+      code = -6
+    elseif f[F_VERSION] ~= ARGV[k + 1] or index[sid] ~= expect or f[F_STATUS] then
+      code = 0  -- status is absent exactly when the schedule is active
+      heal_index(sid, f[F_VERSION], f[F_STATUS], index[sid])
+    elseif not fire_job_ok(f) then
+      code = -6
+    elseif (SCHED_MS[sched] or sched_ms(sched)) > now then
+      code = -5
     else
-      local stream = streams[p.queue]
-      if stream == nil then
-        stream = stream_prefix .. p.queue
-        if not key_is(stream, 'stream') then stream = false end
-        streams[p.queue] = stream
-      end
-      local buffered = nil
-      if p.overlap == 'buffer_one' then buffered = buffered_prefix .. sid end
-      if not stream or (buffered and not key_is(buffered, 'hash')) then
-        code = -6
+      local history = history_prefix .. sid
+      if action == 'skip' then
+        if hist_first(history, cap, '{"event":"misfired","policy":"skip","missed":' ..
+                      missed .. ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
+                      ',"late_ms":' .. int_text(now - sched_ms(sched)) .. '}') then
+          score = advance(hash, sched, nxt, false, true, p)
+          code = 4
+        else
+          code = -6
+        end
       else
-        local origin, extra = 'schedule', ''
-        if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. misses[i] end
-        local exec, run_until
-        code, exec, run_until = fire_job(hash, history, buffered, stream, sid, sched, now, origin,
-                                         cap, cancel_channel, extra, f, p)
-        if code > 0 then
-          score = advance(hash, sched, nxt, code == 1, true, p, run_until and exec, run_until)
+        local stream = streams[p.queue]
+        if stream == nil then
+          stream = stream_prefix .. p.queue
+          if not key_is(stream, 'stream') then stream = false end
+          streams[p.queue] = stream
+        end
+        local buffered = nil
+        if p.overlap == 'buffer_one' then buffered = buffered_prefix .. sid end
+        if not stream or (buffered and not key_is(buffered, 'hash')) then
+          code = -6
+        else
+          local origin, extra = 'schedule', ''
+          if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
+          local exec, run_until
+          code, exec, run_until = fire_job(hash, history, buffered, stream, sid, sched, now, origin,
+                                           cap, cancel_channel, extra, f, p)
+          if code > 0 then
+            score = advance(hash, sched, nxt, code == 1, true, p, run_until and exec, run_until)
+          end
         end
       end
     end
+    if score then -- move(sid, score), inline
+      index[sid] = score
+      local z = #zadd
+      zadd[z + 1], zadd[z + 2] = score, sid
+    end
+    results[i] = code
   end
-  if score then -- move(sid, score), inline
-    index[sid] = score
-    local z = #zadd
-    zadd[z + 1], zadd[z + 2] = score, sid
-  end
-  results[i] = code
 end
 
 for first = 1, #zadd, 1000 do

@@ -291,6 +291,23 @@ async def test_malformed_arguments_write_nothing(store: Store) -> None:
     with pytest.raises(StateError, match="malformed"):
         await fire(store, lease, item, bad)
     assert await jobs(store) == []
+    # Groups whose count does not match the items that follow, or with no items at all.
+    k = store.keys
+    head = [lease, "5", k.cancel, k.schedule(""), k.history(""), k.buffered(""), k.queue("")]
+    policy = [*head, "1", item.policy.arg()]
+    group = f"{item.expect} {item.next} 1"
+    for items in (
+        [f"2 {group}", "a", item.version],
+        [f"1 {group}", "a"],
+        [f"0 {group}"],
+        [f"1 {group}", "a", item.version, "a"],
+        [f"1 {group}", "", item.version],
+        [f"1 {item.expect} {item.next} 2", "a", item.version],
+    ):
+        reply = await store.call_packed("fire", [k.leader, k.schedules], [*policy, *items])
+        assert reply == "-7", items
+    assert await jobs(store) == []
+    assert await fire(store, lease, item) == [1]
 
 
 async def test_wrong_type_index_writes_nothing(redis: Redis, settings: Settings) -> None:

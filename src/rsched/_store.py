@@ -116,12 +116,12 @@ class FireItem(NamedTuple):
     policy: FirePolicy = DEFAULT_POLICY  # the policy fields of that version
 
     def header(self, policy: int) -> str:
-        """The header of the item's group as fire.lua reads it (short when on time);
-        ``policy`` is the position of its policy among the batch's."""
+        """The item's group header as fire.lua reads it, less the count in front (short when on
+        time); ``policy`` is the position of its policy among the batch's."""
         nxt = "" if self.next is None else self.next
         if self.action == "fire" and self.sched == self.expect:
-            return f"={self.expect} {nxt} {policy}"
-        return f"={self.expect} {nxt} {policy} {self.sched} {self.action} {self.missed}"
+            return f"{self.expect} {nxt} {policy}"
+        return f"{self.expect} {nxt} {policy} {self.sched} {self.action} {self.missed}"
 
 
 class Store(_lua.ScriptCaller):
@@ -433,20 +433,23 @@ class Store(_lua.ScriptCaller):
         # Each distinct policy once, and a header only where it differs from the item before:
         # a batch's items mostly share their times and policy.
         positions: dict[FirePolicy, int] = {}
-        item_args: list[str] = []
+        groups: list[tuple[str, list[str]]] = []
         header, policy, position = "", None, 0
+        group: list[str] = []
         for item in items:
             if item.policy is not policy:  # mostly the same (shared) instance as the last
                 policy = item.policy
                 position = positions.setdefault(policy, len(positions) + 1)
             item_header = item.header(position)
             if item_header != header:
-                item_args.append(item_header)
-                header = item_header
-            item_args += (item.schedule_id, item.version)
+                header, group = item_header, []
+                groups.append((header, group))
+            group += (item.schedule_id, item.version)
         args.append(str(len(positions)))
         args.extend(policy.arg() for policy in positions)
-        args.extend(item_args)
+        for header, group in groups:
+            args.append(f"{len(group) // 2} {header}")
+            args.extend(group)
         reply = str(await self.call_packed("fire", keys, args))
         codes = [int(c) for c in reply.split(",")] if reply else []
         # Per-item codes are never -1, -7 or -8, so a lone one of those is about the whole call.
