@@ -147,7 +147,7 @@ local now = now_ms()
 local results = {}
 -- Stream key of each queue, false when that key holds another type (checked once per batch).
 local streams = {}
-local unpack = unpack
+local unpack = unpack  -- a local: read for every item
 
 local i = 0
 for _, g in ipairs(groups) do

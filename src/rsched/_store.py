@@ -24,6 +24,7 @@ from rsched._errors import (
     ScheduleNotFound,
     StateError,
 )
+from rsched._job import JobOptions
 from rsched._keys import NAME_RE, Keys
 from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
 from rsched._settings import DEFAULT_HISTORY_LIMIT
@@ -88,17 +89,10 @@ def _fire_policy(
         raise ValueError(f"queue is not a queue name rsched writes: {queue!r}")
     if max_runs is not None and not max_runs.isdigit():
         raise ValueError(f"max_runs must be a whole number, not {max_runs!r}")
-    if opts and opts != "{}":
-        try:
-            parsed = orjson.loads(opts)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"opts is not valid JSON ({exc})") from None
-        if not isinstance(parsed, dict):
-            raise ValueError("opts is not a JSON object")
-        # Compact, as rsched writes it: the script checks for a leading brace.
-        opts = orjson.dumps(parsed).decode() if parsed else ""
-    else:
+    opts = (opts or "").strip()  # the script checks for a leading brace
+    if opts == "{}":
         opts = ""
+    JobOptions.parse(opts)  # MalformedJob, a ValueError naming the option
     return FirePolicy(overlap, queue, None if max_runs is None else int(max_runs), opts)
 
 
