@@ -65,10 +65,13 @@ class Policy:
 
 def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[FireItem]:
     """The fire items for a schedule whose next run ``due_ms`` is at or before ``now_ms``."""
-    timing, gen, fire = policy.timing, policy.version, policy.fire
+    timing, version, fire = policy.timing, policy.version, policy.fire
+
+    def item(expect: int, sched: int, nxt: int | None, action: str, missed: int = 0) -> FireItem:
+        return FireItem(schedule_id, version, expect, sched, nxt, action, missed, fire)
+
     if now_ms - due_ms <= policy.grace_ms:
-        nxt = timing.next_after(due_ms)
-        return [FireItem(schedule_id, gen, due_ms, due_ms, nxt, "fire", policy=fire)]
+        return [item(due_ms, due_ms, timing.next_after(due_ms), "fire")]
 
     latest = timing.prev_at_or_before(now_ms)
     if latest is None or latest < due_ms:
@@ -77,25 +80,17 @@ def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[Fir
 
     if policy.misfire == "run_once":
         missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
-        return [
-            FireItem(
-                schedule_id, gen, due_ms, latest, after_now, "misfire", max(missed, 1), policy=fire
-            )
-        ]
+        return [item(due_ms, latest, after_now, "misfire", max(missed, 1))]
 
     if policy.misfire == "skip":
         if now_ms - latest <= policy.grace_ms and latest > due_ms:
             missed = timing.count(due_ms, latest - 1, MISSED_COUNT_CAP)
             return [
-                FireItem(schedule_id, gen, due_ms, due_ms, latest, "skip", missed, policy=fire),
-                FireItem(schedule_id, gen, latest, latest, after_now, "fire", policy=fire),
+                item(due_ms, due_ms, latest, "skip", missed),
+                item(latest, latest, after_now, "fire"),
             ]
         missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
-        return [
-            FireItem(
-                schedule_id, gen, due_ms, due_ms, after_now, "skip", max(missed, 1), policy=fire
-            )
-        ]
+        return [item(due_ms, due_ms, after_now, "skip", max(missed, 1))]
 
     # catch_up: walk back from now to find the newest `limit` occurrences, then fire them in order.
     newest: list[int] = []
@@ -108,13 +103,11 @@ def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[Fir
     expect = due_ms
     dropped = timing.count(due_ms, newest[0] - 1, MISSED_COUNT_CAP) if newest[0] > due_ms else 0
     if dropped:
-        items.append(
-            FireItem(schedule_id, gen, due_ms, due_ms, newest[0], "skip", dropped, policy=fire)
-        )
+        items.append(item(due_ms, due_ms, newest[0], "skip", dropped))
         expect = newest[0]
     for i, sched in enumerate(newest):
         nxt = newest[i + 1] if i + 1 < len(newest) else after_now
         action = "fire" if now_ms - sched <= policy.grace_ms else "misfire"
-        items.append(FireItem(schedule_id, gen, expect, sched, nxt, action, 1, policy=fire))
+        items.append(item(expect, sched, nxt, action, 1))
         expect = nxt if nxt is not None else sched
     return items

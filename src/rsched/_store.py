@@ -10,7 +10,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 import orjson
 from redis.asyncio import Redis
@@ -26,7 +26,7 @@ from rsched._errors import (
 )
 from rsched._job import JobOptions
 from rsched._keys import NAME_RE, Keys
-from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
+from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Overlap, Schedule
 from rsched._settings import DEFAULT_HISTORY_LIMIT
 from rsched._timing import first_run_ms
 
@@ -45,7 +45,7 @@ class Conflict(RschedError):
     """Raised when a schedule's generation moved between a read and a write (retry)."""
 
 
-OVERLAPS = frozenset(("allow", "skip", "buffer_one", "cancel_previous"))
+OVERLAPS = frozenset(get_args(Overlap))
 
 
 @dataclass(frozen=True, slots=True)
