@@ -42,7 +42,7 @@ local f = job_fields(k.hash)
 if not f[F_VERSION] then return {-2} end
 local cur = version_parts(f[F_VERSION]) or 0
 if tostring(cur) ~= gen then return {-3, cur} end
-local p = policy_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS])
+local p = hash_policy(f)
 if not p or not fire_job_ok(f) then return {-6} end
 local now = now_ms()
 for i = 6, #ARGV do

@@ -22,7 +22,7 @@ if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history,
 local f = job_fields(k.hash)
 if not f[F_VERSION] then return {-2} end
 if f[F_STATUS] == 'completed' then return {-4} end
-local p = policy_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS])
+local p = hash_policy(f)
 if not p or not fire_job_ok(f) then return {-6} end
 local now = now_ms()
 local sched = int_text(now)

@@ -14,7 +14,7 @@
 -- policy_of(overlap, queue, max_runs, opts): the policy table {overlap=, queue=, max_runs=
 --   (number or false), opts= (JSON text or false when all default), ttl= (run marker lifetime,
 --   ms)} of those field values (false/nil = absent), or nil when max_runs is not a number or
---   opts not a JSON object.
+--   opts not a JSON object. hash_policy(f): policy_of the fields f read by job_fields.
 -- fire_job_ok(f): true when the state fields are usable (a task, numbers where numbers belong);
 --   keeps what it decoded (runs, generation) for fire_job and advance. Call it before the first
 --   write: a hash edited by hand must be refused whole rather than fail halfway, which Redis
@@ -66,6 +66,10 @@ local function policy_of(overlap, queue, max_runs, opts)
   end
   return {overlap = overlap or 'skip', queue = queue or 'default', max_runs = max_runs or false,
           opts = opts or false, ttl = ttl}
+end
+
+local function hash_policy(f)
+  return policy_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS])
 end
 
 -- What fire_job_ok derived from the last fields it accepted, for fire_job and advance.
@@ -185,10 +189,8 @@ local function advance(hash_key, sched, nxt, fired, move_next, p, run, run_until
     if done then
       rcall('HSET', hash_key, 'status', 'completed', 'runs', runs, 'last_run', sched,
             marker_pairs(run, run_until))
-    elseif run then
-      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched, 'run', run, 'run_until', run_until)
     else
-      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched)
+      rcall('HSET', hash_key, 'runs', runs, 'last_run', sched, marker_pairs(run, run_until))
     end
   elseif done then
     rcall('HSET', hash_key, 'status', 'completed')
