@@ -29,9 +29,9 @@ from redis.asyncio import Redis
 from bench._servers import BenchServer
 from rsched._keys import Keys
 from rsched._model import Schedule
-from rsched._plan import Policy, plan
+from rsched._plan import PlannedSpec, plan
 from rsched._settings import SchedulerSettings
-from rsched._store import FireItem, Store
+from rsched._store import FireItem, ScheduleStore
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CHUNK = 2_000
@@ -154,14 +154,14 @@ class Ctx:
     server: BenchServer
     redis: Redis
     keys: Keys
-    store: Store
+    store: ScheduleStore
     profile_dir: Path | None = None
     log_dir: Path = field(default_factory=lambda: RESULTS_DIR)
 
     @classmethod
     def new(cls, server: BenchServer, redis: Redis, profile_dir: Path | None) -> Ctx:
         keys = Keys("bench")
-        return cls(server, redis, keys, Store(redis, keys), profile_dir)
+        return cls(server, redis, keys, ScheduleStore(redis, keys), profile_dir)
 
     async def reset(self) -> None:
         # SYNC: Valkey frees a plain FLUSHALL lazily, which would skew the next memory reading.
@@ -444,9 +444,11 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
     nxt = due_at + HOUR_MS
     # Planned the way the scheduler plans (all bench schedules share one spec and version).
     stored = await ctx.redis.hgetall(k.schedule(ids[0]))
-    policy = Policy.from_hash({str(f): str(v) for f, v in stored.items()})
+    planned_spec = PlannedSpec.from_hash({str(f): str(v) for f, v in stored.items()})
     fire_now = await ctx.now_ms()
-    planned: list[FireItem] = [item for sid in ids for item in plan(sid, policy, due_at, fire_now)]
+    planned: list[FireItem] = [
+        item for sid in ids for item in plan(sid, planned_spec, due_at, fire_now)
+    ]
     nxt = planned[0].next or nxt
     batches = [planned[i : i + cfg.batch_size] for i in range(0, n, cfg.batch_size)]
     calls0, usec0 = await ctx.evalsha_stats()

@@ -36,7 +36,7 @@ from rsched._keys import GROUP, Keys
 from rsched._model import Schedule, from_ms
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
-from rsched._store import Store
+from rsched._store import ScheduleStore
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,7 +177,7 @@ async def fire_to_start(server: BenchServer, seconds: float, schedules: int) -> 
     keys = Keys(prefix)
     redis = Redis.from_url(server.url, decode_responses=True)
     settings = Settings(redis_url=server.url, prefix=prefix, log_level="warning")
-    store = Store(redis, keys)
+    store = ScheduleStore(redis, keys)
     period_s = 2.0
     proc = _spawn_worker(server.url, prefix, 50, "warning")
     try:

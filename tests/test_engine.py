@@ -13,49 +13,49 @@ from rsched import Schedule, StateError
 from rsched._connection import connect
 from rsched._keys import Keys
 from rsched._settings import Settings
-from rsched._store import FireItem, FirePolicy, Store
+from rsched._store import FireItem, FireSpec, ScheduleStore
 
 HOUR_MS = 3_600_000
 
 
 @pytest.fixture
-def store(redis: Redis, settings: Settings) -> Store:
-    return Store(redis, Keys(settings.prefix), history_limit=5)
+def store(redis: Redis, settings: Settings) -> ScheduleStore:
+    return ScheduleStore(redis, Keys(settings.prefix), history_limit=5)
 
 
 async def due_item(
-    store: Store, sid: str, *, late_ms: int = 1_000, action: str = "fire"
+    store: ScheduleStore, sid: str, *, late_ms: int = 1_000, action: str = "fire"
 ) -> FireItem:
     """Move the schedule's next run ``late_ms`` into the past and return the item firing it."""
     now = await store.time_ms()
     sched = now - late_ms
     await store.redis.zadd(store.keys.schedules, {sid: sched})
     (fields,) = await store.fields([sid])
-    policy = FirePolicy.from_hash(fields)
-    return FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, action, 1, policy)
+    spec = FireSpec.from_hash(fields)
+    return FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, action, 1, spec)
 
 
-async def add(store: Store, sid: str = "a", **spec: Any) -> None:
+async def add(store: ScheduleStore, sid: str = "a", **spec: Any) -> None:
     spec.setdefault("every", 3600)
     await store.save(Schedule(id=sid, task="t", **spec))
 
 
-async def fire(store: Store, lease: str, *items: FireItem) -> list[int] | None:
+async def fire(store: ScheduleStore, lease: str, *items: FireItem) -> list[int] | None:
     return await store.fire(lease, list(items))
 
 
-async def jobs(store: Store, queue: str = "default") -> list[dict[str, str]]:
+async def jobs(store: ScheduleStore, queue: str = "default") -> list[dict[str, str]]:
     entries: Any = await store.redis.xrange(store.keys.queue(queue))
     return [fields for _, fields in entries]
 
 
-async def lease_of(store: Store) -> str:
+async def lease_of(store: ScheduleStore) -> str:
     lease, _ = await store.lease_acquire("test-owner", 60_000)
     assert lease is not None
     return lease
 
 
-async def test_fires_once_and_advances(store: Store) -> None:
+async def test_fires_once_and_advances(store: ScheduleStore) -> None:
     await add(store, payload={"k": 1})
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -82,7 +82,7 @@ async def test_fires_once_and_advances(store: Store) -> None:
     assert event["late_ms"] == event["at"] - item.sched >= 1_000
 
 
-async def test_stale_lease_writes_nothing(store: Store) -> None:
+async def test_stale_lease_writes_nothing(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -101,7 +101,7 @@ async def test_stale_lease_writes_nothing(store: Store) -> None:
     assert await fire(store, lease, item) is None
 
 
-async def test_old_version_never_fires(store: Store) -> None:
+async def test_old_version_never_fires(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     old = await due_item(store, "a")
@@ -115,7 +115,7 @@ async def test_old_version_never_fires(store: Store) -> None:
     assert (job["task"], job["generation"]) == ("new-task", "2")
 
 
-async def test_removed_schedule_never_fires(store: Store) -> None:
+async def test_removed_schedule_never_fires(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -125,7 +125,7 @@ async def test_removed_schedule_never_fires(store: Store) -> None:
     assert await store.redis.zscore(store.keys.schedules, "a") is None
 
 
-async def test_recreated_schedule_does_not_match_old_plan(store: Store) -> None:
+async def test_recreated_schedule_does_not_match_old_plan(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     old = await due_item(store, "a")
@@ -139,7 +139,7 @@ async def test_recreated_schedule_does_not_match_old_plan(store: Store) -> None:
     assert await jobs(store) == []
 
 
-async def test_not_due_yet(store: Store) -> None:
+async def test_not_due_yet(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a", late_ms=-60_000)
@@ -147,7 +147,7 @@ async def test_not_due_yet(store: Store) -> None:
     assert await jobs(store) == []
 
 
-async def test_paused_schedule_is_stale(store: Store) -> None:
+async def test_paused_schedule_is_stale(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -157,7 +157,7 @@ async def test_paused_schedule_is_stale(store: Store) -> None:
     assert await store.redis.zscore(store.keys.schedules, "a") == float("inf")
 
 
-async def test_concurrent_identical_calls_fire_once(store: Store) -> None:
+async def test_concurrent_identical_calls_fire_once(store: ScheduleStore) -> None:
     for sid in ("a", "b", "c"):
         await add(store, sid)
     lease = await lease_of(store)
@@ -174,7 +174,7 @@ async def test_concurrent_identical_calls_fire_once(store: Store) -> None:
     assert len(await jobs(store)) == 3
 
 
-async def test_misfire_skip_records_history_only(store: Store) -> None:
+async def test_misfire_skip_records_history_only(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a", late_ms=HOUR_MS)
@@ -191,7 +191,7 @@ async def test_misfire_skip_records_history_only(store: Store) -> None:
     assert "runs" not in fields
 
 
-async def test_history_is_capped(store: Store) -> None:
+async def test_history_is_capped(store: ScheduleStore) -> None:
     await add(store, overlap="allow")
     lease = await lease_of(store)
     for _ in range(8):
@@ -199,7 +199,7 @@ async def test_history_is_capped(store: Store) -> None:
     assert await store.redis.llen(store.keys.history("a")) == 5  # history_limit of the store
 
 
-async def test_last_occurrence_completes(store: Store) -> None:
+async def test_last_occurrence_completes(store: ScheduleStore) -> None:
     await add(store, max_runs=2, overlap="allow")
     lease = await lease_of(store)
     assert await fire(store, lease, await due_item(store, "a")) == [1]
@@ -216,7 +216,7 @@ async def test_last_occurrence_completes(store: Store) -> None:
     assert (await store.load("b")).completed
 
 
-async def test_wrong_type_key_is_reported_and_others_fire(store: Store) -> None:
+async def test_wrong_type_key_is_reported_and_others_fire(store: ScheduleStore) -> None:
     await add(store, "a")
     await add(store, "b")
     lease = await lease_of(store)
@@ -252,7 +252,7 @@ async def test_wrong_type_key_is_reported_and_others_fire(store: Store) -> None:
     ],
 )
 async def test_wrong_type_history_refuses_every_path_whole(
-    store: Store, overlap: str, marker: bool, action: str
+    store: ScheduleStore, overlap: str, marker: bool, action: str
 ) -> None:
     # The history key's type is checked by the first push itself: each path must still write
     # nothing at all (no job, no marker, no buffered entry, no state change).
@@ -274,7 +274,7 @@ async def test_wrong_type_history_refuses_every_path_whole(
     assert await store.redis.get(store.keys.history("a")) == "x"
 
 
-async def test_hash_without_task_is_refused(store: Store) -> None:
+async def test_hash_without_task_is_refused(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -283,7 +283,7 @@ async def test_hash_without_task_is_refused(store: Store) -> None:
     assert await jobs(store) == []
 
 
-async def test_malformed_arguments_write_nothing(store: Store) -> None:
+async def test_malformed_arguments_write_nothing(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -294,7 +294,7 @@ async def test_malformed_arguments_write_nothing(store: Store) -> None:
     # Groups whose count does not match the items that follow, or with no items at all.
     k = store.keys
     head = [lease, "5", k.cancel, k.schedule(""), k.history(""), k.buffered(""), k.queue("")]
-    policy = [*head, "1", item.policy.arg()]
+    with_spec = [*head, "1", item.spec.arg()]
     group = f"{item.expect} {item.next} 1"
     for items in (
         [f"2 {group}", "a", item.version],
@@ -304,14 +304,14 @@ async def test_malformed_arguments_write_nothing(store: Store) -> None:
         [f"1 {group}", "", item.version],
         [f"1 {item.expect} {item.next} 2", "a", item.version],
     ):
-        reply = await store.call_packed("fire", [k.leader, k.schedules], [*policy, *items])
+        reply = await store.call_packed("fire", [k.leader, k.schedules], [*with_spec, *items])
         assert reply == "-7", items
     assert await jobs(store) == []
     assert await fire(store, lease, item) == [1]
 
 
 async def test_wrong_type_index_writes_nothing(redis: Redis, settings: Settings) -> None:
-    store = Store(redis, Keys(settings.prefix))
+    store = ScheduleStore(redis, Keys(settings.prefix))
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -329,7 +329,7 @@ async def test_client_retries_across_a_server_restart(
     server = make_server(appendonly=True)
     client = connect(server.url)
     try:
-        store = Store(client, Keys(prefix))
+        store = ScheduleStore(client, Keys(prefix))
         await add(store)
         await anyio.to_thread.run_sync(server.restart)
         # The pooled connection died with the old process: the call is re-sent, not failed.
@@ -342,7 +342,9 @@ async def test_client_retries_across_a_server_restart(
     ("field", "value"),
     [("max_runs", "many"), ("runs", "x"), ("opts", "{timeout_s: 1h}"), ("run_until", "soon")],
 )
-async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, value: str) -> None:
+async def test_hand_edited_numbers_are_refused_whole(
+    store: ScheduleStore, field: str, value: str
+) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -350,9 +352,9 @@ async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, v
     before = await store.redis.hgetall(store.keys.schedule("a"))
     if field in ("runs", "run_until"):  # state: the fire script reads and checks it
         assert await fire(store, lease, item) == [-6]
-    else:  # policy: the scheduler reads it with the version it plans with, and refuses it
+    else:  # fire spec: the scheduler reads it with the version it plans with, and refuses it
         with pytest.raises(ValueError, match=field):
-            FirePolicy.from_hash({str(k): str(v) for k, v in before.items()})
+            FireSpec.from_hash({str(k): str(v) for k, v in before.items()})
     assert await jobs(store) == []
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
     assert await store.redis.exists(store.keys.history("a")) == 0
@@ -361,18 +363,18 @@ async def test_hand_edited_numbers_are_refused_whole(store: Store, field: str, v
     assert await jobs(store) == []
 
 
-async def test_malformed_policy_is_refused_whole(store: Store) -> None:
+async def test_malformed_fire_spec_is_refused_whole(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a")
-    for policy in (FirePolicy(overlap="sometimes"), FirePolicy(opts="[1]")):
+    for spec in (FireSpec(overlap="sometimes"), FireSpec(opts="[1]")):
         with pytest.raises(StateError, match="malformed"):
-            await fire(store, lease, item._replace(policy=policy))
+            await fire(store, lease, item._replace(spec=spec))
     assert await jobs(store) == []
     assert await fire(store, lease, item) == [1]
 
 
-async def test_unreadable_generation_is_refused(store: Store) -> None:
+async def test_unreadable_generation_is_refused(store: ScheduleStore) -> None:
     await add(store)
     await store.redis.hset(store.keys.schedule("a"), "version", "two")
     with pytest.raises(StateError):
@@ -380,7 +382,7 @@ async def test_unreadable_generation_is_refused(store: Store) -> None:
     assert await store.redis.hget(store.keys.schedule("a"), "version") == "two"
 
 
-async def test_wrong_type_index_refuses_client_writes(store: Store) -> None:
+async def test_wrong_type_index_refuses_client_writes(store: ScheduleStore) -> None:
     await add(store)
     await store.redis.delete(store.keys.schedules)
     await store.redis.set(store.keys.schedules, "oops")
@@ -398,7 +400,7 @@ async def test_wrong_type_index_refuses_client_writes(store: Store) -> None:
     assert await jobs(store) == []
 
 
-async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: Store) -> None:
+async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: ScheduleStore) -> None:
     # Several occurrences of one schedule in one call: each must see the index as the one
     # before it left it (the script reads the index once a batch and writes it at the end).
     await add(store, overlap="allow")
@@ -416,7 +418,7 @@ async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: Store) -
     assert await fire(store, lease, *chain) == [0, 0, 0]
 
 
-async def test_run_marker_lives_in_the_schedule_hash(store: Store) -> None:
+async def test_run_marker_lives_in_the_schedule_hash(store: ScheduleStore) -> None:
     await add(store)  # overlap=skip
     lease = await lease_of(store)
     item = await due_item(store, "a")
@@ -435,7 +437,7 @@ async def test_run_marker_lives_in_the_schedule_hash(store: Store) -> None:
     assert await fire(store, lease, await due_item(store, "a")) == [2]
 
 
-async def test_expired_run_marker_no_longer_blocks(store: Store) -> None:
+async def test_expired_run_marker_no_longer_blocks(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     key = store.keys.schedule("a")
@@ -451,7 +453,7 @@ async def test_expired_run_marker_no_longer_blocks(store: Store) -> None:
     assert "run_state" not in fields
 
 
-async def test_recreated_schedule_starts_without_a_marker(store: Store) -> None:
+async def test_recreated_schedule_starts_without_a_marker(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     assert await fire(store, lease, await due_item(store, "a")) == [1]
@@ -461,7 +463,7 @@ async def test_recreated_schedule_starts_without_a_marker(store: Store) -> None:
     assert await fire(store, lease, await due_item(store, "a")) == [1]
 
 
-async def test_replay_results_live_in_one_hash_per_minute(store: Store) -> None:
+async def test_replay_results_live_in_one_hash_per_minute(store: ScheduleStore) -> None:
     await add(store, "a")
     await add(store, "b")
     ops = [key async for key in store.redis.scan_iter(match=store.keys.ops("*"))]

@@ -6,22 +6,22 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rsched._plan import Policy, plan
-from rsched._store import FirePolicy
+from rsched._plan import PlannedSpec, plan
+from rsched._store import FireSpec
 from rsched._timing import Timing
 
 MIN = 60_000
 T0 = 1_800_000_000_000 - 1_800_000_000_000 % MIN  # a whole minute
 
 
-def every_minute(**kw: object) -> Policy:
+def every_minute(**kw: object) -> PlannedSpec:
     timing = Timing(tz=ZoneInfo("UTC"), every_ms=MIN, anchor_ms=T0)
-    return Policy(version="1:0", timing=timing, **kw)  # type: ignore[arg-type]
+    return PlannedSpec(version="1:0", timing=timing, **kw)  # type: ignore[arg-type]
 
 
 def test_on_time_and_within_grace_fire() -> None:
-    policy = every_minute()
-    (item,) = plan("a", policy, T0 + 5 * MIN, T0 + 5 * MIN + 59_000)
+    spec = every_minute()
+    (item,) = plan("a", spec, T0 + 5 * MIN, T0 + 5 * MIN + 59_000)
     assert (item.action, item.expect, item.sched, item.next) == (
         "fire", T0 + 5 * MIN, T0 + 5 * MIN, T0 + 6 * MIN,
     )  # fmt: skip
@@ -52,8 +52,8 @@ def test_skip_keeps_the_latest_when_it_is_within_grace() -> None:
 
 
 def test_catch_up_limit_keeps_the_newest_oldest_first() -> None:
-    policy = every_minute(misfire="catch_up", catch_up_limit=3)
-    items = plan("a", policy, T0, T0 + 10 * MIN + 30_000)
+    spec = every_minute(misfire="catch_up", catch_up_limit=3)
+    items = plan("a", spec, T0, T0 + 10 * MIN + 30_000)
     assert [(i.action, i.expect, i.sched, i.next) for i in items] == [
         ("skip", T0, T0, T0 + 8 * MIN),
         ("misfire", T0 + 8 * MIN, T0 + 8 * MIN, T0 + 9 * MIN),
@@ -73,13 +73,13 @@ def test_catch_up_everything_under_the_limit() -> None:
 
 def test_one_off_misfire_completes() -> None:
     timing = Timing(tz=ZoneInfo("UTC"), at_ms=T0)
-    policy = Policy(version="1:0", timing=timing)
-    (item,) = plan("a", policy, T0, T0 + 10 * MIN)
+    spec = PlannedSpec(version="1:0", timing=timing)
+    (item,) = plan("a", spec, T0, T0 + 10 * MIN)
     assert (item.action, item.sched, item.next) == ("misfire", T0, None)
 
 
 @pytest.mark.parametrize("misfire", ["run_once", "skip", "catch_up"])
-def test_policy_from_hash(misfire: str) -> None:
+def test_planned_spec_from_hash(misfire: str) -> None:
     fields = {
         "version": f"3:{T0}",
         "generation": "3",
@@ -93,12 +93,12 @@ def test_policy_from_hash(misfire: str) -> None:
         "max_runs": "4",
         "opts": '{"timeout_s":5.0}',
     }
-    policy = Policy.from_hash(fields)
-    assert policy.version == f"3:{T0}"
-    assert (policy.misfire, policy.grace_ms, policy.catch_up_limit) == (misfire, 2_500, 7)
-    assert policy.fire == FirePolicy("allow", "q", 4, '{"timeout_s":5.0}')
+    spec = PlannedSpec.from_hash(fields)
+    assert spec.version == f"3:{T0}"
+    assert (spec.misfire, spec.grace_ms, spec.catch_up_limit) == (misfire, 2_500, 7)
+    assert spec.fire_spec == FireSpec("allow", "q", 4, '{"timeout_s":5.0}')
     # Every item carries it: the fire script takes these fields from the scheduler.
-    assert all(item.policy == policy.fire for item in plan("a", policy, T0, T0 + 10 * MIN))
+    assert all(item.spec == spec.fire_spec for item in plan("a", spec, T0, T0 + 10 * MIN))
 
 
 @pytest.mark.parametrize(
@@ -111,6 +111,6 @@ def test_policy_from_hash(misfire: str) -> None:
         ("opts", "[1]", "opts"),
     ],
 )
-def test_fire_policy_refuses_hand_edited_fields(field: str, value: str, named: str) -> None:
+def test_fire_spec_refuses_hand_edited_fields(field: str, value: str, named: str) -> None:
     with pytest.raises(ValueError, match=named):
-        FirePolicy.from_hash({field: value})
+        FireSpec.from_hash({field: value})

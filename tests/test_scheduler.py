@@ -22,7 +22,7 @@ from rsched._keys import Keys
 from rsched._model import from_ms, to_ms
 from rsched._scheduler import _LostLease
 from rsched._settings import SchedulerSettings, Settings
-from rsched._store import FireItem, Store
+from rsched._store import FireItem, ScheduleStore
 from rsched._timing import first_run_ms
 
 DAY_MS = 86_400_000
@@ -39,8 +39,8 @@ def fast(redis_url: str, prefix: str) -> Settings:
 
 
 @pytest.fixture
-def store(redis: Redis, fast: Settings) -> Store:
-    return Store(redis, Keys(fast.prefix))
+def store(redis: Redis, fast: Settings) -> ScheduleStore:
+    return ScheduleStore(redis, Keys(fast.prefix))
 
 
 @asynccontextmanager
@@ -66,19 +66,19 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.
             await anyio.sleep(0.02)
 
 
-async def jobs(store: Store, queue: str = "default") -> list[dict[str, str]]:
+async def jobs(store: ScheduleStore, queue: str = "default") -> list[dict[str, str]]:
     entries: Any = await store.redis.xrange(store.keys.queue(queue))
     return [fields for _, fields in entries]
 
 
-async def count_jobs(store: Store, at_least: int) -> Callable[[], Awaitable[bool]]:
+async def count_jobs(store: ScheduleStore, at_least: int) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return len(await jobs(store)) >= at_least
 
     return check
 
 
-async def set_next_run(store: Store, sid: str, ms: int) -> None:
+async def set_next_run(store: ScheduleStore, sid: str, ms: int) -> None:
     """Put a schedule's next run (its index score) where an outage would have left it."""
     await store.redis.zadd(store.keys.schedules, {sid: ms})
 
@@ -87,7 +87,7 @@ def soon(seconds: float) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
-async def test_every_interval_fires_on_its_grid(store: Store, fast: Settings) -> None:
+async def test_every_interval_fires_on_its_grid(store: ScheduleStore, fast: Settings) -> None:
     start = soon(0.3)
     await store.save(Schedule(id="e", task="t", every=0.2, start_at=start, overlap="allow"))
     async with running(fast):
@@ -104,7 +104,7 @@ async def test_every_interval_fires_on_its_grid(store: Store, fast: Settings) ->
         assert 0 <= int(job["fired_at"]) - int(job["scheduled_at"]) < 1_000
 
 
-async def test_one_off_at_completes(store: Store, fast: Settings) -> None:
+async def test_one_off_at_completes(store: ScheduleStore, fast: Settings) -> None:
     at = soon(0.5)
     await store.save(Schedule(id="once", task="t", at=at))
     async with running(fast):
@@ -122,7 +122,7 @@ async def test_one_off_at_completes(store: Store, fast: Settings) -> None:
     assert loaded.next_run is None
 
 
-async def test_max_runs_completes(store: Store, fast: Settings) -> None:
+async def test_max_runs_completes(store: ScheduleStore, fast: Settings) -> None:
     await store.save(Schedule(id="m", task="t", every=0.05, max_runs=3, overlap="allow"))
     async with running(fast):
 
@@ -135,7 +135,7 @@ async def test_max_runs_completes(store: Store, fast: Settings) -> None:
     assert (await store.load("m")).runs == 3
 
 
-async def test_end_at_completes(store: Store, fast: Settings) -> None:
+async def test_end_at_completes(store: ScheduleStore, fast: Settings) -> None:
     start = soon(0.3)
     end = start + timedelta(seconds=0.35)
     await store.save(
@@ -154,7 +154,9 @@ async def test_end_at_completes(store: Store, fast: Settings) -> None:
     assert scheduled == list(range(scheduled[0], first + 301, 100))  # through the last one
 
 
-async def test_wake_on_new_earlier_schedule(store: Store, redis_url: str, prefix: str) -> None:
+async def test_wake_on_new_earlier_schedule(
+    store: ScheduleStore, redis_url: str, prefix: str
+) -> None:
     # A long idle period: only the wake notification can make this fire on time.
     settings = Settings(
         redis_url=redis_url,
@@ -175,7 +177,7 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def test_pause_and_resume(store: Store, fast: Settings) -> None:
+async def test_pause_and_resume(store: ScheduleStore, fast: Settings) -> None:
     await store.save(Schedule(id="p", task="t", every=0.1, overlap="allow"))
     await store.pause("p", None)
     async with running(fast):
@@ -189,7 +191,9 @@ async def test_pause_and_resume(store: Store, fast: Settings) -> None:
 
 
 @pytest.mark.slow
-async def test_three_schedulers_fire_each_occurrence_once(store: Store, fast: Settings) -> None:
+async def test_three_schedulers_fire_each_occurrence_once(
+    store: ScheduleStore, fast: Settings
+) -> None:
     ids = [f"s{i}" for i in range(20)]
     start = soon(0.3)
     for sid in ids:
@@ -218,7 +222,7 @@ async def test_three_schedulers_fire_each_occurrence_once(store: Store, fast: Se
         assert len(times) >= 10
 
 
-async def test_update_while_due_never_fires_old_spec(store: Store, fast: Settings) -> None:
+async def test_update_while_due_never_fires_old_spec(store: ScheduleStore, fast: Settings) -> None:
     await store.save(Schedule(id="u", task="old", every=0.02, overlap="allow"))
     async with running(fast):
         await eventually(await count_jobs(store, 2))
@@ -237,7 +241,9 @@ async def test_update_while_due_never_fires_old_spec(store: Store, fast: Setting
     assert any(j["task"] == "new" for j in entries)
 
 
-async def test_wrong_type_schedule_does_not_stop_others(store: Store, fast: Settings) -> None:
+async def test_wrong_type_schedule_does_not_stop_others(
+    store: ScheduleStore, fast: Settings
+) -> None:
     await store.save(Schedule(id="bad", task="t", every=0.05))
     await store.save(Schedule(id="good", task="t", every=0.05, overlap="allow"))
     await store.redis.delete(store.keys.schedule("bad"))
@@ -249,7 +255,7 @@ async def test_wrong_type_schedule_does_not_stop_others(store: Store, fast: Sett
 
 
 async def test_index_entries_rsched_never_wrote_do_not_stop_others(
-    store: Store, fast: Settings
+    store: ScheduleStore, fast: Settings
 ) -> None:
     await store.save(Schedule(id="good", task="t", every=0.05, overlap="allow"))
     now = await store.time_ms()
@@ -267,14 +273,14 @@ async def test_index_entries_rsched_never_wrote_do_not_stop_others(
     assert await store.redis.zscore(store.keys.schedules, "with space") == now
 
 
-async def test_graceful_stop_releases_lease(store: Store, fast: Settings) -> None:
+async def test_graceful_stop_releases_lease(store: ScheduleStore, fast: Settings) -> None:
     async with running(fast) as (scheduler,):
         await eventually(lambda: _true(scheduler.is_leader))
         assert await store.redis.get(store.keys.leader) is not None
     assert await store.redis.get(store.keys.leader) is None
 
 
-async def test_standby_takes_over(store: Store, fast: Settings) -> None:
+async def test_standby_takes_over(store: ScheduleStore, fast: Settings) -> None:
     await store.save(Schedule(id="h", task="t", every=0.05, overlap="allow"))
     async with running(fast, count=2) as schedulers:
         await eventually(lambda: _true(any(s.is_leader for s in schedulers)))
@@ -294,7 +300,7 @@ def daily_far_from_now() -> str:
     return f"0 {(datetime.now(UTC).hour + 12) % 24} * * *"
 
 
-async def outage(store: Store, sid: str, days: int, **spec: Any) -> tuple[int, int]:
+async def outage(store: ScheduleStore, sid: str, days: int, **spec: Any) -> tuple[int, int]:
     """Create a daily schedule whose next run an outage left ``days`` days behind.
 
     Returns (stale next run, latest missed occurrence).
@@ -307,7 +313,9 @@ async def outage(store: Store, sid: str, days: int, **spec: Any) -> tuple[int, i
     return stale, latest
 
 
-async def run_until_moved(store: Store, fast: Settings, sid: str, stale: int) -> dict[str, str]:
+async def run_until_moved(
+    store: ScheduleStore, fast: Settings, sid: str, stale: int
+) -> dict[str, str]:
     async with running(fast):
 
         async def moved() -> bool:
@@ -319,7 +327,7 @@ async def run_until_moved(store: Store, fast: Settings, sid: str, stale: int) ->
     return fields
 
 
-async def test_misfire_run_once(store: Store, fast: Settings) -> None:
+async def test_misfire_run_once(store: ScheduleStore, fast: Settings) -> None:
     stale, latest = await outage(store, "r", days=5)
     fields = await run_until_moved(store, fast, "r", stale)
     (job,) = await jobs(store)
@@ -331,7 +339,7 @@ async def test_misfire_run_once(store: Store, fast: Settings) -> None:
     assert event["late_ms"] > 11 * 3_600_000
 
 
-async def test_misfire_skip(store: Store, fast: Settings) -> None:
+async def test_misfire_skip(store: ScheduleStore, fast: Settings) -> None:
     stale, latest = await outage(store, "s", days=5, misfire="skip")
     fields = await run_until_moved(store, fast, "s", stale)
     assert await jobs(store) == []
@@ -341,7 +349,7 @@ async def test_misfire_skip(store: Store, fast: Settings) -> None:
     assert (event["event"], event["missed"], event["scheduled_at"]) == ("misfired", 5, stale)
 
 
-async def test_misfire_catch_up(store: Store, fast: Settings) -> None:
+async def test_misfire_catch_up(store: ScheduleStore, fast: Settings) -> None:
     stale, latest = await outage(
         store, "c", days=5, misfire="catch_up", catch_up_limit=3, overlap="allow"
     )
@@ -354,7 +362,7 @@ async def test_misfire_catch_up(store: Store, fast: Settings) -> None:
     assert events == [("misfired", 2), ("fired", 1), ("fired", 1), ("fired", 1)]
 
 
-async def test_late_within_grace_just_runs(store: Store, fast: Settings) -> None:
+async def test_late_within_grace_just_runs(store: ScheduleStore, fast: Settings) -> None:
     await store.save(Schedule(id="g", task="t", cron="0 0 1 1 *", misfire="skip"))
     now = await store.time_ms()
     await set_next_run(store, "g", now - 5_000)  # default misfire_grace_s is 60
@@ -367,7 +375,7 @@ async def test_late_within_grace_just_runs(store: Store, fast: Settings) -> None
     assert event["late_ms"] >= 5_000
 
 
-async def test_stale_lease_round_steps_down(store: Store, fast: Settings) -> None:
+async def test_stale_lease_round_steps_down(store: ScheduleStore, fast: Settings) -> None:
     # The ticker's own view of leadership is never trusted: the fire script checks the token.
     await store.save(Schedule(id="f", task="t", cron="0 0 1 1 *"))
     await set_next_run(store, "f", await store.time_ms() - 1_000)
@@ -379,7 +387,9 @@ async def test_stale_lease_round_steps_down(store: Store, fast: Settings) -> Non
     assert await jobs(store) == []
 
 
-async def test_catch_up_goes_through_the_overlap_policy(store: Store, fast: Settings) -> None:
+async def test_catch_up_goes_through_the_overlap_policy(
+    store: ScheduleStore, fast: Settings
+) -> None:
     # With the default overlap=skip the first caught-up run is still queued when the next one
     # comes due, so the rest are skipped; overlap="allow" runs every one (test above).
     stale, _ = await outage(store, "o", days=3, misfire="catch_up")
@@ -399,13 +409,13 @@ async def test_survives_a_redis_restart(make_server: Callable[..., Any], prefix:
     )
     client = connect(server.url)
     after = connect(server.url)  # a client that never saw the old connection
-    store = Store(client, Keys(prefix))
+    store = ScheduleStore(client, Keys(prefix))
     try:
         await store.save(Schedule(id="r", task="t", every=0.1, overlap="allow"))
         async with running(settings):
             await eventually(await count_jobs(store, 3))
             await anyio.to_thread.run_sync(server.restart)
-            store = Store(after, Keys(prefix))
+            store = ScheduleStore(after, Keys(prefix))
             before = len(await jobs(store))
             await eventually(await count_jobs(store, before + 5), timeout_s=10)
         entries = await jobs(store)
@@ -416,18 +426,18 @@ async def test_survives_a_redis_restart(make_server: Callable[..., Any], prefix:
 
 
 async def test_script_failure_is_isolated_to_its_schedule(
-    store: Store, fast: Settings, monkeypatch: pytest.MonkeyPatch
+    store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for sid in ("ok1", "boom", "ok2"):
         await store.save(Schedule(id=sid, task="t", every=0.05, overlap="allow"))
-    real_fire = Store.fire
+    real_fire = ScheduleStore.fire
 
-    async def fire(self: Store, lease: str, items: Any) -> list[int] | None:
+    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
         if any(item.schedule_id == "boom" for item in items):
             raise ResponseError("user_script:1: something unforeseen")
         return await real_fire(self, lease, items)
 
-    monkeypatch.setattr(Store, "fire", fire)
+    monkeypatch.setattr(ScheduleStore, "fire", fire)
     async with running(fast) as (scheduler,):
         await eventually(await count_jobs(store, 6))
         assert "boom" in scheduler._quarantine
@@ -435,25 +445,25 @@ async def test_script_failure_is_isolated_to_its_schedule(
 
 
 async def test_connection_error_while_firing_is_retried(
-    store: Store, fast: Settings, monkeypatch: pytest.MonkeyPatch
+    store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store.save(Schedule(id="c", task="t", every=0.05, overlap="allow"))
-    real_fire = Store.fire
+    real_fire = ScheduleStore.fire
     failures = [RedisConnectionError("connection reset"), OSError("broken pipe")]
 
-    async def fire(self: Store, lease: str, items: Any) -> list[int] | None:
+    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
         if failures:
             raise failures.pop()
         return await real_fire(self, lease, items)
 
-    monkeypatch.setattr(Store, "fire", fire)
+    monkeypatch.setattr(ScheduleStore, "fire", fire)
     async with running(fast):
         await eventually(await count_jobs(store, 3))
     assert failures == []
 
 
 async def test_rounds_make_progress_past_their_planning_budget(
-    store: Store, fast: Settings, monkeypatch: pytest.MonkeyPatch
+    store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # With no budget at all each round plans a single schedule; every one still fires once.
     monkeypatch.setattr(scheduler_module, "PLAN_BUDGET_S", 0.0)
@@ -466,7 +476,7 @@ async def test_rounds_make_progress_past_their_planning_budget(
 
 
 async def test_a_herd_over_many_windows_fires_each_occurrence_once(
-    store: Store, fast: Settings
+    store: ScheduleStore, fast: Settings
 ) -> None:
     # A window of 5 and batches of 2: rounds grow (5, 10, 20, 40) and each reads the next
     # round's entries while its last batches are still in flight.
@@ -503,7 +513,7 @@ async def test_batches_are_bounded_and_keep_chains_whole() -> None:
 
 
 @pytest.mark.slow
-async def test_seconds_cron_fires_on_whole_seconds(store: Store, fast: Settings) -> None:
+async def test_seconds_cron_fires_on_whole_seconds(store: ScheduleStore, fast: Settings) -> None:
     await store.save(
         Schedule(id="sec", task="t", cron="* * * * * *", timezone="Europe/Rome", overlap="allow")
     )

@@ -21,15 +21,15 @@ from rsched import Schedule
 from rsched._keys import Keys
 from rsched._scheduler_main import _parser, load_settings
 from rsched._settings import Settings
-from rsched._store import FireItem, Store
+from rsched._store import FireItem, ScheduleStore
 
 MAIN = "rsched._scheduler_main"
 FAST = ("--lease-ttl-ms", "1000", "--lease-renew-ms", "200")
 
 
 @pytest.fixture
-def store(redis: Redis, settings: Settings) -> Store:
-    return Store(redis, Keys(settings.prefix))
+def store(redis: Redis, settings: Settings) -> ScheduleStore:
+    return ScheduleStore(redis, Keys(settings.prefix))
 
 
 def args(settings: Settings, *extra: str) -> tuple[str, ...]:
@@ -46,7 +46,7 @@ async def wait_for(proc: Any, text: str, timeout_s: float = 15.0) -> None:
     await anyio.to_thread.run_sync(proc.wait_for, text, timeout_s)
 
 
-async def jobs(store: Store) -> list[dict[str, str]]:
+async def jobs(store: ScheduleStore) -> list[dict[str, str]]:
     entries: Any = await store.redis.xrange(store.keys.queue("default"))
     return [fields for _, fields in entries]
 
@@ -91,7 +91,7 @@ def test_schedules_file_problems_exit_2(spawn: Callable[..., Any], settings: Set
 
 @pytest.mark.slow
 async def test_sigterm_exits_0_and_releases_lease(
-    spawn: Callable[..., Any], settings: Settings, store: Store
+    spawn: Callable[..., Any], settings: Settings, store: ScheduleStore
 ) -> None:
     proc = spawn(MAIN, *args(settings))
     await wait_for(proc, "scheduler.ready")
@@ -105,7 +105,7 @@ async def test_sigterm_exits_0_and_releases_lease(
 
 @pytest.mark.slow
 async def test_paused_leader_fires_nothing_after_resume(
-    spawn: Callable[..., Any], settings: Settings, store: Store
+    spawn: Callable[..., Any], settings: Settings, store: ScheduleStore
 ) -> None:
     await store.save(Schedule(id="tick", task="t", every=0.1, overlap="allow"))
     old = spawn(MAIN, *args(settings))
@@ -155,7 +155,7 @@ async def test_paused_leader_fires_nothing_after_resume(
         assert await anyio.to_thread.run_sync(proc.wait) == 0
 
 
-async def _has_jobs(store: Store, n: int) -> bool:
+async def _has_jobs(store: ScheduleStore, n: int) -> bool:
     return len(await jobs(store)) >= n
 
 
@@ -170,7 +170,7 @@ def test_module_runs_as_script() -> None:
 
 @pytest.mark.slow
 async def test_schedules_file_is_synced_at_start(
-    spawn: Callable[..., Any], settings: Settings, store: Store, tmp_path: Path
+    spawn: Callable[..., Any], settings: Settings, store: ScheduleStore, tmp_path: Path
 ) -> None:
     path = tmp_path / "schedules.toml"
     path.write_text('[[schedule]]\nid = "from-file"\ntask = "t"\nevery = 0.1\noverlap = "allow"\n')
@@ -195,7 +195,7 @@ def test_invalid_schedules_file_exits_2(
 
 @pytest.mark.slow
 async def test_standby_takes_over_a_killed_leader(
-    spawn: Callable[..., Any], settings: Settings, store: Store
+    spawn: Callable[..., Any], settings: Settings, store: ScheduleStore
 ) -> None:
     await store.save(Schedule(id="k", task="t", every=0.1, overlap="allow"))
     first = spawn(MAIN, *args(settings))

@@ -1,4 +1,4 @@
-"""Schedule writes through Store against real servers: validation, re-sends, pause, trigger."""
+"""Schedule writes through ScheduleStore on real servers: validation, re-sends, pause, trigger."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from rsched._keys import Keys
 from rsched._lua import pack_command
 from rsched._model import to_ms
 from rsched._settings import Settings
-from rsched._store import Conflict, Store
+from rsched._store import Conflict, ScheduleStore
 from rsched._timing import first_run_ms
 
 
 @pytest.fixture
-def store(redis: Redis, settings: Settings) -> Store:
-    return Store(redis, Keys(settings.prefix), max_payload_bytes=1024)
+def store(redis: Redis, settings: Settings) -> ScheduleStore:
+    return ScheduleStore(redis, Keys(settings.prefix), max_payload_bytes=1024)
 
 
 async def snapshot(redis: Redis, prefix: str) -> dict[str, Any]:
@@ -32,7 +32,7 @@ async def snapshot(redis: Redis, prefix: str) -> dict[str, Any]:
     return out
 
 
-async def test_write_and_load(store: Store) -> None:
+async def test_write_and_load(store: ScheduleStore) -> None:
     gen, created = await store.save(
         Schedule(id="r", task="reports.nightly", cron="0 2 * * *", timezone="Europe/Rome")
     )
@@ -63,7 +63,7 @@ async def test_write_and_load(store: Store) -> None:
     assert await store.redis.hexists(store.keys.schedule("r"), "updated_at")
 
 
-async def test_modes(store: Store) -> None:
+async def test_modes(store: ScheduleStore) -> None:
     spec = Schedule(id="m", task="t", every=60)
     with pytest.raises(ScheduleNotFound):
         await store.save(spec, mode="replace")
@@ -80,7 +80,7 @@ async def test_modes(store: Store) -> None:
         await store.load("m")
 
 
-async def test_every_anchor_and_window(store: Store) -> None:
+async def test_every_anchor_and_window(store: ScheduleStore) -> None:
     now = await store.time_ms()
     await store.save(Schedule(id="e", task="t", every=30))
     nxt = int(await store.redis.zscore(store.keys.schedules, "e") or 0)
@@ -110,7 +110,7 @@ async def test_every_anchor_and_window(store: Store) -> None:
     ],
 )
 async def test_bad_input_names_the_field(
-    store: Store, prefix: str, make: Callable[[], Schedule], field: str
+    store: ScheduleStore, prefix: str, make: Callable[[], Schedule], field: str
 ) -> None:
     await store.save(Schedule(id="keep", task="t", every=60))
     before = await snapshot(store.redis, prefix)
@@ -137,7 +137,7 @@ async def test_bad_input_names_the_field(
     ],
 )
 async def test_bad_input_checked_against_redis_time(
-    store: Store, prefix: str, spec: dict[str, Any], field: str
+    store: ScheduleStore, prefix: str, spec: dict[str, Any], field: str
 ) -> None:
     await store.save(Schedule(id="keep", task="t", every=60))
     before = await snapshot(store.redis, prefix)
@@ -163,7 +163,9 @@ def test_first_run_ms() -> None:
     assert first_run_ms(used_up, now, creating=False) is None
 
 
-async def test_resent_writes_apply_once(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_resent_writes_apply_once(
+    store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # redis-py re-sends a script call after a connection error; the op key makes it a no-op.
     fixed = store.keys.ops(0)
     monkeypatch.setattr(Keys, "new_op", lambda _: (fixed, "fixed-request"))
@@ -184,7 +186,7 @@ async def test_resent_writes_apply_once(store: Store, monkeypatch: pytest.Monkey
     assert await store.redis.exists(store.keys.schedule("r")) == 0
 
 
-async def test_trigger_goes_through_overlap(store: Store) -> None:
+async def test_trigger_goes_through_overlap(store: ScheduleStore) -> None:
     await store.save(Schedule(id="t1", task="t", cron="0 0 1 1 *", max_runs=2))
     code, exec_id = await store.trigger("t1", "default")
     assert code == 1
@@ -210,7 +212,7 @@ async def test_trigger_goes_through_overlap(store: Store) -> None:
         await store.trigger("nope", "default")
 
 
-async def test_buffer_one_and_cancel_previous(store: Store) -> None:
+async def test_buffer_one_and_cancel_previous(store: ScheduleStore) -> None:
     await store.save(Schedule(id="b", task="t", every=3600, overlap="buffer_one"))
     assert (await store.trigger("b", "default"))[0] == 1
     assert (await store.trigger("b", "default"))[0] == 3
@@ -230,7 +232,7 @@ async def test_buffer_one_and_cancel_previous(store: Store) -> None:
     assert await store.redis.exists(store.keys.buffered("b")) == 0
 
 
-async def test_pause_and_resume(store: Store) -> None:
+async def test_pause_and_resume(store: ScheduleStore) -> None:
     await store.save(Schedule(id="p", task="t", every=60))
     await store.pause("p", "deploy in progress")
     loaded = await store.load("p")
@@ -250,7 +252,7 @@ async def test_pause_and_resume(store: Store) -> None:
         await store.pause("nope", None)
 
 
-async def test_wake_published_when_a_schedule_becomes_the_earliest(store: Store) -> None:
+async def test_wake_published_when_a_schedule_becomes_the_earliest(store: ScheduleStore) -> None:
     await store.save(Schedule(id="paused", task="t", every=60))
     await store.pause("paused", None)  # the only entry now scores +inf
     async with store.redis.pubsub() as pubsub:
@@ -271,22 +273,24 @@ def test_pack_command_matches_the_protocol() -> None:
     )
 
 
-async def test_batch_reads_and_fires_after_the_script_cache_is_flushed(store: Store) -> None:
-    # Batch calls are packed by Store and sent by SHA; a server without the script loaded
+async def test_batch_reads_and_fires_after_the_script_cache_is_flushed(
+    store: ScheduleStore,
+) -> None:
+    # Batch calls are packed by ScheduleStore and sent by SHA; a server without the script loaded
     # (restarted, or SCRIPT FLUSH) must load it and answer, not fail.
     await store.save(Schedule(id="a", task="t", every=60))
     await store.redis.set(store.keys.schedule("s"), "not a hash")
     await store.redis.script_flush()
-    found = await store.policy_fields(["a", "missing", "s"], ["task", "cron"])
+    found = await store.plan_fields(["a", "missing", "s"], ["task", "cron"])
     assert found == [{"task": "t"}, {}, None]
-    assert await store.policy_fields([], ["task"]) == []
+    assert await store.plan_fields([], ["task"]) == []
     await store.redis.script_flush()
     lease, _ = await store.lease_acquire("owner", 60_000)
     assert lease is not None
     assert await store.fire(lease, []) == []
 
 
-async def test_due_reads_runs_of_a_shared_score(store: Store) -> None:
+async def test_due_reads_runs_of_a_shared_score(store: ScheduleStore) -> None:
     # A herd: more entries share one score than one probe covers, plus members rsched never
     # writes (a space, empty) inside the run, and entries of other scores around it.
     now = await store.time_ms()

@@ -16,14 +16,14 @@ from rsched._keys import Keys
 from rsched._model import Schedule
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
-from rsched._store import Store
+from rsched._store import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings
 
 
 @asynccontextmanager
-async def scheduling(redis: Redis, settings: Settings, **spec: Any) -> AsyncIterator[Store]:
-    store = Store(redis, Keys(settings.prefix))
+async def scheduling(redis: Redis, settings: Settings, **spec: Any) -> AsyncIterator[ScheduleStore]:
+    store = ScheduleStore(redis, Keys(settings.prefix))
     now = await store.time_ms()
     await store.write(
         Schedule(id="s1", task="t", **spec),
@@ -41,7 +41,7 @@ async def scheduling(redis: Redis, settings: Settings, **spec: Any) -> AsyncIter
             scheduler.stop()
 
 
-async def events(store: Store) -> list[dict[str, Any]]:
+async def events(store: ScheduleStore) -> list[dict[str, Any]]:
     return list(reversed(await store.history("s1", 1000)))  # oldest first
 
 
@@ -161,7 +161,7 @@ async def test_cancel_previous_cancels_the_running_handler_on_any_worker(
 async def test_superseded_queued_job_is_skipped(redis: Redis, settings: Settings) -> None:
     """A queued job whose marker names a newer execution is cancelled, never run."""
     keys = Keys(settings.prefix)
-    store = Store(redis, keys)
+    store = ScheduleStore(redis, keys)
     worker = rsched.Worker(settings=fast_settings(settings))
     ran: list[str] = []
 
@@ -186,7 +186,7 @@ async def test_superseded_queued_job_is_skipped(redis: Redis, settings: Settings
     assert marker == [None, None, None]  # the run of s1@2 ended
 
 
-async def _has_event(store: Store, name: str) -> bool:
+async def _has_event(store: ScheduleStore, name: str) -> bool:
     return any(e["event"] == name for e in await store.history("s1", 100))
 
 

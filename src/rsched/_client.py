@@ -33,7 +33,7 @@ from rsched._keys import Keys
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._queues import QueueStore
 from rsched._settings import Settings
-from rsched._store import Conflict, Store
+from rsched._store import Conflict, ScheduleStore
 from rsched._timing import Timing, next_fire_times
 from rsched._tz import resolve_timezone
 
@@ -158,7 +158,7 @@ class Client:
         self.redis = redis
         self.settings = settings or Settings()
         self.keys = Keys(self.settings.prefix)
-        self.store = Store(
+        self.store = ScheduleStore(
             redis,
             self.keys,
             history_limit=self.settings.history_limit,
@@ -665,5 +665,5 @@ def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
 
 def _parse(data: dict[str, Any]) -> Schedule:
     """Validate a spec. The payload size is checked against this deployment's limit by
-    ``Store.save``; the model's own check uses the default limit."""
+    ``ScheduleStore.save``; the model's own check uses the default limit."""
     return Schedule(**data)

@@ -42,7 +42,7 @@ from rsched._keys import NAME_RE, Keys
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
 from rsched._settings import Settings
-from rsched._store import Conflict, Store
+from rsched._store import Conflict, ScheduleStore
 from rsched._timing import first_run_ms
 
 _log = get_logger("rsched.sync")
@@ -210,7 +210,7 @@ def _compare(old: Schedule, new: Schedule) -> dict[str, tuple[Any, Any]]:
 
 
 async def plan_sync(
-    store: Store,
+    store: ScheduleStore,
     source: str,
     schedules: list[Schedule],
     path: str,
@@ -272,7 +272,7 @@ def _carry(old: Schedule, new: Schedule) -> Schedule:
     return new.model_copy(update={"paused": old.paused, "pause_note": old.pause_note})
 
 
-async def apply_plan(store: Store, plan: SyncPlan) -> None:
+async def apply_plan(store: ScheduleStore, plan: SyncPlan) -> None:
     keys, redis = store.keys, store.redis
     index = keys.source(plan.source)
     for change in plan.changes:
@@ -316,7 +316,7 @@ async def sync_file(
     with a schedule the file did not create (pass ``adopt=True`` to take those over).
     """
     log = log or _log
-    store = Store(
+    store = ScheduleStore(
         redis,
         Keys(settings.prefix),
         history_limit=settings.history_limit,

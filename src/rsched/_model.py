@@ -34,7 +34,7 @@ Misfire = Literal["run_once", "skip", "catch_up"]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
 # A plain Schedule(...) only refuses payloads no setting allows (RSCHED_MAX_PAYLOAD_BYTES is at
-# most 64 MiB); the configured limit is enforced where schedules are written (Store.save).
+# most 64 MiB); the configured limit is enforced where schedules are written (ScheduleStore.save).
 _payload_limit: ContextVar[float] = ContextVar("rsched_payload_limit", default=64 * 1024 * 1024)
 
 #: Fields the engine maintains; ignored when a schedule is written.

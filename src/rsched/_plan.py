@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsched._store import DEFAULT_POLICY, FireItem, FirePolicy
+from rsched._store import DEFAULT_FIRE_SPEC, FireItem, FireSpec
 from rsched._timing import Timing
 
 # Counting missed occurrences is for the history record only ("missed" is at most this): never
@@ -29,15 +29,15 @@ from rsched._timing import Timing
 MISSED_COUNT_CAP = 1_000
 
 
-# Every hash field Policy.from_hash reads: the scheduler fetches only these (never the payload).
-POLICY_FIELDS = (
+# Every hash field PlannedSpec.from_hash reads: the scheduler fetches only these (no payload).
+PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
 )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class PlannedSpec:
     """The fields of a schedule that decide how it fires, cached per version.
 
     The version is ``<generation>:<created_at>``: the generation alone restarts at 1 when a
@@ -46,31 +46,31 @@ class Policy:
 
     version: str
     timing: Timing
-    fire: FirePolicy = DEFAULT_POLICY  # sent with each item: what its fire writes
+    fire_spec: FireSpec = DEFAULT_FIRE_SPEC  # sent with each item: what its fire writes
     misfire: str = "run_once"
     grace_ms: int = 60_000
     catch_up_limit: int = 100
 
     @classmethod
-    def from_hash(cls, fields: dict[str, str]) -> Policy:
+    def from_hash(cls, fields: dict[str, str]) -> PlannedSpec:
         return cls(
             version=fields["version"],
             timing=Timing.from_hash(fields),
-            fire=FirePolicy.from_hash(fields),
+            fire_spec=FireSpec.from_hash(fields),
             misfire=fields.get("misfire", "run_once"),
             grace_ms=round(float(fields.get("misfire_grace_s", "60")) * 1000),
             catch_up_limit=int(fields.get("catch_up_limit", "100")),
         )
 
 
-def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[FireItem]:
+def plan(schedule_id: str, spec: PlannedSpec, due_ms: int, now_ms: int) -> list[FireItem]:
     """The fire items for a schedule whose next run ``due_ms`` is at or before ``now_ms``."""
-    timing, version, fire = policy.timing, policy.version, policy.fire
+    timing, version, fire_spec = spec.timing, spec.version, spec.fire_spec
 
     def item(expect: int, sched: int, nxt: int | None, action: str, missed: int = 0) -> FireItem:
-        return FireItem(schedule_id, version, expect, sched, nxt, action, missed, fire)
+        return FireItem(schedule_id, version, expect, sched, nxt, action, missed, fire_spec)
 
-    if now_ms - due_ms <= policy.grace_ms:
+    if now_ms - due_ms <= spec.grace_ms:
         return [item(due_ms, due_ms, timing.next_after(due_ms), "fire")]
 
     latest = timing.prev_at_or_before(now_ms)
@@ -78,12 +78,12 @@ def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[Fir
         latest = due_ms
     after_now = timing.next_after(latest)
 
-    if policy.misfire == "run_once":
+    if spec.misfire == "run_once":
         missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
         return [item(due_ms, latest, after_now, "misfire", max(missed, 1))]
 
-    if policy.misfire == "skip":
-        if now_ms - latest <= policy.grace_ms and latest > due_ms:
+    if spec.misfire == "skip":
+        if now_ms - latest <= spec.grace_ms and latest > due_ms:
             missed = timing.count(due_ms, latest - 1, MISSED_COUNT_CAP)
             return [
                 item(due_ms, due_ms, latest, "skip", missed),
@@ -95,7 +95,7 @@ def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[Fir
     # catch_up: walk back from now to find the newest `limit` occurrences, then fire them in order.
     newest: list[int] = []
     t: int | None = latest
-    while t is not None and t >= due_ms and len(newest) < policy.catch_up_limit:
+    while t is not None and t >= due_ms and len(newest) < spec.catch_up_limit:
         newest.append(t)
         t = timing.prev_at_or_before(t - 1)
     newest.reverse()
@@ -107,7 +107,7 @@ def plan(schedule_id: str, policy: Policy, due_ms: int, now_ms: int) -> list[Fir
         expect = newest[0]
     for i, sched in enumerate(newest):
         nxt = newest[i + 1] if i + 1 < len(newest) else after_now
-        action = "fire" if now_ms - sched <= policy.grace_ms else "misfire"
+        action = "fire" if now_ms - sched <= spec.grace_ms else "misfire"
         items.append(item(expect, sched, nxt, action, 1))
         expect = nxt if nxt is not None else sched
     return items

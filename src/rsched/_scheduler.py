@@ -32,9 +32,9 @@ from rsched._backoff import Backoff
 from rsched._errors import RschedError
 from rsched._keys import NAME_RE, Keys
 from rsched._log import get_logger
-from rsched._plan import POLICY_FIELDS, Policy, plan
+from rsched._plan import PLAN_FIELDS, PlannedSpec, plan
 from rsched._settings import Settings
-from rsched._store import FireItem, Store
+from rsched._store import FireItem, ScheduleStore
 
 log = get_logger("rsched.scheduler")
 
@@ -42,7 +42,7 @@ Message = tuple[str, Any]  # ("lead", lease) | ("lost", None) | ("wake", score_m
 
 FIRED, SKIPPED, BUFFERED, MISFIRE_SKIPPED, STALE, NOT_DUE, WRONG_TYPE = 1, 2, 3, 4, 0, -5, -6
 QUARANTINE_S = 30.0
-POLICY_CACHE_MAX = 1_000_000
+SPEC_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
@@ -80,12 +80,12 @@ class Scheduler:
         self.settings = settings or Settings()
         self.cfg = self.settings.scheduler
         self.keys = Keys(self.settings.prefix)
-        self.store = Store(redis, self.keys, history_limit=self.settings.history_limit)
+        self.store = ScheduleStore(redis, self.keys, history_limit=self.settings.history_limit)
         self.redis = redis
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.fired_total = 0
         self._held: str | None = None  # written by the lease keeper only
-        self._policies: dict[str, Policy] = {}
+        self._specs: dict[str, PlannedSpec] = {}
         self._quarantine: dict[str, float] = {}
         # (score, offset) up to which the prefetch has read the index; reset by a wake.
         self._prefetched: tuple[int, int] = (0, 0)
@@ -196,7 +196,7 @@ class Scheduler:
         async with inbox:
             while True:
                 if lease is None:
-                    lease = self._apply(await inbox.receive(), lease)
+                    lease = self._on_message(await inbox.receive(), lease)
                     continue
                 # A round is never interrupted half-way: stopping waits for the batch in flight.
                 with anyio.CancelScope(shield=True):
@@ -214,18 +214,18 @@ class Scheduler:
                     return
                 if delay > 0:
                     with anyio.move_on_after(delay):
-                        lease = self._apply(await inbox.receive(), lease)
+                        lease = self._on_message(await inbox.receive(), lease)
                 while True:  # drain: many wakes need only one look at what is due
                     try:
-                        lease = self._apply(inbox.receive_nowait(), lease)
+                        lease = self._on_message(inbox.receive_nowait(), lease)
                     except anyio.WouldBlock:
                         break
 
-    def _apply(self, message: Message, lease: str | None) -> str | None:
+    def _on_message(self, message: Message, lease: str | None) -> str | None:
         if message[0] == "wake":
             # A schedule moved earlier, maybe into the part of the index already prefetched.
             self._prefetched = (0, 0)
-        return _apply(message, lease)
+        return _lease_after(message, lease)
 
     async def _round(self, lease: str) -> float:
         """Fire what is due now; return how long to sleep before looking again (seconds)."""
@@ -283,7 +283,7 @@ class Scheduler:
         for index, (sid, score) in enumerate(ready):
             if index % LOAD_CHUNK == 0:
                 chunk = ready[index : index + LOAD_CHUNK]
-                await self._load([s for s, _ in chunk if s not in self._policies])
+                await self._load([s for s, _ in chunk if s not in self._specs])
             # Misfire arithmetic after a long outage can be slow (counting a year of a
             # per-second cron): fire what is planned and leave the rest, still due, for the
             # next round, so every round makes progress and none runs into its timeout.
@@ -295,13 +295,13 @@ class Scheduler:
                 self._quarantine[sid] = time.monotonic() + QUARANTINE_S
                 log.error("schedule.bad_id", schedule=repr(sid), retry_s=QUARANTINE_S)
                 continue
-            policy = self._policies.get(sid)
-            if policy is None:  # its hash is gone: a stale item lets the script drop the index
+            spec = self._specs.get(sid)
+            if spec is None:  # its hash is gone: a stale item lets the script drop the index
                 planned = True
                 yield [FireItem(sid, "", score, score, None, "fire")]
                 continue
             try:
-                items = plan(sid, policy, score, now)
+                items = plan(sid, spec, score, now)
             except (ValueError, ArithmeticError) as exc:
                 self._quarantine[sid] = time.monotonic() + QUARANTINE_S
                 log.error("schedule.unplannable", schedule=sid, error=str(exc))
@@ -311,7 +311,7 @@ class Scheduler:
                     log.info(
                         "misfire",
                         schedule=sid,
-                        policy=policy.misfire,
+                        policy=spec.misfire,
                         action=item.action,
                         scheduled_at=item.sched,
                         missed=item.missed,
@@ -356,7 +356,7 @@ class Scheduler:
                     return
                 sid = batch[0][0].schedule_id
                 self._quarantine[sid] = time.monotonic() + QUARANTINE_S
-                self._policies.pop(sid, None)
+                self._specs.pop(sid, None)
                 log.error("schedule.fire_failed", schedule=sid, error=str(exc))
                 return
             except (RedisError, OSError, RschedError) as exc:
@@ -420,7 +420,7 @@ class Scheduler:
         sid = item.schedule_id
         if code == STALE or item.next is None:
             # Another generation, gone, or complete: forget the cached spec, read it afresh.
-            self._policies.pop(sid, None)
+            self._specs.pop(sid, None)
         elif code == WRONG_TYPE:
             self._quarantine[sid] = time.monotonic() + QUARANTINE_S
             log.error("schedule.bad_keys", schedule=sid, retry_s=QUARANTINE_S)
@@ -428,11 +428,11 @@ class Scheduler:
             log.warning("schedule.not_due", schedule=sid, scheduled_at=item.sched)
 
     async def _load(self, ids: list[str]) -> None:
-        if len(self._policies) > POLICY_CACHE_MAX:
-            self._policies.clear()
+        if len(self._specs) > SPEC_CACHE_MAX:
+            self._specs.clear()
         for start in range(0, len(ids), LOAD_CHUNK):
             chunk = ids[start : start + LOAD_CHUNK]
-            found = await self.store.policy_fields(chunk, POLICY_FIELDS)
+            found = await self.store.plan_fields(chunk, PLAN_FIELDS)
             for sid, fields in zip(chunk, found, strict=True):
                 if fields is None:  # not a hash: someone else wrote the key; keep the rest going
                     self._quarantine[sid] = time.monotonic() + QUARANTINE_S
@@ -441,7 +441,7 @@ class Scheduler:
                 if not fields:
                     continue
                 try:
-                    self._policies[sid] = Policy.from_hash(fields)
+                    self._specs[sid] = PlannedSpec.from_hash(fields)
                 except (RschedError, ValueError, KeyError, TypeError) as exc:
                     self._quarantine[sid] = time.monotonic() + QUARANTINE_S
                     log.error("schedule.unreadable", schedule=sid, error=str(exc))
@@ -461,9 +461,9 @@ class Scheduler:
         after, offset = self._prefetched
         if after < now:  # what lies before now is due: the due read covers it
             after, offset = now, 0
-        while len(self._policies) < POLICY_CACHE_MAX and time.monotonic() < until - 0.05:
+        while len(self._specs) < SPEC_CACHE_MAX and time.monotonic() < until - 0.05:
             ids = await self.store.upcoming(after, horizon, size, offset)
-            await self._load([sid for sid in ids if sid not in self._policies])
+            await self._load([sid for sid in ids if sid not in self._specs])
             if len(ids) < size:
                 self._prefetched = (horizon, 0)
                 self._freeze_cache(until)
@@ -481,16 +481,17 @@ class Scheduler:
         freed by reference counting when dropped. Collected first (nothing cyclic gets frozen),
         and only with time to spare before the next run is due.
         """
-        if len(self._policies) - self._frozen < FREEZE_GROWTH:
+        if len(self._specs) - self._frozen < FREEZE_GROWTH:
             return
         if until - time.monotonic() < FREEZE_IDLE_S:
             return
         gc.collect()
         gc.freeze()
-        self._frozen = len(self._policies)
+        self._frozen = len(self._specs)
 
 
-def _apply(message: Message, lease: str | None) -> str | None:
+def _lease_after(message: Message, lease: str | None) -> str | None:
+    """The lease the ticker holds after ``message`` (the one it held before for a wake)."""
     kind, value = message
     if kind == "lead":
         return str(value)

@@ -49,7 +49,7 @@ OVERLAPS = frozenset(get_args(Overlap))
 
 
 @dataclass(frozen=True, slots=True)
-class FirePolicy:
+class FireSpec:
     """The spec fields that decide what a fire writes (overlap policy, stream, completion, job
     options), as the hash holds them. The scheduler sends them with each batch for the version it
     planned with, so the fire script reads only the schedule's state (see lua/fire.lua)."""
@@ -60,13 +60,13 @@ class FirePolicy:
     opts: str = ""  # the hash's ``opts`` JSON object, '' when every job option is the default
 
     @classmethod
-    def from_hash(cls, fields: dict[str, str]) -> FirePolicy:
+    def from_hash(cls, fields: dict[str, str]) -> FireSpec:
         """Validated, so that a hash edited by hand is refused by the scheduler (ValueError
         naming the field) rather than by a whole batch of the fire script. Schedules mostly
         share a few policies: one instance each (cached), which also keeps the scheduler's spec
         cache small."""
         get = fields.get
-        return _fire_policy(get("overlap"), get("queue"), get("max_runs"), get("opts"))
+        return _fire_spec(get("overlap"), get("queue"), get("max_runs"), get("opts"))
 
     def arg(self) -> str:
         """The policy as fire.lua reads it: "<overlap> <queue> <max_runs> <opts>"."""
@@ -74,13 +74,13 @@ class FirePolicy:
         return f"{self.overlap} {self.queue} {max_runs} {self.opts}"
 
 
-DEFAULT_POLICY = FirePolicy()
+DEFAULT_FIRE_SPEC = FireSpec()
 
 
 @functools.lru_cache(maxsize=4096)
-def _fire_policy(
+def _fire_spec(
     overlap: str | None, queue: str | None, max_runs: str | None, opts: str | None
-) -> FirePolicy:
+) -> FireSpec:
     overlap = "skip" if overlap is None else overlap
     queue = "default" if queue is None else queue
     if overlap not in OVERLAPS:
@@ -93,7 +93,7 @@ def _fire_policy(
     if opts == "{}":
         opts = ""
     JobOptions.parse(opts)  # MalformedJob, a ValueError naming the option
-    return FirePolicy(overlap, queue, None if max_runs is None else int(max_runs), opts)
+    return FireSpec(overlap, queue, None if max_runs is None else int(max_runs), opts)
 
 
 class FireItem(NamedTuple):
@@ -107,18 +107,18 @@ class FireItem(NamedTuple):
     next: int | None
     action: str  # fire | misfire | skip
     missed: int = 0
-    policy: FirePolicy = DEFAULT_POLICY  # the policy fields of that version
+    spec: FireSpec = DEFAULT_FIRE_SPEC  # the fire spec of that version
 
-    def header(self, policy: int) -> str:
+    def header(self, spec_index: int) -> str:
         """The item's group header as fire.lua reads it, less the count in front (short when on
-        time); ``policy`` is the position of its policy among the batch's."""
+        time); ``spec_index`` is the position of its spec among the batch's."""
         nxt = "" if self.next is None else self.next
         if self.action == "fire" and self.sched == self.expect:
-            return f"{self.expect} {nxt} {policy}"
-        return f"{self.expect} {nxt} {policy} {self.sched} {self.action} {self.missed}"
+            return f"{self.expect} {nxt} {spec_index}"
+        return f"{self.expect} {nxt} {spec_index} {self.sched} {self.action} {self.missed}"
 
 
-class Store(_lua.ScriptCaller):
+class ScheduleStore(_lua.ScriptCaller):
     """Script calls and reads for one Redis client and one key prefix."""
 
     def __init__(
@@ -391,7 +391,7 @@ class Store(_lua.ScriptCaller):
         )
         return [str(sid) for sid in ids]
 
-    async def policy_fields(
+    async def plan_fields(
         self, schedule_ids: Sequence[str], names: Sequence[str]
     ) -> list[dict[str, str] | None]:
         """The named fields of each hash ({} when it does not exist, None when the key holds
@@ -424,23 +424,23 @@ class Store(_lua.ScriptCaller):
             lease, str(self.history_limit), k.cancel,
             k.schedule(""), k.history(""), k.buffered(""), k.queue(""),
         ]  # fmt: skip
-        # Each distinct policy once, and a header only where it differs from the item before:
-        # a batch's items mostly share their times and policy.
-        positions: dict[FirePolicy, int] = {}
+        # Each distinct spec once, and a header only where it differs from the item before:
+        # a batch's items mostly share their times and spec.
+        positions: dict[FireSpec, int] = {}
         groups: list[tuple[str, list[str]]] = []
-        header, policy, position = "", None, 0
+        header, spec, position = "", None, 0
         group: list[str] = []
         for item in items:
-            if item.policy is not policy:  # mostly the same (shared) instance as the last
-                policy = item.policy
-                position = positions.setdefault(policy, len(positions) + 1)
+            if item.spec is not spec:  # mostly the same (shared) instance as the last
+                spec = item.spec
+                position = positions.setdefault(spec, len(positions) + 1)
             item_header = item.header(position)
             if item_header != header:
                 header, group = item_header, []
                 groups.append((header, group))
             group += (item.schedule_id, item.version)
         args.append(str(len(positions)))
-        args.extend(policy.arg() for policy in positions)
+        args.extend(spec.arg() for spec in positions)
         for header, group in groups:
             args.append(f"{len(group) // 2} {header}")
             args.extend(group)
