@@ -29,9 +29,9 @@ from redis.asyncio import Redis
 from bench._servers import BenchServer
 from rsched._keys import Keys
 from rsched._model import Schedule
-from rsched._plan import PlannedSpec, plan
+from rsched._plan import FireItem, PlannedSpec, plan
 from rsched._settings import SchedulerSettings
-from rsched._store import FireItem, ScheduleStore
+from rsched._store import ScheduleStore
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CHUNK = 2_000

@@ -12,8 +12,9 @@ from redis.asyncio import Redis
 from rsched import Schedule, StateError
 from rsched._connection import connect
 from rsched._keys import Keys
+from rsched._plan import FireItem, FireSpec
 from rsched._settings import Settings
-from rsched._store import FireItem, FireSpec, ScheduleStore
+from rsched._store import ScheduleStore
 
 HOUR_MS = 3_600_000
 

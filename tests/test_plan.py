@@ -6,8 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rsched._plan import PlannedSpec, plan
-from rsched._store import FireSpec
+from rsched._plan import FireSpec, PlannedSpec, plan
 from rsched._timing import Timing
 
 MIN = 60_000

@@ -18,11 +18,12 @@ from redis.exceptions import ResponseError
 from rsched import Schedule, Scheduler, next_fire_times
 from rsched import _scheduler as scheduler_module
 from rsched._connection import connect
+from rsched._errors import LostLease
 from rsched._keys import Keys
 from rsched._model import from_ms, to_ms
-from rsched._scheduler import _LostLease
+from rsched._plan import FireItem
 from rsched._settings import SchedulerSettings, Settings
-from rsched._store import FireItem, ScheduleStore
+from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
 
 DAY_MS = 86_400_000
@@ -382,7 +383,7 @@ async def test_stale_lease_round_steps_down(store: ScheduleStore, fast: Settings
     lease, _ = await store.lease_acquire("someone-else", 60_000)
     assert lease is not None
     scheduler = Scheduler(store.redis, fast)
-    with pytest.raises(_LostLease):
+    with pytest.raises(LostLease):
         await scheduler._round("1:a-lease-that-expired")
     assert await jobs(store) == []
 

@@ -19,9 +19,10 @@ from redis.asyncio import Redis
 
 from rsched import Schedule
 from rsched._keys import Keys
+from rsched._plan import FireItem
 from rsched._scheduler_main import _parser, load_settings
 from rsched._settings import Settings
-from rsched._store import FireItem, ScheduleStore
+from rsched._store import ScheduleStore
 
 MAIN = "rsched._scheduler_main"
 FAST = ("--lease-ttl-ms", "1000", "--lease-renew-ms", "200")

@@ -10,11 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import InvalidSchedule, Schedule, ScheduleExists, ScheduleNotFound
+from rsched._errors import Conflict
 from rsched._keys import Keys
 from rsched._lua import pack_command
 from rsched._model import to_ms
 from rsched._settings import Settings
-from rsched._store import Conflict, ScheduleStore
+from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
 
 

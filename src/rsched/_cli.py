@@ -18,10 +18,10 @@ import anyio
 import orjson
 from pydantic import ValidationError
 
-from rsched._cli_common import Handler, UsageError, duration_s
+from rsched._cli_common import Handler, duration_s
 from rsched._cli_parser import DELEGATES, build_parser
 from rsched._client import Client
-from rsched._errors import RschedError
+from rsched._errors import RschedError, UsageError
 from rsched._log import configure_logging
 from rsched._settings import Settings
 

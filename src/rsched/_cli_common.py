@@ -17,10 +17,6 @@ from rsched._model import Schedule, to_ms
 Handler = Callable[[Client, argparse.Namespace], Awaitable[Any]]
 
 
-class UsageError(Exception):
-    """Bad command-line input discovered after parsing (exit code 2)."""
-
-
 # --- argument types ---------------------------------------------------------------------------
 
 

@@ -7,8 +7,9 @@ import dataclasses
 from typing import Any
 
 from rsched import _format as fmt
-from rsched._cli_common import UsageError, out
+from rsched._cli_common import out
 from rsched._client import Client
+from rsched._errors import UsageError
 from rsched._job import DeadLetter
 from rsched._model import to_ms
 

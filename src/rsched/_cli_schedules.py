@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 
 from rsched import _format as fmt
-from rsched._cli_common import UsageError, json_object, out, status_text, trigger_text, when
+from rsched._cli_common import json_object, out, status_text, trigger_text, when
 from rsched._client import Client
 from rsched._declare import sync_file
+from rsched._errors import UsageError
 from rsched._model import Schedule, to_ms
 
 #: The spec options of ``add`` / ``upsert`` (argparse dests), copied into the spec when given.

@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched._connection import connect
 from rsched._errors import (
+    Conflict,
     InvalidArgument,
     InvalidSchedule,
     RedisUnavailable,
@@ -33,7 +34,7 @@ from rsched._keys import Keys
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._queues import QueueStore
 from rsched._settings import Settings
-from rsched._store import Conflict, ScheduleStore
+from rsched._store import ScheduleStore
 from rsched._timing import Timing, next_fire_times
 from rsched._tz import resolve_timezone
 

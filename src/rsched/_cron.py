@@ -42,6 +42,8 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
+from rsched._errors import CronError
+
 __all__ = ["Cron"]
 
 _SECOND: Final = timedelta(seconds=1)
@@ -110,13 +112,9 @@ _DOW_F: Final = _Field("day-of-week", 0, 7, _DOW_NAMES, 0)
 _FIELDS: Final = (_SECOND_F, _MINUTE_F, _HOUR_F, _DOM_F, _MONTH_F, _DOW_F)
 
 
-class _CronError(ValueError):
-    """A cron expression that cannot be used; the message says why and how to fix it."""
-
-
 def _fail(text: str, message: str) -> NoReturn:
     """Raise the error for `text`, prefixed with the expression so logs show which one."""
-    raise _CronError(f"cron {text!r}: {message}")
+    raise CronError(f"cron {text!r}: {message}")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -215,7 +213,7 @@ def _field_values(text: str, field: _Field, spec: str) -> set[int]:
 def _normalize(text: str) -> list[str]:
     """Expand shortcuts and return the six upper-cased fields, seconds first."""
     if not text:
-        raise _CronError(f"cron expression is empty; {_FIVE_FIELDS_HINT}")
+        raise CronError(f"cron expression is empty; {_FIVE_FIELDS_HINT}")
     if text.startswith("@"):
         shortcut = text.lower()
         if shortcut == "@reboot":
@@ -230,7 +228,7 @@ def _normalize(text: str) -> list[str]:
     parts = text.upper().split()
     if len(parts) not in (5, 6):
         extra = " (a year field is not supported)" if len(parts) == 7 else ""
-        raise _CronError(f"cron {text!r} has {len(parts)} fields{extra}; {_FIVE_FIELDS_HINT}")
+        raise CronError(f"cron {text!r} has {len(parts)} fields{extra}; {_FIVE_FIELDS_HINT}")
     if len(parts) == 5:
         parts.insert(0, "0")
     return parts

@@ -36,13 +36,19 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from rsched._errors import InvalidSchedule, ScheduleExists, ScheduleFileError, ScheduleNotFound
+from rsched._errors import (
+    Conflict,
+    InvalidSchedule,
+    ScheduleExists,
+    ScheduleFileError,
+    ScheduleNotFound,
+)
 from rsched._format import parse_duration_s
 from rsched._keys import NAME_RE, Keys
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
 from rsched._settings import Settings
-from rsched._store import Conflict, ScheduleStore
+from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
 
 _log = get_logger("rsched.sync")

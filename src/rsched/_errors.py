@@ -1,4 +1,8 @@
-"""The one exception hierarchy of rsched: everything raised to users derives from RschedError."""
+"""The one exception hierarchy of rsched: everything raised to users derives from RschedError.
+
+Every exception class of rsched is defined here (a test checks it). The public ones are
+re-exported from ``rsched``; the others are raised and caught inside rsched only.
+"""
 
 from __future__ import annotations
 
@@ -113,3 +117,28 @@ class DeadLetterNotFound(RschedError, KeyError):
 
     def __str__(self) -> str:
         return f"dead letter {self.entry_id!r} does not exist in queue {self.queue!r}"
+
+
+# --- internal: raised and caught inside rsched ------------------------------------------------
+
+
+class Conflict(RschedError):
+    """Raised when a schedule's generation moved between a read and a write (read again, retry)."""
+
+
+class MalformedJob(RschedError, ValueError):
+    """Raised for a stream entry that is not a job rsched can run (missing field, bad JSON, bad
+    number); the worker dead-letters it as ``malformed``."""
+
+
+class CronError(RschedError, ValueError):
+    """Raised for a cron expression that cannot be used; the message says why and how to fix it."""
+
+
+class UsageError(RschedError):
+    """Raised by the ``rsched`` command for bad command-line input found after parsing (exit 2)."""
+
+
+class LostLease(Exception):
+    """Raised inside the scheduler when the fire script rejected its fencing token: another
+    scheduler leads now."""

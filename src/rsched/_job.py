@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from rsched._errors import MalformedJob
 from rsched._keys import NAME_RE
 
 DEFAULT_MAX_RETRIES = 3
@@ -30,10 +31,6 @@ DEFAULT_TIMEOUT_S = 3600.0
 OPTION_NAMES = frozenset(
     {"max_retries", "retry_base_s", "retry_multiplier", "retry_max_s", "retry_jitter", "timeout_s"}
 )
-
-
-class MalformedJob(ValueError):
-    """A stream entry that is not a job rsched can run (missing field, bad JSON, bad number)."""
 
 
 @dataclass(frozen=True, slots=True)

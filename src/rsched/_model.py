@@ -24,8 +24,8 @@ from pydantic import (
 )
 
 from rsched._cron import Cron
-from rsched._errors import InvalidSchedule, StateError
-from rsched._job import OPTION_NAMES, JobOptions, MalformedJob
+from rsched._errors import InvalidSchedule, MalformedJob, StateError
+from rsched._job import OPTION_NAMES, JobOptions
 from rsched._keys import NAME_RE
 from rsched._tz import resolve_timezone
 

@@ -29,12 +29,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
-from rsched._errors import RschedError
+from rsched._errors import LostLease, RschedError
 from rsched._keys import NAME_RE, Keys
 from rsched._log import get_logger
-from rsched._plan import PLAN_FIELDS, PlannedSpec, plan
+from rsched._plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
 from rsched._settings import Settings
-from rsched._store import FireItem, ScheduleStore
+from rsched._store import ScheduleStore
 
 log = get_logger("rsched.scheduler")
 
@@ -67,10 +67,6 @@ _SERVER_CONDITIONS = (
     "NOREPLICAS",
     "CLUSTERDOWN",
 )
-
-
-class _LostLease(Exception):
-    """The fire script rejected our fencing token: another scheduler leads now."""
 
 
 class Scheduler:
@@ -204,7 +200,7 @@ class Scheduler:
                         with anyio.fail_after(ROUND_TIMEOUT_S):
                             delay = await self._round(lease)
                         backoff.reset()
-                    except _LostLease:
+                    except LostLease:
                         log.warning("leader.lost", lease=lease, reason="fencing token rejected")
                         lease, delay = None, 0.0
                     except (RedisError, OSError, TimeoutError, RschedError) as exc:
@@ -400,7 +396,7 @@ class Scheduler:
         if not sent:
             return counts
         if lost:
-            raise _LostLease
+            raise LostLease
         if failures:
             raise failures[0]
         self.fired_total += counts.get(FIRED, 0)

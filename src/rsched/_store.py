@@ -6,11 +6,9 @@ signature lives in exactly one place on the Python side.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, get_args
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
@@ -18,15 +16,15 @@ from redis.exceptions import ResponseError
 
 from rsched import _lua
 from rsched._errors import (
+    Conflict,
     InvalidSchedule,
-    RschedError,
     ScheduleExists,
     ScheduleNotFound,
     StateError,
 )
-from rsched._job import JobOptions
 from rsched._keys import NAME_RE, Keys
-from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Overlap, Schedule
+from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
+from rsched._plan import FireItem, FireSpec
 from rsched._settings import DEFAULT_HISTORY_LIMIT
 from rsched._timing import first_run_ms
 
@@ -39,83 +37,6 @@ COMPLETED = -4
 WRONG_TYPE = -6
 BAD_ARGS = -7
 BAD_INDEX = -8
-
-
-class Conflict(RschedError):
-    """Raised when a schedule's generation moved between a read and a write (retry)."""
-
-
-OVERLAPS = frozenset(get_args(Overlap))
-
-
-@dataclass(frozen=True, slots=True)
-class FireSpec:
-    """The spec fields that decide what a fire writes (overlap policy, stream, completion, job
-    options), as the hash holds them. The scheduler sends them with each batch for the version it
-    planned with, so the fire script reads only the schedule's state (see lua/fire.lua)."""
-
-    overlap: str = "skip"
-    queue: str = "default"
-    max_runs: int | None = None
-    opts: str = ""  # the hash's ``opts`` JSON object, '' when every job option is the default
-
-    @classmethod
-    def from_hash(cls, fields: dict[str, str]) -> FireSpec:
-        """Validated, so that a hash edited by hand is refused by the scheduler (ValueError
-        naming the field) rather than by a whole batch of the fire script. Schedules mostly
-        share a few policies: one instance each (cached), which also keeps the scheduler's spec
-        cache small."""
-        get = fields.get
-        return _fire_spec(get("overlap"), get("queue"), get("max_runs"), get("opts"))
-
-    def arg(self) -> str:
-        """The policy as fire.lua reads it: "<overlap> <queue> <max_runs> <opts>"."""
-        max_runs = "" if self.max_runs is None else self.max_runs
-        return f"{self.overlap} {self.queue} {max_runs} {self.opts}"
-
-
-DEFAULT_FIRE_SPEC = FireSpec()
-
-
-@functools.lru_cache(maxsize=4096)
-def _fire_spec(
-    overlap: str | None, queue: str | None, max_runs: str | None, opts: str | None
-) -> FireSpec:
-    overlap = "skip" if overlap is None else overlap
-    queue = "default" if queue is None else queue
-    if overlap not in OVERLAPS:
-        raise ValueError(f"overlap must be one of {sorted(OVERLAPS)}, not {overlap!r}")
-    if not NAME_RE.match(queue):
-        raise ValueError(f"queue is not a queue name rsched writes: {queue!r}")
-    if max_runs is not None and not max_runs.isdigit():
-        raise ValueError(f"max_runs must be a whole number, not {max_runs!r}")
-    opts = (opts or "").strip()  # the script checks for a leading brace
-    if opts == "{}":
-        opts = ""
-    JobOptions.parse(opts)  # MalformedJob, a ValueError naming the option
-    return FireSpec(overlap, queue, None if max_runs is None else int(max_runs), opts)
-
-
-class FireItem(NamedTuple):
-    """One occurrence handed to the fire script (see lua/fire.lua for the meaning of each).
-    A tuple: a herd creates one per schedule, and a frozen dataclass costs 4x as much."""
-
-    schedule_id: str
-    version: str  # "<generation>:<created_at>" of the hash the plan was computed from
-    expect: int
-    sched: int
-    next: int | None
-    action: str  # fire | misfire | skip
-    missed: int = 0
-    spec: FireSpec = DEFAULT_FIRE_SPEC  # the fire spec of that version
-
-    def header(self, spec_index: int) -> str:
-        """The item's group header as fire.lua reads it, less the count in front (short when on
-        time); ``spec_index`` is the position of its spec among the batch's."""
-        nxt = "" if self.next is None else self.next
-        if self.action == "fire" and self.sched == self.expect:
-            return f"{self.expect} {nxt} {spec_index}"
-        return f"{self.expect} {nxt} {spec_index} {self.sched} {self.action} {self.missed}"
 
 
 class ScheduleStore(_lua.ScriptCaller):

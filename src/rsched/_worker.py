@@ -37,7 +37,7 @@ from rsched._job import Job
 from rsched._log import get_logger
 from rsched._queues import Done, QueueStore, check_name
 from rsched._settings import Settings, WorkerSettings
-from rsched._worker_actors import _FAILURES, Actors
+from rsched._worker_actors import ACTOR_FAILURES, Actors
 
 log = get_logger("rsched.worker")
 
@@ -243,7 +243,7 @@ class Worker:
                 await warn_if_unsafe(store.redis, log)
                 await store.create_groups(cfg.queues)
                 return True
-            except _FAILURES as exc:
+            except ACTOR_FAILURES as exc:
                 delay = backoff.next()
                 log.warning("redis.error", actor="start", error=str(exc), retry_s=round(delay, 2))
                 with anyio.move_on_after(delay):

@@ -29,8 +29,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
-from rsched._errors import Retry, StateError
-from rsched._job import Job, MalformedJob, parse_entry, retry_delay_s
+from rsched._errors import MalformedJob, Retry, StateError
+from rsched._job import Job, parse_entry, retry_delay_s
 from rsched._log import get_logger
 from rsched._queues import Done, QueueStore, fragment
 from rsched._settings import Settings
@@ -42,7 +42,7 @@ jobs_log = get_logger("rsched.worker.jobs")
 
 # What an actor survives (logs, backs off, carries on): Redis unreachable or refusing, a key
 # someone overwrote with the wrong type, bytes that are not UTF-8 in an entry.
-_FAILURES = (RedisError, OSError, StateError, UnicodeDecodeError)
+ACTOR_FAILURES = (RedisError, OSError, StateError, UnicodeDecodeError)
 
 ACK_BATCH = 1_000
 CONSUMER_IDLE_FORGET_MS = 3_600_000
@@ -162,7 +162,7 @@ class Actors:
                 log.error("redis.error", actor="reader", error=str(exc), retry_s=round(delay, 2))
                 await anyio.sleep(delay)
                 continue
-            except _FAILURES as exc:
+            except ACTOR_FAILURES as exc:
                 self.slots.commit(n, 0)
                 await _back_off(backoff, "reader", exc)
                 continue
@@ -179,7 +179,7 @@ class Actors:
             try:
                 await self.store.create_groups(self.cfg.queues)
                 return
-            except _FAILURES as exc:
+            except ACTOR_FAILURES as exc:
                 await _back_off(backoff, "reader", exc)
 
     async def dispatch(self, queue: str, entries: list[tuple[str, dict[str, str], int]]) -> None:
@@ -229,7 +229,7 @@ class Actors:
         ]
         try:
             codes = await self.store.start(queue, self.consumer, items)
-        except _FAILURES as exc:
+        except ACTOR_FAILURES as exc:
             # Run them anyway: the marker and history are bookkeeping; the job must not wait.
             log.warning("redis.error", actor="start", error=str(exc))
             return set()
@@ -298,7 +298,7 @@ class Actors:
                 worker=self.consumer,
                 extra=fragment(extra),
             )
-        except _FAILURES as exc:  # left pending: reclaimed and judged again later
+        except ACTOR_FAILURES as exc:  # left pending: reclaimed and judged again later
             log.warning("redis.error", actor=actor, error=str(exc))
 
     # --- runners -----------------------------------------------------------------------------
@@ -504,7 +504,7 @@ class Actors:
                         lost = await self.store.heartbeat(
                             queue, self.consumer, ids[start : start + 1000]
                         )
-                    except _FAILURES as exc:
+                    except ACTOR_FAILURES as exc:
                         log.warning("redis.error", actor="heartbeat", error=str(exc))
                         break
                     for entry_id in lost:
@@ -528,7 +528,7 @@ class Actors:
                     cursor, claimed = await self.store.reclaim(
                         queue, self.consumer, visibility_ms, cursors[queue], n
                     )
-                except _FAILURES as exc:
+                except ACTOR_FAILURES as exc:
                     log.warning("redis.error", actor="reclaimer", error=str(exc))
                     continue
                 cursors[queue] = cursor
@@ -577,7 +577,7 @@ class Actors:
             await self.store.forget_consumers(
                 self.cfg.queues, keep=self.consumer, idle_ms=CONSUMER_IDLE_FORGET_MS
             )
-        except _FAILURES as exc:
+        except ACTOR_FAILURES as exc:
             log.warning("redis.error", actor="reclaimer", error=str(exc))
 
     # --- promoter ----------------------------------------------------------------------------
@@ -596,7 +596,7 @@ class Actors:
                     if next_ms is not None:
                         wait_s = min(wait_s, next_ms / 1000)
                 backoff.reset()
-            except _FAILURES as exc:
+            except ACTOR_FAILURES as exc:
                 wait_s = backoff.next()
                 log.warning(
                     "redis.error", actor="promoter", error=str(exc), retry_s=round(wait_s, 2)
@@ -621,7 +621,7 @@ class Actors:
                     async for message in pubsub.listen():
                         if message.get("type") == "message":
                             self._cancel(str(message["data"]))
-            except _FAILURES as exc:
+            except ACTOR_FAILURES as exc:
                 if not started:
                     started = True
                     task_status.started()
@@ -656,7 +656,7 @@ async def _until_taken(call: Callable[[], Awaitable[Any]], actor: str) -> StateE
             return None
         except StateError as exc:
             return exc
-        except _FAILURES as exc:
+        except ACTOR_FAILURES as exc:
             await _back_off(backoff, actor, exc)
 
 
