@@ -27,6 +27,7 @@ import anyio.abc
 from redis.asyncio import Redis
 
 from bench._servers import BenchServer
+from rsched._codes import Code
 from rsched._keys import Keys
 from rsched._model import Schedule
 from rsched._plan import FireItem, PlannedSpec, plan
@@ -201,7 +202,7 @@ class Ctx:
                     ]  # fmt: skip
                     await upsert(keys=keys, args=args, client=pipe)
                 for res in await pipe.execute():
-                    if int(res[0]) != 1:
+                    if res[0] != Code.OK:
                         raise RuntimeError(f"upsert.lua refused a bench schedule: {res}")
         took = time.perf_counter() - started
         if None in await self.redis.zmscore(k.schedules, list(ids)):

@@ -19,11 +19,12 @@ ARGV[4] cancel      pub/sub channel for cancel_previous
 ARGV[5] op_id       request id of this call
 ARGV[6..] sched     occurrences to fire (ms), oldest first
 
-Returns {1, code, code, …} with one code per occurrence: 1 fired, 2 skipped by the overlap
-policy, 3 buffered (buffer_one), 0 already fired before (nothing done);
-{-2} not found | {-3, generation} the spec changed since the client read it (nothing done) |
-{-5} an occurrence is in the future by Redis TIME (nothing done) | {-6} a key has the wrong type
-or the schedule's stored fields are unusable (edited by hand; nothing done)
+Returns {OK=5, code, code, …} with one code per occurrence: FIRED=1, SKIPPED=2 by the overlap
+policy, BUFFERED=3 (buffer_one), STALE=0 already fired before (nothing done);
+{NOT_FOUND=-2} | {CONFLICT=-3, generation} the spec changed since the client read it (nothing
+done) | {NOT_DUE=-5} an occurrence is in the future by Redis TIME (nothing done) |
+{WRONG_TYPE=-6} a key has the wrong type or the schedule's stored fields are unusable (edited by
+hand; nothing done)
 ]]
 -- @include common
 -- @include marker
@@ -37,16 +38,18 @@ local op_id = ARGV[5]
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.buffered, 'hash')
-        and key_is(k.stream, 'stream') and key_is(backfilled_key, 'set')) then return {-6} end
+        and key_is(k.stream, 'stream') and key_is(backfilled_key, 'set')) then
+  return {-6}  -- WRONG_TYPE
+end
 local f = job_fields(k.hash)
-if not f[F_VERSION] then return {-2} end
+if not f[F_VERSION] then return {-2} end  -- NOT_FOUND
 local cur = version_parts(f[F_VERSION]) or 0
-if tostring(cur) ~= gen then return {-3, cur} end
+if tostring(cur) ~= gen then return {-3, cur} end  -- CONFLICT
 local p = hash_policy(f)
-if not p or not fire_job_ok(f) then return {-6} end
+if not p or not fire_job_ok(f) then return {-6} end  -- WRONG_TYPE
 local now = now_ms()
 for i = 6, #ARGV do
-  if tonumber(ARGV[i]) > now then return {-5} end
+  if tonumber(ARGV[i]) > now then return {-5} end  -- NOT_DUE
 end
 
 -- Occurrences the regular schedule (or an earlier backfill) already turned into a job.
@@ -59,16 +62,16 @@ for _, entry in ipairs(rcall('LRANGE', k.history, 0, -1)) do
   end
 end
 
-local out = {1}
+local out = {5}  -- OK
 for i = 6, #ARGV do
   local sched = ARGV[i]
   local exec = sid .. '@' .. sched
-  local code = 0
+  local code = 0  -- STALE
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
     local _, run_until
     code, _, run_until = fire_job(k.hash, k.history, k.buffered, k.stream, sid, sched, now,
                                   'backfill', cap, cancel_channel, '', f, p)
-    if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end
+    if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end  -- FIRED, BUFFERED
     if run_until then
       rcall('HSET', k.hash, marker_pairs(exec, run_until))
       -- The next occurrence of this backfill sees the run it just queued.

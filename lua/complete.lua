@@ -15,7 +15,7 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 
 Returns the number of items recorded (the others were no longer pending: nothing done), or
--7 when ARGV[3] is not a JSON array. (A count, not a code per item: a reply of thousands of
+BAD_ARGS=-7 when ARGV[3] is not a JSON array. (A count, not a code per item: a reply of thousands of
 integers would cost the client more than the whole script.)
 ]]
 -- @include common
@@ -25,7 +25,7 @@ integers would cost the client more than the whole script.)
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local ok, items = pcall(cjson.decode, ARGV[3])
-if not ok or type(items) ~= 'table' then return -7 end
+if not ok or type(items) ~= 'table' then return -7 end  -- BAD_ARGS
 local now = now_ms()
 local recorded = 0
 local k = 2

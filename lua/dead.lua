@@ -17,7 +17,8 @@ ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
 ARGV[10..] dead letter fields (field, value, …; dead_at is added here)
 
-Returns {1, dead-letter entry id} | {0} the entry was not pending | {-6} wrong key type.
+Returns {OK=5, dead-letter entry id} | {NOT_PENDING=-10} the entry was not pending (nothing
+done) | {WRONG_TYPE=-6} wrong key type.
 ]]
 -- @include common
 -- @include marker
@@ -28,8 +29,8 @@ local group, id, dead_max, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(A
 local has_schedule, exec, attempt = ARGV[5] == '1', ARGV[6], ARGV[7]
 local first, extra = ARGV[8], ARGV[9]
 
-if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {-6} end
-if rcall('XACK', stream, group, id) == 0 then return {0} end
+if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {-6} end  -- WRONG_TYPE
+if rcall('XACK', stream, group, id) == 0 then return {-10} end  -- NOT_PENDING
 rcall('XDEL', stream, id)
 local now = now_ms()
 local fields = {}
@@ -42,4 +43,4 @@ if has_schedule and schedule_keys_ok(history, hash, buffered) then
   job_event(history, cap, 'dead', exec, attempt, now, extra)
   finish_run(hash, buffered, stream, history, cap, exec, now)
 end
-return {1, dead_id}
+return {5, dead_id}  -- OK

@@ -13,7 +13,7 @@ ARGV[2] delay_ms   0 = ready now
 ARGV[3] op_id    request id of this call
 ARGV[4..] fields   field, value, … of the job (without scheduled_at / fired_at)
 
-Returns {1, entry id} queued | {2, due ms} delayed | {-6} a key has the wrong type.
+Returns {QUEUED=6, entry id} | {DELAYED=7, due ms} | {WRONG_TYPE=-6} a key has the wrong type.
 ]]
 -- @include common
 
@@ -23,7 +23,7 @@ local queue, delay, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(stream, 'stream') and key_is(delayed, 'zset') and key_is(queues, 'set')) then
-  return {-6}
+  return {-6}  -- WRONG_TYPE
 end
 
 local now = now_ms()
@@ -39,8 +39,8 @@ rcall('SADD', queues, queue)
 local result
 if due > now then
   rcall('ZADD', delayed, due, cjson.encode(fields))
-  result = {2, int_text(due)}
+  result = {7, int_text(due)}  -- DELAYED
 else
-  result = {1, rcall('XADD', stream, '*', unpack(fields))}
+  result = {6, rcall('XADD', stream, '*', unpack(fields))}  -- QUEUED
 end
 return op_store(op_key, op_id, result)

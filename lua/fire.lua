@@ -48,14 +48,15 @@ then the items, in order, in groups of items that share a header: a header arg, 
            from ('' = none)
 
 Returns one string of comma-separated codes, one per item:
-  1 fired   2 skipped by overlap policy   3 buffered (buffer_one)   4 misfire skipped
-  0 stale (gone, paused, completed, other version, or already fired; the index entry is
+  FIRED=1   SKIPPED=2 by overlap policy   BUFFERED=3 (buffer_one)   MISFIRE_SKIPPED=4
+  STALE=0 (gone, paused, completed, other version, or already fired; the index entry is
     removed when the hash is gone, and set to +inf when the hash is paused or completed)
-  -5 not due yet
-  -6 a key of this schedule has the wrong type, or its hash lacks a task or holds a state
-     field (runs, run_until) that is not a number (left untouched)
-or a single code for the whole call, nothing written: '-1' the lease is not the caller's;
-'-7' malformed arguments (an item or a policy); '-8' the schedules index is not a sorted set.
+  NOT_DUE=-5 not due yet
+  WRONG_TYPE=-6 a key of this schedule has the wrong type, or its hash lacks a task or holds a
+    state field (runs, run_until) that is not a number (left untouched)
+or a single code for the whole call, nothing written: NOT_LEADER=-1 the lease is not the
+caller's; BAD_ARGS=-7 malformed arguments (an item or a policy); BAD_INDEX=-8 the schedules
+index is not a sorted set.
 ]]
 -- @include common
 -- @include marker

@@ -9,8 +9,8 @@ KEYS[2] fence    STRING counter of tokens handed out
 ARGV[1] owner    unique name of the calling process
 ARGV[2] ttl_ms   lease time to live
 
-Returns {1, token} when the caller holds the lease (newly, or already: a re-sent call is
-harmless), {0, current_value, pttl_ms} when another process holds it.
+Returns {OK=5, token} when the caller holds the lease (newly, or already: a re-sent call is
+harmless), {NOT_LEADER=-1, current_value, pttl_ms} when another process holds it.
 ]]
 -- @include common
 
@@ -22,10 +22,10 @@ if cur then
   local token, who = string.match(cur, '^(%d+):(.*)$')
   if who == owner then
     rcall('PEXPIRE', leader_key, ttl)
-    return {1, token}
+    return {5, token}  -- OK
   end
-  return {0, cur, rcall('PTTL', leader_key)}
+  return {-1, cur, rcall('PTTL', leader_key)}  -- NOT_LEADER
 end
 local token = rcall('INCR', fence_key)
 rcall('SET', leader_key, token .. ':' .. owner, 'PX', ttl)
-return {1, tostring(token)}
+return {5, tostring(token)}  -- OK

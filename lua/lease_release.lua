@@ -3,10 +3,10 @@
 KEYS[1] leader   STRING "<token>:<owner>"
 ARGV[1] value    the caller's lease value
 
-Returns 1 when released, 0 when the caller did not hold it (nothing changed).
+Returns OK=5 when released, NOT_LEADER=-1 when the caller did not hold it (nothing changed).
 ]]
 -- @include common
 
-if rcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if rcall('GET', KEYS[1]) ~= ARGV[1] then return -1 end  -- NOT_LEADER
 rcall('DEL', KEYS[1])
-return 1
+return 5  -- OK

@@ -4,11 +4,11 @@ KEYS[1] leader   STRING "<token>:<owner>"
 ARGV[1] value    the caller's lease value "<token>:<owner>"
 ARGV[2] ttl_ms   new time to live
 
-Returns 1 when renewed, 0 when the caller no longer holds the lease (it expired or another
-scheduler took it): the caller must stop acting as leader at once.
+Returns OK=5 when renewed, NOT_LEADER=-1 when the caller no longer holds the lease (it expired
+or another scheduler took it): the caller must stop acting as leader at once.
 ]]
 -- @include common
 
-if rcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if rcall('GET', KEYS[1]) ~= ARGV[1] then return -1 end  -- NOT_LEADER
 rcall('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-return 1
+return 5  -- OK

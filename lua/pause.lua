@@ -4,19 +4,19 @@ paused are not misfires: resume starts again from the next occurrence after resu
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] op
 ARGV[1] id         ARGV[2] note ('' for none)   ARGV[3] op_id (request id)
 
-Returns {1} paused (or already paused) | {-2} not found | {-4} completed (cannot pause) |
-{-6} a key has the wrong type
+Returns {OK=5} paused (or already paused) | {NOT_FOUND=-2} | {COMPLETED=-4} (cannot pause) |
+{WRONG_TYPE=-6} a key has the wrong type
 ]]
 -- @include common
 
 local replay = op_replay(KEYS[3], ARGV[3])
 if replay then return replay end
-if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end  -- WRONG_TYPE
 local status = rcall('HMGET', KEYS[2], 'version', 'status')
-if not status[1] then return {-2} end
-if status[2] == 'completed' then return {-4} end
+if not status[1] then return {-2} end  -- NOT_FOUND
+if status[2] == 'completed' then return {-4} end  -- COMPLETED
 rcall('HSET', KEYS[2], 'status', 'paused', 'updated_at', int_text(now_ms()))
 if ARGV[2] ~= '' then rcall('HSET', KEYS[2], 'pause_note', ARGV[2])
 else rcall('HDEL', KEYS[2], 'pause_note') end
 rcall('ZADD', KEYS[1], 'inf', ARGV[1])
-return op_store(KEYS[3], ARGV[3], {1})
+return op_store(KEYS[3], ARGV[3], {5})  -- OK

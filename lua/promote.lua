@@ -9,8 +9,8 @@ KEYS[1] delayed  {p}:delayed:<queue>
 KEYS[2] stream   {p}:queue:<queue>
 ARGV[1] limit    most members moved by one call
 
-Returns {moved, ms until the next member is due (-1 when none is left)} | {-6} a key has the
-wrong type.
+Returns {moved, ms until the next member is due (-1 when none is left)} | {WRONG_TYPE=-6} a
+key has the wrong type.
 ]]
 -- @include common
 -- @include marker
@@ -18,7 +18,7 @@ wrong type.
 
 local delayed, stream = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
-if not (key_is(delayed, 'zset') and key_is(stream, 'stream')) then return {-6} end
+if not (key_is(delayed, 'zset') and key_is(stream, 'stream')) then return {-6} end  -- WRONG_TYPE
 
 local now = now_ms()
 local due = rcall('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)

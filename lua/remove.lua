@@ -6,14 +6,15 @@ queued or running is not touched (its job entry stays in the queue stream).
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] buffered  KEYS[5] op
 ARGV[1] id         ARGV[2] op_id (request id)
 
-Returns {1} removed | {-2} not found | {-6} a key has the wrong type (nothing removed)
+Returns {OK=5} removed | {NOT_FOUND=-2} | {WRONG_TYPE=-6} a key has the wrong type (nothing
+removed)
 ]]
 -- @include common
 
 local replay = op_replay(KEYS[5], ARGV[2])
 if replay then return replay end
-if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end
-if rcall('EXISTS', KEYS[2]) == 0 then return {-2} end
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end  -- WRONG_TYPE
+if rcall('EXISTS', KEYS[2]) == 0 then return {-2} end  -- NOT_FOUND
 rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
 rcall('ZREM', KEYS[1], ARGV[1])
-return op_store(KEYS[5], ARGV[2], {1})
+return op_store(KEYS[5], ARGV[2], {5})  -- OK

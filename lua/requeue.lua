@@ -8,14 +8,14 @@ KEYS[1] dead    {p}:dead:<queue>
 KEYS[2] stream  {p}:queue:<queue>
 ARGV[1..] dead-letter entry ids
 
-Returns the number re-queued | -6 a key has the wrong type.
+Returns the number re-queued | WRONG_TYPE=-6 a key has the wrong type.
 ]]
 -- @include common
 -- @include marker
 -- @include job_run
 
 local dead, stream = KEYS[1], KEYS[2]
-if not (key_is(dead, 'stream') and key_is(stream, 'stream')) then return -6 end
+if not (key_is(dead, 'stream') and key_is(stream, 'stream')) then return -6 end  -- WRONG_TYPE
 local moved = 0
 for i = 1, #ARGV do
   local e = rcall('XRANGE', dead, ARGV[i], ARGV[i])

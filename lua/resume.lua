@@ -7,22 +7,22 @@ ARGV[3] next_ms     next occurrence after now (client, from Redis TIME), '' when
 ARGV[4] wake        pub/sub channel for the scheduler
 ARGV[5] op_id       request id of this call
 
-Returns {1} resumed (or was not paused) | {-2} not found | {-3, generation} spec changed since
-the client read it (read again and retry) | {-4} completed | {-6} a key has the wrong type |
-{-7} next_ms is not a number
+Returns {OK=5} resumed (or was not paused) | {NOT_FOUND=-2} | {CONFLICT=-3, generation} spec
+changed since the client read it (read again and retry) | {COMPLETED=-4} | {WRONG_TYPE=-6} a key
+has the wrong type | {BAD_ARGS=-7} next_ms is not a number
 ]]
 -- @include common
 
 local replay = op_replay(KEYS[3], ARGV[5])
 if replay then return replay end
-if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end
-if not (ARGV[3] == '' or tonumber(ARGV[3])) then return {-7} end
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end  -- WRONG_TYPE
+if not (ARGV[3] == '' or tonumber(ARGV[3])) then return {-7} end  -- BAD_ARGS
 local st = rcall('HMGET', KEYS[2], 'version', 'status')
-if not st[1] then return {-2} end
+if not st[1] then return {-2} end  -- NOT_FOUND
 local gen = version_parts(st[1]) or 0
-if tostring(gen) ~= ARGV[2] then return {-3, gen} end
-if st[2] == 'completed' then return {-4} end
-if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {1}) end
+if tostring(gen) ~= ARGV[2] then return {-3, gen} end  -- CONFLICT
+if st[2] == 'completed' then return {-4} end  -- COMPLETED
+if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {5}) end  -- OK
 rcall('HDEL', KEYS[2], 'pause_note', 'status')
 rcall('HSET', KEYS[2], 'updated_at', int_text(now_ms()))
 if ARGV[3] == '' then
@@ -32,4 +32,4 @@ else
   rcall('ZADD', KEYS[1], ARGV[3], ARGV[1])
   rcall('PUBLISH', ARGV[4], ARGV[3])
 end
-return op_store(KEYS[3], ARGV[5], {1})
+return op_store(KEYS[3], ARGV[5], {5})  -- OK

@@ -17,8 +17,8 @@ ARGV[8] event           'failed' | 'timed_out'
 ARGV[9] has history     '1' | '0'
 ARGV[10] extra          JSON fragment for the history event ('' or ',…')
 
-Returns {1, due ms} | {0} the entry was not pending (nothing done) | {-6} wrong key type |
-{-7} the next attempt is not a JSON list of strings.
+Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing done) |
+{WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the next attempt is not a JSON list of strings.
 ]]
 -- @include common
 -- @include marker
@@ -29,10 +29,10 @@ local group, id, delay, member = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cap, exec, attempt, event = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 local has_history, extra = ARGV[9] == '1', ARGV[10]
 
-if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {-6} end
+if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {-6} end  -- WRONG_TYPE
 local fields = decode_fields(member)
-if not fields then return {-7} end
-if rcall('XACK', stream, group, id) == 0 then return {0} end
+if not fields then return {-7} end  -- BAD_ARGS
+if rcall('XACK', stream, group, id) == 0 then return {-10} end  -- NOT_PENDING
 rcall('XDEL', stream, id)
 local now = now_ms()
 local due = now + math.max(0, math.floor(delay))
@@ -45,4 +45,4 @@ if has_history and key_is(history, 'list') then
   job_event(history, cap, event, exec, attempt, now,
             ',"retry_in_ms":' .. int_text(due - now) .. extra)
 end
-return {1, int_text(due)}
+return {5, int_text(due)}  -- OK

@@ -12,7 +12,7 @@ then 2 keys per item: history {p}:history:<id>, hash {p}:schedule:<id>
 ARGV[1] group   ARGV[2] history cap   ARGV[3] worker id
 then 4 args per item: entry id, execution id, attempt, extra (JSON fragment, '' or ',…')
 
-Returns one code per item: 1 run it | 0 superseded (already acknowledged, do not run).
+Returns one code per item: OK=5 run it | SUPERSEDED=-11 (already acknowledged, do not run).
 ]]
 -- @include common
 -- @include marker
@@ -27,7 +27,7 @@ for i = 0, n - 1 do
   local history, hash = KEYS[2 + i * 2], KEYS[3 + i * 2]
   local id, exec, attempt, extra = ARGV[4 + i * 4], ARGV[5 + i * 4], ARGV[6 + i * 4],
                                    ARGV[7 + i * 4]
-  local code = 1
+  local code = 5  -- OK
   if key_is(history, 'list') and key_is(hash, 'hash') then
     local owner = marker_of(hash, now)
     if owner and owner ~= exec then
@@ -36,7 +36,7 @@ for i = 0, n - 1 do
         job_event(history, cap, 'cancelled', exec, attempt, now,
                   ',"reason":"superseded","by":' .. json_str(owner))
       end
-      code = 0
+      code = -11  -- SUPERSEDED
     else
       if owner then rcall('HSET', hash, 'run_state', 'running', 'run_worker', worker) end
       job_event(history, cap, 'running', exec, attempt, now, extra)

@@ -5,10 +5,10 @@ KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] buffered  KEYS[5] stre
 KEYS[6] op
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 
-Returns {code, execution_id}: code 1 fired, 2 skipped by overlap policy, 3 buffered;
-{-2} not found | {-4} completed | {-6} a key has the wrong type, or the hash holds fields
-rsched did not write (no task, a number field that is not a number). A re-sent call returns the
-first result (the execution id is derived from the Redis time of the first call).
+Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUFFERED=3;
+{NOT_FOUND=-2} | {COMPLETED=-4} | {WRONG_TYPE=-6} a key has the wrong type, or the hash holds
+fields rsched did not write (no task, a number field that is not a number). A re-sent call
+returns the first result (the execution id is derived from the Redis time of the first call).
 ]]
 -- @include common
 -- @include marker
@@ -18,12 +18,14 @@ local replay = op_replay(KEYS[6], ARGV[4])
 if replay then return replay end
 local k = {hash = KEYS[2], history = KEYS[3], buffered = KEYS[4], stream = KEYS[5]}
 if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history, 'list')
-        and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')) then return {-6} end
+        and key_is(k.buffered, 'hash') and key_is(k.stream, 'stream')) then
+  return {-6}  -- WRONG_TYPE
+end
 local f = job_fields(k.hash)
-if not f[F_VERSION] then return {-2} end
-if f[F_STATUS] == 'completed' then return {-4} end
+if not f[F_VERSION] then return {-2} end  -- NOT_FOUND
+if f[F_STATUS] == 'completed' then return {-4} end  -- COMPLETED
 local p = hash_policy(f)
-if not p or not fire_job_ok(f) then return {-6} end
+if not p or not fire_job_ok(f) then return {-6} end  -- WRONG_TYPE
 local now = now_ms()
 local sched = int_text(now)
 local code, exec, run_until = fire_job(k.hash, k.history, k.buffered, k.stream, ARGV[1], sched,

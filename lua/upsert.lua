@@ -21,9 +21,10 @@ ARGV[8] op_id      request id of this call
 ARGV[9] created_ms creation time the client computed next_ms with (used for a new schedule)
 ARGV[10..] spec    field, value, field, value, … (non-default spec fields only)
 
-Returns {1, generation, created(0/1)} | {-1} exists (add) | {-2} not found (replace) |
-{-3, generation} the generation moved since the caller read it | {-6} a key has the wrong type
-(or the stored generation/runs are not numbers) | {-7} malformed arguments
+Returns {OK=5, generation, created(0/1)} | {EXISTS=-9} (add) | {NOT_FOUND=-2} (replace) |
+{CONFLICT=-3, generation} the generation moved since the caller read it | {WRONG_TYPE=-6} a key
+has the wrong type (or the stored generation/runs are not numbers) | {BAD_ARGS=-7} malformed
+arguments
 ]]
 -- @include common
 -- @include marker
@@ -36,12 +37,14 @@ local queue, wake, op_id, created_ms = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(schedules_key, 'zset') and key_is(hash_key, 'hash') and
-        key_is(queues_key, 'set') and key_is(buffered_key, 'hash')) then return {-6} end
+        key_is(queues_key, 'set') and key_is(buffered_key, 'hash')) then
+  return {-6}  -- WRONG_TYPE
+end
 
 local MODES = {add = true, upsert = true, replace = true}
 if not MODES[mode] or not (next_ms == '' or tonumber(next_ms)) or not tonumber(created_ms)
     or op_id == '' or (#ARGV - 9) % 2 ~= 0 then
-  return {-7}
+  return {-7}  -- BAD_ARGS
 end
 
 -- The state a new spec inherits: version, runs, last_run, then the run marker (marker.lua).
@@ -49,10 +52,12 @@ local old = rcall('HMGET', hash_key, 'version', 'runs', 'last_run', unpack(MARKE
 local exists = old[1] ~= false
 local old_gen, created = version_parts(old[1])
 -- State fields edited by hand would make the arithmetic below fail after the first write.
-if (exists and not old_gen) or (old[2] and not tonumber(old[2])) then return {-6} end
-if mode == 'add' and exists then return {-1} end
-if mode == 'replace' and not exists then return {-2} end
-if expect_gen ~= '' and tostring(old_gen or 0) ~= expect_gen then return {-3, old_gen or 0} end
+if (exists and not old_gen) or (old[2] and not tonumber(old[2])) then return {-6} end  -- WRONG_TYPE
+if mode == 'add' and exists then return {-9} end  -- EXISTS
+if mode == 'replace' and not exists then return {-2} end  -- NOT_FOUND
+if expect_gen ~= '' and tostring(old_gen or 0) ~= expect_gen then
+  return {-3, old_gen or 0}  -- CONFLICT
+end
 
 local now = int_text(now_ms())
 local gen = (old_gen or 0) + 1
@@ -95,4 +100,4 @@ if score ~= 'inf' and (not head[2] or tonumber(score) < tonumber(head[2])) then
 end
 local created = 1
 if exists then created = 0 end
-return op_store(op_key, op_id, {1, gen, created})
+return op_store(op_key, op_id, {5, gen, created})  -- OK

@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Client, Schedule, Settings
+from rsched._codes import Code
 from rsched._timing import first_run_ms
 
 N = 10_000
@@ -30,7 +31,7 @@ async def bulk_add(client: Client, schedules: list[Schedule]) -> None:
                 args += [op_id, now, *flat]
                 await script(keys=keys, args=args, client=pipe)
             results = await pipe.execute()
-        assert all(int(r[0]) == 1 for r in results)
+        assert all(r[0] == Code.OK for r in results)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Schedule, StateError
+from rsched._codes import Code
 from rsched._connection import connect
 from rsched._keys import Keys
 from rsched._plan import FireItem, FireSpec
@@ -60,8 +61,8 @@ async def test_fires_once_and_advances(store: ScheduleStore) -> None:
     await add(store, payload={"k": 1})
     lease = await lease_of(store)
     item = await due_item(store, "a")
-    assert await fire(store, lease, item) == [1]
-    assert await fire(store, lease, item) == [0]  # the same call again: already fired
+    assert await fire(store, lease, item) == [Code.FIRED]
+    assert await fire(store, lease, item) == [Code.STALE]  # the same call again: already fired
     (job,) = await jobs(store)
     assert job["execution_id"] == f"a@{item.sched}"
     assert job["schedule_id"] == "a"
@@ -109,9 +110,9 @@ async def test_old_version_never_fires(store: ScheduleStore) -> None:
     await store.save(Schedule(id="a", task="new-task", every=3600))  # bumps the generation
     new = await due_item(store, "a")
     stale = FireItem("a", old.version, new.expect, new.sched, new.next, "fire")
-    assert await fire(store, lease, stale) == [0]
+    assert await fire(store, lease, stale) == [Code.STALE]
     assert await jobs(store) == []
-    assert await fire(store, lease, new) == [1]
+    assert await fire(store, lease, new) == [Code.FIRED]
     (job,) = await jobs(store)
     assert (job["task"], job["generation"]) == ("new-task", "2")
 
@@ -121,7 +122,7 @@ async def test_removed_schedule_never_fires(store: ScheduleStore) -> None:
     lease = await lease_of(store)
     item = await due_item(store, "a")
     await store.remove("a")
-    assert await fire(store, lease, item) == [0]
+    assert await fire(store, lease, item) == [Code.STALE]
     assert await jobs(store) == []
     assert await store.redis.zscore(store.keys.schedules, "a") is None
 
@@ -136,7 +137,7 @@ async def test_recreated_schedule_does_not_match_old_plan(store: ScheduleStore) 
     new = await due_item(store, "a", late_ms=1_000)
     assert new.version != old.version
     stale = FireItem("a", old.version, new.expect, new.sched, new.next, "fire")
-    assert await fire(store, lease, stale) == [0]
+    assert await fire(store, lease, stale) == [Code.STALE]
     assert await jobs(store) == []
 
 
@@ -144,7 +145,7 @@ async def test_not_due_yet(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
     item = await due_item(store, "a", late_ms=-60_000)
-    assert await fire(store, lease, item) == [-5]
+    assert await fire(store, lease, item) == [Code.NOT_DUE]
     assert await jobs(store) == []
 
 
@@ -153,7 +154,7 @@ async def test_paused_schedule_is_stale(store: ScheduleStore) -> None:
     lease = await lease_of(store)
     item = await due_item(store, "a")
     await store.pause("a", "maintenance")
-    assert await fire(store, lease, item) == [0]
+    assert await fire(store, lease, item) == [Code.STALE]
     assert await jobs(store) == []
     assert await store.redis.zscore(store.keys.schedules, "a") == float("inf")
 
@@ -171,7 +172,8 @@ async def test_concurrent_identical_calls_fire_once(store: ScheduleStore) -> Non
     async with anyio.create_task_group() as tg:
         for _ in range(3):
             tg.start_soon(call)
-    assert sorted(map(str, results)) == ["[0, 0, 0]", "[0, 0, 0]", "[1, 1, 1]"]
+    fired, stale = [Code.FIRED] * 3, [Code.STALE] * 3
+    assert sorted(r or [] for r in results) == [stale, stale, fired]
     assert len(await jobs(store)) == 3
 
 
@@ -180,7 +182,7 @@ async def test_misfire_skip_records_history_only(store: ScheduleStore) -> None:
     lease = await lease_of(store)
     item = await due_item(store, "a", late_ms=HOUR_MS)
     skip = item._replace(action="skip", missed=3)
-    assert await fire(store, lease, skip) == [4]
+    assert await fire(store, lease, skip) == [Code.MISFIRE_SKIPPED]
     assert await jobs(store) == []
     (event,) = await store.history("a", 10)
     assert event["event"] == "misfired"
@@ -196,15 +198,15 @@ async def test_history_is_capped(store: ScheduleStore) -> None:
     await add(store, overlap="allow")
     lease = await lease_of(store)
     for _ in range(8):
-        assert await fire(store, lease, await due_item(store, "a")) == [1]
+        assert await fire(store, lease, await due_item(store, "a")) == [Code.FIRED]
     assert await store.redis.llen(store.keys.history("a")) == 5  # history_limit of the store
 
 
 async def test_last_occurrence_completes(store: ScheduleStore) -> None:
     await add(store, max_runs=2, overlap="allow")
     lease = await lease_of(store)
-    assert await fire(store, lease, await due_item(store, "a")) == [1]
-    assert await fire(store, lease, await due_item(store, "a")) == [1]
+    assert await fire(store, lease, await due_item(store, "a")) == [Code.FIRED]
+    assert await fire(store, lease, await due_item(store, "a")) == [Code.FIRED]
     fields = await store.redis.hgetall(store.keys.schedule("a"))
     assert fields["status"] == "completed"
     assert "next_run" not in fields
@@ -213,7 +215,7 @@ async def test_last_occurrence_completes(store: ScheduleStore) -> None:
     await add(store, "b")
     item = await due_item(store, "b")
     last = item._replace(next=None)
-    assert await fire(store, lease, last) == [1]
+    assert await fire(store, lease, last) == [Code.FIRED]
     assert (await store.load("b")).completed
 
 
@@ -225,7 +227,7 @@ async def test_wrong_type_key_is_reported_and_others_fire(store: ScheduleStore) 
     bad = await due_item(store, "b")
     await store.redis.delete(store.keys.schedule("b"))
     await store.redis.set(store.keys.schedule("b"), "not a hash")
-    assert await fire(store, lease, good, bad) == [1, -6]
+    assert await fire(store, lease, good, bad) == [Code.FIRED, Code.WRONG_TYPE]
     assert await store.redis.get(store.keys.schedule("b")) == "not a hash"
     assert len(await jobs(store)) == 1
     with pytest.raises(StateError, match="wrong type"):
@@ -237,7 +239,7 @@ async def test_wrong_type_key_is_reported_and_others_fire(store: ScheduleStore) 
     assert await store.redis.get(store.keys.schedule("b")) == "not a hash"
     # A wrong-type history list or queue stream is refused the same way, before any write.
     await store.redis.set(store.keys.history("a"), "x")
-    assert await fire(store, lease, await due_item(store, "a")) == [-6]
+    assert await fire(store, lease, await due_item(store, "a")) == [Code.WRONG_TYPE]
     assert len(await jobs(store)) == 1
 
 
@@ -267,7 +269,7 @@ async def test_wrong_type_history_refuses_every_path_whole(
     await store.redis.set(store.keys.history("a"), "x")
     before = await store.redis.hgetall(store.keys.schedule("a"))  # the run marker included
     score = await store.redis.zscore(store.keys.schedules, "a")
-    assert await fire(store, lease, item) == [-6]
+    assert await fire(store, lease, item) == [Code.WRONG_TYPE]
     assert await jobs(store) == []
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
     assert await store.redis.exists(store.keys.buffered("a")) == 0
@@ -280,7 +282,7 @@ async def test_hash_without_task_is_refused(store: ScheduleStore) -> None:
     lease = await lease_of(store)
     item = await due_item(store, "a")
     await store.redis.hdel(store.keys.schedule("a"), "task")
-    assert await fire(store, lease, item) == [-6]
+    assert await fire(store, lease, item) == [Code.WRONG_TYPE]
     assert await jobs(store) == []
 
 
@@ -308,7 +310,7 @@ async def test_malformed_arguments_write_nothing(store: ScheduleStore) -> None:
         reply = await store.call_packed("fire", [k.leader, k.schedules], [*with_spec, *items])
         assert reply == "-7", items
     assert await jobs(store) == []
-    assert await fire(store, lease, item) == [1]
+    assert await fire(store, lease, item) == [Code.FIRED]
 
 
 async def test_wrong_type_index_writes_nothing(redis: Redis, settings: Settings) -> None:
@@ -352,7 +354,7 @@ async def test_hand_edited_numbers_are_refused_whole(
     await store.redis.hset(store.keys.schedule("a"), field, value)
     before = await store.redis.hgetall(store.keys.schedule("a"))
     if field in ("runs", "run_until"):  # state: the fire script reads and checks it
-        assert await fire(store, lease, item) == [-6]
+        assert await fire(store, lease, item) == [Code.WRONG_TYPE]
     else:  # fire spec: the scheduler reads it with the version it plans with, and refuses it
         with pytest.raises(ValueError, match=field):
             FireSpec.from_hash({str(k): str(v) for k, v in before.items()})
@@ -372,7 +374,7 @@ async def test_malformed_fire_spec_is_refused_whole(store: ScheduleStore) -> Non
         with pytest.raises(StateError, match="malformed"):
             await fire(store, lease, item._replace(spec=spec))
     assert await jobs(store) == []
-    assert await fire(store, lease, item) == [1]
+    assert await fire(store, lease, item) == [Code.FIRED]
 
 
 async def test_unreadable_generation_is_refused(store: ScheduleStore) -> None:
@@ -412,18 +414,18 @@ async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: Schedule
                 next=first.sched + (i + 1) * 60_000, action="fire")
         for i in range(3)
     ]  # fmt: skip
-    assert await fire(store, lease, *chain) == [1, 1, 1]
+    assert await fire(store, lease, *chain) == [Code.FIRED, Code.FIRED, Code.FIRED]
     assert [j["scheduled_at"] for j in await jobs(store)] == [str(i.sched) for i in chain]
     assert await store.redis.zscore(store.keys.schedules, "a") == chain[-1].next
     # Re-sent: every occurrence has fired already.
-    assert await fire(store, lease, *chain) == [0, 0, 0]
+    assert await fire(store, lease, *chain) == [Code.STALE, Code.STALE, Code.STALE]
 
 
 async def test_run_marker_lives_in_the_schedule_hash(store: ScheduleStore) -> None:
     await add(store)  # overlap=skip
     lease = await lease_of(store)
     item = await due_item(store, "a")
-    assert await fire(store, lease, item) == [1]
+    assert await fire(store, lease, item) == [Code.FIRED]
     fields = await store.redis.hgetall(store.keys.schedule("a"))
     assert fields["run"] == f"a@{item.sched}"
     assert "run_state" not in fields  # queued: no worker has started it
@@ -431,11 +433,11 @@ async def test_run_marker_lives_in_the_schedule_hash(store: ScheduleStore) -> No
     # Timeout 3600 s + backoff cap 3600 s, for each of the 4 attempts, plus a minute.
     assert int(fields["run_until"]) - now == pytest.approx(4 * 7_200_000 + 60_000, abs=5_000)
     # While it is marked, the next occurrence is skipped.
-    assert await fire(store, lease, await due_item(store, "a")) == [2]
+    assert await fire(store, lease, await due_item(store, "a")) == [Code.SKIPPED]
     # An update keeps the marker: the run of the old spec still counts.
     await store.save(Schedule(id="a", task="t2", every=60))
     assert (await store.redis.hget(store.keys.schedule("a"), "run")) == f"a@{item.sched}"
-    assert await fire(store, lease, await due_item(store, "a")) == [2]
+    assert await fire(store, lease, await due_item(store, "a")) == [Code.SKIPPED]
 
 
 async def test_expired_run_marker_no_longer_blocks(store: ScheduleStore) -> None:
@@ -446,7 +448,7 @@ async def test_expired_run_marker_no_longer_blocks(store: ScheduleStore) -> None
         key, mapping={"run": "a@1", "run_state": "running", "run_until": "1", "run_worker": "w"}
     )
     item = await due_item(store, "a")
-    assert await fire(store, lease, item) == [1]
+    assert await fire(store, lease, item) == [Code.FIRED]
     fields = await store.redis.hgetall(key)
     assert fields["run"] == f"a@{item.sched}"
     # Nothing of the lost run survives into this one.
@@ -457,11 +459,11 @@ async def test_expired_run_marker_no_longer_blocks(store: ScheduleStore) -> None
 async def test_recreated_schedule_starts_without_a_marker(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
-    assert await fire(store, lease, await due_item(store, "a")) == [1]
+    assert await fire(store, lease, await due_item(store, "a")) == [Code.FIRED]
     await store.remove("a")
     await add(store)
     assert not await store.redis.hexists(store.keys.schedule("a"), "run")
-    assert await fire(store, lease, await due_item(store, "a")) == [1]
+    assert await fire(store, lease, await due_item(store, "a")) == [Code.FIRED]
 
 
 async def test_replay_results_live_in_one_hash_per_minute(store: ScheduleStore) -> None:

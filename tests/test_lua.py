@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import _lua
+from rsched._codes import Code
 
 ENGINE_SCRIPTS = (
     "due", "fire", "upsert", "remove", "pause", "resume", "trigger",
@@ -54,6 +55,43 @@ def test_every_engine_script_exists_with_a_header() -> None:
         assert re.search(r"ARGV\[1\]|ARGV: none", header), name
         assert "Returns" in header or "returns" in header, name
         assert "@include" not in _lua.source(name), name
+
+
+CODE_NAMED = re.compile(r"\b([A-Z][A-Z_]+)=(-?\d+)\b")
+# A code a script returns: a literal reply or the first element of a reply table, or a
+# per-item code it assigns.
+RETURNED = re.compile(
+    r"(?:return\s*|op_store\([^()]*?, |\w+ = )\{\s*(-?\d+)\s*[,}]"
+    r"|return\s+'?(-?\d+)'?\s*(?:end\b|--|$)"
+    r"|\bcode = (-?\d+)",
+    re.MULTILINE,
+)
+
+
+def _header(path: Path) -> str:
+    text = path.read_text()
+    if text.startswith("--[["):
+        return text.split("]]", 1)[0]
+    return "\n".join(line for line in text.splitlines() if line.startswith("--"))
+
+
+def test_codes_in_script_headers_are_the_tables() -> None:
+    named: set[Code] = set()
+    paths = [*_lua.lua_dir().glob("*.lua"), *_lua.lua_dir().glob("includes/*.lua")]
+    for path in paths:
+        header = _header(path)
+        listed = {int(number) for name, number in CODE_NAMED.findall(header)}
+        for name, number in CODE_NAMED.findall(header):
+            assert name in Code.__members__, f"{path.name}: {name} is not in rsched._codes"
+            assert Code[name] == int(number), f"{path.name}: {name}={number}"
+            named.add(Code[name])
+        if path.parent.name == "includes":
+            continue
+        body = path.read_text()[len(header) :]
+        for match in RETURNED.finditer(body):
+            number = int(next(g for g in match.groups() if g is not None))
+            assert number in listed, f"{path.name} returns {number}, not named in its header"
+    assert named == set(Code), "codes no script returns"
 
 
 @pytest.mark.parametrize("name", ENGINE_SCRIPTS)

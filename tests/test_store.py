@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import InvalidSchedule, Schedule, ScheduleExists, ScheduleNotFound
+from rsched._codes import Code
 from rsched._errors import Conflict
 from rsched._keys import Keys
 from rsched._lua import pack_command
@@ -190,7 +191,7 @@ async def test_resent_writes_apply_once(
 async def test_trigger_goes_through_overlap(store: ScheduleStore) -> None:
     await store.save(Schedule(id="t1", task="t", cron="0 0 1 1 *", max_runs=2))
     code, exec_id = await store.trigger("t1", "default")
-    assert code == 1
+    assert code == Code.FIRED
     assert exec_id.startswith("t1@")
     entries: Any = await store.redis.xrange(store.keys.queue("default"))
     (entry,) = entries
@@ -199,12 +200,12 @@ async def test_trigger_goes_through_overlap(store: ScheduleStore) -> None:
     assert await store.redis.hget(store.keys.schedule("t1"), "run") == exec_id
     # The previous run is still marked running: overlap=skip skips the second trigger.
     code, _ = await store.trigger("t1", "default")
-    assert code == 2
+    assert code == Code.SKIPPED
     events = [e["event"] for e in await store.history("t1", 10)]
     assert events == ["skipped", "fired"]
     # Triggers count towards max_runs; the regular occurrences did not move.
     await store.redis.hdel(store.keys.schedule("t1"), "run")
-    assert (await store.trigger("t1", "default"))[0] == 1
+    assert (await store.trigger("t1", "default"))[0] == Code.FIRED
     loaded = await store.load("t1")
     assert loaded.completed
     with pytest.raises(InvalidSchedule, match="completed"):
@@ -215,16 +216,16 @@ async def test_trigger_goes_through_overlap(store: ScheduleStore) -> None:
 
 async def test_buffer_one_and_cancel_previous(store: ScheduleStore) -> None:
     await store.save(Schedule(id="b", task="t", every=3600, overlap="buffer_one"))
-    assert (await store.trigger("b", "default"))[0] == 1
-    assert (await store.trigger("b", "default"))[0] == 3
-    assert (await store.trigger("b", "default"))[0] == 2
+    assert (await store.trigger("b", "default"))[0] == Code.FIRED
+    assert (await store.trigger("b", "default"))[0] == Code.BUFFERED
+    assert (await store.trigger("b", "default"))[0] == Code.SKIPPED
     assert await store.redis.hget(store.keys.buffered("b"), "task") == "t"
     await store.save(Schedule(id="c", task="t", every=3600, overlap="cancel_previous"))
     _, first = await store.trigger("c", "default")
     async with store.redis.pubsub() as pubsub:
         await pubsub.subscribe(store.keys.cancel)
         await pubsub.get_message(timeout=1)
-        assert (await store.trigger("c", "default"))[0] == 1
+        assert (await store.trigger("c", "default"))[0] == Code.FIRED
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
     assert message is not None
     assert message["data"] == first

@@ -27,11 +27,11 @@
 --   p: its policy.
 --   The schedule id must be one rsched accepts (letters, digits, '. _ - :'; the scheduler and
 --   the SDK check): it goes into the history's JSON unescaped.
---   Returns code, execution id, run_until: code 1 fired, 2 skipped by the overlap policy,
---   3 buffered (overlap=buffer_one), or -6 when the history key holds another type (nothing
---   written). When a job was written under an overlap policy, run_until is the expiry of its
---   run marker: the caller writes the marker into the hash with the fields it updates anyway
---   (advance), so marking the run costs no call of its own. The caller has checked the
+--   Returns code, execution id, run_until: code FIRED=1, SKIPPED=2 by the overlap policy,
+--   BUFFERED=3 (overlap=buffer_one), or WRONG_TYPE=-6 when the history key holds another type
+--   (nothing written). When a job was written under an overlap policy, run_until is the expiry
+--   of its run marker: the caller writes the marker into the hash with the fields it updates
+--   anyway (advance), so marking the run costs no call of its own. The caller has checked the
 --   stream's type, fire_job_ok, and that the schedule may fire.
 -- advance(hash_key, sched, nxt, fired, move_next, p, run, run_until)
 --   count the run and complete the schedule when it is done; writes the run marker of `run`

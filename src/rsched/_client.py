@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched._codes import Code
 from rsched._connection import connect
 from rsched._errors import (
     Conflict,
@@ -27,7 +28,6 @@ from rsched._errors import (
     InvalidSchedule,
     RedisUnavailable,
     ScheduleNotFound,
-    StateError,
 )
 from rsched._job import DeadLetter
 from rsched._keys import Keys
@@ -48,7 +48,12 @@ WRITE_ATTEMPTS = 5
 _TRIGGERS = ("cron", "every", "at")
 _Entries = list[tuple[str, float]]
 _Schedules = list[Schedule]
-_OUTCOMES = {1: "fired", 2: "skipped", 3: "buffered", 0: "already_fired"}
+_OUTCOMES = {
+    Code.FIRED: "fired",
+    Code.SKIPPED: "skipped",
+    Code.BUFFERED: "buffered",
+    Code.STALE: "already_fired",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +348,7 @@ class Client:
                 )
             if not times:
                 return BackfillResult()
-            codes = await self._backfill_call(schedule, times)
+            codes = await self.store.backfill(schedule, times)
             return BackfillResult(
                 {
                     f"{schedule_id}@{t}": _OUTCOMES.get(c, str(c))
@@ -352,35 +357,6 @@ class Client:
             )
 
         return await _until_no_conflict(write)
-
-    async def _backfill_call(self, schedule: Schedule, times: Sequence[int]) -> list[int]:
-        k, sid = self.keys, schedule.id
-        op_key, op_id = k.new_op()
-        res = await self.store.call(
-            "backfill",
-            [
-                k.schedule(sid),
-                k.history(sid),
-                k.buffered(sid),
-                k.queue(schedule.queue),
-                k.backfilled(sid),
-                op_key,
-            ],
-            [sid, schedule.generation, self.settings.history_limit, k.cancel, op_id, *times],
-        )
-        code = int(res[0])
-        if code == -2:
-            raise ScheduleNotFound(sid)
-        if code == -3:
-            raise Conflict(f"schedule {sid!r} changed meanwhile")
-        if code == -5:
-            raise InvalidArgument("end", "an occurrence is in the future by the server's clock")
-        if code == -6:
-            raise StateError(
-                f"a key of schedule {sid!r} holds the wrong type of value or unusable fields; "
-                "something other than rsched wrote it (inspect it with redis-cli)"
-            )
-        return [int(c) for c in res[1:]]
 
     # --- reading schedules ------------------------------------------------------------------
 

@@ -17,12 +17,12 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched import _lua
-from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob, StateError
+from rsched._codes import Code, check
+from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
 from rsched._job import DeadLetter, JobOptions
 from rsched._keys import GROUP, NAME_RE, Keys
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
-WRONG_TYPE = -6
 PAGE = 500
 
 Entry = tuple[str, dict[str, str]]
@@ -140,8 +140,7 @@ class QueueStore(_lua.ScriptCaller):
             [self.keys.queue(queue), self.keys.delayed_queue(queue), self.keys.queues, op_key],
             [queue, round(delay_s * 1000), op_id, *fields],
         )  # fmt: skip
-        if int(res[0]) == WRONG_TYPE:
-            raise _wrong_type(queue)
+        check(res, script="enqueue", queue=queue)
         return execution_id
 
     @staticmethod
@@ -248,8 +247,8 @@ class QueueStore(_lua.ScriptCaller):
             res = int(
                 await self.call("requeue", [self.keys.dead(queue), self.keys.queue(queue)], chunk)
             )
-            if res == WRONG_TYPE:
-                raise _wrong_type(queue)
+            if res < 0:
+                check(res, script="requeue", queue=queue)
             moved += res
         if moved:
             await self.redis.sadd(self.keys.queues, queue)
@@ -390,15 +389,15 @@ class QueueStore(_lua.ScriptCaller):
 
     async def start(
         self, queue: str, worker: str, items: Sequence[tuple[str, str, str, int, str]]
-    ) -> list[int]:
+    ) -> list[Code]:
         """Mark schedule jobs running; items (entry id, exec id, schedule id, attempt, extra).
-        Returns 1 (run) or 0 (superseded, already acknowledged) per item."""
+        Returns OK (run it) or SUPERSEDED (already acknowledged, do not run) per item."""
         keys = [self.keys.queue(queue)]
         args: list[Any] = [GROUP, self.history_limit, worker]
         for entry_id, exec_id, sid, attempt, extra in items:
             keys += [self.keys.history(sid), self.keys.schedule(sid)]
             args += [entry_id, exec_id, attempt, extra]
-        return [int(c) for c in await self.call("start", keys, args)]
+        return [Code(int(c)) for c in await self.call("start", keys, args)]
 
     async def complete(self, queue: str, done: Sequence[Done]) -> int:
         """Acknowledge finished runs and record their events; returns how many were recorded
@@ -415,7 +414,7 @@ class QueueStore(_lua.ScriptCaller):
         args = [GROUP, self.history_limit, orjson.dumps(items)]
         recorded = int(await self.call("complete", keys, args))
         if recorded < 0:
-            raise StateError("complete: malformed batch")
+            check(recorded, script="complete", queue=queue)
         return recorded
 
     async def retry(
@@ -449,12 +448,9 @@ class QueueStore(_lua.ScriptCaller):
                 extra,
             ],
         )
-        code = int(res[0])
-        if code == WRONG_TYPE:
-            raise _wrong_type(queue)
-        if code == -7:
-            raise StateError(f"retry of {execution_id!r}: the next attempt could not be encoded")
-        return int(res[1]) if code == 1 else None
+        if check(res, script="retry", queue=queue) == Code.NOT_PENDING:
+            return None
+        return int(res[1])
 
     async def dead(
         self,
@@ -510,10 +506,9 @@ class QueueStore(_lua.ScriptCaller):
                 *fields,
             ],
         )
-        code = int(res[0])
-        if code == WRONG_TYPE:
-            raise _wrong_type(queue)
-        return str(res[1]) if code == 1 else None
+        if check(res, script="dead", queue=queue) == Code.NOT_PENDING:
+            return None
+        return str(res[1])
 
     async def heartbeat(self, queue: str, consumer: str, entry_ids: Sequence[str]) -> list[str]:
         """Keep entries fresh; returns the ids this consumer no longer holds."""
@@ -540,8 +535,8 @@ class QueueStore(_lua.ScriptCaller):
         res = await self.call(
             "promote", [self.keys.delayed_queue(queue), self.keys.queue(queue)], [limit]
         )
-        if int(res[0]) == WRONG_TYPE:
-            raise _wrong_type(queue)
+        if int(res[0]) < 0:
+            check(res, script="promote", queue=queue)
         wait = int(res[1])
         return int(res[0]), (wait if wait >= 0 else None)
 
@@ -562,10 +557,6 @@ class QueueStore(_lua.ScriptCaller):
                     await self.redis.xgroup_delconsumer(self.keys.queue(queue), GROUP, name)
                     forgotten += 1
         return forgotten
-
-
-def _wrong_type(queue: str) -> StateError:
-    return StateError(f"a key of queue {queue!r} holds the wrong type of value")
 
 
 def _dead_task(fields: dict[str, str]) -> str:

@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
+from rsched._codes import Code
 from rsched._errors import LostLease, RschedError
 from rsched._keys import NAME_RE, Keys
 from rsched._log import get_logger
@@ -40,7 +41,9 @@ log = get_logger("rsched.scheduler")
 
 Message = tuple[str, Any]  # ("lead", lease) | ("lost", None) | ("wake", score_ms)
 
-FIRED, SKIPPED, BUFFERED, MISFIRE_SKIPPED, STALE, NOT_DUE, WRONG_TYPE = 1, 2, 3, 4, 0, -5, -6
+# Bound once: _after_fire compares every fired item's code, and an attribute of an enum costs
+# several times a global.
+STALE, NOT_DUE, WRONG_TYPE = Code.STALE, Code.NOT_DUE, Code.WRONG_TYPE
 QUARANTINE_S = 30.0
 SPEC_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
@@ -257,7 +260,7 @@ class Scheduler:
         )
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
-        return NOT_DUE_PAUSE_S if counts.get(NOT_DUE) else 0.0
+        return NOT_DUE_PAUSE_S if counts.get(Code.NOT_DUE) else 0.0
 
     async def _read_due(
         self, exclude: Container[str]
@@ -399,14 +402,14 @@ class Scheduler:
             raise LostLease
         if failures:
             raise failures[0]
-        self.fired_total += counts.get(FIRED, 0)
+        self.fired_total += counts.get(Code.FIRED, 0)
         log.info(
             "fired",
-            fired=counts.get(FIRED, 0),
-            skipped=counts.get(SKIPPED, 0),
-            buffered=counts.get(BUFFERED, 0),
-            misfire_skipped=counts.get(MISFIRE_SKIPPED, 0),
-            stale=counts.get(STALE, 0),
+            fired=counts.get(Code.FIRED, 0),
+            skipped=counts.get(Code.SKIPPED, 0),
+            buffered=counts.get(Code.BUFFERED, 0),
+            misfire_skipped=counts.get(Code.MISFIRE_SKIPPED, 0),
+            stale=counts.get(Code.STALE, 0),
             late_ms=late_ms,
             took_ms=round((time.perf_counter() - started) * 1000, 1),
         )

@@ -1,4 +1,4 @@
-"""Redis access for schedules: every script call and read, with return codes mapped to errors.
+"""Redis access for schedules: every script call and read (return codes mapped by rsched._codes).
 
 Both the client SDK and the scheduler go through this module, so a key layout or script
 signature lives in exactly one place on the Python side.
@@ -15,12 +15,11 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched import _lua
+from rsched._codes import Code, check, wrong_type
 from rsched._errors import (
-    Conflict,
     InvalidSchedule,
     ScheduleExists,
     ScheduleNotFound,
-    StateError,
 )
 from rsched._keys import NAME_RE, Keys
 from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
@@ -28,15 +27,8 @@ from rsched._plan import FireItem, FireSpec
 from rsched._settings import DEFAULT_HISTORY_LIMIT
 from rsched._timing import first_run_ms
 
-# Return codes shared by the scripts (see each script's header).
-NOT_LEADER = -1
-EXISTS = -1
-NOT_FOUND = -2
-CONFLICT = -3
-COMPLETED = -4
-WRONG_TYPE = -6
-BAD_ARGS = -7
-BAD_INDEX = -8
+# The codes fire.lua returns alone, about the whole call; never the code of an item.
+WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
 
 
 class ScheduleStore(_lua.ScriptCaller):
@@ -86,8 +78,7 @@ class ScheduleStore(_lua.ScriptCaller):
         try:
             version = await self.redis.hget(self.keys.schedule(schedule.id), "version")
         except ResponseError as exc:
-            _check_type(WRONG_TYPE, schedule.id, exc)
-            raise
+            raise wrong_type(schedule_id=schedule.id) from exc
         exists = version is not None
         created = split_version(str(version or ""))[1]
         if mode == "add" and exists:
@@ -139,19 +130,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 *flat,
             ],
         )
-        code = int(res[0])
-        if code == EXISTS:
-            raise ScheduleExists(schedule.id)
-        if code == NOT_FOUND:
-            raise ScheduleNotFound(schedule.id)
-        if code == CONFLICT:
-            raise Conflict(f"schedule {schedule.id!r} changed meanwhile (generation {res[1]})")
-        if code == BAD_ARGS:
-            raise InvalidSchedule(
-                schedule.id,
-                [("", f"upsert refused its arguments (mode={mode!r}, next={next_ms!r})")],
-            )
-        _check_type(code, schedule.id)
+        check(res, script="upsert", schedule_id=schedule.id)
         return int(res[1]), bool(int(res[2]))
 
     async def remove(self, schedule_id: str) -> None:
@@ -168,9 +147,7 @@ class ScheduleStore(_lua.ScriptCaller):
             ],
             [schedule_id, op_id],
         )
-        if int(res[0]) == NOT_FOUND:
-            raise ScheduleNotFound(schedule_id)
-        _check_type(int(res[0]), schedule_id)
+        check(res, script="remove", schedule_id=schedule_id)
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         k = self.keys
@@ -180,12 +157,7 @@ class ScheduleStore(_lua.ScriptCaller):
             [k.schedules, k.schedule(schedule_id), op_key],
             [schedule_id, note or "", op_id],
         )
-        code = int(res[0])
-        if code == NOT_FOUND:
-            raise ScheduleNotFound(schedule_id)
-        if code == COMPLETED:
-            raise InvalidSchedule(schedule_id, [("paused", "the schedule has completed")])
-        _check_type(code, schedule_id)
+        check(res, script="pause", schedule_id=schedule_id, field="paused")
 
     async def resume(self, schedule_id: str, expect_gen: int, next_ms: int | None) -> None:
         k = self.keys
@@ -195,20 +167,10 @@ class ScheduleStore(_lua.ScriptCaller):
             [k.schedules, k.schedule(schedule_id), op_key],
             [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, op_id],
         )
-        code = int(res[0])
-        if code == NOT_FOUND:
-            raise ScheduleNotFound(schedule_id)
-        if code == CONFLICT:
-            raise Conflict(f"schedule {schedule_id!r} changed meanwhile")
-        if code == COMPLETED:
-            raise InvalidSchedule(schedule_id, [("paused", "the schedule has completed")])
-        if code == BAD_ARGS:
-            raise InvalidSchedule(schedule_id, [("next_run", f"{next_ms!r} is not a time in ms")])
-        _check_type(code, schedule_id)
+        check(res, script="resume", schedule_id=schedule_id, field="paused")
 
-    async def trigger(self, schedule_id: str, queue: str) -> tuple[int, str]:
-        """Run one extra occurrence now; returns (code, execution id): 1 fired, 2 skipped,
-        3 buffered by the overlap policy."""
+    async def trigger(self, schedule_id: str, queue: str) -> tuple[Code, str]:
+        """Run one extra occurrence now; returns (FIRED, SKIPPED or BUFFERED, execution id)."""
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
@@ -225,13 +187,30 @@ class ScheduleStore(_lua.ScriptCaller):
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
         )
-        code = int(res[0])
-        if code == NOT_FOUND:
-            raise ScheduleNotFound(schedule_id)
-        if code == COMPLETED:
-            raise InvalidSchedule(schedule_id, [("max_runs", "the schedule has completed")])
-        _check_type(code, schedule_id)
+        code = check(res, script="trigger", schedule_id=schedule_id, field="max_runs")
         return code, str(res[1])
+
+    async def backfill(self, schedule: Schedule, times: Sequence[int]) -> list[Code]:
+        """Fire past occurrences of the schedule as of its ``generation``; a code per time
+        (FIRED, SKIPPED, BUFFERED, or STALE when fired before). Raises ScheduleNotFound,
+        Conflict when the generation moved, InvalidArgument (``end``) for a time in the future
+        by Redis TIME."""
+        k, sid = self.keys, schedule.id
+        op_key, op_id = k.new_op()
+        res = await self.call(
+            "backfill",
+            [
+                k.schedule(sid),
+                k.history(sid),
+                k.buffered(sid),
+                k.queue(schedule.queue),
+                k.backfilled(sid),
+                op_key,
+            ],
+            [sid, schedule.generation, self.history_limit, k.cancel, op_id, *times],
+        )
+        check(res, script="backfill", schedule_id=sid, field="end")
+        return [Code(int(c)) for c in res[1:]]
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -243,7 +222,7 @@ class ScheduleStore(_lua.ScriptCaller):
         out: list[dict[str, str]] = []
         for sid, found in zip(schedule_ids, await self.read_hashes(schedule_ids), strict=True):
             if found is None:
-                _check_type(WRONG_TYPE, sid)
+                raise wrong_type(schedule_id=sid)
             else:
                 out.append(found)
         return out
@@ -367,30 +346,29 @@ class ScheduleStore(_lua.ScriptCaller):
             args.extend(group)
         reply = str(await self.call_packed("fire", keys, args))
         codes = [int(c) for c in reply.split(",")] if reply else []
-        # Per-item codes are never -1, -7 or -8, so a lone one of those is about the whole call.
-        if codes == [NOT_LEADER]:
+        # Per-item codes are never NOT_LEADER, BAD_ARGS or BAD_INDEX: a lone one of those is
+        # about the whole call.
+        if len(codes) == 1 and codes[0] in WHOLE_CALL_CODES:
+            check(codes[0], script="fire")  # raises unless NOT_LEADER
             return None
-        if codes == [BAD_ARGS]:
-            raise StateError("fire: the scheduler sent malformed arguments")
-        if codes == [BAD_INDEX]:
-            raise StateError(
-                f"{self.keys.schedules} is not a sorted set; something other than rsched "
-                "wrote it (inspect it with redis-cli TYPE)"
-            )
         return codes
 
     async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
         """(lease value "<token>:<owner>" when acquired else None, ms until the holder's expiry)."""
         res = await self.call("lease_acquire", [self.keys.leader, self.keys.fence], [owner, ttl_ms])
-        if int(res[0]) == 1:
+        if check(res, script="lease_acquire") == Code.OK:
             return f"{res[1]}:{owner}", ttl_ms
         return None, int(res[2])
 
     async def lease_renew(self, lease: str, ttl_ms: int) -> bool:
-        return bool(await self.call("lease_renew", [self.keys.leader], [lease, ttl_ms]))
+        """True when renewed; False when the caller no longer holds the lease."""
+        res = await self.call("lease_renew", [self.keys.leader], [lease, ttl_ms])
+        return check(res, script="lease_renew") == Code.OK
 
     async def lease_release(self, lease: str) -> bool:
-        return bool(await self.call("lease_release", [self.keys.leader], [lease]))
+        """True when released; False when the caller did not hold the lease."""
+        res = await self.call("lease_release", [self.keys.leader], [lease])
+        return check(res, script="lease_release") == Code.OK
 
 
 def split_version(version: str) -> tuple[str, str]:
@@ -417,11 +395,3 @@ def _with_next_run(fields: dict[str, str], score: object) -> dict[str, str]:
     if fields and "status" not in fields and isinstance(score, float) and math.isfinite(score):
         fields["next_run"] = str(int(score))
     return fields
-
-
-def _check_type(code: int, schedule_id: str, cause: Exception | None = None) -> None:
-    if code == WRONG_TYPE:
-        raise StateError(
-            f"a key of schedule {schedule_id!r} holds the wrong type of value; "
-            "something other than rsched wrote it (inspect it with redis-cli TYPE)"
-        ) from cause

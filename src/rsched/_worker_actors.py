@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
+from rsched._codes import Code
 from rsched._errors import MalformedJob, Retry, StateError
 from rsched._job import Job, parse_entry, retry_delay_s
 from rsched._log import get_logger
@@ -235,7 +236,7 @@ class Actors:
             return set()
         superseded: set[str] = set()
         for job, code in zip(jobs, codes, strict=True):
-            if code == 0:
+            if code == Code.SUPERSEDED:
                 superseded.add(job.entry_id)
                 self.slots.release()
                 log.info(
