@@ -10,19 +10,22 @@ from redis.asyncio import Redis
 
 from rsched import Client, Schedule, Settings
 from rsched._codes import Code
+from rsched._keys import Keys
+from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
 
 N = 10_000
 
 
-async def bulk_add(client: Client, schedules: list[Schedule]) -> None:
+async def bulk_add(redis: Redis, settings: Settings, schedules: list[Schedule]) -> None:
     """Create schedules through upsert.lua in pipelined batches (the SDK's add is one round trip
     per call; 10k of those would dominate the test)."""
-    store, k = client.store, client.keys
+    store = ScheduleStore.from_settings(redis, settings)
+    k = store.keys
     script = store.script("upsert")
     now = await store.time_ms()
     for start in range(0, len(schedules), 1000):
-        async with client.redis.pipeline(transaction=False) as pipe:
+        async with redis.pipeline(transaction=False) as pipe:
             for s in schedules[start : start + 1000]:
                 flat = [v for pair in s.spec_fields().items() for v in pair]
                 op_key, op_id = k.new_op()
@@ -38,13 +41,14 @@ async def bulk_add(client: Client, schedules: list[Schedule]) -> None:
 async def test_pagination_over_10k_schedules(redis: Redis, settings: Settings) -> None:
     client = Client(redis, settings)
     await bulk_add(
-        client,
+        redis,
+        settings,
         [
             Schedule(id=f"s{i:05d}", task="t", every=60 + i % 700, queue="q" if i % 10 else "tens")
             for i in range(N)
         ],
     )
-    await redis.zadd(client.keys.schedules, {"s00042": "+inf"})  # as if paused
+    await redis.zadd(Keys(settings.prefix).schedules, {"s00042": "+inf"})  # as if paused
     started = time.monotonic()
     seen: list[str] = []
     scores: list[float] = []

@@ -25,7 +25,7 @@ async def cmd_dead_ls(client: Client, args: argparse.Namespace) -> None:
     letters, cursor = await client.dead_letters(
         args.queue, limit=args.limit, cursor=args.cursor, task=args.task
     )
-    now = await client.store.time_ms()
+    now = to_ms(await client.server_time())
     rows = [
         (
             d.entry_id,

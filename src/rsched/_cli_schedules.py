@@ -13,6 +13,7 @@ import orjson
 from rsched import _format as fmt
 from rsched._cli_common import json_object, out, status_text, trigger_text, when
 from rsched._client import Client
+from rsched._connection import connect
 from rsched._declare import sync_file
 from rsched._errors import UsageError
 from rsched._model import Schedule, to_ms
@@ -49,7 +50,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _write(client: Client, args: argparse.Namespace, upsert: bool) -> None:
     s = await (client.upsert if upsert else client.add)(_spec_from_args(args))
-    now = await client.store.time_ms()
+    now = to_ms(await client.server_time())
     verb = "upserted" if upsert else "added"
     out(
         args,
@@ -80,7 +81,7 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> None:
 async def cmd_resume(client: Client, args: argparse.Namespace) -> None:
     await client.resume(args.id)
     s = await client.get(args.id)
-    now = await client.store.time_ms()
+    now = to_ms(await client.server_time())
     out(args, s.public_dict(), f"resumed {args.id}; next run {when(s.next_run, s.timezone, now)}")
 
 
@@ -105,7 +106,7 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
         cursor = page.cursor
         if not (args.all and cursor):
             break
-    now = await client.store.time_ms()
+    now = to_ms(await client.server_time())
     rows = [
         (
             s.id,
@@ -164,7 +165,7 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
     upcoming = await client.next_runs(args.id, 5)
     history = await client.history(args.id, limit=client.settings.history_limit)
-    now = await client.store.time_ms()
+    now = to_ms(await client.server_time())
     zone = s.timezone
     runs = f"{s.runs}" + (f" of {s.max_runs}" if s.max_runs else "")
     pairs: list[tuple[str, object]] = [
@@ -214,7 +215,7 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
 async def cmd_next(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
     times = await client.next_runs(args.id, args.n)
-    now = await client.store.time_ms()
+    now = to_ms(await client.server_time())
     out(
         args,
         [t.isoformat() for t in times],
@@ -225,7 +226,7 @@ async def cmd_next(client: Client, args: argparse.Namespace) -> None:
 async def cmd_history(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
     events = await client.history(args.id, limit=args.limit, status=args.status)
-    now = await client.store.time_ms()
+    now = to_ms(await client.server_time())
     rows = []
     for e in events:
         at = e.get("at")
@@ -260,7 +261,13 @@ async def cmd_backfill(client: Client, args: argparse.Namespace) -> None:
 
 
 async def cmd_sync(client: Client, args: argparse.Namespace) -> None:
-    plan = await sync_file(
-        client.redis, client.settings, args.file, dry_run=args.dry_run, adopt=args.adopt
-    )
+    # A file sync is a deployment's own write path (rsched-scheduler --schedules runs it too),
+    # not a client call: it gets a connection of its own.
+    redis = connect(client.settings.url)
+    try:
+        plan = await sync_file(
+            redis, client.settings, args.file, dry_run=args.dry_run, adopt=args.adopt
+        )
+    finally:
+        await redis.aclose()
     out(args, plan.as_dict(), "\n".join(plan.lines()))

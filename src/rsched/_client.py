@@ -30,7 +30,6 @@ from rsched._errors import (
     ScheduleNotFound,
 )
 from rsched._job import DeadLetter
-from rsched._keys import Keys
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._queues import QueueStore
 from rsched._settings import Settings
@@ -46,7 +45,6 @@ BACKFILL_LIMIT = 1000
 #: How often a read-modify-write retries when the schedule changes under it.
 WRITE_ATTEMPTS = 5
 _TRIGGERS = ("cron", "every", "at")
-_Entries = list[tuple[str, float]]
 _Schedules = list[Schedule]
 _OUTCOMES = {
     Code.FIRED: "fired",
@@ -161,16 +159,10 @@ class Client:
     """
 
     def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
-        self.redis = redis
         self.settings = settings or Settings()
-        self.keys = Keys(self.settings.prefix)
-        self.store = ScheduleStore(
-            redis,
-            self.keys,
-            history_limit=self.settings.history_limit,
-            max_payload_bytes=self.settings.max_payload_bytes,
-        )
-        self.queues = QueueStore.from_settings(redis, self.settings)
+        self._redis = redis
+        self._store = ScheduleStore.from_settings(redis, self.settings)
+        self._queues = QueueStore.from_settings(redis, self.settings)
         self._owns_redis = False
 
     @classmethod
@@ -204,7 +196,7 @@ class Client:
     async def aclose(self) -> None:
         """Close the connection pool if this client opened it."""
         if self._owns_redis:
-            await self.redis.aclose()
+            await self._redis.aclose()
 
     # --- writing schedules ------------------------------------------------------------------
 
@@ -229,8 +221,8 @@ class Client:
         the spec is invalid or ``at`` / ``end_at`` is in the past; nothing is written then.
         """
         valid = self._validated(schedule)
-        await self.store.save(valid, mode="add")
-        return await self.store.load(valid.id)
+        await self._store.save(valid, mode="add")
+        return await self._store.load(valid.id)
 
     @_redis_errors
     async def upsert(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
@@ -240,8 +232,8 @@ class Client:
         recomputed from now, and an occurrence buffered under the old spec is dropped.
         """
         valid = self._validated(schedule)
-        await self.store.save(valid, mode="upsert")
-        return await self.store.load(valid.id)
+        await self._store.save(valid, mode="upsert")
+        return await self._store.load(valid.id)
 
     @_redis_errors
     async def update(self, schedule_id: str, **changes: Any) -> Schedule:
@@ -257,26 +249,20 @@ class Client:
             )
 
         async def write() -> None:
-            old = await self.store.load(schedule_id)
+            old = await self._store.load(schedule_id)
             data = old.model_dump(exclude=set(STATE_FIELDS))
             if any(changes.get(t) is not None for t in _TRIGGERS):
                 data.update(dict.fromkeys(_TRIGGERS))
             data.update(changes)
-            await self.store.save(_parse(data), mode="replace", expect_gen=old.generation)
+            await self._store.save(_parse(data), mode="replace", expect_gen=old.generation)
 
         await _until_no_conflict(write)
-        return await self.store.load(schedule_id)
+        return await self._store.load(schedule_id)
 
     @_redis_errors
     async def remove(self, schedule_id: str) -> None:
         """Delete a schedule and its history. Queued or running jobs are not touched."""
-        source = await self.redis.hget(self.keys.schedule(schedule_id), "source")
-        await self.store.remove(schedule_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(self.keys.backfilled(schedule_id))
-            if source:
-                pipe.srem(self.keys.source(str(source)), schedule_id)
-            await pipe.execute()
+        await self._store.remove(schedule_id)
 
     @_redis_errors
     async def pause(self, schedule_id: str, note: str | None = None) -> None:
@@ -286,7 +272,7 @@ class Client:
         """
         if note is not None and len(note) > 500:
             raise InvalidSchedule(schedule_id, [("pause_note", "at most 500 characters")])
-        await self.store.pause(schedule_id, note)
+        await self._store.pause(schedule_id, note)
 
     @_redis_errors
     async def resume(self, schedule_id: str) -> None:
@@ -297,12 +283,12 @@ class Client:
         """
 
         async def write() -> None:
-            schedule = await self.store.load(schedule_id)
-            now = await self.store.time_ms()
+            schedule = await self._store.load(schedule_id)
+            now = await self._store.time_ms()
             next_ms: int | None = None
             if schedule.max_runs is None or schedule.runs < schedule.max_runs:
                 next_ms = Timing.of(schedule).next_after(now)
-            await self.store.resume(schedule_id, schedule.generation, next_ms)
+            await self._store.resume(schedule_id, schedule.generation, next_ms)
 
         await _until_no_conflict(write)
 
@@ -312,9 +298,8 @@ class Client:
 
         Raises ScheduleNotFound, or InvalidSchedule when the schedule has completed.
         """
-        queue = await self.redis.hget(self.keys.schedule(schedule_id), "queue")
-        code, execution_id = await self.store.trigger(schedule_id, str(queue or "default"))
-        return Fired(execution_id, _OUTCOMES.get(code, str(code)))
+        code, execution_id = await self._store.trigger(schedule_id)
+        return Fired(execution_id, _OUTCOMES[code])
 
     @_redis_errors
     async def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
@@ -327,12 +312,12 @@ class Client:
         """
 
         async def write() -> BackfillResult:
-            schedule = await self.store.load(schedule_id)
+            schedule = await self._store.load(schedule_id)
             start_ms = _to_ms(start, schedule.timezone, "start")
             end_ms = _to_ms(end, schedule.timezone, "end")
             if end_ms < start_ms:
                 raise InvalidArgument("end", f"{end.isoformat()} is before start")
-            now = await self.store.time_ms()
+            now = await self._store.time_ms()
             if end_ms > now:
                 raise InvalidArgument(
                     "end",
@@ -348,12 +333,9 @@ class Client:
                 )
             if not times:
                 return BackfillResult()
-            codes = await self.store.backfill(schedule, times)
+            codes = await self._store.backfill(schedule, times)
             return BackfillResult(
-                {
-                    f"{schedule_id}@{t}": _OUTCOMES.get(c, str(c))
-                    for t, c in zip(times, codes, strict=True)
-                }
+                {f"{schedule_id}@{t}": _OUTCOMES[c] for t, c in zip(times, codes, strict=True)}
             )
 
         return await _until_no_conflict(write)
@@ -361,12 +343,17 @@ class Client:
     # --- reading schedules ------------------------------------------------------------------
 
     @_redis_errors
+    async def server_time(self) -> datetime:
+        """Redis' clock now (an aware UTC datetime): the time every schedule decision uses."""
+        return from_ms(await self._store.time_ms())
+
+    @_redis_errors
     async def get(self, schedule_id: str) -> Schedule:
         """The schedule's spec and state (next_run, last_run, runs, generation, …).
 
         Raises ScheduleNotFound.
         """
-        return await self.store.load(schedule_id)
+        return await self._store.load(schedule_id)
 
     @_redis_errors
     async def next_runs(self, schedule_id: str, n: int = 5) -> list[datetime]:
@@ -376,8 +363,8 @@ class Client:
         """
         if not 1 <= n <= 10_000:
             raise InvalidArgument("n", f"give 1-10000, got {n!r}")
-        schedule = await self.store.load(schedule_id)
-        now = await self.store.time_ms()
+        schedule = await self._store.load(schedule_id)
+        now = await self._store.time_ms()
         return next_fire_times(schedule, from_ms(now), n)
 
     @_redis_errors
@@ -392,8 +379,8 @@ class Client:
         """
         if not 1 <= limit <= 10_000:
             raise InvalidArgument("limit", f"give 1-10000, got {limit!r}")
-        events = await self.store.history(schedule_id, self.settings.history_limit)
-        if not events and not await self.redis.exists(self.keys.schedule(schedule_id)):
+        events = await self._store.history(schedule_id, self.settings.history_limit)
+        if not events and not await self._store.exists(schedule_id):
             raise ScheduleNotFound(schedule_id)
         if status is not None:
             events = [e for e in events if status in (e.get("event"), e.get("status"))]
@@ -419,7 +406,7 @@ class Client:
         InvalidJob naming the bad field (task, queue, payload, delay_s).
         """
         delay_s = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        return await self.queues.enqueue(
+        return await self._queues.enqueue(
             task,
             payload,
             queue=queue,
@@ -439,12 +426,12 @@ class Client:
         task: str | None = None,
     ) -> tuple[list[DeadLetter], str | None]:
         """A page of the queue's dead letters, newest first, and the next page's cursor."""
-        return await self.queues.dead_letters(queue, limit=limit, cursor=cursor, task=task)
+        return await self._queues.dead_letters(queue, limit=limit, cursor=cursor, task=task)
 
     @_redis_errors
     async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
         """One dead letter with its error and traceback excerpt; raises DeadLetterNotFound."""
-        return await self.queues.dead_letter(queue, entry_id)
+        return await self._queues.dead_letter(queue, entry_id)
 
     @_redis_errors
     async def requeue(
@@ -456,7 +443,7 @@ class Client:
     ) -> int:
         """Put dead letters back on their queue as attempt 1 (all of them when ``entry_ids`` is
         None, only ``task``'s when given); returns how many."""
-        return await self.queues.requeue(queue, entry_ids, task=task)
+        return await self._queues.requeue(queue, entry_ids, task=task)
 
     @_redis_errors
     async def purge(
@@ -467,7 +454,7 @@ class Client:
         task: str | None = None,
     ) -> int:
         """Delete dead letters for good (all, ``entry_ids``, or ``task``'s); returns how many."""
-        return await self.queues.purge(queue, entry_ids, task=task)
+        return await self._queues.purge(queue, entry_ids, task=task)
 
     # --- operations overview ----------------------------------------------------------------
 
@@ -479,65 +466,38 @@ class Client:
         ``lease_age_ms`` (time since the leader last renewed) assumes the scheduler runs with
         this client's ``scheduler.lease_ttl_ms``; ``lease_left_ms`` is exact.
         """
-        k = self.keys
-        now = await self.store.time_ms()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.schedules)
-            pipe.zcount(k.schedules, "-inf", "(inf")
-            pipe.zcount(k.schedules, "-inf", now)
-            pipe.zrange(k.schedules, "-inf", now, byscore=True, offset=0, num=1, withscores=True)
-            pipe.get(k.leader)
-            pipe.pttl(k.leader)
-            total, active, due, oldest, leader, pttl = await pipe.execute()
-        paused = await self._count_paused()
+        now = await self._store.time_ms()
+        index = await self._store.index_stats(now)
         oldest_overdue = None
-        if oldest:
-            sid, score = oldest[0]
-            oldest_overdue = {"id": sid, "next_run_ms": int(score), "late_ms": now - int(score)}
+        if index.oldest is not None:
+            sid, score = index.oldest
+            oldest_overdue = {"id": sid, "next_run_ms": score, "late_ms": now - score}
         lead = None
-        if leader:
-            token, _, owner = str(leader).partition(":")
+        if index.leader is not None:
+            token, _, owner = index.leader.partition(":")
             ttl = self.settings.scheduler.lease_ttl_ms
             lead = {
                 "owner": owner,
                 "token": int(token) if token.isdigit() else token,
-                "lease_left_ms": int(pttl),
-                "lease_age_ms": max(0, ttl - int(pttl)),
+                "lease_left_ms": index.lease_left_ms,
+                "lease_age_ms": max(0, ttl - index.lease_left_ms),
             }
-        queues: dict[str, dict[str, Any]] = dict(await self.queues.queue_stats())
+        queues: dict[str, dict[str, Any]] = dict(await self._queues.queue_stats())
         dead = sum(int(q.get("dead", 0) or 0) for q in queues.values())
         return Stats(
             now_ms=now,
             schedules={
-                "total": int(total),
-                "active": int(active),
-                "paused": paused,
-                "completed": int(total) - int(active) - paused,
+                "total": index.total,
+                "active": index.active,
+                "paused": index.paused,
+                "completed": index.total - index.active - index.paused,
             },
-            due=int(due),
+            due=index.due,
             oldest_overdue=oldest_overdue,
             queues=queues,
             dead_letters=dead,
             leader=lead,
         )
-
-    async def _count_paused(self) -> int:
-        """Paused and completed schedules both sit at +inf in the index: tell them apart."""
-        key, paused, offset = self.keys.schedules, 0, 0
-        while True:
-            ids = [
-                str(m)
-                for m in await self.redis.zrange(
-                    key, "+inf", "+inf", byscore=True, offset=offset, num=1000
-                )
-            ]
-            if not ids:
-                return paused
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for sid in ids:
-                    pipe.hget(self.keys.schedule(sid), "status")
-                paused += sum(1 for s in await pipe.execute() if s == "paused")
-            offset += len(ids)
 
     # --- listing (last: the method name shadows the builtin in the class body) -----------
 
@@ -564,8 +524,8 @@ class Client:
         out: _Schedules = []
         while True:
             want = max(limit - len(out), 200) if filtered else limit - len(out)
-            batch = await self._after(pos, want)
-            hashes = await self.store.fields([sid for sid, _ in batch])
+            batch = await self._store.index_after(pos, want)
+            hashes = await self._store.fields([sid for sid, _ in batch])
             for i, ((sid, score), stored) in enumerate(zip(batch, hashes, strict=True)):
                 pos = (score, sid)
                 if not stored:
@@ -582,42 +542,6 @@ class Client:
                     return Page(out, _encode_cursor(pos) if more else None)
             if len(batch) < want:
                 return Page(out, None)
-
-    async def _after(self, pos: tuple[float, str] | None, n: int) -> _Entries:
-        """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id)."""
-        key = self.keys.schedules
-        if pos is None:
-            return _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
-        score, member = pos
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrank(key, member)
-            pipe.zscore(key, member)
-            rank, current = await pipe.execute()
-        if rank is None or current is None or float(current) != score:
-            # The cursor's entry moved or went away: find where (score, id) would sit.
-            rank = await self.redis.zcount(key, "-inf", f"({_score_arg(score)}") - 1
-            offset = 0
-            while True:
-                group = await self.redis.zrange(
-                    key, _score_arg(score), _score_arg(score), byscore=True, offset=offset, num=500
-                )
-                later = [str(m) for m in group if str(m) > member]
-                if later:
-                    rank += offset + [str(m) for m in group].index(later[0])
-                    break
-                if len(group) < 500:
-                    rank += offset + len(group)
-                    break
-                offset += 500
-        return _pairs(await self.redis.zrange(key, rank + 1, rank + n, withscores=True))
-
-
-def _pairs(raw: Any) -> _Entries:
-    return [(str(m), float(s)) for m, s in raw]
-
-
-def _score_arg(score: float) -> str:
-    return "+inf" if math.isinf(score) and score > 0 else str(int(score))
 
 
 def _encode_cursor(pos: tuple[float, str]) -> str:

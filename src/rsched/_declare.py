@@ -44,7 +44,7 @@ from rsched._errors import (
     ScheduleNotFound,
 )
 from rsched._format import parse_duration_s
-from rsched._keys import NAME_RE, Keys
+from rsched._keys import NAME_RE
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
 from rsched._settings import Settings
@@ -226,9 +226,8 @@ async def plan_sync(
 ) -> SyncPlan:
     """Compare the file with Redis. Raises ScheduleFileError listing ``errors`` (the file's own)
     plus conflicts and entries that cannot be created (an ``at`` in the past)."""
-    keys = store.keys
     plan = SyncPlan(path=path, source=source)
-    owned = {str(x) for x in await store.redis.smembers(keys.source(source))}
+    owned = await store.source_ids(source)
     wanted = {s.id: s for s in schedules}
     ids = sorted(set(wanted) | owned)
     stored = dict(zip(ids, await store.fields(ids), strict=True))
@@ -279,30 +278,28 @@ def _carry(old: Schedule, new: Schedule) -> Schedule:
 
 
 async def apply_plan(store: ScheduleStore, plan: SyncPlan) -> None:
-    keys, redis = store.keys, store.redis
-    index = keys.source(plan.source)
+    source = plan.source
     for change in plan.changes:
         sid, s = change.schedule_id, change.schedule
         if change.action == "remove":
             # Re-check just before: the id may have been re-created by someone else meanwhile.
-            if await redis.hget(keys.schedule(sid), "source") == plan.source:
+            if await store.source_of(sid) == source:
                 with contextlib.suppress(ScheduleNotFound):
                     await store.remove(sid)
-                await redis.delete(keys.backfilled(sid))
-            await redis.srem(index, sid)
+            await store.forget_source_id(source, sid)
             continue
         assert s is not None
         # Index first: a crash between the two leaves an extra id (checked against the hash's
         # source on every sync), never a schedule of this file that the index does not know.
-        await redis.sadd(index, sid)
+        await store.add_source_id(source, sid)
         if change.action == "add":
             await store.save(s, mode="add")
         else:
             await store.save(s, mode="replace", expect_gen=change.generation)
     # Ids of this source whose schedule was removed by hand: forget them.
-    for sid in {str(x) for x in await redis.smembers(index)}:
-        if await redis.hget(keys.schedule(sid), "source") != plan.source:
-            await redis.srem(index, sid)
+    for sid in await store.source_ids(source):
+        if await store.source_of(sid) != source:
+            await store.forget_source_id(source, sid)
     plan.applied = True
 
 
@@ -322,12 +319,7 @@ async def sync_file(
     with a schedule the file did not create (pass ``adopt=True`` to take those over).
     """
     log = log or _log
-    store = ScheduleStore(
-        redis,
-        Keys(settings.prefix),
-        history_limit=settings.history_limit,
-        max_payload_bytes=settings.max_payload_bytes,
-    )
+    store = ScheduleStore.from_settings(redis, settings)
     source, schedules, errors = parse_file(path)
     for attempt in range(APPLY_ATTEMPTS):
         plan = await plan_sync(store, source, schedules, str(path), adopt=adopt, errors=errors)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -24,8 +25,22 @@ from rsched._errors import (
 from rsched._keys import NAME_RE, Keys
 from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
 from rsched._plan import FireItem, FireSpec
-from rsched._settings import DEFAULT_HISTORY_LIMIT
+from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._timing import first_run_ms
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    """What the schedules index and the lease say about a deployment (see Client.stats)."""
+
+    total: int
+    active: int
+    paused: int
+    due: int
+    oldest: tuple[str, int] | None  # the most overdue schedule and its next run (ms)
+    leader: str | None  # the lease value "<token>:<owner>"
+    lease_left_ms: int
+
 
 # The codes fire.lua returns alone, about the whole call; never the code of an item.
 WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
@@ -46,6 +61,16 @@ class ScheduleStore(_lua.ScriptCaller):
         self.keys = keys
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> ScheduleStore:
+        """The store for one deployment's prefix and limits."""
+        return cls(
+            redis,
+            Keys(settings.prefix),
+            history_limit=settings.history_limit,
+            max_payload_bytes=settings.max_payload_bytes,
+        )
 
     # --- schedule writes -------------------------------------------------------------------
 
@@ -134,7 +159,10 @@ class ScheduleStore(_lua.ScriptCaller):
         return int(res[1]), bool(int(res[2]))
 
     async def remove(self, schedule_id: str) -> None:
+        """Delete a schedule, its history, its backfill record and its id in its schedules
+        file's index; raises ScheduleNotFound."""
         k = self.keys
+        source = await self.source_of(schedule_id)
         op_key, op_id = k.new_op()
         res = await self.call(
             "remove",
@@ -148,6 +176,11 @@ class ScheduleStore(_lua.ScriptCaller):
             [schedule_id, op_id],
         )
         check(res, script="remove", schedule_id=schedule_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.delete(k.backfilled(schedule_id))
+            if source:
+                pipe.srem(k.source(source), schedule_id)
+            await pipe.execute()
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         k = self.keys
@@ -169,11 +202,14 @@ class ScheduleStore(_lua.ScriptCaller):
         )
         check(res, script="resume", schedule_id=schedule_id, field="paused")
 
-    async def trigger(self, schedule_id: str, queue: str) -> tuple[Code, str]:
-        """Run one extra occurrence now; returns (FIRED, SKIPPED or BUFFERED, execution id)."""
+    async def trigger(self, schedule_id: str, queue: str | None = None) -> tuple[Code, str]:
+        """Run one extra occurrence now; returns (FIRED, SKIPPED or BUFFERED, execution id).
+        ``queue`` is the schedule's (read from its hash when not given)."""
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
+        if queue is None:
+            queue = str(await self.redis.hget(k.schedule(schedule_id), "queue") or "default")
         op_key, op_id = k.new_op()
         res = await self.call(
             "trigger",
@@ -254,6 +290,24 @@ class ScheduleStore(_lua.ScriptCaller):
             raise ScheduleNotFound(schedule_id)
         return Schedule.from_hash(schedule_id, fields)
 
+    async def exists(self, schedule_id: str) -> bool:
+        return bool(await self.redis.exists(self.keys.schedule(schedule_id)))
+
+    async def source_of(self, schedule_id: str) -> str | None:
+        """The ``source`` (schedules file) that created the schedule, if any."""
+        source = await self.redis.hget(self.keys.schedule(schedule_id), "source")
+        return str(source) if source else None
+
+    async def source_ids(self, source: str) -> set[str]:
+        """The ids in the index of a schedules file's schedules."""
+        return {str(x) for x in await self.redis.smembers(self.keys.source(source))}
+
+    async def add_source_id(self, source: str, schedule_id: str) -> None:
+        await self.redis.sadd(self.keys.source(source), schedule_id)
+
+    async def forget_source_id(self, source: str, schedule_id: str) -> None:
+        await self.redis.srem(self.keys.source(source), schedule_id)
+
     async def history(self, schedule_id: str, limit: int) -> list[dict[str, Any]]:
         raw = await self.redis.lrange(self.keys.history(schedule_id), 0, limit - 1)
         out: list[dict[str, Any]] = []
@@ -263,6 +317,74 @@ class ScheduleStore(_lua.ScriptCaller):
             except orjson.JSONDecodeError:
                 out.append({"event": "unreadable", "raw": item})
         return out
+
+    async def index_stats(self, now_ms: int) -> IndexStats:
+        """Counts of the schedules index at ``now_ms`` and the lease, for ``Client.stats``."""
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(k.schedules)
+            pipe.zcount(k.schedules, "-inf", "(inf")
+            pipe.zcount(k.schedules, "-inf", now_ms)
+            pipe.zrange(k.schedules, "-inf", now_ms, byscore=True, offset=0, num=1, withscores=True)
+            pipe.get(k.leader)
+            pipe.pttl(k.leader)
+            total, active, due, oldest, leader, pttl = await pipe.execute()
+        return IndexStats(
+            total=int(total),
+            active=int(active),
+            paused=await self._count_paused(),
+            due=int(due),
+            oldest=(str(oldest[0][0]), int(oldest[0][1])) if oldest else None,
+            leader=str(leader) if leader else None,
+            lease_left_ms=int(pttl),
+        )
+
+    async def _count_paused(self) -> int:
+        """Paused and completed schedules both sit at +inf in the index: tell them apart."""
+        key, paused, offset = self.keys.schedules, 0, 0
+        while True:
+            ids = [
+                str(m)
+                for m in await self.redis.zrange(
+                    key, "+inf", "+inf", byscore=True, offset=offset, num=1000
+                )
+            ]
+            if not ids:
+                return paused
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in ids:
+                    pipe.hget(self.keys.schedule(sid), "status")
+                paused += sum(1 for s in await pipe.execute() if s == "paused")
+            offset += len(ids)
+
+    async def index_after(self, pos: tuple[float, str] | None, n: int) -> list[tuple[str, float]]:
+        """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id), in
+        index order; from the start when ``pos`` is None."""
+        key = self.keys.schedules
+        if pos is None:
+            return _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
+        score, member = pos
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrank(key, member)
+            pipe.zscore(key, member)
+            rank, current = await pipe.execute()
+        if rank is None or current is None or float(current) != score:
+            # The cursor's entry moved or went away: find where (score, id) would sit.
+            rank = await self.redis.zcount(key, "-inf", f"({_score_arg(score)}") - 1
+            offset = 0
+            while True:
+                group = await self.redis.zrange(
+                    key, _score_arg(score), _score_arg(score), byscore=True, offset=offset, num=500
+                )
+                later = [str(m) for m in group if str(m) > member]
+                if later:
+                    rank += offset + [str(m) for m in group].index(later[0])
+                    break
+                if len(group) < 500:
+                    rank += offset + len(group)
+                    break
+                offset += 500
+        return _pairs(await self.redis.zrange(key, rank + 1, rank + n, withscores=True))
 
     # --- scheduler -------------------------------------------------------------------------
 
@@ -369,6 +491,14 @@ class ScheduleStore(_lua.ScriptCaller):
         """True when released; False when the caller did not hold the lease."""
         res = await self.call("lease_release", [self.keys.leader], [lease])
         return check(res, script="lease_release") == Code.OK
+
+
+def _pairs(raw: Any) -> list[tuple[str, float]]:
+    return [(str(m), float(s)) for m, s in raw]
+
+
+def _score_arg(score: float) -> str:
+    return "+inf" if math.isinf(score) and score > 0 else str(int(score))
 
 
 def split_version(version: str) -> tuple[str, str]:

@@ -107,6 +107,10 @@ class SyncClient:
         """See :meth:`rsched.Client.backfill`."""
         return self._run(self._client.backfill, schedule_id, start, end)
 
+    def server_time(self) -> datetime:
+        """See :meth:`rsched.Client.server_time`."""
+        return self._run(self._client.server_time)
+
     def get(self, schedule_id: str) -> Schedule:
         """See :meth:`rsched.Client.get`."""
         return self._run(self._client.get, schedule_id)

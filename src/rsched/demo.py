@@ -423,7 +423,7 @@ async def _run(target: Target, settings: Settings, duration_s: float) -> int:
     redis = connect(target.url)
     client = Client(redis, settings)
     schedules = demo_schedules(datetime.now(UTC))
-    narrator = Narrator(redis, client.keys, [s.id for s in schedules])
+    narrator = Narrator(redis, Keys(settings.prefix), [s.id for s in schedules])
     stop = anyio.Event()
     forced: list[bool] = []
     try:
