@@ -29,9 +29,10 @@ from rsched._errors import (
     RedisUnavailable,
     ScheduleNotFound,
 )
-from rsched._job import DeadLetter
+from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._queues import QueueStore
+from rsched._rules import check_page, check_pause_note
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import Timing, next_fire_times
@@ -139,6 +140,14 @@ async def _until_no_conflict(write: Callable[[], Awaitable[T]]) -> T:
         except Conflict:
             continue
     return await write()
+
+
+def _argument(name: str, check: Callable[[Any], object], value: Any) -> None:
+    """``check(value)``, its ValueError raised as InvalidArgument naming ``name``."""
+    try:
+        check(value)
+    except ValueError as exc:
+        raise InvalidArgument(name, str(exc)) from None
 
 
 def _to_ms(value: datetime, zone: str, name: str) -> int:
@@ -270,8 +279,11 @@ class Client:
 
         Raises ScheduleNotFound, or InvalidSchedule when the schedule has completed.
         """
-        if note is not None and len(note) > 500:
-            raise InvalidSchedule(schedule_id, [("pause_note", "at most 500 characters")])
+        if note is not None:
+            try:
+                check_pause_note(note)
+            except ValueError as exc:
+                raise InvalidSchedule(schedule_id, [("pause_note", str(exc))]) from None
         await self._store.pause(schedule_id, note)
 
     @_redis_errors
@@ -361,8 +373,7 @@ class Client:
 
         A paused schedule shows when it would fire if resumed now.
         """
-        if not 1 <= n <= 10_000:
-            raise InvalidArgument("n", f"give 1-10000, got {n!r}")
+        _argument("n", check_page, n)
         schedule = await self._store.load(schedule_id)
         now = await self._store.time_ms()
         return next_fire_times(schedule, from_ms(now), n)
@@ -377,8 +388,7 @@ class Client:
         Times (``scheduled_at``, ``at``) are epoch ms; ``late_ms`` is the lateness of a fire.
         Raises ScheduleNotFound.
         """
-        if not 1 <= limit <= 10_000:
-            raise InvalidArgument("limit", f"give 1-10000, got {limit!r}")
+        _argument("limit", check_page, limit)
         events = await self._store.history(schedule_id, self.settings.history_limit)
         if not events and not await self._store.exists(schedule_id):
             raise ScheduleNotFound(schedule_id)
@@ -396,8 +406,8 @@ class Client:
         *,
         queue: str = "default",
         delay: float | timedelta = 0,
-        max_retries: int = 3,
-        timeout_s: float = 3600,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
     ) -> str:
         """Add a one-off job outside any schedule; returns its execution id.
@@ -517,8 +527,7 @@ class Client:
         ranges of the schedules index (never KEYS), so it is cheap at any size. Like SCAN, a
         schedule that moves while you page may appear twice.
         """
-        if not 1 <= limit <= 10_000:
-            raise InvalidArgument("limit", f"give 1-10000, got {limit!r}")
+        _argument("limit", check_page, limit)
         pos = _decode_cursor(cursor)
         filtered = queue is not None or task is not None or paused is not None
         out: _Schedules = []

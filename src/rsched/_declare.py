@@ -44,9 +44,9 @@ from rsched._errors import (
     ScheduleNotFound,
 )
 from rsched._format import parse_duration_s
-from rsched._keys import NAME_RE
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
+from rsched._rules import check_name
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
@@ -164,10 +164,10 @@ def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, s
             (key, "unknown top-level key; use source, [defaults] and [[schedule]] entries")
         )
     source = doc.get("source", default_source(p))
-    if not isinstance(source, str) or not NAME_RE.match(source):
-        errors.append(
-            ("source", f"{source!r} is not a valid source name: use letters, digits, '. _ - :'")
-        )
+    try:
+        source = check_name(source, "source name")
+    except ValueError as exc:
+        errors.append(("source", str(exc)))
         source = default_source(p)
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from rsched._errors import MalformedJob
-from rsched._keys import NAME_RE
+from rsched._rules import NAME_RE, check_option, check_retry_window
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_BASE_S = 30.0
@@ -45,8 +45,25 @@ class JobOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     @classmethod
+    def checked(cls, **given: object) -> JobOptions:
+        """Options given by a user (absent or None: the default), checked by the rules of
+        rsched._rules; raises ValueError naming the option."""
+        values: dict[str, float] = {}
+        for name in sorted(OPTION_NAMES):
+            value = given.get(name)
+            if value is not None:
+                try:
+                    values[name] = check_option(name, value)
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from None
+        options = cls(**values)  # type: ignore[arg-type]
+        check_retry_window(options.retry_base_s, options.retry_max_s)
+        return options
+
+    @classmethod
     def parse(cls, text: str | None) -> JobOptions:
-        """Read the ``opts`` field (a JSON object of the non-default settings only)."""
+        """Read the ``opts`` field of a job entry or a schedule's hash (a JSON object of the
+        non-default settings only); raises MalformedJob naming the option."""
         if not text or text == "{}":
             return _DEFAULT_OPTIONS
         try:

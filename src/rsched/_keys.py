@@ -6,26 +6,14 @@ slot and the same scripts run unchanged on Redis Cluster. docs/keys.md documents
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from dataclasses import dataclass
 
-# Letters, digits and '. _ - :' only: readable in redis-cli, no glob ('*?[') or hash-tag ('{}')
-# characters, so a name can never escape its key or its slot.
-NAME_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,200}$")
-PREFIX_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,64}$")
+from rsched._rules import check_prefix
 
 # Worker consumer group name on every queue stream.
 GROUP = "rsched"
-
-
-def check_prefix(prefix: str) -> str:
-    if not PREFIX_RE.match(prefix):
-        raise ValueError(
-            f"prefix {prefix!r} is invalid: use 1-64 letters, digits or '. _ - :' (e.g. 'rsched')"
-        )
-    return prefix
 
 
 @dataclass(frozen=True, slots=True)

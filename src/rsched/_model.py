@@ -25,17 +25,33 @@ from pydantic import (
 
 from rsched._cron import Cron
 from rsched._errors import InvalidSchedule, MalformedJob, StateError
-from rsched._job import OPTION_NAMES, JobOptions
-from rsched._keys import NAME_RE
+from rsched._job import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_BASE_S,
+    DEFAULT_RETRY_JITTER,
+    DEFAULT_RETRY_MAX_S,
+    DEFAULT_RETRY_MULTIPLIER,
+    DEFAULT_TIMEOUT_S,
+    OPTION_NAMES,
+    JobOptions,
+)
+from rsched._rules import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_BYTES,
+    check_name,
+    check_option,
+    check_pause_note,
+    check_retry_window,
+    encode_payload,
+)
 from rsched._tz import resolve_timezone
 
 Overlap = Literal["allow", "skip", "buffer_one", "cancel_previous"]
 Misfire = Literal["run_once", "skip", "catch_up"]
 
-DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
-# A plain Schedule(...) only refuses payloads no setting allows (RSCHED_MAX_PAYLOAD_BYTES is at
-# most 64 MiB); the configured limit is enforced where schedules are written (ScheduleStore.save).
-_payload_limit: ContextVar[float] = ContextVar("rsched_payload_limit", default=64 * 1024 * 1024)
+# A plain Schedule(...) only refuses payloads no setting allows; the configured limit is enforced
+# where schedules are written (ScheduleStore.save).
+_payload_limit: ContextVar[float] = ContextVar("rsched_payload_limit", default=MAX_PAYLOAD_BYTES)
 
 #: Fields the engine maintains; ignored when a schedule is written.
 STATE_FIELDS = frozenset(
@@ -51,15 +67,6 @@ def to_ms(dt: datetime) -> int:
 
 def from_ms(ms: int, tz: Any = UTC) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz)
-
-
-def _check_name(value: str, what: str) -> str:
-    if not NAME_RE.match(value):
-        raise ValueError(
-            f"{value!r} is not a valid {what}: use 1-200 letters, digits or '. _ - :' "
-            f"(no spaces, '*', '?', '[', ']', '{{' or '}}'), e.g. 'nightly-report'"
-        )
-    return value
 
 
 class Schedule(BaseModel):
@@ -85,12 +92,12 @@ class Schedule(BaseModel):
     end_at: datetime | None = None
     max_runs: int | None = Field(default=None, ge=1)
 
-    max_retries: int = Field(default=3, ge=0, le=1000)
-    retry_base_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
-    retry_multiplier: float = Field(default=2.0, ge=1, le=100, allow_inf_nan=False)
-    retry_max_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
-    retry_jitter: float = Field(default=0.2, ge=0, le=1, allow_inf_nan=False)
-    timeout_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_base_s: float = DEFAULT_RETRY_BASE_S
+    retry_multiplier: float = DEFAULT_RETRY_MULTIPLIER
+    retry_max_s: float = DEFAULT_RETRY_MAX_S
+    retry_jitter: float = DEFAULT_RETRY_JITTER
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
     overlap: Overlap = "skip"
     misfire: Misfire = "run_once"
@@ -98,7 +105,7 @@ class Schedule(BaseModel):
     misfire_grace_s: float = Field(default=60.0, ge=0, allow_inf_nan=False)
 
     paused: bool = False
-    pause_note: str | None = Field(default=None, max_length=500)
+    pause_note: str | None = None
     description: str | None = Field(default=None, max_length=2000)
     source: str | None = Field(default=None, max_length=300)
 
@@ -123,19 +130,27 @@ class Schedule(BaseModel):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        return _check_name(v, "schedule id")
+        return check_name(v, "schedule id")
 
     @field_validator("task")
     @classmethod
     def _task(cls, v: str) -> str:
-        return _check_name(v, "task name")
+        return check_name(v, "task name")
 
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
-        if len(v) > 100:
-            raise ValueError("queue names are at most 100 characters")
-        return _check_name(v, "queue name")
+        return check_name(v, "queue name")
+
+    @field_validator(*sorted(OPTION_NAMES))
+    @classmethod
+    def _option(cls, v: float, info: ValidationInfo) -> float:
+        return check_option(str(info.field_name), v)
+
+    @field_validator("pause_note")
+    @classmethod
+    def _pause_note(cls, v: str | None) -> str | None:
+        return None if v is None else check_pause_note(v)
 
     @field_validator("cron")
     @classmethod
@@ -169,18 +184,7 @@ class Schedule(BaseModel):
                 v = orjson.loads(v)
             except orjson.JSONDecodeError as exc:
                 raise ValueError(f"payload is not valid JSON ({exc})") from None
-        if not isinstance(v, dict):
-            raise ValueError(f"payload must be a JSON object (a dict), got {type(v).__name__}")
-        try:
-            size = len(orjson.dumps(v))
-        except TypeError as exc:
-            raise ValueError(f"payload is not JSON-serialisable: {exc}") from None
-        limit = (info.context or {}).get("max_payload_bytes", _payload_limit.get())
-        if size > limit:
-            raise ValueError(
-                f"payload is {size} bytes encoded, over the {limit}-byte limit; store large "
-                "data elsewhere and pass a reference, or raise RSCHED_MAX_PAYLOAD_BYTES"
-            )
+        encode_payload(v, (info.context or {}).get("max_payload_bytes", _payload_limit.get()))
         return v
 
     @model_validator(mode="after")
@@ -199,8 +203,7 @@ class Schedule(BaseModel):
                 object.__setattr__(self, name, value.replace(tzinfo=tz))
         if self.start_at and self.end_at and self.end_at <= self.start_at:
             raise ValueError("end_at must be later than start_at")
-        if self.retry_max_s < self.retry_base_s:
-            raise ValueError("retry_max_s must be at least retry_base_s")
+        check_retry_window(self.retry_base_s, self.retry_max_s)
         return self
 
     # --- storage -------------------------------------------------------------------------

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import NamedTuple, get_args
 
 from rsched._job import JobOptions
-from rsched._keys import NAME_RE
 from rsched._model import Overlap
+from rsched._rules import NAME_RE
 from rsched._timing import Timing
 
 # Counting missed occurrences is for the history record only ("missed" is at most this): never

@@ -8,9 +8,9 @@ Python side. Every write is a Lua script in lua/ that is safe to run twice.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -19,11 +19,13 @@ from redis.exceptions import ResponseError
 from rsched import _lua
 from rsched._codes import Code, check
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
-from rsched._job import DeadLetter, JobOptions
-from rsched._keys import GROUP, NAME_RE, Keys
+from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, JobOptions
+from rsched._keys import GROUP, Keys
+from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, NAME_RE, check_name, check_page, encode_payload
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
 PAGE = 500
+T = TypeVar("T")
 
 Entry = tuple[str, dict[str, str]]
 
@@ -45,15 +47,6 @@ def fragment(fields: dict[str, Any]) -> str:
     return "," + orjson.dumps(fields).decode()[1:-1] if fields else ""
 
 
-def check_name(value: str, what: str) -> str:
-    if not isinstance(value, str) or not NAME_RE.match(value) or len(value) > 200:
-        raise InvalidJob(
-            f"{what}: {value!r} is not a valid name; use 1-200 letters, digits or '. _ - :' "
-            "(e.g. 'reports.nightly')"
-        )
-    return value
-
-
 class QueueStore(_lua.ScriptCaller):
     """Queue-side script calls and reads for one Redis client and one key prefix."""
 
@@ -63,7 +56,7 @@ class QueueStore(_lua.ScriptCaller):
         keys: Keys,
         *,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
-        max_payload_bytes: int = 65536,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         dead_letter_max_entries: int = 100_000,
     ) -> None:
         super().__init__(redis)
@@ -92,8 +85,8 @@ class QueueStore(_lua.ScriptCaller):
         *,
         queue: str = "default",
         delay_s: float = 0,
-        max_retries: int = 3,
-        timeout_s: float = 3600,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
         retry_base_s: float | None = None,
         retry_multiplier: float | None = None,
@@ -104,28 +97,27 @@ class QueueStore(_lua.ScriptCaller):
 
         With ``delay_s > 0`` the job waits in the queue's delayed set until then (Redis time).
         """
-        check_name(task, "task")
-        check_name(queue, "queue")
+        _job_field("task", check_name, task, "task name")
+        _job_field("queue", check_name, queue, "queue name")
         if execution_id is None:
             execution_id = f"job-{uuid.uuid4().hex}"
         else:
-            check_name(execution_id, "execution_id")
+            _job_field("execution_id", check_name, execution_id, "execution id")
+        limit = self.max_payload_bytes
+        body = _job_field("payload", encode_payload, {} if payload is None else payload, limit)
         try:
-            body = orjson.dumps(payload or {})
-        except TypeError as exc:
-            raise InvalidJob(f"payload: not JSON-serialisable ({exc})") from None
-        if payload is not None and not isinstance(payload, dict):
-            raise InvalidJob(f"payload: must be a dict (a JSON object), got {type(payload)}")
-        if len(body) > self.max_payload_bytes:
-            raise InvalidJob(
-                f"payload: {len(body)} bytes encoded, over the {self.max_payload_bytes}-byte "
-                "limit; store large data elsewhere and pass a reference"
+            options = JobOptions.checked(
+                max_retries=max_retries,
+                timeout_s=timeout_s,
+                retry_base_s=retry_base_s,
+                retry_multiplier=retry_multiplier,
+                retry_max_s=retry_max_s,
+                retry_jitter=retry_jitter,
             )
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
         if not isinstance(delay_s, int | float) or not delay_s >= 0 or delay_s > 10 * 365 * 86400:
             raise InvalidJob(f"delay_s: must be a number of seconds >= 0, got {delay_s!r}")
-        options = self._options(
-            max_retries, timeout_s, retry_base_s, retry_multiplier, retry_max_s, retry_jitter
-        )
         fields = [
             "execution_id", execution_id,
             "task", task,
@@ -143,40 +135,6 @@ class QueueStore(_lua.ScriptCaller):
         check(res, script="enqueue", queue=queue)
         return execution_id
 
-    @staticmethod
-    def _options(
-        max_retries: int,
-        timeout_s: float,
-        base: float | None,
-        multiplier: float | None,
-        maximum: float | None,
-        jitter: float | None,
-    ) -> JobOptions:
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int):
-            raise InvalidJob(f"max_retries: must be an integer, got {max_retries!r}")
-        if not 0 <= max_retries <= 1000:
-            raise InvalidJob(f"max_retries: must be between 0 and 1000, got {max_retries}")
-        checks = {
-            "timeout_s": timeout_s,
-            "retry_base_s": base,
-            "retry_multiplier": multiplier,
-            "retry_max_s": maximum,
-            "retry_jitter": jitter,
-        }
-        values: dict[str, float] = {}
-        for name, value in checks.items():
-            if value is None:
-                continue
-            bad = isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-            if bad and not (name == "retry_jitter" and value == 0):
-                raise InvalidJob(f"{name}: must be a number > 0, got {value!r}")
-            values[name] = float(value)
-        if values.get("retry_multiplier", 2.0) < 1:
-            raise InvalidJob("retry_multiplier: must be >= 1 (1 = a fixed delay)")
-        if values.get("retry_jitter", 0.0) > 1:
-            raise InvalidJob("retry_jitter: must be a fraction between 0 and 1")
-        return JobOptions(max_retries=max_retries, **values)
-
     # --- dead letters --------------------------------------------------------------------------
 
     async def dead_letters(
@@ -188,8 +146,10 @@ class QueueStore(_lua.ScriptCaller):
         task: str | None = None,
     ) -> tuple[list[DeadLetter], str | None]:
         """A page of dead letters, newest first, and the cursor of the next page (or None)."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise InvalidArgument("limit", f"must be an integer from 1 to 10000, got {limit!r}")
+        try:
+            check_page(limit)
+        except ValueError as exc:
+            raise InvalidArgument("limit", str(exc)) from None
         key = self.keys.dead(queue)
         start = f"({cursor}" if cursor else "+"
         out: list[DeadLetter] = []
@@ -557,6 +517,14 @@ class QueueStore(_lua.ScriptCaller):
                     await self.redis.xgroup_delconsumer(self.keys.queue(queue), GROUP, name)
                     forgotten += 1
         return forgotten
+
+
+def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
+    """``check(*args)``, its ValueError raised as InvalidJob naming ``field``."""
+    try:
+        return check(*args)
+    except ValueError as exc:
+        raise InvalidJob(f"{field}: {exc}") from None
 
 
 def _dead_task(fields: dict[str, str]) -> str:

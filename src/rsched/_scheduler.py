@@ -31,9 +31,10 @@ from redis.exceptions import RedisError, ResponseError
 from rsched._backoff import Backoff
 from rsched._codes import Code
 from rsched._errors import LostLease, RschedError
-from rsched._keys import NAME_RE, Keys
+from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
+from rsched._rules import NAME_RE
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 

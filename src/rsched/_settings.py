@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES, PREFIX_RE
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 # Events kept per schedule. Each is ~150 bytes and a run writes about three (fired, running,
 # completed), so this is the last ~10 runs for ~4.5 KB: the largest part of a busy schedule's
@@ -79,8 +81,8 @@ class Settings(BaseSettings):
     )
 
     redis_url: str | None = None
-    prefix: str = Field(default="rsched", pattern=r"^[A-Za-z0-9._:\-]{1,64}$")
-    max_payload_bytes: int = Field(default=64 * 1024, ge=2, le=64 * 1024 * 1024)
+    prefix: str = Field(default="rsched", pattern=PREFIX_RE.pattern)
+    max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=2, le=MAX_PAYLOAD_BYTES)
     history_limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=10_000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"

@@ -22,9 +22,10 @@ from rsched._errors import (
     ScheduleExists,
     ScheduleNotFound,
 )
-from rsched._keys import NAME_RE, Keys
-from rsched._model import DEFAULT_MAX_PAYLOAD_BYTES, Schedule
+from rsched._keys import Keys
+from rsched._model import Schedule
 from rsched._plan import FireItem, FireSpec
+from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, NAME_RE, encode_payload
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._timing import first_run_ms
 
@@ -87,19 +88,10 @@ class ScheduleStore(_lua.ScriptCaller):
         the schedule's key holds something rsched did not write; Conflict when ``expect_gen``
         does not match.
         """
-        size = len(orjson.dumps(schedule.payload))
-        if size > self.max_payload_bytes:
-            raise InvalidSchedule(
-                schedule.id,
-                [
-                    (
-                        "payload",
-                        f"payload is {size} bytes encoded, over the {self.max_payload_bytes}-"
-                        "byte limit; store large data elsewhere and pass a reference, or raise "
-                        "RSCHED_MAX_PAYLOAD_BYTES",
-                    )
-                ],
-            )
+        try:
+            encode_payload(schedule.payload, self.max_payload_bytes)
+        except ValueError as exc:
+            raise InvalidSchedule(schedule.id, [("payload", str(exc))]) from None
         try:
             version = await self.redis.hget(self.keys.schedule(schedule.id), "version")
         except ResponseError as exc:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from rsched._client import BackfillResult, Client, Fired, Page, Stats
-from rsched._job import DeadLetter
+from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
 from rsched._model import Schedule
 from rsched._settings import Settings
 
@@ -132,8 +132,8 @@ class SyncClient:
         *,
         queue: str = "default",
         delay: float | timedelta = 0,
-        max_retries: int = 3,
-        timeout_s: float = 3600,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
     ) -> str:
         """See :meth:`rsched.Client.enqueue`."""

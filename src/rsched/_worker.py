@@ -32,10 +32,11 @@ from redis.asyncio import Redis
 
 from rsched._backoff import Backoff
 from rsched._connection import connect, warn_if_unsafe
-from rsched._errors import ConfigError, InvalidJob
+from rsched._errors import ConfigError
 from rsched._job import Job
 from rsched._log import get_logger
-from rsched._queues import Done, QueueStore, check_name
+from rsched._queues import Done, QueueStore
+from rsched._rules import check_name
 from rsched._settings import Settings, WorkerSettings
 from rsched._worker_actors import ACTOR_FAILURES, Actors
 
@@ -97,8 +98,8 @@ class Worker:
     def add_task(self, name: str, fn: Handler) -> None:
         """Register ``fn`` (async or plain function taking a :class:`Job`) for task ``name``."""
         try:
-            check_name(name, "task")
-        except InvalidJob as exc:
+            check_name(name, "task name")
+        except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if name in self._handlers:
             raise ConfigError(f"task {name!r} is registered twice; give each handler one name")
@@ -155,8 +156,8 @@ class Worker:
             raise ConfigError("queues: give at least one queue (e.g. --queues default)")
         for queue in cfg.queues:
             try:
-                check_name(queue, "queue")
-            except InvalidJob as exc:
+                check_name(queue, "queue name")
+            except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         return base.model_copy(update={"worker": cfg, **self._root_overrides})
 

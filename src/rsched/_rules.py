@@ -1,0 +1,110 @@
+"""The rules user input follows, each in one place: names, payloads, a job's retry and timeout
+options, pause notes and page sizes.
+
+Schedules (rsched._model), one-off jobs (QueueStore.enqueue), workers, settings and the client
+all check through these functions, so the bounds and the wording are the same everywhere. Each
+raises ValueError with the message; the caller wraps it in its own exception (InvalidSchedule,
+InvalidJob, InvalidArgument, ConfigError) naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import orjson
+
+# Letters, digits and '. _ - :' only: readable in redis-cli, no glob ('*?[') or hash-tag ('{}')
+# characters, so a name can never escape its key or its slot.
+NAME_MAX_CHARS = 200
+NAME_RE = re.compile(rf"^[A-Za-z0-9._:\-]{{1,{NAME_MAX_CHARS}}}$")
+PREFIX_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,64}$")
+
+DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+#: The largest payload limit a setting may give (RSCHED_MAX_PAYLOAD_BYTES).
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+
+MAX_RETRIES_MAX = 1000
+RETRY_MULTIPLIER_MAX = 100.0
+PAUSE_NOTE_MAX_CHARS = 500
+PAGE_MAX = 10_000
+
+
+def check_name(value: object, what: str) -> str:
+    """A schedule id, task, queue or execution id rsched can put in a key name."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid {what}: use 1-{NAME_MAX_CHARS} letters, digits or "
+            "'. _ - :' (no spaces, '*', '?', '[', ']', '{' or '}'), e.g. 'nightly-report'"
+        )
+    return value
+
+
+def check_prefix(prefix: str) -> str:
+    """The key prefix of a deployment (RSCHED_PREFIX)."""
+    if not PREFIX_RE.match(prefix):
+        raise ValueError(
+            f"prefix {prefix!r} is invalid: use 1-64 letters, digits or '. _ - :' (e.g. 'rsched')"
+        )
+    return prefix
+
+
+def encode_payload(payload: object, limit: float) -> bytes:
+    """The payload as the JSON a job carries; it must be a JSON object of at most ``limit``
+    bytes encoded."""
+    if not isinstance(payload, dict):
+        raise ValueError(f"must be a JSON object (a dict), got {type(payload).__name__}")
+    try:
+        body = orjson.dumps(payload)
+    except TypeError as exc:
+        raise ValueError(f"not JSON-serialisable ({exc})") from None
+    if len(body) > limit:
+        raise ValueError(
+            f"payload is {len(body)} bytes encoded, over the {limit}-byte limit; store large "
+            "data elsewhere and pass a reference, or raise RSCHED_MAX_PAYLOAD_BYTES"
+        )
+    return body
+
+
+def check_option(name: str, value: object) -> float:
+    """One of a job's retry and timeout options (see rsched._job.JobOptions); returns it as a
+    number (``max_retries`` a whole one)."""
+    number = math.nan  # refused by every check below
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    # The same words for 5 and 5.0 (a schedule's fields arrive as floats).
+    shown = repr(value) if math.isnan(number) else f"{number:g}"
+    if name == "max_retries":
+        if not (number.is_integer() and 0 <= number <= MAX_RETRIES_MAX):
+            raise ValueError(f"must be a whole number from 0 to {MAX_RETRIES_MAX}, got {shown}")
+        return int(number)
+    if name == "retry_multiplier":
+        if not 1 <= number <= RETRY_MULTIPLIER_MAX:
+            raise ValueError(
+                f"must be a number from 1 to {RETRY_MULTIPLIER_MAX:g} (1 = a fixed delay), "
+                f"got {shown}"
+            )
+    elif name == "retry_jitter":
+        if not 0 <= number <= 1:
+            raise ValueError(f"must be a fraction from 0 to 1, got {shown}")
+    elif not (math.isfinite(number) and number > 0):
+        raise ValueError(f"must be a finite number of seconds > 0, got {shown}")
+    return number
+
+
+def check_retry_window(retry_base_s: float, retry_max_s: float) -> None:
+    if retry_max_s < retry_base_s:
+        raise ValueError("retry_max_s must be at least retry_base_s")
+
+
+def check_pause_note(note: str) -> str:
+    if len(note) > PAUSE_NOTE_MAX_CHARS:
+        raise ValueError(f"at most {PAUSE_NOTE_MAX_CHARS} characters")
+    return note
+
+
+def check_page(value: object) -> int:
+    """A page size or a count of items to return (``limit``, ``n``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= PAGE_MAX:
+        raise ValueError(f"give 1-{PAGE_MAX} (a whole number), got {value!r}")
+    return value
