@@ -43,7 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m rsched.demo $(DEMO_ARGS)
+	$(BIN)/rsched demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -200,6 +200,8 @@ def test_scheduler_and_worker_aliases(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--schedules" in capsys.readouterr().out
     assert main(["worker", "--help"]) == 0
     assert "usage: rsched-worker" in capsys.readouterr().out
+    assert main(["demo", "--help"]) == 0
+    assert "usage: rsched demo" in capsys.readouterr().out
 
 
 def test_redis_unavailable_is_an_error_not_a_traceback(

@@ -1,7 +1,7 @@
-"""``python -m rsched.demo`` / ``make demo``: runs, narrates, and stops cleanly.
+"""``rsched demo`` / ``make demo``: runs, narrates, and stops cleanly.
 
-The demo is only ever run as a child process here: importing ``rsched.demo`` in the test
-process would add a public ``demo`` attribute to the package.
+The demo runs as a child process here (``python -m rsched._demo``; ``make demo`` runs it through
+the ``rsched`` command): it takes signals and owns an embedded server.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _check_story(out: str) -> None:
 def test_demo_runs_on_the_embedded_server_and_stops_by_itself(
     spawn: Callable[..., Proc],
 ) -> None:
-    proc = spawn("rsched.demo", "--duration", "8")
+    proc = spawn("rsched._demo", "--duration", "8")
     assert proc.wait(60) == 0, proc.output()
     out = proc.output()
     _check_story(out)
@@ -93,7 +93,7 @@ def test_demo_runs_on_the_embedded_server_and_stops_by_itself(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.usefixtures("no_redis_env")
 def test_ctrl_c_stops_everything_and_the_embedded_server(spawn: Callable[..., Proc]) -> None:
-    proc = spawn("rsched.demo")
+    proc = spawn("rsched._demo")
     proc.wait_for("fired ", timeout_s=30)
     servers = [pid for pid, cmd in _children(proc.proc.pid).items() if "valkey-server" in cmd]
     assert len(servers) == 1, _children(proc.proc.pid)
@@ -112,7 +112,7 @@ async def test_demo_on_a_given_redis_cleans_up_its_schedules(
     spawn: Callable[..., Proc], redis_url: str, prefix: str, redis: Redis
 ) -> None:
     proc = spawn(
-        "rsched.demo",
+        "rsched._demo",
         "--duration",
         "5",
         env={"RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix},

@@ -2,8 +2,9 @@
 
 Exit codes: 0 ok, 1 error (the message says what and how to fix it), 2 usage. Human tables by
 default, ``--json`` for scripts. ``rsched scheduler`` and ``rsched worker`` run the two
-processes (the same as ``rsched-scheduler`` and ``rsched-worker``). The parser is in
-rsched._cli_parser, the commands in rsched._cli_schedules and rsched._cli_queues.
+processes (the same as ``rsched-scheduler`` and ``rsched-worker``), ``rsched demo`` the demo.
+The parser is in rsched._cli_parser, the commands in rsched._cli_schedules and
+rsched._cli_queues.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -
 
 
 def _delegate(argv: Sequence[str]) -> int | None:
-    """``rsched scheduler …`` / ``rsched worker …``: hand over to that process's main."""
+    """``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …``: hand over to that
+    module's main."""
     rest = list(argv)
     globals_: dict[str, str] = {}
     while rest:
@@ -65,7 +67,7 @@ def _delegate(argv: Sequence[str]) -> int | None:
         return None
     for name, value in globals_.items():
         os.environ[_GLOBAL_ENV[name]] = value
-    module = importlib.import_module(DELEGATES[rest[0]])
+    module = importlib.import_module(DELEGATES[rest[0]][0])
     try:
         result = module.main(rest[1:])
     except SystemExit as exc:  # argparse's --help / usage error inside that main

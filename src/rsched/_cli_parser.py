@@ -9,8 +9,13 @@ from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
 from rsched._cli_common import Handler, duration_s, iso_datetime, json_object
 
-#: ``rsched scheduler …`` / ``rsched worker …`` run these modules' ``main``.
-DELEGATES = {"scheduler": "rsched._scheduler_main", "worker": "rsched._worker_main"}
+#: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` run these modules' ``main``
+#: (with their own options), and what ``rsched --help`` says of each.
+DELEGATES = {
+    "scheduler": ("rsched._scheduler_main", "run the scheduler process"),
+    "worker": ("rsched._worker_main", "run the worker process"),
+    "demo": ("rsched._demo", "run a scheduler, a worker and demo schedules, narrated"),
+}
 
 
 def _common() -> argparse.ArgumentParser:
@@ -84,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  rsched show nightly\n"
             "  rsched --json stats\n"
             "  rsched sync schedules.toml --dry-run\n"
-            "  rsched scheduler --help\n\n"
+            "  rsched scheduler --help\n"
+            "  rsched demo\n\n"
             "exit codes: 0 ok, 1 error, 2 usage"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -265,6 +271,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--adopt", action="store_true", help="take over existing ids")
 
-    for name in DELEGATES:
-        subs.add_parser(name, help=f"run the {name} process (see rsched {name} --help)")
+    for name, (_, what) in DELEGATES.items():
+        subs.add_parser(name, help=f"{what} (see rsched {name} --help)")
     return parser

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -27,6 +26,7 @@ from rsched._errors import ConfigError, InvalidSchedule, RschedError
 from rsched._log import configure_logging, get_logger
 from rsched._scheduler import Scheduler
 from rsched._settings import DEFAULT_REDIS_URL, Settings
+from rsched._signals import two_signal_stop
 
 log = get_logger("rsched.scheduler")
 
@@ -117,45 +117,44 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
     scheduler = Scheduler(redis, settings)
     stopping = False
     failed: ConfigError | None = None
+
+    def graceful(name: str) -> None:
+        nonlocal stopping
+        stopping = True
+        log.info("scheduler.stopping", signal=name)
+        scheduler.stop()
+
+    def immediate(name: str) -> None:
+        log.warning("scheduler.forced_exit", signal=name)
+        for handler in logging.getLogger("rsched").handlers:
+            handler.flush()
+        os._exit(EXIT_ERROR)
+
     try:
-        # Signals are handled from the very start, so a stop during start-up is clean too.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:
 
-                async def watch_signals() -> None:
-                    nonlocal stopping
-                    async for signum in signals:
-                        name = signal.Signals(signum).name
-                        if stopping:  # a second signal: the operator wants out now
-                            log.warning("scheduler.forced_exit", signal=name)
-                            for handler in logging.getLogger("rsched").handlers:
-                                handler.flush()
-                            os._exit(EXIT_ERROR)
-                        stopping = True
-                        log.info("scheduler.stopping", signal=name)
-                        scheduler.stop()
+            async def run_scheduler(*, task_status: TaskStatus[None]) -> None:
+                await scheduler.run(task_status=task_status)
+                tg.cancel_scope.cancel()  # stopped cleanly: stop watching for signals
 
-                async def run_scheduler(*, task_status: TaskStatus[None]) -> None:
-                    await scheduler.run(task_status=task_status)
-                    tg.cancel_scope.cancel()  # stopped cleanly: stop watching for signals
-
-                tg.start_soon(watch_signals)
-                await warn_if_unsafe(redis, log)
-                if schedules is not None:
-                    try:
-                        await _sync_schedules(redis, settings, schedules)
-                    except ConfigError as exc:  # raised below, outside the task group
-                        failed = exc
-                if failed is not None or stopping:
-                    tg.cancel_scope.cancel()
-                else:
-                    await tg.start(run_scheduler)
-                    log.info(
-                        "scheduler.ready",
-                        owner=scheduler.owner,
-                        prefix=settings.prefix,
-                        lease_ttl_ms=settings.scheduler.lease_ttl_ms,
-                    )
+            # Signals are handled from the very start, so a stop during start-up is clean too.
+            await tg.start(two_signal_stop, graceful, immediate)
+            await warn_if_unsafe(redis, log)
+            if schedules is not None:
+                try:
+                    await _sync_schedules(redis, settings, schedules)
+                except ConfigError as exc:  # raised below, outside the task group
+                    failed = exc
+            if failed is not None or stopping:
+                tg.cancel_scope.cancel()
+            else:
+                await tg.start(run_scheduler)
+                log.info(
+                    "scheduler.ready",
+                    owner=scheduler.owner,
+                    prefix=settings.prefix,
+                    lease_ttl_ms=settings.scheduler.lease_ttl_ms,
+                )
     finally:
         with anyio.CancelScope(shield=True):
             await redis.aclose()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ import anyio
 
 from rsched._errors import ConfigError, RschedError
 from rsched._log import configure_logging, get_logger
+from rsched._signals import two_signal_stop
 from rsched._worker import Worker
 
 log = get_logger("rsched.worker")
@@ -66,25 +66,18 @@ async def serve(worker: Worker) -> int:
     status = 0
     async with anyio.create_task_group() as tg:
 
-        async def on_signals() -> None:
-            nonlocal status
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    if not worker.stopping:
-                        log.info(
-                            "worker.signal", signal=signal.Signals(signum).name, action="drain"
-                        )
-                        worker.stop()
-                    else:
-                        log.warning(
-                            "worker.signal", signal=signal.Signals(signum).name, action="exit"
-                        )
-                        status = 1
-                        worker.stop(graceful=False)
-                        tg.cancel_scope.cancel()
-                        return
+        def graceful(name: str) -> None:
+            log.info("worker.signal", signal=name, action="drain")
+            worker.stop()
 
-        tg.start_soon(on_signals)
+        def immediate(name: str) -> None:
+            nonlocal status
+            log.warning("worker.signal", signal=name, action="exit")
+            status = 1
+            worker.stop(graceful=False)
+            tg.cancel_scope.cancel()
+
+        await tg.start(two_signal_stop, graceful, immediate)
         await worker.run()
         tg.cancel_scope.cancel()
     return status

@@ -1,4 +1,4 @@
-"""``python -m rsched.demo`` (what ``make demo`` runs): rsched at work, narrated.
+"""``rsched demo`` (what ``make demo`` runs): rsched at work, narrated.
 
 One process runs a scheduler, a worker and four demo schedules (a seconds-level cron, an
 interval running a blocking function in a thread, a one-off, and a job that always fails,
@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +47,7 @@ from rsched._log import configure_logging, get_logger
 from rsched._model import Schedule
 from rsched._scheduler import Scheduler
 from rsched._settings import SchedulerSettings, Settings, WorkerSettings
+from rsched._signals import SIGNALS, two_signal_stop
 from rsched._worker import Worker
 
 log = get_logger("rsched.demo")
@@ -369,22 +370,8 @@ def _remember_signal(signum: int, frame: object) -> None:
 
 
 def _catch_signals_early() -> None:
-    signal.signal(signal.SIGINT, _remember_signal)
-    signal.signal(signal.SIGTERM, _remember_signal)
-
-
-async def _watch_signals(
-    signals: AsyncIterator[int], stop: anyio.Event, forced: list[bool], scope: anyio.CancelScope
-) -> None:
-    async for _ in signals:
-        if stop.is_set():  # a second Ctrl-C: stop now, without waiting for running jobs
-            forced.append(True)
-            _say("stopping now")
-            scope.cancel()
-            return
-        _say()
-        _say("stopping: the scheduler finishes its batch, running jobs get a few seconds")
-        stop.set()
+    for signum in SIGNALS:
+        signal.signal(signum, _remember_signal)
 
 
 async def _prepare(
@@ -425,21 +412,33 @@ async def _run(target: Target, settings: Settings, duration_s: float) -> int:
     schedules = demo_schedules(datetime.now(UTC))
     narrator = Narrator(redis, Keys(settings.prefix), [s.id for s in schedules])
     stop = anyio.Event()
+    run = anyio.CancelScope()
     forced: list[bool] = []
+
+    def graceful(name: str) -> None:
+        _say()
+        _say("stopping: the scheduler finishes its batch, running jobs get a few seconds")
+        stop.set()
+
+    def immediate(name: str) -> None:  # stop now, without waiting for running jobs
+        forced.append(True)
+        _say("stopping now")
+        run.cancel()
+
     try:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch_signals, signals, stop, forced, tg.cancel_scope)
-                if _early_stop.is_set():
-                    stop.set()
+        async with anyio.create_task_group() as tg:
+            await tg.start(two_signal_stop, graceful, immediate)
+            if _early_stop.is_set():
+                stop.set()
+            with run:
                 await _prepare(redis, client, target, schedules, narrator)
                 if not stop.is_set():
                     await _serve(redis, settings, narrator, stop, duration_s)
-                tg.cancel_scope.cancel()
             if target.server is None:
                 for schedule in schedules:
                     await client.remove(schedule.id)
                 _say(f"demo schedules removed; their history stays under {{{target.prefix}}}:*")
+            tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await redis.aclose()
@@ -465,7 +464,7 @@ def _not_narrated(record: logging.LogRecord) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m rsched.demo",
+        prog="rsched demo",
         description=(
             "Run a scheduler, a worker and four demo schedules in one process and print what "
             "happens. Uses an embedded throwaway server unless RSCHED_REDIS_URL is set."
@@ -515,12 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit code (0 after Ctrl-C or ``--duration``)."""
     args = _parser().parse_args(argv)
     if args.duration is not None and not args.duration > 0:
-        print("python -m rsched.demo: --duration must be > 0 seconds", file=sys.stderr)
+        print("rsched demo: --duration must be > 0 seconds", file=sys.stderr)
         return EXIT_USAGE
     try:
         env = Settings()
     except ValidationError as exc:
-        print(f"python -m rsched.demo: invalid RSCHED_* settings: {exc}", file=sys.stderr)
+        print(f"rsched demo: invalid RSCHED_* settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(args.log_level, env.log_format)
     for handler in logging.getLogger("rsched").handlers:
@@ -541,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         return anyio.run(_run, target, settings, duration)
     except (RschedError, RedisError, OSError, ExceptionGroup) as exc:
         url = server.url if server is not None else env.url
-        print(f"python -m rsched.demo: {_explain(exc, url)}", file=sys.stderr)
+        print(f"rsched demo: {_explain(exc, url)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         _catch_signals_early()  # the event loop gave Ctrl-C back to Python: keep cleanup whole
