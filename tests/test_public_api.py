@@ -19,3 +19,11 @@ def test_every_error_derives_from_the_base() -> None:
         obj = getattr(rsched, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, rsched.RschedError), name
+
+
+def test_public_names_print_as_rsched() -> None:
+    for name in rsched.__all__:
+        obj = getattr(rsched, name)
+        if isinstance(obj, type) or callable(obj):
+            assert obj.__module__ == "rsched", name
+    assert repr(rsched.ScheduleNotFound) == "<class 'rsched.ScheduleNotFound'>"

@@ -7,7 +7,6 @@ from rsched._errors import (
     InvalidArgument,
     InvalidJob,
     InvalidSchedule,
-    NotLeader,
     RedisUnavailable,
     Retry,
     RschedError,
@@ -37,7 +36,6 @@ __all__ = (
     "InvalidJob",
     "InvalidSchedule",
     "Job",
-    "NotLeader",
     "Page",
     "RedisUnavailable",
     "Retry",
@@ -55,3 +53,10 @@ __all__ = (
     "__version__",
     "next_fire_times",
 )
+
+# The public names print as rsched.X (not rsched._errors.X): where they are defined is private.
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type) or callable(_value):
+        _value.__module__ = __name__
+del _name, _value

@@ -57,10 +57,6 @@ class StateError(RschedError):
     """Raised when stored state is not what rsched wrote (a key of the wrong type, bad JSON)."""
 
 
-class NotLeader(RschedError):
-    """Raised when a scheduler acts with a fencing token that is no longer the current lease."""
-
-
 class RedisUnavailable(RschedError):
     """Raised when Redis cannot be reached after the configured retries."""
 
