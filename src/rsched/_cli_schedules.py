@@ -48,7 +48,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
-async def _write(client: Client, args: argparse.Namespace, upsert: bool) -> None:
+async def _write(client: Client, args: argparse.Namespace, *, upsert: bool) -> None:
     s = await (client.upsert if upsert else client.add)(_spec_from_args(args))
     now = to_ms(await client.server_time())
     verb = "upserted" if upsert else "added"

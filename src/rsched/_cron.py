@@ -423,7 +423,7 @@ def _to_local(tz: ZoneInfo, t: int | None) -> datetime | None:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _next_cached(fields: str, fixed: bool, tz: ZoneInfo, after: int) -> datetime | None:
+def _next_cached(fields: str, tz: ZoneInfo, after: int, *, fixed: bool) -> datetime | None:
     """Cached next firing; `after` is an epoch second."""
     try:
         found = _fixed_next(fields, tz, after) if fixed else _elapsed_next(fields, tz, after)
@@ -433,7 +433,7 @@ def _next_cached(fields: str, fixed: bool, tz: ZoneInfo, after: int) -> datetime
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _prev_cached(fields: str, fixed: bool, tz: ZoneInfo, at: int) -> datetime | None:
+def _prev_cached(fields: str, tz: ZoneInfo, at: int, *, fixed: bool) -> datetime | None:
     """Cached previous firing; `at` is an epoch second."""
     try:
         found = _fixed_prev(fields, tz, at) if fixed else _elapsed_prev(fields, tz, at)
@@ -469,11 +469,11 @@ class Cron:
         """First firing strictly after `after`, in `tz`; None if none within 50 years."""
         # ZoneInfo(key) returns one shared instance per key, so keying by the object is
         # keying by the zone name, and the result keeps the caller's tzinfo.
-        return _next_cached(self.fields, self.fixed, tz, _epoch_second(after, "after"))
+        return _next_cached(self.fields, tz, _epoch_second(after, "after"), fixed=self.fixed)
 
     def prev_at_or_before(self, at: datetime, tz: ZoneInfo) -> datetime | None:
         """Latest firing at or before `at`, in `tz`; None if none within 50 years."""
-        return _prev_cached(self.fields, self.fixed, tz, _epoch_second(at, "at"))
+        return _prev_cached(self.fields, tz, _epoch_second(at, "at"), fixed=self.fixed)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -42,8 +42,7 @@ log = get_logger("rsched.scheduler")
 
 Message = tuple[str, Any]  # ("lead", lease) | ("lost", None) | ("wake", score_ms)
 
-# Bound once: _after_fire compares every fired item's code, and an attribute of an enum costs
-# several times a global.
+# Bound once as globals: _after_fire compares them for every fired item.
 STALE, NOT_DUE, WRONG_TYPE = Code.STALE, Code.NOT_DUE, Code.WRONG_TYPE
 QUARANTINE_S = 30.0
 SPEC_CACHE_MAX = 1_000_000
@@ -475,9 +474,9 @@ class Scheduler:
     def _freeze_cache(self, until: float) -> None:
         """Move the cached specs out of the garbage collector's reach once the cache has grown.
 
-        Python's full collections traverse every live object: with 100k cached specs (about a
-        million objects) one takes ~60 ms, and a herd allocates enough to set off several, each
-        a pause of every fire. The cache holds no reference cycles, so frozen specs are still
+        Python's full collections traverse every live object, the whole cache included, and a
+        herd allocates enough to set off several, each a pause of every fire (bench/README.md
+        has the numbers). The cache holds no reference cycles, so frozen specs are still
         freed by reference counting when dropped. Collected first (nothing cyclic gets frozen),
         and only with time to spare before the next run is due.
         """

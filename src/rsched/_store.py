@@ -495,7 +495,7 @@ def _score_arg(score: float) -> str:
 
 def split_version(version: str) -> tuple[str, str]:
     """(generation, created_at) of a hash's ``version`` field, ``"<generation>:<created_at>"``
-    (one field where two would cost 16 bytes more a schedule); empty strings when malformed."""
+    (docs/keys.md); empty strings when malformed."""
     gen, _, created = version.partition(":")
     return (gen, created) if gen.isdigit() and created.isdigit() else ("", "")
 
@@ -511,8 +511,8 @@ def _state_fields(fields: dict[str, str]) -> dict[str, str]:
 def _with_next_run(fields: dict[str, str], score: object) -> dict[str, str]:
     _state_fields(fields)
     # A score that is not a finite number (index of the wrong type, +inf for a paused or
-    # completed schedule, absent) means no next run; hashes written before the next run moved
-    # to the index may still hold a stale copy, never used.
+    # completed schedule, absent) means no next run. A ``next_run`` field in the hash is never
+    # used (docs/keys.md).
     fields.pop("next_run", None)
     if fields and "status" not in fields and isinstance(score, float) and math.isfinite(score):
         fields["next_run"] = str(int(score))
