@@ -195,7 +195,7 @@ class ScheduleStore(_lua.ScriptCaller):
         check(res, script="resume", schedule_id=schedule_id, field="paused")
 
     async def trigger(self, schedule_id: str, queue: str | None = None) -> tuple[Code, str]:
-        """Run one extra occurrence now; returns (FIRED, SKIPPED or BUFFERED, execution id).
+        """Run one extra occurrence now; returns (code, execution id): FIRED, SKIPPED or BUFFERED.
         ``queue`` is the schedule's (read from its hash when not given)."""
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
