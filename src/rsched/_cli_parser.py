@@ -10,7 +10,11 @@ from rsched import _cli_schedules as schedules
 from rsched._cli_common import Handler, duration_s, iso_datetime, json_object
 
 #: ``rsched scheduler …`` / ``rsched worker …`` run these modules' ``main``.
-DELEGATES = {"scheduler": "rsched._scheduler_main", "worker": "rsched._worker_main"}
+DELEGATES = {
+    "scheduler": "rsched._scheduler_main",
+    "worker": "rsched._worker_main",
+    "web": "rsched.web._main",
+}
 
 
 def _common() -> argparse.ArgumentParser:
@@ -266,5 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adopt", action="store_true", help="take over existing ids")
 
     for name in DELEGATES:
-        subs.add_parser(name, help=f"run the {name} process (see rsched {name} --help)")
+        what = "the dashboard and HTTP API (extra: rsched[web])" if name == "web" else name
+        subs.add_parser(name, help=f"run the {what} process (see rsched {name} --help)")
     return parser
