@@ -24,9 +24,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(settings: Settings, **options: Any) -> Iterator[str]:
-    """Serve ``create_app(settings=settings, **options)``; yields its base URL (no slash)."""
-    app = create_app(settings=settings, **options)
+def run_app(app: Any, path: str = "") -> Iterator[str]:
+    """Serve an ASGI app on a free loopback port; yields its URL (plus ``path``)."""
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False
@@ -40,7 +39,41 @@ def serve(settings: Settings, **options: Any) -> Iterator[str]:
             raise RuntimeError("the web server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}{options.get('base_path', '').rstrip('/')}"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def serve(settings: Settings, **options: Any) -> Iterator[str]:
+    """Serve ``create_app(settings=settings, **options)``; yields its base URL (no slash)."""
+    app = create_app(settings=settings, **options)
+    with run_app(app, str(options.get("base_path", "")).rstrip("/")) as url:
+        yield url
+
+
+async def make_dead_letters(settings: Settings, n: int = 1, queue: str = "default") -> None:
+    """``n`` real dead letters on ``queue``: jobs whose handler raises, with no retries left,
+    run by an in-process worker."""
+    import anyio
+
+    import rsched
+    from worker_app import fast_settings
+
+    worker = rsched.Worker(queues=[queue], settings=fast_settings(settings))
+
+    @worker.task("web.boom")
+    async def boom(job: rsched.Job) -> None:
+        raise ValueError(f"boom <b>{job.payload.get('n')}</b>")
+
+    async with rsched.Client.from_settings(settings) as client:
+        before = (await client.stats()).dead_letters
+        for i in range(n):
+            await client.enqueue("web.boom", {"n": i}, queue=queue, max_retries=0)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, None)
+            with anyio.fail_after(15):
+                while (await client.stats()).dead_letters < before + n:  # noqa: ASYNC110 - polling Redis
+                    await anyio.sleep(0.05)
+            worker.stop()

@@ -6,14 +6,13 @@
 from __future__ import annotations
 
 try:
-    import fastapi  # noqa: F401
-    import jinja2  # noqa: F401
-except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
+    from rsched.web._app import create_app
+except ModuleNotFoundError as exc:
+    if exc.name not in ("fastapi", "starlette", "jinja2", "uvicorn"):
+        raise
     raise ModuleNotFoundError(
         f"rsched.web needs the web extra ({exc.name} is not installed): pip install 'rsched[web]'",
         name=exc.name,
     ) from None
-
-from rsched.web._app import create_app
 
 __all__ = ("create_app",)
