@@ -31,6 +31,7 @@ def create_app(
     auth: str | None = None,
     token: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    refresh_s: float = 5.0,
 ) -> ASGIApp:
     """The rsched dashboard and HTTP API (``/api/v1``) as an ASGI app.
 
@@ -41,6 +42,7 @@ def create_app(
     it empty and mount it (``parent.mount("/rsched", create_app(...))``): links follow the
     mount point. ``auth`` (``"user:password"``) and/or ``token`` (bearer) require
     authentication; ``allowed_hosts`` limits the accepted ``Host`` names (None: any).
+    ``refresh_s`` is how often an open page reloads its live part.
     Raises ValueError for a malformed ``auth`` or ``base_path``. Since 0.1.0.
     """
     credentials = Auth(basic=auth, token=token)
@@ -68,6 +70,7 @@ def create_app(
     )
     app.state.sdk = sdk
     app.state.read_only = read_only
+    app.state.refresh_s = refresh_s
     app.state.auth = credentials
     app.state.cache = _pages._Cache(ttl_s=2.0)
     app.include_router(_api.router)

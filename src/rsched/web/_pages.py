@@ -45,8 +45,6 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TZ_COOKIE = "rsched_tz"
 FLASH_COOKIE = "rsched_flash"
-#: Seconds between two reloads of a page's live region.
-REFRESH_S = 5
 #: Schedules whose history the overview reads to count fires and outcomes per minute.
 ACTIVITY_SAMPLE = 50
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
@@ -78,7 +76,7 @@ def _when(ctx: Context, value: datetime | int | None, own: str = "UTC") -> views
     return views.moment(value, ctx["tz"], own, ctx["now"])
 
 
-templates.env.globals.update(when=_when, duration=views.duration, refresh_s=REFRESH_S)
+templates.env.globals.update(when=_when, duration=views.duration)
 templates.env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).decode()
 
 
@@ -94,6 +92,7 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
         now=Sdk.now_ms(),
         csrf=token,
         read_only=request.app.state.read_only,
+        refresh_s=request.app.state.refresh_s,
         auth=request.app.state.auth.enabled,
         flash=orjson.loads(bytes.fromhex(flash)) if flash and _is_hex(flash) else None,
         path=request.url.path,
