@@ -120,6 +120,11 @@ async def test_list_pages_filters_and_search(web: Web, client: rsched.Client) ->
         assert "job-3" not in ids(await http.get("/schedules", params={"state": "active"}))
         assert ids(await http.get("/schedules", params={"state": "completed"})) == []
         assert ids(await http.get("/schedules", params={"q": "OTH"})) == ["other"]
+        # An exact id is the whole first page, read directly; the cursor goes on to substrings.
+        exact = (await http.get("/schedules", params={"q": "job-1"})).json()
+        assert [s["id"] for s in exact["items"]] == ["job-1"]
+        rest = await http.get("/schedules", params={"q": "job-1", "cursor": exact["cursor"]})
+        assert ids(rest) == ["job-1"]
         assert ids(await http.get("/schedules", params={"q": "job-", "queue": "mail"})) == [
             "job-1",
             "job-3",

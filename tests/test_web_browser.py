@@ -53,7 +53,7 @@ if _REASON is not None:
         raise RuntimeError(f"browser tests required (RSCHED_REQUIRE_BROWSER=1): {_REASON}")
     pytest.skip(f"browser tests skipped: {_REASON}", allow_module_level=True)
 
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright  # noqa: E402
 
 from web_support import make_dead_letters, serve  # noqa: E402
 from worker_app import fast_env  # noqa: E402
@@ -178,7 +178,7 @@ def test_find_pause_and_trigger_a_schedule(
 def test_requeue_a_dead_letter(page: Page, web: Web, settings: Settings) -> None:
     # Playwright's sync API runs an event loop in this thread: the worker gets its own.
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(anyio.run, make_dead_letters, settings, 3).result()
+        pool.submit(lambda: anyio.run(make_dead_letters, settings, 3)).result()
     base = web()
     page.goto(base + "/queues")
     row = page.locator("tr", has_text="default")
@@ -209,7 +209,12 @@ def test_live_refresh_zone_and_escaping(page: Page, web: Web, settings: Settings
     with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
         c.add({"id": "evil", "task": "t.x", "cron": "30 2 * * *", "description": evil})
     dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def dialog(d: Dialog) -> None:
+        dialogs.append(d.message)
+        d.dismiss()
+
+    page.on("dialog", dialog)
     base = web()
     polls: list[str] = []
     page.on("request", lambda r: polls.append(r.url) if "/_live/" in r.url else None)

@@ -114,14 +114,11 @@ async def list_schedules(
     queue: str | None = None,
     task: str | None = None,
     state: State | None = None,
-    q: Annotated[str, Query(description="id substring (an exact id is found directly)")] = "",
+    q: Annotated[str, Query(description="id substring; an exact id is the whole first page")] = "",
 ) -> SchedulePage:
     """Schedules in next-run order (paused and completed last), filtered and paged."""
     found = await find(sdk, q=q, queue=queue, task=task, state=state, limit=limit, cursor=cursor)
-    items = found.page.items
-    if found.exact is not None and all(s.id != found.exact.id for s in items):
-        items = [found.exact, *items]
-    return SchedulePage(items=items, cursor=found.page.cursor)
+    return SchedulePage(items=found.page.items, cursor=found.page.cursor)
 
 
 @router.post(

@@ -5,7 +5,8 @@ task and paused, server-side reads only. What it cannot filter (an id substring,
 completed state) is filtered here while paging: each request reads at most ``SCAN_BUDGET``
 schedules and then stops with a cursor that continues the scan, so a search costs the same
 bounded work at 100 schedules or at 100,000, and "more" walks on. An exact id is looked up
-directly first (one read, at any size). The cursor is ``<skip>~<SDK cursor>``: the SDK page to
+directly first and is the whole first page (one read, at any size); its cursor goes on to the
+ids that contain it. The cursor is ``<skip>~<SDK cursor>``: the SDK page to
 read again and how many of its schedules were already looked at.
 """
 
@@ -22,7 +23,7 @@ from rsched.web._sdk import Page, Sdk
 
 State = Literal["active", "paused", "completed"]
 #: Schedules looked at per request when the SDK cannot filter (search, completed state).
-SCAN_BUDGET = 5_000
+SCAN_BUDGET = 2_000
 _CHUNK = 500
 
 
@@ -31,8 +32,6 @@ class Found:
     page: Page[Schedule]
     #: Schedules looked at to fill this page (0 when the SDK filtered alone).
     scanned: int
-    #: The schedule whose id is exactly the query, when there is one.
-    exact: Schedule | None = None
 
 
 def _predicate(q: str, state: State | None) -> Callable[[Schedule], bool] | None:
@@ -83,16 +82,20 @@ async def find(
             ),
             0,
         )
-    exact = None
     if q and not cursor and NAME_RE.match(q):
         with contextlib.suppress(ScheduleNotFound):
             exact = await sdk.get(q)
+            if queue in (None, exact.queue) and task in (None, exact.task) and keep(exact):
+                # One read at any size; the cursor goes on to ids that contain the query.
+                return Found(Page([exact], "0~"), 0)
     skip, inner = _split(cursor)
     items: list[Schedule] = []
     scanned = 0
+    # Pages grow from a little more than needed (a rare filter) to _CHUNK (a needle).
+    size = min(_CHUNK, skip + 2 * limit)
     while True:
         page = await sdk.list_schedules(
-            queue=queue, task=task, paused=paused, limit=_CHUNK, cursor=inner
+            queue=queue, task=task, paused=paused, limit=size, cursor=inner
         )
         for i, s in enumerate(page.items[skip:], start=skip):
             scanned += 1
@@ -101,10 +104,10 @@ async def find(
             if len(items) == limit or scanned >= SCAN_BUDGET:
                 more = i + 1 < len(page.items) or page.cursor is not None
                 nxt = f"{i + 1}~{inner or ''}" if i + 1 < len(page.items) else _next(page)
-                return Found(Page(items, nxt if more else None), scanned, exact)
+                return Found(Page(items, nxt if more else None), scanned)
         if page.cursor is None:
-            return Found(Page(items, None), scanned, exact)
-        inner, skip = page.cursor, 0
+            return Found(Page(items, None), scanned)
+        inner, skip, size = page.cursor, 0, min(_CHUNK, size * 2)
 
 
 def _next(page: Page[Schedule]) -> str | None:

@@ -242,9 +242,7 @@ async def schedules_context(request: Request) -> dict[str, Any]:
     found = await find(
         sdk, q=q, queue=queue, task=task, state=state, limit=limit, cursor=p.get("cursor") or None
     )
-    rows = list(found.page.items)
-    if found.exact is not None and all(s.id != found.exact.id for s in rows):
-        rows.insert(0, found.exact)
+    rows = found.page.items
     events = await histories(sdk, [s.id for s in rows], 12)
     now = sdk.now_ms()
     table = []
@@ -261,6 +259,8 @@ async def schedules_context(request: Request) -> dict[str, Any]:
         "budget": SCAN_BUDGET,
         "params": {k: v for k, v in {**query, "limit": p.get("limit")}.items() if v},
         "at_cursor": p.get("cursor") or "",
+        # A search reads up to SCAN_BUDGET schedules: shown once, not polled.
+        "poll": found.scanned == 0,
     }
 
 
