@@ -18,7 +18,6 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -136,11 +135,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 _print(result, report["server"], repeat)
         finally:
             await redis.aclose()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = Path(RESULTS_DIR / f"web-{stamp}.json")
-    out.write_text(json.dumps(report, indent=2))
-    print(f"\nresults: {out}")
     return report
 
 
@@ -179,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser().parse_known_args(argv)
     if unknown:
         print(f"bench.web: ignoring {' '.join(unknown)}", file=sys.stderr)
-    anyio.run(run, args)
+    report = anyio.run(run, args)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = RESULTS_DIR / f"web-{stamp}.json"
+    out.write_text(json.dumps(report, indent=2))
+    print(f"\nresults: {out}")
     return 0
 
 
