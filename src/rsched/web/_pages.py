@@ -8,6 +8,7 @@ redirect back (post/redirect/get) and a one-time message; each carries the CSRF 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -48,6 +49,7 @@ FLASH_COOKIE = "rsched_flash"
 #: Schedules whose history the overview reads to count fires and outcomes per minute.
 ACTIVITY_SAMPLE = 50
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -83,7 +85,9 @@ templates.env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDE
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     """A page or fragment with what every template needs; sets the CSRF and zone cookies."""
     tz, remember = _zone(request)
-    token = request.cookies.get(CSRF_COOKIE) or new_token()
+    token = request.cookies.get(CSRF_COOKIE, "")
+    if not _TOKEN.match(token):  # only a token this app made goes into a page
+        token = new_token()
     flash = request.cookies.get(FLASH_COOKIE)
     base = prefix(request)
     context.update(
