@@ -27,7 +27,7 @@ from jinja2.runtime import Context
 from rsched import InvalidArgument, RschedError, Schedule, ScheduleNotFound
 from rsched._model import STATE_FIELDS
 from rsched.web import _views as views
-from rsched.web._errors import error_body, status_of
+from rsched.web._errors import error_body
 from rsched.web._listing import SCAN_BUDGET, State, find
 from rsched.web._sdk import Sdk
 from rsched.web._security import (
@@ -39,7 +39,6 @@ from rsched.web._security import (
     cookie_header,
     csrf_ok,
     new_token,
-    same,
 )
 
 router = APIRouter(include_in_schema=False)
@@ -130,13 +129,8 @@ def back(request: Request, to: str, message: str, ok: bool = True) -> Response:
     return response
 
 
-def error_page(request: Request, exc: RschedError) -> HTMLResponse:
-    body = error_body(exc)
-    return render(request, "error.html", status_of(exc), error=body)
-
-
 async def form(request: Request) -> dict[str, list[str]]:
-    """The posted form, once its CSRF token is checked (raises _Forbidden)."""
+    """The posted form, once its CSRF token is checked (raises Forbidden)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip()
     if kind != "application/x-www-form-urlencoded":
         raise InvalidArgument("content-type", "post the page's form (urlencoded)")
@@ -315,17 +309,15 @@ async def schedule_live(request: Request, schedule_id: str) -> Response:
     return render(request, "_schedule.html", **await schedule_context(request, schedule_id))
 
 
-def _action(
-    verb: str,
-) -> Callable[
-    [Callable[[Sdk, str, dict[str, list[str]]], Awaitable[str]]],
-    Callable[[Request, str], Awaitable[Response]],
-]:
-    """A form post on one schedule: run ``do`` and go back to its page with its message."""
+#: An action on one schedule: (sdk, schedule id, form fields) -> the message to show.
+_Do = Callable[[Sdk, str, dict[str, list[str]]], Awaitable[str]]
 
-    def wrap(
-        do: Callable[[Sdk, str, dict[str, list[str]]], Awaitable[str]],
-    ) -> Callable[[Request, str], Awaitable[Response]]:
+
+def _action(verb: str) -> Callable[[_Do], _Do]:
+    """Registers ``POST /schedules/{id}/<verb>``: check the form, run the action, go back to
+    the schedule's page (the list after a removal) with its message or its error."""
+
+    def wrap(do: _Do) -> _Do:
         async def endpoint(request: Request, schedule_id: str) -> Response:
             fields = await form(request)
             page = f"/schedules/{_quoted(schedule_id)}"
@@ -334,8 +326,6 @@ def _action(
             except ScheduleNotFound as exc:
                 return back(request, "/schedules", str(exc), ok=False)
             except RschedError as exc:
-                if isinstance(exc, Forbidden):
-                    raise
                 return back(request, page, str(exc), ok=False)
             return back(request, "/schedules" if verb == "remove" else page, message)
 
@@ -343,7 +333,7 @@ def _action(
         router.add_api_route(
             f"/schedules/{{schedule_id}}/{verb}", endpoint, methods=["POST"], name=endpoint.__name__
         )
-        return endpoint
+        return do
 
     return wrap
 
@@ -557,6 +547,3 @@ async def logout(request: Request) -> Response:
         (b"set-cookie", cookie_header(SESSION_COOKIE, "", prefix(request) or "/", 0))
     )
     return response
-
-
-__all__ = ("Forbidden", "error_page", "router", "same")

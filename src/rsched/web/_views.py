@@ -31,7 +31,6 @@ __all__ = (
 
 #: Events of a run that come before its outcome; everything else of a run is an outcome.
 _FIRE_EVENTS = frozenset({"fired", "buffered", "skipped", "misfired", "released"})
-_PENDING = frozenset({"fired", "buffered", "released", "running", "cancel_requested"})
 _FAILED = frozenset({"failed", "timed_out", "dead"})
 #: Columns of the activity table, in order.
 ACTIVITY_EVENTS = ("fired", "completed", "failed", "dead", "skipped")
@@ -207,7 +206,3 @@ def activity(
             if name in ACTIVITY_EVENTS:
                 buckets[(at - start) // 60_000][name] += 1
     return [(start + i * 60_000, buckets[i]) for i in reversed(range(minutes))]
-
-
-def pending(outcome: str) -> bool:
-    return outcome in _PENDING
