@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
+
 import rsched
+
+#: Documented public subpackages: an attribute of ``rsched`` once imported, not in __all__.
+PUBLIC_SUBPACKAGES = {"web"}
 
 
 def test_all_matches_exports() -> None:
     public = {name for name in vars(rsched) if not name.startswith("_")} - {"annotations"}
     exported = set(rsched.__all__) - {"__version__"}
-    # Submodules appear as attributes once imported; they are private (leading underscore).
-    assert exported == public
+    # Submodules appear as attributes once imported; they are private (leading underscore),
+    # except the documented public subpackages.
+    assert exported == public - PUBLIC_SUBPACKAGES
     for name in rsched.__all__:
         assert getattr(rsched, name) is not None
+
+
+def test_public_subpackages() -> None:
+    for name in PUBLIC_SUBPACKAGES:
+        assert importlib.util.find_spec(f"rsched.{name}") is not None, name
+    web = pytest.importorskip("rsched.web", reason="the web extra is not installed")
+    assert web.__all__ == ("create_app",)
+    public = {name for name in vars(web) if not name.startswith("_")} - {"annotations"}
+    assert public == set(web.__all__)
+    assert web.create_app.__doc__
 
 
 def test_every_error_derives_from_the_base() -> None:

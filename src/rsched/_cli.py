@@ -67,7 +67,11 @@ def _delegate(argv: Sequence[str]) -> int | None:
         return None
     for name, value in globals_.items():
         os.environ[_GLOBAL_ENV[name]] = value
-    module = importlib.import_module(DELEGATES[rest[0]][0])
+    try:
+        module = importlib.import_module(DELEGATES[rest[0]][0])
+    except ModuleNotFoundError as exc:  # an extra that is not installed (rsched[web])
+        print(f"rsched: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         result = module.main(rest[1:])
     except SystemExit as exc:  # argparse's --help / usage error inside that main

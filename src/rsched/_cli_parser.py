@@ -9,12 +9,13 @@ from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
 from rsched._cli_common import Handler, duration_s, iso_datetime, json_object
 
-#: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` run these modules' ``main``
-#: (with their own options), and what ``rsched --help`` says of each.
+#: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
+#: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
 DELEGATES = {
     "scheduler": ("rsched._scheduler_main", "run the scheduler process"),
     "worker": ("rsched._worker_main", "run the worker process"),
     "demo": ("rsched._demo", "run a scheduler, a worker and demo schedules, narrated"),
+    "web": ("rsched.web._main", "serve the dashboard and HTTP API (extra: rsched[web])"),
 }
 
 

@@ -1,0 +1,324 @@
+"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, stats and health.
+
+Every route is one SDK call (or a few reads) through ``_sdk``; errors are rsched's own, turned
+into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsched itself
+(InvalidSchedule / InvalidJob, 422), so the API and the SDK never disagree on what is valid.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rsched import DeadLetter, InvalidArgument, InvalidJob, Schedule, Stats
+from rsched.web import _views as views
+from rsched.web._listing import State, find
+from rsched.web._sdk import Sdk
+
+router = APIRouter(prefix="/api/v1")
+
+
+def sdk(request: Request) -> Sdk:
+    found: Sdk = request.app.state.sdk
+    return found
+
+
+SdkDep = Annotated[Sdk, Depends(sdk)]
+Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
+Cursor = Annotated[str | None, Query(description="the cursor of the previous page")]
+_SCHEDULE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Schedule"}}},
+    }
+}
+
+
+class SchedulePage(BaseModel):
+    items: list[Schedule]
+    cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+class DeadLetterPage(BaseModel):
+    items: list[DeadLetter]
+    cursor: str | None
+
+
+class JobRequest(BaseModel):
+    """A one-off job to enqueue (``Client.enqueue``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    queue: str = "default"
+    delay_s: float = 0
+    max_retries: int = 3
+    timeout_s: float = 3600
+    execution_id: str | None = None
+
+
+class PauseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    note: str | None = Field(default=None, description="why, for operators (≤ 500 characters)")
+
+
+class BackfillRequest(BaseModel):
+    """A past range; naive times are read in the schedule's zone."""
+
+    model_config = ConfigDict(extra="forbid")
+    start: datetime
+    end: datetime
+
+
+class Selection(BaseModel):
+    """Which dead letters: ``entry_ids``, every one of ``task``, or ``all``."""
+
+    model_config = ConfigDict(extra="forbid")
+    entry_ids: list[str] | None = None
+    task: str | None = None
+    all: bool = False
+
+    def ids(self) -> list[str] | None:
+        if self.entry_ids and self.all:
+            raise InvalidArgument("all", "give entry_ids or all, not both")
+        if not self.entry_ids and not self.all and not self.task:
+            raise InvalidArgument("entry_ids", "give entry_ids, task or all: true")
+        return self.entry_ids or None
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object; raises InvalidArgument naming ``body``."""
+    raw = await request.body()
+    try:
+        data = orjson.loads(raw or b"null")
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument("body", f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("body", "give a JSON object")
+    return data
+
+
+# --- schedules --------------------------------------------------------------------------------
+
+
+@router.get("/schedules", response_model=SchedulePage, tags=["schedules"])
+async def list_schedules(
+    sdk: SdkDep,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    queue: str | None = None,
+    task: str | None = None,
+    state: State | None = None,
+    q: Annotated[str, Query(description="id substring; an exact id is the whole first page")] = "",
+) -> SchedulePage:
+    """Schedules in next-run order (paused and completed last), filtered and paged."""
+    found = await find(sdk, q=q, queue=queue, task=task, state=state, limit=limit, cursor=cursor)
+    return SchedulePage(items=found.page.items, cursor=found.page.cursor)
+
+
+@router.post(
+    "/schedules",
+    response_model=Schedule,
+    status_code=201,
+    openapi_extra=_SCHEDULE_BODY,
+    tags=["schedules"],
+)
+async def add_schedule(sdk: SdkDep, request: Request) -> Schedule:
+    """Create a schedule (409 when the id exists)."""
+    return await sdk.add(await json_object(request))
+
+
+@router.get("/schedules/{schedule_id}", response_model=Schedule, tags=["schedules"])
+async def get_schedule(sdk: SdkDep, schedule_id: str) -> Schedule:
+    return await sdk.get(schedule_id)
+
+
+@router.put(
+    "/schedules/{schedule_id}",
+    response_model=Schedule,
+    openapi_extra=_SCHEDULE_BODY,
+    tags=["schedules"],
+)
+async def put_schedule(sdk: SdkDep, schedule_id: str, request: Request) -> Schedule:
+    """Create a schedule or replace its whole spec (its runs and history are kept)."""
+    spec = await json_object(request)
+    if spec.setdefault("id", schedule_id) != schedule_id:
+        raise InvalidArgument("id", f"the body's id {spec['id']!r} is not the path's")
+    return await sdk.upsert(spec)
+
+
+@router.patch(
+    "/schedules/{schedule_id}",
+    response_model=Schedule,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "description": "Schedule fields to change"}
+                }
+            },
+        }
+    },
+    tags=["schedules"],
+)
+async def patch_schedule(sdk: SdkDep, schedule_id: str, request: Request) -> Schedule:
+    """Change some fields; the merged spec is validated again."""
+    return await sdk.update(schedule_id, await json_object(request))
+
+
+@router.delete("/schedules/{schedule_id}", status_code=204, tags=["schedules"])
+async def delete_schedule(sdk: SdkDep, schedule_id: str) -> Response:
+    await sdk.remove(schedule_id)
+    return Response(status_code=204)
+
+
+@router.post("/schedules/{schedule_id}/pause", response_model=Schedule, tags=["schedules"])
+async def pause_schedule(
+    sdk: SdkDep, schedule_id: str, body: Annotated[PauseRequest | None, Body()] = None
+) -> Schedule:
+    await sdk.pause(schedule_id, body.note if body else None)
+    return await sdk.get(schedule_id)
+
+
+@router.post("/schedules/{schedule_id}/resume", response_model=Schedule, tags=["schedules"])
+async def resume_schedule(sdk: SdkDep, schedule_id: str) -> Schedule:
+    await sdk.resume(schedule_id)
+    return await sdk.get(schedule_id)
+
+
+@router.post("/schedules/{schedule_id}/trigger", tags=["schedules"])
+async def trigger_schedule(sdk: SdkDep, schedule_id: str) -> dict[str, str]:
+    """One extra occurrence now, through the overlap policy: status fired, skipped or buffered."""
+    fired = await sdk.trigger(schedule_id)
+    return {"execution_id": fired.execution_id, "status": fired.status}
+
+
+@router.post("/schedules/{schedule_id}/backfill", tags=["schedules"])
+async def backfill_schedule(sdk: SdkDep, schedule_id: str, body: BackfillRequest) -> dict[str, Any]:
+    """Fire each occurrence of a past range at most once (at most 1000 per call)."""
+    result = await sdk.backfill(schedule_id, body.start, body.end)
+    counts = {k: result.count(k) for k in ("fired", "skipped", "buffered", "already_fired")}
+    return {"counts": counts, "outcomes": result.outcomes}
+
+
+@router.get("/schedules/{schedule_id}/executions", tags=["schedules"])
+async def schedule_executions(
+    sdk: SdkDep,
+    schedule_id: str,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+    status: Annotated[str | None, Query(description="queued, completed, failed, dead, …")] = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Recent runs from the schedule's history, newest first, each with its events."""
+    runs = views.runs(await sdk.history(schedule_id))
+    if status is not None:
+        runs = [r for r in runs if r.status.split(" ")[0] == status]
+    return {"items": [r.as_dict() for r in runs[:limit]]}
+
+
+@router.get("/schedules/{schedule_id}/next", tags=["schedules"])
+async def schedule_next(
+    sdk: SdkDep, schedule_id: str, n: Annotated[int, Query(ge=1, le=1000)] = 10
+) -> dict[str, list[dict[str, str]]]:
+    """The next fire times in the schedule's zone, marked where its UTC offset changes."""
+    s = await sdk.get(schedule_id)
+    times = await sdk.next_runs(schedule_id, n)
+    marked = views.next_runs(times, s.timezone, "UTC", sdk.now_ms())
+    items: list[dict[str, str]] = [
+        {
+            "at": t.isoformat(),
+            "utc": m.at.iso,
+            "utc_offset": m.utc_offset,
+            "transition": m.transition,
+        }
+        for t, m in zip(times, marked, strict=True)
+    ]
+    return {"items": items}
+
+
+# --- queues, dead letters, jobs -----------------------------------------------------------------
+
+
+@router.get("/queues", tags=["queues"])
+async def list_queues(sdk: SdkDep) -> dict[str, list[dict[str, Any]]]:
+    """Every queue: length, pending, delayed, dead, consumers, oldest pending age (ms)."""
+    stats = await sdk.stats()
+    return {"items": [{"name": name, **q} for name, q in sorted(stats.queues.items())]}
+
+
+@router.get(
+    "/queues/{queue}/dead-letters",
+    response_model=DeadLetterPage,
+    response_model_exclude={"items": {"__all__": {"job_fields"}}},
+    tags=["queues"],
+)
+async def list_dead_letters(
+    sdk: SdkDep, queue: str, limit: Limit = 50, cursor: Cursor = None, task: str | None = None
+) -> DeadLetterPage:
+    """The queue's dead letters, newest first, with error and traceback excerpt."""
+    page = await sdk.dead_letters(queue, limit=limit, cursor=cursor, task=task)
+    return DeadLetterPage(items=page.items, cursor=page.cursor)
+
+
+@router.post("/queues/{queue}/dead-letters/requeue", tags=["queues"])
+async def requeue_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[str, int]:
+    """Put dead letters back on their queue as attempt 1."""
+    return {"requeued": await sdk.requeue(queue, body.ids(), task=body.task)}
+
+
+@router.post("/queues/{queue}/dead-letters/purge", tags=["queues"])
+async def purge_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[str, int]:
+    """Delete dead letters for good."""
+    return {"purged": await sdk.purge(queue, body.ids(), task=body.task)}
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": JobRequest.model_json_schema()}},
+        }
+    },
+    tags=["jobs"],
+)
+async def enqueue_job(sdk: SdkDep, request: Request) -> dict[str, str]:
+    """Enqueue a one-off job outside any schedule; returns its execution id."""
+    try:
+        job = JobRequest.model_validate(await json_object(request))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "body"
+        raise InvalidJob(f"{field}: {err['msg']}") from None
+    execution_id = await sdk.enqueue(
+        job.task,
+        job.payload,
+        queue=job.queue,
+        delay=job.delay_s,
+        max_retries=job.max_retries,
+        timeout_s=job.timeout_s,
+        execution_id=job.execution_id,
+    )
+    return {"execution_id": execution_id}
+
+
+# --- deployment -------------------------------------------------------------------------------
+
+
+@router.get("/stats", response_model=Stats, tags=["deployment"])
+async def stats(sdk: SdkDep) -> Stats:
+    """Schedules by state, due backlog, oldest overdue, queues, dead letters, leader."""
+    return await sdk.stats()
+
+
+@router.get("/health", tags=["deployment"])
+async def health(sdk: SdkDep) -> dict[str, str]:
+    """200 ``{"status": "ok"}`` when Redis answers; 503 RedisUnavailable otherwise."""
+    await sdk.ping()
+    return {"status": "ok"}

@@ -1,0 +1,69 @@
+"""rsched's errors as HTTP answers: one table from exception class to status code.
+
+The body is ``{"error": <class name>, "message": <the SDK's message>, "field": <field or null>}``;
+the dashboard shows the same message.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rsched import (
+    DeadLetterNotFound,
+    InvalidArgument,
+    InvalidJob,
+    InvalidSchedule,
+    NotLeader,
+    RedisUnavailable,
+    RschedError,
+    ScheduleExists,
+    ScheduleNotFound,
+)
+
+_STATUS: tuple[tuple[type[RschedError], int], ...] = (
+    (InvalidArgument, 400),
+    (ScheduleNotFound, 404),
+    (DeadLetterNotFound, 404),
+    (ScheduleExists, 409),
+    (NotLeader, 409),
+    (InvalidSchedule, 422),
+    (InvalidJob, 422),
+    (RedisUnavailable, 503),
+)
+#: InvalidJob messages start with the field they are about ("payload: must be a dict").
+_LEADING_FIELD = re.compile(r"^([a-z_]+): ")
+#: The SDK says "has completed" as an InvalidSchedule; for HTTP it is a state conflict.
+_COMPLETED = "the schedule has completed"
+
+
+def status_of(exc: RschedError) -> int:
+    if (
+        isinstance(exc, InvalidSchedule)
+        and exc.errors
+        and all(msg == _COMPLETED for _, msg in exc.errors)
+    ):
+        return 409
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            return status
+    # A generation that kept moving under a read-modify-write (the SDK's Conflict).
+    return 409 if type(exc).__name__ == "Conflict" else 500
+
+
+def field_of(exc: RschedError) -> str | None:
+    if isinstance(exc, InvalidArgument):
+        return exc.field
+    if isinstance(exc, InvalidSchedule):
+        return exc.errors[0][0] or None if exc.errors else None
+    if isinstance(exc, ScheduleNotFound | ScheduleExists):
+        return "id"
+    if isinstance(exc, DeadLetterNotFound):
+        return "entry_id"
+    if isinstance(exc, InvalidJob):
+        match = _LEADING_FIELD.match(str(exc))
+        return match.group(1) if match else None
+    return None
+
+
+def error_body(exc: RschedError) -> dict[str, str | None]:
+    return {"error": type(exc).__name__, "message": str(exc), "field": field_of(exc)}

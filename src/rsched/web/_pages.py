@@ -1,0 +1,549 @@
+"""The dashboard: HTML pages, the fragments they poll, and the forms of their actions.
+
+Each page has one live region that htmx reloads from ``/_live/...`` every few seconds (one
+request per open page; ``static/rsched.js`` skips a reload while the tab is hidden or the
+viewer is using a form inside the region). Actions are plain form posts answered with a
+redirect back (post/redirect/get) and a one-time message; each carries the CSRF token.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+import anyio
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from jinja2 import pass_context
+from jinja2.runtime import Context
+
+from rsched import InvalidArgument, RschedError, Schedule, ScheduleNotFound
+from rsched._model import STATE_FIELDS
+from rsched.web import _views as views
+from rsched.web._errors import error_body
+from rsched.web._listing import SCAN_BUDGET, State, find
+from rsched.web._sdk import Sdk
+from rsched.web._security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    Auth,
+    cookie_header,
+    csrf_ok,
+    new_token,
+)
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+TZ_COOKIE = "rsched_tz"
+FLASH_COOKIE = "rsched_flash"
+#: Schedules whose history the overview reads to count fires and outcomes per minute.
+ACTIVITY_SAMPLE = 50
+_STATES: tuple[State, ...] = ("active", "paused", "completed")
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def prefix(request: Request) -> str:
+    """Where this app is mounted (``--base-path``, or a parent app's mount point)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def sdk_of(request: Request) -> Sdk:
+    found: Sdk = request.app.state.sdk
+    return found
+
+
+def _zone(request: Request) -> tuple[str, bool]:
+    """(viewer's zone, whether to remember it): ?tz= first, then the cookie, then UTC."""
+    asked = views.valid_zone(request.query_params.get("tz"))
+    if asked:
+        return asked, asked != request.cookies.get(TZ_COOKIE)
+    return views.valid_zone(request.cookies.get(TZ_COOKIE)) or "UTC", False
+
+
+@pass_context
+def _when(ctx: Context, value: datetime | int | None, own: str = "UTC") -> views.Moment:
+    return views.moment(value, ctx["tz"], own, ctx["now"])
+
+
+templates.env.globals.update(when=_when, duration=views.duration)
+templates.env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).decode()
+
+
+def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """A page or fragment with what every template needs; sets the CSRF and zone cookies."""
+    tz, remember = _zone(request)
+    token = request.cookies.get(CSRF_COOKIE, "")
+    if not _TOKEN.match(token):  # only a token this app made goes into a page
+        token = new_token()
+    flash = request.cookies.get(FLASH_COOKIE)
+    base = prefix(request)
+    context.update(
+        prefix=base,
+        tz=tz,
+        now=Sdk.now_ms(),
+        csrf=token,
+        read_only=request.app.state.read_only,
+        refresh_s=request.app.state.refresh_s,
+        auth=request.app.state.auth.enabled,
+        flash=orjson.loads(bytes.fromhex(flash)) if flash and _is_hex(flash) else None,
+        path=request.url.path,
+    )
+    response = templates.TemplateResponse(request, name, context, status_code=status)
+    path = base or "/"
+    if token != request.cookies.get(CSRF_COOKIE):
+        response.raw_headers.append((b"set-cookie", cookie_header(CSRF_COOKIE, token, path)))
+    if remember:
+        response.raw_headers.append((b"set-cookie", cookie_header(TZ_COOKIE, tz, path, 31536000)))
+    if flash and not name.startswith("_"):
+        response.raw_headers.append((b"set-cookie", cookie_header(FLASH_COOKIE, "", path, 0)))
+    return response
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
+
+
+def back(request: Request, to: str, message: str, ok: bool = True) -> Response:
+    """Redirect after a form post, with a message for the next page."""
+    response = RedirectResponse(prefix(request) + to, status_code=303)
+    flash = orjson.dumps({"ok": ok, "text": message}).hex()
+    response.raw_headers.append(
+        (b"set-cookie", cookie_header(FLASH_COOKIE, flash, prefix(request) or "/", 60))
+    )
+    return response
+
+
+async def form(request: Request) -> dict[str, list[str]]:
+    """The posted form, once its CSRF token is checked (raises Forbidden)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    if kind != "application/x-www-form-urlencoded":
+        raise InvalidArgument("content-type", "post the page's form (urlencoded)")
+    fields = parse_qs((await request.body()).decode(), keep_blank_values=True)
+    given = request.headers.get(CSRF_HEADER) or (fields.get(CSRF_FIELD) or [""])[0]
+    if not csrf_ok(request.scope, given):
+        raise Forbidden("the form's CSRF token is missing or stale: reload the page and retry")
+    return fields
+
+
+class Forbidden(RschedError):
+    """A form post without a valid CSRF token."""
+
+
+def first(fields: dict[str, list[str]], name: str) -> str:
+    return (fields.get(name) or [""])[0].strip()
+
+
+def _quoted(text: str) -> str:
+    return quote(text, safe="")
+
+
+# --- overview -----------------------------------------------------------------------------------
+
+
+class _Cache:
+    """Answers shared by every viewer for a few seconds, so ten open dashboards read Redis
+    about as often as one."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._items: dict[str, tuple[float, Any]] = {}
+
+    async def get(self, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        hit = self._items.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
+            return hit[1]
+        value = await make()
+        self._items[key] = (time.monotonic(), value)
+        return value
+
+
+async def histories(sdk: Sdk, ids: Sequence[str], limit: int) -> dict[str, list[dict[str, Any]]]:
+    """The recent events of each schedule (a few reads at a time)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    limiter = anyio.CapacityLimiter(8)
+
+    async def one(sid: str) -> None:
+        async with limiter:
+            try:
+                out[sid] = await sdk.history(sid, limit=limit)
+            except ScheduleNotFound:
+                out[sid] = []
+
+    async with anyio.create_task_group() as tg:
+        for sid in ids:
+            tg.start_soon(one, sid)
+    return out
+
+
+async def _overview(sdk: Sdk) -> dict[str, Any]:
+    stats = await sdk.stats()
+    sample = (await sdk.list_schedules(limit=ACTIVITY_SAMPLE)).items
+    events = await histories(sdk, [s.id for s in sample], sdk.settings.history_limit)
+    now = sdk.now_ms()
+    unhealthy = []
+    for s in sample:
+        outcome = views.last_outcome(events[s.id])
+        level, why = views.health(s, outcome, now)
+        if level != "ok":
+            unhealthy.append((s, level, why))
+    return {
+        "stats": stats,
+        "activity": views.activity(events.values(), now),
+        "activity_events": views.ACTIVITY_EVENTS,
+        "sample": len(sample),
+        "unhealthy": unhealthy,
+        "workers": await sdk.workers(),
+    }
+
+
+async def overview_context(request: Request) -> dict[str, Any]:
+    cache: _Cache = request.app.state.cache
+    found: dict[str, Any] = await cache.get("overview", lambda: _overview(sdk_of(request)))
+    return found
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request) -> Response:
+    return render(request, "overview.html", **await overview_context(request))
+
+
+@router.get("/_live/overview", response_class=HTMLResponse)
+async def overview_live(request: Request) -> Response:
+    return render(request, "_overview.html", **await overview_context(request))
+
+
+# --- schedules ----------------------------------------------------------------------------------
+
+
+async def schedules_context(request: Request) -> dict[str, Any]:
+    p = request.query_params
+    q, queue, task = p.get("q", ""), p.get("queue") or None, p.get("task") or None
+    state: State | None = next((st for st in _STATES if st == p.get("state")), None)
+    limit = int(p["limit"]) if p.get("limit", "").isdigit() else 50
+    sdk = sdk_of(request)
+    found = await find(
+        sdk, q=q, queue=queue, task=task, state=state, limit=limit, cursor=p.get("cursor") or None
+    )
+    rows = found.page.items
+    events = await histories(sdk, [s.id for s in rows], 12)
+    now = sdk.now_ms()
+    table = []
+    for s in rows:
+        outcome = views.last_outcome(events.get(s.id, []))
+        table.append((s, outcome, views.health(s, outcome, now)))
+    query = {"q": q, "queue": queue, "task": task, "state": state}
+    return {
+        "rows": table,
+        "query": query,
+        "states": _STATES,
+        "cursor": found.page.cursor,
+        "scanned": found.scanned,
+        "budget": SCAN_BUDGET,
+        "params": {k: v for k, v in {**query, "limit": p.get("limit")}.items() if v},
+        "at_cursor": p.get("cursor") or "",
+        # A search reads up to SCAN_BUDGET schedules: shown once, not polled.
+        "poll": found.scanned == 0,
+    }
+
+
+@router.get("/schedules", response_class=HTMLResponse)
+async def schedules(request: Request) -> Response:
+    return render(request, "schedules.html", **await schedules_context(request))
+
+
+@router.get("/_live/schedules", response_class=HTMLResponse)
+async def schedules_live(request: Request) -> Response:
+    return render(request, "_schedules.html", **await schedules_context(request))
+
+
+async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]:
+    sdk = sdk_of(request)
+    s = await sdk.get(schedule_id)
+    times = await sdk.next_runs(schedule_id, 10)
+    events = await sdk.history(schedule_id)
+    tz, _ = _zone(request)
+    return {
+        "s": s,
+        "trigger": views.trigger_text(s),
+        "state": views.status_text(s),
+        "next_runs": views.next_runs(times, s.timezone, tz, sdk.now_ms()),
+        "runs": views.runs(events),
+        "spec": _spec(s),
+    }
+
+
+def _spec(s: Schedule) -> dict[str, Any]:
+    """The schedule's spec as JSON (what PUT and the edit form take)."""
+    data = s.model_dump(mode="json", exclude=set(STATE_FIELDS) | {"paused", "pause_note"})
+    defaults = Schedule.model_fields
+    return {
+        k: v
+        for k, v in data.items()
+        if k in ("id", "task") or v != defaults[k].get_default(call_default_factory=True)
+    }
+
+
+@router.get("/schedules/{schedule_id}", response_class=HTMLResponse)
+async def schedule(request: Request, schedule_id: str) -> Response:
+    return render(request, "schedule.html", **await schedule_context(request, schedule_id))
+
+
+@router.get("/_live/schedules/{schedule_id}", response_class=HTMLResponse)
+async def schedule_live(request: Request, schedule_id: str) -> Response:
+    return render(request, "_schedule.html", **await schedule_context(request, schedule_id))
+
+
+#: An action on one schedule: (sdk, schedule id, form fields) -> the message to show.
+_Do = Callable[[Sdk, str, dict[str, list[str]]], Awaitable[str]]
+
+
+def _action(verb: str) -> Callable[[_Do], _Do]:
+    """Registers ``POST /schedules/{id}/<verb>``: check the form, run the action, go back to
+    the schedule's page (the list after a removal) with its message or its error."""
+
+    def wrap(do: _Do) -> _Do:
+        async def endpoint(request: Request, schedule_id: str) -> Response:
+            fields = await form(request)
+            page = f"/schedules/{_quoted(schedule_id)}"
+            try:
+                message = await do(sdk_of(request), schedule_id, fields)
+            except ScheduleNotFound as exc:
+                return back(request, "/schedules", str(exc), ok=False)
+            except RschedError as exc:
+                return back(request, page, str(exc), ok=False)
+            return back(request, "/schedules" if verb == "remove" else page, message)
+
+        endpoint.__name__ = f"schedule_{verb}"
+        router.add_api_route(
+            f"/schedules/{{schedule_id}}/{verb}", endpoint, methods=["POST"], name=endpoint.__name__
+        )
+        return do
+
+    return wrap
+
+
+@_action("pause")
+async def _pause(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
+    note = first(fields, "note") or None
+    await sdk.pause(sid, note)
+    return f"paused {sid}" + (f" ({note})" if note else "")
+
+
+@_action("resume")
+async def _resume(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
+    await sdk.resume(sid)
+    return f"resumed {sid}"
+
+
+@_action("trigger")
+async def _trigger(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
+    fired = await sdk.trigger(sid)
+    return f"{fired.status} {fired.execution_id}"
+
+
+@_action("backfill")
+async def _backfill(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
+    ends = []
+    for name in ("start", "end"):
+        text = first(fields, name)
+        try:
+            ends.append(datetime.fromisoformat(text))
+        except ValueError:
+            raise InvalidArgument(name, f"{text!r} is not a time; e.g. 2026-05-01T09:30") from None
+    result = await sdk.backfill(sid, ends[0], ends[1])
+    counts = ", ".join(
+        f"{result.count(k)} {k}" for k in ("fired", "skipped", "buffered", "already_fired")
+    )
+    return f"backfilled {len(result.outcomes)} occurrence(s): {counts}"
+
+
+@_action("remove")
+async def _remove(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
+    if first(fields, "confirm") != sid:
+        raise InvalidArgument("confirm", f"type the schedule id {sid!r} to remove it")
+    await sdk.remove(sid)
+    return f"removed {sid}"
+
+
+@router.get("/schedules/{schedule_id}/edit", response_class=HTMLResponse)
+async def edit_form(request: Request, schedule_id: str) -> Response:
+    s = await sdk_of(request).get(schedule_id)
+    return render(request, "edit.html", s=s, text=views_json(_spec(s)), error=None)
+
+
+@router.get("/new-schedule", response_class=HTMLResponse)
+async def new_form(request: Request) -> Response:
+    example = {"id": "nightly-report", "task": "reports.nightly", "cron": "0 2 * * *"}
+    return render(request, "edit.html", s=None, text=views_json(example), error=None)
+
+
+def views_json(data: dict[str, Any]) -> str:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+
+
+async def _save(request: Request, schedule_id: str | None) -> Response:
+    fields = await form(request)
+    text = first(fields, "spec")
+    sdk = sdk_of(request)
+    try:
+        try:
+            spec = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidArgument("spec", f"not valid JSON ({exc})") from None
+        if not isinstance(spec, dict):
+            raise InvalidArgument("spec", "give a JSON object")
+        if schedule_id is None:
+            s = await sdk.add(spec)
+        else:
+            if spec.setdefault("id", schedule_id) != schedule_id:
+                raise InvalidArgument("id", "the id cannot change; add a new schedule instead")
+            spec["paused"] = (await sdk.get(schedule_id)).paused
+            s = await sdk.upsert(spec)
+    except RschedError as exc:
+        old = await sdk.get(schedule_id) if schedule_id else None
+        return render(request, "edit.html", 400, s=old, text=text, error=error_body(exc))
+    verb = "added" if schedule_id is None else "saved"
+    return back(request, f"/schedules/{_quoted(s.id)}", f"{verb} {s.id}")
+
+
+@router.post("/schedules/{schedule_id}/edit")
+async def edit(request: Request, schedule_id: str) -> Response:
+    return await _save(request, schedule_id)
+
+
+@router.post("/new-schedule")
+async def add(request: Request) -> Response:
+    return await _save(request, None)
+
+
+# --- queues and dead letters --------------------------------------------------------------------
+
+
+async def queues_context(request: Request) -> dict[str, Any]:
+    sdk = sdk_of(request)
+    cache: _Cache = request.app.state.cache
+    stats = await cache.get("stats", sdk.stats)
+    return {"queues": sorted(stats.queues.items()), "workers": await sdk.workers()}
+
+
+@router.get("/queues", response_class=HTMLResponse)
+async def queues(request: Request) -> Response:
+    return render(request, "queues.html", **await queues_context(request))
+
+
+@router.get("/_live/queues", response_class=HTMLResponse)
+async def queues_live(request: Request) -> Response:
+    return render(request, "_queues.html", **await queues_context(request))
+
+
+async def queue_context(request: Request, queue: str) -> dict[str, Any]:
+    sdk = sdk_of(request)
+    p = request.query_params
+    page = await sdk.dead_letters(
+        queue, limit=50, cursor=p.get("cursor") or None, task=p.get("task") or None
+    )
+    stats = await request.app.state.cache.get("stats", sdk.stats)
+    return {
+        "queue": queue,
+        "q": stats.queues.get(queue, {}),
+        "letters": page.items,
+        "cursor": page.cursor,
+        "task": p.get("task", ""),
+        "jobs": await sdk.jobs(queue),
+    }
+
+
+@router.get("/queues/{queue}", response_class=HTMLResponse)
+async def queue(request: Request, queue: str) -> Response:
+    return render(request, "queue.html", **await queue_context(request, queue))
+
+
+@router.get("/_live/queues/{queue}", response_class=HTMLResponse)
+async def queue_live(request: Request, queue: str) -> Response:
+    return render(request, "_queue.html", **await queue_context(request, queue))
+
+
+@router.get("/queues/{queue}/dead/{entry_id}", response_class=HTMLResponse)
+async def dead_letter(request: Request, queue: str, entry_id: str) -> Response:
+    d = await sdk_of(request).dead_letter(queue, entry_id)
+    return render(request, "dead_letter.html", queue=queue, d=d)
+
+
+async def _dead_action(request: Request, queue: str, verb: str) -> Response:
+    fields = await form(request)
+    ids = [i for i in fields.get("entry_id", []) if i]
+    everything = first(fields, "all") == "1"
+    page = f"/queues/{_quoted(queue)}"
+    if not ids and not everything:
+        return back(request, page, "select dead letters first", ok=False)
+    sdk = sdk_of(request)
+    call = sdk.requeue if verb == "requeue" else sdk.purge
+    try:
+        n = await call(queue, None if everything else ids)
+    except RschedError as exc:
+        return back(request, page, str(exc), ok=False)
+    done = "requeued" if verb == "requeue" else "purged"
+    return back(request, page, f"{done} {n} dead letter(s) of queue {queue}")
+
+
+@router.post("/queues/{queue}/requeue")
+async def requeue(request: Request, queue: str) -> Response:
+    return await _dead_action(request, queue, "requeue")
+
+
+@router.post("/queues/{queue}/purge")
+async def purge(request: Request, queue: str) -> Response:
+    return await _dead_action(request, queue, "purge")
+
+
+# --- login --------------------------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request) -> Response:
+    return render(request, "login.html", next=request.query_params.get("next", ""), error=None)
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    fields = await form(request)
+    auth: Auth = request.app.state.auth
+    target = first(fields, "next")
+    base = prefix(request)
+    if not target.startswith(base + "/") or target.startswith("//"):
+        target = base + "/"
+    if not auth.enabled:
+        return RedirectResponse(target, status_code=303)
+    if not auth.login_ok(first(fields, "user"), first(fields, "password"), first(fields, "token")):
+        return render(request, "login.html", 401, next=target, error="wrong credentials")
+    response = RedirectResponse(target, status_code=303)
+    response.raw_headers.append(
+        (b"set-cookie", cookie_header(SESSION_COOKIE, auth.session, base or "/"))
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    await form(request)
+    response = RedirectResponse(prefix(request) + "/login", status_code=303)
+    response.raw_headers.append(
+        (b"set-cookie", cookie_header(SESSION_COOKIE, "", prefix(request) or "/", 0))
+    )
+    return response

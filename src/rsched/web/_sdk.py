@@ -1,0 +1,138 @@
+"""Every call the web package makes to rsched, through the public ``rsched.Client`` only.
+
+The dashboard and the API read and write exactly what the CLI does, with the same errors.
+The SDK is still moving (``list`` and ``dead_letters`` are to return a generic ``rsched.Page``
+with ``.items``, ``history`` typed records, and ``health``/``workers``/``jobs`` are to appear),
+so each of those is followed here, in one line, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from rsched import BackfillResult, Client, DeadLetter, Fired, Schedule, Settings, Stats
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; ``cursor`` asks for the next one (None: this was the last)."""
+
+    items: list[T]
+    cursor: str | None
+
+
+class Sdk:
+    """The rsched calls of the web package, around one client."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @property
+    def settings(self) -> Settings:
+        return self.client.settings
+
+    @staticmethod
+    def now_ms() -> int:
+        """This host's clock, for relative times on a page (rsched decides with Redis TIME)."""
+        return time.time_ns() // 1_000_000
+
+    # --- schedules ------------------------------------------------------------------------
+
+    async def list_schedules(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        paused: bool | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Schedule]:
+        page = await self.client.list(
+            queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
+        )
+        return Page(page.schedules, page.cursor)
+
+    async def get(self, schedule_id: str) -> Schedule:
+        return await self.client.get(schedule_id)
+
+    async def add(self, spec: dict[str, Any]) -> Schedule:
+        return await self.client.add(spec)
+
+    async def upsert(self, spec: dict[str, Any]) -> Schedule:
+        return await self.client.upsert(spec)
+
+    async def update(self, schedule_id: str, changes: dict[str, Any]) -> Schedule:
+        return await self.client.update(schedule_id, **changes)
+
+    async def remove(self, schedule_id: str) -> None:
+        await self.client.remove(schedule_id)
+
+    async def pause(self, schedule_id: str, note: str | None) -> None:
+        await self.client.pause(schedule_id, note)
+
+    async def resume(self, schedule_id: str) -> None:
+        await self.client.resume(schedule_id)
+
+    async def trigger(self, schedule_id: str) -> Fired:
+        return await self.client.trigger(schedule_id)
+
+    async def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
+        return await self.client.backfill(schedule_id, start, end)
+
+    async def next_runs(self, schedule_id: str, n: int) -> list[datetime]:
+        return await self.client.next_runs(schedule_id, n)
+
+    async def history(
+        self, schedule_id: str, limit: int | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Events newest first, as dicts (``event``, ``execution_id``, ``at``, …)."""
+        limit = limit or self.settings.history_limit
+        return await self.client.history(schedule_id, limit=limit, status=status)
+
+    # --- queues, jobs and dead letters ------------------------------------------------------
+
+    async def enqueue(self, task: str, payload: dict[str, Any], **options: Any) -> str:
+        return await self.client.enqueue(task, payload, **options)
+
+    async def dead_letters(
+        self, queue: str, *, limit: int, cursor: str | None = None, task: str | None = None
+    ) -> Page[DeadLetter]:
+        letters, nxt = await self.client.dead_letters(queue, limit=limit, cursor=cursor, task=task)
+        return Page(letters, nxt)
+
+    async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
+        return await self.client.dead_letter(queue, entry_id)
+
+    async def requeue(
+        self, queue: str, entry_ids: Sequence[str] | None, task: str | None = None
+    ) -> int:
+        return await self.client.requeue(queue, entry_ids, task=task)
+
+    async def purge(
+        self, queue: str, entry_ids: Sequence[str] | None, task: str | None = None
+    ) -> int:
+        return await self.client.purge(queue, entry_ids, task=task)
+
+    # --- deployment -----------------------------------------------------------------------
+
+    async def stats(self) -> Stats:
+        return await self.client.stats()
+
+    async def ping(self) -> None:
+        """Raises RedisUnavailable when Redis cannot be reached (one cheap read)."""
+        await self.client.list(limit=1)  # Client.health() later
+
+    async def workers(self) -> list[dict[str, Any]] | None:
+        """Live workers, or None while the SDK cannot tell (Client.workers() later)."""
+        return None
+
+    async def jobs(self, queue: str) -> list[dict[str, Any]] | None:
+        """Queued, running and delayed jobs, or None while the SDK cannot tell
+        (Client.jobs() later)."""
+        return None

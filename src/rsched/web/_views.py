@@ -1,0 +1,208 @@
+"""What pages and API answers derive from rsched's data: times in two zones, DST marks, runs
+grouped from history events, a schedule's health, per-minute activity. Pure: no I/O."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rsched import Schedule
+from rsched._cli_common import status_text, trigger_text
+from rsched._format import clock, duration, relative
+from rsched._model import to_ms
+from rsched._tz import resolve_timezone
+
+__all__ = (
+    "Moment",
+    "Run",
+    "activity",
+    "duration",
+    "health",
+    "moment",
+    "next_runs",
+    "runs",
+    "status_text",
+    "trigger_text",
+    "valid_zone",
+)
+
+#: Events of a run that come before its outcome; everything else of a run is an outcome.
+_FIRE_EVENTS = frozenset({"fired", "buffered", "skipped", "misfired", "released"})
+_FAILED = frozenset({"failed", "timed_out", "dead"})
+#: Columns of the activity table, in order.
+ACTIVITY_EVENTS = ("fired", "completed", "failed", "dead", "skipped")
+
+
+def valid_zone(name: str | None) -> str | None:
+    """The zone name when it is a zone rsched knows, else None."""
+    if not name:
+        return None
+    try:
+        resolve_timezone(name)
+    except Exception:
+        return None
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """One instant as a page shows it: in the viewer's zone, in the schedule's own zone (when
+    it differs), relative to now, and as ISO 8601 UTC for ``<time datetime>``."""
+
+    viewer: str
+    own: str
+    relative: str
+    iso: str
+
+    def __bool__(self) -> bool:
+        return bool(self.iso)
+
+
+_NO_MOMENT = Moment("-", "", "", "")
+
+
+def moment(when: datetime | int | None, viewer: str, own: str, now_ms: int) -> Moment:
+    if when is None:
+        return _NO_MOMENT
+    ms = to_ms(when) if isinstance(when, datetime) else int(when)
+    return Moment(
+        viewer=clock(ms, viewer),
+        own=clock(ms, own) if own != viewer else "",
+        relative=relative(ms, now_ms),
+        iso=datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NextRun:
+    at: Moment
+    utc_offset: str
+    #: Set when the zone's UTC offset differs from the previous run's (or from now's, for
+    #: the first): "UTC+01:00 → UTC+02:00".
+    transition: str
+
+
+def _offset(dt: datetime) -> str:
+    off = dt.utcoffset()
+    if off is None:
+        return "UTC"
+    minutes = int(off.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def next_runs(times: Sequence[datetime], zone: str, viewer: str, now_ms: int) -> list[NextRun]:
+    """The next fire times, each marked where the schedule's zone changes its UTC offset."""
+    tz = resolve_timezone(zone)
+    previous = _offset(datetime.fromtimestamp(now_ms / 1000, tz))
+    out: list[NextRun] = []
+    for t in times:
+        offset = _offset(t.astimezone(tz))
+        change = f"{previous} → {offset}" if offset != previous else ""
+        out.append(NextRun(moment(t, viewer, zone, now_ms), offset, change))
+        previous = offset
+    return out
+
+
+@dataclass(slots=True)
+class Run:
+    """One execution of a schedule, gathered from its history events (newest first)."""
+
+    execution_id: str
+    status: str = "queued"
+    origin: str = ""
+    scheduled_ms: int | None = None
+    fired_ms: int | None = None
+    late_ms: int | None = None
+    attempt: int | None = None
+    error: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        def iso(ms: int | None) -> str | None:
+            return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+        return {
+            "execution_id": self.execution_id,
+            "status": self.status,
+            "origin": self.origin or None,
+            "scheduled_at": iso(self.scheduled_ms),
+            "fired_at": iso(self.fired_ms),
+            "late_ms": self.late_ms,
+            "attempt": self.attempt,
+            "error": self.error or None,
+            "events": self.events,
+        }
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def runs(events: Iterable[dict[str, Any]]) -> list[Run]:
+    """Runs newest first; ``status`` is the latest event of each (fired means still queued)."""
+    by_id: dict[str, Run] = {}
+    for event in events:  # newest first
+        name = str(event.get("event", "?"))
+        exec_id = str(event.get("execution_id") or f"({name} at {event.get('at', '?')})")
+        run = by_id.get(exec_id)
+        if run is None:
+            run = by_id[exec_id] = Run(exec_id)
+            run.status = "queued" if name == "fired" else name
+            if name == "skipped" and event.get("reason"):
+                run.status = f"skipped ({event['reason']})"
+        run.events.append(event)
+        if name in _FIRE_EVENTS:
+            run.origin = run.origin or str(event.get("origin") or name)
+            run.scheduled_ms = run.scheduled_ms or _int(event.get("scheduled_at"))
+            run.fired_ms = run.fired_ms or _int(event.get("at"))
+            run.late_ms = run.late_ms if run.late_ms is not None else _int(event.get("late_ms"))
+        if run.attempt is None and event.get("attempt") is not None:
+            run.attempt = _int(event.get("attempt"))
+        if not run.error and event.get("error"):
+            run.error = f"{event.get('error_type') or 'error'}: {event['error']}"
+    return list(by_id.values())
+
+
+def last_outcome(events: Sequence[dict[str, Any]]) -> str:
+    """The newest run's status, or "" when the schedule never ran."""
+    found = runs(events[:12])
+    return found[0].status if found else ""
+
+
+def health(schedule: Schedule, outcome: str, now_ms: int) -> tuple[str, str]:
+    """(level, why): ``ok``, ``warn`` (overdue past its grace) or ``bad`` (last run failed)."""
+    if outcome in _FAILED:
+        return "bad", f"last run {outcome}"
+    if schedule.next_run is not None and not schedule.paused and not schedule.completed:
+        late = now_ms - to_ms(schedule.next_run)
+        if late > max(schedule.misfire_grace_s * 1000, 5_000):
+            return "warn", f"overdue by {duration(late)}"
+    if outcome.startswith("skipped"):
+        return "warn", f"last occurrence {outcome}"
+    return "ok", ""
+
+
+def activity(
+    histories: Iterable[Sequence[dict[str, Any]]], now_ms: int, minutes: int = 10
+) -> list[tuple[int, Counter[str]]]:
+    """Per minute of the last ``minutes`` (newest first): counts of fired, completed, failed
+    (incl. timed out), dead and skipped events in the given histories."""
+    start = (now_ms // 60_000 - minutes + 1) * 60_000
+    buckets: list[Counter[str]] = [Counter() for _ in range(minutes)]
+    for events in histories:
+        for event in events:
+            at = _int(event.get("at"))
+            if at is None or at < start or at > now_ms:
+                continue
+            name = str(event.get("event"))
+            name = "failed" if name == "timed_out" else name
+            if name in ACTIVITY_EVENTS:
+                buckets[(at - start) // 60_000][name] += 1
+    return [(start + i * 60_000, buckets[i]) for i in reversed(range(minutes))]

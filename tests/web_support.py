@@ -1,0 +1,79 @@
+"""Serving ``rsched.web`` apps over real HTTP for the web tests: uvicorn on a free loopback port
+in a thread of the test process, with its own event loop."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+from rsched import Settings
+from rsched.web import create_app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def run_app(app: Any, path: str = "") -> Iterator[str]:
+    """Serve an ASGI app on a free loopback port; yields its URL (plus ``path``)."""
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"web-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the web server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextmanager
+def serve(settings: Settings, **options: Any) -> Iterator[str]:
+    """Serve ``create_app(settings=settings, **options)``; yields its base URL (no slash)."""
+    app = create_app(settings=settings, **options)
+    with run_app(app, str(options.get("base_path", "")).rstrip("/")) as url:
+        yield url
+
+
+async def make_dead_letters(settings: Settings, n: int = 1, queue: str = "default") -> None:
+    """``n`` real dead letters on ``queue``: jobs whose handler raises, with no retries left,
+    run by an in-process worker."""
+    import anyio
+
+    import rsched
+    from worker_app import fast_settings
+
+    worker = rsched.Worker(queues=[queue], settings=fast_settings(settings))
+
+    @worker.task("web.boom")
+    async def boom(job: rsched.Job) -> None:
+        raise ValueError(f"boom <b>{job.payload.get('n')}</b>")
+
+    async with rsched.Client.from_settings(settings) as client:
+        before = (await client.stats()).dead_letters
+        for i in range(n):
+            await client.enqueue("web.boom", {"n": i}, queue=queue, max_retries=0)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, None)
+            with anyio.fail_after(15):
+                while (await client.stats()).dead_letters < before + n:  # noqa: ASYNC110 - polling Redis
+                    await anyio.sleep(0.05)
+            worker.stop()
