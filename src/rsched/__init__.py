@@ -1,5 +1,8 @@
 """rsched: a distributed job scheduler for Python built on Redis alone."""
 
+import dataclasses as _dataclasses
+import typing as _typing
+
 from rsched._client import BackfillResult, Client, Fired, Page, Stats
 from rsched._errors import (
     ConfigError,
@@ -55,8 +58,15 @@ __all__ = (
 )
 
 # The public names print as rsched.X (not rsched._errors.X): where they are defined is private.
+# A dataclass's string annotations are resolved first, in its own module: tools that read them
+# later (pydantic, typing.get_type_hints) would look them up in the module __module__ names.
 for _name in __all__:
     _value = globals()[_name]
+    if _dataclasses.is_dataclass(_value) and isinstance(_value, type):
+        _hints = _typing.get_type_hints(_value)
+        _value.__annotations__.update(_hints)
+        for _field in _dataclasses.fields(_value):
+            _field.type = _hints[_field.name]
     if isinstance(_value, type) or callable(_value):
         _value.__module__ = __name__
-del _name, _value
+del _name, _value, _hints, _field

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rsched import InvalidArgument, Schedule, ScheduleNotFound
-from rsched._keys import NAME_RE
+from rsched._rules import NAME_RE
 from rsched.web._sdk import Page, Sdk
 
 State = Literal["active", "paused", "completed"]
