@@ -17,6 +17,7 @@ from rsched import (
     InvalidSchedule,
     RedisUnavailable,
     Schedule,
+    ScheduleCompleted,
     ScheduleExists,
     ScheduleNotFound,
     Settings,
@@ -164,10 +165,13 @@ async def test_completed_schedule_cannot_trigger_or_pause(client: Client) -> Non
     await client.add(Schedule(id="one", task="t", every=60, max_runs=1, overlap="allow"))
     await client.trigger("one")
     assert (await client.get("one")).completed
-    with pytest.raises(InvalidSchedule, match="completed"):
+    completed = r"schedule 'one' has completed \(max_runs reached: 1 of 1\); nothing to "
+    with pytest.raises(ScheduleCompleted, match=completed + "trigger"):
         await client.trigger("one")
-    with pytest.raises(InvalidSchedule, match="completed"):
+    with pytest.raises(ScheduleCompleted, match=completed + "pause"):
         await client.pause("one")
+    with pytest.raises(ScheduleCompleted, match=completed + "resume"):
+        await client.resume("one")
 
 
 async def test_next_runs(client: Client) -> None:

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from rsched import InvalidSchedule, Schedule, ScheduleExists, ScheduleNotFound
+from rsched import (
+    InvalidSchedule,
+    Schedule,
+    ScheduleCompleted,
+    ScheduleExists,
+    ScheduleNotFound,
+)
 from rsched._codes import Code
 from rsched._errors import Conflict
 from rsched._keys import Keys
@@ -208,7 +214,7 @@ async def test_trigger_goes_through_overlap(store: ScheduleStore) -> None:
     assert (await store.trigger("t1", "default"))[0] == Code.FIRED
     loaded = await store.load("t1")
     assert loaded.completed
-    with pytest.raises(InvalidSchedule, match="completed"):
+    with pytest.raises(ScheduleCompleted, match="has completed; nothing to trigger"):
         await store.trigger("t1", "default")
     with pytest.raises(ScheduleNotFound):
         await store.trigger("nope", "default")

@@ -205,7 +205,7 @@ async def test_completed_schedule_is_a_conflict(web: Web, client: rsched.Client)
         assert (await http.post("/schedules/once/trigger")).json()["status"] == "fired"
         if not (await http.get("/schedules/once")).json()["completed"]:
             pytest.skip("a manual trigger does not count towards max_runs here")
-        error(await http.post("/schedules/once/pause"), 409, "InvalidSchedule")
+        error(await http.post("/schedules/once/pause"), 409, "ScheduleCompleted")
 
 
 def test_next_runs_mark_dst_transitions(web: Web, settings: Settings) -> None:

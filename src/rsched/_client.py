@@ -27,6 +27,7 @@ from rsched._errors import (
     InvalidArgument,
     InvalidSchedule,
     RedisUnavailable,
+    ScheduleCompleted,
     ScheduleNotFound,
 )
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
@@ -277,21 +278,24 @@ class Client:
     async def pause(self, schedule_id: str, note: str | None = None) -> None:
         """Stop a schedule from firing until :meth:`resume`; ``note`` says why (for operators).
 
-        Raises ScheduleNotFound, or InvalidSchedule when the schedule has completed.
+        Raises ScheduleNotFound, or ScheduleCompleted when the schedule has completed.
         """
         if note is not None:
             try:
                 check_pause_note(note)
             except ValueError as exc:
                 raise InvalidSchedule(schedule_id, [("pause_note", str(exc))]) from None
-        await self._store.pause(schedule_id, note)
+        try:
+            await self._store.pause(schedule_id, note)
+        except ScheduleCompleted as exc:
+            raise await self._why_completed(exc) from None
 
     @_redis_errors
     async def resume(self, schedule_id: str) -> None:
         """Let a paused schedule fire again from its first occurrence after now.
 
         Occurrences that came due while paused are not run. Raises ScheduleNotFound, or
-        InvalidSchedule when it has completed.
+        ScheduleCompleted when it has completed.
         """
 
         async def write() -> None:
@@ -300,7 +304,10 @@ class Client:
             next_ms: int | None = None
             if schedule.max_runs is None or schedule.runs < schedule.max_runs:
                 next_ms = Timing.of(schedule).next_after(now)
-            await self._store.resume(schedule_id, schedule.generation, next_ms)
+            try:
+                await self._store.resume(schedule_id, schedule.generation, next_ms)
+            except ScheduleCompleted as exc:
+                raise ScheduleCompleted(schedule_id, exc.action, _completion(schedule)) from None
 
         await _until_no_conflict(write)
 
@@ -308,10 +315,21 @@ class Client:
     async def trigger(self, schedule_id: str) -> Fired:
         """Run one extra occurrence now, through the overlap policy; next runs do not move.
 
-        Raises ScheduleNotFound, or InvalidSchedule when the schedule has completed.
+        Raises ScheduleNotFound, or ScheduleCompleted when the schedule has completed.
         """
-        code, execution_id = await self._store.trigger(schedule_id)
+        try:
+            code, execution_id = await self._store.trigger(schedule_id)
+        except ScheduleCompleted as exc:
+            raise await self._why_completed(exc) from None
         return Fired(execution_id, _OUTCOMES[code])
+
+    async def _why_completed(self, exc: ScheduleCompleted) -> ScheduleCompleted:
+        """``exc`` with the reason the schedule completed (read on this error path only)."""
+        try:
+            schedule = await self._store.load(exc.schedule_id)
+        except ScheduleNotFound:  # removed meanwhile
+            return exc
+        return ScheduleCompleted(exc.schedule_id, exc.action, _completion(schedule))
 
     @_redis_errors
     async def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
@@ -571,6 +589,17 @@ def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
             "cursor", f"{cursor!r} is not a cursor; pass the cursor a previous page returned"
         )
     return value, member
+
+
+def _completion(schedule: Schedule) -> str:
+    """Why a completed schedule completed, for its ScheduleCompleted message."""
+    if schedule.max_runs is not None and schedule.runs >= schedule.max_runs:
+        return f"max_runs reached: {schedule.runs} of {schedule.max_runs}"
+    if schedule.at is not None:
+        return f"its one-off time {schedule.at.isoformat()} passed"
+    if schedule.end_at is not None:
+        return f"end_at {schedule.end_at.isoformat()} passed"
+    return ""
 
 
 def _parse(data: dict[str, Any]) -> Schedule:

@@ -16,6 +16,7 @@ from rsched._errors import (
     InvalidArgument,
     InvalidSchedule,
     RschedError,
+    ScheduleCompleted,
     ScheduleExists,
     ScheduleNotFound,
     StateError,
@@ -60,7 +61,8 @@ def error(
 ) -> RschedError | None:
     """The exception for an error ``code`` returned by ``script``, or None when the code is not
     an error (the caller acts on it). ``schedule_id`` or ``queue`` name what the call was about;
-    ``field`` is the argument or schedule field a COMPLETED or NOT_DUE concerns."""
+    ``field`` is the argument a NOT_DUE concerns; a COMPLETED names ``script`` as the refused
+    action."""
     if code == Code.NOT_FOUND and schedule_id is not None:
         return ScheduleNotFound(schedule_id)
     if code == Code.EXISTS and schedule_id is not None:
@@ -68,7 +70,7 @@ def error(
     if code == Code.CONFLICT:
         return Conflict(f"schedule {schedule_id!r} changed meanwhile; read it again")
     if code == Code.COMPLETED:
-        return InvalidSchedule(schedule_id, [(field, "the schedule has completed")])
+        return ScheduleCompleted(schedule_id or "?", action=script)
     if code == Code.NOT_DUE:
         return InvalidArgument(field, "an occurrence is in the future by the server's clock")
     if code == Code.WRONG_TYPE:

@@ -53,6 +53,22 @@ class ScheduleExists(RschedError):
         )
 
 
+class ScheduleCompleted(RschedError):
+    """Raised by pause, resume and trigger on a schedule that has completed (``max_runs``
+    reached, its one-off ``at`` or its ``end_at`` passed); nothing was written.
+
+    ``action`` names what was refused (pause, resume, trigger); ``reason`` says why the schedule
+    completed when known. Since 0.1.0.
+    """
+
+    def __init__(self, schedule_id: str, action: str = "change", reason: str = "") -> None:
+        self.schedule_id = schedule_id
+        self.action = action
+        self.reason = reason
+        why = f" ({reason})" if reason else ""
+        super().__init__(f"schedule {schedule_id!r} has completed{why}; nothing to {action}")
+
+
 class StateError(RschedError):
     """Raised when stored state is not what rsched wrote (a key of the wrong type, bad JSON)."""
 

@@ -182,7 +182,7 @@ class ScheduleStore(_lua.ScriptCaller):
             [k.schedules, k.schedule(schedule_id), op_key],
             [schedule_id, note or "", op_id],
         )
-        check(res, script="pause", schedule_id=schedule_id, field="paused")
+        check(res, script="pause", schedule_id=schedule_id)
 
     async def resume(self, schedule_id: str, expect_gen: int, next_ms: int | None) -> None:
         k = self.keys
@@ -192,7 +192,7 @@ class ScheduleStore(_lua.ScriptCaller):
             [k.schedules, k.schedule(schedule_id), op_key],
             [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, op_id],
         )
-        check(res, script="resume", schedule_id=schedule_id, field="paused")
+        check(res, script="resume", schedule_id=schedule_id)
 
     async def trigger(self, schedule_id: str, queue: str | None = None) -> tuple[Code, str]:
         """Run one extra occurrence now; returns (code, execution id): FIRED, SKIPPED or BUFFERED.
@@ -215,7 +215,7 @@ class ScheduleStore(_lua.ScriptCaller):
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
         )
-        code = check(res, script="trigger", schedule_id=schedule_id, field="max_runs")
+        code = check(res, script="trigger", schedule_id=schedule_id)
         return code, str(res[1])
 
     async def backfill(self, schedule: Schedule, times: Sequence[int]) -> list[Code]:

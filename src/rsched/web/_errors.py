@@ -15,6 +15,7 @@ from rsched import (
     InvalidSchedule,
     RedisUnavailable,
     RschedError,
+    ScheduleCompleted,
     ScheduleExists,
     ScheduleNotFound,
 )
@@ -24,23 +25,16 @@ _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (ScheduleNotFound, 404),
     (DeadLetterNotFound, 404),
     (ScheduleExists, 409),
+    (ScheduleCompleted, 409),
     (InvalidSchedule, 422),
     (InvalidJob, 422),
     (RedisUnavailable, 503),
 )
 #: InvalidJob messages start with the field they are about ("payload: must be a dict").
 _LEADING_FIELD = re.compile(r"^([a-z_]+): ")
-#: The SDK says "has completed" as an InvalidSchedule; for HTTP it is a state conflict.
-_COMPLETED = "the schedule has completed"
 
 
 def status_of(exc: RschedError) -> int:
-    if (
-        isinstance(exc, InvalidSchedule)
-        and exc.errors
-        and all(msg == _COMPLETED for _, msg in exc.errors)
-    ):
-        return 409
     for cls, status in _STATUS:
         if isinstance(exc, cls):
             return status
@@ -53,7 +47,7 @@ def field_of(exc: RschedError) -> str | None:
         return exc.field
     if isinstance(exc, InvalidSchedule):
         return exc.errors[0][0] or None if exc.errors else None
-    if isinstance(exc, ScheduleNotFound | ScheduleExists):
+    if isinstance(exc, ScheduleNotFound | ScheduleExists | ScheduleCompleted):
         return "id"
     if isinstance(exc, DeadLetterNotFound):
         return "entry_id"
