@@ -6,9 +6,9 @@ setting has a default that is safe in production and a unit in its name where it
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES, PREFIX_RE
@@ -41,10 +41,20 @@ class SchedulerSettings(BaseModel):
         return self
 
 
+if TYPE_CHECKING:
+    _Queues = list[str]
+else:
+    # pydantic-settings JSON-decodes an environment value of a list field and fails on
+    # "default,reports"; of a union it keeps a value that is not JSON as the string, which
+    # WorkerSettings._split_queues turns into the list (so the field always holds a list).
+    _Queues = list[str] | str
+
+
 class WorkerSettings(BaseModel):
     """Settings of ``rsched-worker`` (fields are owned by the worker module)."""
 
-    queues: list[str] = Field(default_factory=lambda: ["default"])
+    # A JSON list or comma-separated names: RSCHED_WORKER__QUEUES=default,reports.
+    queues: _Queues = Field(default_factory=lambda: ["default"])
     concurrency: int = Field(default=10, ge=1, le=10_000)
     shutdown_grace_period_s: float = Field(default=30.0, ge=0)
     # An entry idle (no heartbeat) this long is reclaimed by another worker.
@@ -62,6 +72,13 @@ class WorkerSettings(BaseModel):
     dead_letter_max_entries: int = Field(default=100_000, ge=10)
     # Traceback excerpt kept in a dead letter (characters, from the end).
     traceback_max_chars: int = Field(default=4_000, ge=100)
+
+    @field_validator("queues", mode="before")
+    @classmethod
+    def _split_queues(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
 
     @model_validator(mode="after")
     def _heartbeat_inside_visibility(self) -> WorkerSettings:
