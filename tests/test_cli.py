@@ -18,8 +18,11 @@ import orjson
 import pytest
 import redis as redis_sync
 
+from conftest import Proc
+from rsched import Settings, __version__
 from rsched._cli import duration_s, main
 from servers import Server
+from worker_app import fast_env
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -64,6 +67,17 @@ def cli(
 Cli = Callable[..., tuple[int, str, str]]
 
 
+@pytest.fixture
+def here(cli: Cli) -> Run:
+    """``cli`` with the child process's result type: the same checks, without a start-up each."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        code, out, err = cli(*args)
+        return subprocess.CompletedProcess(["rsched", *args], code, out, err)
+
+    return run
+
+
 def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
     assert proc.returncode == 0, proc.stderr
     return orjson.loads(proc.stdout)
@@ -86,7 +100,7 @@ def test_add_show_ls_trigger_rm(rsched: Run, cli: Cli) -> None:
     assert " in " in row
 
     code, out, _ = cli("--json", "trigger", "nightly")
-    fired = orjson.loads(out)
+    (fired,) = orjson.loads(out)["triggered"]
     assert fired["status"] == "fired"
     show = rsched("show", "nightly")
     assert show.returncode == 0, show.stderr
@@ -247,3 +261,218 @@ def test_next_history_backfill_pause_resume(cli: Cli) -> None:
     code, _, err = cli("backfill", "m", "--start", "2020-01-01", "--end", "2030-01-01")
     assert code == 1
     assert "end: 2030-01-01T00:00:00 is in the future" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"rsched {__version__}"
+
+
+def test_update_changes_only_the_fields_given(rsched: Run, here: Run, cli: Cli) -> None:
+    added = here(
+        "add", "poll", "--task", "feeds.poll", "--every", "1h", "--payload", '{"feed": 7}',
+        "--max-runs", "50", "--end-at", "2099-01-01T00:00", "--max-retries", "9",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    updated = rsched("update", "poll", "--every", "2h")
+    assert updated.returncode == 0, updated.stderr
+    assert "updated poll (generation 2): every 1h -> 2h; next run" in updated.stdout
+    kept = orjson.loads(cli("show", "poll", "--json")[1])["schedule"]
+    assert (kept["every"], kept["payload"], kept["max_runs"]) == (7200, {"feed": 7}, 50)
+    assert kept["end_at"].startswith("2099-01-01")
+    # A trigger flag replaces the trigger; --no-X and --clear X put a field back to its default.
+    change = (
+        "--json", "update", "poll", "--cron", "0 3 * * *", "--tz", "Europe/Rome",
+        "--no-end-at", "--clear", "max-retries", "--clear", "payload",
+    )  # fmt: skip
+    doc = as_json(here(*change))
+    assert sorted(doc["changed"]) == [
+        "cron", "end_at", "every", "max_retries", "payload", "timezone",
+    ]  # fmt: skip
+    s = doc["schedule"]
+    assert (s["cron"], s["every"], s["end_at"], s["max_retries"]) == ("0 3 * * *", None, None, 3)
+    assert (s["payload"], s["max_runs"], s["generation"]) == ({}, 50, 3)
+    # Bad input: nothing written.
+    nothing = here("update", "poll")
+    assert nothing.returncode == 2
+    assert "nothing to change" in nothing.stderr
+    both = here("update", "poll", "--clear", "max_runs", "--max-runs", "3")
+    assert both.returncode == 2
+    assert "--clear max_runs and a new max_runs given together" in both.stderr
+    bogus = here("update", "poll", "--clear", "task")
+    assert bogus.returncode == 2
+    assert "'task' cannot be cleared; give one of: queue, payload" in bogus.stderr
+    invalid = here("update", "poll", "--max-runs", "0")
+    assert invalid.returncode == 1
+    assert "max_runs" in invalid.stderr
+    ghost = here("update", "ghost", "--every", "1h")
+    assert ghost.returncode == 1
+    assert "schedule 'ghost' does not exist" in ghost.stderr
+    assert orjson.loads(cli("show", "poll", "--json")[1])["schedule"]["generation"] == 3
+
+
+def test_upsert_says_which_fields_went_back_to_defaults(here: Run, cli: Cli) -> None:
+    spec = ("--task", "t", "--every", "1h")
+    first = here("upsert", "u", *spec, "--max-runs", "5", "--payload", '{"k": 1}')
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("added u (generation 1)")
+    assert "reset" not in first.stdout
+    again = here("upsert", "u", *spec, "--description", "hourly")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("replaced u (generation 2)")
+    assert 'reset: payload ({"k":1} -> {}), max_runs (5 -> -)' in again.stdout
+    assert "rsched update u changes only the fields given" in again.stdout
+    doc = as_json(here("--json", "upsert", "u", *spec, "--description", "hourly"))
+    assert (doc["created"], doc["reset"]) == (False, [])
+    assert cli("pause", "u")[0] == 0
+    doc = as_json(here("--json", "upsert", "u", "--task", "t", "--every", "2h"))
+    assert doc["reset"] == ["paused", "description"]
+    assert doc["schedule"]["paused"] is False
+
+
+def test_several_ids_each_reported_and_every_existing_one_done(
+    rsched: Run, here: Run, cli: Cli
+) -> None:
+    for sid in ("a", "b", "c"):
+        assert cli("add", sid, "--task", "t", "--every", "1h", "--overlap", "allow")[0] == 0
+    paused = here("pause", "a", "ghost", "b", "--note", "deploy")
+    assert paused.returncode == 1
+    assert paused.stdout.splitlines() == ["paused a", "paused b"]
+    assert "rsched: error: schedule 'ghost' does not exist" in paused.stderr
+    assert "1 of 3 schedule(s) not paused: ghost" in paused.stderr
+    listed = orjson.loads(cli("ls", "--json")[1])["schedules"]
+    assert {s["id"]: s["paused"] for s in listed} == {"a": True, "b": True, "c": False}
+    resumed = here("resume", "a", "b")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [line.split(";")[0] for line in resumed.stdout.splitlines()] == [
+        "resumed a",
+        "resumed b",
+    ]
+    doc = orjson.loads(here("--json", "trigger", "a", "nope", "c").stdout)
+    assert [t["id"] for t in doc["triggered"]] == ["a", "c"]
+    assert all(t["status"] == "fired" for t in doc["triggered"])
+    assert doc["failed"] == [
+        {"id": "nope", "error": "ScheduleNotFound", "message": "schedule 'nope' does not exist"}
+    ]
+    removed = rsched("rm", "a", "x", "b", "y", "c")
+    assert removed.returncode == 1
+    assert removed.stdout.splitlines() == ["removed a", "removed b", "removed c"]
+    assert "2 of 5 schedule(s) not removed: x, y" in removed.stderr
+    assert orjson.loads(cli("ls", "--json")[1])["schedules"] == []
+    # One id: its own error, as before (the JSON error names its class).
+    alone = here("--json", "rm", "a")
+    assert alone.returncode == 1
+    assert orjson.loads(alone.stderr)["error"] == "ScheduleNotFound"
+
+
+def test_a_completed_schedule_is_completed_not_invalid(here: Run, cli: Cli) -> None:
+    spec = ("--task", "t", "--every", "1h", "--max-runs", "1", "--overlap", "allow")
+    assert cli("add", "once", *spec)[0] == 0
+    assert cli("trigger", "once")[0] == 0
+    for action in ("pause", "resume", "trigger"):
+        done = here(action, "once")
+        assert done.returncode == 1
+        assert done.stderr.strip() == (
+            f"rsched: error: schedule 'once' has completed (max_runs reached: 1 of 1); "
+            f"nothing to {action}"
+        )
+    err = orjson.loads(here("--json", "pause", "once").stderr)
+    assert err["error"] == "ScheduleCompleted"
+    assert "completed" in here("show", "once").stdout
+
+
+def test_errors_name_commands_and_flags_not_sdk_calls(here: Run, cli: Cli, tmp_path: Path) -> None:
+    assert cli("add", "x", "--task", "t", "--every", "1h")[0] == 0
+    exists = here("add", "x", "--task", "t", "--every", "1h")
+    assert exists.returncode == 1
+    assert "schedule 'x' already exists; use rsched upsert to replace it" in exists.stderr
+    assert "rsched update" in exists.stderr
+    past = here("add", "y", "--task", "t", "--at", "2020-01-01T00:00")
+    assert past.returncode == 1
+    assert "use rsched enqueue to run a job now" in past.stderr
+    count = here("next", "x", "-n", "0")
+    assert count.returncode == 1
+    assert "-n/--limit: give 1-10000" in count.stderr
+    spec = tmp_path / "z.json"
+    spec.write_text('{"id": "z", "task": "t", "every": 60, "evry": 1}')
+    unknown = here("add", "--file", str(spec))
+    assert unknown.returncode == 1
+    assert "evry: unknown field" in unknown.stderr
+    for proc in (exists, past, count, unknown):
+        assert "()" not in proc.stderr, proc.stderr
+
+
+def test_cron_previews_fire_times_with_dst_marked(capsys: pytest.CaptureFixture[str]) -> None:
+    # Needs no Redis and writes nothing: the URL below has nothing listening.
+    offline = ["--redis-url", "redis://127.0.0.1:1/0"]
+    args = ["cron", "30 2 * * *", "--tz", "Europe/Rome", "--after", "2027-03-26T12:00", "-n", "3"]
+    assert main([*offline, *args]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "cron '30 2 * * *' in Europe/Rome, after 2027-03-26T12:00:00+01:00:"
+    assert out[1].split() == ["FIRE", "TIME", "(Europe/Rome)", "UTC"]
+    assert out[2].split() == ["2027-03-27", "02:30:00", "CET", "2027-03-27", "01:30:00", "UTC"]
+    # 02:30 does not exist on the day clocks go forward: it fires at the transition instant.
+    assert out[3].startswith("2027-03-28 03:00:00 CEST  2027-03-28 01:00:00 UTC")
+    assert out[3].endswith("UTC+01:00 -> UTC+02:00 (clocks go forward 1h)")
+    assert not out[4].endswith(")")
+    assert main([*offline, "--json", "cron", "0 1 * * *", "--tz", "America/New_York",
+                 "--after", "2026-10-31T12:00", "--limit", "2"]) == 0  # fmt: skip
+    times = orjson.loads(capsys.readouterr().out)["times"]
+    assert [t["utc"] for t in times] == ["2026-11-01T05:00:00+00:00", "2026-11-02T06:00:00+00:00"]
+    assert [t["transition"] for t in times] == [None, "UTC-04:00 -> UTC-05:00 (clocks go back 1h)"]
+    for bad, message in [
+        (["cron", "0 0 30 2 *"], "rsched: error: cron: cron '0 0 30 2 *': day-of-month 30 never"),
+        (["cron", "* * *"], "rsched: error: cron: cron '* * *' has 3 fields"),
+        (["cron", "0 2 * * *", "--tz", "Mars/Base"], "rsched: error: --tz: unknown time zone"),
+        (["cron", "0 2 * * *", "-n", "0"], "rsched: error: -n/--limit: give 1-10000"),
+    ]:
+        assert main([*offline, *bad]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(message), err
+        assert err.count("\n") == 1, err  # one line
+
+
+def test_dead_requeue_and_purge_of_unknown_ids_are_errors(
+    rsched: Run, here: Run, cli: Cli, redis_url: str, prefix: str
+) -> None:
+    with redis_sync.Redis.from_url(redis_url, decode_responses=True) as raw:
+        job = orjson.dumps(["execution_id", "e", "task", "t", "payload", "{}", "attempt", "2"])
+        fields = {"reason": "max_retries", "execution_id": "e", "task": "t", "job": job.decode()}
+        first, second = (raw.xadd(f"{{{prefix}}}:dead:default", fields) for _ in range(2))
+    missing = rsched("dead", "requeue", "no-such-id")
+    assert missing.returncode == 1
+    assert "dead letter 'no-such-id' does not exist in queue 'default'" in missing.stderr
+    assert missing.stdout == ""
+    mixed = here("dead", "requeue", "0-1", str(first))
+    assert mixed.returncode == 1
+    assert mixed.stdout.strip() == f"requeued {first} onto queue default"
+    assert "1 of 2 dead letter(s) not requeued: 0-1" in mixed.stderr
+    other = here("dead", "purge", str(second), "--task", "other")
+    assert other.returncode == 0, other.stderr
+    assert f"left {second} (task t, not other)" in other.stdout
+    doc = orjson.loads(here("--json", "dead", "purge", str(second), "1-1").stdout)
+    assert doc["purged"] == [str(second)]
+    assert doc["failed"][0]["error"] == "DeadLetterNotFound"
+    assert orjson.loads(cli("dead", "ls", "--json")[1])["dead_letters"] == []
+    assert here("dead", "show", str(second)).returncode == 1
+
+
+def test_count_flags_agree_across_commands(cli: Cli) -> None:
+    for i in range(3):
+        assert cli("add", f"s{i}", "--task", "t", "--every", f"{i + 1}m")[0] == 0
+    for flag in ("-n", "--limit"):
+        assert len(orjson.loads(cli("ls", "--json", flag, "2")[1])["schedules"]) == 2
+        assert len(orjson.loads(cli("next", "s0", "--json", flag, "2")[1])) == 2
+        assert cli("history", "s0", flag, "2")[0] == 0
+        assert cli("dead", "ls", flag, "2")[0] == 0
+
+
+@pytest.mark.slow
+def test_worker_queues_from_a_comma_separated_environment_variable(
+    spawn: Callable[..., Proc], settings: Settings
+) -> None:
+    env = fast_env(settings, RSCHED_WORKER__QUEUES="default,reports")
+    proc = spawn("rsched._cli", "worker", "worker_app:worker", env=env)
+    proc.wait_for("worker.start")
+    assert "queues=default,reports" in proc.output()
+    assert Settings().worker.queues == ["default"]

@@ -19,7 +19,7 @@ import anyio
 import orjson
 from pydantic import ValidationError
 
-from rsched._cli_common import Handler, duration_s
+from rsched._cli_common import Handler, LocalHandler, cli_words, duration_s
 from rsched._cli_parser import DELEGATES, build_parser
 from rsched._client import Client
 from rsched._errors import RschedError, UsageError
@@ -45,7 +45,17 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -> None:
     async with Client.from_settings(settings) as client:
-        await handler(client, args)
+        try:
+            await handler(client, args)
+        except RschedError as exc:  # the SDK's words ("use upsert()") in the command line's
+            raise cli_words(exc) from exc.__cause__
+
+
+def _local(local: LocalHandler, args: argparse.Namespace) -> None:
+    try:
+        local(args)
+    except RschedError as exc:
+        raise cli_words(exc) from exc.__cause__
 
 
 def _delegate(argv: Sequence[str]) -> int | None:
@@ -101,15 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it
         return int(exc.code or 0)
     handler: Handler | None = getattr(args, "handler", None)
-    if handler is None:
+    local: LocalHandler | None = getattr(args, "local", None)  # needs no Redis
+    if handler is None and local is None:
         # `rsched` or `rsched dead` alone: show what is available.
         target = parser if args.command is None else _subparser(parser, args.command)
         target.print_help(sys.stderr)
         return EXIT_USAGE
     configure_logging("warning")
     try:
-        settings = _settings(args)
-        anyio.run(_run, handler, args, settings)
+        if local is not None:
+            _local(local, args)
+        elif handler is not None:
+            settings = _settings(args)
+            anyio.run(_run, handler, args, settings)
     except UsageError as exc:
         return _fail(args, exc, EXIT_USAGE)
     except RschedError as exc:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from importlib import metadata
 from typing import Any
 
 from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
-from rsched._cli_common import Handler, duration_s, iso_datetime, json_object
+from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
 
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
@@ -36,6 +37,19 @@ def _common() -> argparse.ArgumentParser:
     return p
 
 
+def version() -> str:
+    """The installed rsched's version."""
+    try:
+        return metadata.version("rsched")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _limit(p: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``-n N`` / ``--limit N``: how many to show, the same two spellings on every command."""
+    p.add_argument("-n", "--limit", type=int, default=default, help=what)
+
+
 def _sub(
     subs: Any, name: str, help_: str, examples: str, handler: Handler | None
 ) -> argparse.ArgumentParser:
@@ -51,9 +65,13 @@ def _sub(
     return p
 
 
-def _spec_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("id", nargs="?", help="schedule id (letters, digits, '. _ - :')")
-    p.add_argument("--file", help="read the whole schedule from a JSON file ('-' for stdin)")
+def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
+    if update:
+        p.add_argument("id", help="the schedule to change")
+        p.add_argument("--file", help="read the fields to change from a JSON file ('-' for stdin)")
+    else:
+        p.add_argument("id", nargs="?", help="schedule id (letters, digits, '. _ - :')")
+        p.add_argument("--file", help="read the whole schedule from a JSON file ('-' for stdin)")
     p.add_argument("--task", help="the handler name a worker runs")
     trigger = p.add_mutually_exclusive_group()
     trigger.add_argument("--cron", help="cron expression, e.g. '0 2 * * *' or '*/10 * * * * *'")
@@ -76,7 +94,29 @@ def _spec_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catch-up-limit", type=int)
     p.add_argument("--misfire-grace", dest="misfire_grace_s", type=duration_s)
     p.add_argument("--description")
-    p.add_argument("--paused", action="store_true", default=None, help="create it paused")
+    p.add_argument(
+        "--paused",
+        action="store_true",
+        default=None,
+        help="pause it (rsched pause / resume do the same)" if update else "create it paused",
+    )
+    if update:
+        p.add_argument(
+            "--clear",
+            action="append",
+            type=schedules.clearable,
+            metavar="FIELD",
+            help="set FIELD back to its default (none for start_at, end_at, max_runs, "
+            "description); repeat for several",
+        )
+        for name in ("start_at", "end_at", "max_runs", "description"):
+            p.add_argument(
+                "--no-" + name.replace("_", "-"),
+                dest="clear",
+                action="append_const",
+                const=name,
+                help=f"remove {name} (the same as --clear {name})",
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "examples:\n"
             "  rsched add nightly --task reports.nightly --cron '0 2 * * *' --tz Europe/Rome\n"
+            "  rsched update nightly --cron '30 2 * * *'\n"
+            "  rsched cron '0 2 * * *' --tz Europe/Rome -n 10\n"
             "  rsched ls\n"
             "  rsched show nightly\n"
             "  rsched --json stats\n"
@@ -97,11 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common()],
     )
+    parser.add_argument("--version", action="version", version=f"rsched {version()}")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     writes: tuple[tuple[str, str, Handler], ...] = (
         ("add", "Create a schedule (fails if the id exists)", schedules.cmd_add),
-        ("upsert", "Create or replace a schedule", schedules.cmd_upsert),
+        (
+            "upsert",
+            "Create a schedule or replace its whole spec (fields left out go back to their "
+            "defaults, and are reported)",
+            schedules.cmd_upsert,
+        ),
     )
     for name, what, handler in writes:
         p = _sub(
@@ -117,33 +165,72 @@ def build_parser() -> argparse.ArgumentParser:
         _spec_options(p)
 
     p = _sub(
-        subs, "rm", "Remove schedules", "  rsched rm nightly\n  rsched rm a b c", schedules.cmd_rm
+        subs,
+        "update",
+        "Change some fields of a schedule; every other field is kept",
+        "  rsched update nightly --every 2h\n"
+        "  rsched update nightly --cron '30 2 * * *' --tz Europe/Rome\n"
+        "  rsched update nightly --no-end-at --clear max_retries\n"
+        "  (a trigger flag replaces the trigger; --clear FIELD sets a field back to its default)",
+        schedules.cmd_update,
+    )
+    _spec_options(p, update=True)
+
+    several = "each id's result is shown; exit 1 when any id failed (the others are done)"
+    p = _sub(
+        subs,
+        "rm",
+        "Remove schedules",
+        f"  rsched rm nightly\n  rsched rm a b c\n  ({several})",
+        schedules.cmd_rm,
     )
     p.add_argument("ids", nargs="+", metavar="ID")
 
     p = _sub(
         subs,
         "pause",
-        "Pause a schedule until resumed",
-        "  rsched pause nightly --note 'db migration'",
+        "Pause schedules until resumed",
+        f"  rsched pause nightly --note 'db migration'\n  rsched pause a b c\n  ({several})",
         schedules.cmd_pause,
     )
-    p.add_argument("id")
+    p.add_argument("ids", nargs="+", metavar="ID")
     p.add_argument("--note", help="why (shown by ls and show)")
 
     p = _sub(
-        subs, "resume", "Resume a paused schedule", "  rsched resume nightly", schedules.cmd_resume
+        subs,
+        "resume",
+        "Resume paused schedules",
+        f"  rsched resume nightly\n  rsched resume a b c\n  ({several})",
+        schedules.cmd_resume,
     )
-    p.add_argument("id")
+    p.add_argument("ids", nargs="+", metavar="ID")
 
     p = _sub(
         subs,
         "trigger",
         "Run one extra occurrence now (overlap policy applies)",
-        "  rsched trigger nightly",
+        f"  rsched trigger nightly\n  rsched trigger a b c\n  ({several})",
         schedules.cmd_trigger,
     )
-    p.add_argument("id")
+    p.add_argument("ids", nargs="+", metavar="ID")
+
+    p = _sub(
+        subs,
+        "cron",
+        "Preview a cron expression's next fire times in a zone and in UTC (creates nothing)",
+        "  rsched cron '0 2 * * *' --tz Europe/Rome\n"
+        "  rsched cron '30 2 * * *' --tz America/New_York -n 400   (DST changes are marked)\n"
+        "  rsched cron '*/10 * * * * *' --after 2026-03-29T01:59:30 --tz Europe/Rome",
+        None,
+    )
+    local: LocalHandler = schedules.cmd_cron
+    p.set_defaults(local=local)
+    p.add_argument("expression", metavar="EXPR", help="5 fields, or 6 with seconds first")
+    p.add_argument("--tz", "--timezone", dest="timezone", default="UTC", help="IANA zone (UTC)")
+    _limit(p, 10, "how many fire times (default 10)")
+    p.add_argument(
+        "--after", type=iso_datetime, help="start after this time, not now (naive: in --tz)"
+    )
 
     p = _sub(
         subs,
@@ -159,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument(
         "--active", dest="paused", action="store_false", default=None, help="only unpaused ones"
     )
-    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    _limit(p, 50, "page size (default 50)")
     p.add_argument("--cursor", help="continue from a previous page")
     p.add_argument("--all", action="store_true", help="every page")
 
@@ -180,17 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
         schedules.cmd_next,
     )
     p.add_argument("id")
-    p.add_argument("-n", type=int, default=5, help="how many (default 5)")
+    _limit(p, 5, "how many (default 5)")
 
     p = _sub(
         subs,
         "history",
         "Recent events of a schedule, newest first",
-        "  rsched history nightly\n  rsched history nightly --status dead --limit 50",
+        "  rsched history nightly\n  rsched history nightly --status dead -n 50",
         schedules.cmd_history,
     )
     p.add_argument("id")
-    p.add_argument("--limit", type=int, default=20)
+    _limit(p, 20, "how many events (default 20)")
     p.add_argument("--status", help="only this event: fired, skipped, completed, failed, dead, …")
 
     p = _sub(
@@ -223,8 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--queue", default="default")
     p.add_argument("--task")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--cursor")
+    _limit(p, 50, "page size (default 50)")
+    p.add_argument("--cursor", help="continue from a previous page")
     p = _sub(
         dsubs,
         "show",
@@ -243,8 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
             dsubs,
             name,
             what,
-            f"  rsched dead {name} 1715000000000-0\n  rsched dead {name} --task emails.send\n"
-            f"  rsched dead {name} --all --queue mail",
+            f"  rsched dead {name} 1715000000000-0 1715000000001-0\n"
+            f"  rsched dead {name} --task emails.send\n"
+            f"  rsched dead {name} --all --queue mail\n"
+            "  (by ids: each id's result is shown; exit 1 when any id does not exist)",
             handler,
         )
         p.add_argument("entry_ids", nargs="*", metavar="ENTRY_ID")

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from rsched import _format as fmt
-from rsched._cli_common import out
+from rsched._cli_common import each, out, report
 from rsched._client import Client
 from rsched._errors import UsageError
 from rsched._job import DeadLetter
@@ -63,14 +63,35 @@ def _selection(args: argparse.Namespace) -> list[str] | None:
     return list(args.entry_ids) or None
 
 
+async def _dead_command(client: Client, args: argparse.Namespace, verb: str) -> None:
+    """``dead requeue`` / ``dead purge``: by ids (each must exist: a missing one is an error,
+    the others are still done), or every dead letter of the queue (of ``--task``)."""
+    act = client.requeue if verb == "requeued" else client.purge
+    where = "onto" if verb == "requeued" else "from"
+    ids = _selection(args)
+    if ids is None:
+        n = await act(args.queue, None, task=args.task)
+        out(args, {verb: n}, f"{verb} {n} dead letter(s) {where} queue {args.queue}")
+        return
+
+    async def one(entry_id: str) -> tuple[str, Any]:
+        letter = await client.dead_letter(args.queue, entry_id)  # DeadLetterNotFound
+        if args.task is not None and letter.task != args.task:
+            return f"left {entry_id} (task {letter.task}, not {args.task})", None
+        done = await act(args.queue, [entry_id])
+        if not done:  # gone meanwhile (another requeue or purge)
+            return f"left {entry_id} (gone meanwhile)", None
+        return f"{verb} {entry_id} {where} queue {args.queue}", entry_id
+
+    report(args, verb, await each(ids, one), f"dead letter(s) not {verb}")
+
+
 async def cmd_dead_requeue(client: Client, args: argparse.Namespace) -> None:
-    n = await client.requeue(args.queue, _selection(args), task=args.task)
-    out(args, {"requeued": n}, f"requeued {n} dead letter(s) onto queue {args.queue}")
+    await _dead_command(client, args, "requeued")
 
 
 async def cmd_dead_purge(client: Client, args: argparse.Namespace) -> None:
-    n = await client.purge(args.queue, _selection(args), task=args.task)
-    out(args, {"purged": n}, f"purged {n} dead letter(s) from queue {args.queue}")
+    await _dead_command(client, args, "purged")
 
 
 async def cmd_stats(client: Client, args: argparse.Namespace) -> None:

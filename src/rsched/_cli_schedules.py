@@ -5,20 +5,33 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from rsched import _format as fmt
-from rsched._cli_common import json_object, out, status_text, trigger_text, when
+from rsched._cli_common import (
+    each,
+    json_object,
+    out,
+    report,
+    status_text,
+    trigger_text,
+    when,
+)
 from rsched._client import Client
 from rsched._connection import connect
 from rsched._declare import sync_file
-from rsched._errors import UsageError
-from rsched._model import Schedule, to_ms
+from rsched._errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
+from rsched._model import STATE_FIELDS, Schedule, to_ms
+from rsched._rules import check_page
+from rsched._timing import next_fire_times
+from rsched._tz import resolve_timezone
 
-#: The spec options of ``add`` / ``upsert`` (argparse dests), copied into the spec when given.
+#: The spec options of ``add`` / ``upsert`` / ``update`` (argparse dests), copied into the spec
+#: when given.
 SPEC_OPTIONS = (
     "task", "cron", "every", "at", "timezone", "queue", "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
@@ -26,73 +39,192 @@ SPEC_OPTIONS = (
     "description", "paused",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")
+#: The spec fields a command compares before and after a write (what it reports as changed).
+SPEC_FIELDS = tuple(
+    name
+    for name in Schedule.model_fields
+    if name not in STATE_FIELDS and name not in ("id", "source", "pause_note")
+)
+#: Fields ``rsched update --clear`` sets back to their default (None for the optional ones).
+CLEARABLE = tuple(f for f in SPEC_FIELDS if f not in ("task", "paused", *_TRIGGERS))
+#: Flag spellings of fields whose flag is not the field name with dashes.
+_FLAG_OF = {
+    "timezone": "tz",
+    "retry_base_s": "retry-base",
+    "retry_max_s": "retry-max",
+    "timeout_s": "timeout",
+    "misfire_grace_s": "misfire-grace",
+}
+_FIELD_OF = {flag: name for name, flag in _FLAG_OF.items()}
+
+
+def clearable(text: str) -> str:
+    """``--clear`` argument: a field name or its flag (``end_at``, ``end-at``, ``--retry-base``)."""
+    name = text.strip().removeprefix("--")
+    name = _FIELD_OF.get(name, name).replace("-", "_")
+    if name not in CLEARABLE:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} cannot be cleared; give one of: {', '.join(CLEARABLE)}"
+        )
+    return name
+
+
+def _read_file(args: argparse.Namespace) -> dict[str, Any]:
+    if not args.file:
+        return {}
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        return json_object(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--file {args.file}: {exc}") from None
+
+
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    return {n: getattr(args, n) for n in SPEC_OPTIONS if getattr(args, n, None) is not None}
 
 
 def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    if args.file:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-        try:
-            data = json_object(text)
-        except argparse.ArgumentTypeError as exc:
-            raise UsageError(f"--file {args.file}: {exc}") from None
+    data = _read_file(args)
     if args.id:
         data["id"] = args.id
-    given = {n: getattr(args, n) for n in SPEC_OPTIONS if getattr(args, n) is not None}
+    given = _given(args)
     if any(t in given for t in _TRIGGERS):  # a trigger option replaces the file's trigger
         for t in _TRIGGERS:
             data.pop(t, None)
     data.update(given)
     if "id" not in data:
-        raise UsageError("give the schedule id (rsched add ID …) or an 'id' in --file")
+        raise UsageError(f"give the schedule id (rsched {args.command} ID …) or an 'id' in --file")
     return data
 
 
-async def _write(client: Client, args: argparse.Namespace, *, upsert: bool) -> None:
-    s = await (client.upsert if upsert else client.add)(_spec_from_args(args))
-    now = to_ms(await client.server_time())
-    verb = "upserted" if upsert else "added"
-    out(
-        args,
-        s.public_dict(),
-        f"{verb} {s.id} (generation {s.generation}); next run {when(s.next_run, s.timezone, now)}",
-    )
+def _shown(value: Any, name: str = "") -> str:
+    if value is None:
+        return "-"
+    if name == "every" or name.endswith("_s"):
+        return fmt.duration(float(value) * 1000)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def _changed(old: Schedule, new: Schedule) -> list[str]:
+    """The spec fields whose value differs between two versions of a schedule."""
+    return [f for f in SPEC_FIELDS if getattr(old, f) != getattr(new, f)]
+
+
+def _next_run(s: Schedule, now: int) -> str:
+    if s.completed:
+        return "none (completed)"
+    return "none (paused)" if s.paused else when(s.next_run, s.timezone, now)
 
 
 async def cmd_add(client: Client, args: argparse.Namespace) -> None:
-    await _write(client, args, upsert=False)
+    s = await client.add(_spec_from_args(args))
+    now = to_ms(await client.server_time())
+    text = f"added {s.id} (generation {s.generation}); next run {_next_run(s, now)}"
+    out(args, s.public_dict(), text)
 
 
 async def cmd_upsert(client: Client, args: argparse.Namespace) -> None:
-    await _write(client, args, upsert=True)
+    """Replace the whole spec; report the fields the new spec left out that went back to their
+    defaults (compared with the stored spec), so nothing is kept or lost silently."""
+    spec = _spec_from_args(args)
+    try:
+        old: Schedule | None = await client.get(spec["id"])
+    except ScheduleNotFound:
+        old = None
+    except (InvalidSchedule, InvalidArgument):  # an invalid id: upsert names it
+        old = None
+    s = await client.upsert(spec)
+    now = to_ms(await client.server_time())
+    given = set(spec) | ({*_TRIGGERS} if any(t in spec for t in _TRIGGERS) else set())
+    reset = [] if old is None else [f for f in _changed(old, s) if f not in given]
+    verb = "added" if old is None else "replaced"
+    lines = [f"{verb} {s.id} (generation {s.generation}); next run {_next_run(s, now)}"]
+    if reset:
+        lines.append(
+            "reset: "
+            + ", ".join(
+                f"{f} ({_shown(getattr(old, f), f)} -> {_shown(getattr(s, f), f)})" for f in reset
+            )
+            + f"\n  (upsert replaces the whole spec; rsched update {s.id} changes only the "
+            "fields given)"
+        )
+    out(
+        args,
+        {"schedule": s.public_dict(), "created": old is None, "reset": reset},
+        "\n".join(lines),
+    )
+
+
+async def cmd_update(client: Client, args: argparse.Namespace) -> None:
+    """Change the fields given, keep every other one (``Client.update``)."""
+    changes = _read_file(args)
+    changes.pop("id", None)
+    changes.update(_given(args))
+    for name in args.clear or ():
+        if name in changes:
+            raise UsageError(f"--clear {name} and a new {name} given together; give one of them")
+        changes[name] = Schedule.model_fields[name].get_default(call_default_factory=True)
+    if not changes:
+        raise UsageError(
+            "nothing to change: give the fields to change (e.g. --every 2h) or --clear FIELD"
+        )
+    old = await client.get(args.id)
+    s = await client.update(args.id, **changes)
+    now = to_ms(await client.server_time())
+    changed = _changed(old, s)
+    what = (
+        "; ".join(
+            f"{f} {_shown(getattr(old, f), f)} -> {_shown(getattr(s, f), f)}" for f in changed
+        )
+        or "no field changed"
+    )
+    text = f"updated {s.id} (generation {s.generation}): {what}; next run {_next_run(s, now)}"
+    out(args, {"schedule": s.public_dict(), "changed": changed}, text)
 
 
 async def cmd_rm(client: Client, args: argparse.Namespace) -> None:
-    for sid in args.ids:
+    async def rm(sid: str) -> tuple[str, Any]:
         await client.remove(sid)
-    out(args, {"removed": args.ids}, "\n".join(f"removed {sid}" for sid in args.ids))
+        return f"removed {sid}", sid
+
+    report(args, "removed", await each(args.ids, rm), "schedule(s) not removed")
 
 
 async def cmd_pause(client: Client, args: argparse.Namespace) -> None:
-    await client.pause(args.id, args.note)
-    out(args, {"paused": args.id}, f"paused {args.id}")
+    async def pause(sid: str) -> tuple[str, Any]:
+        await client.pause(sid, args.note)
+        return f"paused {sid}", sid
+
+    report(args, "paused", await each(args.ids, pause), "schedule(s) not paused")
 
 
 async def cmd_resume(client: Client, args: argparse.Namespace) -> None:
-    await client.resume(args.id)
-    s = await client.get(args.id)
     now = to_ms(await client.server_time())
-    out(args, s.public_dict(), f"resumed {args.id}; next run {when(s.next_run, s.timezone, now)}")
+
+    async def resume(sid: str) -> tuple[str, Any]:
+        await client.resume(sid)
+        s = await client.get(sid)
+        return f"resumed {sid}; next run {_next_run(s, now)}", s.public_dict()
+
+    report(args, "resumed", await each(args.ids, resume), "schedule(s) not resumed")
 
 
 async def cmd_trigger(client: Client, args: argparse.Namespace) -> None:
-    fired = await client.trigger(args.id)
-    out(
-        args,
-        {"execution_id": fired.execution_id, "status": fired.status},
-        f"{fired.status} {fired.execution_id}"
-        + ("" if fired.status == "fired" else " (the previous run is unfinished: overlap policy)"),
-    )
+    async def trigger(sid: str) -> tuple[str, Any]:
+        fired = await client.trigger(sid)
+        note = (
+            "" if fired.status == "fired" else " (the previous run is unfinished: overlap policy)"
+        )
+        data = {"id": sid, "execution_id": fired.execution_id, "status": fired.status}
+        return f"{fired.status} {fired.execution_id}{note}", data
+
+    report(args, "triggered", await each(args.ids, trigger), "schedule(s) not triggered")
 
 
 async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
@@ -214,7 +346,7 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
 
 async def cmd_next(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
-    times = await client.next_runs(args.id, args.n)
+    times = await client.next_runs(args.id, args.limit)
     now = to_ms(await client.server_time())
     out(
         args,
@@ -271,3 +403,64 @@ async def cmd_sync(client: Client, args: argparse.Namespace) -> None:
     finally:
         await redis.aclose()
     out(args, plan.as_dict(), "\n".join(plan.lines()))
+
+
+def _utc_offset(dt: datetime) -> str:
+    minutes = int((dt.utcoffset() or timedelta()).total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _minutes(offset: str) -> int:
+    hours, minutes = offset[1:].split(":")
+    return (1 if offset[0] == "+" else -1) * (int(hours) * 60 + int(minutes))
+
+
+def cmd_cron(args: argparse.Namespace) -> None:
+    """Preview a cron expression: its next fire times in a zone and in UTC, with rsched's DST
+    rules, each change of the zone's UTC offset marked. Creates nothing; needs no Redis."""
+    try:
+        check_page(args.limit)
+    except ValueError as exc:
+        raise InvalidArgument("limit", str(exc)) from None
+    try:
+        zone = resolve_timezone(args.timezone)
+    except ValueError as exc:
+        raise InvalidArgument("timezone", str(exc)) from None
+    after = args.after or datetime.now(UTC)
+    if after.tzinfo is None:
+        after = after.replace(tzinfo=zone)
+    try:
+        preview = Schedule(id="preview", task="preview", cron=args.expression, timezone=zone.key)
+    except InvalidSchedule as exc:  # the cron parser's own message, on one line
+        raise InvalidArgument(
+            "expression", " ".join("; ".join(m for _, m in exc.errors).split())
+        ) from None
+    times = next_fire_times(preview, after, args.limit)
+    previous = _utc_offset(after.astimezone(zone))
+    rows, data = [], []
+    for t in times:
+        offset = _utc_offset(t)
+        change = ""
+        if offset != previous:
+            shift = fmt.duration(abs(_minutes(offset) - _minutes(previous)) * 60_000)
+            way = "forward" if _minutes(offset) > _minutes(previous) else "back"
+            change = f"UTC{previous} -> UTC{offset} (clocks go {way} {shift})"
+        previous = offset
+        utc = t.astimezone(UTC)
+        rows.append((fmt.clock(to_ms(t), zone.key), utc.strftime("%Y-%m-%d %H:%M:%S UTC"), change))
+        data.append(
+            {
+                "at": t.isoformat(),
+                "utc": utc.isoformat(),
+                "utc_offset": offset,
+                "transition": change or None,
+            }
+        )
+    head = f"cron {args.expression!r} in {zone.key}, after {after.isoformat(timespec='seconds')}"
+    if not rows:
+        text = f"{head}: no fire time within 50 years"
+    else:
+        table = fmt.table((f"FIRE TIME ({zone.key})", "UTC", ""), rows)
+        text = f"{head}:\n{table}"
+    out(args, {"expression": args.expression, "timezone": zone.key, "times": data}, text)

@@ -151,6 +151,11 @@ class UsageError(RschedError):
     """Raised by the ``rsched`` command for bad command-line input found after parsing (exit 2)."""
 
 
+class PartialFailure(RschedError):
+    """Raised by the ``rsched`` command when some of the ids it was given failed; each failure
+    was reported already, the others were done (exit 1)."""
+
+
 class LostLease(Exception):
     """Raised inside the scheduler when the fire script rejected its fencing token: another
     scheduler leads now."""
