@@ -19,8 +19,9 @@ import pytest
 import redis as redis_sync
 
 from conftest import Proc
-from rsched import Settings, __version__
+from rsched import Client, Settings, __version__
 from rsched._cli import duration_s, main
+from rsched._cli_common import SDK_COMMANDS
 from servers import Server
 from worker_app import fast_env
 
@@ -268,7 +269,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"rsched {__version__}"
 
 
-def test_update_changes_only_the_fields_given(rsched: Run, here: Run, cli: Cli) -> None:
+def test_update_changes_only_the_fields_given(
+    rsched: Run, here: Run, cli: Cli, tmp_path: Path
+) -> None:
     added = here(
         "add", "poll", "--task", "feeds.poll", "--every", "1h", "--payload", '{"feed": 7}',
         "--max-runs", "50", "--end-at", "2099-01-01T00:00", "--max-retries", "9",
@@ -292,6 +295,16 @@ def test_update_changes_only_the_fields_given(rsched: Run, here: Run, cli: Cli) 
     s = doc["schedule"]
     assert (s["cron"], s["every"], s["end_at"], s["max_retries"]) == ("0 3 * * *", None, None, 3)
     assert (s["payload"], s["max_runs"], s["generation"]) == ({}, 50, 3)
+    # --file gives the fields to change (its id, if any, must be this one).
+    changes = tmp_path / "changes.json"
+    changes.write_text('{"id": "poll", "queue": "feeds", "description": "from a file"}')
+    doc = as_json(here("--json", "update", "poll", "--file", str(changes)))
+    assert sorted(doc["changed"]) == ["description", "queue"]
+    assert doc["schedule"]["cron"] == "0 3 * * *"
+    changes.write_text('{"id": "other", "queue": "x"}')
+    other = here("update", "poll", "--file", str(changes))
+    assert other.returncode == 2
+    assert "names another schedule than 'poll'" in other.stderr
     # Bad input: nothing written.
     nothing = here("update", "poll")
     assert nothing.returncode == 2
@@ -308,7 +321,7 @@ def test_update_changes_only_the_fields_given(rsched: Run, here: Run, cli: Cli) 
     ghost = here("update", "ghost", "--every", "1h")
     assert ghost.returncode == 1
     assert "schedule 'ghost' does not exist" in ghost.stderr
-    assert orjson.loads(cli("show", "poll", "--json")[1])["schedule"]["generation"] == 3
+    assert orjson.loads(cli("show", "poll", "--json")[1])["schedule"]["generation"] == 4
 
 
 def test_upsert_says_which_fields_went_back_to_defaults(here: Run, cli: Cli) -> None:
@@ -385,8 +398,10 @@ def test_errors_name_commands_and_flags_not_sdk_calls(here: Run, cli: Cli, tmp_p
     assert cli("add", "x", "--task", "t", "--every", "1h")[0] == 0
     exists = here("add", "x", "--task", "t", "--every", "1h")
     assert exists.returncode == 1
-    assert "schedule 'x' already exists; use rsched upsert to replace it" in exists.stderr
-    assert "rsched update" in exists.stderr
+    assert exists.stderr.strip() == (
+        "rsched: error: schedule 'x' already exists; use rsched upsert x … to replace its whole "
+        "spec or rsched update x … to change some fields"
+    )
     past = here("add", "y", "--task", "t", "--at", "2020-01-01T00:00")
     assert past.returncode == 1
     assert "use rsched enqueue to run a job now" in past.stderr
@@ -398,8 +413,13 @@ def test_errors_name_commands_and_flags_not_sdk_calls(here: Run, cli: Cli, tmp_p
     unknown = here("add", "--file", str(spec))
     assert unknown.returncode == 1
     assert "evry: unknown field" in unknown.stderr
-    for proc in (exists, past, count, unknown):
+    prefix = here("--prefix", "a b", "ls")
+    assert prefix.returncode == 2
+    assert "--prefix / RSCHED_PREFIX: String should match pattern" in prefix.stderr
+    for proc in (exists, past, count, unknown, prefix):
         assert "()" not in proc.stderr, proc.stderr
+    # Every SDK call the rewording knows is one the client has.
+    assert all(callable(getattr(Client, name, None)) for name in SDK_COMMANDS)
 
 
 def test_cron_previews_fire_times_with_dst_marked(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,9 @@ Exit codes: 0 ok, 1 error (the message says what and how to fix it), 2 usage. Hu
 default, ``--json`` for scripts. ``rsched scheduler`` and ``rsched worker`` run the two
 processes (the same as ``rsched-scheduler`` and ``rsched-worker``), ``rsched demo`` the demo.
 The parser is in rsched._cli_parser, the commands in rsched._cli_schedules and
-rsched._cli_queues.
+rsched._cli_queues. A command with a ``local`` handler (``rsched cron``) needs no Redis. The
+SDK's errors are reworded at this boundary (rsched._cli_common.cli_words): they name commands
+and flags, not SDK calls.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         return Settings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"{field}: {first['msg']}") from None
+        env = "RSCHED_" + "__".join(str(p) for p in first["loc"]).upper()
+        flag = {"RSCHED_REDIS_URL": "--redis-url / ", "RSCHED_PREFIX": "--prefix / "}.get(env, "")
+        raise UsageError(f"{flag}{env}: {first['msg']}") from None
 
 
 async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -> None:

@@ -20,6 +20,7 @@ from rsched._errors import (
     PartialFailure,
     RschedError,
     ScheduleCompleted,
+    ScheduleExists,
     ScheduleNotFound,
 )
 from rsched._model import Schedule, to_ms
@@ -91,7 +92,7 @@ def when(dt: datetime | None, zone: str, now: int) -> str:
 # --- errors in the command line's words -------------------------------------------------------
 
 #: SDK methods named in the SDK's messages, and the command that does the same.
-_COMMANDS = {
+SDK_COMMANDS = {
     "add": "rsched add",
     "upsert": "rsched upsert",
     "update": "rsched update",
@@ -108,7 +109,7 @@ _COMMANDS = {
     "requeue": "rsched dead requeue",
     "purge": "rsched dead purge",
 }
-_CALL = re.compile(r"\b(" + "|".join(_COMMANDS) + r")\(\)")
+_CALL = re.compile(r"\b(" + "|".join(SDK_COMMANDS) + r")\(\)")
 _PHRASES = {
     "rsched.Schedule's fields": "the fields rsched add --help lists",
     # An `at` in the past: the schedule does not exist yet, so there is nothing to trigger.
@@ -136,11 +137,17 @@ def cli_words(exc: RschedError) -> RschedError:
     if isinstance(exc, ScheduleNotFound | DeadLetterNotFound):
         return exc  # their own __str__, already neutral
     text = str(exc)
+    if isinstance(exc, ScheduleExists):
+        sid = exc.schedule_id
+        text = (
+            f"schedule {sid!r} already exists; use rsched upsert {sid} … to replace its whole "
+            f"spec or rsched update {sid} … to change some fields"
+        )
     if isinstance(exc, InvalidArgument) and exc.field in _FLAGS:
         text = f"{_FLAGS[exc.field]}: {text.removeprefix(exc.field + ': ')}"
     for sdk, cli in _PHRASES.items():
         text = text.replace(sdk, cli)
-    text = _CALL.sub(lambda m: _COMMANDS[m.group(1)], text)
+    text = _CALL.sub(lambda m: SDK_COMMANDS[m.group(1)], text)
     exc.args = (text,)
     return exc
 

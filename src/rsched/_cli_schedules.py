@@ -164,7 +164,8 @@ async def cmd_upsert(client: Client, args: argparse.Namespace) -> None:
 async def cmd_update(client: Client, args: argparse.Namespace) -> None:
     """Change the fields given, keep every other one (``Client.update``)."""
     changes = _read_file(args)
-    changes.pop("id", None)
+    if changes.pop("id", args.id) != args.id:
+        raise UsageError(f"--file {args.file} names another schedule than {args.id!r}")
     changes.update(_given(args))
     for name in args.clear or ():
         if name in changes:
