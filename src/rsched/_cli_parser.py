@@ -47,7 +47,7 @@ def version() -> str:
 
 def _limit(p: argparse.ArgumentParser, default: int, what: str) -> None:
     """``-n N`` / ``--limit N``: how many to show, the same two spellings on every command."""
-    p.add_argument("-n", "--limit", type=int, default=default, help=what)
+    p.add_argument("-n", "--limit", type=int, default=default, metavar="N", help=what)
 
 
 def _sub(
@@ -229,7 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tz", "--timezone", dest="timezone", default="UTC", help="IANA zone (UTC)")
     _limit(p, 10, "how many fire times (default 10)")
     p.add_argument(
-        "--after", type=iso_datetime, help="start after this time, not now (naive: in --tz)"
+        "--after",
+        type=iso_datetime,
+        metavar="TIME",
+        help="start after TIME, not now (naive: in --tz)",
     )
 
     p = _sub(

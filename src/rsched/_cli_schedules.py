@@ -1,5 +1,5 @@
-"""``rsched`` commands on schedules: add, upsert, rm, pause, resume, trigger, ls, show, next,
-history, backfill and sync."""
+"""``rsched`` commands on schedules: add, upsert, update, rm, pause, resume, trigger, ls, show,
+next, history, backfill, sync, and cron (a preview that needs no Redis)."""
 
 from __future__ import annotations
 
@@ -47,15 +47,14 @@ SPEC_FIELDS = tuple(
 )
 #: Fields ``rsched update --clear`` sets back to their default (None for the optional ones).
 CLEARABLE = tuple(f for f in SPEC_FIELDS if f not in ("task", "paused", *_TRIGGERS))
-#: Flag spellings of fields whose flag is not the field name with dashes.
-_FLAG_OF = {
-    "timezone": "tz",
-    "retry_base_s": "retry-base",
-    "retry_max_s": "retry-max",
-    "timeout_s": "timeout",
-    "misfire_grace_s": "misfire-grace",
+#: Fields whose flag is not the field name with dashes, by flag.
+_FIELD_OF = {
+    "tz": "timezone",
+    "retry-base": "retry_base_s",
+    "retry-max": "retry_max_s",
+    "timeout": "timeout_s",
+    "misfire-grace": "misfire_grace_s",
 }
-_FIELD_OF = {flag: name for name, flag in _FLAG_OF.items()}
 
 
 def clearable(text: str) -> str:
@@ -135,13 +134,11 @@ async def cmd_upsert(client: Client, args: argparse.Namespace) -> None:
     spec = _spec_from_args(args)
     try:
         old: Schedule | None = await client.get(spec["id"])
-    except ScheduleNotFound:
-        old = None
-    except (InvalidSchedule, InvalidArgument):  # an invalid id: upsert names it
+    except ScheduleNotFound:  # also for an invalid id: upsert then says what is wrong with it
         old = None
     s = await client.upsert(spec)
     now = to_ms(await client.server_time())
-    given = set(spec) | ({*_TRIGGERS} if any(t in spec for t in _TRIGGERS) else set())
+    given = {*spec, *_TRIGGERS}  # the trigger given replaces the old one: no news
     reset = [] if old is None else [f for f in _changed(old, s) if f not in given]
     verb = "added" if old is None else "replaced"
     lines = [f"{verb} {s.id} (generation {s.generation}); next run {_next_run(s, now)}"]
