@@ -489,10 +489,12 @@ def test_count_flags_agree_across_commands(cli: Cli) -> None:
 
 @pytest.mark.slow
 def test_worker_queues_from_a_comma_separated_environment_variable(
-    spawn: Callable[..., Proc], settings: Settings
+    spawn: Callable[..., Proc], settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = fast_env(settings, RSCHED_WORKER__QUEUES="default,reports")
+    env = fast_env(settings, RSCHED_WORKER__QUEUES="default, reports")
     proc = spawn("rsched._cli", "worker", "worker_app:worker", env=env)
     proc.wait_for("worker.start")
     assert "queues=default,reports" in proc.output()
-    assert Settings().worker.queues == ["default"]
+    for value, queues in [("a,b", ["a", "b"]), ('["a", "b"]', ["a", "b"]), ("solo", ["solo"])]:
+        monkeypatch.setenv("RSCHED_WORKER__QUEUES", value)
+        assert Settings().worker.queues == queues
