@@ -50,15 +50,17 @@ async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -
     async with Client.from_settings(settings) as client:
         try:
             await handler(client, args)
-        except RschedError as exc:  # the SDK's words ("use upsert()") in the command line's
-            raise cli_words(exc) from exc.__cause__
+        except RschedError as exc:  # reworded for the command line: "use rsched upsert"
+            cli_words(exc)
+            raise
 
 
 def _local(local: LocalHandler, args: argparse.Namespace) -> None:
     try:
         local(args)
     except RschedError as exc:
-        raise cli_words(exc) from exc.__cause__
+        cli_words(exc)
+        raise
 
 
 def _delegate(argv: Sequence[str]) -> int | None:

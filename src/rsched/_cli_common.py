@@ -132,8 +132,9 @@ _FLAGS = {
 
 
 def cli_words(exc: RschedError) -> RschedError:
-    """``exc`` with its message in the command line's words: ``use rsched upsert`` instead of
-    ``use upsert()``, flags instead of argument names. The class stays (``--json`` names it)."""
+    """Put ``exc``'s message in the command line's words (``use rsched upsert`` instead of
+    ``use upsert()``, flags instead of argument names); returns it. The message is rewritten in
+    place so that the class stays what it was: ``--json`` names it, ``main`` catches it."""
     if isinstance(exc, ScheduleNotFound | DeadLetterNotFound):
         return exc  # their own __str__, already neutral
     text = str(exc)
