@@ -125,9 +125,9 @@ def test_error_and_usage_exit_codes(rsched: Run, cli: Cli) -> None:
     bad = rsched("add", "x", "--task", "t", "--cron", "0 0 30 2 *")
     assert bad.returncode == 1
     assert "cron: cron '0 0 30 2 *': day-of-month 30 never occurs in February" in bad.stderr
-    usage = rsched("add", "x", "--task", "t", "--every", "soon")
-    assert usage.returncode == 2
-    assert "'soon' is not a duration" in usage.stderr
+    bad = rsched("add", "x", "--task", "t", "--every", "soon")
+    assert bad.returncode == 1
+    assert "every: 'soon' is not a duration" in bad.stderr
     assert cli("frobnicate")[0] == 2
     assert cli("dead", "purge")[0] == 2  # refuses to purge without a selection
     err = rsched("--json", "pause", "ghost")

@@ -1,4 +1,5 @@
-"""Time-zone name resolution: IANA names accepted, abbreviations and typos explained."""
+"""Time-zone names: IANA names accepted in their canonical spelling, abbreviations and typos
+explained."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rsched._tz import _ABBREVIATIONS, _zone_names, resolve_timezone
+from rsched import InvalidSchedule, Schedule
+from rsched._tz import (
+    _ABBREVIATIONS,
+    _LEGACY,
+    _RENAMED,
+    _zone_names,
+    canonical_timezone,
+    resolve_timezone,
+)
 
 
 @pytest.mark.parametrize(
@@ -89,3 +98,85 @@ def test_abbreviation_table_is_consistent() -> None:
     # An abbreviation that is also a zone would be accepted, making its entry dead.
     assert not [abbr for abbr in _ABBREVIATIONS if abbr.lower() in names]
     assert not [z for zones in _ABBREVIATIONS.values() for z in zones if z.lower() not in names]
+
+
+@pytest.mark.parametrize(
+    ("name", "stored"),
+    [
+        ("UTC", "UTC"),
+        ("utc", "UTC"),
+        (" Etc/UTC ", "UTC"),
+        ("Zulu", "UTC"),
+        ("Etc/GMT", "UTC"),
+        ("Europe/rome", "Europe/Rome"),
+        ("AMERICA/NEW_YORK", "America/New_York"),
+        ("US/Eastern", "America/New_York"),
+        ("us/pacific", "America/Los_Angeles"),
+        ("Canada/Newfoundland", "America/St_Johns"),
+        ("Asia/Calcutta", "Asia/Kolkata"),
+        ("Europe/Kiev", "Europe/Kyiv"),
+        ("Europe/Vatican", "Europe/Vatican"),  # a link that names a place of its own: kept
+        ("Etc/GMT+5", "Etc/GMT+5"),
+    ],
+)
+def test_canonical_names(name: str, stored: str) -> None:
+    assert canonical_timezone(name) == stored
+    assert Schedule(id="z", task="t", every=60, timezone=name).timezone == stored
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("EST", "'America/New_York'"),
+        ("est", "'America/New_York'"),
+        ("MST", "'America/Denver' or 'America/Phoenix'"),
+        ("HST", "'Pacific/Honolulu'"),
+        ("EST5EDT", "'America/New_York'"),
+        ("CST6CDT", "'America/Chicago'"),
+        ("MST7MDT", "'America/Denver'"),
+        ("PST8PDT", "'America/Los_Angeles'"),
+        ("CET", "'Europe/Berlin', 'Europe/Paris' or 'Europe/Rome'"),
+        ("EET", "'Europe/Athens' or 'Europe/Helsinki'"),
+        ("WET", "'Europe/Lisbon'"),
+        ("MET", "'Europe/Berlin'"),
+    ],
+)
+def test_legacy_abbreviations_refused_like_pst(name: str, suggestion: str) -> None:
+    expected = (
+        f"{name!r} is a time zone abbreviation, not a location (tzdata keeps it only for old "
+        f"systems); use a location name such as {suggestion}"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        canonical_timezone(name)
+    with pytest.raises(InvalidSchedule, match=re.escape(f"timezone: {expected}")):
+        Schedule(id="z", task="t", every=60, timezone=name)
+
+
+@pytest.mark.parametrize("name", ["GMT", "gmt0", "GMT+0", "Greenwich"])
+def test_gmt_is_ambiguous(name: str) -> None:
+    with pytest.raises(ValueError, match="use 'UTC' for the fixed offset or 'Europe/London'"):
+        canonical_timezone(name)
+
+
+def test_abbreviations_and_typos_are_refused_alike() -> None:
+    for name in ("PST", "Europe/Rme", "UTC+5", ""):
+        with pytest.raises(ValueError, match=r".") as by_rule:
+            canonical_timezone(name)
+        with pytest.raises(ValueError, match=r".") as by_lookup:
+            resolve_timezone(name)
+        assert str(by_rule.value) == str(by_lookup.value)
+
+
+def test_a_legacy_name_stored_earlier_still_reads() -> None:
+    """A schedule an older rsched stored with timezone EST loads and computes its times."""
+    stored = Schedule.from_hash("old", {"task": "t", "cron": "0 9 * * *", "timezone": "EST"})
+    assert stored.timezone == "EST"
+    assert resolve_timezone("EST").key == "EST"
+    with pytest.raises(InvalidSchedule, match="timezone: 'EST' is a time zone abbreviation"):
+        Schedule.parse(stored.model_dump(exclude={"next_run", "last_run"}))
+
+
+def test_renamed_table_is_consistent() -> None:
+    names = _zone_names()
+    assert all(old.lower() in names and new.lower() in names for old, new in _RENAMED.items())
+    assert all(name.lower() in names for name in _LEGACY)

@@ -24,6 +24,7 @@ from rsched._errors import (
     ScheduleNotFound,
 )
 from rsched._model import Schedule, to_ms
+from rsched._rules import parse_duration_s
 
 Handler = Callable[[Client, argparse.Namespace], Awaitable[Any]]
 #: A command that needs no Redis (``rsched cron``).
@@ -34,9 +35,9 @@ LocalHandler = Callable[[argparse.Namespace], None]
 
 
 def duration_s(text: str) -> float:
-    """``300``, ``90s``, ``5m``, ``1h30m``, ``1.5d``, ``250ms`` -> seconds."""
+    """``300``, ``90s``, ``5m``, ``1h30m``, ``1.5d``, ``250ms`` -> seconds (> 0)."""
     try:
-        return fmt.parse_duration_s(text)
+        return parse_duration_s(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 from importlib import metadata
 from typing import Any
 
 from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
-from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
+from rsched._cli_common import Handler, LocalHandler, iso_datetime, json_object
 
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
@@ -18,6 +19,9 @@ DELEGATES = {
     "demo": ("rsched._demo", "run a scheduler, a worker and demo schedules, narrated"),
     "web": ("rsched.web._main", "serve the dashboard and HTTP API (extra: rsched[web])"),
 }
+
+#: What argparse takes for a negative number rather than an option: -5, -0.5, -5m, -1h30m.
+_NEGATIVE_VALUE = re.compile(r"^-\.?\d[\w.]*$")
 
 
 def _common() -> argparse.ArgumentParser:
@@ -61,6 +65,9 @@ def _sub(
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common()],
     )
+    # A value such as "-5m" is a (bad) value, not an option: the schedule then says why it is
+    # wrong ("every: -5m is negative") instead of argparse's "expected one argument".
+    p._negative_number_matcher = _NEGATIVE_VALUE
     p.set_defaults(handler=handler)
     return p
 
@@ -75,7 +82,8 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     p.add_argument("--task", help="the handler name a worker runs")
     trigger = p.add_mutually_exclusive_group()
     trigger.add_argument("--cron", help="cron expression, e.g. '0 2 * * *' or '*/10 * * * * *'")
-    trigger.add_argument("--every", type=duration_s, help="interval: 300, 90s, 5m, 1h30m")
+    # Durations reach the schedule as given: rsched.Schedule reads them and names the field.
+    trigger.add_argument("--every", help="interval: 300, 90s, 5m, 1h30m")
     trigger.add_argument("--at", type=iso_datetime, help="one-off time, ISO 8601")
     p.add_argument("--tz", "--timezone", dest="timezone", help="IANA zone, e.g. Europe/Rome")
     p.add_argument("--queue", help="queue name (default: default)")
@@ -84,15 +92,17 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     p.add_argument("--end-at", type=iso_datetime, help="last possible run (ISO 8601)")
     p.add_argument("--max-runs", type=int, help="complete after this many runs")
     p.add_argument("--max-retries", type=int, help="retries after a failure (default 3)")
-    p.add_argument("--retry-base", dest="retry_base_s", type=duration_s, help="first delay (30s)")
+    p.add_argument("--retry-base", dest="retry_base_s", help="first delay (30s)")
     p.add_argument("--retry-multiplier", type=float, help="delay factor per retry (2; 1 = fixed)")
-    p.add_argument("--retry-max", dest="retry_max_s", type=duration_s, help="delay cap (1h)")
+    p.add_argument("--retry-max", dest="retry_max_s", help="delay cap (1h)")
     p.add_argument("--retry-jitter", type=float, help="random share of each delay, 0-1 (0.2)")
-    p.add_argument("--timeout", dest="timeout_s", type=duration_s, help="job timeout")
+    p.add_argument("--timeout", dest="timeout_s", help="job timeout (1h)")
     p.add_argument("--overlap", choices=["allow", "skip", "buffer_one", "cancel_previous"])
     p.add_argument("--misfire", choices=["run_once", "skip", "catch_up"])
     p.add_argument("--catch-up-limit", type=int)
-    p.add_argument("--misfire-grace", dest="misfire_grace_s", type=duration_s)
+    p.add_argument(
+        "--misfire-grace", dest="misfire_grace_s", help="lateness that is no misfire (60s)"
+    )
     p.add_argument("--description")
     p.add_argument(
         "--paused",

@@ -16,7 +16,7 @@ A schedules file::
     [[schedule]]
     id = "poll-feeds"
     task = "feeds.poll"
-    every = "5m"                  # seconds (300) or 90s, 5m, 1h30m, 2d
+    every = "5m"                  # seconds (300) or 90s, 5m, 1h30m, 2d (any duration field)
 
 Syncing adds what is new, replaces what changed (bumping its generation), leaves unchanged
 schedules untouched and removes the schedules this file created earlier that it no longer lists.
@@ -43,7 +43,6 @@ from rsched._errors import (
     ScheduleFileError,
     ScheduleNotFound,
 )
-from rsched._format import parse_duration_s
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
 from rsched._rules import check_name
@@ -57,10 +56,6 @@ _TOP_LEVEL = {"source", "defaults", "schedule"}
 _OPERATOR_FIELDS = frozenset({"paused", "pause_note"})
 _NOT_IN_FILE = STATE_FIELDS | {"source"}
 APPLY_ATTEMPTS = 5
-#: Fields a file may also write as "5m", "1h30m", "90s".
-_DURATION_FIELDS = frozenset(
-    {"every", "timeout_s", "misfire_grace_s", "retry_base_s", "retry_max_s"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +182,6 @@ def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, s
         for name in bad:
             errors.append((f"{where}.{name}", "is maintained by rsched; remove it from the file"))
         spec = {**defaults, **entry, "source": source}
-        for name in _DURATION_FIELDS & set(spec):
-            if isinstance(spec[name], str):
-                try:
-                    spec[name] = parse_duration_s(spec[name])
-                except ValueError as exc:
-                    errors.append((f"{where}.{name}", str(exc)))
-                    spec.pop(name)
         try:
             s = Schedule(**spec)
         except InvalidSchedule as exc:

@@ -1,34 +1,15 @@
-"""Human output for the CLI: aligned tables, times in a zone and UTC, relative times."""
+"""Human output for the CLI: aligned tables, times in a zone and UTC, relative times.
+
+(Durations are read by rsched._rules.parse_duration_s, the rule every input follows.)"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from rsched._tz import resolve_timezone
 
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s"))
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration_s(text: str) -> float:
-    """``300``, ``90s``, ``5m``, ``1h30m``, ``1.5d``, ``250ms`` -> seconds.
-
-    Raises ValueError with an example of the accepted forms.
-    """
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    compact = text.replace(" ", "")
-    parts = _DURATION.findall(compact)
-    if not parts or "".join(n + u for n, u in parts) != compact:
-        raise ValueError(
-            f"{text!r} is not a duration; use seconds (300) or units like 90s, 5m, 1h30m, 2d"
-        )
-    return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
 def duration(ms: float) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from contextvars import ContextVar
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
@@ -43,8 +43,9 @@ from rsched._rules import (
     check_pause_note,
     check_retry_window,
     encode_payload,
+    parse_duration_s,
 )
-from rsched._tz import resolve_timezone
+from rsched._tz import canonical_timezone, resolve_timezone
 
 Overlap = Literal["allow", "skip", "buffer_one", "cancel_previous"]
 Misfire = Literal["run_once", "skip", "catch_up"]
@@ -52,6 +53,15 @@ Misfire = Literal["run_once", "skip", "catch_up"]
 # A plain Schedule(...) only refuses payloads no setting allows; the configured limit is enforced
 # where schedules are written (ScheduleStore.save).
 _payload_limit: ContextVar[float] = ContextVar("rsched_payload_limit", default=MAX_PAYLOAD_BYTES)
+# Set while a stored schedule is read: a zone name an older rsched accepted (EST) still loads.
+_reading_stored: ContextVar[bool] = ContextVar("rsched_reading_stored", default=False)
+
+#: Fields given in seconds; each also takes text ("90s", "5m", "1h30m") or a timedelta.
+DURATION_FIELDS = frozenset(
+    {"every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s"}
+)
+#: The shortest interval ``every`` may give.
+MIN_EVERY_S = 0.001
 
 #: Fields the engine maintains; ignored when a schedule is written.
 STATE_FIELDS = frozenset(
@@ -73,7 +83,11 @@ class Schedule(BaseModel):
     """A recurring (``cron`` or ``every``) or one-off (``at``) job specification plus its state.
 
     Exactly one of ``cron``, ``every`` and ``at`` must be given. Naive datetimes are read in
-    ``timezone``. The state fields (``generation`` … ``completed``) are filled in by rsched and
+    ``timezone``, which is stored in its canonical spelling (``europe/rome`` -> ``Europe/Rome``,
+    ``US/Eastern`` -> ``America/New_York``; abbreviations such as ``EST`` are refused). The
+    durations (``every``, ``retry_base_s``, ``retry_max_s``, ``timeout_s``, ``misfire_grace_s``)
+    take seconds, text such as ``"90s"``, ``"5m"``, ``"1h30m"`` or a timedelta, and are kept as
+    seconds. The state fields (``generation`` … ``completed``) are filled in by rsched and
     ignored on write. Raises :class:`InvalidSchedule` naming each bad field.
     """
 
@@ -157,24 +171,24 @@ class Schedule(BaseModel):
     def _cron(cls, v: str | None) -> str | None:
         return None if v is None else Cron.parse(v).text
 
-    @field_validator("every", mode="before")
+    @field_validator(*sorted(DURATION_FIELDS), mode="before")
     @classmethod
-    def _every(cls, v: Any) -> Any:
-        if isinstance(v, timedelta):
-            v = v.total_seconds()
-        is_number = isinstance(v, int | float) and not isinstance(v, bool)
-        if is_number and (not math.isfinite(v) or v < 0.001):
-            raise ValueError(
-                f"interval must be at least 0.001 seconds, got {v!r}; "
-                "give seconds (every=300) or a timedelta (every=timedelta(minutes=5))"
-            )
-        return v
+    def _duration(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None and info.field_name == "every":
+            return None
+        # A grace of 0 is a choice (every late occurrence is a misfire); no other one may be 0.
+        seconds = parse_duration_s(v, allow_zero=info.field_name == "misfire_grace_s")
+        if info.field_name == "every" and seconds < MIN_EVERY_S:
+            raise ValueError(f"{seconds:g} is shorter than the shortest interval, 1ms")
+        return seconds
 
     @field_validator("timezone")
     @classmethod
     def _timezone(cls, v: str) -> str:
-        resolve_timezone(v)
-        return v
+        if _reading_stored.get():
+            resolve_timezone(v)
+            return v
+        return canonical_timezone(v)
 
     @field_validator("payload", mode="before")
     @classmethod
@@ -254,7 +268,7 @@ class Schedule(BaseModel):
         if "updated_at" not in data and "created_at" in data:
             data["updated_at"] = data["created_at"]  # stored only once the schedule changes
         try:
-            return cls._with_limit(math.inf, data)
+            return cls._with_limit(math.inf, data, stored=True)
         except InvalidSchedule as exc:
             raise StateError(
                 f"stored schedule {schedule_id!r} is invalid ({exc}); "
@@ -268,11 +282,13 @@ class Schedule(BaseModel):
         return cls._with_limit(limit, data)
 
     @classmethod
-    def _with_limit(cls, limit: float, data: dict[str, Any]) -> Schedule:
+    def _with_limit(cls, limit: float, data: dict[str, Any], *, stored: bool = False) -> Schedule:
         token = _payload_limit.set(limit)
+        stored_token = _reading_stored.set(stored)
         try:
             return cls(**data)
         finally:
+            _reading_stored.reset(stored_token)
             _payload_limit.reset(token)
 
     def public_dict(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The rules user input follows, each in one place: names, payloads, a job's retry and timeout
-options, pause notes and page sizes.
+"""The rules user input follows, each in one place: names, payloads, durations, a job's retry and
+timeout options, pause notes and page sizes.
 
 Schedules (rsched._model), one-off jobs (QueueStore.enqueue), workers, settings and the client
 all check through these functions, so the bounds and the wording are the same everywhere. Each
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import timedelta
 
 import orjson
 
@@ -28,6 +29,12 @@ MAX_RETRIES_MAX = 1000
 RETRY_MULTIPLIER_MAX = 100.0
 PAUSE_NOTE_MAX_CHARS = 500
 PAGE_MAX = 10_000
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_FORMS = "seconds (300), text such as 90s, 5m, 1h30m or 2d, or a timedelta"
+#: A job option that is a duration (the others are counts and fractions).
+SECONDS_OPTIONS = frozenset({"retry_base_s", "retry_max_s", "timeout_s"})
 
 
 def check_name(value: object, what: str) -> str:
@@ -66,9 +73,54 @@ def encode_payload(payload: object, limit: float) -> bytes:
     return body
 
 
+def _duration_text(text: str) -> float:
+    compact = text.replace(" ", "")
+    sign, body = (-1.0, compact[1:]) if compact[:1] == "-" else (1.0, compact.removeprefix("+"))
+    if body[:1] not in ("+", "-"):  # one sign at most
+        try:
+            return sign * float(body)
+        except ValueError:
+            pass
+        parts = _DURATION_PART.findall(body)
+        if parts and "".join(n + u for n, u in parts) == body:
+            return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
+    raise ValueError(f"{text!r} is not a duration; give {_DURATION_FORMS}")
+
+
+def parse_duration_s(value: object, *, allow_zero: bool = False) -> float:
+    """A duration in seconds from a number of seconds (``300``), text (``"300"``, ``"90s"``,
+    ``"5m"``, ``"1h30m"``, ``"1.5d"``, ``"250ms"``) or a timedelta.
+
+    The one reading of durations: schedule fields, job options, schedules files and the CLI all
+    come through here. A bool is never a duration; negative, zero (unless ``allow_zero``) and
+    infinite ones are refused. Raises ValueError saying what was given and what to give; the
+    caller names the field.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str | timedelta):
+        raise ValueError(f"{value!r} is not a duration; give {_DURATION_FORMS}")
+    if isinstance(value, str):
+        shown = value.strip()
+        seconds = _duration_text(shown)
+    elif isinstance(value, timedelta):
+        shown, seconds = str(value), value.total_seconds()
+    else:
+        seconds = float(value)
+        shown = f"{seconds:g}"
+    if not math.isfinite(seconds):
+        raise ValueError(f"{shown} is not a finite duration; give {_DURATION_FORMS}")
+    if seconds < 0:
+        raise ValueError(f"{shown} is negative; give a positive duration such as 5m")
+    if seconds == 0 and not allow_zero:
+        raise ValueError(f"{shown} is zero; give a positive duration such as 5m")
+    return seconds
+
+
 def check_option(name: str, value: object) -> float:
     """One of a job's retry and timeout options (see rsched._job.JobOptions); returns it as a
-    number (``max_retries`` a whole one)."""
+    number (``max_retries`` a whole one). The durations among them also take text ("30s")
+    and timedeltas, read by :func:`parse_duration_s`."""
+    if name in SECONDS_OPTIONS:
+        return parse_duration_s(value)
     number = math.nan  # refused by every check below
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = float(value)
@@ -87,8 +139,8 @@ def check_option(name: str, value: object) -> float:
     elif name == "retry_jitter":
         if not 0 <= number <= 1:
             raise ValueError(f"must be a fraction from 0 to 1, got {shown}")
-    elif not (math.isfinite(number) and number > 0):
-        raise ValueError(f"must be a finite number of seconds > 0, got {shown}")
+    else:
+        raise ValueError(f"{name} is not a job option")
     return number
 
 

@@ -1,8 +1,13 @@
 """Time-zone names: accept IANA zones, reject abbreviations and typos with a suggested fix.
 
 Abbreviations such as PST or CEST name an offset *and* a season, not a place, so they cannot
-follow DST rules; users almost always mean a location zone. A few legacy names that look like
-abbreviations (EST, MST, HST, CET, EET, ...) are real tzdata zones and are accepted as such.
+follow DST rules; users almost always mean a location zone. tzdata also carries a few legacy
+zones spelled like abbreviations (EST, MST, HST, CET, EET, MET, WET, GMT) or like POSIX rules
+(EST5EDT, CST6CDT, MST7MDT, PST8PDT): they are refused as input alike, with the location zone
+people mean, but still read where an older rsched stored them.
+
+Two functions: :func:`canonical_timezone` is the input rule (what a schedule may name, in the
+spelling it is stored with) and :func:`resolve_timezone` turns any stored name into its zone.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import re
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-__all__ = ["resolve_timezone"]
+__all__ = ["canonical_timezone", "resolve_timezone"]
 
 _EXAMPLE: Final = "'America/Los_Angeles'"
 # The longest IANA name is 32 characters; anything much longer is not a zone name.
@@ -67,6 +72,71 @@ _ABBREVIATIONS: Final[dict[str, tuple[str, ...]]] = {
     "AEDT": ("Australia/Sydney",),
     "NZST": ("Pacific/Auckland",),
     "NZDT": ("Pacific/Auckland",),
+}
+
+
+#: tzdata zones spelled like abbreviations or POSIX rules, refused as input (see the docstring).
+_LEGACY: Final[dict[str, tuple[str, ...]]] = {
+    "EST": ("America/New_York",),
+    "MST": ("America/Denver", "America/Phoenix"),
+    "HST": ("Pacific/Honolulu",),
+    "EST5EDT": ("America/New_York",),
+    "CST6CDT": ("America/Chicago",),
+    "MST7MDT": ("America/Denver",),
+    "PST8PDT": ("America/Los_Angeles",),
+    "CET": ("Europe/Berlin", "Europe/Paris", "Europe/Rome"),
+    "MET": ("Europe/Berlin", "Europe/Paris", "Europe/Rome"),
+    "EET": ("Europe/Athens", "Europe/Helsinki"),
+    "WET": ("Europe/Lisbon",),
+    # UK time, which GMT often stands for, has summer time; UTC is the fixed offset.
+    "GMT": ("UTC", "Europe/London"),
+    "GMT0": ("UTC", "Europe/London"),
+    "GMT+0": ("UTC", "Europe/London"),
+    "GMT-0": ("UTC", "Europe/London"),
+    "GREENWICH": ("UTC", "Europe/London"),
+}
+
+#: Other spellings of UTC, stored as "UTC".
+_UTC_NAMES: Final = frozenset(
+    {
+        "utc", "etc/utc", "uct", "etc/uct", "universal", "etc/universal", "zulu", "etc/zulu",
+        "etc/gmt", "etc/gmt0", "etc/gmt+0", "etc/gmt-0", "etc/greenwich",
+    }
+)  # fmt: skip
+
+#: Old names of zones (tzdata's "backward" links) stored under the current name. Other links
+#: (Europe/Vatican, Asia/Istanbul, ...) are kept as given: they name a place of their own.
+_RENAMED: Final[dict[str, str]] = {
+    "US/Eastern": "America/New_York",
+    "US/Central": "America/Chicago",
+    "US/Mountain": "America/Denver",
+    "US/Pacific": "America/Los_Angeles",
+    "US/Alaska": "America/Anchorage",
+    "US/Hawaii": "Pacific/Honolulu",
+    "US/Arizona": "America/Phoenix",
+    "US/East-Indiana": "America/Indiana/Indianapolis",
+    "US/Indiana-Starke": "America/Indiana/Knox",
+    "US/Michigan": "America/Detroit",
+    "US/Aleutian": "America/Adak",
+    "US/Samoa": "Pacific/Pago_Pago",
+    "Canada/Atlantic": "America/Halifax",
+    "Canada/Central": "America/Winnipeg",
+    "Canada/Eastern": "America/Toronto",
+    "Canada/Mountain": "America/Edmonton",
+    "Canada/Newfoundland": "America/St_Johns",
+    "Canada/Pacific": "America/Vancouver",
+    "Canada/Saskatchewan": "America/Regina",
+    "Canada/Yukon": "America/Whitehorse",
+    "Asia/Calcutta": "Asia/Kolkata",
+    "Asia/Saigon": "Asia/Ho_Chi_Minh",
+    "Asia/Katmandu": "Asia/Kathmandu",
+    "Asia/Rangoon": "Asia/Yangon",
+    "Asia/Dacca": "Asia/Dhaka",
+    "Asia/Thimbu": "Asia/Thimphu",
+    "Asia/Ulan_Bator": "Asia/Ulaanbaatar",
+    "Asia/Macao": "Asia/Macau",
+    "Europe/Kiev": "Europe/Kyiv",
+    "America/Godthab": "America/Nuuk",
 }
 
 
@@ -166,3 +236,35 @@ def resolve_timezone(name: str) -> ZoneInfo:
         return ZoneInfo(canonical)
     except (ZoneInfoNotFoundError, ValueError) as exc:  # listed but unreadable tzdata file
         raise ValueError(f"time zone {canonical!r} could not be loaded: {exc}") from exc
+
+
+def canonical_timezone(name: str) -> str:
+    """The input rule for a zone name: the name as rsched stores it, or ValueError with a fix.
+
+    Case and blanks are forgiven (``europe/rome`` -> ``Europe/Rome``), spellings of UTC become
+    ``UTC`` and renamed zones their current name (``US/Eastern`` -> ``America/New_York``,
+    ``Asia/Calcutta`` -> ``Asia/Kolkata``). Abbreviations, including those tzdata keeps as
+    legacy zones (``EST``, ``EST5EDT``, ``CET``, ``GMT``), are refused with the location zone
+    to use instead.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"give a time zone name such as {_EXAMPLE}, got {type(name).__name__}")
+    stripped = name.strip()
+    legacy = _LEGACY.get(stripped.upper())
+    if legacy is not None:
+        use = (
+            "use 'UTC' for the fixed offset or 'Europe/London' for UK time"
+            if legacy[0] == "UTC"
+            else f"use a location name such as {_quote_list(legacy)}"
+        )
+        raise ValueError(
+            f"{stripped!r} is a time zone abbreviation, not a location (tzdata keeps it only "
+            f"for old systems); {use}"
+        )
+    zone = resolve_timezone(stripped)
+    if stripped.lower() in _UTC_NAMES:
+        return "UTC"
+    renamed = _RENAMED.get(zone.key)
+    if renamed is not None and renamed.lower() in _zone_names():
+        return renamed
+    return zone.key

@@ -13,7 +13,7 @@ from rsched import Schedule
 from rsched._cli_common import status_text, trigger_text
 from rsched._format import clock, duration, relative
 from rsched._model import to_ms
-from rsched._tz import resolve_timezone
+from rsched._tz import canonical_timezone, resolve_timezone
 
 __all__ = (
     "Moment",
@@ -37,14 +37,13 @@ ACTIVITY_EVENTS = ("fired", "completed", "failed", "dead", "skipped")
 
 
 def valid_zone(name: str | None) -> str | None:
-    """The zone name when it is a zone rsched knows, else None."""
+    """The zone's canonical name when a schedule could name it, else None."""
     if not name:
         return None
     try:
-        resolve_timezone(name)
-    except Exception:
+        return canonical_timezone(name)
+    except ValueError:
         return None
-    return name
 
 
 @dataclass(frozen=True, slots=True)
