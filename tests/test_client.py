@@ -132,7 +132,7 @@ async def test_pause_resume(client: Client) -> None:
     paused = await client.get("nightly")
     assert paused.paused
     assert paused.pause_note == "maintenance"
-    assert (await client.list(paused=True)).schedules[0].id == "nightly"
+    assert (await client.list(paused=True)).items[0].id == "nightly"
     await client.resume("nightly")
     resumed = await client.get("nightly")
     assert not resumed.paused
@@ -152,9 +152,11 @@ async def test_trigger_and_history(client: Client, redis: Redis, prefix: str) ->
     assert len(entries) == 1
     assert entries[0]["origin"] == "manual"
     history = await client.history("nightly")
-    assert history[0]["event"] == "fired"
-    assert history[0]["origin"] == "manual"
-    assert await client.history("nightly", status="skipped") == []
+    assert isinstance(history, rsched.Page)
+    assert history.items[0].event == "fired"
+    assert history.items[0].origin == "manual"
+    assert history.items[0].execution_id == fired.execution_id
+    assert list(await client.history("nightly", status="skipped")) == []
     with pytest.raises(ScheduleNotFound):
         await client.trigger("ghost")
     with pytest.raises(ScheduleNotFound):
@@ -190,17 +192,17 @@ async def test_list_filters_and_cursor(client: Client) -> None:
         await client.add(Schedule(id=f"s{i:02d}", task=f"t{i % 2}", every=60 + i, queue=queue))
     await client.pause("s05")
     page = await client.list(limit=7)
-    seen = [s.id for s in page.schedules]
+    seen = [s.id for s in page.items]
     while page.cursor:
         page = await client.list(limit=7, cursor=page.cursor)
-        seen += [s.id for s in page.schedules]
+        seen += [s.id for s in page.items]
     assert sorted(seen) == [f"s{i:02d}" for i in range(30)]
     assert seen[-1] == "s05"  # paused ones sit at the end of the next-run order
     reports = await client.list(queue="reports", limit=100)
-    assert {s.id for s in reports.schedules} == {f"s{i:02d}" for i in range(0, 30, 3)}
+    assert {s.id for s in reports.items} == {f"s{i:02d}" for i in range(0, 30, 3)}
     assert reports.cursor is None
     t1 = await client.list(task="t1", paused=False, limit=100)
-    assert {s.id for s in t1.schedules} == {f"s{i:02d}" for i in range(1, 30, 2)} - {"s05"}
+    assert {s.id for s in t1.items} == {f"s{i:02d}" for i in range(1, 30, 2)} - {"s05"}
     with pytest.raises(InvalidArgument, match="cursor"):
         await client.list(cursor="garbage")
     with pytest.raises(InvalidArgument, match="limit"):
@@ -211,9 +213,9 @@ async def test_list_resumes_when_the_cursor_entry_went_away(client: Client) -> N
     for i in range(10):
         await client.add(Schedule(id=f"x{i}", task="t", every=100 + i))
     page = await client.list(limit=4)
-    await client.remove(page.schedules[-1].id)
+    await client.remove(page.items[-1].id)
     rest = await client.list(limit=100, cursor=page.cursor)
-    ids = [s.id for s in page.schedules] + [s.id for s in rest.schedules]
+    ids = [s.id for s in page.items] + [s.id for s in rest.items]
     assert sorted(ids) == [f"x{i}" for i in range(10)]
 
 
@@ -333,13 +335,22 @@ async def test_dead_letters_list_show_requeue_purge(
     await client.enqueue("warmup", queue="mail")  # registers the queue
     for n in range(3):
         await add_dead_letter(redis, prefix, "mail", n, "emails.send" if n < 2 else "other")
-    letters, cursor = await client.dead_letters("mail", limit=2)
+    letters = await client.dead_letters("mail", limit=2)
     assert [d.execution_id for d in letters] == ["e2", "e1"]
-    assert cursor is not None
-    rest, end = await client.dead_letters("mail", limit=2, cursor=cursor)
+    assert letters.cursor is not None
+    rest = await client.dead_letters("mail", limit=2, cursor=letters.cursor)
     assert [d.execution_id for d in rest] == ["e0"]
-    assert end is None
-    one = await client.dead_letter("mail", letters[0].entry_id)
+    assert rest.cursor is None
+    exact = await client.dead_letters("mail", limit=3)  # the last page says so
+    assert (len(exact), exact.cursor) == (3, None)
+    assert [d.execution_id async for d in client.iter_dead_letters("mail", page_size=1)] == [
+        "e2",
+        "e1",
+        "e0",
+    ]
+    sent = [d.execution_id async for d in client.iter_dead_letters("mail", task="emails.send")]
+    assert sent == ["e1", "e0"]
+    one = await client.dead_letter("mail", letters.items[0].entry_id)
     assert (one.error_type, one.error_message, one.payload) == ("ValueError", "boom", {"n": 2})
     with pytest.raises(rsched.DeadLetterNotFound, match="'1-1' does not exist in queue 'mail'"):
         await client.dead_letter("mail", "1-1")

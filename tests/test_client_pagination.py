@@ -57,8 +57,8 @@ async def test_pagination_over_10k_schedules(redis: Redis, settings: Settings) -
     while True:
         page = await client.list(limit=997, cursor=cursor)
         pages += 1
-        seen += [s.id for s in page.schedules]
-        scores += [s.next_run.timestamp() if s.next_run else float("inf") for s in page.schedules]
+        seen += [s.id for s in page.items]
+        scores += [s.next_run.timestamp() if s.next_run else float("inf") for s in page.items]
         cursor = page.cursor
         if cursor is None:
             break
@@ -70,11 +70,9 @@ async def test_pagination_over_10k_schedules(redis: Redis, settings: Settings) -
     assert scores[:-1] == sorted(scores[:-1])
     # A filter that matches one in ten still fills whole pages.
     tens = await client.list(queue="tens", limit=500)
-    assert len(tens.schedules) == 500
-    assert all(s.queue == "tens" for s in tens.schedules)
+    assert len(tens.items) == 500
+    assert all(s.queue == "tens" for s in tens.items)
     rest = await client.list(queue="tens", limit=500, cursor=tens.cursor)
-    assert len(rest.schedules) == 500
-    assert (
-        rest.cursor is None or (await client.list(queue="tens", cursor=rest.cursor)).schedules == []
-    )
+    assert len(rest.items) == 500
+    assert rest.cursor is None or (await client.list(queue="tens", cursor=rest.cursor)).items == []
     assert elapsed < 20, f"paging 10k schedules took {elapsed:.1f}s"

@@ -82,7 +82,7 @@ async def test_update_remove_and_sdk_schedules_left_alone(
     plan = await sync_file(redis, settings, path)
     assert plan.applied
     assert (await client.get("poll")).generation == 2
-    ids = {s.id for s in (await client.list()).schedules}
+    ids = {s.id for s in (await client.list()).items}
     assert ids == {"poll", "fresh", "mine"}
     assert await redis.smembers(f"{{{settings.prefix}}}:source:file:schedules") == {
         "poll",
@@ -114,7 +114,7 @@ async def test_conflict_with_an_sdk_schedule(
     with pytest.raises(ScheduleFileError, match=r"'poll'.*created by the SDK or CLI.*--adopt"):
         await sync_file(redis, settings, path)
     assert await client.list() is not None
-    assert {s.id for s in (await client.list()).schedules} == {"poll"}  # nothing applied
+    assert {s.id for s in (await client.list()).items} == {"poll"}  # nothing applied
     plan = await sync_file(redis, settings, path, adopt=True)
     assert plan.ids("adopt") == ["poll"]
     poll = await client.get("poll")
@@ -133,7 +133,7 @@ async def test_two_files_do_not_touch_each_other(
     plan = await sync_file(redis, settings, b)
     assert plan.ids("remove") == ["b1"]
     client = Client(redis, settings)
-    assert {s.id for s in (await client.list()).schedules} == {"nightly", "poll"}
+    assert {s.id for s in (await client.list()).items} == {"nightly", "poll"}
     clash = write(tmp_path, '[[schedule]]\nid = "poll"\ntask = "t"\nevery = 60\n', "c.toml")
     with pytest.raises(ScheduleFileError, match="source 'file:a'"):
         await sync_file(redis, settings, clash)
@@ -220,7 +220,7 @@ async def test_two_schedulers_syncing_at_once(
             tg.start_soon(sync)
     assert all(p.applied for p in plans)
     client = Client(redis, settings)
-    assert {s.id: s.generation for s in (await client.list()).schedules} == {
+    assert {s.id: s.generation for s in (await client.list()).items} == {
         "nightly": 1,
         "poll": 1,
     }
@@ -241,7 +241,7 @@ async def test_the_scheduler_syncs_its_file_at_start(
     proc.wait_for("leader.acquired")
     assert "sync.add" in proc.output()
     client = Client(redis, settings)
-    assert {s.id for s in (await client.list()).schedules} == {"nightly", "poll"}
+    assert {s.id for s in (await client.list()).items} == {"nightly", "poll"}
     stats = await client.stats()
     assert stats.leader is not None
     assert stats.leader["lease_left_ms"] > 0

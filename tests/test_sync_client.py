@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis as redis_sync
 
+import rsched
 from rsched import Schedule, ScheduleExists, ScheduleNotFound, SyncClient
 
 
@@ -34,8 +35,10 @@ def test_sync_client_round_trip(sync_client: SyncClient) -> None:
     assert len(sync_client.next_runs("s", 4)) == 4
     fired = sync_client.trigger("s")
     assert fired.status == "fired"
-    assert sync_client.history("s")[0]["execution_id"] == fired.execution_id
-    assert [s.id for s in sync_client.list().schedules] == ["s"]
+    assert sync_client.history("s").items[0].execution_id == fired.execution_id
+    assert [e.event for e in sync_client.iter_history("s", page_size=1)] == ["fired"]
+    assert [s.id for s in sync_client.list().items] == ["s"]
+    assert [s.id for s in sync_client.iter_schedules(page_size=1)] == ["s"]
     assert sync_client.stats().schedules["total"] == 1
     sync_client.remove("s")
     with pytest.raises(ScheduleNotFound):
@@ -58,7 +61,7 @@ def test_sync_client_from_threads(sync_client: SyncClient) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    assert len(sync_client.list(limit=100).schedules) == 40
+    assert len(sync_client.list(limit=100).items) == 40
 
 
 def test_close_is_idempotent(redis_url: str, prefix: str) -> None:
@@ -71,7 +74,8 @@ def test_sync_client_jobs_and_backfill(sync_client: SyncClient) -> None:
     execution_id = sync_client.enqueue("emails.send", {"to": "x"}, queue="mail", delay=0)
     assert execution_id.startswith("job-")
     assert sync_client.stats().queues["mail"]["length"] == 1
-    assert sync_client.dead_letters("mail") == ([], None)
+    assert sync_client.dead_letters("mail") == rsched.Page([], None)
+    assert list(sync_client.iter_dead_letters("mail")) == []
     assert sync_client.requeue("mail") == 0
     assert sync_client.purge("mail") == 0
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)

@@ -3,7 +3,7 @@
 import dataclasses as _dataclasses
 import typing as _typing
 
-from rsched._client import BackfillResult, Client, Fired, Page, Stats
+from rsched._client import BackfillResult, Client, Fired, Stats
 from rsched._errors import (
     ConfigError,
     DeadLetterNotFound,
@@ -19,8 +19,10 @@ from rsched._errors import (
     ScheduleNotFound,
     StateError,
 )
+from rsched._history import HistoryEvent
 from rsched._job import DeadLetter, Job
 from rsched._model import Schedule
+from rsched._page import Page
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
 from rsched._sync_client import SyncClient
@@ -36,6 +38,7 @@ __all__ = (
     "DeadLetter",
     "DeadLetterNotFound",
     "Fired",
+    "HistoryEvent",
     "InvalidArgument",
     "InvalidJob",
     "InvalidSchedule",

@@ -292,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     _limit(p, 20, "how many events (default 20)")
     p.add_argument("--status", help="only this event: fired, skipped, completed, failed, dead, …")
+    p.add_argument("--cursor", help="continue from a previous page (older events)")
 
     p = _sub(
         subs,

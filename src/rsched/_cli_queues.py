@@ -22,9 +22,10 @@ def _letter(d: DeadLetter) -> dict[str, Any]:
 
 
 async def cmd_dead_ls(client: Client, args: argparse.Namespace) -> None:
-    letters, cursor = await client.dead_letters(
+    page = await client.dead_letters(
         args.queue, limit=args.limit, cursor=args.cursor, task=args.task
     )
+    letters, cursor = page.items, page.cursor
     now = to_ms(await client.server_time())
     rows = [
         (

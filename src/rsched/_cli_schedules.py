@@ -25,6 +25,7 @@ from rsched._client import Client
 from rsched._connection import connect
 from rsched._declare import sync_file
 from rsched._errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
+from rsched._history import HistoryEvent
 from rsched._model import STATE_FIELDS, Schedule, to_ms
 from rsched._rules import check_page
 from rsched._timing import next_fire_times
@@ -232,7 +233,7 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
         page = await client.list(
             queue=args.queue, task=args.task, paused=args.paused, limit=args.limit, cursor=cursor
         )
-        schedules += page.schedules
+        schedules += page.items
         cursor = page.cursor
         if not (args.all and cursor):
             break
@@ -257,35 +258,33 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
     out(args, {"schedules": [s.public_dict() for s in schedules], "cursor": cursor}, text)
 
 
-def _runs(history: list[dict[str, Any]], zone: str, now: int) -> tuple[list[Any], list[Any]]:
+def _runs(history: list[HistoryEvent], zone: str, now: int) -> tuple[list[Any], list[Any]]:
     """Rows (scheduled, lateness, origin, outcome, execution id) of the last runs."""
     outcome: dict[str, str] = {}
     for event in history:  # newest first: the first outcome seen is the latest
-        exec_id = event.get("execution_id")
-        name = event.get("event", "")
+        exec_id = event.execution_id
+        name = event.event
         if exec_id and name not in ("fired", "buffered", "skipped") and exec_id not in outcome:
             outcome[exec_id] = name
     rows, data = [], []
     for event in history:
-        name = event.get("event", "")
+        name = event.event
         if name not in ("fired", "skipped", "misfired", "buffered"):
             continue
-        exec_id = event.get("execution_id", "")
+        exec_id = event.execution_id or ""
         result = outcome.get(exec_id, "queued") if name == "fired" else name
-        if name == "skipped" and event.get("reason"):
-            result = f"skipped ({event['reason']})"
-        late = event.get("late_ms")
-        sched = event.get("scheduled_at")
+        if name == "skipped" and event.reason:
+            result = f"skipped ({event.reason})"
         rows.append(
             (
-                fmt.when(int(sched), zone, now) if sched is not None else "-",
-                fmt.duration(late) if late is not None else "-",
-                event.get("origin", name),
+                when(event.scheduled_at, zone, now),
+                fmt.duration(event.late_ms) if event.late_ms is not None else "-",
+                event.origin or name,
                 result,
                 exec_id or "-",
             )
         )
-        data.append({**event, "outcome": result})
+        data.append({**event.as_dict(), "outcome": result})
         if len(rows) == 10:
             break
     return rows, data
@@ -294,7 +293,7 @@ def _runs(history: list[dict[str, Any]], zone: str, now: int) -> tuple[list[Any]
 async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
     upcoming = await client.next_runs(args.id, 5)
-    history = await client.history(args.id, limit=client.settings.history_limit)
+    history = (await client.history(args.id, limit=client.settings.history_limit)).items
     now = to_ms(await client.server_time())
     zone = s.timezone
     runs = f"{s.runs}" + (f" of {s.max_runs}" if s.max_runs else "")
@@ -353,31 +352,32 @@ async def cmd_next(client: Client, args: argparse.Namespace) -> None:
     )
 
 
+#: Fields of an event that ``rsched history`` shows in columns of their own.
+_HISTORY_COLUMNS = frozenset({"event", "at", "scheduled_at", "execution_id", "late_ms"})
+
+
 async def cmd_history(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
-    events = await client.history(args.id, limit=args.limit, status=args.status)
+    page = await client.history(args.id, limit=args.limit, status=args.status, cursor=args.cursor)
     now = to_ms(await client.server_time())
     rows = []
-    for e in events:
-        at = e.get("at")
-        sched = e.get("scheduled_at")
-        extra = {
-            k: v
-            for k, v in e.items()
-            if k not in ("event", "at", "scheduled_at", "execution_id", "late_ms")
-        }
+    for e in page:
+        detail = {k: v for k, v in e.as_dict().items() if k not in _HISTORY_COLUMNS}
         rows.append(
             (
-                fmt.when(int(at), s.timezone, now) if at is not None else "-",
-                e.get("event", "?"),
-                fmt.clock(int(sched), s.timezone) if sched is not None else "-",
-                fmt.duration(e["late_ms"]) if e.get("late_ms") is not None else "-",
-                e.get("execution_id", "-"),
-                " ".join(f"{k}={v}" for k, v in extra.items()),
+                when(e.at, s.timezone, now),
+                e.event,
+                fmt.clock(to_ms(e.scheduled_at), s.timezone) if e.scheduled_at else "-",
+                fmt.duration(e.late_ms) if e.late_ms is not None else "-",
+                e.execution_id or "-",
+                " ".join(f"{k}={v}" for k, v in detail.items()),
             )
         )
     headers = ("AT", "EVENT", "SCHEDULED", "LATE", "EXECUTION", "DETAIL")
-    out(args, events, fmt.table(headers, rows) if rows else "no events")
+    text = fmt.table(headers, rows) if rows else "no events"
+    if page.cursor:
+        text += f"\nmore: rsched history {args.id} --cursor {page.cursor}"
+    out(args, {"events": [e.as_dict() for e in page], "cursor": page.cursor}, text)
 
 
 async def cmd_backfill(client: Client, args: argparse.Namespace) -> None:

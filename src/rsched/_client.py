@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -30,10 +30,12 @@ from rsched._errors import (
     ScheduleCompleted,
     ScheduleNotFound,
 )
+from rsched._history import HistoryEvent, page_events
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
+from rsched._page import Page
 from rsched._queues import QueueStore
-from rsched._rules import check_page, check_pause_note
+from rsched._rules import PAGE_MAX, check_history_status, check_page, check_pause_note
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import Timing, next_fire_times
@@ -54,14 +56,6 @@ _OUTCOMES = {
     Code.BUFFERED: "buffered",
     Code.STALE: "already_fired",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One page of :meth:`Client.list`; pass ``cursor`` back for the next (None: last page)."""
-
-    schedules: list[Schedule]
-    cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,21 +392,44 @@ class Client:
 
     @_redis_errors
     async def history(
-        self, schedule_id: str, *, limit: int = 20, status: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The schedule's recent events, newest first (fired, skipped, misfired, outcomes).
+        self,
+        schedule_id: str,
+        *,
+        limit: int = 20,
+        status: str | None = None,
+        cursor: str | None = None,
+    ) -> Page[HistoryEvent]:
+        """A page of the schedule's recent events, newest first (fired, skipped, misfired, run
+        outcomes), as :class:`rsched.HistoryEvent` records.
 
-        ``status`` keeps only events of that name (e.g. ``fired``, ``failed``, ``dead``).
-        Times (``scheduled_at``, ``at``) are epoch ms; ``late_ms`` is the lateness of a fire.
-        Raises ScheduleNotFound.
+        ``status`` keeps only events of that name (``fired``, ``failed``, ``dead``, ...; see
+        ``HistoryEvent.event``). Pass the page's ``cursor`` back for older events; None means
+        there are no more. Raises ScheduleNotFound, or InvalidArgument naming ``status``,
+        ``limit`` or ``cursor``.
         """
         _argument("limit", check_page, limit)
-        events = await self._store.history(schedule_id, self.settings.history_limit)
-        if not events and not await self._store.exists(schedule_id):
-            raise ScheduleNotFound(schedule_id)
         if status is not None:
-            events = [e for e in events if status in (e.get("event"), e.get("status"))]
-        return events[:limit]
+            _argument("status", check_history_status, status)
+        stored = await self._store.history(schedule_id, self.settings.history_limit)
+        if not stored and not await self._store.exists(schedule_id):
+            raise ScheduleNotFound(schedule_id)
+        try:
+            return page_events(stored, limit=limit, cursor=cursor or None, status=status)
+        except ValueError as exc:
+            raise InvalidArgument("cursor", str(exc)) from None
+
+    async def iter_history(
+        self, schedule_id: str, *, status: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[HistoryEvent]:
+        """Every event of :meth:`history`, newest first, read a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
+            for event in page:
+                yield event
+            if page.cursor is None:
+                return
+            cursor = page.cursor
 
     # --- jobs and dead letters ----------------------------------------------------------------
 
@@ -452,9 +469,39 @@ class Client:
         limit: int = 100,
         cursor: str | None = None,
         task: str | None = None,
-    ) -> tuple[list[DeadLetter], str | None]:
-        """A page of the queue's dead letters, newest first, and the next page's cursor."""
-        return await self._queues.dead_letters(queue, limit=limit, cursor=cursor, task=task)
+    ) -> Page[DeadLetter]:
+        """A page of the queue's dead letters, newest first (only ``task``'s when given).
+
+        Pass the page's ``cursor`` back for the next; None means there are no more. Raises
+        InvalidArgument naming ``limit`` or ``cursor``.
+        """
+        _argument("limit", check_page, limit)
+        # One more than asked tells whether a next page exists, so the last page says so.
+        peek = min(limit + 1, PAGE_MAX)
+        letters, nxt = await self._queues.dead_letters(
+            queue, limit=peek, cursor=cursor or None, task=task
+        )
+        if len(letters) > limit:
+            return Page(letters[:limit], letters[limit - 1].entry_id)
+        if len(letters) < peek or nxt is None:
+            return Page(letters, None)
+        # limit == PAGE_MAX: a full page, and whether more follow is one more read away.
+        more, _ = await self._queues.dead_letters(queue, limit=1, cursor=nxt, task=task)
+        return Page(letters, nxt if more else None)
+
+    async def iter_dead_letters(
+        self, queue: str = "default", *, task: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[DeadLetter]:
+        """Every dead letter of the queue (only ``task``'s when given), newest first, read a
+        page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.dead_letters(queue, limit=page_size, cursor=cursor, task=task)
+            for letter in page:
+                yield letter
+            if page.cursor is None:
+                return
+            cursor = page.cursor
 
     @_redis_errors
     async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
@@ -529,6 +576,27 @@ class Client:
 
     # --- listing (last: the method name shadows the builtin in the class body) -----------
 
+    async def iter_schedules(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        paused: bool | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[Schedule]:
+        """Every schedule of :meth:`list` (same filters, next-run order), read a page at a
+        time."""
+        cursor: str | None = None
+        while True:
+            page = await self.list(
+                queue=queue, task=task, paused=paused, limit=page_size, cursor=cursor
+            )
+            for schedule in page:
+                yield schedule
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+
     @_redis_errors
     async def list(
         self,
@@ -538,40 +606,45 @@ class Client:
         paused: bool | None = None,
         limit: int = 100,
         cursor: str | None = None,
-    ) -> Page:
+    ) -> Page[Schedule]:
         """One page of schedules in next-run order (paused and completed ones last).
 
-        Pass the returned ``cursor`` to get the next page; None means this was the last. Uses
-        ranges of the schedules index (never KEYS), so it is cheap at any size. Like SCAN, a
-        schedule that moves while you page may appear twice.
+        Pass the returned ``cursor`` to get the next page; None means this was the last (with
+        a filter, a page may also end with a cursor that finds nothing more). Uses ranges of
+        the schedules index (never KEYS), so it is cheap at any size. Like SCAN, a schedule
+        that moves while you page may appear twice.
         """
         _argument("limit", check_page, limit)
         pos = _decode_cursor(cursor)
         filtered = queue is not None or task is not None or paused is not None
         out: _Schedules = []
         while True:
-            want = max(limit - len(out), 200) if filtered else limit - len(out)
+            # One more than needed tells whether anything follows the page.
+            want = max(limit - len(out) + 1, 200) if filtered else limit - len(out) + 1
             batch = await self._store.index_after(pos, want)
             hashes = await self._store.fields([sid for sid, _ in batch])
-            for i, ((sid, score), stored) in enumerate(zip(batch, hashes, strict=True)):
-                pos = (score, sid)
-                if not stored:
-                    continue  # removed since the range was read
-                s = Schedule.from_hash(sid, stored)
-                if (
+            for (sid, score), stored in zip(batch, hashes, strict=True):
+                s = Schedule.from_hash(sid, stored) if stored else None  # None: removed meanwhile
+                if s is None or not (
                     (queue is None or s.queue == queue)
                     and (task is None or s.task == task)
                     and (paused is None or s.paused == paused)
                 ):
-                    out.append(s)
+                    if len(out) < limit:
+                        pos = (score, sid)
+                    continue
                 if len(out) == limit:
-                    more = i + 1 < len(batch) or len(batch) == want
-                    return Page(out, _encode_cursor(pos) if more else None)
+                    return Page(out, _encode_cursor(pos))  # another one follows
+                out.append(s)
+                pos = (score, sid)
             if len(batch) < want:
                 return Page(out, None)
+            if len(out) == limit:  # whether one matches further on is another read away
+                return Page(out, _encode_cursor(pos))
 
 
-def _encode_cursor(pos: tuple[float, str]) -> str:
+def _encode_cursor(pos: tuple[float, str] | None) -> str:
+    assert pos is not None  # a full page has taken at least one item
     score, member = pos
     return f"{'inf' if math.isinf(score) else int(score)}:{member}"
 

@@ -1,5 +1,5 @@
 """The rules user input follows, each in one place: names, payloads, durations, a job's retry and
-timeout options, pause notes and page sizes.
+timeout options, pause notes, page sizes and history statuses.
 
 Schedules (rsched._model), one-off jobs (QueueStore.enqueue), workers, settings and the client
 all check through these functions, so the bounds and the wording are the same everywhere. Each
@@ -35,6 +35,14 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_FORMS = "seconds (300), text such as 90s, 5m, 1h30m or 2d, or a timedelta"
 #: A job option that is a duration (the others are counts and fractions).
 SECONDS_OPTIONS = frozenset({"retry_base_s", "retry_max_s", "timeout_s"})
+
+#: Every event a schedule's history records, and so every ``status`` a history read can filter
+#: on. Readers keep events of any other name (written by a newer rsched); only the filter is
+#: closed, so that a typo is an error instead of an empty answer.
+HISTORY_STATUSES = (
+    "fired", "skipped", "buffered", "misfired", "released", "cancel_requested", "running",
+    "completed", "failed", "timed_out", "retry", "dead", "cancelled",
+)  # fmt: skip
 
 
 def check_name(value: object, what: str) -> str:
@@ -153,6 +161,15 @@ def check_pause_note(note: str) -> str:
     if len(note) > PAUSE_NOTE_MAX_CHARS:
         raise ValueError(f"at most {PAUSE_NOTE_MAX_CHARS} characters")
     return note
+
+
+def check_history_status(value: object) -> str:
+    """A history event name to filter on (one of HISTORY_STATUSES)."""
+    if value not in HISTORY_STATUSES:
+        raise ValueError(
+            f"{value!r} is not a history status; give one of {', '.join(HISTORY_STATUSES)}"
+        )
+    return str(value)
 
 
 def check_page(value: object) -> int:

@@ -7,7 +7,7 @@ portal); each method blocks until its call finishes there. Safe to share between
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -15,9 +15,11 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from rsched._client import BackfillResult, Client, Fired, Page, Stats
+from rsched._client import BackfillResult, Client, Fired, Stats
+from rsched._history import HistoryEvent
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
 from rsched._model import Schedule
+from rsched._page import Page
 from rsched._settings import Settings
 
 T = TypeVar("T")
@@ -120,10 +122,25 @@ class SyncClient:
         return self._run(self._client.next_runs, schedule_id, n)
 
     def history(
-        self, schedule_id: str, *, limit: int = 20, status: str | None = None
-    ) -> list[dict[str, Any]]:
+        self,
+        schedule_id: str,
+        *,
+        limit: int = 20,
+        status: str | None = None,
+        cursor: str | None = None,
+    ) -> Page[HistoryEvent]:
         """See :meth:`rsched.Client.history`."""
-        return self._run(self._client.history, schedule_id, limit=limit, status=status)
+        return self._run(
+            self._client.history, schedule_id, limit=limit, status=status, cursor=cursor
+        )
+
+    def iter_history(
+        self, schedule_id: str, *, status: str | None = None, page_size: int = 100
+    ) -> Iterator[HistoryEvent]:
+        """See :meth:`rsched.Client.iter_history`."""
+        return _pages(
+            lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
+        )
 
     def enqueue(
         self,
@@ -155,9 +172,17 @@ class SyncClient:
         limit: int = 100,
         cursor: str | None = None,
         task: str | None = None,
-    ) -> tuple[list[DeadLetter], str | None]:
+    ) -> Page[DeadLetter]:
         """See :meth:`rsched.Client.dead_letters`."""
         return self._run(self._client.dead_letters, queue, limit=limit, cursor=cursor, task=task)
+
+    def iter_dead_letters(
+        self, queue: str = "default", *, task: str | None = None, page_size: int = 100
+    ) -> Iterator[DeadLetter]:
+        """See :meth:`rsched.Client.iter_dead_letters`."""
+        return _pages(
+            lambda cursor: self.dead_letters(queue, limit=page_size, cursor=cursor, task=task)
+        )
 
     def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
         """See :meth:`rsched.Client.dead_letter`."""
@@ -187,6 +212,22 @@ class SyncClient:
         """See :meth:`rsched.Client.stats`."""
         return self._run(self._client.stats)
 
+    def iter_schedules(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        paused: bool | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Schedule]:
+        """See :meth:`rsched.Client.iter_schedules`."""
+        return _pages(
+            lambda cursor: self.list(
+                queue=queue, task=task, paused=paused, limit=page_size, cursor=cursor
+            )
+        )
+
+    # Last: the method name shadows the builtin in the class body.
     def list(
         self,
         *,
@@ -195,11 +236,22 @@ class SyncClient:
         paused: bool | None = None,
         limit: int = 100,
         cursor: str | None = None,
-    ) -> Page:
+    ) -> Page[Schedule]:
         """See :meth:`rsched.Client.list`."""
         return self._run(
             self._client.list, queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
         )
+
+
+def _pages(read: Callable[[str | None], Page[T]]) -> Iterator[T]:
+    """Every item of a paged read, a page at a time."""
+    cursor: str | None = None
+    while True:
+        page = read(cursor)
+        yield from page
+        if page.cursor is None:
+            return
+        cursor = page.cursor
 
 
 async def _open(url: str | None, prefix: str | None, settings: dict[str, Any]) -> Client:

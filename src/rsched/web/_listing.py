@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from rsched import InvalidArgument, Schedule, ScheduleNotFound
+from rsched import InvalidArgument, Page, Schedule, ScheduleNotFound
 from rsched._rules import NAME_RE
-from rsched.web._sdk import Page, Sdk
+from rsched.web._sdk import Sdk
 
 State = Literal["active", "paused", "completed"]
 #: Schedules looked at per request when the SDK cannot filter (search, completed state).

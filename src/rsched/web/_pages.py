@@ -24,7 +24,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import pass_context
 from jinja2.runtime import Context
 
-from rsched import InvalidArgument, RschedError, Schedule, ScheduleNotFound
+from rsched import HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
 from rsched._model import STATE_FIELDS
 from rsched.web import _views as views
 from rsched.web._errors import error_body
@@ -173,9 +173,9 @@ class _Cache:
         return value
 
 
-async def histories(sdk: Sdk, ids: Sequence[str], limit: int) -> dict[str, list[dict[str, Any]]]:
+async def histories(sdk: Sdk, ids: Sequence[str], limit: int) -> dict[str, list[HistoryEvent]]:
     """The recent events of each schedule (a few reads at a time)."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[HistoryEvent]] = {}
     limiter = anyio.CapacityLimiter(8)
 
     async def one(sid: str) -> None:

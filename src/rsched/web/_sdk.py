@@ -1,30 +1,28 @@
 """Every call the web package makes to rsched, through the public ``rsched.Client`` only.
 
 The dashboard and the API read and write exactly what the CLI does, with the same errors.
-The SDK is still moving (``list`` and ``dead_letters`` are to return a generic ``rsched.Page``
-with ``.items``, ``history`` typed records, and ``health``/``workers``/``jobs`` are to appear),
-so each of those is followed here, in one line, and nowhere else.
+The SDK is still moving (``health``/``workers``/``jobs`` are to appear), so each of those is
+followed here, in one line, and nowhere else.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from rsched import BackfillResult, Client, DeadLetter, Fired, Schedule, Settings, Stats
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[T]):
-    """One page of a listing; ``cursor`` asks for the next one (None: this was the last)."""
-
-    items: list[T]
-    cursor: str | None
+from rsched import (
+    BackfillResult,
+    Client,
+    DeadLetter,
+    Fired,
+    HistoryEvent,
+    Page,
+    Schedule,
+    Settings,
+    Stats,
+)
 
 
 class Sdk:
@@ -53,10 +51,9 @@ class Sdk:
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[Schedule]:
-        page = await self.client.list(
+        return await self.client.list(
             queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
         )
-        return Page(page.schedules, page.cursor)
 
     async def get(self, schedule_id: str) -> Schedule:
         return await self.client.get(schedule_id)
@@ -90,10 +87,11 @@ class Sdk:
 
     async def history(
         self, schedule_id: str, limit: int | None = None, status: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Events newest first, as dicts (``event``, ``execution_id``, ``at``, …)."""
+    ) -> list[HistoryEvent]:
+        """The recent events, newest first (the first page: at most ``history_limit`` are
+        kept)."""
         limit = limit or self.settings.history_limit
-        return await self.client.history(schedule_id, limit=limit, status=status)
+        return (await self.client.history(schedule_id, limit=limit, status=status)).items
 
     # --- queues, jobs and dead letters ------------------------------------------------------
 
@@ -103,8 +101,7 @@ class Sdk:
     async def dead_letters(
         self, queue: str, *, limit: int, cursor: str | None = None, task: str | None = None
     ) -> Page[DeadLetter]:
-        letters, nxt = await self.client.dead_letters(queue, limit=limit, cursor=cursor, task=task)
-        return Page(letters, nxt)
+        return await self.client.dead_letters(queue, limit=limit, cursor=cursor, task=task)
 
     async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
         return await self.client.dead_letter(queue, entry_id)

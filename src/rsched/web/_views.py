@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rsched import Schedule
+from rsched import HistoryEvent, Schedule
 from rsched._cli_common import status_text, trigger_text
 from rsched._format import clock, duration, relative
 from rsched._model import to_ms
@@ -137,39 +137,36 @@ class Run:
         }
 
 
-def _int(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else to_ms(value)
 
 
-def runs(events: Iterable[dict[str, Any]]) -> list[Run]:
+def runs(events: Iterable[HistoryEvent]) -> list[Run]:
     """Runs newest first; ``status`` is the latest event of each (fired means still queued)."""
     by_id: dict[str, Run] = {}
     for event in events:  # newest first
-        name = str(event.get("event", "?"))
-        exec_id = str(event.get("execution_id") or f"({name} at {event.get('at', '?')})")
+        name = event.event
+        exec_id = event.execution_id or f"({name} at {event.at.isoformat(timespec='seconds')})"
         run = by_id.get(exec_id)
         if run is None:
             run = by_id[exec_id] = Run(exec_id)
             run.status = "queued" if name == "fired" else name
-            if name == "skipped" and event.get("reason"):
-                run.status = f"skipped ({event['reason']})"
-        run.events.append(event)
+            if name == "skipped" and event.reason:
+                run.status = f"skipped ({event.reason})"
+        run.events.append(event.as_dict())
         if name in _FIRE_EVENTS:
-            run.origin = run.origin or str(event.get("origin") or name)
-            run.scheduled_ms = run.scheduled_ms or _int(event.get("scheduled_at"))
-            run.fired_ms = run.fired_ms or _int(event.get("at"))
-            run.late_ms = run.late_ms if run.late_ms is not None else _int(event.get("late_ms"))
-        if run.attempt is None and event.get("attempt") is not None:
-            run.attempt = _int(event.get("attempt"))
-        if not run.error and event.get("error"):
-            run.error = f"{event.get('error_type') or 'error'}: {event['error']}"
+            run.origin = run.origin or event.origin or name
+            run.scheduled_ms = run.scheduled_ms or _ms(event.scheduled_at)
+            run.fired_ms = run.fired_ms or to_ms(event.at)
+            run.late_ms = run.late_ms if run.late_ms is not None else event.late_ms
+        if run.attempt is None and event.attempt is not None:
+            run.attempt = event.attempt
+        if not run.error and event.error:
+            run.error = f"{event.error_type or 'error'}: {event.error}"
     return list(by_id.values())
 
 
-def last_outcome(events: Sequence[dict[str, Any]]) -> str:
+def last_outcome(events: Sequence[HistoryEvent]) -> str:
     """The newest run's status, or "" when the schedule never ran."""
     found = runs(events[:12])
     return found[0].status if found else ""
@@ -189,7 +186,7 @@ def health(schedule: Schedule, outcome: str, now_ms: int) -> tuple[str, str]:
 
 
 def activity(
-    histories: Iterable[Sequence[dict[str, Any]]], now_ms: int, minutes: int = 10
+    histories: Iterable[Sequence[HistoryEvent]], now_ms: int, minutes: int = 10
 ) -> list[tuple[int, Counter[str]]]:
     """Per minute of the last ``minutes`` (newest first): counts of fired, completed, failed
     (incl. timed out), dead and skipped events in the given histories."""
@@ -197,10 +194,10 @@ def activity(
     buckets: list[Counter[str]] = [Counter() for _ in range(minutes)]
     for events in histories:
         for event in events:
-            at = _int(event.get("at"))
-            if at is None or at < start or at > now_ms:
+            at = to_ms(event.at)
+            if at < start or at > now_ms:
                 continue
-            name = str(event.get("event"))
+            name = event.event
             name = "failed" if name == "timed_out" else name
             if name in ACTIVITY_EVENTS:
                 buckets[(at - start) // 60_000][name] += 1
