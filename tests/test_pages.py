@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from redis.asyncio import Redis
 
 import rsched
+import rsched._client
 from rsched import Client, Page, Schedule, Settings
+from rsched._keys import Keys
 
 
 def test_a_page_is_its_items() -> None:
@@ -49,3 +52,24 @@ async def test_iter_schedules_with_filters(redis: Redis, settings: Settings) -> 
     # A filtered page that matched everything the index holds says it is the last.
     evens = await client.list(queue="even", limit=5)
     assert ([s.id for s in evens], evens.cursor) == (["s0", "s2", "s6", "s8", "s4"], None)
+
+
+async def test_dead_letter_pages(
+    redis: Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = Client(redis, settings)
+    for n in range(4):
+        await redis.xadd(
+            Keys(settings.prefix).dead("q"),
+            {"reason": "max_retries", "execution_id": f"e{n}", "task": f"t{n % 2}", "job": "[]"},
+        )
+    first = await client.dead_letters("q", limit=2)
+    assert isinstance(first, Page)
+    assert [d.execution_id for d in first] == ["e3", "e2"]
+    last = await client.dead_letters("q", limit=2, cursor=first.cursor)
+    assert ([d.execution_id for d in last], last.cursor) == (["e1", "e0"], None)
+    assert [d.execution_id async for d in client.iter_dead_letters("q", task="t1")] == ["e3", "e1"]
+    # At the largest page size the page after is looked at with one more read.
+    monkeypatch.setattr(rsched._client, "PAGE_MAX", 2)
+    assert (await client.dead_letters("q", limit=2)).cursor == first.cursor
+    assert (await client.dead_letters("q", limit=2, cursor=first.cursor)).cursor is None

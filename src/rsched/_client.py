@@ -472,21 +472,25 @@ class Client:
     ) -> Page[DeadLetter]:
         """A page of the queue's dead letters, newest first (only ``task``'s when given).
 
-        Pass the page's ``cursor`` back for the next; None means there are no more. Raises
+        Pass the page's ``cursor`` back for the next; None means there are no more (with
+        ``task``, a page may also end with a cursor that finds nothing more). Raises
         InvalidArgument naming ``limit`` or ``cursor``.
         """
         _argument("limit", check_page, limit)
+        cursor = cursor or None
+        if task is not None:  # looking past the page for one more match could read the stream
+            return Page(
+                *await self._queues.dead_letters(queue, limit=limit, cursor=cursor, task=task)
+            )
         # One more than asked tells whether a next page exists, so the last page says so.
         peek = min(limit + 1, PAGE_MAX)
-        letters, nxt = await self._queues.dead_letters(
-            queue, limit=peek, cursor=cursor or None, task=task
-        )
+        letters, nxt = await self._queues.dead_letters(queue, limit=peek, cursor=cursor)
         if len(letters) > limit:
             return Page(letters[:limit], letters[limit - 1].entry_id)
         if len(letters) < peek or nxt is None:
             return Page(letters, None)
         # limit == PAGE_MAX: a full page, and whether more follow is one more read away.
-        more, _ = await self._queues.dead_letters(queue, limit=1, cursor=nxt, task=task)
+        more, _ = await self._queues.dead_letters(queue, limit=1, cursor=nxt)
         return Page(letters, nxt if more else None)
 
     async def iter_dead_letters(
