@@ -33,7 +33,7 @@ from rsched._errors import (
 from rsched._history import HistoryEvent, page_events
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
-from rsched._page import Page
+from rsched._page import Page, every_item
 from rsched._queues import QueueStore
 from rsched._rules import PAGE_MAX, check_history_status, check_page, check_pause_note
 from rsched._settings import Settings
@@ -418,18 +418,14 @@ class Client:
         except ValueError as exc:
             raise InvalidArgument("cursor", str(exc)) from None
 
-    async def iter_history(
+    def iter_history(
         self, schedule_id: str, *, status: str | None = None, page_size: int = 100
     ) -> AsyncIterator[HistoryEvent]:
-        """Every event of :meth:`history`, newest first, read a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
-            for event in page:
-                yield event
-            if page.cursor is None:
-                return
-            cursor = page.cursor
+        """Every event of :meth:`history`, newest first, read a page at a time
+        (``async for event in client.iter_history(id): ...``)."""
+        return every_item(
+            lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
+        )
 
     # --- jobs and dead letters ----------------------------------------------------------------
 
@@ -493,19 +489,14 @@ class Client:
         more, _ = await self._queues.dead_letters(queue, limit=1, cursor=nxt)
         return Page(letters, nxt if more else None)
 
-    async def iter_dead_letters(
+    def iter_dead_letters(
         self, queue: str = "default", *, task: str | None = None, page_size: int = 100
     ) -> AsyncIterator[DeadLetter]:
         """Every dead letter of the queue (only ``task``'s when given), newest first, read a
         page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.dead_letters(queue, limit=page_size, cursor=cursor, task=task)
-            for letter in page:
-                yield letter
-            if page.cursor is None:
-                return
-            cursor = page.cursor
+        return every_item(
+            lambda cursor: self.dead_letters(queue, limit=page_size, cursor=cursor, task=task)
+        )
 
     @_redis_errors
     async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
@@ -580,7 +571,7 @@ class Client:
 
     # --- listing (last: the method name shadows the builtin in the class body) -----------
 
-    async def iter_schedules(
+    def iter_schedules(
         self,
         *,
         queue: str | None = None,
@@ -590,16 +581,11 @@ class Client:
     ) -> AsyncIterator[Schedule]:
         """Every schedule of :meth:`list` (same filters, next-run order), read a page at a
         time."""
-        cursor: str | None = None
-        while True:
-            page = await self.list(
+        return every_item(
+            lambda cursor: self.list(
                 queue=queue, task=task, paused=paused, limit=page_size, cursor=cursor
             )
-            for schedule in page:
-                yield schedule
-            if page.cursor is None:
-                return
-            cursor = page.cursor
+        )
 
     @_redis_errors
     async def list(

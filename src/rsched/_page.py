@@ -6,7 +6,7 @@ Every read that can be long (``Client.list``, ``dead_letters``, ``history``) ans
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -28,3 +28,26 @@ class Page(Generic[T]):
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+async def every_item(read: Callable[[str | None], Awaitable[Page[T]]]) -> AsyncIterator[T]:
+    """Every item of a paged read (``read(cursor)`` gives a page), a page at a time."""
+    cursor: str | None = None
+    while True:
+        page = await read(cursor)
+        for item in page:
+            yield item
+        if page.cursor is None:
+            return
+        cursor = page.cursor
+
+
+def every_item_sync(read: Callable[[str | None], Page[T]]) -> Iterator[T]:
+    """:func:`every_item` for a blocking ``read``."""
+    cursor: str | None = None
+    while True:
+        page = read(cursor)
+        yield from page
+        if page.cursor is None:
+            return
+        cursor = page.cursor

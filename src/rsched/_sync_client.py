@@ -19,7 +19,7 @@ from rsched._client import BackfillResult, Client, Fired, Stats
 from rsched._history import HistoryEvent
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
 from rsched._model import Schedule
-from rsched._page import Page
+from rsched._page import Page, every_item_sync
 from rsched._settings import Settings
 
 T = TypeVar("T")
@@ -138,7 +138,7 @@ class SyncClient:
         self, schedule_id: str, *, status: str | None = None, page_size: int = 100
     ) -> Iterator[HistoryEvent]:
         """See :meth:`rsched.Client.iter_history`."""
-        return _pages(
+        return every_item_sync(
             lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
         )
 
@@ -180,7 +180,7 @@ class SyncClient:
         self, queue: str = "default", *, task: str | None = None, page_size: int = 100
     ) -> Iterator[DeadLetter]:
         """See :meth:`rsched.Client.iter_dead_letters`."""
-        return _pages(
+        return every_item_sync(
             lambda cursor: self.dead_letters(queue, limit=page_size, cursor=cursor, task=task)
         )
 
@@ -221,7 +221,7 @@ class SyncClient:
         page_size: int = 100,
     ) -> Iterator[Schedule]:
         """See :meth:`rsched.Client.iter_schedules`."""
-        return _pages(
+        return every_item_sync(
             lambda cursor: self.list(
                 queue=queue, task=task, paused=paused, limit=page_size, cursor=cursor
             )
@@ -241,17 +241,6 @@ class SyncClient:
         return self._run(
             self._client.list, queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
         )
-
-
-def _pages(read: Callable[[str | None], Page[T]]) -> Iterator[T]:
-    """Every item of a paged read, a page at a time."""
-    cursor: str | None = None
-    while True:
-        page = read(cursor)
-        yield from page
-        if page.cursor is None:
-            return
-        cursor = page.cursor
 
 
 async def _open(url: str | None, prefix: str | None, settings: dict[str, Any]) -> Client:
