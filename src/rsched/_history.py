@@ -82,14 +82,18 @@ class HistoryEvent:
         return {**out, **self.extra}
 
 
-def parse_event(data: object) -> tuple[int, HistoryEvent] | None:
-    """(its ``at`` in ms, the event) of one stored event (decoded JSON), or None when it is not
-    an event (not an object, no ``event`` name or ``at`` time: something else wrote the list)."""
-    if not isinstance(data, Mapping):
+def _head(data: object) -> tuple[int, str] | None:
+    """(``at`` in ms, ``event``) of one stored event (decoded JSON), or None when it is not an
+    event (not an object, no ``event`` name or ``at`` time: something else wrote the list)."""
+    if not isinstance(data, dict):
         return None
     name, at = data.get("event"), _whole(data.get("at"))
     if not isinstance(name, str) or at is None:
         return None
+    return at, name
+
+
+def _record(at: int, name: str, data: Mapping[str, Any]) -> HistoryEvent:
     known: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in data.items():
@@ -101,13 +105,21 @@ def parse_event(data: object) -> tuple[int, HistoryEvent] | None:
             known[key] = _whole(value)
         elif key == "scheduled_at" and _whole(value) is not None:
             known[key] = _datetime(_whole(value) or 0)
-        elif (
-            key == "duration_ms" and isinstance(value, int | float) and not isinstance(value, bool)
-        ):
+        elif key == "duration_ms" and (_whole(value) is not None or isinstance(value, float)):
             known[key] = float(value)
         else:  # a field this version does not know, or one of an unexpected type
             extra[key] = value
-    return at, HistoryEvent(event=name, at=_datetime(at), extra=extra, **known)
+    return HistoryEvent(event=name, at=_datetime(at), extra=extra, **known)
+
+
+def parse_event(data: object) -> tuple[int, HistoryEvent] | None:
+    """(its ``at`` in ms, the event) of one stored event (decoded JSON), or None when it is not
+    an event (see :func:`_head`)."""
+    head = _head(data)
+    if head is None:
+        return None
+    assert isinstance(data, dict)
+    return head[0], _record(*head, data)
 
 
 def _decode_cursor(cursor: str) -> tuple[int, int]:
@@ -134,20 +146,21 @@ def page_events(
     place = (0, 0)  # (at, n) of the last event taken
     last_at, same = None, 0
     for data in stored:
-        parsed = parse_event(data)
-        if parsed is None:
+        head = _head(data)
+        if head is None:
             continue
-        at, event = parsed
+        at, name = head
         same = same + 1 if at == last_at else 1
         last_at = at
         if after is not None:
             if at > after[0] or (at == after[0] and same <= after[1]):
                 continue
             after = None
-        if status is not None and status not in (event.event, event.status):
+        assert isinstance(data, dict)
+        if status is not None and status not in (name, data.get("status")):
             continue
         if len(out) == limit:
             return Page(out, f"{place[0]}-{place[1]}")
-        out.append(event)
+        out.append(_record(at, name, data))
         place = (at, same)
     return Page(out, None)
