@@ -82,15 +82,15 @@ class HistoryEvent:
         return {**out, **self.extra}
 
 
-def _head(data: object) -> tuple[int, str] | None:
-    """(``at`` in ms, ``event``) of one stored event (decoded JSON), or None when it is not an
-    event (not an object, no ``event`` name or ``at`` time: something else wrote the list)."""
+def _head(data: object) -> tuple[int, str, dict[str, Any]] | None:
+    """(``at`` in ms, ``event``, the event) of one stored event (decoded JSON), or None when it
+    is not an event (not an object, no ``event`` name or ``at`` time: someone else wrote it)."""
     if not isinstance(data, dict):
         return None
     name, at = data.get("event"), _whole(data.get("at"))
     if not isinstance(name, str) or at is None:
         return None
-    return at, name
+    return at, name, data
 
 
 def _record(at: int, name: str, data: Mapping[str, Any]) -> HistoryEvent:
@@ -116,10 +116,7 @@ def parse_event(data: object) -> tuple[int, HistoryEvent] | None:
     """(its ``at`` in ms, the event) of one stored event (decoded JSON), or None when it is not
     an event (see :func:`_head`)."""
     head = _head(data)
-    if head is None:
-        return None
-    assert isinstance(data, dict)
-    return head[0], _record(*head, data)
+    return None if head is None else (head[0], _record(*head))
 
 
 def _decode_cursor(cursor: str) -> tuple[int, int]:
@@ -149,18 +146,17 @@ def page_events(
         head = _head(data)
         if head is None:
             continue
-        at, name = head
+        at, name, fields = head
         same = same + 1 if at == last_at else 1
         last_at = at
         if after is not None:
             if at > after[0] or (at == after[0] and same <= after[1]):
                 continue
             after = None
-        assert isinstance(data, dict)
-        if status is not None and status not in (name, data.get("status")):
+        if status is not None and status not in (name, fields.get("status")):
             continue
         if len(out) == limit:
             return Page(out, f"{place[0]}-{place[1]}")
-        out.append(_record(at, name, data))
+        out.append(_record(at, name, fields))
         place = (at, same)
     return Page(out, None)
