@@ -141,3 +141,12 @@ def test_schedules_file_durations(tmp_path: Path) -> None:
         "schedule[1] (id 'b').every: -5m is negative; give a positive duration such as 5m" in text
     )
     assert "schedule[2] (id 'c').timeout_s: '5x' is not a duration" in text
+
+
+def test_json_schema_says_durations_take_text() -> None:
+    """The HTTP API's OpenAPI is built from Schedule: clients learn that "5m" is fine."""
+    props = Schedule.model_json_schema()["properties"]
+    for name in ("every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s"):
+        kinds = {option.get("type") for option in props[name]["anyOf"]}
+        assert {"number", "string"} <= kinds, name
+        assert "1h30m" in props[name]["description"]

@@ -71,6 +71,16 @@ _TIME_FIELDS = frozenset({"at", "start_at", "end_at", "next_run", "last_run"})
 _TIME_FIELDS_STATE = frozenset({"created_at", "updated_at"})
 
 
+def _duration_schema(schema: dict[str, Any]) -> None:
+    """The JSON Schema of a duration field (the HTTP API's OpenAPI): seconds or text."""
+    text = {"type": "string", "examples": ["90s", "5m", "1h30m"]}
+    if schema.pop("type", None) == "number":
+        schema["anyOf"] = [{"type": "number"}, text]
+    else:  # every: number or null
+        schema["anyOf"] = [*schema.get("anyOf", []), text]
+    schema["description"] = "seconds, or text with units ms, s, m, h, d (e.g. 90s, 1h30m)"
+
+
 def to_ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
@@ -99,7 +109,7 @@ class Schedule(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict)
 
     cron: str | None = None
-    every: float | None = None
+    every: float | None = Field(default=None, json_schema_extra=_duration_schema)
     at: datetime | None = None
     timezone: str = "UTC"
     start_at: datetime | None = None
@@ -107,16 +117,18 @@ class Schedule(BaseModel):
     max_runs: int | None = Field(default=None, ge=1)
 
     max_retries: int = DEFAULT_MAX_RETRIES
-    retry_base_s: float = DEFAULT_RETRY_BASE_S
+    retry_base_s: float = Field(DEFAULT_RETRY_BASE_S, json_schema_extra=_duration_schema)
     retry_multiplier: float = DEFAULT_RETRY_MULTIPLIER
-    retry_max_s: float = DEFAULT_RETRY_MAX_S
+    retry_max_s: float = Field(DEFAULT_RETRY_MAX_S, json_schema_extra=_duration_schema)
     retry_jitter: float = DEFAULT_RETRY_JITTER
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, json_schema_extra=_duration_schema)
 
     overlap: Overlap = "skip"
     misfire: Misfire = "run_once"
     catch_up_limit: int = Field(default=100, ge=1, le=10_000)
-    misfire_grace_s: float = Field(default=60.0, ge=0, allow_inf_nan=False)
+    misfire_grace_s: float = Field(
+        default=60.0, ge=0, allow_inf_nan=False, json_schema_extra=_duration_schema
+    )
 
     paused: bool = False
     pause_note: str | None = None
