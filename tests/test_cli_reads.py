@@ -118,3 +118,12 @@ def test_schedules_file_durations_and_zones(cli: Cli, tmp_path: Path) -> None:
         "America/New_York",
     )
     assert cli("sync", str(path))[1].endswith("0 to add, 0 to update, 0 to remove, 1 unchanged\n")
+
+
+def test_cron_preview_takes_the_zones_a_schedule_takes(cli: Cli) -> None:
+    code, _, err = cli("cron", "0 9 * * *", "--tz", "EST5EDT")
+    assert code == 1
+    assert "--tz: 'EST5EDT' is a time zone abbreviation" in err
+    code, out, _ = cli("cron", "0 9 * * *", "--tz", "us/eastern", "-n", "1")
+    assert code == 0
+    assert "in America/New_York" in out

@@ -29,7 +29,7 @@ from rsched._history import HistoryEvent
 from rsched._model import STATE_FIELDS, Schedule, to_ms
 from rsched._rules import check_page
 from rsched._timing import next_fire_times
-from rsched._tz import resolve_timezone
+from rsched._tz import canonical_timezone, resolve_timezone
 
 #: The spec options of ``add`` / ``upsert`` / ``update`` (argparse dests), copied into the spec
 #: when given.
@@ -422,7 +422,7 @@ def cmd_cron(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise InvalidArgument("limit", str(exc)) from None
     try:
-        zone = resolve_timezone(args.timezone)
+        zone = resolve_timezone(canonical_timezone(args.timezone))  # the zones a schedule takes
     except ValueError as exc:
         raise InvalidArgument("timezone", str(exc)) from None
     after = args.after or datetime.now(UTC)
