@@ -28,6 +28,7 @@ arguments
 ]]
 -- @include common
 -- @include marker
+-- @include upsert_one
 
 local schedules_key, hash_key, buffered_key, queues_key, op_key = KEYS[1], KEYS[2], KEYS[3],
     KEYS[4], KEYS[5]
@@ -36,68 +37,19 @@ local queue, wake, op_id, created_ms = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
-if not (key_is(schedules_key, 'zset') and key_is(hash_key, 'hash') and
-        key_is(queues_key, 'set') and key_is(buffered_key, 'hash')) then
+if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')) then
   return {-6}  -- WRONG_TYPE
 end
-
-local MODES = {add = true, upsert = true, replace = true}
-if not MODES[mode] or not (next_ms == '' or tonumber(next_ms)) or not tonumber(created_ms)
-    or op_id == '' or (#ARGV - 9) % 2 ~= 0 then
-  return {-7}  -- BAD_ARGS
-end
-
--- The state a new spec inherits: version, runs, last_run, then the run marker (marker.lua).
-local old = rcall('HMGET', hash_key, 'version', 'runs', 'last_run', unpack(MARKER))
-local exists = old[1] ~= false
-local old_gen, created = version_parts(old[1])
--- State fields edited by hand would make the arithmetic below fail after the first write.
-if (exists and not old_gen) or (old[2] and not tonumber(old[2])) then return {-6} end  -- WRONG_TYPE
-if mode == 'add' and exists then return {-9} end  -- EXISTS
-if mode == 'replace' and not exists then return {-2} end  -- NOT_FOUND
-if expect_gen ~= '' and tostring(old_gen or 0) ~= expect_gen then
-  return {-3, old_gen or 0}  -- CONFLICT
-end
-
-local now = int_text(now_ms())
-local gen = (old_gen or 0) + 1
-local runs = tonumber(old[2] or '0')
-
-local spec = {}
-local max_runs = nil
-for i = 10, #ARGV, 2 do
-  spec[#spec + 1] = ARGV[i]
-  spec[#spec + 1] = ARGV[i + 1]
-  if ARGV[i] == 'max_runs' then max_runs = tonumber(ARGV[i + 1]) end
-end
-
-rcall('DEL', hash_key, buffered_key)
-rcall('HSET', hash_key, 'version', gen .. ':' .. (created or created_ms), unpack(spec))
--- A schedule never changed since its creation has no updated_at (readers take created_at): at
--- 100k schedules the field would cost ~30 bytes each for nothing.
-if exists then rcall('HSET', hash_key, 'updated_at', now) end
-if runs > 0 then rcall('HSET', hash_key, 'runs', runs) end
-if old[3] then rcall('HSET', hash_key, 'last_run', old[3]) end
--- A run of the old spec still counts for the overlap policy of the new one.
-for i = 1, #MARKER do
-  if old[3 + i] then rcall('HSET', hash_key, MARKER[i], old[3 + i]) end
-end
-
-local score = 'inf'
-if next_ms == '' or (max_runs and runs >= max_runs) then
-  rcall('HSET', hash_key, 'status', 'completed')
-elseif paused == '1' then
-  rcall('HSET', hash_key, 'status', 'paused')
-else
-  score = next_ms  -- the next run lives in the index only (its score), not in the hash
-end
+if op_id == '' then return {-7} end  -- BAD_ARGS
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
+local reply, score = upsert_one({
+  hash = hash_key, buffered = buffered_key, mode = mode, expect_gen = expect_gen,
+  next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 10,
+  to = #ARGV,
+})
+if not score then return reply end  -- nothing written: nothing to remember for a replay
 rcall('ZADD', schedules_key, score, id)
 rcall('SADD', queues_key, queue)
-if score ~= 'inf' and (not head[2] or tonumber(score) < tonumber(head[2])) then
-  rcall('PUBLISH', wake, score)
-end
-local created = 1
-if exists then created = 0 end
-return op_store(op_key, op_id, {5, gen, created})  -- OK
+if earlier_than_head(score, head) then rcall('PUBLISH', wake, score) end
+return op_store(op_key, op_id, reply)

@@ -12,7 +12,7 @@ from rsched import _lua
 from rsched._codes import Code
 
 ENGINE_SCRIPTS = (
-    "due", "fire", "upsert", "remove", "pause", "resume", "trigger",
+    "due", "fire", "upsert", "upsert_many", "remove", "pause", "resume", "trigger",
     "lease_acquire", "lease_renew", "lease_release",
 )  # fmt: skip
 

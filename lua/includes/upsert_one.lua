@@ -1,0 +1,105 @@
+-- Include: upsert_one — create or replace one schedule's spec: what upsert.lua and
+-- upsert_many.lua both do per schedule (so the two can never drift apart). Needs: common.lua,
+-- marker.lua.
+--
+-- upsert_one(s) with s = {hash, buffered (keys), mode, expect_gen, next_ms, paused,
+--   created_ms (text), args, from, to}: the spec's strings (field, value, ...) are
+--   args[from..to] (the script's ARGV, not copied)
+-- checks the schedule's own keys and state, then writes its hash; returns reply, score:
+-- reply is {OK=5, generation, created(0/1)} or a code table as in upsert.lua's header; score
+-- is the schedule's new index score ('inf' when paused or completed), nil when nothing was
+-- written. The caller then adds the id to the index with that score (ZADD) and its queue to
+-- the queues set, after checking those two keys itself: upsert_many.lua does both once for
+-- all its schedules, and tells the scheduler once, about the earliest score.
+
+local UPSERT_MODES = {add = true, upsert = true, replace = true}
+
+local function upsert_one(s)
+  if not UPSERT_MODES[s.mode] or not (s.next_ms == '' or tonumber(s.next_ms))
+      or not tonumber(s.created_ms) or (s.to - s.from + 1) % 2 ~= 0 then
+    return {-7}  -- BAD_ARGS
+  end
+  -- The state a new spec inherits: version, runs, last_run, then the run marker (marker.lua).
+  -- The read is the hash's type check.
+  local old = pcall_read('HMGET', s.hash, 'version', 'runs', 'last_run', unpack(MARKER))
+  if not old then return {-6} end  -- WRONG_TYPE
+  local exists = old[1] ~= false
+  -- Only an existing schedule can have a buffered occurrence (remove.lua deletes it with the
+  -- hash): a new one skips the key, one command less a schedule in a bulk create.
+  local buffered = 'none'
+  if exists then
+    buffered = rcall('TYPE', s.buffered)['ok']
+    if buffered ~= 'none' and buffered ~= 'hash' then return {-6} end  -- WRONG_TYPE
+  end
+  local old_gen, created = version_parts(old[1])
+  -- State fields edited by hand would make the arithmetic below fail after the first write.
+  if (exists and not old_gen) or (old[2] and not tonumber(old[2])) then return {-6} end  -- WRONG_TYPE
+  if s.mode == 'add' and exists then return {-9} end  -- EXISTS
+  if s.mode == 'replace' and not exists then return {-2} end  -- NOT_FOUND
+  if s.expect_gen ~= '' and tostring(old_gen or 0) ~= s.expect_gen then
+    return {-3, old_gen or 0}  -- CONFLICT
+  end
+
+  local gen = (old_gen or 0) + 1
+  local runs = tonumber(old[2] or '0')
+  local max_runs = nil
+  local args = s.args
+  for i = s.from, s.to, 2 do
+    if args[i] == 'max_runs' then max_runs = tonumber(args[i + 1]) end
+  end
+
+  local score = 'inf'
+  local status = nil
+  if s.next_ms == '' or (max_runs and runs >= max_runs) then
+    status = 'completed'
+  elseif s.paused == '1' then
+    status = 'paused'
+  else
+    score = s.next_ms  -- the next run lives in the index only (its score), not in the hash
+  end
+
+  local version = gen .. ':' .. (created or s.created_ms)
+  if not exists and not status then
+    -- A new active schedule (a bulk create's every one): the spec straight from the arguments.
+    rcall('HSET', s.hash, 'version', version, unpack(args, s.from, s.to))
+    return {5, gen, 1}, score  -- OK
+  end
+  -- One HSET of the new spec and the state it keeps.
+  local fields = {'version', version}
+  for i = s.from, s.to do fields[#fields + 1] = args[i] end
+  -- A schedule never changed since its creation has no updated_at (readers take created_at): at
+  -- 100k schedules the field would cost ~30 bytes each for nothing.
+  if exists then
+    fields[#fields + 1] = 'updated_at'
+    fields[#fields + 1] = int_text(now_ms())
+  end
+  if runs > 0 then
+    fields[#fields + 1] = 'runs'
+    fields[#fields + 1] = runs
+  end
+  -- last_run, then a run of the old spec, which still counts for the new one's overlap policy.
+  local kept = {'last_run', unpack(MARKER)}
+  for i = 1, #kept do
+    if old[2 + i] then
+      fields[#fields + 1] = kept[i]
+      fields[#fields + 1] = old[2 + i]
+    end
+  end
+  if status then
+    fields[#fields + 1] = 'status'
+    fields[#fields + 1] = status
+  end
+  if exists then rcall('DEL', s.hash) end
+  if buffered == 'hash' then rcall('DEL', s.buffered) end
+  rcall('HSET', s.hash, unpack(fields))
+
+  local made = 1
+  if exists then made = 0 end
+  return {5, gen, made}, score  -- OK
+end
+
+-- True when ``score`` (an index score as text, or 'inf') comes before the index's head as read
+-- before the writes (``head`` is ZRANGE 0 0 WITHSCORES): the scheduler must be woken.
+local function earlier_than_head(score, head)
+  return score ~= 'inf' and (not head[2] or tonumber(score) < tonumber(head[2]))
+end

@@ -1,0 +1,83 @@
+--[[ upsert_many — create or replace many schedules' specs in one call; each one atomic alone.
+
+Per schedule exactly what upsert.lua does (the shared lua/includes/upsert_one.lua): checks, then
+its writes, or nothing for that schedule with its code. The schedules index and the queues set
+are checked once, and written with one ZADD and one SADD per queue after the hashes (a script
+runs whole: nobody sees the hashes without their index entries); the scheduler is woken once,
+about the earliest new score, when that comes before the index's head as it was before the
+call.
+
+KEYS[1] schedules  ZSET of schedules by next run
+KEYS[2] queues     SET of queue names
+KEYS[3] op         {p}:ops:<minute> (replay protection)
+KEYS[4..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:buffered:<id>
+ARGV[1] wake       pub/sub channel
+ARGV[2] op_id      request id of this call
+ARGV[3] created_ms creation time the client computed next runs with (new schedules)
+ARGV[4..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
+                   spec strings (field, value, …): each as upsert.lua's arguments of that name
+
+Returns one string: a reply per item, comma-separated, in order: "5:<generation>:<created 0/1>"
+for OK=5, "-3:<generation>" for CONFLICT=-3, else the code alone: EXISTS=-9 (add),
+NOT_FOUND=-2 (replace), WRONG_TYPE=-6 (a key of the item has the wrong type, or its stored
+generation/runs are not numbers). The whole call answers a lone code when nothing was written:
+WRONG_TYPE=-6 (the index or the queues set has the wrong type) or BAD_ARGS=-7 (malformed
+arguments of any item: every item is checked before the first write).
+]]
+-- @include common
+-- @include marker
+-- @include upsert_one
+
+local schedules_key, queues_key, op_key = KEYS[1], KEYS[2], KEYS[3]
+local wake, op_id, created_ms = ARGV[1], ARGV[2], ARGV[3]
+
+local replay = op_replay(op_key, op_id)
+if replay then return replay end
+if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')) then
+  return '-6'  -- WRONG_TYPE
+end
+if op_id == '' or not tonumber(created_ms) then return '-7' end  -- BAD_ARGS
+
+-- Every item parsed before the first write: malformed arguments write nothing at all.
+local items = {}
+local a, k = 4, 4
+while a <= #ARGV do
+  local n = tonumber(ARGV[a + 6] or '')
+  if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 1 > #KEYS
+      or not UPSERT_MODES[ARGV[a + 1]] or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
+    return '-7'  -- BAD_ARGS
+  end
+  items[#items + 1] = {
+    hash = KEYS[k], buffered = KEYS[k + 1], id = ARGV[a], mode = ARGV[a + 1],
+    expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
+    created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n,
+  }
+  a, k = a + 7 + n, k + 2
+end
+if k ~= #KEYS + 1 then return '-7' end  -- BAD_ARGS
+
+local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
+local earliest = nil
+local out, index, queues = {}, {}, {}
+for i, item in ipairs(items) do
+  local reply, score = upsert_one(item)
+  if score then
+    -- Index entries and queue names of the whole call in one command each (in bounded
+    -- groups: unpack has a stack limit).
+    index[#index + 1] = score
+    index[#index + 1] = item.id
+    if #index >= 2000 then
+      rcall('ZADD', schedules_key, unpack(index))
+      index = {}
+    end
+    queues[item.queue] = true
+    if score ~= 'inf' and (not earliest or tonumber(score) < tonumber(earliest)) then
+      earliest = score
+    end
+  end
+  out[i] = table.concat(reply, ':')
+end
+if #index > 0 then rcall('ZADD', schedules_key, unpack(index)) end
+for queue in pairs(queues) do rcall('SADD', queues_key, queue) end
+if earliest and earlier_than_head(earliest, head) then rcall('PUBLISH', wake, earliest) end
+return op_store(op_key, op_id, table.concat(out, ','))
