@@ -3,6 +3,7 @@
 import dataclasses as _dataclasses
 import typing as _typing
 
+from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
 from rsched._errors import (
     ConfigError,
@@ -10,6 +11,7 @@ from rsched._errors import (
     InvalidArgument,
     InvalidJob,
     InvalidSchedule,
+    InvalidSchedules,
     RedisUnavailable,
     Retry,
     RschedError,
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = (
     "BackfillResult",
+    "BulkResult",
     "Client",
     "ConfigError",
     "DeadLetter",
@@ -42,6 +45,7 @@ __all__ = (
     "InvalidArgument",
     "InvalidJob",
     "InvalidSchedule",
+    "InvalidSchedules",
     "Job",
     "Page",
     "RedisUnavailable",

@@ -9,7 +9,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -20,6 +28,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched._bulk import BulkResult, Validator
 from rsched._codes import Code
 from rsched._connection import connect
 from rsched._errors import (
@@ -238,6 +247,47 @@ class Client:
         valid = self._validated(schedule)
         await self._store.save(valid, mode="upsert")
         return await self._store.load(valid.id)
+
+    @_redis_errors
+    async def add_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
+        """Create many schedules in a few round trips; returns each id's outcome.
+
+        Everything is checked first: when any entry is invalid, an id repeats within the call
+        or already exists, InvalidSchedules lists every problem (``[index] id: field:
+        message``) and nothing is written. Then each schedule is written atomically on its own,
+        a thousand per script call. An id that another writer creates between the check and
+        the write is left as that writer made it and reported as ``exists``; the others are
+        created.
+        """
+        return await self._save_many(schedules, mode="add")
+
+    @_redis_errors
+    async def upsert_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
+        """Create or replace many schedules in a few round trips; returns each id's outcome.
+
+        Checked first as :meth:`add_many` (existing ids are fine). Each schedule is then
+        replaced as by :meth:`upsert`, except that one whose stored spec and pause state are
+        already the given ones is left alone (outcome ``unchanged``: its generation, next run
+        and buffered occurrence stay), so re-applying the same list writes nothing.
+        """
+        return await self._save_many(schedules, mode="upsert")
+
+    async def _save_many(
+        self, schedules: Iterable[Schedule | Mapping[str, Any]], mode: str
+    ) -> BulkResult:
+        if isinstance(schedules, Schedule | Mapping | str):
+            raise InvalidArgument(
+                "schedules", "give a list of rsched.Schedule or dicts, not a single one"
+            )
+        entries = list(schedules)
+        validator = Validator(self.settings.max_payload_bytes)
+        items, problems = validator.validate(entries, mode=mode)
+        if not entries:
+            return BulkResult({})
+        outcomes = await self._store.save_many(
+            items, skip_unchanged=mode == "upsert", problems=problems, total=len(entries)
+        )
+        return BulkResult(outcomes)
 
     @_redis_errors
     async def update(self, schedule_id: str, **changes: Any) -> Schedule:

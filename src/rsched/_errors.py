@@ -31,6 +31,31 @@ class InvalidSchedule(RschedError, ValueError):
         super().__init__(f"invalid {who}: {lines}")
 
 
+class InvalidSchedules(InvalidSchedule):
+    """Raised by ``add_many`` / ``upsert_many`` when any entry cannot be written; nothing was.
+
+    ``problems`` lists every problem as ``(index, schedule id or None, field, message)``:
+    invalid fields, an id given twice in the call, an id that already exists (``add_many``).
+    ``errors`` holds the same as ``("[index] id: field", message)`` pairs.
+    """
+
+    def __init__(self, problems: Sequence[tuple[int, str | None, str, str]], total: int) -> None:
+        self.problems = list(problems)
+        self.total = total
+        self.schedule_id = None
+        self.errors = [(_where(i, sid, f), msg) for i, sid, f, msg in self.problems]
+        bad = len({i for i, *_ in self.problems})
+        lines = "\n".join(f"  {where}: {msg}" for where, msg in self.errors)
+        ValueError.__init__(
+            self, f"{bad} of {total} schedule(s) invalid, nothing written:\n{lines}"
+        )
+
+
+def _where(index: int, schedule_id: str | None, field: str) -> str:
+    head = f"[{index}] {schedule_id}" if schedule_id else f"[{index}]"
+    return f"{head}: {field}" if field else head
+
+
 class ScheduleNotFound(RschedError, KeyError):
     """Raised when a schedule id does not exist (or was removed meanwhile)."""
 

@@ -11,16 +11,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched import _lua
+from rsched._bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._codes import Code, check, wrong_type
 from rsched._errors import (
     InvalidSchedule,
+    InvalidSchedules,
     ScheduleExists,
     ScheduleNotFound,
+    StateError,
 )
 from rsched._keys import Keys
 from rsched._model import Schedule
@@ -42,6 +46,14 @@ class IndexStats:
     leader: str | None  # the lease value "<token>:<owner>"
     lease_left_ms: int
 
+
+#: Ids read per call of the bulk check, and schedules written per upsert_many.lua call (a call
+#: blocks the server: ~10 ms at 1,000; bench/README.md), BULK_IN_FLIGHT calls at once.
+BULK_READ = 5_000
+BULK_WRITE = 1_000
+BULK_IN_FLIGHT = 3
+# What a bulk write's item lost a race to (another writer came between check and write).
+_RACES = {Code.EXISTS: "exists", Code.NOT_FOUND: "not_found", Code.CONFLICT: "conflict"}
 
 # The codes fire.lua returns alone, about the whole call; never the code of an item.
 WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
@@ -149,6 +161,151 @@ class ScheduleStore(_lua.ScriptCaller):
         )
         check(res, script="upsert", schedule_id=schedule.id)
         return int(res[1]), bool(int(res[2]))
+
+    async def save_many(
+        self,
+        items: Sequence[BulkItem],
+        *,
+        skip_unchanged: bool = False,
+        problems: Sequence[Problem] = (),
+        total: int | None = None,
+    ) -> dict[str, str]:
+        """Check every item against Redis, then write them all; returns each id's outcome.
+
+        The checks first, for all items (one read per BULK_READ ids, Redis TIME once): an id
+        that exists (mode ``add``) or does not (``replace``), an ``at``
+        or ``end_at`` in the past. When any fails, or ``problems`` (found by the caller) is not
+        empty, InvalidSchedules lists them all (out of ``total`` entries) and nothing is
+        written. Then upsert_many.lua writes BULK_WRITE items a call, a few calls at once,
+        each schedule atomic alone. With ``skip_unchanged`` an item whose stored spec and pause
+        state already match is not written (outcome ``unchanged``).
+
+        Outcomes: created, replaced, unchanged; for a write that lost a race with another
+        writer after the check, exists (mode add), not_found (replace) or conflict
+        (``expect_gen`` moved). Raises StateError for a key of the wrong type (a writer other
+        than rsched): before anything is written when the check finds it.
+        """
+        problems = list(problems)
+        # Only the existence matters unless unchanged specs are to be recognised.
+        stored = await self._read_specs([item.schedule_id for item in items], skip_unchanged)
+        now = await self.time_ms()
+        first_runs: dict[tuple[int, int | None, bool], int | InvalidSchedule | None] = {}
+        outcomes: dict[str, str] = {}
+        sends: list[tuple[BulkItem, int | None]] = []
+        if None in stored:
+            raise _wrong_types(
+                [i.schedule_id for i, f in zip(items, stored, strict=True) if f is None]
+            )
+        for item, found in zip(items, stored, strict=True):
+            assert found is not None
+            sid = item.schedule_id
+            exists = bool(found)
+            if item.mode == "add" and exists:
+                problems.append(
+                    (item.index, sid, "id", "already exists; use upsert_many() to replace it")
+                )
+                continue
+            if item.mode == "replace" and not exists:
+                problems.append((item.index, sid, "id", "does not exist"))
+                continue
+            if skip_unchanged and exists and _unchanged(found, item):
+                outcomes[sid] = "unchanged"
+                continue
+            created = split_version(found.get("version", ""))[1] if exists else ""
+            # An ``every`` without start_at keeps the grid of the schedule it replaces.
+            timing = item.timing
+            anchor = int(created) if created and timing.every is not None else None
+            key = (id(timing), anchor, exists)
+            if key not in first_runs:
+                try:
+                    first_runs[key] = first_run_ms(
+                        timing,
+                        now,
+                        created_ms=anchor if anchor is not None else now,
+                        creating=not exists,
+                    )
+                except InvalidSchedule as exc:
+                    first_runs[key] = exc
+            got = first_runs[key]
+            if isinstance(got, InvalidSchedule):
+                problems.extend((item.index, sid, f, m) for f, m in got.errors)
+                continue
+            sends.append((item, got))
+        if problems:
+            problems.sort(key=lambda p: p[0])
+            raise InvalidSchedules(problems, len(items) if total is None else total)
+        replies: list[list[str]] = [[] for _ in range(0, len(sends), BULK_WRITE)]
+
+        async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
+            async with limiter:
+                replies[n] = await self._write_chunk(chunk, now)
+
+        limiter = anyio.CapacityLimiter(BULK_IN_FLIGHT)
+        async with anyio.create_task_group() as tg:
+            for n, start in enumerate(range(0, len(sends), BULK_WRITE)):
+                tg.start_soon(send, n, sends[start : start + BULK_WRITE])
+        wrong: list[str] = []
+        for (item, _), reply in zip(sends, (r for chunk in replies for r in chunk), strict=True):
+            code, _, rest = reply.partition(":")
+            if int(code) == Code.OK:
+                outcome = "created" if rest.endswith(":1") else "replaced"
+            elif int(code) == Code.WRONG_TYPE:
+                wrong.append(item.schedule_id)
+                continue
+            else:
+                outcome = _RACES[Code(int(code))]
+            outcomes[item.schedule_id] = outcome
+        if wrong:
+            raise _wrong_types(wrong, written=True)
+        return {item.schedule_id: outcomes[item.schedule_id] for item in items}
+
+    async def _read_specs(
+        self, schedule_ids: Sequence[str], spec: bool
+    ) -> list[dict[str, str] | None]:
+        """The version of each id (with ``spec``, also its status and spec fields): {} when
+        absent, None when the key holds another type."""
+        names = ["version", "status", *SPEC_KEYS] if spec else ["version"]
+        out: list[dict[str, str] | None] = []
+        for start in range(0, len(schedule_ids), BULK_READ):
+            chunk = schedule_ids[start : start + BULK_READ]
+            raw = await self.call_packed("policies", [self.keys.schedule(s) for s in chunk], names)
+            for values in orjson.loads(raw):
+                if values == "!":
+                    out.append(None)
+                elif not values:
+                    out.append({})
+                else:
+                    out.append(
+                        {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
+                    )
+        return out
+
+    async def _write_chunk(
+        self, chunk: Sequence[tuple[BulkItem, int | None]], created_ms: int
+    ) -> list[str]:
+        k = self.keys
+        op_key, op_id = k.new_op()
+        keys = [k.schedules, k.queues, op_key]
+        args = [k.wake, op_id, str(created_ms)]
+        for item, next_ms in chunk:
+            keys += (k.schedule(item.schedule_id), k.buffered(item.schedule_id))
+            args += (
+                item.schedule_id,
+                item.mode,
+                "" if item.expect_gen is None else str(item.expect_gen),
+                "" if next_ms is None else str(next_ms),
+                "1" if item.paused else "0",
+                item.queue,
+                str(2 * len(item.spec)),
+            )
+            for pair in item.spec.items():
+                args += pair
+        reply = str(await self.call_packed("upsert_many", keys, args))
+        replies = reply.split(",")
+        if len(replies) != len(chunk):  # a lone code about the whole call
+            check(int(reply), script="upsert_many")
+            raise AssertionError(f"upsert_many answered {reply!r} for {len(chunk)} items")
+        return replies
 
     async def remove(self, schedule_id: str) -> None:
         """Delete a schedule, its history, its backfill record and its id in its schedules
@@ -296,6 +453,20 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def add_source_id(self, source: str, schedule_id: str) -> None:
         await self.redis.sadd(self.keys.source(source), schedule_id)
+
+    async def add_source_ids(self, source: str, schedule_ids: Sequence[str]) -> None:
+        for start in range(0, len(schedule_ids), BULK_READ):
+            await self.redis.sadd(
+                self.keys.source(source), *schedule_ids[start : start + BULK_READ]
+            )
+
+    async def source_path(self, source: str) -> str | None:
+        """The resolved path of the schedules file last synced under ``source``, if recorded."""
+        path = await self.redis.hget(self.keys.source_paths, source)
+        return str(path) if path else None
+
+    async def set_source_path(self, source: str, path: str) -> None:
+        await self.redis.hset(self.keys.source_paths, source, path)
 
     async def forget_source_id(self, source: str, schedule_id: str) -> None:
         await self.redis.srem(self.keys.source(source), schedule_id)
@@ -483,6 +654,20 @@ class ScheduleStore(_lua.ScriptCaller):
         """True when released; False when the caller did not hold the lease."""
         res = await self.call("lease_release", [self.keys.leader], [lease])
         return check(res, script="lease_release") == Code.OK
+
+
+def _wrong_types(schedule_ids: Sequence[str], *, written: bool = False) -> StateError:
+    error = wrong_type(schedule_id=", ".join(schedule_ids))
+    if written:
+        return StateError(f"{error} (while written; the other schedules were written)")
+    return StateError(f"{error} (nothing was written)")
+
+
+def _unchanged(stored: dict[str, str], item: BulkItem) -> bool:
+    """The stored spec is the item's, and so is its pause (a completed one stays completed)."""
+    status = stored.get("status")
+    spec = {n: v for n, v in stored.items() if n not in ("version", "status")}
+    return spec == item.spec and (status == "completed" or (status == "paused") == item.paused)
 
 
 def _pairs(raw: Any) -> list[tuple[str, float]]:

@@ -7,7 +7,7 @@ portal); each method blocks until its call finishes there. Safe to share between
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
 from rsched._history import HistoryEvent
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
@@ -84,6 +85,14 @@ class SyncClient:
     def upsert(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
         """See :meth:`rsched.Client.upsert`."""
         return self._run(self._client.upsert, schedule)
+
+    def add_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
+        """See :meth:`rsched.Client.add_many`."""
+        return self._run(self._client.add_many, schedules)
+
+    def upsert_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
+        """See :meth:`rsched.Client.upsert_many`."""
+        return self._run(self._client.upsert_many, schedules)
 
     def update(self, schedule_id: str, **changes: Any) -> Schedule:
         """See :meth:`rsched.Client.update`."""
