@@ -174,7 +174,7 @@ at = 2001-01-01T00:00:00Z
     assert "schedule[3].id" in where
     assert "schedule[3].colour" in where
     assert "schedule[4] (id 'poll').id" in where
-    assert "schedule 'once'.at" in where
+    assert "schedule[5] (id 'once').at" in where
     assert "nothing applied" in str(err.value)
     assert await redis.keys(f"{{{prefix}}}:*") == []
 
@@ -247,3 +247,99 @@ async def test_the_scheduler_syncs_its_file_at_start(
     assert stats.leader["lease_left_ms"] > 0
     proc.signal(signal.SIGTERM)
     assert proc.wait() == 0
+
+
+async def test_files_of_the_same_name_never_remove_each_others_schedules(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = write(tmp_path / "a", BASE, "jobs.toml")
+    b = write(tmp_path / "b", '[[schedule]]\nid = "b1"\ntask = "t"\nevery = 60\n', "jobs.toml")
+    first = await sync_file(redis, settings, a)
+    assert first.source == "file:jobs"
+    assert first.ids("add") == ["nightly", "poll"]
+    with pytest.raises(ScheduleFileError) as err:
+        await sync_file(redis, settings, b)  # would remove nightly and poll
+    ((where, message),) = err.value.errors
+    assert where == "source"
+    assert str(a.resolve()) in message
+    assert "remove or change 2" in message
+    assert 'source = "..."' in message
+    client = Client(redis, settings)
+    assert {s.id for s in (await client.list()).items} == {"nightly", "poll"}
+    # With a source of its own, b is another file; a still syncs as before.
+    b.write_text('source = "team-b"\n' + b.read_text())
+    assert (await sync_file(redis, settings, b)).ids("add") == ["b1"]
+    assert (await sync_file(redis, settings, a)).summary().startswith("0 to add")
+    assert {s.id for s in (await client.list()).items} == {"nightly", "poll", "b1"}
+
+
+async def test_a_moved_file_keeps_its_schedules(
+    tmp_path: Path, redis: Redis, settings: Settings, prefix: str
+) -> None:
+    """Schedules synced earlier under the default source (before paths were recorded, or from
+    a path that is gone) stay this file's."""
+    old = write(tmp_path, BASE, "jobs.toml")
+    await sync_file(redis, settings, old)
+    await redis.delete(f"{{{prefix}}}:source_paths")  # as synced by an earlier rsched
+    (tmp_path / "new").mkdir()
+    moved = old.rename(tmp_path / "new" / "jobs.toml")
+    moved.write_text(BASE.replace("every = 300", "every = 600"))
+    plan = await sync_file(redis, settings, moved)
+    assert plan.ids("update") == ["poll"]
+    assert plan.ids("add") == []
+    moved.write_text(BASE.split('[[schedule]]\nid = "poll"')[0])
+    assert (await sync_file(redis, settings, moved)).ids("remove") == ["poll"]
+    assert await redis.hget(f"{{{prefix}}}:source_paths", "file:jobs") == str(moved.resolve())
+
+
+def test_every_problem_of_a_file_in_one_pass(tmp_path: Path) -> None:
+    text = """
+[[schedule]]
+id = "a"
+task = "t"
+every = "soon"
+timezone = "Mars/Base"
+retry_base_s = -1
+
+[[schedule]]
+id = "b!"
+task = "t"
+cron = "0 0 30 2 *"
+colour = "red"
+runs = 3
+
+[[schedule]]
+id = "c"
+task = "t"
+every = 60
+"""
+    with pytest.raises(ScheduleFileError) as err:
+        load_file(write(tmp_path, 'schedule_extra = 1\n[defaults]\nid = "x"\n' + text))
+    where = [w for w, _ in err.value.errors]
+    assert "schedule[0] (id 'a').every" in where
+    assert "schedule[0] (id 'a').timezone" in where
+    assert "schedule[0] (id 'a').retry_base_s" in where
+    assert not any("trigger" in m for _, m in err.value.errors)  # no echo of the bad every
+    assert {"schedule[1] (id 'b!').id", "schedule[1] (id 'b!').cron",
+            "schedule[1] (id 'b!').colour", "schedule[1] (id 'b!').runs"} <= set(where)  # fmt: skip
+    assert "schedule_extra" in where
+    assert "defaults.id" in where
+    assert not any(w.startswith("schedule[2]") for w in where)
+
+
+async def test_a_large_file_syncs_in_a_few_round_trips(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    entries = "".join(
+        f'[[schedule]]\nid = "s{i}"\ntask = "t"\nevery = {60 + i}\n\n' for i in range(2000)
+    )
+    path = write(tmp_path, entries)
+    await redis.config_resetstat()
+    plan = await sync_file(redis, settings, path)
+    assert len(plan.ids("add")) == 2000
+    stats = await redis.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] <= 10  # upsert_many, 1,000 a call
+    assert (await sync_file(redis, settings, path)).summary() == "0 to add, 0 to update, " \
+        "0 to remove, 2000 unchanged"  # fmt: skip

@@ -24,6 +24,13 @@ Schedules created through the SDK or by another file are never touched: an id th
 with one is a conflict (unless ``adopt``). Ownership is the ``source`` field of each schedule
 plus a per-source set of ids (so removals need no scan). The whole file is checked before
 anything is written: one bad entry fails the sync with every problem listed.
+
+Two files with the same name (``a/jobs.toml``, ``b/jobs.toml``) and no ``source`` share the
+default source. The resolved path of the file last synced under a source is recorded, and a
+sync that would remove or change schedules while another file of that name, at the recorded
+path, still exists here is refused: each file needs a ``source`` of its own then. The default
+is not derived from the path because paths change between hosts and release directories,
+which would turn every deploy into a conflict with the schedules the file created before.
 """
 
 from __future__ import annotations
@@ -34,18 +41,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 from redis.asyncio import Redis
 
+from rsched._bulk import item_of
 from rsched._errors import (
     Conflict,
     InvalidSchedule,
+    InvalidSchedules,
     ScheduleExists,
     ScheduleFileError,
     ScheduleNotFound,
 )
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
-from rsched._rules import check_name
+from rsched._rules import check_name, encode_payload
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
@@ -132,20 +142,40 @@ def default_source(path: Path) -> str:
     return f"file:{path.stem}"
 
 
+@dataclass(slots=True)
+class ParsedFile:
+    """A schedules file read and checked on its own (no Redis): its valid schedules and every
+    problem found. ``where`` names each id's entry for messages (``schedule[3] (id 'x')``)."""
+
+    path: str
+    resolved: str
+    source: str
+    explicit_source: bool
+    schedules: list[Schedule] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    where: dict[str, str] = field(default_factory=dict)
+
+
 def load_file(path: str | Path) -> tuple[str, list[Schedule]]:
     """Parse and validate a schedules file; returns (source name, schedules with that source).
 
     Raises ScheduleFileError listing every problem (entry index, id and field).
     """
-    source, schedules, errors = parse_file(path)
-    if errors:
-        raise ScheduleFileError(str(path), errors)
-    return source, schedules
+    parsed = read_file(path)
+    if parsed.errors:
+        raise ScheduleFileError(str(path), parsed.errors)
+    return parsed.source, parsed.schedules
 
 
 def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, str]]]:
-    """(source name, the valid schedules, every problem found). Raises ScheduleFileError only
-    when the file cannot be read or is not TOML."""
+    """(source name, the valid schedules, every problem found); see :func:`read_file`."""
+    parsed = read_file(path)
+    return parsed.source, parsed.schedules, parsed.errors
+
+
+def read_file(path: str | Path) -> ParsedFile:
+    """Read a schedules file and check every entry and every field of it, collecting every
+    problem. Raises ScheduleFileError only when the file cannot be read or is not TOML."""
     p = Path(path)
     try:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -158,42 +188,57 @@ def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, s
         errors.append(
             (key, "unknown top-level key; use source, [defaults] and [[schedule]] entries")
         )
+    explicit = "source" in doc
     source = doc.get("source", default_source(p))
     try:
         source = check_name(source, "source name")
     except ValueError as exc:
         errors.append(("source", str(exc)))
         source = default_source(p)
+    parsed = ParsedFile(str(path), str(p.resolve()), source, explicit, errors=errors)
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         errors.append(("defaults", "must be a table: [defaults]"))
         defaults = {}
     entries = doc.get("schedule", [])
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+    if not isinstance(entries, list):
         errors.append(("schedule", "write each schedule as a [[schedule]] table"))
         entries = []
     for name in sorted(set(defaults) & {"id"} | set(defaults) & _NOT_IN_FILE):
         errors.append((f"defaults.{name}", "cannot have a default"))
-    schedules: list[Schedule] = []
     seen: dict[str, int] = {}
     for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            errors.append((f"schedule[{index}]", "write each schedule as a [[schedule]] table"))
+            continue
         where = f"schedule[{index}]" + (f" (id {entry['id']!r})" if "id" in entry else "")
-        bad = sorted(set(entry) & _NOT_IN_FILE)
-        for name in bad:
-            errors.append((f"{where}.{name}", "is maintained by rsched; remove it from the file"))
-        spec = {**defaults, **entry, "source": source}
-        try:
-            s = Schedule(**spec)
-        except InvalidSchedule as exc:
-            errors.extend((f"{where}.{f}" if f else where, msg) for f, msg in exc.errors)
+        s = _check_entry(where, {**defaults, **entry}, source, errors)
+        if s is None:
             continue
         if s.id in seen:
             errors.append((f"{where}.id", f"duplicate id, also used by schedule[{seen[s.id]}]"))
             continue
         seen[s.id] = index
-        if not bad:
-            schedules.append(s)
-    return source, schedules, errors
+        parsed.where[s.id] = where
+        parsed.schedules.append(s)
+    return parsed
+
+
+def _check_entry(
+    where: str, spec: dict[str, Any], source: str, errors: list[tuple[str, str]]
+) -> Schedule | None:
+    """The entry as a schedule, or None after adding each of its problems to ``errors``."""
+    before = len(errors)
+    for name in sorted(set(spec) & _NOT_IN_FILE):
+        errors.append((f"{where}.{name}", "is maintained by rsched; remove it from the file"))
+        spec.pop(name)
+    spec["source"] = source
+    try:
+        s = Schedule(**spec)
+    except InvalidSchedule as exc:
+        errors.extend((f"{where}.{f}" if f else where, msg) for f, msg in exc.errors)
+        return None
+    return s if len(errors) == before else None
 
 
 def _compare(old: Schedule, new: Schedule) -> dict[str, tuple[Any, Any]]:
@@ -203,31 +248,30 @@ def _compare(old: Schedule, new: Schedule) -> dict[str, tuple[Any, Any]]:
     return {k: (a[k], b[k]) for k in b if a.get(k) != b[k]}
 
 
-async def plan_sync(
-    store: ScheduleStore,
-    source: str,
-    schedules: list[Schedule],
-    path: str,
-    *,
-    adopt: bool = False,
-    errors: list[tuple[str, str]] | None = None,
-) -> SyncPlan:
-    """Compare the file with Redis. Raises ScheduleFileError listing ``errors`` (the file's own)
-    plus conflicts and entries that cannot be created (an ``at`` in the past)."""
+async def plan_sync(store: ScheduleStore, parsed: ParsedFile, *, adopt: bool = False) -> SyncPlan:
+    """Compare the file with Redis. Raises ScheduleFileError listing the file's own problems
+    plus conflicts, payloads over this deployment's limit, entries that cannot be created (an
+    ``at`` in the past) and changes that would cross into a same-named file's schedules."""
+    source, path = parsed.source, parsed.path
     plan = SyncPlan(path=path, source=source)
     owned = await store.source_ids(source)
-    wanted = {s.id: s for s in schedules}
+    wanted = {s.id: s for s in parsed.schedules}
     ids = sorted(set(wanted) | owned)
     stored = dict(zip(ids, await store.fields(ids), strict=True))
     now = await store.time_ms()
-    errors = list(errors or [])
+    errors = list(parsed.errors)
     for sid, new in wanted.items():
+        where = parsed.where.get(sid, f"schedule {sid!r}")
+        try:
+            encode_payload(new.payload, store.max_payload_bytes)
+        except ValueError as exc:
+            errors.append((f"{where}.payload", str(exc)))
         found = stored[sid]
         if not found:
             try:
                 first_run_ms(new, now, creating=True)
             except InvalidSchedule as exc:
-                errors.extend((f"schedule {sid!r}.{f}", m) for f, m in exc.errors)
+                errors.extend((f"{where}.{f}", m) for f, m in exc.errors)
             plan.changes.append(Change("add", sid, new))
             continue
         old = Schedule.from_hash(sid, found)
@@ -237,7 +281,7 @@ async def plan_sync(
             if not adopt:
                 errors.append(
                     (
-                        f"schedule {sid!r}",
+                        where,
                         f"already exists, created by {owner}; rename it in the file, remove "
                         "the existing one, or sync with --adopt to take it over",
                     )
@@ -253,9 +297,36 @@ async def plan_sync(
         found = stored[sid]
         if found and found.get("source") == source:
             plan.changes.append(Change("remove", sid))
+    errors += await _crossing(store, parsed, plan)
     if errors:
         raise ScheduleFileError(path, errors)
     return plan
+
+
+async def _crossing(
+    store: ScheduleStore, parsed: ParsedFile, plan: SyncPlan
+) -> list[tuple[str, str]]:
+    """A file without ``source`` must not remove or change what another file of the same name
+    synced (see the module doc)."""
+    if parsed.explicit_source:
+        return []
+    other = await store.source_path(parsed.source)
+    touched = [c.schedule_id for c in plan.changes if c.action in ("remove", "update")]
+    if not other or other == parsed.resolved or not touched:
+        return []
+    if not await anyio.Path(other).is_file():
+        return []  # moved, or synced from another host: this file takes the source over
+    shown = ", ".join(touched[:5]) + (f" and {len(touched) - 5} more" if len(touched) > 5 else "")
+    return [
+        (
+            "source",
+            f"not set, so this file uses {parsed.source!r}, the default for its file name, "
+            f"which {other} synced last; this sync would remove or change {len(touched)} of "
+            f"that file's schedules ({shown}). Give each file its own name with "
+            f'source = "..." at the top (if {other} is an old copy of this file, add '
+            f"source = {parsed.source!r} to this one)",
+        )
+    ]
 
 
 def _carry(old: Schedule, new: Schedule) -> Schedule:
@@ -265,29 +336,44 @@ def _carry(old: Schedule, new: Schedule) -> Schedule:
     return new.model_copy(update={"paused": old.paused, "pause_note": old.pause_note})
 
 
-async def apply_plan(store: ScheduleStore, plan: SyncPlan) -> None:
+async def apply_plan(store: ScheduleStore, plan: SyncPlan, resolved: str = "") -> None:
+    """Write the plan: adds and updates in one bulk write, then removals. Raises Conflict
+    when a schedule changed after the plan was made (sync_file plans again)."""
     source = plan.source
+    writes = [c for c in plan.changes if c.action != "remove" and c.schedule is not None]
+    # Index first: a crash between the two leaves an extra id (checked against the hash's
+    # source on every sync), never a schedule of this file that the index does not know.
+    await store.add_source_ids(source, [c.schedule_id for c in writes])
+    items = [
+        item_of(
+            c.schedule,
+            index=n,
+            mode="add" if c.action == "add" else "replace",
+            expect_gen=None if c.action == "add" else c.generation,
+        )
+        for n, c in enumerate(writes)
+        if c.schedule is not None
+    ]
+    outcomes = await store.save_many(items)
+    lost = sorted(sid for sid, got in outcomes.items() if got not in ("created", "replaced"))
+    if lost:
+        raise Conflict(f"changed while the sync wrote them: {', '.join(lost)}")
     for change in plan.changes:
-        sid, s = change.schedule_id, change.schedule
-        if change.action == "remove":
-            # Re-check just before: the id may have been re-created by someone else meanwhile.
-            if await store.source_of(sid) == source:
-                with contextlib.suppress(ScheduleNotFound):
-                    await store.remove(sid)
-            await store.forget_source_id(source, sid)
+        if change.action != "remove":
             continue
-        assert s is not None
-        # Index first: a crash between the two leaves an extra id (checked against the hash's
-        # source on every sync), never a schedule of this file that the index does not know.
-        await store.add_source_id(source, sid)
-        if change.action == "add":
-            await store.save(s, mode="add")
-        else:
-            await store.save(s, mode="replace", expect_gen=change.generation)
+        sid = change.schedule_id
+        # Re-check just before: the id may have been re-created by someone else meanwhile.
+        if await store.source_of(sid) == source:
+            with contextlib.suppress(ScheduleNotFound):
+                await store.remove(sid)
+        await store.forget_source_id(source, sid)
     # Ids of this source whose schedule was removed by hand: forget them.
-    for sid in await store.source_ids(source):
-        if await store.source_of(sid) != source:
+    ids = sorted(await store.source_ids(source))
+    for sid, found in zip(ids, await store.read_hashes(ids), strict=True):
+        if found is not None and found.get("source") != source:
             await store.forget_source_id(source, sid)
+    if resolved:
+        await store.set_source_path(source, resolved)
     plan.applied = True
 
 
@@ -308,9 +394,10 @@ async def sync_file(
     """
     log = log or _log
     store = ScheduleStore.from_settings(redis, settings)
-    source, schedules, errors = parse_file(path)
+    parsed = read_file(path)
+    source = parsed.source
     for attempt in range(APPLY_ATTEMPTS):
-        plan = await plan_sync(store, source, schedules, str(path), adopt=adopt, errors=errors)
+        plan = await plan_sync(store, parsed, adopt=adopt)
         for change in plan.changes:
             log.info(
                 f"sync.{change.action}",
@@ -322,8 +409,8 @@ async def sync_file(
         if dry_run:
             return plan
         try:
-            await apply_plan(store, plan)
-        except (Conflict, ScheduleExists):
+            await apply_plan(store, plan, parsed.resolved)
+        except (Conflict, ScheduleExists, InvalidSchedules):
             # Another process (a second scheduler starting with the same file) wrote first.
             if attempt == APPLY_ATTEMPTS - 1:
                 raise

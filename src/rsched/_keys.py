@@ -102,6 +102,11 @@ class Keys:
         """SET of the schedule ids created from one schedules file (``rsched sync``)."""
         return f"{self.tag}:source:{name}"
 
+    @property
+    def source_paths(self) -> str:
+        """HASH source name -> resolved path of the schedules file last synced under it."""
+        return f"{self.tag}:source_paths"
+
     def backfilled(self, schedule_id: str) -> str:
         """SET of the execution ids a backfill of this schedule has fired (never fired twice)."""
         return f"{self.tag}:backfilled:{schedule_id}"
