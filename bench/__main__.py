@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(__doc__)
-        for name in ("engine", "worker", "web"):
+        for name in ("engine", "bulk", "worker", "web"):
             module = _load(name)
             if module is not None:
                 print(f"\n--- bench.{name} ---")
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                     module.main(["--help"])
         return 0
     status = 0
-    for name in ("engine", "worker", "web"):
+    for name in ("engine", "bulk", "worker", "web"):
         module = _load(name)
         if module is None:
             print(f"\n=== bench.{name}: not present, skipped ===", flush=True)
