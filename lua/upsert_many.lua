@@ -56,10 +56,20 @@ while a <= #ARGV do
 end
 if k ~= #KEYS + 1 then return '-7' end  -- BAD_ARGS
 
+-- A bulk create's schedules are all new: one EXISTS over the call's hashes then spares each
+-- one its read (upsert_one's ``absent``).
+local hashes = {}
+for i = 4, #KEYS, 2 do hashes[#hashes + 1] = KEYS[i] end
+-- (unpack has a stack limit: a larger call reads each hash.)
+local all_absent = #hashes > 0 and #hashes <= 4000 and rcall('EXISTS', unpack(hashes)) == 0
+
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
 local earliest = nil
 local out, index, queues = {}, {}, {}
+local written = {}
 for i, item in ipairs(items) do
+  item.absent = all_absent and not written[item.hash]  -- an id twice: the second reads it
+  written[item.hash] = true
   local reply, score = upsert_one(item)
   if score then
     -- Index entries and queue names of the whole call in one command each (in bounded

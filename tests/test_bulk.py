@@ -187,6 +187,11 @@ async def test_upsert_many_script_replays_and_refuses_bad_input(redis: Redis, pr
     assert await store.call("upsert_many", keys, args) == "5:1:1"
     assert await store.call("upsert_many", keys, args) == "5:1:1"  # replayed, not re-run
     assert await store.call("upsert_many", keys, [k.wake, "op-2", "1000", *item]) == "-9"
+    # The same id twice in one call: the second is a replace of the first.
+    twice = [*keys[:3], k.schedule("d"), k.buffered("d"), k.schedule("d"), k.buffered("d")]
+    d = ["d", "upsert", "", "4000000000000", "0", "default", "2", "task", "t.x"]
+    reply = await store.call("upsert_many", twice, [k.wake, "op-5", "1000", *d, *d])
+    assert reply == "5:1:1,5:2:0"
     # Malformed: the second item's field count runs past the arguments. Nothing written.
     bad = [*keys[:3], k.schedule("b"), k.buffered("b"), k.schedule("c"), k.buffered("c")]
     b = ["b", "upsert", "", "4000000000000", "0", "default", "0"]

@@ -3,8 +3,9 @@
 -- marker.lua.
 --
 -- upsert_one(s) with s = {hash, buffered (keys), mode, expect_gen, next_ms, paused,
---   created_ms (text), args, from, to}: the spec's strings (field, value, ...) are
---   args[from..to] (the script's ARGV, not copied)
+--   created_ms (text), args, from, to, absent}: the spec's strings (field, value, ...) are
+--   args[from..to] (the script's ARGV, not copied); absent = true when the caller found the
+--   hash does not exist (in this script run), which spares its read
 -- checks the schedule's own keys and state, then writes its hash; returns reply, score:
 -- reply is {OK=5, generation, created(0/1)} or a code table as in upsert.lua's header; score
 -- is the schedule's new index score ('inf' when paused or completed), nil when nothing was
@@ -13,6 +14,10 @@
 -- all its schedules, and tells the scheduler once, about the earliest score.
 
 local UPSERT_MODES = {add = true, upsert = true, replace = true}
+-- What the read of version, runs, last_run and the marker gives for a hash that does not exist.
+local NOTHING_STORED = {false, false, false}
+local upsert_now = nil
+for i = 1, #MARKER do NOTHING_STORED[3 + i] = false end
 
 local function upsert_one(s)
   if not UPSERT_MODES[s.mode] or not (s.next_ms == '' or tonumber(s.next_ms))
@@ -21,8 +26,11 @@ local function upsert_one(s)
   end
   -- The state a new spec inherits: version, runs, last_run, then the run marker (marker.lua).
   -- The read is the hash's type check.
-  local old = pcall_read('HMGET', s.hash, 'version', 'runs', 'last_run', unpack(MARKER))
-  if not old then return {-6} end  -- WRONG_TYPE
+  local old = NOTHING_STORED
+  if not s.absent then
+    old = pcall_read('HMGET', s.hash, 'version', 'runs', 'last_run', unpack(MARKER))
+    if not old then return {-6} end  -- WRONG_TYPE
+  end
   local exists = old[1] ~= false
   -- Only an existing schedule can have a buffered occurrence (remove.lua deletes it with the
   -- hash): a new one skips the key, one command less a schedule in a bulk create.
@@ -70,8 +78,10 @@ local function upsert_one(s)
   -- A schedule never changed since its creation has no updated_at (readers take created_at): at
   -- 100k schedules the field would cost ~30 bytes each for nothing.
   if exists then
+    -- Read once per script run: a bulk replace would otherwise call TIME per schedule.
+    upsert_now = upsert_now or int_text(now_ms())
     fields[#fields + 1] = 'updated_at'
-    fields[#fields + 1] = int_text(now_ms())
+    fields[#fields + 1] = upsert_now
   end
   if runs > 0 then
     fields[#fields + 1] = 'runs'

@@ -268,7 +268,12 @@ class ScheduleStore(_lua.ScriptCaller):
         out: list[dict[str, str] | None] = []
         for start in range(0, len(schedule_ids), BULK_READ):
             chunk = schedule_ids[start : start + BULK_READ]
-            raw = await self.call_packed("policies", [self.keys.schedule(s) for s in chunk], names)
+            keys = [self.keys.schedule(s) for s in chunk]
+            # A bulk create's ids are all new: one EXISTS over the chunk says so.
+            if not await self.redis.exists(*keys):
+                out += ({} for _ in chunk)
+                continue
+            raw = await self.call_packed("policies", keys, names)
             for values in orjson.loads(raw):
                 if values == "!":
                     out.append(None)
