@@ -59,17 +59,28 @@ def names() -> list[str]:
     return sorted(p.stem for p in lua_dir().glob("*.lua"))
 
 
-def pack_command(args: Sequence[str]) -> bytes:
+def pack_command(args: Sequence[str], cache: dict[str, bytes] | None = None) -> bytes:
     """One command in the Redis protocol (RESP2 array of bulk strings).
 
     redis-py packs each argument through its encoder at several µs apiece; a fire batch carries
     thousands of arguments (two per schedule), which made packing the scheduler's largest CPU
-    cost in a herd. Every argument here is already a str.
+    cost in a herd. Every argument here is already a str. ``cache`` keeps the packed form of
+    each argument for a caller whose arguments repeat (a bulk write's field names and values).
     """
     out = [b"*%d\r\n" % len(args)]
+    if cache is None:
+        for arg in args:
+            data = arg.encode()
+            out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+        return b"".join(out)
     for arg in args:
-        data = arg.encode()
-        out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+        packed = cache.get(arg)
+        if packed is None:
+            data = arg.encode()
+            packed = b"$%d\r\n%b\r\n" % (len(data), data)
+            if len(cache) < 100_000:
+                cache[arg] = packed
+        out.append(packed)
     return b"".join(out)
 
 
@@ -103,8 +114,15 @@ class ScriptCaller:
             _check_wrong_type(name, exc)
             raise
 
-    async def call_packed(self, name: str, keys: Sequence[str], args: Sequence[str]) -> Any:
-        """:meth:`call` for large batches: the command is packed here, in one pass.
+    async def call_packed(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        cache: dict[str, bytes] | None = None,
+    ) -> Any:
+        """:meth:`call` for large batches: the command is packed here, in one pass (with
+        :func:`pack_command`'s ``cache``).
 
         Anything unusual (script not loaded yet, a dedicated connection, a connection error)
         goes through :meth:`call`, which loads the script and retries; the scripts sent here
@@ -114,7 +132,7 @@ class ScriptCaller:
         if redis.connection is not None or redis.single_connection_client:
             return await self.call(name, keys, args)
         sha = self.script(name).sha
-        data = pack_command(["EVALSHA", sha, str(len(keys)), *keys, *args])
+        data = pack_command(["EVALSHA", sha, str(len(keys)), *keys, *args], cache)
         pool = redis.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         fallback = False

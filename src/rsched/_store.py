@@ -238,8 +238,10 @@ class ScheduleStore(_lua.ScriptCaller):
 
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
             async with limiter:
-                replies[n] = await self._write_chunk(chunk, now)
+                replies[n] = await self._write_chunk(chunk, now, cache)
 
+        # The items' field names and most values repeat: pack each once per call.
+        cache: dict[str, bytes] = {}
         limiter = anyio.CapacityLimiter(BULK_IN_FLIGHT)
         async with anyio.create_task_group() as tg:
             for n, start in enumerate(range(0, len(sends), BULK_WRITE)):
@@ -286,8 +288,12 @@ class ScheduleStore(_lua.ScriptCaller):
         return out
 
     async def _write_chunk(
-        self, chunk: Sequence[tuple[BulkItem, int | None]], created_ms: int
+        self,
+        chunk: Sequence[tuple[BulkItem, int | None]],
+        created_ms: int,
+        cache: dict[str, bytes],
     ) -> list[str]:
+        """One upsert_many.lua call; its reply per item (see the script's header)."""
         k = self.keys
         op_key, op_id = k.new_op()
         keys = [k.schedules, k.queues, op_key]
@@ -305,7 +311,7 @@ class ScheduleStore(_lua.ScriptCaller):
             )
             for pair in item.spec.items():
                 args += pair
-        reply = str(await self.call_packed("upsert_many", keys, args))
+        reply = str(await self.call_packed("upsert_many", keys, args, cache))
         replies = reply.split(",")
         if len(replies) != len(chunk):  # a lone code about the whole call
             check(int(reply), script="upsert_many")
