@@ -19,8 +19,9 @@ from rsched import (
     StateError,
     SyncClient,
 )
+from rsched._bulk import Validator
 from rsched._keys import Keys
-from rsched._store import ScheduleStore
+from rsched._store import ScheduleStore, _chunks
 
 
 @pytest.fixture
@@ -207,6 +208,23 @@ async def test_upsert_many_script_replays_and_refuses_bad_input(redis: Redis, pr
     with pytest.raises(StateError):
         await Client(redis, Settings(prefix=prefix)).add_many([{"id": "c", "task": "t.x",
                                                                "every": 5}])  # fmt: skip
+
+
+async def test_large_payloads_go_in_smaller_calls(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rsched._store.BULK_WRITE_BYTES", 3_000)
+    monkeypatch.setattr("rsched._store.BULK_WRITE", 4)
+    big = {"blob": "x" * 1_000}  # 1,011 bytes encoded: two fit under 3,000
+    items, problems = Validator(65_536).validate(
+        [spec(i, payload=big) for i in range(5)] + [spec(i) for i in range(5, 14)], mode="add"
+    )
+    assert not problems
+    sizes = [len(chunk) for chunk in _chunks([(item, 0) for item in items])]
+    assert sizes == [2, 2, 4, 4, 2]
+    result = await client.add_many([spec(i, payload=big) for i in range(10)])
+    assert result.count("created") == 10
+    assert (await client.get("s-9")).payload == big
 
 
 def test_sync_client_has_the_bulk_methods(redis_url: str, prefix: str) -> None:

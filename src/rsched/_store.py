@@ -52,6 +52,8 @@ class IndexStats:
 BULK_READ = 5_000
 BULK_WRITE = 1_000
 BULK_IN_FLIGHT = 3
+#: Large payloads end a call sooner: a call never carries much more than this many bytes.
+BULK_WRITE_BYTES = 1_000_000
 # What a bulk write's item lost a race to (another writer came between check and write).
 _RACES = {Code.EXISTS: "exists", Code.NOT_FOUND: "not_found", Code.CONFLICT: "conflict"}
 
@@ -173,12 +175,12 @@ class ScheduleStore(_lua.ScriptCaller):
         """Check every item against Redis, then write them all; returns each id's outcome.
 
         The checks first, for all items (one read per BULK_READ ids, Redis TIME once): an id
-        that exists (mode ``add``) or does not (``replace``), an ``at``
-        or ``end_at`` in the past. When any fails, or ``problems`` (found by the caller) is not
-        empty, InvalidSchedules lists them all (out of ``total`` entries) and nothing is
-        written. Then upsert_many.lua writes BULK_WRITE items a call, a few calls at once,
-        each schedule atomic alone. With ``skip_unchanged`` an item whose stored spec and pause
-        state already match is not written (outcome ``unchanged``).
+        that exists (mode ``add``) or does not (``replace``), an ``at`` or ``end_at`` in the
+        past. When any fails, or ``problems`` (found by the caller) is not empty,
+        InvalidSchedules lists them all (out of ``total`` entries) and nothing is written. Then
+        upsert_many.lua writes up to BULK_WRITE items (BULK_WRITE_BYTES of spec) a call, a few
+        calls at once, each schedule atomic alone. With ``skip_unchanged`` an item whose stored
+        spec and pause state already match is not written (outcome ``unchanged``).
 
         Outcomes: created, replaced, unchanged; for a write that lost a race with another
         writer after the check, exists (mode add), not_found (replace) or conflict
@@ -234,7 +236,8 @@ class ScheduleStore(_lua.ScriptCaller):
         if problems:
             problems.sort(key=lambda p: p[0])
             raise InvalidSchedules(problems, len(items) if total is None else total)
-        replies: list[list[str]] = [[] for _ in range(0, len(sends), BULK_WRITE)]
+        chunks = _chunks(sends)
+        replies: list[list[str]] = [[] for _ in chunks]
 
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
             async with limiter:
@@ -244,8 +247,8 @@ class ScheduleStore(_lua.ScriptCaller):
         cache: dict[str, bytes] = {}
         limiter = anyio.CapacityLimiter(BULK_IN_FLIGHT)
         async with anyio.create_task_group() as tg:
-            for n, start in enumerate(range(0, len(sends), BULK_WRITE)):
-                tg.start_soon(send, n, sends[start : start + BULK_WRITE])
+            for n, chunk in enumerate(chunks):
+                tg.start_soon(send, n, chunk)
         wrong: list[str] = []
         for (item, _), reply in zip(sends, (r for chunk in replies for r in chunk), strict=True):
             code, _, rest = reply.partition(":")
@@ -665,6 +668,22 @@ class ScheduleStore(_lua.ScriptCaller):
         """True when released; False when the caller did not hold the lease."""
         res = await self.call("lease_release", [self.keys.leader], [lease])
         return check(res, script="lease_release") == Code.OK
+
+
+def _chunks(
+    sends: Sequence[tuple[BulkItem, int | None]],
+) -> list[Sequence[tuple[BulkItem, int | None]]]:
+    """The items in calls of at most BULK_WRITE items and about BULK_WRITE_BYTES."""
+    out: list[Sequence[tuple[BulkItem, int | None]]] = []
+    start, size = 0, 0
+    for n, (item, _) in enumerate(sends):
+        size += len(item.spec.get("payload", ""))
+        if n - start >= BULK_WRITE or (size > BULK_WRITE_BYTES and n > start):
+            out.append(sends[start:n])
+            start, size = n, len(item.spec.get("payload", ""))
+    if start < len(sends):
+        out.append(sends[start:])
+    return out
 
 
 def _wrong_types(schedule_ids: Sequence[str], *, written: bool = False) -> StateError:
