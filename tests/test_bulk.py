@@ -96,6 +96,14 @@ async def test_add_many_lists_every_problem_and_writes_nothing(
     assert await redis.zcard(f"{{{prefix}}}:schedules") == 1  # only s-0, from before
 
 
+async def test_a_long_list_of_problems_is_shortened_in_the_message(client: Client) -> None:
+    with pytest.raises(InvalidSchedules) as info:
+        await client.add_many([spec(i, id=f"bad {i}") for i in range(80)])
+    assert len(info.value.problems) == 80
+    assert str(info.value).count("\n") == 51
+    assert str(info.value).endswith("... and 30 more (see .problems)")
+
+
 async def test_upsert_many_reports_created_replaced_unchanged(
     client: Client, redis: Redis, prefix: str
 ) -> None:

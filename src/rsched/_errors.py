@@ -45,10 +45,16 @@ class InvalidSchedules(InvalidSchedule):
         self.schedule_id = None
         self.errors = [(_where(i, sid, f), msg) for i, sid, f, msg in self.problems]
         bad = len({i for i, *_ in self.problems})
-        lines = "\n".join(f"  {where}: {msg}" for where, msg in self.errors)
+        # The message shows the first problems; ``problems`` holds them all.
+        lines = "\n".join(f"  {where}: {msg}" for where, msg in self.errors[:_SHOWN])
+        if len(self.errors) > _SHOWN:
+            lines += f"\n  ... and {len(self.errors) - _SHOWN} more (see .problems)"
         ValueError.__init__(
             self, f"{bad} of {total} schedule(s) invalid, nothing written:\n{lines}"
         )
+
+
+_SHOWN = 50
 
 
 def _where(index: int, schedule_id: str | None, field: str) -> str:
