@@ -160,6 +160,8 @@ async def test_bulk_input_errors(client: Client) -> None:
     assert await client.add_many([]) == BulkResult({})
     with pytest.raises(InvalidSchedules, match=r"\[0\]: give an rsched.Schedule or a dict"):
         await client.add_many([42])  # type: ignore[list-item]
+    with pytest.raises(InvalidSchedules, match=r"\[1\] 7: id: 7 is not a valid schedule id"):
+        await client.add_many([spec(0), spec(1, id=7)])
     with pytest.raises(InvalidSchedules, match=r"\[1\]: id: required"):
         await client.add_many([spec(0), {k: v for k, v in spec(1).items() if k != "id"}])
 

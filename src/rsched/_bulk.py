@@ -121,7 +121,8 @@ class Validator:
             try:
                 item = self._one(index, entry, mode)
             except InvalidSchedule as exc:
-                sid = exc.schedule_id or _id_of(entry)
+                found = exc.schedule_id or _id_of(entry)
+                sid = None if found is None else str(found)
                 problems.extend((index, sid, f, m) for f, m in exc.errors)
                 continue
             seen = first.setdefault(item.schedule_id, index)
