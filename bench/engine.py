@@ -192,7 +192,7 @@ class Ctx:
                     keys = [
                         k.schedules,
                         k.schedule(sid),
-                        k.buffered(sid),
+                        k.pending(sid),
                         k.queues,
                         op_key,
                     ]

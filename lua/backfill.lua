@@ -1,5 +1,8 @@
 --[[ backfill — fire past occurrences of a schedule (a range the client computed), each at most
-once, through the same overlap policy and job format as a regular fire (origin 'backfill').
+once, in the same job format as a regular fire (origin 'backfill'). Every occurrence runs: with
+overlap=allow all are queued at once; under any other policy they run one after another,
+oldest first, the first now (or, when the schedule has a run in progress, behind it) and each
+of the others released when the run before it ends (the schedule's pending set, marker.lua).
 
 Idempotent by execution id ("<id>@<scheduled ms>"): an occurrence whose execution id is in the
 backfilled set, or appears as fired/buffered in the schedule's history, is not fired again.
@@ -8,10 +11,11 @@ future is unchanged. Every argument is checked before the first write.
 
 KEYS[1] hash        {p}:schedule:<id>
 KEYS[2] history     {p}:history:<id>
-KEYS[3] buffered    {p}:buffered:<id>
+KEYS[3] pending     {p}:pending:<id>
 KEYS[4] stream      {p}:queue:<queue of the schedule>
 KEYS[5] backfilled  {p}:backfilled:<id>  SET of execution ids fired by backfills
 KEYS[6] op          {p}:ops:<minute> (replay protection)
+KEYS[7] backlogs    {p}:backlogs
 ARGV[1] id
 ARGV[2] generation  the generation the client computed the occurrences from
 ARGV[3] cap         history length cap
@@ -19,8 +23,8 @@ ARGV[4] cancel      pub/sub channel for cancel_previous
 ARGV[5] op_id       request id of this call
 ARGV[6..] sched     occurrences to fire (ms), oldest first
 
-Returns {OK=5, code, code, …} with one code per occurrence: FIRED=1, SKIPPED=2 by the overlap
-policy, BUFFERED=3 (buffer_one), STALE=0 already fired before (nothing done);
+Returns {OK=5, code, code, …} with one code per occurrence: FIRED=1, BUFFERED=3 (pending
+behind the schedule's unfinished run), STALE=0 already fired before (nothing done);
 {NOT_FOUND=-2} | {CONFLICT=-3, generation} the spec changed since the client read it (nothing
 done) | {NOT_DUE=-5} an occurrence is in the future by Redis TIME (nothing done) |
 {WRONG_TYPE=-6} a key has the wrong type or the schedule's stored fields are unusable (edited by
@@ -30,15 +34,16 @@ hand; nothing done)
 -- @include marker
 -- @include fire_job
 
-local k = {hash = KEYS[1], history = KEYS[2], buffered = KEYS[3], stream = KEYS[4]}
-local backfilled_key, op_key = KEYS[5], KEYS[6]
+local k = {hash = KEYS[1], history = KEYS[2], pending = KEYS[3], stream = KEYS[4]}
+local backfilled_key, op_key, backlogs_key = KEYS[5], KEYS[6], KEYS[7]
 local sid, gen, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local op_id = ARGV[5]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
-if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.buffered, 'hash')
-        and key_is(k.stream, 'stream') and key_is(backfilled_key, 'set')) then
+if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.pending, 'zset')
+        and key_is(k.stream, 'stream') and key_is(backfilled_key, 'set')
+        and key_is(backlogs_key, 'zset')) then
   return {-6}  -- WRONG_TYPE
 end
 local f = job_fields(k.hash)
@@ -69,8 +74,8 @@ for i = 6, #ARGV do
   local code = 0  -- STALE
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
     local _, run_until
-    code, _, run_until = fire_job(k.hash, k.history, k.buffered, k.stream, sid, sched, now,
-                                  'backfill', cap, cancel_channel, '', f, p)
+    code, _, run_until = fire_job(k.hash, k.history, k.pending, k.stream, sid, sched, now,
+                                  'backfill', cap, cancel_channel, '', f, p, true, backlogs_key)
     if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end  -- FIRED, BUFFERED
     if run_until then
       rcall('HSET', k.hash, marker_pairs(exec, run_until))

@@ -2,13 +2,13 @@
 
 For each item: XACK; when the entry was still pending, XDEL it (the stream holds only entries
 not yet finished, so it stays bounded without ever trimming a pending one), record the event
-on the schedule's history and end the schedule's run (run marker, buffer_one release).
+on the schedule's history and end the schedule's run (run marker, release of what waits).
 An entry no longer pending (this call re-sent, or another worker that reclaimed it finished
 first) is left alone, so nothing is recorded twice.
 
 KEYS[1] stream  {p}:queue:<queue>
 then 3 keys per schedule item, in item order (items with an empty schedule id take none):
-  history {p}:history:<id>, hash {p}:schedule:<id>, buffered {p}:buffered:<id>
+  history {p}:history:<id>, hash {p}:schedule:<id>, pending {p}:pending:<id>
 ARGV[1] group   ARGV[2] history cap
 ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
                 event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…')]
@@ -33,16 +33,16 @@ for i = 1, #items do
   local it = items[i]
   local id, exec, sid = it[1], it[2], it[3]
   local attempt, event, extra = it[4], it[5], it[6]
-  local history, hash, buffered
+  local history, hash, pending
   if sid ~= '' then
-    history, hash, buffered = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+    history, hash, pending = KEYS[k], KEYS[k + 1], KEYS[k + 2]
     k = k + 3
   end
   if rcall('XACK', stream, group, id) == 1 then
     rcall('XDEL', stream, id)
-    if sid ~= '' and schedule_keys_ok(history, hash, buffered) then
+    if sid ~= '' and schedule_keys_ok(history, hash, pending) then
       job_event(history, cap, event, exec, attempt, now, extra)
-      finish_run(hash, buffered, stream, history, cap, exec, now)
+      finish_run(hash, pending, stream, history, cap, exec, now)
     end
     recorded = recorded + 1
   end

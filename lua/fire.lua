@@ -13,20 +13,22 @@ holds another type; the run marker lives in the hash, see marker.lua.)
 
 KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
+KEYS[3] backlogs    ZSET of schedules holding pending occurrences (marker.lua)
 
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
 ARGV[3] cancel      pub/sub channel for cancel_previous
-ARGV[4..7]          key prefixes of a schedule's hash, history, buffered hash, and of a queue's
-                    stream ("{p}:schedule:", "{p}:history:", "{p}:buffered:", "{p}:queue:"):
+ARGV[4..7]          key prefixes of a schedule's hash, history, pending set, and of a queue's
+                    stream ("{p}:schedule:", "{p}:history:", "{p}:pending:", "{p}:queue:"):
                     an item's keys are the prefix followed by its id (its policy's queue for
                     the stream). Passing prefixes instead of four names per item
                     halves what a batch carries; every key keeps the hash tag of KEYS, so the
                     script still touches a single slot.
 ARGV[8]             P, the number of policies that follow
 ARGV[9..8+P]        the policies of the batch's items, one string each:
-                    "<overlap> <queue> <max_runs> <opts>" (max_runs '' = none, opts '' = all
-                    defaults, else the hash's JSON object): the policy fields of the version the
+                    "<overlap> <queue> <max_runs> <buffer_limit> <opts>" (max_runs '' = none,
+                    buffer_limit '' = 100, opts '' = all defaults, else the hash's JSON
+                    object): the policy fields of the version the
                     scheduler planned with. Only an upsert writes them and it moves the version,
                     so they are the hash's whenever the item's version check passes; sending
                     them spares every fire reading four more fields.
@@ -42,13 +44,17 @@ then the items, in order, in groups of items that share a header: a header arg, 
   policy   the position of its policy among ARGV[9..8+P] (1 = the first)
   sched    the occurrence to run (ms; the short form runs `expect`)
   action   'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
-           'skip' (misfire policy skip: no job, only history)
+           'catch_up' (one occurrence of a catch-up: it runs under any overlap policy, queued
+           behind the schedule's unfinished run unless overlap=allow), 'skip' (misfire policy
+           skip: no job, only history), 'limit' (`missed` occurrences older than what
+           catch_up_limit lets run: no job, only history)
   id       a schedule id rsched accepts (letters, digits, '. _ - :')
   version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
            from ('' = none)
 
 Returns one string of comma-separated codes, one per item:
-  FIRED=1   SKIPPED=2 by overlap policy   BUFFERED=3 (buffer_one)   MISFIRE_SKIPPED=4
+  FIRED=1   SKIPPED=2 by overlap policy   BUFFERED=3 (pending behind the unfinished run)
+  MISFIRE_SKIPPED=4
   STALE=0 (gone, paused, completed, other version, or already fired; the index entry is
     removed when the hash is gone, and set to +inf when the hash is paused or completed)
   NOT_DUE=-5 not due yet
@@ -62,19 +68,20 @@ index is not a sorted set.
 -- @include marker
 -- @include fire_job
 
-local leader_key, schedules_key = KEYS[1], KEYS[2]
+local leader_key, schedules_key, backlogs_key = KEYS[1], KEYS[2], KEYS[3]
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local hash_prefix, history_prefix, buffered_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
+local hash_prefix, history_prefix, pending_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
   ARGV[7]
 local npolicies = tonumber(ARGV[8])
-if #KEYS ~= 2 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies then return '-7' end
+if #KEYS ~= 3 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies then return '-7' end
 local HEAD = 8 + npolicies
-local ACTIONS = {fire = true, misfire = true, skip = true}
-local OVERLAPS = {allow = true, skip = true, buffer_one = true, cancel_previous = true}
+local ACTIONS = {fire = true, misfire = true, catch_up = true, skip = true, limit = true}
+local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = true,
+                  cancel_previous = true}
 -- Character sets rather than %S/%d classes, and the long form only when needed.
 local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
-local TAIL = '^ (%-?[0-9]+) ([a-z]+) ([0-9]+)$'
-local POLICY = '^([a-z_]+) ([^ ]+) ([0-9]*) (.*)$'
+local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([0-9]+)$'
+local POLICY = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) (.*)$'
 
 -- The index is read once for the whole batch (ZMSCORE) and written once at the end; `index`
 -- holds each schedule's score as this batch leaves it (a catch_up batch may hold several
@@ -105,10 +112,11 @@ end
 
 local policies = {}
 for i = 1, npolicies do
-  local overlap, queue, max_runs, opts = string.match(ARGV[8 + i], POLICY)
+  local overlap, queue, max_runs, limit, opts = string.match(ARGV[8 + i], POLICY)
   if not OVERLAPS[overlap] then return '-7' end
   -- Keyed by the position as items write it: looking a string up costs less than tonumber.
-  local p = policy_of(overlap, queue, max_runs ~= '' and max_runs, opts ~= '' and opts)
+  local p = policy_of(overlap, queue, max_runs ~= '' and max_runs, opts ~= '' and opts,
+                      limit ~= '' and limit)
   if not p then return '-7' end
   policies[tostring(i)] = p
 end
@@ -173,8 +181,10 @@ for _, g in ipairs(groups) do
       code = -5
     else
       local history = history_prefix .. sid
-      if action == 'skip' then
-        if hist_first(history, cap, '{"event":"misfired","policy":"skip","missed":' ..
+      if action == 'skip' or action == 'limit' then
+        local head = '"policy":"skip"'
+        if action == 'limit' then head = '"policy":"catch_up","reason":"catch_up_limit"' end
+        if hist_first(history, cap, '{"event":"misfired",' .. head .. ',"missed":' ..
                       missed .. ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
                       ',"late_ms":' .. int_text(now - sched_ms(sched)) .. '}') then
           score = advance(hash, sched, nxt, false, true, p)
@@ -189,18 +199,24 @@ for _, g in ipairs(groups) do
           if not key_is(stream, 'stream') then stream = false end
           streams[p.queue] = stream
         end
-        local buffered = nil
-        if p.overlap == 'buffer_one' then buffered = buffered_prefix .. sid end
-        if not stream or (buffered and not key_is(buffered, 'hash')) then
+        -- Pending occurrences exist only beside a run marker (marker.lua): with none, a fire
+        -- never looks at them.
+        local pending = nil
+        if f[F_RUN] and p.overlap ~= 'allow' then pending = pending_prefix .. sid end
+        if not stream or (pending and not key_is(pending, 'zset')) then
           code = -6
         else
           local origin, extra = 'schedule', ''
-          if action == 'misfire' then origin, extra = 'misfire', ',"missed":' .. missed end
+          if action and action ~= 'fire' then -- misfire, catch_up
+            origin, extra = 'misfire', ',"missed":' .. missed
+          end
           local exec, run_until
-          code, exec, run_until = fire_job(hash, history, buffered, stream, sid, sched, now, origin,
-                                           cap, cancel_channel, extra, f, p)
+          code, exec, run_until = fire_job(hash, history, pending, stream, sid, sched, now, origin,
+                                           cap, cancel_channel, extra, f, p,
+                                           action == 'catch_up', backlogs_key)
           if code > 0 then
-            score = advance(hash, sched, nxt, code == 1, true, p, run_until and exec, run_until)
+            -- A pending occurrence counts as a run: it is queued as soon as the run ends.
+            score = advance(hash, sched, nxt, code ~= 2, true, p, run_until and exec, run_until)
           end
         end
       end

@@ -1,9 +1,9 @@
---[[ remove — delete a schedule, its history and any buffered occurrence.
+--[[ remove — delete a schedule, its history and its pending occurrences (none of them runs).
 
 A fire call that read the schedule before this finds it gone and fires nothing. A run already
 queued or running is not touched (its job entry stays in the queue stream).
 
-KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] buffered  KEYS[5] op
+KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] op
 ARGV[1] id         ARGV[2] op_id (request id)
 
 Returns {OK=5} removed | {NOT_FOUND=-2} | {WRONG_TYPE=-6} a key has the wrong type (nothing
@@ -17,4 +17,5 @@ if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} en
 if rcall('EXISTS', KEYS[2]) == 0 then return {-2} end  -- NOT_FOUND
 rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
 rcall('ZREM', KEYS[1], ARGV[1])
+-- {p}:backlogs may keep the id until the scheduler's sweep finds its pending set gone.
 return op_store(KEYS[5], ARGV[2], {5})  -- OK

@@ -1,13 +1,14 @@
 --[[ upsert — create or replace a schedule's spec; every write bumps its generation.
 
 The spec fields replace the old ones whole (absent = default); engine state (creation time,
-runs, last_run, the run marker) is kept. A buffered occurrence of the old spec is dropped so the
-old spec never fires. The hash's "version" field is "<generation>:<created_at>" (ms): what
+runs, last_run, the run marker) is kept. The pending occurrences of the old spec (held back by
+buffer_one / buffer_all, or caught-up and backfilled runs waiting their turn) are dropped, so
+the old spec never fires. The hash's "version" field is "<generation>:<created_at>" (ms): what
 fire.lua compares, one field where two would cost 16 bytes more a schedule.
 
 KEYS[1] schedules  ZSET of schedules by next run
 KEYS[2] hash       {p}:schedule:<id>
-KEYS[3] buffered   {p}:buffered:<id>
+KEYS[3] pending    {p}:pending:<id>
 KEYS[4] queues     SET of queue names
 KEYS[5] op         {p}:ops:<minute> (replay protection)
 ARGV[1] id
@@ -30,7 +31,7 @@ arguments
 -- @include marker
 -- @include upsert_one
 
-local schedules_key, hash_key, buffered_key, queues_key, op_key = KEYS[1], KEYS[2], KEYS[3],
+local schedules_key, hash_key, pending_key, queues_key, op_key = KEYS[1], KEYS[2], KEYS[3],
     KEYS[4], KEYS[5]
 local id, mode, expect_gen, next_ms, paused = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local queue, wake, op_id, created_ms = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -44,7 +45,7 @@ if op_id == '' then return {-7} end  -- BAD_ARGS
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
 local reply, score = upsert_one({
-  hash = hash_key, buffered = buffered_key, mode = mode, expect_gen = expect_gen,
+  hash = hash_key, pending = pending_key, mode = mode, expect_gen = expect_gen,
   next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 10,
   to = #ARGV,
 })

@@ -10,7 +10,7 @@ call.
 KEYS[1] schedules  ZSET of schedules by next run
 KEYS[2] queues     SET of queue names
 KEYS[3] op         {p}:ops:<minute> (replay protection)
-KEYS[4..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:buffered:<id>
+KEYS[4..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>
 ARGV[1] wake       pub/sub channel
 ARGV[2] op_id      request id of this call
 ARGV[3] created_ms creation time the client computed next runs with (new schedules)
@@ -48,7 +48,7 @@ while a <= #ARGV do
     return '-7'  -- BAD_ARGS
   end
   items[#items + 1] = {
-    hash = KEYS[k], buffered = KEYS[k + 1], id = ARGV[a], mode = ARGV[a + 1],
+    hash = KEYS[k], pending = KEYS[k + 1], id = ARGV[a], mode = ARGV[a + 1],
     expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
     created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n,
   }

@@ -192,19 +192,19 @@ async def test_many_schedules_in_several_script_calls(
 async def test_upsert_many_script_replays_and_refuses_bad_input(redis: Redis, prefix: str) -> None:
     store = ScheduleStore(redis, Keys(prefix))
     k = store.keys
-    keys = [k.schedules, k.queues, k.ops(1), k.schedule("a"), k.buffered("a")]
+    keys = [k.schedules, k.queues, k.ops(1), k.schedule("a"), k.pending("a")]
     item = ["a", "add", "", "4000000000000", "0", "default", "2", "task", "t.x"]
     args = [k.wake, "op-1", "1000", *item]
     assert await store.call("upsert_many", keys, args) == "5:1:1"
     assert await store.call("upsert_many", keys, args) == "5:1:1"  # replayed, not re-run
     assert await store.call("upsert_many", keys, [k.wake, "op-2", "1000", *item]) == "-9"
     # The same id twice in one call: the second is a replace of the first.
-    twice = [*keys[:3], k.schedule("d"), k.buffered("d"), k.schedule("d"), k.buffered("d")]
+    twice = [*keys[:3], k.schedule("d"), k.pending("d"), k.schedule("d"), k.pending("d")]
     d = ["d", "upsert", "", "4000000000000", "0", "default", "2", "task", "t.x"]
     reply = await store.call("upsert_many", twice, [k.wake, "op-5", "1000", *d, *d])
     assert reply == "5:1:1,5:2:0"
     # Malformed: the second item's field count runs past the arguments. Nothing written.
-    bad = [*keys[:3], k.schedule("b"), k.buffered("b"), k.schedule("c"), k.buffered("c")]
+    bad = [*keys[:3], k.schedule("b"), k.pending("b"), k.schedule("c"), k.pending("c")]
     b = ["b", "upsert", "", "4000000000000", "0", "default", "0"]
     c = ["c", "upsert", "", "4000000000000", "0", "default", "4", "task", "t.x"]
     assert await store.call("upsert_many", bad, [k.wake, "op-3", "1000", *b, *c]) == "-7"

@@ -272,7 +272,7 @@ async def test_wrong_type_history_refuses_every_path_whole(
     assert await fire(store, lease, item) == [Code.WRONG_TYPE]
     assert await jobs(store) == []
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
-    assert await store.redis.exists(store.keys.buffered("a")) == 0
+    assert await store.redis.exists(store.keys.pending("a")) == 0
     assert await store.redis.zscore(store.keys.schedules, "a") == score
     assert await store.redis.get(store.keys.history("a")) == "x"
 
@@ -296,7 +296,7 @@ async def test_malformed_arguments_write_nothing(store: ScheduleStore) -> None:
     assert await jobs(store) == []
     # Groups whose count does not match the items that follow, or with no items at all.
     k = store.keys
-    head = [lease, "5", k.cancel, k.schedule(""), k.history(""), k.buffered(""), k.queue("")]
+    head = [lease, "5", k.cancel, k.schedule(""), k.history(""), k.pending(""), k.queue("")]
     with_spec = [*head, "1", item.spec.arg()]
     group = f"{item.expect} {item.next} 1"
     for items in (
@@ -307,7 +307,7 @@ async def test_malformed_arguments_write_nothing(store: ScheduleStore) -> None:
         [f"1 {group}", "", item.version],
         [f"1 {item.expect} {item.next} 2", "a", item.version],
     ):
-        reply = await store.call_packed("fire", [k.leader, k.schedules], [*with_spec, *items])
+        reply = await store.call_packed("fire", [k.leader, k.schedules, k.backlogs], [*with_spec, *items])
         assert reply == "-7", items
     assert await jobs(store) == []
     assert await fire(store, lease, item) == [Code.FIRED]

@@ -54,10 +54,11 @@ def test_catch_up_limit_keeps_the_newest_oldest_first() -> None:
     spec = every_minute(misfire="catch_up", catch_up_limit=3)
     items = plan("a", spec, T0, T0 + 10 * MIN + 30_000)
     assert [(i.action, i.expect, i.sched, i.next) for i in items] == [
-        ("skip", T0, T0, T0 + 8 * MIN),
-        ("misfire", T0 + 8 * MIN, T0 + 8 * MIN, T0 + 9 * MIN),
-        ("misfire", T0 + 9 * MIN, T0 + 9 * MIN, T0 + 10 * MIN),
-        ("fire", T0 + 10 * MIN, T0 + 10 * MIN, T0 + 11 * MIN),
+        ("limit", T0, T0, T0 + 8 * MIN),
+        ("catch_up", T0 + 8 * MIN, T0 + 8 * MIN, T0 + 9 * MIN),
+        ("catch_up", T0 + 9 * MIN, T0 + 9 * MIN, T0 + 10 * MIN),
+        # The newest is within the grace, but still one of the catch-up: it waits its turn.
+        ("catch_up", T0 + 10 * MIN, T0 + 10 * MIN, T0 + 11 * MIN),
     ]
     assert items[0].missed == 8
 
@@ -65,7 +66,7 @@ def test_catch_up_limit_keeps_the_newest_oldest_first() -> None:
 def test_catch_up_everything_under_the_limit() -> None:
     items = plan("a", every_minute(misfire="catch_up"), T0, T0 + 3 * MIN + 59_000 + MIN)
     assert [i.sched for i in items] == [T0 + i * MIN for i in range(5)]
-    assert all(i.action != "skip" for i in items)
+    assert all(i.action == "catch_up" for i in items)
     # Each item expects what the previous one leaves as next run: one atomic chain.
     assert [i.expect for i in items[1:]] == [i.next for i in items[:-1]]
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -225,7 +226,9 @@ async def test_buffer_one_and_cancel_previous(store: ScheduleStore) -> None:
     assert (await store.trigger("b", "default"))[0] == Code.FIRED
     assert (await store.trigger("b", "default"))[0] == Code.BUFFERED
     assert (await store.trigger("b", "default"))[0] == Code.SKIPPED
-    assert await store.redis.hget(store.keys.buffered("b"), "task") == "t"
+    (member,) = await store.redis.zrange(store.keys.pending("b"), 0, -1)
+    fields = orjson.loads(member)
+    assert dict(zip(fields[::2], fields[1::2], strict=True))["task"] == "t"
     await store.save(Schedule(id="c", task="t", every=3600, overlap="cancel_previous"))
     _, first = await store.trigger("c", "default")
     async with store.redis.pubsub() as pubsub:
@@ -237,7 +240,7 @@ async def test_buffer_one_and_cancel_previous(store: ScheduleStore) -> None:
     assert message["data"] == first
     # A new spec drops the occurrence buffered under the old one.
     await store.save(Schedule(id="b", task="t2", every=3600, overlap="buffer_one"))
-    assert await store.redis.exists(store.keys.buffered("b")) == 0
+    assert await store.redis.exists(store.keys.pending("b")) == 0
 
 
 async def test_pause_and_resume(store: ScheduleStore) -> None:

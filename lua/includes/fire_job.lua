@@ -40,10 +40,11 @@
 --   when the index entry stays: the caller writes it (fire.lua does a whole batch at once).
 
 local JOB_FIELDS = {'version', 'status', 'task', 'payload', 'runs', 'run', 'run_until',
-                    'overlap', 'queue', 'max_runs', 'opts'}
+                    'overlap', 'queue', 'max_runs', 'opts', 'buffer_limit'}
 local STATE_FIELDS = 7
 local F_VERSION, F_STATUS, F_TASK, F_PAYLOAD, F_RUNS, F_RUN, F_RUN_UNTIL = 1, 2, 3, 4, 5, 6, 7
-local F_OVERLAP, F_QUEUE, F_MAX_RUNS, F_OPTS = 8, 9, 10, 11
+local F_OVERLAP, F_QUEUE, F_MAX_RUNS, F_OPTS, F_BUFFER_LIMIT = 8, 9, 10, 11, 12
+local DEFAULT_BUFFER_LIMIT = 100
 local DEFAULT_TTL = marker_ttl(nil, nil, nil)
 local tonumber, match, rpcall = tonumber, string.match, redis.pcall
 
@@ -51,10 +52,14 @@ local function job_fields(hash)
   return rcall('HMGET', hash, unpack(JOB_FIELDS))
 end
 
-local function policy_of(overlap, queue, max_runs, opts)
+local function policy_of(overlap, queue, max_runs, opts, buffer_limit)
   if max_runs then
     max_runs = tonumber(max_runs)
     if not max_runs then return nil end
+  end
+  if buffer_limit then
+    buffer_limit = tonumber(buffer_limit)
+    if not buffer_limit then return nil end
   end
   local ttl = DEFAULT_TTL
   if opts == '{}' then opts = false end
@@ -65,11 +70,11 @@ local function policy_of(overlap, queue, max_runs, opts)
     ttl = marker_ttl(o.timeout_s, o.max_retries, o.retry_max_s)
   end
   return {overlap = overlap or 'skip', queue = queue or 'default', max_runs = max_runs or false,
-          opts = opts or false, ttl = ttl}
+          opts = opts or false, ttl = ttl, buffer_limit = buffer_limit or DEFAULT_BUFFER_LIMIT}
 end
 
 local function hash_policy(f)
-  return policy_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS])
+  return policy_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS], f[F_BUFFER_LIMIT])
 end
 
 -- What fire_job_ok derived from the last fields it accepted, for fire_job and advance.
@@ -119,8 +124,8 @@ local function event_json(head, sched, at, late, exec, origin, extra)
          late .. ',"execution_id":"' .. exec .. '","origin":"' .. origin .. '"' .. extra .. '}'
 end
 
-local function fire_job(hash, history, buffered, stream, sid, sched, now, origin, cap,
-                        cancel_channel, extra, f, p)
+local function fire_job(hash, history, pending, stream, sid, sched, now, origin, cap,
+                        cancel_channel, extra, f, p, keep, backlogs)
   local exec = sid .. '@' .. sched
   local overlap = p.overlap
   local at = INT_TEXT[now] or int_text(now)
@@ -130,24 +135,43 @@ local function fire_job(hash, history, buffered, stream, sid, sched, now, origin
   -- The history push is each path's first write and checks the history key's type by itself
   -- (hist_first): a history list someone else overwrote refuses the occurrence whole (-6).
   local prev = nil
-  if overlap ~= 'allow' then
-    local run, run_until = f[F_RUN], f[F_RUN_UNTIL]
-    if run and (not run_until or tonumber(run_until) > now) then prev = run end -- marker_live
-    if prev and overlap == 'skip' then
-      local event = event_json('"skipped","reason":"overlap"', sched, at, late, exec, origin, extra)
-      if not hist_first(history, cap, event) then return -6, exec end
-      return 2, exec
-    elseif prev and overlap == 'buffer_one' then
-      if rcall('EXISTS', buffered) == 1 then
-        local event = event_json('"skipped","reason":"buffer_full"', sched, at, late, exec, origin,
-                                 extra)
+  if overlap ~= 'allow' and f[F_RUN] then -- a marker: maybe a run in progress, maybe a backlog
+    local run_until = f[F_RUN_UNTIL]
+    if not run_until or tonumber(run_until) > now then -- marker_live
+      prev = f[F_RUN]
+    elseif (keep or overlap ~= 'cancel_previous') and key_is(history, 'list')
+           and rcall('EXISTS', pending) == 1 then
+      -- The run that held a backlog was lost (its marker expired): the backlog goes first,
+      -- oldest first, and this occurrence takes its turn behind it.
+      prev, run_until = release_next(hash, pending, stream, history, cap, now, '', backlogs, sid)
+    end
+    if prev then
+      local limit = 0 -- how many on-time occurrences the policy holds back
+      if overlap == 'buffer_one' then
+        limit = 1
+      elseif overlap == 'buffer_all' then
+        limit = p.buffer_limit
+      end
+      local held = 0
+      if not keep and limit > 0 then held = rcall('ZCARD', pending) end
+      local head
+      if keep or held < limit then
+        head = '"buffered","policy":"' .. overlap .. '"'
+      elseif limit > 0 then
+        head = '"skipped","reason":"buffer_full","policy":"' .. overlap .. '"'
+      elseif overlap == 'skip' then
+        head = '"skipped","reason":"overlap","policy":"skip"'
+      end
+      if head then -- (else cancel_previous: below)
+        local event = event_json(head, sched, at, late, exec, origin, extra)
         if not hist_first(history, cap, event) then return -6, exec end
+        if keep or held < limit then
+          pending_push(pending, backlogs, sid, sched,
+                       {job_pairs(exec, sid, sched, at, origin, f, p.opts)}, run_until)
+          return 3, exec
+        end
         return 2, exec
       end
-      local event = event_json('"buffered"', sched, at, late, exec, origin, extra)
-      if not hist_first(history, cap, event) then return -6, exec end
-      rcall('HSET', buffered, job_pairs(exec, sid, sched, at, origin, f, p.opts))
-      return 3, exec
     end
   end
 

@@ -5,15 +5,17 @@
 --   Push {"event":…,"execution_id":…,"attempt":…,"at":…<extra>} on the schedule's history;
 --   extra is '' or a JSON fragment starting with a comma (built by the worker with a JSON
 --   encoder, so it is always well formed).
--- schedule_keys_ok(history, hash, buffered)
+-- schedule_keys_ok(history, hash, pending)
 --   True when the schedule's keys are absent or of rsched's types; a key someone overwrote is
 --   left alone (the job's own outcome is still recorded on the queue).
--- finish_run(hash, buffered, stream, history, cap, exec, now)
+-- finish_run(hash, pending, stream, history, cap, exec, now)
 --   The run of `exec` is over (success, dead letter or cancellation; not between retries):
 --   clear the schedule's run marker when it still names `exec` (a cancel_previous successor
---   keeps its own), then, unless another run holds the marker, release the occurrence
---   buffer_one held back into the stream under a fresh marker. Returns 1 when one was
---   released. A removed schedule (no hash) gets nothing written.
+--   keeps its own), then, unless another run holds the marker, release the oldest pending
+--   occurrence (marker.lua) into the stream under a fresh marker. Returns 1 when one was
+--   released. A removed schedule (no hash, no pending set) gets nothing written. The
+--   scheduler's index of backlogs is left for its sweep to bring up to date (release.lua):
+--   worker scripts keep their keys.
 
 local function job_event(history, cap, event, exec, attempt, now, extra)
   hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
@@ -21,31 +23,17 @@ local function job_event(history, cap, event, exec, attempt, now, extra)
        ',"at":' .. int_text(now) .. extra .. '}')
 end
 
-local function schedule_keys_ok(history, hash, buffered)
-  return key_is(history, 'list') and key_is(hash, 'hash') and key_is(buffered, 'hash')
+local function schedule_keys_ok(history, hash, pending)
+  return key_is(history, 'list') and key_is(hash, 'hash') and key_is(pending, 'zset')
 end
 
-local function finish_run(hash, buffered, stream, history, cap, exec, now)
+local function finish_run(hash, pending, stream, history, cap, exec, now)
   local owner, stored = marker_of(hash, now)
   if owner and owner ~= exec then return 0 end
   if stored then marker_clear(hash) end
-  if rcall('EXISTS', buffered) == 0 then return 0 end
-  local flat = rcall('HGETALL', buffered)
-  rcall('DEL', buffered)
-  local f = {}
-  for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
-  rcall('XADD', stream, '*', unpack(flat))
-  local ok, opts = pcall(cjson.decode, f.opts or '{}')
-  if not ok or type(opts) ~= 'table' then opts = {} end
-  local exec_b = f.execution_id or ''
-  if rcall('EXISTS', hash) == 1 then
-    rcall('HSET', hash, marker_fields(exec_b, now, marker_ttl(opts.timeout_s, opts.max_retries,
-                                                               opts.retry_max_s)))
-  end
-  hist(history, cap, '{"event":"released","execution_id":' .. json_str(exec_b) ..
-       ',"scheduled_at":' .. int_text(tonumber(f.scheduled_at) or 0) ..
-       ',"at":' .. int_text(now) .. ',"after":' .. json_str(exec) .. '}')
-  return 1
+  if rcall('EXISTS', pending) == 0 then return 0 end
+  if release_next(hash, pending, stream, history, cap, now, exec, nil, nil) then return 1 end
+  return 0
 end
 
 -- A job's fields as a JSON list [field, value, …] (delayed members, dead letters) decoded and

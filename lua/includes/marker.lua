@@ -16,6 +16,23 @@
 --   nil (so that it can end an HSET's arguments either way).
 -- marker_ttl(timeout_s, max_retries, retry_max_s): how long a marker may live, in ms.
 -- marker_clear(hash): delete the marker fields.
+--
+-- The pending occurrences of a schedule ({p}:pending:<id>, a ZSET scored by scheduled time,
+-- each member the job's fields as a JSON list) wait for its run to end: buffer_one and
+-- buffer_all hold back what comes due meanwhile, and catch_up and backfill runs queue behind one
+-- another under any overlap policy but allow. A schedule holds pending occurrences only while
+-- its hash holds a marker (live or expired): a fire with no marker never has to look at them.
+-- pending_push(pending, backlogs, sid, sched, fields, run_until): add one occurrence (its job
+--   fields as a Lua list) and list the schedule in backlogs ({p}:backlogs, by when its marker
+--   expires: where the scheduler finds a backlog whose run was lost); backlogs may be nil.
+-- release_next(hash, pending, stream, history, cap, now, after, backlogs, sid)
+--   queue the oldest pending occurrence of the hash's current generation (older generations'
+--   are dropped; there are none unless the hash was edited by hand, since an update or a
+--   removal deletes the pending set) into `stream` under a fresh marker, and record "released"
+--   (after: the execution id whose end released it, or '' when its marker expired). Returns the
+--   released execution id and its marker's expiry (text), or nil when nothing was pending.
+--   backlogs (may be nil) is updated to the new marker's expiry, or loses the schedule (sid)
+--   when nothing is left.
 
 local MARKER = {'run', 'run_state', 'run_until', 'run_worker'}
 
@@ -47,4 +64,48 @@ end
 
 local function marker_clear(hash)
   rcall('HDEL', hash, unpack(MARKER))
+end
+
+local function pending_push(pending, backlogs, sid, sched, fields, run_until)
+  rcall('ZADD', pending, sched, cjson.encode(fields))
+  if backlogs then rcall('ZADD', backlogs, 'LT', run_until or 0, sid) end
+end
+
+local function release_next(hash, pending, stream, history, cap, now, after, backlogs, sid)
+  local gen = string.match(rcall('HGET', hash, 'version') or '', '^([^:]*):')
+  while true do
+    local popped = rcall('ZPOPMIN', pending)
+    local member = popped[1]
+    if not member then break end
+    local ok, flat = pcall(cjson.decode, member)
+    local f = {}
+    if ok and type(flat) == 'table' then
+      for i = 1, #flat - 1, 2 do f[flat[i]] = flat[i + 1] end
+    end
+    if gen and f.execution_id and f.generation == gen then
+      rcall('XADD', stream, '*', unpack(flat))
+      local okj, opts = pcall(cjson.decode, f.opts or '{}')
+      if not okj or type(opts) ~= 'table' then opts = {} end
+      local run_until = int_text(now + marker_ttl(opts.timeout_s, opts.max_retries,
+                                                  opts.retry_max_s))
+      rcall('HSET', hash, 'run', f.execution_id, 'run_until', run_until)
+      rcall('HDEL', hash, 'run_state', 'run_worker')
+      local expired = ''
+      if after == '' then expired = ',"reason":"marker_expired"' end
+      hist(history, cap, '{"event":"released","execution_id":' .. json_str(f.execution_id) ..
+           ',"scheduled_at":' .. int_text(tonumber(f.scheduled_at) or 0) ..
+           ',"at":' .. int_text(now) .. ',"origin":' .. json_str(f.origin or 'schedule') ..
+           ',"after":' .. json_str(after) .. expired .. '}')
+      if backlogs then
+        if rcall('EXISTS', pending) == 1 then
+          rcall('ZADD', backlogs, run_until, sid)
+        else
+          rcall('ZREM', backlogs, sid)
+        end
+      end
+      return f.execution_id, run_until
+    end
+  end
+  if backlogs then rcall('ZREM', backlogs, sid) end
+  return nil
 end

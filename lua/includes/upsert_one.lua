@@ -2,7 +2,7 @@
 -- upsert_many.lua both do per schedule (so the two can never drift apart). Needs: common.lua,
 -- marker.lua.
 --
--- upsert_one(s) with s = {hash, buffered (keys), mode, expect_gen, next_ms, paused,
+-- upsert_one(s) with s = {hash, pending (keys), mode, expect_gen, next_ms, paused,
 --   created_ms (text), args, from, to, absent}: the spec's strings (field, value, ...) are
 --   args[from..to] (the script's ARGV, not copied); absent = true when the caller found the
 --   hash does not exist (in this script run), which spares its read
@@ -32,12 +32,12 @@ local function upsert_one(s)
     if not old then return {-6} end  -- WRONG_TYPE
   end
   local exists = old[1] ~= false
-  -- Only an existing schedule can have a buffered occurrence (remove.lua deletes it with the
+  -- Only an existing schedule can have pending occurrences (remove.lua deletes them with the
   -- hash): a new one skips the key, one command less a schedule in a bulk create.
-  local buffered = 'none'
+  local pending = 'none'
   if exists then
-    buffered = rcall('TYPE', s.buffered)['ok']
-    if buffered ~= 'none' and buffered ~= 'hash' then return {-6} end  -- WRONG_TYPE
+    pending = rcall('TYPE', s.pending)['ok']
+    if pending ~= 'none' and pending ~= 'zset' then return {-6} end  -- WRONG_TYPE
   end
   local old_gen, created = version_parts(old[1])
   -- State fields edited by hand would make the arithmetic below fail after the first write.
@@ -100,7 +100,9 @@ local function upsert_one(s)
     fields[#fields + 1] = status
   end
   if exists then rcall('DEL', s.hash) end
-  if buffered == 'hash' then rcall('DEL', s.buffered) end
+  -- The pending occurrences of the old spec never run (marker.lua); {p}:backlogs may keep the
+  -- id a while: the scheduler's sweep drops an entry whose pending set is gone (release.lua).
+  if pending == 'zset' then rcall('DEL', s.pending) end
   rcall('HSET', s.hash, unpack(fields))
 
   local made = 1

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import re
 from importlib import metadata
-from typing import Any
+from typing import Any, get_args
 
 from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
 from rsched._cli_common import Handler, LocalHandler, iso_datetime, json_object
+from rsched._model import Overlap
 
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
@@ -97,7 +98,10 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     p.add_argument("--retry-max", dest="retry_max_s", help="delay cap (1h)")
     p.add_argument("--retry-jitter", type=float, help="random share of each delay, 0-1 (0.2)")
     p.add_argument("--timeout", dest="timeout_s", help="job timeout (1h)")
-    p.add_argument("--overlap", choices=["allow", "skip", "buffer_one", "cancel_previous"])
+    p.add_argument("--overlap", choices=list(get_args(Overlap)))
+    p.add_argument(
+        "--buffer-limit", type=int, help="occurrences --overlap buffer_all holds back (100)"
+    )
     p.add_argument("--misfire", choices=["run_once", "skip", "catch_up"])
     p.add_argument("--catch-up-limit", type=int)
     p.add_argument(

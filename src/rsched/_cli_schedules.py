@@ -36,7 +36,7 @@ from rsched._tz import canonical_timezone, resolve_timezone
 SPEC_OPTIONS = (
     "task", "cron", "every", "at", "timezone", "queue", "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
-    "retry_jitter", "timeout_s", "overlap", "misfire", "catch_up_limit", "misfire_grace_s",
+    "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit", "misfire_grace_s",
     "description", "paused",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")

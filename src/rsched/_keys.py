@@ -42,9 +42,18 @@ class Keys:
         """LIST (newest first, capped) of JSON events: fired, skipped, misfired, outcomes."""
         return f"{self.tag}:history:{schedule_id}"
 
-    def buffered(self, schedule_id: str) -> str:
-        """HASH: the one occurrence held back by ``overlap=buffer_one`` (the job's fields)."""
-        return f"{self.tag}:buffered:{schedule_id}"
+    def pending(self, schedule_id: str) -> str:
+        """ZSET: the occurrences waiting for the schedule's unfinished run to end (buffer_one,
+        buffer_all, catch_up and backfill runs under a non-``allow`` overlap policy), scored by
+        scheduled time (ms); each member is the job's fields as a JSON list ``[field, value,
+        …]``. Released one at a time, oldest first."""
+        return f"{self.tag}:pending:{schedule_id}"
+
+    @property
+    def backlogs(self) -> str:
+        """ZSET of the schedules that hold pending occurrences, scored by when their run marker
+        expires (ms): where the scheduler looks for a backlog whose run was lost."""
+        return f"{self.tag}:backlogs"
 
     def queue(self, name: str) -> str:
         """STREAM of jobs for one queue, read by workers through the ``rsched`` group."""

@@ -36,8 +36,10 @@ from rsched._job import (
     JobOptions,
 )
 from rsched._rules import (
+    BUFFER_LIMIT_DEFAULT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES,
+    check_buffer_limit,
     check_name,
     check_option,
     check_pause_note,
@@ -47,7 +49,7 @@ from rsched._rules import (
 )
 from rsched._tz import canonical_timezone, resolve_timezone
 
-Overlap = Literal["allow", "skip", "buffer_one", "cancel_previous"]
+Overlap = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_previous"]
 Misfire = Literal["run_once", "skip", "catch_up"]
 
 # A plain Schedule(...) only refuses payloads no setting allows; the configured limit is enforced
@@ -124,6 +126,7 @@ class Schedule(BaseModel):
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, json_schema_extra=_duration_schema)
 
     overlap: Overlap = "skip"
+    buffer_limit: int = BUFFER_LIMIT_DEFAULT
     misfire: Misfire = "run_once"
     catch_up_limit: int = Field(default=100, ge=1, le=10_000)
     misfire_grace_s: float = Field(
@@ -172,6 +175,11 @@ class Schedule(BaseModel):
     @classmethod
     def _option(cls, v: float, info: ValidationInfo) -> float:
         return check_option(str(info.field_name), v)
+
+    @field_validator("buffer_limit", mode="before")
+    @classmethod
+    def _buffer_limit(cls, v: Any) -> int:
+        return check_buffer_limit(v)
 
     @field_validator("pause_note")
     @classmethod

@@ -6,15 +6,15 @@ resulting items to lua/fire.lua, which re-checks everything atomically.
 An occurrence late by no more than ``misfire_grace_s`` is simply run. Beyond that:
 - ``run_once``: one run, scheduled at the latest missed occurrence, stands for all of them;
 - ``skip``: no run (if the latest occurrence is itself within the grace, it runs on time);
-- ``catch_up``: the newest ``catch_up_limit`` missed occurrences run, oldest first; older ones
-  are recorded as skipped.
+- ``catch_up``: the newest ``catch_up_limit`` missed occurrences run, oldest first (action
+  ``catch_up``, origin ``misfire``); older ones are recorded as misfired (action ``limit``).
 Afterwards the schedule continues with its first occurrence after now.
 
-Every run still goes through the schedule's overlap policy in the fire script: with the
-default ``overlap=skip`` the first caught-up run is still queued when the next one comes due,
-so ``catch_up`` runs every missed occurrence only with ``overlap="allow"`` (``buffer_one``
-keeps one more). Workers treat a job whose schedule marks another run as current as
-superseded, so the engine never queues two runs of a non-``allow`` schedule at once.
+Every caught-up occurrence runs, whatever the overlap policy: the policy only decides whether
+they overlap. With ``allow`` the fire script queues them all at once; under any other policy the
+first runs (or waits behind a run in progress) and the others wait in the schedule's pending set
+(lua/includes/marker.lua), each released when the run before it ends, so the engine never
+queues two runs of a non-``allow`` schedule at once.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class FireSpec:
     queue: str = "default"
     max_runs: int | None = None
     opts: str = ""  # the hash's ``opts`` JSON object, '' when every job option is the default
+    buffer_limit: int | None = None  # None: the default (100)
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> FireSpec:
@@ -53,12 +54,16 @@ class FireSpec:
         share a few specs: one instance each (cached), which also keeps the scheduler's spec
         cache small."""
         get = fields.get
-        return _fire_spec(get("overlap"), get("queue"), get("max_runs"), get("opts"))
+        return _fire_spec(
+            get("overlap"), get("queue"), get("max_runs"), get("opts"), get("buffer_limit")
+        )
 
     def arg(self) -> str:
-        """The spec as fire.lua reads it (its "policy"): "<overlap> <queue> <max_runs> <opts>"."""
+        """The spec as fire.lua reads it (its "policy"):
+        "<overlap> <queue> <max_runs> <buffer_limit> <opts>"."""
         max_runs = "" if self.max_runs is None else self.max_runs
-        return f"{self.overlap} {self.queue} {max_runs} {self.opts}"
+        limit = "" if self.buffer_limit is None else self.buffer_limit
+        return f"{self.overlap} {self.queue} {max_runs} {limit} {self.opts}"
 
 
 DEFAULT_FIRE_SPEC = FireSpec()
@@ -66,7 +71,11 @@ DEFAULT_FIRE_SPEC = FireSpec()
 
 @functools.lru_cache(maxsize=4096)
 def _fire_spec(
-    overlap: str | None, queue: str | None, max_runs: str | None, opts: str | None
+    overlap: str | None,
+    queue: str | None,
+    max_runs: str | None,
+    opts: str | None,
+    buffer_limit: str | None = None,
 ) -> FireSpec:
     overlap = "skip" if overlap is None else overlap
     queue = "default" if queue is None else queue
@@ -79,8 +88,16 @@ def _fire_spec(
     opts = (opts or "").strip()  # the script checks for a leading brace
     if opts == "{}":
         opts = ""
+    if buffer_limit is not None and not buffer_limit.isdigit():
+        raise ValueError(f"buffer_limit must be a whole number, not {buffer_limit!r}")
     JobOptions.parse(opts)  # MalformedJob, a ValueError naming the option
-    return FireSpec(overlap, queue, None if max_runs is None else int(max_runs), opts)
+    return FireSpec(
+        overlap,
+        queue,
+        None if max_runs is None else int(max_runs),
+        opts,
+        None if buffer_limit is None else int(buffer_limit),
+    )
 
 
 class FireItem(NamedTuple):
@@ -92,7 +109,7 @@ class FireItem(NamedTuple):
     expect: int
     sched: int
     next: int | None
-    action: str  # fire | misfire | skip
+    action: str  # fire | misfire | catch_up | skip | limit
     missed: int = 0
     spec: FireSpec = DEFAULT_FIRE_SPEC  # the fire spec of that version
 
@@ -109,6 +126,7 @@ class FireItem(NamedTuple):
 PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
+    "buffer_limit",
 )  # fmt: skip
 
 
@@ -179,11 +197,13 @@ def plan(schedule_id: str, spec: PlannedSpec, due_ms: int, now_ms: int) -> list[
     expect = due_ms
     dropped = timing.count(due_ms, newest[0] - 1, MISSED_COUNT_CAP) if newest[0] > due_ms else 0
     if dropped:
-        items.append(item(due_ms, due_ms, newest[0], "skip", dropped))
+        items.append(item(due_ms, due_ms, newest[0], "limit", dropped))
         expect = newest[0]
     for i, sched in enumerate(newest):
         nxt = newest[i + 1] if i + 1 < len(newest) else after_now
-        action = "fire" if now_ms - sched <= spec.grace_ms else "misfire"
-        items.append(item(expect, sched, nxt, action, 1))
+        # Each one is a caught-up run (origin misfire), the newest too when it is within the
+        # grace: it came due during the same outage, and it must wait its turn behind the
+        # older ones rather than be dropped by the overlap policy.
+        items.append(item(expect, sched, nxt, "catch_up", 1))
         expect = nxt if nxt is not None else sched
     return items

@@ -367,7 +367,7 @@ class QueueStore(_lua.ScriptCaller):
         for d in done:
             if d.schedule_id:
                 sid = d.schedule_id
-                keys += [self.keys.history(sid), self.keys.schedule(sid), self.keys.buffered(sid)]
+                keys += [self.keys.history(sid), self.keys.schedule(sid), self.keys.pending(sid)]
             items.append(
                 (d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra)
             )
@@ -434,7 +434,7 @@ class QueueStore(_lua.ScriptCaller):
         k = self.keys
         keys = [k.queue(queue), k.dead(queue)]
         if has_schedule:
-            keys += [k.history(sid), k.schedule(sid), k.buffered(sid)]
+            keys += [k.history(sid), k.schedule(sid), k.pending(sid)]
         else:
             keys += [k.queue(queue)] * 3
         flat = [v for pair in raw.items() for v in pair]

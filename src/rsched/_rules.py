@@ -29,6 +29,8 @@ MAX_RETRIES_MAX = 1000
 RETRY_MULTIPLIER_MAX = 100.0
 PAUSE_NOTE_MAX_CHARS = 500
 PAGE_MAX = 10_000
+BUFFER_LIMIT_DEFAULT = 100
+BUFFER_LIMIT_MAX = 100_000
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -176,4 +178,18 @@ def check_page(value: object) -> int:
     """A page size or a count of items to return (``limit``, ``n``)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= PAGE_MAX:
         raise ValueError(f"give 1-{PAGE_MAX} (a whole number), got {value!r}")
+    return value
+
+
+def check_buffer_limit(value: object) -> int:
+    """A schedule's ``buffer_limit``: how many occurrences ``overlap="buffer_all"`` holds back."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)  # as stored in the hash, or given on the command line
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BUFFER_LIMIT_MAX:
+        raise ValueError(
+            f"give a whole number from 1 to {BUFFER_LIMIT_MAX} (occurrences held back by "
+            f"overlap='buffer_all'), got {value!r}"
+        )
     return value

@@ -60,6 +60,10 @@ FREEZE_GROWTH = 10_000
 FREEZE_IDLE_S = 0.5
 # Specs read per policies.lua call (and per step of the prefetch).
 LOAD_CHUNK = 1_000
+# How often the leader looks for pending occurrences whose run was lost (its marker expired):
+# markers live for hours, so a few seconds late is nothing; release.lua, at most this many a call.
+RELEASE_EVERY_S = 5.0
+RELEASE_BATCH = 100
 # Error replies about the server's state, not about one schedule's data.
 _SERVER_CONDITIONS = (
     "OOM",
@@ -93,6 +97,7 @@ class Scheduler:
         # The next round's due read, made while this round's last batches fire (see _fire).
         self._read_ahead: tuple[int, list[tuple[str, int]], int | None, bool] | None = None
         self._stop = anyio.Event()
+        self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
 
     @property
     def is_leader(self) -> bool:
@@ -228,6 +233,13 @@ class Scheduler:
 
     async def _round(self, lease: str) -> float:
         """Fire what is due now; return how long to sleep before looking again (seconds)."""
+        if time.monotonic() >= self._release_at:
+            self._release_at = time.monotonic() + RELEASE_EVERY_S
+            released = await self.store.release_lost(lease, RELEASE_BATCH)
+            if released is None:
+                raise LostLease
+            if released:
+                log.warning("backlog.released", released=released, reason="marker_expired")
         read, self._read_ahead = self._read_ahead, None
         if read is None:
             read = await self._read_due(frozenset())

@@ -144,7 +144,7 @@ class ScheduleStore(_lua.ScriptCaller):
             [
                 k.schedules,
                 k.schedule(schedule.id),
-                k.buffered(schedule.id),
+                k.pending(schedule.id),
                 k.queues,
                 op_key,
             ],
@@ -302,7 +302,7 @@ class ScheduleStore(_lua.ScriptCaller):
         keys = [k.schedules, k.queues, op_key]
         args = [k.wake, op_id, str(created_ms)]
         for item, next_ms in chunk:
-            keys += (k.schedule(item.schedule_id), k.buffered(item.schedule_id))
+            keys += (k.schedule(item.schedule_id), k.pending(item.schedule_id))
             args += (
                 item.schedule_id,
                 item.mode,
@@ -333,7 +333,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.schedules,
                 k.schedule(schedule_id),
                 k.history(schedule_id),
-                k.buffered(schedule_id),
+                k.pending(schedule_id),
                 op_key,
             ],
             [schedule_id, op_id],
@@ -380,9 +380,10 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.schedules,
                 k.schedule(schedule_id),
                 k.history(schedule_id),
-                k.buffered(schedule_id),
+                k.pending(schedule_id),
                 k.queue(queue),
                 op_key,
+                k.backlogs,
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
         )
@@ -391,7 +392,8 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def backfill(self, schedule: Schedule, times: Sequence[int]) -> list[Code]:
         """Fire past occurrences of the schedule as of its ``generation``; a code per time
-        (FIRED, SKIPPED, BUFFERED, or STALE when fired before). Raises ScheduleNotFound,
+        (FIRED, BUFFERED to run after the schedule's unfinished run, or STALE when fired
+        before). Raises ScheduleNotFound,
         Conflict when the generation moved, InvalidArgument (``end``) for a time in the future
         by Redis TIME."""
         k, sid = self.keys, schedule.id
@@ -401,10 +403,11 @@ class ScheduleStore(_lua.ScriptCaller):
             [
                 k.schedule(sid),
                 k.history(sid),
-                k.buffered(sid),
+                k.pending(sid),
                 k.queue(schedule.queue),
                 k.backfilled(sid),
                 op_key,
+                k.backlogs,
             ],
             [sid, schedule.generation, self.history_limit, k.cancel, op_id, *times],
         )
@@ -618,10 +621,10 @@ class ScheduleStore(_lua.ScriptCaller):
     async def fire(self, lease: str, items: Sequence[FireItem]) -> list[int] | None:
         """Fire a batch of items; returns a code per item, None when not leader."""
         k = self.keys
-        keys = [k.leader, k.schedules]
+        keys = [k.leader, k.schedules, k.backlogs]
         args = [
             lease, str(self.history_limit), k.cancel,
-            k.schedule(""), k.history(""), k.buffered(""), k.queue(""),
+            k.schedule(""), k.history(""), k.pending(""), k.queue(""),
         ]  # fmt: skip
         # Each distinct spec once, and a header only where it differs from the item before:
         # a batch's items mostly share their times and spec.
@@ -651,6 +654,25 @@ class ScheduleStore(_lua.ScriptCaller):
             check(codes[0], script="fire")  # raises unless NOT_LEADER
             return None
         return codes
+
+    async def release_lost(self, lease: str, limit: int = 100) -> int | None:
+        """Release the next pending occurrence of each schedule (at most ``limit``) whose
+        unfinished run's marker expired (lua/release.lua); returns how many were released, None
+        when not leader."""
+        k = self.keys
+        res = await self.call(
+            "release",
+            [k.leader, k.backlogs],
+            [
+                lease, self.history_limit, limit,
+                k.schedule(""), k.history(""), k.pending(""), k.queue(""),
+            ],
+        )  # fmt: skip
+        if int(res) == Code.NOT_LEADER:
+            return None
+        if int(res) < 0:
+            check(int(res), script="release")
+        return int(res)
 
     async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
         """(lease value "<token>:<owner>" when acquired else None, ms until the holder's expiry)."""
