@@ -307,7 +307,8 @@ async def test_malformed_arguments_write_nothing(store: ScheduleStore) -> None:
         [f"1 {group}", "", item.version],
         [f"1 {item.expect} {item.next} 2", "a", item.version],
     ):
-        reply = await store.call_packed("fire", [k.leader, k.schedules, k.backlogs], [*with_spec, *items])
+        keys = [k.leader, k.schedules, k.backlogs]
+        reply = await store.call_packed("fire", keys, [*with_spec, *items])
         assert reply == "-7", items
     assert await jobs(store) == []
     assert await fire(store, lease, item) == [Code.FIRED]

@@ -388,16 +388,19 @@ async def test_stale_lease_round_steps_down(store: ScheduleStore, fast: Settings
     assert await jobs(store) == []
 
 
-async def test_catch_up_goes_through_the_overlap_policy(
+async def test_catch_up_queues_behind_the_first_run_under_skip(
     store: ScheduleStore, fast: Settings
 ) -> None:
-    # With the default overlap=skip the first caught-up run is still queued when the next one
-    # comes due, so the rest are skipped; overlap="allow" runs every one (test above).
+    # With the default overlap=skip the first caught-up run is queued and the others wait their
+    # turn (released as each run ends, tests/test_pending.py); overlap="allow" queues every one
+    # at once (test above).
     stale, _ = await outage(store, "o", days=3, misfire="catch_up")
     await run_until_moved(store, fast, "o", stale)
     assert len(await jobs(store)) == 1
-    events = [e["event"] for e in reversed(await store.history("o", 10))]
-    assert events == ["fired", "skipped", "skipped"]
+    events = list(reversed(await store.history("o", 10)))
+    assert [e["event"] for e in events] == ["fired", "buffered", "buffered"]
+    assert {e["origin"] for e in events} == {"misfire"}
+    assert await store.redis.zcard(store.keys.pending("o")) == 2
 
 
 @pytest.mark.slow

@@ -36,8 +36,8 @@ from rsched._tz import canonical_timezone, resolve_timezone
 SPEC_OPTIONS = (
     "task", "cron", "every", "at", "timezone", "queue", "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
-    "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit", "misfire_grace_s",
-    "description", "paused",
+    "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
+    "misfire_grace_s", "description", "paused",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")
 #: The spec fields a command compares before and after a write (what it reports as changed).
@@ -273,8 +273,11 @@ def _runs(history: list[HistoryEvent], zone: str, now: int) -> tuple[list[Any], 
             continue
         exec_id = event.execution_id or ""
         result = outcome.get(exec_id, "queued") if name == "fired" else name
+        if name == "buffered":  # then released into its queue when the run before it ended
+            result = outcome.get(exec_id, "buffered").replace("released", "queued")
         if name == "skipped" and event.reason:
-            result = f"skipped ({event.reason})"
+            policy = event.extra.get("policy")
+            result = f"skipped ({event.reason}" + (f", overlap={policy})" if policy else ")")
         rows.append(
             (
                 when(event.scheduled_at, zone, now),
@@ -382,10 +385,16 @@ async def cmd_history(client: Client, args: argparse.Namespace) -> None:
 
 async def cmd_backfill(client: Client, args: argparse.Namespace) -> None:
     result = await client.backfill(args.id, args.start, args.end)
-    counts = {k: result.count(k) for k in ("fired", "skipped", "buffered", "already_fired")}
-    lines = [
-        f"{len(result.outcomes)} occurrence(s): " + ", ".join(f"{n} {k}" for k, n in counts.items())
-    ]
+    # Backfilled occurrences are never skipped (the overlap policy only orders them); the key
+    # stays for --json readers.
+    counts = {k: result.count(k) for k in ("fired", "buffered", "skipped", "already_fired")}
+    said = [f"{counts['fired']} fired", f"{counts['buffered']} buffered"]
+    if counts["skipped"]:
+        said.append(f"{counts['skipped']} skipped")
+    said.append(f"{counts['already_fired']} already fired")
+    lines = [f"{len(result.outcomes)} occurrence(s): " + ", ".join(said)]
+    if counts["buffered"]:
+        lines.append("  buffered ones run one after another, each when the run before it ends")
     lines += [f"  {eid}  {status}" for eid, status in result.outcomes.items()]
     out(args, {"counts": counts, "outcomes": result.outcomes}, "\n".join(lines))
 

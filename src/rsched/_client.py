@@ -79,8 +79,8 @@ class Fired:
 class BackfillResult:
     """Per occurrence of a backfilled range: its execution id and what happened to it.
 
-    ``outcomes`` maps execution id to fired, skipped (overlap policy), buffered (buffer_one) or
-    already_fired (by the schedule or an earlier backfill; nothing done).
+    ``outcomes`` maps execution id to fired, buffered (runs when the schedule's run before it
+    ends) or already_fired (by the schedule or an earlier backfill; nothing done).
     """
 
     outcomes: dict[str, str] = field(default_factory=dict)
@@ -377,12 +377,17 @@ class Client:
 
     @_redis_errors
     async def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
-        """Fire every occurrence in [start, end] (a past range), through the overlap policy.
+        """Run every occurrence in [start, end] (a past range), oldest first.
 
-        An occurrence already fired (by the schedule or an earlier backfill) is not fired again,
-        so calling this twice is safe. Naive datetimes are read in the schedule's zone. At most
-        1000 occurrences per call. Raises ScheduleNotFound, or InvalidArgument naming
-        ``start``/``end`` when the range is empty, in the future or too long.
+        The overlap policy decides whether the runs overlap, not whether they happen: with
+        ``allow`` all are queued at once; otherwise the first runs now (or after the schedule's
+        run in progress) and each of the others is released when the run before it ends
+        (``buffered``). An ``every`` schedule's interval grid extends back before its first
+        occurrence (``start_at``, or one interval after creation). An occurrence already fired
+        (by the schedule or an earlier backfill) is not fired again, so calling this twice is
+        safe. Naive datetimes are read in the schedule's zone. At most 1000 occurrences per
+        call. Raises ScheduleNotFound, or InvalidArgument naming ``start``/``end`` when the
+        range is reversed, in the future, too long or holds no occurrence.
         """
 
         async def write() -> BackfillResult:
@@ -398,7 +403,7 @@ class Client:
                     f"{end.isoformat()} is in the future (it is now "
                     f"{from_ms(now).isoformat(timespec='seconds')}); backfill fills the past only",
                 )
-            times = Timing.of(schedule).between(start_ms, end_ms, BACKFILL_LIMIT + 1)
+            times = Timing.of(schedule).backfill_between(start_ms, end_ms, BACKFILL_LIMIT + 1)
             if len(times) > BACKFILL_LIMIT:
                 raise InvalidArgument(
                     "start",
@@ -406,7 +411,11 @@ class Client:
                     "backfill it in shorter ranges",
                 )
             if not times:
-                return BackfillResult()
+                raise InvalidArgument(
+                    "start",
+                    f"{start.isoformat()} to {end.isoformat()} holds no occurrence of "
+                    f"{schedule_id!r} (within its start_at/end_at); nothing was fired",
+                )
             codes = await self._store.backfill(schedule, times)
             return BackfillResult(
                 {f"{schedule_id}@{t}": _OUTCOMES[c] for t, c in zip(times, codes, strict=True)}

@@ -141,6 +141,24 @@ class Timing:
             t = self.next_after(t)
         return out
 
+    def backfill_between(self, first_ms: int, last_ms: int, limit: int) -> list[int]:
+        """The occurrences a backfill of [first_ms, last_ms] runs, oldest first, at most
+        ``limit``: :meth:`between`, except that an ``every`` schedule's interval grid extends
+        back before its anchor (its ``start_at``, or one interval after its creation) to
+        ``anchor - k * every``, so that its past can be filled in too. ``end_at`` still bounds
+        it; a cron or one-off schedule has no occurrence before its ``start_at``."""
+        if self.every_ms is None or self.anchor_ms is None:
+            return self.between(first_ms, last_ms, limit)
+        every, anchor = self.every_ms, self.anchor_ms
+        if self.end_ms is not None:
+            last_ms = min(last_ms, self.end_ms)
+        t = anchor - (anchor - first_ms) // every * every  # the first grid point >= first_ms
+        out: list[int] = []
+        while t <= last_ms and len(out) < limit:
+            out.append(t)
+            t += every
+        return out
+
     def count(self, first_ms: int, last_ms: int, cap: int) -> int:
         """How many occurrences fall in [first_ms, last_ms], counting no further than ``cap``."""
         if self.every_ms is not None and self.anchor_ms is not None:
