@@ -31,7 +31,7 @@ class Code(IntEnum):
     STALE = 0  # not fired: already fired, or its schedule is gone, paused, completed or changed
     FIRED = 1  # a job was written to the queue stream
     SKIPPED = 2  # not run: the overlap policy skipped it (the history says why)
-    BUFFERED = 3  # held back by overlap=buffer_one until the unfinished run ends
+    BUFFERED = 3  # waits in the schedule's pending set until the unfinished run ends
     MISFIRE_SKIPPED = 4  # not run: misfire policy skip (recorded in the history only)
     # Done as asked (every other script).
     OK = 5
