@@ -414,6 +414,32 @@ async def test_buffer_all_runs_each_held_back_occurrence_in_order(
     assert full[0]["policy"] == "buffer_all"
 
 
+async def test_a_release_goes_to_the_queue_of_the_current_spec(
+    redis: Redis, settings: Settings
+) -> None:
+    store = ScheduleStore(redis, Keys(settings.prefix), history_limit=100)
+    worker = rsched.Worker(queues=["qa", "qb"], settings=fast_settings(settings))
+    ran: list[tuple[str, str]] = []
+    gate = anyio.Event()
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        ran.append((job.queue, job.execution_id))
+        await gate.wait()
+
+    await add(store, "q", queue="qa", overlap="buffer_all")
+    async with running(worker, redis):
+        assert (await store.trigger("q", "qa"))[0] == Code.FIRED
+        await wait_until(lambda: len(ran) == 1)
+        # The run of the old spec still holds the marker; the new spec's occurrence waits.
+        await add(store, "q", queue="qb", overlap="buffer_all")
+        code, second = await store.trigger("q", "qb")
+        assert code == Code.BUFFERED
+        gate.set()
+        await wait_until(lambda: len(ran) == 2)
+    assert ran[1] == ("qb", second)
+
+
 # --- the spec ----------------------------------------------------------------------------------
 
 

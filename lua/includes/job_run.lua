@@ -32,7 +32,16 @@ local function finish_run(hash, pending, stream, history, cap, exec, now)
   if owner and owner ~= exec then return 0 end
   if stored then marker_clear(hash) end
   if rcall('EXISTS', pending) == 0 then return 0 end
-  if release_next(hash, pending, stream, history, cap, now, exec, nil, nil) then return 1 end
+  -- Into the schedule's queue, which is the ending job's unless the spec moved it to another
+  -- while the job ran (what is pending is of the new spec: an update drops the rest).
+  local target = stream
+  local queue = rcall('HGET', hash, 'queue') or 'default'
+  local prefix = string.match(stream, '^(.-}:queue:)')
+  if prefix and prefix .. queue ~= stream then
+    target = prefix .. queue
+    if not key_is(target, 'stream') then return 0 end
+  end
+  if release_next(hash, pending, target, history, cap, now, exec, nil, nil) then return 1 end
   return 0
 end
 
