@@ -203,7 +203,7 @@ for _, g in ipairs(groups) do
         -- never looks at them.
         local pending = nil
         if f[F_RUN] and p.overlap ~= 'allow' then pending = pending_prefix .. sid end
-        if not stream or (pending and not key_is(pending, 'zset')) then
+        if not stream then
           code = -6
         else
           local origin, extra = 'schedule', ''

@@ -244,10 +244,16 @@ async def test_no_marker_means_nothing_pending_is_looked_at(store: ScheduleStore
         "a", fields["version"], now - 10, now - 10, now + HOUR_MS, "fire", 0, FireSpec()
     )
     assert await store.fire(lease, [item]) == [Code.FIRED]
-    # With a run in progress it is checked, and the item is refused whole.
+    # With a run in progress, overlap=skip still does not read it; a caught-up occurrence,
+    # which would wait there, is refused whole.
     await store.redis.zadd(store.keys.schedules, {"a": now - 5})
     item = item._replace(expect=now - 5, sched=now - 5)
+    assert await store.fire(lease, [item]) == [Code.SKIPPED]
+    await store.redis.zadd(store.keys.schedules, {"a": now - 4})
+    item = item._replace(expect=now - 4, sched=now - 4, action="catch_up", missed=1)
+    before = await store.redis.hgetall(store.keys.schedule("a"))
     assert await store.fire(lease, [item]) == [Code.WRONG_TYPE]
+    assert await store.redis.hgetall(store.keys.schedule("a")) == before
 
 
 # --- backfill --------------------------------------------------------------------------------

@@ -8,27 +8,39 @@
 --
 -- job_fields(hash): the schedule fields a fire uses, as one HMGET in JOB_FIELDS order: first the
 --   STATE_FIELDS (version, status, task, payload, runs and the run marker), then the policy's
---   (overlap, queue, max_runs, opts). fire.lua reads only the state fields: the scheduler sends
+--   (overlap, queue, max_runs, opts, buffer_limit). fire.lua reads only the state fields: the
+--   scheduler sends
 --   the policy fields of the version it planned with, which are the hash's when the version
 --   matches (only an upsert writes them, and it moves the version).
--- policy_of(overlap, queue, max_runs, opts): the policy table {overlap=, queue=, max_runs=
---   (number or false), opts= (JSON text or false when all default), ttl= (run marker lifetime,
---   ms)} of those field values (false/nil = absent), or nil when max_runs is not a number or
---   opts not a JSON object. hash_policy(f): policy_of the fields f read by job_fields.
+-- policy_of(overlap, queue, max_runs, opts, buffer_limit): the policy table {overlap=, queue=,
+--   max_runs= (number or false), opts= (JSON text or false when all default), ttl= (run marker
+--   lifetime, ms), buffer_limit= (number, 100 when absent)} of those field values (false/nil =
+--   absent), or nil when max_runs or buffer_limit is not a number or opts not a JSON object.
+--   hash_policy(f): policy_of the fields f read by job_fields.
 -- fire_job_ok(f): true when the state fields are usable (a task, numbers where numbers belong);
 --   keeps what it decoded (runs, generation) for fire_job and advance. Call it before the first
 --   write: a hash edited by hand must be refused whole rather than fail halfway, which Redis
 --   would not roll back.
--- fire_job(hash, history, buffered, stream, sid, sched, now, origin, cap, cancel_channel, extra,
---          f, p)
---   the schedule's key names (buffered only used with overlap=buffer_one), sched: scheduled
---   time (ms, string), origin: schedule|misfire|manual|backfill, extra: string appended inside
---   the history JSON object (e.g. ',"missed":3') or '', f: job_fields (or the state fields),
---   p: its policy.
+-- fire_job(hash, history, pending, stream, sid, sched, now, origin, cap, cancel_channel, extra,
+--          f, p, keep, backlogs)
+--   the schedule's key names (pending: its pending set, read only when the hash holds a run
+--   marker and overlap is not allow, so it may be nil otherwise, and type-checked here where it
+--   is used; backlogs: {p}:backlogs),
+--   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill, extra:
+--   string appended inside the history JSON object (e.g. ',"missed":3') or '', f: job_fields
+--   (or the state fields), p: its policy, keep: true for an occurrence that must run whatever
+--   the overlap policy (catch_up, backfill): with a run unfinished it waits in the pending set
+--   instead of being skipped, and the policy's limit does not apply to it.
+--   With a run unfinished (live marker): keep, or buffer_one / buffer_all under their limit
+--   (1, buffer_limit) -> pending, "buffered"; buffer_one / buffer_all at the limit -> skipped
+--   (buffer_full); skip -> skipped (overlap); cancel_previous -> fired, the old run cancelled.
+--   A marker that expired while occurrences were pending releases the oldest of them first
+--   (release_next; not for an on-time cancel_previous occurrence, which just runs), and this
+--   occurrence is then handled as with a run unfinished.
 --   The schedule id must be one rsched accepts (letters, digits, '. _ - :'; the scheduler and
 --   the SDK check): it goes into the history's JSON unescaped.
 --   Returns code, execution id, run_until: code FIRED=1, SKIPPED=2 by the overlap policy,
---   BUFFERED=3 (overlap=buffer_one), or WRONG_TYPE=-6 when the history key holds another type
+--   BUFFERED=3 (in the pending set), or WRONG_TYPE=-6 when the history key holds another type
 --   (nothing written). When a job was written under an overlap policy, run_until is the expiry
 --   of its run marker: the caller writes the marker into the hash with the fields it updates
 --   anyway (advance), so marking the run costs no call of its own. The caller has checked the
@@ -139,10 +151,10 @@ local function fire_job(hash, history, pending, stream, sid, sched, now, origin,
     local run_until = f[F_RUN_UNTIL]
     if not run_until or tonumber(run_until) > now then -- marker_live
       prev = f[F_RUN]
-    elseif (keep or overlap ~= 'cancel_previous') and key_is(history, 'list')
-           and rcall('EXISTS', pending) == 1 then
+    elseif (keep or overlap ~= 'cancel_previous') and rcall('EXISTS', pending) == 1 then
       -- The run that held a backlog was lost (its marker expired): the backlog goes first,
       -- oldest first, and this occurrence takes its turn behind it.
+      if not (key_is(pending, 'zset') and key_is(history, 'list')) then return -6, exec end
       prev, run_until = release_next(hash, pending, stream, history, cap, now, '', backlogs, sid)
     end
     if prev then
@@ -152,6 +164,8 @@ local function fire_job(hash, history, pending, stream, sid, sched, now, origin,
       elseif overlap == 'buffer_all' then
         limit = p.buffer_limit
       end
+      -- The pending set's type is checked where it is used (a skip never reads it).
+      if (keep or limit > 0) and not key_is(pending, 'zset') then return -6, exec end
       local held = 0
       if not keep and limit > 0 then held = rcall('ZCARD', pending) end
       local head
