@@ -9,7 +9,7 @@ KEYS[1] stream    {p}:queue:<queue>
 KEYS[2] dead      {p}:dead:<queue>
 KEYS[3] history   {p}:history:<id>   (these three are ignored when ARGV[5] is '0')
 KEYS[4] hash      {p}:schedule:<id>
-KEYS[5] pending  {p}:pending:<id>
+KEYS[5] pending   {p}:pending:<id>
 ARGV[1] group     ARGV[2] entry id   ARGV[3] dead-letter cap (entries)   ARGV[4] history cap
 ARGV[5] has schedule '1' | '0'
 ARGV[6] execution id   ARGV[7] attempt

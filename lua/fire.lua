@@ -28,10 +28,10 @@ ARGV[8]             P, the number of policies that follow
 ARGV[9..8+P]        the policies of the batch's items, one string each:
                     "<overlap> <queue> <max_runs> <buffer_limit> <opts>" (max_runs '' = none,
                     buffer_limit '' = 100, opts '' = all defaults, else the hash's JSON
-                    object): the policy fields of the version the
-                    scheduler planned with. Only an upsert writes them and it moves the version,
-                    so they are the hash's whenever the item's version check passes; sending
-                    them spares every fire reading four more fields.
+                    object): the policy fields of the version the scheduler planned with. Only
+                    an upsert writes them and it moves the version, so they are the hash's
+                    whenever the item's version check passes; sending them spares every fire
+                    reading five more fields.
 then the items, in order, in groups of items that share a header: a header arg, then two args
   per item of the group, its id and its version. A herd's items share their times and policy:
   the header is sent and parsed once for all of them, and an item costs two plain args

@@ -498,3 +498,38 @@ def test_worker_queues_from_a_comma_separated_environment_variable(
     for value, queues in [("a,b", ["a", "b"]), ('["a", "b"]', ["a", "b"]), ("solo", ["solo"])]:
         monkeypatch.setenv("RSCHED_WORKER__QUEUES", value)
         assert Settings().worker.queues == queues
+
+
+def test_backfill_says_what_it_did_and_fails_on_an_empty_range(cli: Cli) -> None:
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+    added = cli("add", "bf", "--task", "t", "--every", "60", "--start-at", start.isoformat())
+    assert added[0] == 0, added
+    window = ("--start", start.isoformat(), "--end", (start + timedelta(minutes=2)).isoformat())
+    code, out, _ = cli("backfill", "bf", *window)  # overlap=skip: one now, the rest in turn
+    assert code == 0, out
+    assert out.startswith("3 occurrence(s): 1 fired, 2 buffered, 0 already fired\n")
+    assert "one after another" in out
+    code, out, _ = cli("backfill", "bf", *window)
+    assert out.startswith("3 occurrence(s): 0 fired, 0 buffered, 3 already fired")
+    first = "2020-01-01T00:00:00+00:00"
+    assert cli("add", "c", "--task", "t", "--cron", "0 3 * * *", "--start-at", first)[0] == 0
+    code, out, err = cli(
+        "backfill", "c", "--start", "2019-12-01T00:00:00", "--end", "2019-12-05T00:00:00"
+    )
+    assert (code, out) == (1, "")
+    assert "holds no occurrence of 'c'" in err
+
+
+def test_buffer_all_from_the_command_line(cli: Cli) -> None:
+    code, _, err = cli(
+        "add", "ba", "--task", "t", "--every", "60", "--overlap", "buffer_all",
+        "--buffer-limit", "5",
+    )  # fmt: skip
+    assert code == 0, err
+    shown = orjson.loads(cli("show", "ba", "--json")[1])["schedule"]
+    assert (shown["overlap"], shown["buffer_limit"]) == ("buffer_all", 5)
+    code, _, err = cli("add", "bad", "--task", "t", "--every", "60", "--buffer-limit", "0")
+    assert code == 1
+    assert "buffer_limit" in err
+    assert "ba" in cli("ls")[1]
+    assert "bad" not in cli("ls")[1]

@@ -231,6 +231,20 @@ async def test_the_scheduler_sweep_releases_a_lost_runs_backlog(store: ScheduleS
     assert await store.redis.zscore(store.keys.backlogs, "a") is None
 
 
+async def test_a_hand_edited_pending_member_is_dropped_not_run(store: ScheduleStore) -> None:
+    await add(store, overlap="buffer_all")
+    assert await trigger(store) == Code.FIRED
+    assert await trigger(store) == Code.BUFFERED
+    key = store.keys.pending("a")
+    await store.redis.zadd(key, {'["execution_id", 7]': 1, "not json": 2, '{"a": "b"}': 3})
+    await store.redis.hset(store.keys.schedule("a"), "run_until", "1")
+    await store.redis.zadd(store.keys.backlogs, {"a": 1})
+    lease = await lease_of(store)
+    assert await store.release_lost(lease) == 1  # the good one, after the three bad ones
+    assert await store.redis.exists(key) == 0
+    assert len(await jobs(store)) == 2
+
+
 async def test_no_marker_means_nothing_pending_is_looked_at(store: ScheduleStore) -> None:
     # The on-time path: with no run in progress a fire never reads the pending set, so a set
     # someone else wrote under that name does not stop it.

@@ -60,3 +60,24 @@ def test_cron_in_a_zone() -> None:
     # 2026-01-01 is a Thursday; 09:00 JST is 00:00 UTC.
     assert timing.next_after(T0) == T0 + 86_400_000
     assert timing.next_after(T0 - 1) == T0
+
+
+def test_backfill_extends_the_every_grid_before_its_anchor() -> None:
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    t = Timing.of(Schedule(id="a", task="t", every=600, start_at=start))
+    anchor = to_ms(start)
+    # A plain read of the occurrences stops at the anchor; a backfill's grid does not.
+    assert t.between(anchor - 3_600_000, anchor, 100) == [anchor]
+    grid = t.backfill_between(anchor - 1_800_001, anchor + 600_000, 100)
+    assert grid == [anchor + k * 600_000 for k in (-3, -2, -1, 0, 1)]
+    assert t.backfill_between(anchor - 1_799_999, anchor - 1_200_000, 100) == [anchor - 1_200_000]
+    assert t.backfill_between(anchor - 599_999, anchor - 1, 100) == []
+    assert len(t.backfill_between(anchor - 100 * 600_000, anchor, 5)) == 5  # the limit
+    end = datetime(2026, 1, 1, 11, 0, tzinfo=UTC)
+    bounded = Timing.of(
+        Schedule(id="b", task="t", every=600, start_at=start, end_at=start.replace(hour=13))
+    )
+    assert bounded.backfill_between(to_ms(end), anchor + 7_200_000, 100)[-1] == anchor + 3_600_000
+    # Cron keeps its start_at: nothing before it.
+    cron = Timing.of(Schedule(id="c", task="t", cron="*/10 * * * *", start_at=start))
+    assert cron.backfill_between(anchor - 3_600_000, anchor - 1, 100) == []

@@ -9,9 +9,8 @@
 -- job_fields(hash): the schedule fields a fire uses, as one HMGET in JOB_FIELDS order: first the
 --   STATE_FIELDS (version, status, task, payload, runs and the run marker), then the policy's
 --   (overlap, queue, max_runs, opts, buffer_limit). fire.lua reads only the state fields: the
---   scheduler sends
---   the policy fields of the version it planned with, which are the hash's when the version
---   matches (only an upsert writes them, and it moves the version).
+--   scheduler sends the policy fields of the version it planned with, which are the hash's when
+--   the version matches (only an upsert writes them, and it moves the version).
 -- policy_of(overlap, queue, max_runs, opts, buffer_limit): the policy table {overlap=, queue=,
 --   max_runs= (number or false), opts= (JSON text or false when all default), ttl= (run marker
 --   lifetime, ms), buffer_limit= (number, 100 when absent)} of those field values (false/nil =
@@ -25,12 +24,12 @@
 --          f, p, keep, backlogs)
 --   the schedule's key names (pending: its pending set, read only when the hash holds a run
 --   marker and overlap is not allow, so it may be nil otherwise, and type-checked here where it
---   is used; backlogs: {p}:backlogs),
---   sched: scheduled time (ms, string), origin: schedule|misfire|manual|backfill, extra:
---   string appended inside the history JSON object (e.g. ',"missed":3') or '', f: job_fields
---   (or the state fields), p: its policy, keep: true for an occurrence that must run whatever
---   the overlap policy (catch_up, backfill): with a run unfinished it waits in the pending set
---   instead of being skipped, and the policy's limit does not apply to it.
+--   is used; backlogs: {p}:backlogs), sched: scheduled time (ms, string), origin:
+--   schedule|misfire|manual|backfill, extra: string appended inside the history JSON object
+--   (e.g. ',"missed":3') or '', f: job_fields (or the state fields), p: its policy, keep: true
+--   for an occurrence that must run whatever the overlap policy (catch_up, backfill): with a
+--   run unfinished it waits in the pending set instead of being skipped, and the policy's
+--   limit does not apply to it.
 --   With a run unfinished (live marker): keep, or buffer_one / buffer_all under their limit
 --   (1, buffer_limit) -> pending, "buffered"; buffer_one / buffer_all at the limit -> skipped
 --   (buffer_full); skip -> skipped (overlap); cancel_previous -> fired, the old run cancelled.

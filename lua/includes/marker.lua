@@ -79,8 +79,17 @@ local function release_next(hash, pending, stream, history, cap, now, after, bac
     if not member then break end
     local ok, flat = pcall(cjson.decode, member)
     local f = {}
-    if ok and type(flat) == 'table' then
-      for i = 1, #flat - 1, 2 do f[flat[i]] = flat[i + 1] end
+    -- Only a flat list of strings (what pending_push writes) may reach XADD, which would
+    -- otherwise fail half-way through the script.
+    if ok and type(flat) == 'table' and #flat > 0 and #flat % 2 == 0 then
+      for i = 1, #flat, 2 do
+        local name, value = flat[i], flat[i + 1]
+        if type(name) ~= 'string' or type(value) ~= 'string' then
+          f = {}
+          break
+        end
+        f[name] = value
+      end
     end
     if gen and f.execution_id and f.generation == gen then
       rcall('XADD', stream, '*', unpack(flat))
