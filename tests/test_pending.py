@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,8 +16,9 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-from rsched import Client, InvalidArgument, InvalidSchedule, Schedule
+from rsched import Client, InvalidArgument, InvalidSchedule, Schedule, ScheduleFileError
 from rsched._codes import Code
+from rsched._declare import load_file
 from rsched._keys import Keys
 from rsched._plan import FireItem, FireSpec
 from rsched._scheduler import Scheduler
@@ -473,3 +475,16 @@ def test_buffer_limit_is_validated() -> None:
     stored = Schedule(id="a", task="t", every=1, buffer_limit=7).spec_fields()
     assert stored["buffer_limit"] == "7"
     assert Schedule.from_hash("a", {**stored, "version": "1:0"}).buffer_limit == 7
+
+
+def test_a_schedules_file_takes_buffer_all(tmp_path: Path) -> None:
+    path = tmp_path / "schedules.toml"
+    path.write_text(
+        '[[schedule]]\nid = "a"\ntask = "t"\nevery = 60\noverlap = "buffer_all"\n'
+        "buffer_limit = 12\n"
+    )
+    _, (schedule,) = load_file(path)
+    assert (schedule.overlap, schedule.buffer_limit) == ("buffer_all", 12)
+    path.write_text('[[schedule]]\nid = "a"\ntask = "t"\nevery = 60\nbuffer_limit = 0\n')
+    with pytest.raises(ScheduleFileError, match="buffer_limit"):
+        load_file(path)
