@@ -462,6 +462,29 @@ async def test_a_release_goes_to_the_queue_of_the_current_spec(
     assert ran[1] == ("qb", second)
 
 
+async def test_a_running_scheduler_releases_the_backlog_of_a_lost_run(
+    redis: Redis, settings: Settings
+) -> None:
+    store = ScheduleStore(redis, Keys(settings.prefix), history_limit=100)
+    await add(store, overlap="buffer_all")
+    assert await trigger(store) == Code.FIRED
+    assert await trigger(store) == Code.BUFFERED
+    # The first run's job is lost (gone from its stream) and its marker expires.
+    await redis.delete(store.keys.queue("default"))
+    await redis.hset(store.keys.schedule("a"), "run_until", "1")
+    await redis.zadd(store.keys.backlogs, {"a": 1})
+
+    async def released() -> bool:
+        return await redis.xlen(store.keys.queue("default")) > 0
+
+    async with scheduler(redis, settings):
+        await wait_until(released, timeout_s=5)
+    (job,) = await jobs(store)
+    assert await redis.hget(store.keys.schedule("a"), "run") == job["execution_id"]
+    last = (await history(store))[-1]
+    assert (last["event"], last["reason"]) == ("released", "marker_expired")
+
+
 # --- the spec ----------------------------------------------------------------------------------
 
 
