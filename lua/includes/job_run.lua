@@ -14,6 +14,14 @@
 --   keeps its own), then, unless another run holds the marker, release the occurrence
 --   buffer_one held back into the stream under a fresh marker. Returns 1 when one was
 --   released. A removed schedule (no hash) gets nothing written.
+-- decode_fields(text)
+--   A job's fields from a JSON list (delayed members, dead letters), or nil when malformed.
+-- stream_of(fields, normal, high, low)
+--   The stream of a job's priority level (its 'priority' field): high or low when given, else
+--   normal (a caller of an older rsched passes only the normal stream).
+-- dedup_finish(key)
+--   An enqueued job with its own execution id ended: the id stays taken for the window its key
+--   holds (ms), counted from now. Nothing when the key is gone or of another type.
 
 local function job_event(history, cap, event, exec, attempt, now, extra)
   hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
@@ -57,4 +65,23 @@ local function decode_fields(text)
     if type(f[i]) ~= 'string' then return nil end
   end
   return f
+end
+
+local function stream_of(fields, normal, high, low)
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'priority' then
+      local level = fields[i + 1]
+      if level == 'high' and high then return high end
+      if level == 'low' and low then return low end
+      return normal
+    end
+  end
+  return normal
+end
+
+local function dedup_finish(key)
+  if not key_is(key, 'string') then return end
+  local window = tonumber(rcall('GET', key))
+  if not window then return end
+  if window <= 0 then rcall('DEL', key) else rcall('PEXPIRE', key, window) end
 end

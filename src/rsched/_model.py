@@ -38,6 +38,7 @@ from rsched._job import (
 from rsched._rules import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES,
+    Priority,
     check_name,
     check_option,
     check_pause_note,
@@ -106,6 +107,7 @@ class Schedule(BaseModel):
     id: str
     task: str
     queue: str = "default"
+    priority: Priority = "normal"
     payload: dict[str, Any] = Field(default_factory=dict)
 
     cron: str | None = None

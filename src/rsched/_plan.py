@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import NamedTuple, get_args
 
 from rsched._job import JobOptions
+from rsched._keys import stream_name
 from rsched._model import Overlap
-from rsched._rules import NAME_RE
+from rsched._rules import NAME_RE, Priority, check_priority
 from rsched._timing import Timing
 
 # Counting missed occurrences is for the history record only ("missed" is at most this): never
@@ -45,6 +46,7 @@ class FireSpec:
     queue: str = "default"
     max_runs: int | None = None
     opts: str = ""  # the hash's ``opts`` JSON object, '' when every job option is the default
+    priority: Priority = "normal"  # picks the queue's stream of that level (rsched._keys.queue)
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> FireSpec:
@@ -53,12 +55,16 @@ class FireSpec:
         share a few specs: one instance each (cached), which also keeps the scheduler's spec
         cache small."""
         get = fields.get
-        return _fire_spec(get("overlap"), get("queue"), get("max_runs"), get("opts"))
+        return _fire_spec(
+            get("overlap"), get("queue"), get("max_runs"), get("opts"), get("priority")
+        )
 
     def arg(self) -> str:
-        """The spec as fire.lua reads it (its "policy"): "<overlap> <queue> <max_runs> <opts>"."""
+        """The spec as fire.lua reads it (its "policy"): "<overlap> <queue> <max_runs> <opts>".
+        The queue part names the stream of the schedule's priority level (``q`` or ``q#high``):
+        fire.lua appends it to the streams' key prefix, so a priority costs a fire nothing."""
         max_runs = "" if self.max_runs is None else self.max_runs
-        return f"{self.overlap} {self.queue} {max_runs} {self.opts}"
+        return f"{self.overlap} {stream_name(self.queue, self.priority)} {max_runs} {self.opts}"
 
 
 DEFAULT_FIRE_SPEC = FireSpec()
@@ -66,7 +72,11 @@ DEFAULT_FIRE_SPEC = FireSpec()
 
 @functools.lru_cache(maxsize=4096)
 def _fire_spec(
-    overlap: str | None, queue: str | None, max_runs: str | None, opts: str | None
+    overlap: str | None,
+    queue: str | None,
+    max_runs: str | None,
+    opts: str | None,
+    priority: str | None = None,
 ) -> FireSpec:
     overlap = "skip" if overlap is None else overlap
     queue = "default" if queue is None else queue
@@ -80,7 +90,8 @@ def _fire_spec(
     if opts == "{}":
         opts = ""
     JobOptions.parse(opts)  # MalformedJob, a ValueError naming the option
-    return FireSpec(overlap, queue, None if max_runs is None else int(max_runs), opts)
+    level = check_priority("normal" if priority is None else priority)
+    return FireSpec(overlap, queue, None if max_runs is None else int(max_runs), opts, level)
 
 
 class FireItem(NamedTuple):
@@ -109,6 +120,7 @@ class FireItem(NamedTuple):
 PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
+    "priority",
 )  # fmt: skip
 
 
