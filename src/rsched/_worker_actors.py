@@ -163,7 +163,9 @@ class Actors:
         backoff = Backoff()
         queues = list(self.cfg.queues)
         every: list[Lane] = [(q, level) for level in PRIORITIES for q in queues]
-        busy = False
+        # Start with a take: a blocking read returns an entry of every stream that has one, past
+        # the free slots and regardless of level; it only follows a take that found nothing.
+        busy = True
         turn = 0
         while True:
             n = await self.slots.reserve(self.cfg.read_batch)
