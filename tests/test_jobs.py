@@ -98,6 +98,29 @@ async def test_a_job_keeps_its_level_through_retries_delays_and_requeue(
     assert (stats["length"], stats["low"], stats["high"]) == (1, 1, 0)
 
 
+async def test_a_reclaimed_job_keeps_its_level(redis: Redis, settings: Settings) -> None:
+    store = store_for(redis, settings)
+    await store.create_groups(["default"])
+    await store.enqueue("t", priority="high")
+    [(lane, _)] = await store.read([("default", "high")], "lost-worker", 1, 100)
+    assert lane == ("default", "high")  # read, then its worker vanished
+    worker = rsched.Worker(settings=fast_settings(settings))
+    seen: list[tuple[str, int]] = []
+
+    @worker.task("t")
+    async def run(job: rsched.Job) -> None:
+        seen.append((job.priority, job.deliveries))
+
+    async with running(worker, redis):
+        await wait_until(lambda: seen == [("high", 2)])
+        await wait_until(lambda: _drained(redis, Keys(settings.prefix).queue("default", "high")))
+
+
+async def _drained(redis: Redis, key: str) -> bool:
+    pending = await any_(redis).xpending(key, "rsched")
+    return int(await any_(redis).xlen(key)) == 0 and int(pending["pending"]) == 0
+
+
 async def test_a_schedule_fires_into_the_stream_of_its_priority(
     redis: Redis, settings: Settings
 ) -> None:
