@@ -104,6 +104,8 @@ async def test_a_reclaimed_job_keeps_its_level(redis: Redis, settings: Settings)
     await store.enqueue("t", priority="high")
     [(lane, _)] = await store.read([("default", "high")], "lost-worker", 1, 100)
     assert lane == ("default", "high")  # read, then its worker vanished
+    stats = (await store.queue_stats())["default"]
+    assert (stats["length"], stats["pending"], stats["high"]) == (1, 1, 1)
     worker = rsched.Worker(settings=fast_settings(settings))
     seen: list[tuple[str, int]] = []
 

@@ -1,6 +1,8 @@
 """The actors of a running worker (see rsched._worker for the whole picture).
 
-- reader: XREADGROUP on the worker's queues, as many entries as there are free slots;
+- reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
+  queue is a stream per priority level, and a busy read starts from the level whose weighted
+  turn it is (LevelTurns);
 - runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
   plain functions in worker threads), each job under its timeout and its own cancel scope;
 - acker: records finished runs in batches (one script call acknowledges many entries);
