@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched._keys import Keys
+from rsched._plan import FireSpec
 from rsched._queues import QueueStore
 from rsched._settings import Settings
 from test_worker import running, settled, store_for, wait_until
@@ -314,3 +315,11 @@ async def test_retry_then_success_is_no_failure(redis: Redis, settings: Settings
         assert (worker.failed_total, worker.retried_total) == (0, 1)
     assert attempts == [1, 2]
     assert await _dead(store, 0)
+
+
+def test_the_fire_spec_names_the_stream_of_its_level() -> None:
+    assert FireSpec.from_hash({"queue": "q"}).arg() == "skip q  "
+    assert FireSpec.from_hash({"queue": "q", "priority": "high"}).arg() == "skip q#high  "
+    assert FireSpec.from_hash({"priority": "low"}).arg() == "skip default#low  "
+    with pytest.raises(ValueError, match="not a priority"):
+        FireSpec.from_hash({"priority": "urgent"})
