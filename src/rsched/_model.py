@@ -107,8 +107,8 @@ class Schedule(BaseModel):
     id: str
     task: str
     queue: str = "default"
-    priority: Priority = "normal"
     payload: dict[str, Any] = Field(default_factory=dict)
+    priority: Priority = "normal"
 
     cron: str | None = None
     every: float | None = Field(default=None, json_schema_extra=_duration_schema)
