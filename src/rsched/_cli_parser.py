@@ -376,9 +376,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="your own execution id: while a job with it is queued, running or finished "
         "less than the dedup window ago, nothing is added",
     )
-    p.add_argument("--priority", choices=PRIORITIES, default="normal", help="(default: normal)")
+    p.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        default="normal",
+        help="workers take high first, low last (default: normal)",
+    )
     p.add_argument("--max-retries", type=int, default=3, help="retries after a failure (3)")
-    p.add_argument("--timeout", dest="timeout_s", type=duration_s, default=3600, help="(1h)")
+    p.add_argument(
+        "--timeout", dest="timeout_s", type=duration_s, default=3600, help="job timeout (1h)"
+    )
 
     _sub(
         subs,
