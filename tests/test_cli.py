@@ -520,6 +520,7 @@ def test_enqueue_new_then_already_there(cli: Cli) -> None:
     assert (queues["mail"]["length"], queues["mail"]["high"]) == (1, 1)
     assert cli("enqueue", "t", "--priority", "urgent")[0] == 2
     assert cli("enqueue", "t", "--delay", "soon")[0] == 2
+    assert cli("enqueue", "t", "--delay", "0", "--queue", "now")[0] == 0
     code, _, err = cli("enqueue", "bad task")
     assert code == 1
     assert "task" in err

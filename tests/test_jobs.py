@@ -281,10 +281,14 @@ async def test_retry_is_its_own_outcome_and_counts_toward_max_retries(
             await wait_until(lambda: _dead(store_for(redis, settings), 1))
             assert worker.failed_total == 1  # only the attempt that ended in a dead letter
             assert worker.retried_total == 2
-        events = [e["event"] for e in await client.history("s", limit=20)]
-        (letters, _) = await client.dead_letters()
+        history = await client.history("s", limit=20)
+        events = [e.event for e in history]
+        retry_event = next(e for e in history if e.event == "retry")
+        letters = (await client.dead_letters()).items
     assert attempts == [1, 2, 3]
     assert events[:6] == ["dead", "running", "retry", "running", "retry", "running"]
+    assert retry_event.reason == "not ready"
+    assert retry_event.attempt == 2
     letter = letters[0]
     assert letter.reason == "max_retries"
     assert letter.error_type == "Retry"

@@ -369,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="the handler name a worker runs")
     p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
     p.add_argument("--queue", default="default", help="queue name (default: default)")
-    p.add_argument("--delay", type=duration_s, default=0, help="hold it back: 30, 90s, 5m, 1h30m")
+    p.add_argument(
+        "--delay", type=queues.delay_s, default=0, help="hold it back: 30, 90s, 5m, 1h30m"
+    )
     p.add_argument(
         "--id",
         dest="execution_id",

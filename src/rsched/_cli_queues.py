@@ -12,6 +12,15 @@ from rsched._client import Client
 from rsched._errors import UsageError
 from rsched._job import DeadLetter
 from rsched._model import to_ms
+from rsched._rules import parse_duration_s
+
+
+def delay_s(text: str) -> float:
+    """``--delay``: a duration as everywhere in the CLI (``90s``, ``5m``), 0 meaning none."""
+    try:
+        return parse_duration_s(text, allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
