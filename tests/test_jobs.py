@@ -180,6 +180,10 @@ async def test_enqueue_with_an_execution_id_adds_it_once(redis: Redis, settings:
             tg.start_soon(one)
     assert sorted(r.created for r in results) == [False] * 9 + [True]
 
+    # A delay is a duration like everywhere else.
+    await store.enqueue("t", queue="later", delay_s="5m")
+    assert (await store.queue_stats())["later"]["delayed"] == 1
+
     # Random ids pay nothing: no dedup key.
     await store.enqueue("t")
     found = [k async for k in any_(redis).scan_iter(match=keys.dedup("*"))]
@@ -239,13 +243,15 @@ async def test_a_dead_letter_also_starts_the_window(redis: Redis, settings: Sett
         ({"priority": "urgent"}, "priority"),
         ({"execution_id": "x", "dedup_window_s": -1}, "dedup_window_s"),
         ({"dedup_window_s": "1d"}, "dedup_window_s"),
+        ({"delay_s": "soon"}, "delay_s"),
+        ({"delay_s": -1}, "delay_s"),
     ],
 )
 async def test_bad_job_options_write_nothing(
     redis: Redis, settings: Settings, kwargs: dict[str, object], field: str
 ) -> None:
     store = store_for(redis, settings)
-    with pytest.raises(rsched.InvalidJob, match=f"^{field}: .*(priority|seconds)"):
+    with pytest.raises(rsched.InvalidJob, match=f"^{field}: .*(priority|seconds|duration)"):
         await store.enqueue("t", **kwargs)  # type: ignore[arg-type]
     assert [k async for k in any_(redis).scan_iter(match=f"{{{settings.prefix}}}:*")] == []
 

@@ -486,7 +486,7 @@ class Client:
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
-        delay: float | timedelta = 0,
+        delay: float | str | timedelta = 0,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
@@ -496,19 +496,18 @@ class Client:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
 
-        ``delay`` (seconds or a timedelta) holds it back that long by Redis time. ``priority``
-        (``high``, ``normal``, ``low``) picks the stream workers take it from. With your own
-        ``execution_id`` the call is idempotent: while a job with that id is queued, delayed,
-        running or finished less than ``dedup_window_s`` ago (default: the
+        ``delay`` (seconds, "90s", "5m", a timedelta) holds it back that long by Redis time.
+        ``priority`` (``high``, ``normal``, ``low``) picks the stream workers take it from. With
+        your own ``execution_id`` the call is idempotent: while a job with that id is queued,
+        delayed, running or finished less than ``dedup_window_s`` ago (default: the
         ``dedup_window_s`` setting, 24 h), nothing is added and ``created`` is False. Raises
         InvalidJob naming the bad field (task, queue, payload, delay_s, priority, …).
         """
-        delay_s = delay.total_seconds() if isinstance(delay, timedelta) else delay
         return await self._queues.enqueue(
             task,
             payload,
             queue=queue,
-            delay_s=delay_s,
+            delay_s=delay,
             max_retries=max_retries,
             timeout_s=timeout_s,
             execution_id=execution_id,

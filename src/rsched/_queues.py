@@ -7,9 +7,11 @@ Python side. Every write is a Lua script in lua/ that is safe to run twice.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -32,6 +34,7 @@ from rsched._rules import (
     check_page,
     check_priority,
     encode_payload,
+    parse_duration_s,
 )
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
@@ -107,7 +110,7 @@ class QueueStore(_lua.ScriptCaller):
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
-        delay_s: float = 0,
+        delay_s: float | str | timedelta = 0,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
@@ -120,7 +123,8 @@ class QueueStore(_lua.ScriptCaller):
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
 
-        With ``delay_s > 0`` the job waits in the queue's delayed set until then (Redis time).
+        ``delay_s`` is a duration (seconds, "90s", "5m", a timedelta): the job waits in the
+        queue's delayed set until then (Redis time).
         With an ``execution_id`` the call is idempotent: while a job with that id waits, runs
         or finished less than ``dedup_window_s`` ago, nothing is added and the result names
         the existing job (``created=False``). A random id (none given) skips that check.
@@ -150,8 +154,9 @@ class QueueStore(_lua.ScriptCaller):
             )
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
-        if not isinstance(delay_s, int | float) or not delay_s >= 0 or delay_s > 10 * 365 * 86400:
-            raise InvalidJob(f"delay_s: must be a number of seconds >= 0, got {delay_s!r}")
+        delay = _job_field("delay_s", functools.partial(parse_duration_s, allow_zero=True), delay_s)
+        if delay > 10 * 365 * 86400:
+            raise InvalidJob(f"delay_s: at most 10 years, got {delay:g} s")
         fields = [
             "execution_id", execution_id,
             "task", task,
@@ -171,7 +176,7 @@ class QueueStore(_lua.ScriptCaller):
         res = await self.call(
             "enqueue",
             [*keys[:3], op_key, *keys[3:]],
-            [queue, round(delay_s * 1000), op_id, *fields],
+            [queue, round(delay * 1000), op_id, *fields],
         )
         if isinstance(res, list) and res and int(res[0]) == Code.EXISTS:
             return Enqueued(execution_id, created=False)

@@ -158,7 +158,7 @@ class SyncClient:
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
-        delay: float | timedelta = 0,
+        delay: float | str | timedelta = 0,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
