@@ -6,12 +6,15 @@ on the schedule's history and end the schedule's run (run marker, release of wha
 An entry no longer pending (this call re-sent, or another worker that reclaimed it finished
 first) is left alone, so nothing is recorded twice.
 
-KEYS[1] stream  {p}:queue:<queue>
-then 3 keys per schedule item, in item order (items with an empty schedule id take none):
-  history {p}:history:<id>, hash {p}:schedule:<id>, pending {p}:pending:<id>
+KEYS[1] stream  {p}:queue:<queue> (or a priority level's stream)
+then per item, in item order: 3 keys when it has a schedule id
+  (history {p}:history:<id>, hash {p}:schedule:<id>, pending {p}:pending:<id>), then 1 key
+  when its 7th element is 1 (dedup {p}:dedup:<execution id>: an enqueued job with its own
+  id, whose window now counts from this end)
 ARGV[1] group   ARGV[2] history cap
 ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
-                event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…')]
+                event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…'),
+                dedup (optional: 1 = a dedup key follows)]
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 
 Returns the number of items recorded (the others were no longer pending: nothing done), or
@@ -33,13 +36,18 @@ for i = 1, #items do
   local it = items[i]
   local id, exec, sid = it[1], it[2], it[3]
   local attempt, event, extra = it[4], it[5], it[6]
-  local history, hash, pending
+  local history, hash, pending, dedup
   if sid ~= '' then
     history, hash, pending = KEYS[k], KEYS[k + 1], KEYS[k + 2]
     k = k + 3
   end
+  if it[7] == 1 then
+    dedup = KEYS[k]
+    k = k + 1
+  end
   if rcall('XACK', stream, group, id) == 1 then
     rcall('XDEL', stream, id)
+    if dedup then dedup_finish(dedup) end
     if sid ~= '' and schedule_keys_ok(history, hash, pending) then
       job_event(history, cap, event, exec, attempt, now, extra)
       finish_run(hash, pending, stream, history, cap, exec, now)

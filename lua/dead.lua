@@ -10,6 +10,8 @@ KEYS[2] dead      {p}:dead:<queue>
 KEYS[3] history   {p}:history:<id>   (these three are ignored when ARGV[5] is '0')
 KEYS[4] hash      {p}:schedule:<id>
 KEYS[5] pending   {p}:pending:<id>
+KEYS[6] dedup     optional: {p}:dedup:<execution id> of an enqueued job with its own id (its
+                  window now counts from this end)
 ARGV[1] group     ARGV[2] entry id   ARGV[3] dead-letter cap (entries)   ARGV[4] history cap
 ARGV[5] has schedule '1' | '0'
 ARGV[6] execution id   ARGV[7] attempt
@@ -25,6 +27,7 @@ done) | {WRONG_TYPE=-6} wrong key type.
 -- @include job_run
 
 local stream, dead, history, hash, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local dedup = KEYS[6]
 local group, id, dead_max, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local has_schedule, exec, attempt = ARGV[5] == '1', ARGV[6], ARGV[7]
 local first, extra = ARGV[8], ARGV[9]
@@ -38,6 +41,7 @@ for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'dead_at'
 fields[#fields + 1] = int_text(now)
 local dead_id = rcall('XADD', dead, 'MAXLEN', '~', dead_max, '*', unpack(fields))
+if dedup then dedup_finish(dedup) end
 if has_schedule and schedule_keys_ok(history, hash, pending) then
   if first ~= '' then job_event(history, cap, first, exec, attempt, now, extra) end
   job_event(history, cap, 'dead', exec, attempt, now, extra)

@@ -43,8 +43,8 @@ for _, sid in ipairs(due) do
      or rcall('EXISTS', pending) == 0 then
     rcall('ZREM', backlogs_key, sid)  -- nothing rsched can release there
   else
-    local m = rcall('HMGET', hash, 'run', 'run_until', 'queue')
-    local stream = stream_prefix .. (m[3] or 'default')
+    local m = rcall('HMGET', hash, 'run', 'run_until', 'queue', 'priority')
+    local stream = schedule_stream(stream_prefix, m[3], m[4])
     if marker_live(m[1], m[2], now) then
       rcall('ZADD', backlogs_key, tonumber(m[2]) or now, sid)
     elseif not key_is(stream, 'stream') then

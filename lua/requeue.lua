@@ -4,8 +4,13 @@ Each dead letter is re-queued and removed from the dead-letter stream in one ste
 is gone (already re-queued or purged) is skipped, so running it twice re-queues nothing twice.
 A dead letter whose stored job cannot be read is left in place and not counted.
 
+A job goes back to the stream of its priority level (its 'priority' field), so it keeps its
+level.
+
 KEYS[1] dead    {p}:dead:<queue>
-KEYS[2] stream  {p}:queue:<queue>
+KEYS[2] stream  {p}:queue:<queue>         (normal level)
+KEYS[3] high    {p}:queue:<queue>#high    optional
+KEYS[4] low     {p}:queue:<queue>#low     optional
 ARGV[1..] dead-letter entry ids
 
 Returns the number re-queued | WRONG_TYPE=-6 a key has the wrong type.
@@ -14,8 +19,11 @@ Returns the number re-queued | WRONG_TYPE=-6 a key has the wrong type.
 -- @include marker
 -- @include job_run
 
-local dead, stream = KEYS[1], KEYS[2]
+local dead, stream, high, low = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if not (key_is(dead, 'stream') and key_is(stream, 'stream')) then return -6 end  -- WRONG_TYPE
+if (high and not key_is(high, 'stream')) or (low and not key_is(low, 'stream')) then
+  return -6  -- WRONG_TYPE
+end
 local moved = 0
 for i = 1, #ARGV do
   local e = rcall('XRANGE', dead, ARGV[i], ARGV[i])
@@ -29,7 +37,7 @@ for i = 1, #ARGV do
       for j = 1, #job, 2 do
         if job[j] == 'attempt' then job[j + 1] = '1' end
       end
-      rcall('XADD', stream, '*', unpack(job))
+      rcall('XADD', stream_of(job, stream, high, low), '*', unpack(job))
       rcall('XDEL', dead, ARGV[i])
       moved = moved + 1
     end

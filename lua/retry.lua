@@ -1,11 +1,13 @@
---[[ retry — a run failed and has attempts left: schedule the next attempt after a delay.
+--[[ retry — a run failed (or asked for another attempt) and has attempts left: schedule the next
+attempt after a delay.
 
 Guarantees: acknowledge + delete the entry and store the next attempt in one step, so a failed
 job is never lost nor queued twice. Running it twice does nothing the second time (the entry
 is no longer pending). The schedule's running marker is kept: the run is not over.
 
 KEYS[1] stream   {p}:queue:<queue>
-KEYS[2] delayed  {p}:delayed:<queue>
+KEYS[2] delayed  {p}:delayed:<queue> (the next attempt keeps its level through its 'priority'
+                 field: promote puts it back in that level's stream)
 KEYS[3] history  {p}:history:<id> (ignored when ARGV[9] is '0')
 ARGV[1] group
 ARGV[2] entry id
@@ -13,7 +15,7 @@ ARGV[3] delay_ms        0 = back on the stream at once
 ARGV[4] next attempt    the job's fields as a JSON list [field, value, …]
 ARGV[5] history cap
 ARGV[6] execution id    ARGV[7] attempt that failed
-ARGV[8] event           'failed' | 'timed_out'
+ARGV[8] event           'failed' | 'timed_out' | 'retry' (the handler raised rsched.Retry)
 ARGV[9] has history     '1' | '0'
 ARGV[10] extra          JSON fragment for the history event ('' or ',…')
 

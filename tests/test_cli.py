@@ -533,3 +533,29 @@ def test_buffer_all_from_the_command_line(cli: Cli) -> None:
     assert "buffer_limit" in err
     assert "ba" in cli("ls")[1]
     assert "bad" not in cli("ls")[1]
+
+
+def test_enqueue_new_then_already_there(cli: Cli) -> None:
+    code, out, _ = cli("enqueue", "emails.send", "--payload", '{"to": "x"}', "--id", "order-42")
+    assert code == 0
+    assert out.strip() == "order-42 enqueued on queue default"
+    code, out, _ = cli("enqueue", "emails.send", "--id", "order-42", "--queue", "mail")
+    assert code == 0
+    assert out.startswith("order-42 already there")
+    assert "nothing added" in out
+    data = orjson.loads(cli("enqueue", "t", "--delay", "5m", "--priority", "low", "--json")[1])
+    assert data["created"] is True
+    assert data["execution_id"].startswith("job-")
+    code, out, _ = cli("enqueue", "t", "--queue", "mail", "--priority", "high")
+    assert "enqueued on queue mail (high)" in out
+    again = orjson.loads(cli("enqueue", "emails.send", "--id", "order-42", "--json")[1])
+    assert again == {"execution_id": "order-42", "created": False}
+    queues = orjson.loads(cli("stats", "--json")[1])["queues"]
+    assert (queues["default"]["length"], queues["default"]["delayed"]) == (1, 1)
+    assert (queues["mail"]["length"], queues["mail"]["high"]) == (1, 1)
+    assert cli("enqueue", "t", "--priority", "urgent")[0] == 2
+    assert cli("enqueue", "t", "--delay", "soon")[0] == 2
+    assert cli("enqueue", "t", "--delay", "0", "--queue", "now")[0] == 0
+    code, _, err = cli("enqueue", "bad task")
+    assert code == 1
+    assert "task" in err

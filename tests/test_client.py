@@ -319,7 +319,9 @@ async def add_dead_letter(redis: Redis, prefix: str, queue: str, n: int, task: s
 
 
 async def test_enqueue(client: Client, redis: Redis, prefix: str) -> None:
-    eid = await client.enqueue("emails.send", {"to": "a@example.com"}, queue="mail")
+    done = await client.enqueue("emails.send", {"to": "a@example.com"}, queue="mail")
+    assert done.created
+    eid = done.execution_id
     entries = await jobs(redis, prefix, "mail")
     assert [(e["execution_id"], e["task"]) for e in entries] == [(eid, "emails.send")]
     await client.enqueue("emails.send", queue="mail", delay=timedelta(minutes=5))

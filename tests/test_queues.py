@@ -7,7 +7,7 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched._keys import GROUP, Keys
-from rsched._queues import QueueStore
+from rsched._queues import Lane, QueueStore
 from rsched._settings import Settings
 from worker_app import any_
 
@@ -22,7 +22,7 @@ async def make_dead(store: QueueStore, tasks: list[str], queue: str = "default")
     await store.create_groups([queue])
     for task in tasks:
         await store.enqueue(task, {"task": task}, queue=queue)
-    read = await store.read([queue], "c1", len(tasks), 100)
+    read = await store.read([(queue, "normal")], "c1", len(tasks), 100)
     ids = []
     for _, entries in read:
         for entry_id, fields in entries:
@@ -59,7 +59,7 @@ async def test_enqueue_writes_a_job_entry(store: QueueStore, redis: Redis) -> No
     exec_id = await store.enqueue(
         "t", {"a": 1}, queue="q1", max_retries=0, timeout_s=5, execution_id="my-id"
     )
-    assert exec_id == "my-id"
+    assert exec_id == rsched.Enqueued("my-id", created=True)
     [(_, fields)] = await any_(redis).xrange(store.keys.queue("q1"))
     assert fields["task"] == "t"
     assert fields["payload"] == '{"a":1}'
@@ -137,7 +137,7 @@ async def test_queue_stats(store: QueueStore, redis: Redis) -> None:
     for _ in range(3):
         await store.enqueue("t", queue="q")
     await store.enqueue("t", queue="q", delay_s=60)
-    await store.read(["q"], "c1", 2, 100)
+    await store.read([("q", "normal")], "c1", 2, 100)
     await make_dead(store, ["x"], queue="dq")
     stats = await store.queue_stats()
     q = stats["q"]
@@ -158,7 +158,7 @@ async def test_queue_stats(store: QueueStore, redis: Redis) -> None:
 async def test_scripts_are_safe_to_run_twice(store: QueueStore, redis: Redis) -> None:
     await store.create_groups(["default"])
     await store.enqueue("t")
-    [(_, [(entry_id, fields)])] = await store.read(["default"], "c1", 1, 100)
+    [(_, [(entry_id, fields)])] = await store.read([("default", "normal")], "c1", 1, 100)
     from rsched._queues import Done
 
     done = Done(entry_id, fields["execution_id"], None, 1, "completed")
@@ -192,7 +192,7 @@ async def test_heartbeat_reports_entries_this_consumer_no_longer_holds(
     await store.create_groups(["default"])
     await store.enqueue("t")
     await store.enqueue("t")
-    [(_, entries)] = await store.read(["default"], "c1", 2, 100)
+    [(_, entries)] = await store.read([("default", "normal")], "c1", 2, 100)
     mine, taken = entries[0][0], entries[1][0]
     await any_(redis).xclaim(store.keys.queue("default"), GROUP, "c2", 0, [taken])
     assert await store.heartbeat("default", "c1", [mine, taken, "1-1"]) == [taken, "1-1"]
@@ -207,20 +207,23 @@ async def test_take_reads_across_queues_up_to_count_and_refuses_wrong_types(
     for queue in ("a", "b"):
         for _ in range(3):
             await store.enqueue("t", queue=queue)
-    got = await store.take(["b", "a"], "c1", 4)
-    assert [(q, len(entries)) for q, entries in got] == [("b", 3), ("a", 1)]
+    a: Lane = ("a", "normal")
+    b: Lane = ("b", "normal")
+    x: Lane = ("x", "normal")
+    got = await store.take([b, a], "c1", 4)
+    assert [(lane, len(entries)) for lane, entries in got] == [(b, 3), (a, 1)]
     assert got[0][1][0][1]["task"] == "t"
-    assert await store.take(["a", "b"], "c1", 10) != []
-    assert await store.take(["a", "b"], "c1", 10) == []
+    assert await store.take([a, b], "c1", 10) != []
+    assert await store.take([a, b], "c1", 10) == []
     await redis.set(store.keys.queue("x"), "not a stream")
     with pytest.raises(rsched.StateError):
-        await store.take(["a", "x"], "c1", 10)
+        await store.take([a, x], "c1", 10)
 
 
 async def test_forget_consumers_keeps_busy_and_recent_ones(store: QueueStore) -> None:
     await store.create_groups(["default"])
     await store.enqueue("t")
-    await store.read(["default"], "busy", 1, 100)  # holds a pending entry
+    await store.read([("default", "normal")], "busy", 1, 100)  # holds a pending entry
     await any_(store.redis).xgroup_createconsumer(store.keys.queue("default"), GROUP, "idle")
     assert await store.forget_consumers(["default"], keep="me", idle_ms=60_000) == 0
     assert await store.forget_consumers(["default"], keep="me", idle_ms=-1) == 1

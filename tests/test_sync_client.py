@@ -71,8 +71,9 @@ def test_close_is_idempotent(redis_url: str, prefix: str) -> None:
 
 
 def test_sync_client_jobs_and_backfill(sync_client: SyncClient) -> None:
-    execution_id = sync_client.enqueue("emails.send", {"to": "x"}, queue="mail", delay=0)
-    assert execution_id.startswith("job-")
+    done = sync_client.enqueue("emails.send", {"to": "x"}, queue="mail", delay=0)
+    assert done.created
+    assert done.execution_id.startswith("job-")
     assert sync_client.stats().queues["mail"]["length"] == 1
     assert sync_client.dead_letters("mail") == rsched.Page([], None)
     assert list(sync_client.iter_dead_letters("mail")) == []

@@ -230,6 +230,13 @@ async def test_queues_dead_letters_and_jobs(web: Web, settings: Settings) -> Non
         assert r.json()["execution_id"]
         r = await http.post("/jobs", json={"task": "t", "queue": "mail", "delay_s": 60})
         assert r.status_code == 201
+        mine = {"task": "t", "queue": "outbox", "execution_id": "order-42", "priority": "high"}
+        r = await http.post("/jobs", json=mine)
+        assert (r.status_code, r.json()) == (201, {"execution_id": "order-42", "created": True})
+        r = await http.post("/jobs", json=mine)  # the same id again: nothing added
+        assert (r.status_code, r.json()) == (200, {"execution_id": "order-42", "created": False})
+        r = await http.post("/jobs", json={"task": "t", "priority": "urgent"})
+        error(r, 422, "InvalidJob", "priority")
         error(await http.post("/jobs", json={"task": "bad name"}), 422, "InvalidJob", "task")
         error(await http.post("/jobs", json={"payload": {}}), 422, "InvalidJob", "task")
         error(await http.post("/jobs", json={"task": "t", "x": 1}), 422, "InvalidJob", "x")
@@ -239,7 +246,7 @@ async def test_queues_dead_letters_and_jobs(web: Web, settings: Settings) -> Non
         error(r, 422, "InvalidJob", "delay_s")
 
         queues = {q["name"]: q for q in (await http.get("/queues")).json()["items"]}
-        assert queues["outbox"]["length"] == 1
+        assert queues["outbox"]["length"] == 2  # both levels counted
         assert queues["mail"]["delayed"] == 1
 
         await make_dead_letters(settings, 3)

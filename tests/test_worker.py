@@ -68,7 +68,7 @@ async def test_runs_async_and_sync_handlers(redis: Redis, settings: Settings) ->
 
     store = store_for(redis, settings)
     async with running(worker, redis):
-        first = await store.enqueue("t.async", {"n": 1})
+        first = (await store.enqueue("t.async", {"n": 1})).execution_id
         await store.enqueue("t.sync", {"n": 2})
         await wait_until(lambda: len(seen) == 2)
         await wait_until(lambda: settled(redis, settings))
@@ -118,9 +118,10 @@ async def test_retries_with_backoff_then_dead_letter_then_requeue(
 
     store = store_for(redis, settings)
     async with running(worker, redis):
-        exec_id = await store.enqueue(
+        queued = await store.enqueue(
             "t.flaky", {"x": 1}, max_retries=2, retry_base_s=0.3, retry_jitter=0
         )
+        exec_id = queued.execution_id
         await wait_until(lambda: len(attempts) == 3)
         await wait_until(lambda: _dead_count(store, 1))
         assert [a for a, _ in attempts] == [1, 2, 3]
@@ -277,7 +278,7 @@ async def test_poison_after_max_deliveries(redis: Redis, settings: Settings) -> 
     keys = Keys(settings.prefix)
     store = store_for(redis, settings)
     await store.create_groups(["default"])
-    exec_id = await store.enqueue("t", {})
+    exec_id = (await store.enqueue("t", {})).execution_id
     stream = keys.queue("default")
     [[_, [(entry_id, _)]]] = await any_(redis).xreadgroup(GROUP, "ghost", {stream: ">"}, count=1)
     # Delivered (and crashed on) three times already.
@@ -457,7 +458,7 @@ async def test_many_jobs_over_several_workers_and_queues_run_once_each(
 
     store = store_for(redis, settings)
     workers = [make() for _ in range(3)]
-    expected = {await store.enqueue("t", queue="ab"[i % 2]) for i in range(300)}
+    expected = {(await store.enqueue("t", queue="ab"[i % 2])).execution_id for i in range(300)}
     async with running(workers[0], redis), running(workers[1], redis), running(workers[2], redis):
         await wait_until(lambda: len(runs) >= 300)
         await wait_until(lambda: settled(redis, settings, "a"))

@@ -48,7 +48,7 @@ async def test_sigkill_mid_job_another_worker_completes_it(
 ) -> None:
     store = QueueStore(redis, Keys(settings.prefix))
     first = start_worker(spawn, settings)
-    exec_id = await store.enqueue("app.sleep", {"s": 1.0})
+    exec_id = (await store.enqueue("app.sleep", {"s": 1.0})).execution_id
     await wait_until(lambda: _has(redis, settings, "start"))
     first.signal(signal.SIGKILL)
     first.wait()
@@ -111,7 +111,7 @@ async def test_a_job_that_crashes_its_worker_becomes_poison(
     store = QueueStore(redis, Keys(settings.prefix))
     env = {"RSCHED_WORKER__MAX_DELIVERIES": "1"}
     first = start_worker(spawn, settings, **env)
-    exec_id = await store.enqueue("app.crash")
+    exec_id = (await store.enqueue("app.crash")).execution_id
     assert first.wait() == 3  # the handler killed its worker
     second = start_worker(spawn, settings, **env)
     await wait_until(lambda: _dead(store), timeout_s=15)

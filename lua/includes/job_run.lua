@@ -12,10 +12,18 @@
 --   The run of `exec` is over (success, dead letter or cancellation; not between retries):
 --   clear the schedule's run marker when it still names `exec` (a cancel_previous successor
 --   keeps its own), then, unless another run holds the marker, release the oldest pending
---   occurrence (marker.lua) into the stream under a fresh marker. Returns 1 when one was
---   released. A removed schedule (no hash, no pending set) gets nothing written. The
---   scheduler's index of backlogs is left for its sweep to bring up to date (release.lua):
---   worker scripts keep their keys.
+--   occurrence (marker.lua) into the stream of the schedule's queue and priority under a fresh
+--   marker. Returns 1 when one was released. A removed schedule (no hash, no pending set) gets
+--   nothing written. The scheduler's index of backlogs is left for its sweep to bring up to
+--   date (release.lua): worker scripts keep their keys.
+-- decode_fields(text)
+--   A job's fields from a JSON list (delayed members, dead letters), or nil when malformed.
+-- stream_of(fields, normal, high, low)
+--   The stream of a job's priority level (its 'priority' field): high or low when given, else
+--   normal (a caller of an older rsched passes only the normal stream).
+-- dedup_finish(key)
+--   An enqueued job with its own execution id ended: the id stays taken for the window its key
+--   holds (ms), counted from now. Nothing when the key is gone or of another type.
 
 local function job_event(history, cap, event, exec, attempt, now, extra)
   hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
@@ -32,14 +40,15 @@ local function finish_run(hash, pending, stream, history, cap, exec, now)
   if owner and owner ~= exec then return 0 end
   if stored then marker_clear(hash) end
   if rcall('EXISTS', pending) == 0 then return 0 end
-  -- Into the schedule's queue, which is the ending job's unless the spec moved it to another
-  -- while the job ran (what is pending is of the new spec: an update drops the rest).
+  -- Into the stream of the schedule's queue and priority, which is the ending job's unless the
+  -- spec moved it while the job ran (what is pending is of the new spec: an update drops the
+  -- rest).
   local target = stream
-  local queue = rcall('HGET', hash, 'queue') or 'default'
   local prefix = string.match(stream, '^(.-}:queue:)')
-  if prefix and prefix .. queue ~= stream then
-    target = prefix .. queue
-    if not key_is(target, 'stream') then return 0 end
+  if prefix then
+    local spec = rcall('HMGET', hash, 'queue', 'priority')
+    target = schedule_stream(prefix, spec[1], spec[2])
+    if target ~= stream and not key_is(target, 'stream') then return 0 end
   end
   if release_next(hash, pending, target, history, cap, now, exec, nil, nil) then return 1 end
   return 0
@@ -54,4 +63,23 @@ local function decode_fields(text)
     if type(f[i]) ~= 'string' then return nil end
   end
   return f
+end
+
+local function stream_of(fields, normal, high, low)
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'priority' then
+      local level = fields[i + 1]
+      if level == 'high' and high then return high end
+      if level == 'low' and low then return low end
+      return normal
+    end
+  end
+  return normal
+end
+
+local function dedup_finish(key)
+  if not key_is(key, 'string') then return end
+  local window = tonumber(rcall('GET', key))
+  if not window then return end
+  if window <= 0 then rcall('DEL', key) else rcall('PEXPIRE', key, window) end
 end

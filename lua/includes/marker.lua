@@ -25,6 +25,9 @@
 -- pending_push(pending, backlogs, sid, sched, fields, run_until): add one occurrence (its job
 --   fields as a Lua list) and list the schedule in backlogs ({p}:backlogs, by when its marker
 --   expires: where the scheduler finds a backlog whose run was lost); backlogs may be nil.
+-- schedule_stream(stream_prefix, queue, priority)
+--   The stream a schedule's jobs go to: its queue's ("{p}:queue:<queue>"), or that of its
+--   priority level ("…#high", "…#low"); queue and priority as the hash holds them (nil: default).
 -- release_next(hash, pending, stream, history, cap, now, after, backlogs, sid)
 --   queue the oldest pending occurrence of the hash's current generation (older generations'
 --   are dropped; there are none unless the hash was edited by hand, since an update or a
@@ -35,6 +38,12 @@
 --   when nothing is left.
 
 local MARKER = {'run', 'run_state', 'run_until', 'run_worker'}
+
+local function schedule_stream(stream_prefix, queue, priority)
+  local name = stream_prefix .. (queue or 'default')
+  if priority == 'high' or priority == 'low' then return name .. '#' .. priority end
+  return name
+end
 
 local function marker_live(run, run_until, now)
   if run and (not run_until or (tonumber(run_until) or 0) > now) then return run end

@@ -22,7 +22,7 @@ from rsched._errors import (
     StateError,
 )
 from rsched._history import HistoryEvent
-from rsched._job import DeadLetter, Job
+from rsched._job import DeadLetter, Enqueued, Job
 from rsched._model import Schedule
 from rsched._page import Page
 from rsched._scheduler import Scheduler
@@ -40,6 +40,7 @@ __all__ = (
     "ConfigError",
     "DeadLetter",
     "DeadLetterNotFound",
+    "Enqueued",
     "Fired",
     "HistoryEvent",
     "InvalidArgument",

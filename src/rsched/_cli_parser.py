@@ -9,8 +9,9 @@ from typing import Any, get_args
 
 from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
-from rsched._cli_common import Handler, LocalHandler, iso_datetime, json_object
+from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
 from rsched._model import Overlap
+from rsched._rules import PRIORITIES
 
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
@@ -88,6 +89,7 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     trigger.add_argument("--at", type=iso_datetime, help="one-off time, ISO 8601")
     p.add_argument("--tz", "--timezone", dest="timezone", help="IANA zone, e.g. Europe/Rome")
     p.add_argument("--queue", help="queue name (default: default)")
+    p.add_argument("--priority", choices=PRIORITIES, help="high, normal (default) or low")
     p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
     p.add_argument("--start-at", type=iso_datetime, help="first possible run (ISO 8601)")
     p.add_argument("--end-at", type=iso_datetime, help="last possible run (ISO 8601)")
@@ -358,6 +360,38 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--queue", default="default")
         p.add_argument("--task", help="only dead letters of this task")
         p.add_argument("--all", action="store_true", help="every dead letter of the queue")
+
+    p = _sub(
+        subs,
+        "enqueue",
+        "Add a one-off job to a queue",
+        '  rsched enqueue emails.send --payload \'{"to": "a@example.com"}\'\n'
+        "  rsched enqueue reports.build --queue reports --delay 5m --priority low\n"
+        "  rsched enqueue billing.charge --id order-42   (again: nothing added, says so)",
+        queues.cmd_enqueue,
+    )
+    p.add_argument("task", help="the handler name a worker runs")
+    p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
+    p.add_argument("--queue", default="default", help="queue name (default: default)")
+    p.add_argument(
+        "--delay", type=queues.delay_s, default=0, help="hold it back: 30, 90s, 5m, 1h30m"
+    )
+    p.add_argument(
+        "--id",
+        dest="execution_id",
+        help="your own execution id: while a job with it is queued, running or finished "
+        "less than the dedup window ago, nothing is added",
+    )
+    p.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        default="normal",
+        help="workers take high first, low last (default: normal)",
+    )
+    p.add_argument("--max-retries", type=int, default=3, help="retries after a failure (3)")
+    p.add_argument(
+        "--timeout", dest="timeout_s", type=duration_s, default=3600, help="job timeout (1h)"
+    )
 
     _sub(
         subs,

@@ -1,4 +1,4 @@
-"""``rsched`` commands on queues: ``dead ls|show|requeue|purge`` and ``stats``."""
+"""``rsched`` commands on queues: ``enqueue``, ``dead ls|show|requeue|purge`` and ``stats``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,39 @@ from rsched._client import Client
 from rsched._errors import UsageError
 from rsched._job import DeadLetter
 from rsched._model import to_ms
+from rsched._rules import parse_duration_s
+
+
+def delay_s(text: str) -> float:
+    """``--delay``: a duration as everywhere in the CLI (``90s``, ``5m``), 0 meaning none."""
+    try:
+        return parse_duration_s(text, allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
+    done = await client.enqueue(
+        args.task,
+        args.payload,
+        queue=args.queue,
+        delay=args.delay,
+        max_retries=args.max_retries,
+        timeout_s=args.timeout_s,
+        execution_id=args.execution_id,
+        priority=args.priority,
+    )
+    where = f"queue {args.queue}" + ("" if args.priority == "normal" else f" ({args.priority})")
+    if not done.created:
+        text = (
+            f"{done.execution_id} already there (queued, running or finished inside the dedup "
+            "window): nothing added"
+        )
+    elif args.delay:
+        text = f"{done.execution_id} enqueued on {where}, due in {fmt.duration(args.delay * 1000)}"
+    else:
+        text = f"{done.execution_id} enqueued on {where}"
+    out(args, {"execution_id": done.execution_id, "created": done.created}, text)
 
 
 def _letter(d: DeadLetter) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from rsched._tz import canonical_timezone, resolve_timezone
 #: The spec options of ``add`` / ``upsert`` / ``update`` (argparse dests), copied into the spec
 #: when given.
 SPEC_OPTIONS = (
-    "task", "cron", "every", "at", "timezone", "queue", "payload", "start_at", "end_at",
+    "task", "cron", "every", "at", "timezone", "queue", "priority", "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
     "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
     "misfire_grace_s", "description", "paused",
@@ -314,6 +314,7 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
         ("generation", s.generation),
         ("window", f"{s.start_at or '-'} .. {s.end_at or '-'}"),
         ("overlap", s.overlap),
+        ("priority", s.priority),
         ("misfire", f"{s.misfire} (grace {fmt.duration(s.misfire_grace_s * 1000)})"),
         (
             "retries",

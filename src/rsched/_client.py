@@ -40,11 +40,11 @@ from rsched._errors import (
     ScheduleNotFound,
 )
 from rsched._history import HistoryEvent, page_events
-from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
+from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._page import Page, every_item
 from rsched._queues import QueueStore
-from rsched._rules import PAGE_MAX, check_history_status, check_page, check_pause_note
+from rsched._rules import PAGE_MAX, Priority, check_history_status, check_page, check_pause_note
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import Timing, next_fire_times
@@ -495,25 +495,33 @@ class Client:
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
-        delay: float | timedelta = 0,
+        delay: float | str | timedelta = 0,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
-    ) -> str:
-        """Add a one-off job outside any schedule; returns its execution id.
+        priority: Priority = "normal",
+        dedup_window_s: float | None = None,
+    ) -> Enqueued:
+        """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
+        and whether this call created it).
 
-        ``delay`` (seconds or a timedelta) holds it back that long by Redis time. Raises
-        InvalidJob naming the bad field (task, queue, payload, delay_s).
+        ``delay`` (seconds, "90s", "5m", a timedelta) holds it back that long by Redis time.
+        ``priority`` (``high``, ``normal``, ``low``) picks the stream workers take it from. With
+        your own ``execution_id`` the call is idempotent: while a job with that id is queued,
+        delayed, running or finished less than ``dedup_window_s`` ago (default: the
+        ``dedup_window_s`` setting, 24 h), nothing is added and ``created`` is False. Raises
+        InvalidJob naming the bad field (task, queue, payload, delay_s, priority, …).
         """
-        delay_s = delay.total_seconds() if isinstance(delay, timedelta) else delay
         return await self._queues.enqueue(
             task,
             payload,
             queue=queue,
-            delay_s=delay_s,
+            delay_s=delay,
             max_retries=max_retries,
             timeout_s=timeout_s,
             execution_id=execution_id,
+            priority=priority,
+            dedup_window_s=dedup_window_s,
         )
 
     @_redis_errors

@@ -46,7 +46,7 @@ class Code(IntEnum):
     WRONG_TYPE = -6  # a key holds another type, or a hash fields rsched did not write
     BAD_ARGS = -7  # the arguments are malformed (a bug in the caller)
     BAD_INDEX = -8  # the schedules index is not a sorted set
-    EXISTS = -9  # add: the schedule id is taken
+    EXISTS = -9  # the id is taken (add: a schedule id; enqueue: an execution id in its window)
     NOT_PENDING = -10  # the queue entry is no longer pending (already recorded, or reclaimed)
     SUPERSEDED = -11  # start: a newer run of the schedule replaced this job (do not run it)
 

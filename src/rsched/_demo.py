@@ -48,6 +48,7 @@ from rsched._job import Job
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._model import Schedule
+from rsched._rules import PRIORITIES
 from rsched._scheduler import Scheduler
 from rsched._settings import SchedulerSettings, Settings, WorkerSettings
 from rsched._signals import SIGNALS, two_signal_stop
@@ -177,6 +178,7 @@ _RANK = {
     "started": 0,
     "completed": 2,
     "failed": 2,
+    "retry": 2,
     "timed out": 2,
     "dead": 3,
     "skipped": 2,
@@ -219,6 +221,11 @@ def describe(event: dict[str, Any], dead_stream: str = "the dead-letter stream")
         nxt = f" -> retry in {_seconds(retry)}" if retry is not None else ""
         what = "timed out" if kind == "timed_out" else (error or "failed")
         return "failed" if kind == "failed" else "timed out", f"attempt {attempt}: {what}{nxt}"
+    if kind == "retry":  # the handler raised rsched.Retry: not a failure
+        retry = event.get("retry_in_ms")
+        why = f" ({event['reason']})" if event.get("reason") else ""
+        nxt = f" -> again in {_seconds(retry)}" if retry is not None else ""
+        return "retry", f"attempt {attempt}: asked for another attempt{why}{nxt}"
     if kind == "dead":
         reason = str(event.get("reason", ""))
         why = _DEAD_REASONS.get(reason, reason)
@@ -381,12 +388,14 @@ async def _clear_queue(redis: Redis, keys: Keys) -> tuple[int, int]:
     """Drop the demo queue's jobs and delayed retries (an interrupted run leaves some behind:
     they would run, or fail, in the next demo). Its dead letters stay, to be looked at.
     Returns how many jobs and retries there were."""
+    streams = [keys.queue(QUEUE, level) for level in PRIORITIES]  # a stream per priority
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.xlen(keys.queue(QUEUE))
+        for stream in streams:
+            pipe.xlen(stream)
         pipe.zcard(keys.delayed_queue(QUEUE))
-        pipe.delete(keys.queue(QUEUE), keys.delayed_queue(QUEUE))
-        jobs, retries, _ = await pipe.execute()
-    return int(jobs), int(retries)
+        pipe.delete(*streams, keys.delayed_queue(QUEUE))
+        *lengths, retries, _ = await pipe.execute()
+    return sum(int(n) for n in lengths), int(retries)
 
 
 async def _prepare(

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from rsched._errors import MalformedJob
-from rsched._rules import NAME_RE, check_option, check_retry_window
+from rsched._rules import NAME_RE, Priority, check_option, check_retry_window
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_BASE_S = 30.0
@@ -118,6 +118,16 @@ def retry_delay_s(opts: JobOptions, attempt: int, rng: random.Random | None = No
 
 
 @dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What ``enqueue`` did: the job's execution id, and whether this call added it
+    (``created=False``: a job with that execution id was already queued, delayed, running or
+    finished inside the dedup window, and nothing was added). Since 0.1.0."""
+
+    execution_id: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """One delivery of a fired occurrence or an enqueued job, as passed to a handler.
 
@@ -125,6 +135,8 @@ class Job:
     attempt's entry was handed to a worker (more than 1 after a worker died mid-run).
     ``scheduled_at`` is the occurrence's time (for an enqueued job, when it became due) and
     ``fired_at`` when it was written to the queue; both are aware UTC datetimes.
+    ``priority`` is the level of the stream the job was read from (``high``, ``normal``,
+    ``low``); its retries keep it.
     """
 
     execution_id: str
@@ -140,6 +152,7 @@ class Job:
     entry_id: str = ""
     deliveries: int = 1
     options: JobOptions = _DEFAULT_OPTIONS
+    priority: Priority = "normal"
     fields: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     # Set for sync handlers (threads cannot be cancelled): see should_stop.
     stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
@@ -175,12 +188,16 @@ class Job:
         return self.attempt > self.options.max_retries
 
     def next_attempt_fields(self) -> list[str]:
-        """The stream fields of the retry of this job (attempt + 1), as a flat list."""
+        """The stream fields of the retry of this job (attempt + 1), as a flat list; they name
+        the job's level (lua/promote.lua puts it back in that level's stream)."""
         out: list[str] = []
         for name, value in self.fields.items():
-            out += [name, str(self.attempt + 1) if name == "attempt" else value]
+            if name != "priority":
+                out += [name, str(self.attempt + 1) if name == "attempt" else value]
         if "attempt" not in self.fields:
             out += ["attempt", str(self.attempt + 1)]
+        if self.priority != "normal":
+            out += ["priority", self.priority]
         return out
 
 
@@ -198,8 +215,15 @@ def _ms(value: str, name: str) -> int:
     return ms
 
 
-def parse_entry(queue: str, entry_id: str, fields: Mapping[str, str], deliveries: int = 1) -> Job:
-    """Build the :class:`Job` of a stream entry; raises MalformedJob naming the bad field."""
+def parse_entry(
+    queue: str,
+    entry_id: str,
+    fields: Mapping[str, str],
+    deliveries: int = 1,
+    priority: Priority = "normal",
+) -> Job:
+    """Build the :class:`Job` of a stream entry read from the stream of ``priority``; raises
+    MalformedJob naming the bad field."""
     missing = [name for name in ("execution_id", "task") if not fields.get(name)]
     if missing:
         raise MalformedJob(f"missing field(s): {', '.join(missing)}")
@@ -236,6 +260,7 @@ def parse_entry(queue: str, entry_id: str, fields: Mapping[str, str], deliveries
         entry_id=entry_id,
         deliveries=deliveries,
         options=JobOptions.parse(fields.get("opts")),
+        priority=priority,
         fields=fields,
     )
 

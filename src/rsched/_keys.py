@@ -10,10 +10,16 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from rsched._rules import check_prefix
+from rsched._rules import Priority, check_prefix
 
 # Worker consumer group name on every queue stream.
 GROUP = "rsched"
+
+
+def stream_name(queue: str, priority: Priority = "normal") -> str:
+    """What follows ``{p}:queue:`` in the key of a queue's stream of one level. '#' is no
+    character of a queue name, so a level's stream never collides with another queue's."""
+    return queue if priority == "normal" else f"{queue}#{priority}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +61,16 @@ class Keys:
         expires (ms): where the scheduler looks for a backlog whose run was lost."""
         return f"{self.tag}:backlogs"
 
-    def queue(self, name: str) -> str:
-        """STREAM of jobs for one queue, read by workers through the ``rsched`` group."""
-        return f"{self.tag}:queue:{name}"
+    def queue(self, name: str, priority: Priority = "normal") -> str:
+        """STREAM of jobs of one queue and priority level, read by workers through the
+        ``rsched`` group: ``{p}:queue:<name>`` for ``normal`` (the stream of every queue before
+        priorities existed), ``{p}:queue:<name>#high`` / ``#low`` for the others."""
+        return f"{self.tag}:queue:{stream_name(name, priority)}"
+
+    def dedup(self, execution_id: str) -> str:
+        """STRING (the queue name) with a TTL: an ``enqueue`` with this execution id was taken;
+        alive while the job waits or runs and ``dedup_window_s`` after it finished."""
+        return f"{self.tag}:dedup:{execution_id}"
 
     def dead(self, name: str) -> str:
         """STREAM of dead letters of one queue."""

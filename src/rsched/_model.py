@@ -39,6 +39,7 @@ from rsched._rules import (
     BUFFER_LIMIT_DEFAULT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES,
+    Priority,
     check_buffer_limit,
     check_name,
     check_option,
@@ -109,6 +110,7 @@ class Schedule(BaseModel):
     task: str
     queue: str = "default"
     payload: dict[str, Any] = Field(default_factory=dict)
+    priority: Priority = "normal"
 
     cron: str | None = None
     every: float | None = Field(default=None, json_schema_extra=_duration_schema)

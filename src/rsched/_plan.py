@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import NamedTuple, get_args
 
 from rsched._job import JobOptions
+from rsched._keys import stream_name
 from rsched._model import Overlap
-from rsched._rules import NAME_RE
+from rsched._rules import NAME_RE, Priority, check_priority
 from rsched._timing import Timing
 
 # Counting missed occurrences is for the history record only ("missed" is at most this): never
@@ -46,6 +47,7 @@ class FireSpec:
     max_runs: int | None = None
     opts: str = ""  # the hash's ``opts`` JSON object, '' when every job option is the default
     buffer_limit: int | None = None  # None: the default (100)
+    priority: Priority = "normal"  # picks the queue's stream of that level (rsched._keys.queue)
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> FireSpec:
@@ -55,15 +57,23 @@ class FireSpec:
         cache small."""
         get = fields.get
         return _fire_spec(
-            get("overlap"), get("queue"), get("max_runs"), get("opts"), get("buffer_limit")
+            get("overlap"),
+            get("queue"),
+            get("max_runs"),
+            get("opts"),
+            get("buffer_limit"),
+            get("priority"),
         )
 
     def arg(self) -> str:
         """The spec as fire.lua reads it (its "policy"):
-        "<overlap> <queue> <max_runs> <buffer_limit> <opts>"."""
+        "<overlap> <queue> <max_runs> <buffer_limit> <opts>". The queue part names the stream of
+        the schedule's priority level (``q`` or ``q#high``): fire.lua appends it to the streams'
+        key prefix, so a priority costs a fire nothing."""
         max_runs = "" if self.max_runs is None else self.max_runs
         limit = "" if self.buffer_limit is None else self.buffer_limit
-        return f"{self.overlap} {self.queue} {max_runs} {limit} {self.opts}"
+        queue = stream_name(self.queue, self.priority)
+        return f"{self.overlap} {queue} {max_runs} {limit} {self.opts}"
 
 
 DEFAULT_FIRE_SPEC = FireSpec()
@@ -76,6 +86,7 @@ def _fire_spec(
     max_runs: str | None,
     opts: str | None,
     buffer_limit: str | None = None,
+    priority: str | None = None,
 ) -> FireSpec:
     overlap = "skip" if overlap is None else overlap
     queue = "default" if queue is None else queue
@@ -91,12 +102,14 @@ def _fire_spec(
     if buffer_limit is not None and not buffer_limit.isdigit():
         raise ValueError(f"buffer_limit must be a whole number, not {buffer_limit!r}")
     JobOptions.parse(opts)  # MalformedJob, a ValueError naming the option
+    level = check_priority("normal" if priority is None else priority)
     return FireSpec(
         overlap,
         queue,
         None if max_runs is None else int(max_runs),
         opts,
         None if buffer_limit is None else int(buffer_limit),
+        level,
     )
 
 
@@ -126,7 +139,7 @@ class FireItem(NamedTuple):
 PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
-    "buffer_limit",
+    "buffer_limit", "priority",
 )  # fmt: skip
 
 

@@ -7,9 +7,11 @@ Python side. Every write is a Lua script in lua/ that is safe to run twice.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -19,15 +21,29 @@ from redis.exceptions import ResponseError
 from rsched import _lua
 from rsched._codes import Code, check
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
-from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, JobOptions
+from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued, JobOptions
 from rsched._keys import GROUP, Keys
-from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, NAME_RE, check_name, check_page, encode_payload
+from rsched._rules import (
+    DEFAULT_DEDUP_WINDOW_S,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    NAME_RE,
+    PRIORITIES,
+    Priority,
+    check_dedup_window,
+    check_name,
+    check_page,
+    check_priority,
+    encode_payload,
+    parse_duration_s,
+)
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
 PAGE = 500
 T = TypeVar("T")
 
 Entry = tuple[str, dict[str, str]]
+#: One stream of a queue: (queue name, priority level).
+Lane = tuple[str, Priority]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +56,7 @@ class Done:
     attempt: int
     event: str  # completed | cancelled
     extra: str = ""  # JSON fragment ('' or ',"k":v…')
+    dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
 
 
 def fragment(fields: dict[str, Any]) -> str:
@@ -58,12 +75,14 @@ class QueueStore(_lua.ScriptCaller):
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         dead_letter_max_entries: int = 100_000,
+        dedup_window_s: float = DEFAULT_DEDUP_WINDOW_S,
     ) -> None:
         super().__init__(redis)
         self.keys = keys
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
         self.dead_letter_max_entries = dead_letter_max_entries
+        self.dedup_window_s = dedup_window_s
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> QueueStore:
@@ -74,7 +93,14 @@ class QueueStore(_lua.ScriptCaller):
             history_limit=settings.history_limit,
             max_payload_bytes=settings.max_payload_bytes,
             dead_letter_max_entries=settings.worker.dead_letter_max_entries,
+            dedup_window_s=settings.dedup_window_s,
         )
+
+    def streams(self, queue: str) -> list[str]:
+        """The queue's streams, one per priority level, in the order (normal, high, low) the
+        scripts that route a job by its level (promote, requeue) take them."""
+        k = self.keys
+        return [k.queue(queue), k.queue(queue, "high"), k.queue(queue, "low")]
 
     # --- producers ---------------------------------------------------------------------------
 
@@ -84,7 +110,7 @@ class QueueStore(_lua.ScriptCaller):
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
-        delay_s: float = 0,
+        delay_s: float | str | timedelta = 0,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
@@ -92,17 +118,29 @@ class QueueStore(_lua.ScriptCaller):
         retry_multiplier: float | None = None,
         retry_max_s: float | None = None,
         retry_jitter: float | None = None,
-    ) -> str:
-        """Add a one-off job; returns its execution id. Raises InvalidJob naming the bad field.
+        priority: Priority = "normal",
+        dedup_window_s: float | None = None,
+    ) -> Enqueued:
+        """Add a one-off job. Raises InvalidJob naming the bad field.
 
-        With ``delay_s > 0`` the job waits in the queue's delayed set until then (Redis time).
+        ``delay_s`` is a duration (seconds, "90s", "5m", a timedelta): the job waits in the
+        queue's delayed set until then (Redis time).
+        With an ``execution_id`` the call is idempotent: while a job with that id waits, runs
+        or finished less than ``dedup_window_s`` ago, nothing is added and the result names
+        the existing job (``created=False``). A random id (none given) skips that check.
         """
         _job_field("task", check_name, task, "task name")
         _job_field("queue", check_name, queue, "queue name")
+        level = _job_field("priority", check_priority, priority)
+        dedup_ms: int | None = None
         if execution_id is None:
             execution_id = f"job-{uuid.uuid4().hex}"
+            if dedup_window_s is not None:
+                _job_field("dedup_window_s", check_dedup_window, dedup_window_s)
         else:
             _job_field("execution_id", check_name, execution_id, "execution id")
+            window = self.dedup_window_s if dedup_window_s is None else dedup_window_s
+            dedup_ms = round(_job_field("dedup_window_s", check_dedup_window, window) * 1000)
         limit = self.max_payload_bytes
         body = _job_field("payload", encode_payload, {} if payload is None else payload, limit)
         try:
@@ -116,8 +154,9 @@ class QueueStore(_lua.ScriptCaller):
             )
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
-        if not isinstance(delay_s, int | float) or not delay_s >= 0 or delay_s > 10 * 365 * 86400:
-            raise InvalidJob(f"delay_s: must be a number of seconds >= 0, got {delay_s!r}")
+        delay = _job_field("delay_s", functools.partial(parse_duration_s, allow_zero=True), delay_s)
+        if delay > 10 * 365 * 86400:
+            raise InvalidJob(f"delay_s: at most 10 years, got {delay:g} s")
         fields = [
             "execution_id", execution_id,
             "task", task,
@@ -126,14 +165,23 @@ class QueueStore(_lua.ScriptCaller):
             "origin", "enqueue",
             "opts", options.encode(),
         ]  # fmt: skip
-        op_key, op_id = self.keys.new_op()
+        if level != "normal":
+            fields += ["priority", level]  # a retry or a requeue keeps it (lua/promote.lua)
+        k = self.keys
+        keys = [k.queue(queue, level), k.delayed_queue(queue), k.queues]
+        if dedup_ms is not None:
+            fields += ["dedup", str(dedup_ms)]
+            keys.append(k.dedup(execution_id))
+        op_key, op_id = k.new_op()
         res = await self.call(
             "enqueue",
-            [self.keys.queue(queue), self.keys.delayed_queue(queue), self.keys.queues, op_key],
-            [queue, round(delay_s * 1000), op_id, *fields],
-        )  # fmt: skip
+            [*keys[:3], op_key, *keys[3:]],
+            [queue, round(delay * 1000), op_id, *fields],
+        )
+        if isinstance(res, list) and res and int(res[0]) == Code.EXISTS:
+            return Enqueued(execution_id, created=False)
         check(res, script="enqueue", queue=queue)
-        return execution_id
+        return Enqueued(execution_id, created=True)
 
     # --- dead letters --------------------------------------------------------------------------
 
@@ -205,7 +253,7 @@ class QueueStore(_lua.ScriptCaller):
         moved = 0
         async for chunk in self._selected(queue, entry_ids, task):
             res = int(
-                await self.call("requeue", [self.keys.dead(queue), self.keys.queue(queue)], chunk)
+                await self.call("requeue", [self.keys.dead(queue), *self.streams(queue)], chunk)
             )
             if res < 0:
                 check(res, script="requeue", queue=queue)
@@ -266,111 +314,142 @@ class QueueStore(_lua.ScriptCaller):
 
     async def queue_stats(self) -> dict[str, dict[str, int | float | None]]:
         """Per queue: length, pending, consumers, delayed, dead, oldest_pending_ms (age)."""
+        """Per queue: length, pending, consumers, delayed, dead, oldest_pending_ms (age).
+
+        Length and pending count every priority level; ``high`` and ``low`` say how many of the
+        length wait in those levels' streams; consumers are those of the normal stream (a worker
+        reads all levels of its queues)."""
         names = await self.queue_names()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.time()
             for name in names:
-                pipe.xlen(self.keys.queue(name))
+                for level in PRIORITIES:
+                    pipe.xlen(self.keys.queue(name, level))
                 pipe.zcard(self.keys.delayed_queue(name))
                 pipe.xlen(self.keys.dead(name))
             head = await pipe.execute(raise_on_error=False)
         seconds, micros = head[0]
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         out: dict[str, dict[str, int | float | None]] = {}
+        per = len(PRIORITIES) + 2
         for i, name in enumerate(names):
-            length, delayed, dead = (_as_int(v) for v in head[1 + i * 3 : 4 + i * 3])
+            values = [_as_int(v) for v in head[1 + i * per : 1 + (i + 1) * per]]
+            lengths = dict(zip(PRIORITIES, values, strict=False))
+            delayed, dead = values[-2], values[-1]
             pending, consumers, oldest = 0, 0, None
-            try:
-                groups = await self.redis.xinfo_groups(self.keys.queue(name))
-                for group in groups:
-                    if group.get("name") == GROUP:
-                        pending, consumers = int(group["pending"]), int(group["consumers"])
-                if pending:
-                    summary = await self.redis.xpending(self.keys.queue(name), GROUP)
-                    low = summary.get("min")
-                    if low:
-                        oldest = max(0, now_ms - int(str(low).split("-")[0]))
-            except ResponseError:
-                pass  # no stream or no group yet
+            for level in PRIORITIES:
+                key = self.keys.queue(name, level)
+                try:
+                    groups = await self.redis.xinfo_groups(key)
+                    level_pending = 0
+                    for group in groups:
+                        if group.get("name") == GROUP:
+                            level_pending = int(group["pending"])
+                            if level == "normal":
+                                consumers = int(group["consumers"])
+                    pending += level_pending
+                    if level_pending:
+                        summary = await self.redis.xpending(key, GROUP)
+                        low = summary.get("min")
+                        if low:
+                            age = max(0, now_ms - int(str(low).split("-")[0]))
+                            oldest = age if oldest is None else max(oldest, age)
+                except ResponseError:
+                    pass  # no stream or no group yet
             out[name] = {
-                "length": length,
+                "length": sum(lengths.values()),
                 "pending": pending,
                 "consumers": consumers,
                 "delayed": delayed,
                 "dead": dead,
                 "oldest_pending_ms": oldest,
+                "high": lengths["high"],
+                "low": lengths["low"],
             }
         return out
 
     # --- worker ----------------------------------------------------------------------------------
 
     async def create_groups(self, queues: Sequence[str]) -> None:
-        """Create the consumer group on each queue (from the stream's start; idempotent)."""
+        """Create the consumer group on each stream (every priority level) of each queue (from
+        the stream's start; idempotent)."""
         for queue in queues:
-            try:
-                await self.redis.xgroup_create(self.keys.queue(queue), GROUP, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            for stream in self.streams(queue):
+                try:
+                    await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                except ResponseError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
         await self.redis.sadd(self.keys.queues, *queues)
 
     async def read(
-        self, queues: Sequence[str], consumer: str, count: int, block_ms: int
-    ) -> list[tuple[str, list[Entry]]]:
-        """New entries for this consumer: [(queue, [(entry id, fields)])]."""
-        streams: dict[Any, Any] = {self.keys.queue(q): ">" for q in queues}
+        self, lanes: Sequence[Lane], consumer: str, count: int, block_ms: int
+    ) -> list[tuple[Lane, list[Entry]]]:
+        """New entries for this consumer from the streams of ``lanes`` (queue, level):
+        [(lane, [(entry id, fields)])]."""
+        by_key = {self.keys.queue(q, level): (q, level) for q, level in lanes}
+        streams: dict[Any, Any] = dict.fromkeys(by_key, ">")
         res: Any = await self.redis.xreadgroup(
             GROUP, consumer, streams, count=count, block=block_ms
         )
         if not res:
             return []
-        prefix_len = len(self.keys.queue(""))
         if isinstance(res, dict):  # RESP3
-            return [(str(k)[prefix_len:], v[0] if v and isinstance(v[0], list) else v)
+            return [(by_key[str(k)], v[0] if v and isinstance(v[0], list) else v)
                     for k, v in res.items()]  # fmt: skip
-        return [(str(key)[prefix_len:], entries) for key, entries in res]
+        return [(by_key[str(key)], entries) for key, entries in res]
 
     async def take(
-        self, queues: Sequence[str], consumer: str, count: int
-    ) -> list[tuple[str, list[Entry]]]:
+        self, lanes: Sequence[Lane], consumer: str, count: int
+    ) -> list[tuple[Lane, list[Entry]]]:
         """Like :meth:`read` without blocking, at most ``count`` entries in all, in the order
-        of ``queues``; one JSON reply instead of a RESP field per value (see lua/take.lua)."""
+        of ``lanes``; one JSON reply instead of a RESP field per value (see lua/take.lua)."""
         raw = await self.call(
-            "take", [self.keys.queue(q) for q in queues], [GROUP, consumer, count]
+            "take", [self.keys.queue(q, level) for q, level in lanes], [GROUP, consumer, count]
         )
         doc = orjson.loads(raw)
-        out: list[tuple[str, list[Entry]]] = []
+        out: list[tuple[Lane, list[Entry]]] = []
         if not isinstance(doc, list):  # cjson writes an empty list as {}
             return out
         for index, entries in doc:
             if isinstance(entries, list):
-                out.append((queues[int(index) - 1], [(str(e[0]), e[1] or {}) for e in entries]))
+                out.append((lanes[int(index) - 1], [(str(e[0]), e[1] or {}) for e in entries]))
         return out
 
     async def start(
-        self, queue: str, worker: str, items: Sequence[tuple[str, str, str, int, str]]
+        self,
+        queue: str,
+        worker: str,
+        items: Sequence[tuple[str, str, str, int, str]],
+        priority: Priority = "normal",
     ) -> list[Code]:
         """Mark schedule jobs running; items (entry id, exec id, schedule id, attempt, extra).
         Returns OK (run it) or SUPERSEDED (already acknowledged, do not run) per item."""
-        keys = [self.keys.queue(queue)]
+        keys = [self.keys.queue(queue, priority)]
         args: list[Any] = [GROUP, self.history_limit, worker]
         for entry_id, exec_id, sid, attempt, extra in items:
             keys += [self.keys.history(sid), self.keys.schedule(sid)]
             args += [entry_id, exec_id, attempt, extra]
         return [Code(int(c)) for c in await self.call("start", keys, args)]
 
-    async def complete(self, queue: str, done: Sequence[Done]) -> int:
+    async def complete(
+        self, queue: str, done: Sequence[Done], priority: Priority = "normal"
+    ) -> int:
         """Acknowledge finished runs and record their events; returns how many were recorded
         (the others were no longer pending)."""
-        keys = [self.keys.queue(queue)]
-        items = []
+        keys = [self.keys.queue(queue, priority)]
+        items: list[tuple[Any, ...]] = []
         for d in done:
             if d.schedule_id:
                 sid = d.schedule_id
                 keys += [self.keys.history(sid), self.keys.schedule(sid), self.keys.pending(sid)]
-            items.append(
-                (d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra)
-            )
+            item: tuple[Any, ...] = (
+                d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra
+            )  # fmt: skip
+            if d.dedup:
+                keys.append(self.keys.dedup(d.execution_id))
+                item = (*item, 1)
+            items.append(item)
         args = [GROUP, self.history_limit, orjson.dumps(items)]
         recorded = int(await self.call("complete", keys, args))
         if recorded < 0:
@@ -389,12 +468,15 @@ class QueueStore(_lua.ScriptCaller):
         attempt: int,
         event: str,
         extra: str,
+        priority: Priority = "normal",
     ) -> int | None:
-        """Schedule the next attempt; returns its due time (ms) or None when not pending."""
-        history = self.keys.history(schedule_id) if schedule_id else self.keys.queue(queue)
+        """Schedule the next attempt; returns its due time (ms) or None when not pending.
+        ``next_fields`` carry the job's level (its 'priority' field) for the promoter."""
+        stream = self.keys.queue(queue, priority)
+        history = self.keys.history(schedule_id) if schedule_id else stream
         res = await self.call(
             "retry",
-            [self.keys.queue(queue), self.keys.delayed_queue(queue), history],
+            [stream, self.keys.delayed_queue(queue), history],
             [
                 GROUP,
                 entry_id,
@@ -426,18 +508,26 @@ class QueueStore(_lua.ScriptCaller):
         worker: str = "",
         first_event: str = "",
         extra: str = "",
+        priority: Priority = "normal",
     ) -> str | None:
         """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
-        entry was no longer pending)."""
+        entry was no longer pending). The stored job names its level, for ``requeue``."""
         sid = raw.get("schedule_id") or ""
         has_schedule = bool(sid) and NAME_RE.match(sid) is not None
         k = self.keys
-        keys = [k.queue(queue), k.dead(queue)]
+        stream = k.queue(queue, priority)
+        keys = [stream, k.dead(queue)]
         if has_schedule:
             keys += [k.history(sid), k.schedule(sid), k.pending(sid)]
         else:
-            keys += [k.queue(queue)] * 3
-        flat = [v for pair in raw.items() for v in pair]
+            keys += [stream] * 3
+        exec_id = raw.get("execution_id", "")
+        if raw.get("dedup") and NAME_RE.match(exec_id):
+            keys.append(k.dedup(exec_id))
+        job = {name: value for name, value in raw.items() if name != "priority"}
+        if priority != "normal":
+            job["priority"] = priority
+        flat = [v for pair in job.items() for v in pair]
         fields = [
             "reason", reason,
             "execution_id", raw.get("execution_id", ""),
@@ -470,19 +560,32 @@ class QueueStore(_lua.ScriptCaller):
             return None
         return str(res[1])
 
-    async def heartbeat(self, queue: str, consumer: str, entry_ids: Sequence[str]) -> list[str]:
+    async def heartbeat(
+        self, queue: str, consumer: str, entry_ids: Sequence[str], priority: Priority = "normal"
+    ) -> list[str]:
         """Keep entries fresh; returns the ids this consumer no longer holds."""
         if not entry_ids:
             return []
-        lost = await self.call("heartbeat", [self.keys.queue(queue)], [GROUP, consumer, *entry_ids])
+        lost = await self.call(
+            "heartbeat", [self.keys.queue(queue, priority)], [GROUP, consumer, *entry_ids]
+        )
         return [str(x) for x in lost]
 
     async def reclaim(
-        self, queue: str, consumer: str, min_idle_ms: int, start: str, count: int
+        self,
+        queue: str,
+        consumer: str,
+        min_idle_ms: int,
+        start: str,
+        count: int,
+        priority: Priority = "normal",
     ) -> tuple[str, list[tuple[str, dict[str, str], int]]]:
-        """Claim idle entries: (next start id, [(entry id, fields, deliveries)])."""
+        """Claim idle entries of one level's stream: (next start id, [(entry id, fields,
+        deliveries)]). A reclaimed job stays in its stream, so it keeps its level."""
         nxt, found = await self.call(
-            "reclaim", [self.keys.queue(queue)], [GROUP, consumer, min_idle_ms, start, count]
+            "reclaim",
+            [self.keys.queue(queue, priority)],
+            [GROUP, consumer, min_idle_ms, start, count],
         )
         out = []
         for entry_id, flat, deliveries in found:
@@ -491,9 +594,10 @@ class QueueStore(_lua.ScriptCaller):
         return str(nxt), out
 
     async def promote(self, queue: str, limit: int = 1000) -> tuple[int, int | None]:
-        """Move due delayed jobs into the stream: (moved, ms until the next is due or None)."""
+        """Move due delayed jobs into the stream of their level: (moved, ms until the next is
+        due or None)."""
         res = await self.call(
-            "promote", [self.keys.delayed_queue(queue), self.keys.queue(queue)], [limit]
+            "promote", [self.keys.delayed_queue(queue), *self.streams(queue)], [limit]
         )
         if int(res[0]) < 0:
             check(res, script="promote", queue=queue)
@@ -506,16 +610,17 @@ class QueueStore(_lua.ScriptCaller):
         holds nothing, and its next read re-creates its consumer."""
         forgotten = 0
         for queue in queues:
-            consumers = await self.redis.xinfo_consumers(self.keys.queue(queue), GROUP)
-            for c in consumers:
-                name = str(c.get("name"))
-                if (
-                    name != keep
-                    and not int(c.get("pending", 0))
-                    and int(c.get("idle", 0)) > idle_ms
-                ):
-                    await self.redis.xgroup_delconsumer(self.keys.queue(queue), GROUP, name)
-                    forgotten += 1
+            for stream in self.streams(queue):
+                consumers = await self.redis.xinfo_consumers(stream, GROUP)
+                for c in consumers:
+                    name = str(c.get("name"))
+                    if (
+                        name != keep
+                        and not int(c.get("pending", 0))
+                        and int(c.get("idle", 0)) > idle_ms
+                    ):
+                        await self.redis.xgroup_delconsumer(stream, GROUP, name)
+                        forgotten += 1
         return forgotten
 
 

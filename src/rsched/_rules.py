@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
+from typing import Literal, get_args
 
 import orjson
 
@@ -45,6 +46,12 @@ HISTORY_STATUSES = (
     "fired", "skipped", "buffered", "misfired", "released", "cancel_requested", "running",
     "completed", "failed", "timed_out", "retry", "dead", "cancelled",
 )  # fmt: skip
+#: A job's priority level: workers take ``high`` first, with a weighted share for the others.
+Priority = Literal["high", "normal", "low"]
+PRIORITIES: tuple[Priority, ...] = get_args(Priority)
+#: How long an ``enqueue`` with an ``execution_id`` keeps that id taken after the job finished.
+DEFAULT_DEDUP_WINDOW_S = 86_400.0
+DEDUP_WINDOW_MAX_S = 366 * 86_400.0
 
 
 def check_name(value: object, what: str) -> str:
@@ -55,6 +62,28 @@ def check_name(value: object, what: str) -> str:
             "'. _ - :' (no spaces, '*', '?', '[', ']', '{' or '}'), e.g. 'nightly-report'"
         )
     return value
+
+
+def check_priority(value: object) -> Priority:
+    """A job or schedule priority: 'high', 'normal' or 'low'."""
+    for level in PRIORITIES:
+        if value == level:
+            return level
+    raise ValueError(f"{value!r} is not a priority: use 'high', 'normal' (the default) or 'low'")
+
+
+def check_dedup_window(value: object) -> float:
+    """Seconds an execution id stays taken after its job finished (``dedup_window_s``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= DEDUP_WINDOW_MAX_S
+    ):
+        raise ValueError(
+            f"must be a number of seconds from 0 to {DEDUP_WINDOW_MAX_S:.0f} (366 days), "
+            f"got {value!r}"
+        )
+    return float(value)
 
 
 def check_prefix(prefix: str) -> str:

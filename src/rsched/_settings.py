@@ -11,13 +11,23 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES, PREFIX_RE
+from rsched._rules import (
+    DEDUP_WINDOW_MAX_S,
+    DEFAULT_DEDUP_WINDOW_S,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_BYTES,
+    PREFIX_RE,
+    PRIORITIES,
+)
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 # Events kept per schedule. Each is ~150 bytes and a run writes about three (fired, running,
 # completed), so this is the last ~10 runs for ~4.5 KB: the largest part of a busy schedule's
 # memory, hence modest by default.
 DEFAULT_HISTORY_LIMIT = 30
+# Sidekiq's weighted queues: of 10 reads while every level has work, high comes first 6 times,
+# normal 3, low 1; a level with nothing waiting passes its turn on, so none starves.
+DEFAULT_PRIORITY_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
 
 
 class SchedulerSettings(BaseModel):
@@ -72,6 +82,25 @@ class WorkerSettings(BaseModel):
     dead_letter_max_entries: int = Field(default=100_000, ge=10)
     # Traceback excerpt kept in a dead letter (characters, from the end).
     traceback_max_chars: int = Field(default=4_000, ge=100)
+    # Share of reads each priority level leads (see DEFAULT_PRIORITY_WEIGHTS).
+    priority_weights: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PRIORITY_WEIGHTS))
+
+    @model_validator(mode="after")
+    def _weights(self) -> WorkerSettings:
+        unknown = sorted(set(self.priority_weights) - set(PRIORITIES))
+        if unknown:
+            raise ValueError(
+                f"priority_weights: unknown level(s) {unknown}; use high, normal and low, "
+                'e.g. {"high": 6, "normal": 3, "low": 1}'
+            )
+        for level, weight in self.priority_weights.items():
+            if isinstance(weight, bool) or not 1 <= weight <= 1000:
+                raise ValueError(
+                    f"priority_weights: {level} must be a whole number from 1 to 1000 "
+                    f"(got {weight!r}); every level keeps a share so that none starves"
+                )
+        self.priority_weights = {**DEFAULT_PRIORITY_WEIGHTS, **self.priority_weights}
+        return self
 
     @field_validator("queues", mode="before")
     @classmethod
@@ -101,6 +130,8 @@ class Settings(BaseSettings):
     prefix: str = Field(default="rsched", pattern=PREFIX_RE.pattern)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=2, le=MAX_PAYLOAD_BYTES)
     history_limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=10_000)
+    # An enqueue with its own execution id: how long the id stays taken after the job ended.
+    dedup_window_s: float = Field(default=DEFAULT_DEDUP_WINDOW_S, ge=0, le=DEDUP_WINDOW_MAX_S)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)

@@ -29,7 +29,7 @@ from rsched._errors import (
 from rsched._keys import Keys
 from rsched._model import Schedule
 from rsched._plan import FireItem, FireSpec
-from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, NAME_RE, encode_payload
+from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, NAME_RE, PRIORITIES, Priority, encode_payload
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._timing import first_run_ms
 
@@ -367,12 +367,17 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def trigger(self, schedule_id: str, queue: str | None = None) -> tuple[Code, str]:
         """Run one extra occurrence now; returns (code, execution id): FIRED, SKIPPED or BUFFERED.
-        ``queue`` is the schedule's (read from its hash when not given)."""
+        ``queue`` is the schedule's (read from its hash when not given); the job goes to the
+        stream of the schedule's priority."""
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
+        stored_queue, stored_priority = await self.redis.hmget(
+            k.schedule(schedule_id), ["queue", "priority"]
+        )
         if queue is None:
-            queue = str(await self.redis.hget(k.schedule(schedule_id), "queue") or "default")
+            queue = str(stored_queue or "default")
+        level: Priority = stored_priority if stored_priority in PRIORITIES else "normal"
         op_key, op_id = k.new_op()
         res = await self.call(
             "trigger",
@@ -381,7 +386,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.schedule(schedule_id),
                 k.history(schedule_id),
                 k.pending(schedule_id),
-                k.queue(queue),
+                k.queue(queue, level),
                 op_key,
                 k.backlogs,
             ],
@@ -404,7 +409,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.schedule(sid),
                 k.history(sid),
                 k.pending(sid),
-                k.queue(schedule.queue),
+                k.queue(schedule.queue, schedule.priority),
                 k.backfilled(sid),
                 op_key,
                 k.backlogs,

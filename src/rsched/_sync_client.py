@@ -18,9 +18,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
 from rsched._history import HistoryEvent
-from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter
+from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._model import Schedule
 from rsched._page import Page, every_item_sync
+from rsched._rules import Priority
 from rsched._settings import Settings
 
 T = TypeVar("T")
@@ -157,11 +158,13 @@ class SyncClient:
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
-        delay: float | timedelta = 0,
+        delay: float | str | timedelta = 0,
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         execution_id: str | None = None,
-    ) -> str:
+        priority: Priority = "normal",
+        dedup_window_s: float | None = None,
+    ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
             self._client.enqueue,
@@ -172,6 +175,8 @@ class SyncClient:
             max_retries=max_retries,
             timeout_s=timeout_s,
             execution_id=execution_id,
+            priority=priority,
+            dedup_window_s=dedup_window_s,
         )
 
     def dead_letters(

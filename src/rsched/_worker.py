@@ -1,7 +1,8 @@
 """The worker: runs registered task handlers for jobs read from queue streams.
 
 Actors (anyio tasks in rsched._worker_actors, stopped in this order on shutdown):
-- reader: XREADGROUP on the worker's queues, as many entries as there are free slots;
+- reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
+  queue is one stream per priority level, read by weighted turns (``priority_weights``);
 - runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
   plain functions in worker threads), each job under its timeout and its own cancel scope
   (cancel_previous);
@@ -35,7 +36,7 @@ from rsched._connection import connect, warn_if_unsafe
 from rsched._errors import ConfigError
 from rsched._job import Job
 from rsched._log import get_logger
-from rsched._queues import Done, QueueStore
+from rsched._queues import Done, Lane, QueueStore
 from rsched._rules import check_name
 from rsched._settings import Settings, WorkerSettings
 from rsched._worker_actors import ACTOR_FAILURES, Actors
@@ -170,8 +171,15 @@ class Worker:
 
     @property
     def failed_total(self) -> int:
-        """Failed attempts (retried or dead-lettered) of the current (or last) run."""
+        """Failed attempts (retried or dead-lettered) of the current (or last) run; an attempt
+        whose handler raised :class:`Retry` counts here only when it ends in a dead letter."""
         return self._actors.failed if self._actors else 0
+
+    @property
+    def retried_total(self) -> int:
+        """Attempts of the current (or last) run whose handler raised :class:`Retry` and got
+        another attempt."""
+        return self._actors.retried if self._actors else 0
 
     @property
     def stopping(self) -> bool:
@@ -255,7 +263,7 @@ class Worker:
         self, store: QueueStore, settings: Settings, task_status: TaskStatus[None]
     ) -> None:
         cfg = settings.worker
-        send, recv = anyio.create_memory_object_stream[tuple[str, Done]](ACK_BUFFER)
+        send, recv = anyio.create_memory_object_stream[tuple[Lane, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
         ctx = self._actors = Actors(self._handlers, self.consumer, store, settings, send, jobs)

@@ -1,6 +1,8 @@
 """The actors of a running worker (see rsched._worker for the whole picture).
 
-- reader: XREADGROUP on the worker's queues, as many entries as there are free slots;
+- reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
+  queue is a stream per priority level, and a busy read starts from the level whose weighted
+  turn it is (LevelTurns);
 - runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
   plain functions in worker threads), each job under its timeout and its own cancel scope;
 - acker: records finished runs in batches (one script call acknowledges many entries);
@@ -33,7 +35,8 @@ from rsched._codes import Code
 from rsched._errors import MalformedJob, Retry, StateError
 from rsched._job import Job, parse_entry, retry_delay_s
 from rsched._log import get_logger
-from rsched._queues import Done, QueueStore, fragment
+from rsched._queues import Done, Lane, QueueStore, fragment
+from rsched._rules import PRIORITIES, Priority
 from rsched._settings import Settings
 
 log = get_logger("rsched.worker")
@@ -48,6 +51,28 @@ ACTOR_FAILURES = (RedisError, OSError, StateError, UnicodeDecodeError)
 ACK_BATCH = 1_000
 CONSUMER_IDLE_FORGET_MS = 3_600_000
 MAX_RETRY_DELAY_S = 365 * 86_400.0
+
+
+class LevelTurns:
+    """Which priority level a busy read starts from: smooth weighted round-robin (nginx's), so
+    that over ``sum(weights)`` reads each level leads ``weight`` of them, evenly spread. The
+    other levels follow by weight: a level with nothing waiting passes its turn on, so high
+    takes the reads of an empty normal level, and low, leading one read in ten by default,
+    never starves."""
+
+    def __init__(self, weights: Mapping[str, int]) -> None:
+        self.weights = {level: max(1, int(weights.get(level, 1))) for level in PRIORITIES}
+        self.total = sum(self.weights.values())
+        self.current = dict.fromkeys(PRIORITIES, 0)
+        # Followers by weight, ties in PRIORITIES order (high first).
+        self.by_weight = sorted(PRIORITIES, key=lambda lv: -self.weights[lv])
+
+    def next(self) -> list[Priority]:
+        for level in PRIORITIES:
+            self.current[level] += self.weights[level]
+        head = max(PRIORITIES, key=lambda lv: self.current[lv])
+        self.current[head] -= self.total
+        return [head, *(lv for lv in self.by_weight if lv != head)]
 
 
 @dataclass(slots=True)
@@ -112,7 +137,7 @@ class Actors:
         consumer: str,
         store: QueueStore,
         settings: Settings,
-        acks: MemoryObjectSendStream[tuple[str, Done]],
+        acks: MemoryObjectSendStream[tuple[Lane, Done]],
         jobs: MemoryObjectSendStream[Job],
     ) -> None:
         self.handlers = handlers
@@ -124,34 +149,41 @@ class Actors:
         self.threads = anyio.CapacityLimiter(self.cfg.concurrency)
         self.acks = acks
         self.jobs = jobs
-        # (queue, entry id) of every entry read and not yet acknowledged (ids are per stream):
-        # the heartbeat keeps exactly these fresh.
-        self.inflight: set[tuple[str, str]] = set()
+        # (queue, level, entry id) of every entry read and not yet acknowledged (ids are per
+        # stream, and each level of a queue is a stream): the heartbeat keeps these fresh.
+        self.inflight: set[tuple[str, Priority, str]] = set()
+        self.turns = LevelTurns(self.cfg.priority_weights)
         self.running: dict[str, Running] = {}  # execution id -> its run (cancel_previous)
         self.promote_wake = anyio.Event()
         self.completed = 0
         self.failed = 0
+        self.retried = 0  # attempts whose handler raised Retry (not failures)
 
     # --- reader ------------------------------------------------------------------------------
 
     async def reader(self) -> None:
         backoff = Backoff()
         queues = list(self.cfg.queues)
-        busy = False
+        every: list[Lane] = [(q, level) for level in PRIORITIES for q in queues]
+        # Start with a take: a blocking read returns an entry of every stream that has one, past
+        # the free slots and regardless of level; it only follows a take that found nothing.
+        busy = True
         turn = 0
         while True:
             n = await self.slots.reserve(self.cfg.read_batch)
             try:
                 if busy:
-                    # Work is waiting: take it without blocking, in one JSON reply, starting
-                    # from a different queue each time so that none starves.
+                    # Work is waiting: take it without blocking, in one JSON reply, from the
+                    # level whose turn it is (LevelTurns) then the others, and within a level
+                    # from a different queue each time, so that none starves.
                     turn = (turn + 1) % len(queues)
                     order = queues[turn:] + queues[:turn]
-                    got = await self.store.take(order, self.consumer, n)
+                    lanes = [(q, level) for level in self.turns.next() for q in order]
+                    got = await self.store.take(lanes, self.consumer, n)
                 else:
-                    # Idle: block until anything arrives (one entry per queue wakes us; the
+                    # Idle: block until anything arrives (one entry per stream wakes us; the
                     # rest follow through take()).
-                    got = await self.store.read(queues, self.consumer, 1, self.cfg.block_ms)
+                    got = await self.store.read(every, self.consumer, 1, self.cfg.block_ms)
                 busy = bool(got)
             except ResponseError as exc:
                 self.slots.commit(n, 0)
@@ -172,8 +204,8 @@ class Actors:
                 raise
             backoff.reset()
             self.slots.commit(n, sum(len(entries) for _, entries in got))
-            for queue, entries in got:
-                await self.dispatch(queue, [(eid, f, 1) for eid, f in entries])
+            for lane, entries in got:
+                await self.dispatch(lane, [(eid, f, 1) for eid, f in entries])
 
     async def _recreate_groups(self, backoff: Backoff) -> None:
         while True:
@@ -183,22 +215,23 @@ class Actors:
             except ACTOR_FAILURES as exc:
                 await _back_off(backoff, "reader", exc)
 
-    async def dispatch(self, queue: str, entries: list[tuple[str, dict[str, str], int]]) -> None:
+    async def dispatch(self, lane: Lane, entries: list[tuple[str, dict[str, str], int]]) -> None:
         """Start the jobs of entries that each hold one slot (released here when not run)."""
+        queue, level = lane
         jobs: list[Job] = []
         for entry_id, fields, deliveries in entries:
             if fields is None or ("malformed" in fields and "task" not in fields):
                 raw = fields or {}
-                await self._refuse(queue, entry_id, raw, "malformed", "entry has no job fields")
+                await self._refuse(lane, entry_id, raw, "malformed", "entry has no job fields")
                 continue
             try:
-                job = parse_entry(queue, entry_id, fields, deliveries)
+                job = parse_entry(queue, entry_id, fields, deliveries, level)
             except MalformedJob as exc:
-                await self._refuse(queue, entry_id, fields, "malformed", str(exc))
+                await self._refuse(lane, entry_id, fields, "malformed", str(exc))
                 continue
             if job.task not in self.handlers:
                 await self._refuse(
-                    queue,
+                    lane,
                     entry_id,
                     fields,
                     "unknown_task",
@@ -210,14 +243,14 @@ class Actors:
             return
         scheduled = [j for j in jobs if j.schedule_id]
         if scheduled:
-            superseded = await self._start_scheduled(queue, scheduled)
+            superseded = await self._start_scheduled(lane, scheduled)
             if superseded:
                 jobs = [j for j in jobs if j.entry_id not in superseded]
         for job in jobs:
-            self.inflight.add((queue, job.entry_id))
+            self.inflight.add((queue, level, job.entry_id))
             self.jobs.send_nowait(job)
 
-    async def _start_scheduled(self, queue: str, jobs: list[Job]) -> set[str]:
+    async def _start_scheduled(self, lane: Lane, jobs: list[Job]) -> set[str]:
         items = [
             (
                 j.entry_id,
@@ -229,7 +262,7 @@ class Actors:
             for j in jobs
         ]
         try:
-            codes = await self.store.start(queue, self.consumer, items)
+            codes = await self.store.start(lane[0], self.consumer, items, lane[1])
         except ACTOR_FAILURES as exc:
             # Run them anyway: the marker and history are bookkeeping; the job must not wait.
             log.warning("redis.error", actor="start", error=str(exc))
@@ -249,11 +282,11 @@ class Actors:
         return superseded
 
     async def _refuse(
-        self, queue: str, entry_id: str, raw: dict[str, str], reason: str, message: str
+        self, lane: Lane, entry_id: str, raw: dict[str, str], reason: str, message: str
     ) -> None:
         """Dead-letter an entry this worker cannot run (malformed, or no handler)."""
         await self._bury(
-            queue,
+            lane,
             entry_id,
             raw,
             reason=reason,
@@ -265,7 +298,7 @@ class Actors:
 
     async def _bury(
         self,
-        queue: str,
+        lane: Lane,
         entry_id: str,
         raw: dict[str, str],
         *,
@@ -277,6 +310,7 @@ class Actors:
         deliveries: int = 1,
     ) -> None:
         """Dead-letter an entry that holds a slot without running (the slot is freed here)."""
+        queue, level = lane
         self.slots.release()
         log.error(
             "job.dead",
@@ -298,6 +332,7 @@ class Actors:
                 deliveries=deliveries,
                 worker=self.consumer,
                 extra=fragment(extra),
+                priority=level,
             )
         except ACTOR_FAILURES as exc:  # left pending: reclaimed and judged again later
             log.warning("redis.error", actor=actor, error=str(exc))
@@ -341,7 +376,7 @@ class Actors:
             error = exc
         except BaseException:
             # Cancelled by shutdown: no outcome, the entry stays pending for another worker.
-            self.inflight.discard((job.queue, job.entry_id))
+            self.inflight.discard((job.queue, job.priority, job.entry_id))
             raise
         finally:
             self.running.pop(job.execution_id, None)
@@ -364,7 +399,7 @@ class Actors:
         _log_end(jobs_log.info, job, event, duration_ms=duration_ms)
         self.completed += event == "completed"
         item = (
-            job.queue,
+            (job.queue, job.priority),
             Done(
                 job.entry_id,
                 job.execution_id,
@@ -372,6 +407,7 @@ class Actors:
                 job.attempt,
                 event,
                 fragment({"duration_ms": duration_ms, **extra}) if job.schedule_id else "",
+                "dedup" in job.fields,
             ),
         )
         try:
@@ -382,17 +418,30 @@ class Actors:
     async def _fail(
         self, job: Job, duration_ms: float, error: BaseException | None, *, timed_out: bool = False
     ) -> None:
-        self.failed += 1
+        """A run that did not complete: it failed, timed out, or its handler raised
+        :class:`Retry` (an outcome of its own, not a failure, but an attempt all the same: past
+        ``max_retries`` the job is dead-lettered, as in Celery and arq)."""
+        asked = isinstance(error, Retry)
+        extra: dict[str, Any]
         if timed_out:
             error_type, message, tb = "TimeoutError", f"timed out after {job.timeout_s}s", ""
+        elif asked:
+            error_type, message, tb = "Retry", str(error), ""
         else:
             assert error is not None
             error_type, message = type(error).__name__, str(error)
             tb = "".join(traceback.format_exception(error))[-self.cfg.traceback_max_chars :]
-        event = "timed_out" if timed_out else "failed"
-        extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
+        event = "timed_out" if timed_out else "retry" if asked else "failed"
         if job.is_last_attempt:
+            self.failed += 1
             reason = "timeout" if timed_out else "max_retries"
+            if asked:
+                message = (
+                    f"retries exhausted: the handler asked for another attempt after attempt "
+                    f"{job.attempt} of {job.max_retries + 1} (max_retries={job.max_retries})"
+                    + (f": {message}" if message else "")
+                )
+            extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
             _log_end(
                 jobs_log.error,
                 job,
@@ -416,6 +465,7 @@ class Actors:
                     worker=self.consumer,
                     first_event="timed_out" if timed_out else "",
                     extra=fragment({**extra, "reason": reason}),
+                    priority=job.priority,
                 ),
             )
             return
@@ -425,15 +475,32 @@ class Actors:
         else:
             delay_s = retry_delay_s(job.options, job.attempt)
         delay_ms = round(delay_s * 1000)
-        _log_end(
-            jobs_log.warning,
-            job,
-            event,
-            duration_ms=duration_ms,
-            retry_in_ms=delay_ms,
-            error_type=error_type,
-            error=message,
-        )
+        if asked:
+            assert isinstance(error, Retry)
+            self.retried += 1
+            extra = {"duration_ms": duration_ms}
+            if error.reason:
+                extra["reason"] = error.reason[:500]
+            _log_end(
+                jobs_log.info,
+                job,
+                event,
+                duration_ms=duration_ms,
+                retry_in_ms=delay_ms,
+                **({"reason": error.reason} if error.reason else {}),
+            )
+        else:
+            self.failed += 1
+            extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
+            _log_end(
+                jobs_log.warning,
+                job,
+                event,
+                duration_ms=duration_ms,
+                retry_in_ms=delay_ms,
+                error_type=error_type,
+                error=message,
+            )
         await self._record(
             job,
             lambda: self.store.retry(
@@ -446,6 +513,7 @@ class Actors:
                 attempt=job.attempt,
                 event=event,
                 extra=fragment(extra),
+                priority=job.priority,
             ),
         )
         if delay_ms < self.cfg.promote_interval_ms:
@@ -458,12 +526,12 @@ class Actors:
             if refused is not None:
                 log.error("job.unrecorded", execution_id=job.execution_id, error=str(refused))
         finally:
-            self.inflight.discard((job.queue, job.entry_id))
+            self.inflight.discard((job.queue, job.priority, job.entry_id))
 
     # --- acker -------------------------------------------------------------------------------
 
     async def acker(
-        self, inbox: MemoryObjectReceiveStream[tuple[str, Done]], done: anyio.Event
+        self, inbox: MemoryObjectReceiveStream[tuple[Lane, Done]], done: anyio.Event
     ) -> None:
         try:
             async with inbox:
@@ -478,62 +546,64 @@ class Actors:
         finally:
             done.set()
 
-    async def _ack(self, batch: list[tuple[str, Done]]) -> None:
-        by_queue: dict[str, list[Done]] = {}
-        for queue, item in batch:
-            by_queue.setdefault(queue, []).append(item)
-        for queue, items in by_queue.items():
+    async def _ack(self, batch: list[tuple[Lane, Done]]) -> None:
+        by_lane: dict[Lane, list[Done]] = {}
+        for lane, item in batch:
+            by_lane.setdefault(lane, []).append(item)
+        for (queue, level), items in by_lane.items():
             refused = await _until_taken(
-                functools.partial(self.store.complete, queue, items), "acker"
+                functools.partial(self.store.complete, queue, items, level), "acker"
             )
             if refused is not None:
                 log.error("queue.unrecorded", queue=queue, jobs=len(items), error=str(refused))
             for item in items:
-                self.inflight.discard((queue, item.entry_id))
+                self.inflight.discard((queue, level, item.entry_id))
 
     # --- heartbeat ---------------------------------------------------------------------------
 
     async def heartbeat(self) -> None:
         while True:
             await anyio.sleep(self.cfg.heartbeat_s)
-            by_queue: dict[str, list[str]] = {}
-            for queue, entry_id in list(self.inflight):
-                by_queue.setdefault(queue, []).append(entry_id)
-            for queue, ids in by_queue.items():
+            by_lane: dict[Lane, list[str]] = {}
+            for queue, level, entry_id in list(self.inflight):
+                by_lane.setdefault((queue, level), []).append(entry_id)
+            for (queue, level), ids in by_lane.items():
                 for start in range(0, len(ids), 1000):
                     try:
                         lost = await self.store.heartbeat(
-                            queue, self.consumer, ids[start : start + 1000]
+                            queue, self.consumer, ids[start : start + 1000], level
                         )
                     except ACTOR_FAILURES as exc:
                         log.warning("redis.error", actor="heartbeat", error=str(exc))
                         break
                     for entry_id in lost:
-                        if (queue, entry_id) in self.inflight:
+                        if (queue, level, entry_id) in self.inflight:
                             log.warning("job.lost", entry_id=entry_id, queue=queue)
 
     # --- reclaimer ---------------------------------------------------------------------------
 
     async def reclaimer(self) -> None:
-        cursors = dict.fromkeys(self.cfg.queues, "0-0")
+        lanes: list[Lane] = [(q, level) for level in PRIORITIES for q in self.cfg.queues]
+        cursors = dict.fromkeys(lanes, "0-0")
         visibility_ms = math.ceil(self.cfg.visibility_timeout_s * 1000)
         rounds = 0
         while True:
             await anyio.sleep(self.cfg.reclaim_interval_s)
             rounds += 1
-            for queue in self.cfg.queues:
+            for lane in lanes:
+                queue, level = lane
                 n = min(self.slots.idle(), self.cfg.read_batch)
                 if n == 0:
                     break
                 try:
                     cursor, claimed = await self.store.reclaim(
-                        queue, self.consumer, visibility_ms, cursors[queue], n
+                        queue, self.consumer, visibility_ms, cursors[lane], n, level
                     )
                 except ACTOR_FAILURES as exc:
                     log.warning("redis.error", actor="reclaimer", error=str(exc))
                     continue
-                cursors[queue] = cursor
-                fresh = [c for c in claimed if (queue, c[0]) not in self.inflight]
+                cursors[lane] = cursor
+                fresh = [c for c in claimed if (queue, level, c[0]) not in self.inflight]
                 self.slots.take(len(fresh))
                 runnable = []
                 for entry_id, fields, deliveries in fresh:
@@ -545,23 +615,23 @@ class Actors:
                         deliveries=deliveries,
                     )
                     if deliveries > self.cfg.max_deliveries:
-                        await self._poison(queue, entry_id, fields, deliveries)
+                        await self._poison(lane, entry_id, fields, deliveries)
                     else:
                         runnable.append((entry_id, fields, deliveries))
                 if runnable:
-                    await self.dispatch(queue, runnable)
+                    await self.dispatch(lane, runnable)
             if rounds % 100 == 1:
                 await self._forget_consumers()
 
     async def _poison(
-        self, queue: str, entry_id: str, fields: dict[str, str], deliveries: int
+        self, lane: Lane, entry_id: str, fields: dict[str, str], deliveries: int
     ) -> None:
         message = (
             f"delivered {deliveries} times (more than max_deliveries={self.cfg.max_deliveries}); "
             "it keeps crashing or stalling its workers"
         )
         await self._bury(
-            queue,
+            lane,
             entry_id,
             fields,
             reason="poison",

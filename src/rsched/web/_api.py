@@ -8,7 +8,7 @@ into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsch
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -60,6 +60,8 @@ class JobRequest(BaseModel):
     max_retries: int = 3
     timeout_s: float = 3600
     execution_id: str | None = None
+    priority: Literal["high", "normal", "low"] = "normal"
+    dedup_window_s: float | None = None
 
 
 class PauseRequest(BaseModel):
@@ -288,15 +290,17 @@ async def purge_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[s
     },
     tags=["jobs"],
 )
-async def enqueue_job(sdk: SdkDep, request: Request) -> dict[str, str]:
-    """Enqueue a one-off job outside any schedule; returns its execution id."""
+async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict[str, Any]:
+    """Enqueue a one-off job outside any schedule: 201 with its execution id, or 200 when a job
+    with the given ``execution_id`` already exists (queued, delayed, running or finished inside
+    the dedup window: nothing was added)."""
     try:
         job = JobRequest.model_validate(await json_object(request))
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "body"
         raise InvalidJob(f"{field}: {err['msg']}") from None
-    execution_id = await sdk.enqueue(
+    done = await sdk.enqueue(
         job.task,
         job.payload,
         queue=job.queue,
@@ -304,8 +308,12 @@ async def enqueue_job(sdk: SdkDep, request: Request) -> dict[str, str]:
         max_retries=job.max_retries,
         timeout_s=job.timeout_s,
         execution_id=job.execution_id,
+        priority=job.priority,
+        dedup_window_s=job.dedup_window_s,
     )
-    return {"execution_id": execution_id}
+    if not done.created:
+        response.status_code = 200
+    return {"execution_id": done.execution_id, "created": done.created}
 
 
 # --- deployment -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from rsched import (
     BackfillResult,
     Client,
     DeadLetter,
+    Enqueued,
     Fired,
     HistoryEvent,
     Page,
@@ -95,7 +96,7 @@ class Sdk:
 
     # --- queues, jobs and dead letters ------------------------------------------------------
 
-    async def enqueue(self, task: str, payload: dict[str, Any], **options: Any) -> str:
+    async def enqueue(self, task: str, payload: dict[str, Any], **options: Any) -> Enqueued:
         return await self.client.enqueue(task, payload, **options)
 
     async def dead_letters(
