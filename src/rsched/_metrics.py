@@ -224,6 +224,12 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=reg,
         )
+        self.job_timeout = Gauge(
+            "rsched_job_timeout_seconds",
+            "The timeout of the task's latest job (to compare durations with).",
+            ["task"],
+            registry=reg,
+        )
         self.retries = Counter(
             "rsched_retries", "Attempts scheduled for a retry, by task.", ["task"], registry=reg
         )
@@ -282,6 +288,7 @@ class Metrics:
 
     def job_started(self, job: Job) -> None:
         self.jobs_in_progress.inc()
+        self.job_timeout.labels(job.task).set(job.timeout_s)
         if job.attempt == 1 and job.scheduled_ms is not None:
             self.job_start_lag.observe(max(0.0, time.time() - job.scheduled_ms / 1000))
 
