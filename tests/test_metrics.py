@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,7 +25,7 @@ from conftest import Proc
 from rsched._codes import Code
 from rsched._job import Job
 from rsched._keys import Keys
-from rsched._metrics import METRICS, BulkHistogram, Metrics
+from rsched._metrics import METRICS, BulkHistogram, Deployment, Metrics
 from rsched._operate import (
     operate_scheduler,
     operate_worker,
@@ -434,3 +435,47 @@ async def _ready(port: int) -> bool:
         return (await get(port, "/readyz")).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+# --- the contract: series names, and the docs that use them ------------------------------------
+
+CONTRACT = {
+    "rsched_fires_total", "rsched_fire_lag_seconds", "rsched_misfires_total",
+    "rsched_overlap_total", "rsched_stale_fires_refused_total", "rsched_is_leader",
+    "rsched_leader_changes_total", "rsched_due_backlog", "rsched_due_oldest_age_seconds",
+    "rsched_schedules", "rsched_schedules_unhealthy", "rsched_queue_length",
+    "rsched_queue_pending", "rsched_queue_delayed", "rsched_queue_dead", "rsched_jobs_total",
+    "rsched_job_duration_seconds", "rsched_job_start_lag_seconds", "rsched_retries_total",
+    "rsched_reclaims_total", "rsched_jobs_in_progress", "rsched_workers", "rsched_build_info",
+}  # fmt: skip
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def exported_names() -> set[str]:
+    m = Metrics(CollectorRegistry())
+    m.deployment.current = Deployment(
+        1,
+        1.0,
+        {"active": 1},
+        {"late": 0},
+        {"q": dict.fromkeys(("length", "pending", "delayed", "dead", "consumers"), 0)},
+    )
+    names: set[str] = set()
+    for family in m.registry.collect():
+        names.add(family.name)
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count", ""]}
+        names.update(family.name + s for s in suffixes.get(family.type, []))
+    return names
+
+
+def test_every_series_of_the_contract_is_exported() -> None:
+    assert not CONTRACT - exported_names()
+
+
+@pytest.mark.parametrize(
+    "path", ["prometheus/rsched-rules.yml", "grafana/rsched.json", "monitoring.md"]
+)
+def test_docs_use_only_exported_series(path: str) -> None:
+    used = set(re.findall(r"\brsched_[a-z_]*[a-z]\b", (DOCS / path).read_text()))
+    assert used, path
+    assert used <= exported_names(), sorted(used - exported_names())

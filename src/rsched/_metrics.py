@@ -6,9 +6,14 @@ queues, task names (only registered tasks run), policies and outcomes, all bound
 Counting is off until the process serves its metrics (``METRICS.on``, set by rsched._probe), so
 a process without ``--metrics-port`` pays one attribute test per batch or job. The fire path
 counts a whole batch at once from the codes the fire script returns (:meth:`Metrics.fired`):
-one dictionary pass, then one counter increment per distinct label set; the fire-lag histogram
-is a plain list the event loop alone updates (:class:`BulkHistogram`), read by the probe that
-runs on the same loop. Job counters are prometheus_client's, which are thread-safe.
+one dictionary pass, then one counter increment per distinct label set.
+
+The series updated per fire or per job (fire lag, jobs, durations, start lag) are plain lists
+and dictionaries (:class:`BulkHistogram`, :class:`LoopCounter`) that only the event loop's
+thread updates: the scheduler's ticker and the worker's runners run there, and a sync handler's
+thread never touches them (its run is counted by the runner that awaited it). The probe that
+reads them runs on the same loop. prometheus_client's own types, which take a lock per update,
+serve the rarer series (misfires, retries, reclaims, leader changes).
 """
 
 from __future__ import annotations
@@ -16,18 +21,22 @@ from __future__ import annotations
 import bisect
 import importlib.metadata
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from rsched._codes import Code
@@ -53,36 +62,90 @@ FIRED, SKIPPED, BUFFERED, MISFIRE_SKIPPED, STALE = (
     Code.STALE,
 )
 # What fire.lua did with an occurrence the overlap policy held back, by its code.
+# Runs whose bookkeeping waits for one bulk update at most (see Metrics.flush_jobs).
+JOBS_FLUSH = 1_000
 _OVERLAP_ACTIONS: dict[int, str] = {SKIPPED: "skipped", BUFFERED: "buffered"}
 
 
 class BulkHistogram(Collector):
-    """A histogram without labels that takes many observations at once.
+    """A histogram that takes one or many observations without a lock.
 
-    Updated only from the event loop's thread (the scheduler's ticker) and read by the probe on
-    the same loop, so it needs no lock; prometheus_client's Histogram takes one per value.
+    Updated only from the event loop's thread (the scheduler's ticker, the worker's runners)
+    and read by the probe on the same loop; prometheus_client's Histogram takes a lock per
+    bucket and per sum, several times the cost of a run of a no-op job's bookkeeping.
     """
 
-    def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
-        self.name, self.documentation = name, documentation
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        buckets: Sequence[float],
+        labels: Sequence[str] = (),
+        before_collect: Callable[[], None] | None = None,
+    ) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.before_collect = before_collect
         self.bounds = list(buckets)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
+        # Per label values: a count per bucket (the last one is +Inf), then the sum.
+        self.series: dict[tuple[str, ...], list[float]] = {}
+        if not self.labels:
+            self.row(())
 
-    def observe_many(self, values: Iterable[tuple[float, int]]) -> None:
+    def row(self, key: tuple[str, ...]) -> list[float]:
+        """A new series (no observation yet) for the label values ``key``."""
+        row = self.series[key] = [0.0] * (len(self.bounds) + 2)
+        return row
+
+    def observe(self, value: float, key: tuple[str, ...] = ()) -> None:
+        row = self.series.get(key) or self.row(key)
+        row[bisect.bisect_left(self.bounds, value)] += 1
+        row[-1] += value
+
+    def observe_many(self, values: Iterable[tuple[float, int]], key: tuple[str, ...] = ()) -> None:
         """Add ``count`` observations of ``value`` for each (value, count)."""
-        bounds, counts = self.bounds, self.counts
+        row, bounds = self.series.get(key) or self.row(key), self.bounds
         for value, count in values:
-            counts[bisect.bisect_left(bounds, value)] += count
-            self.sum += value * count
+            row[bisect.bisect_left(bounds, value)] += count
+            row[-1] += value * count
 
     def collect(self) -> Iterator[Metric]:
-        cumulative, buckets = 0, []
-        for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(cumulative)))
-        family = HistogramMetricFamily(self.name, self.documentation)
-        family.add_metric([], buckets, self.sum)
+        if self.before_collect is not None:
+            self.before_collect()
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        les = [*(repr(b) for b in self.bounds), "+Inf"]
+        for key, row in list(self.series.items()):
+            cumulative, buckets = 0.0, []
+            for le, count in zip(les, row, strict=False):
+                cumulative += count
+                buckets.append((le, cumulative))
+            family.add_metric(list(key), buckets, row[-1])
+        yield family
+
+
+class LoopCounter(Collector):
+    """A labelled counter updated only from the event loop's thread: a dictionary, no lock
+    (see BulkHistogram)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labels: Sequence[str],
+        before_collect: Callable[[], None] | None = None,
+    ) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.before_collect = before_collect
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, key: tuple[str, ...], amount: float = 1) -> None:
+        self.values[key] = self.values.get(key, 0) + amount
+
+    def collect(self) -> Iterator[Metric]:
+        if self.before_collect is not None:
+            self.before_collect()
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for key, value in list(self.values.items()):
+            family.add_metric(list(key), value)
         yield family
 
 
@@ -204,26 +267,35 @@ class Metrics:
         self.deployment = DeploymentGauges()
         reg.register(self.deployment)
         # --- worker ----------------------------------------------------------------------
-        self.jobs = Counter(
+        # Runs ended and start lags not counted yet: a job's bookkeeping is an append, and the
+        # series are brought up to date in bulk (at a scrape, or every JOBS_FLUSH runs).
+        self._ended: list[tuple[Job, str, float]] = []
+        self._start_lags: list[tuple[float, int]] = []
+        self._timeouts: dict[str, float] = {}  # task -> the timeout its gauge shows
+        # Updated by the runners on the event loop (never from a handler's thread): no lock.
+        self.jobs = LoopCounter(
             "rsched_jobs",
             "Job runs that ended, by task and outcome (completed, failed, timed_out, "
             "cancelled, retry).",
             ["task", "outcome"],
-            registry=reg,
+            self.flush_jobs,
         )
-        self.job_duration = Histogram(
+        self.job_duration = BulkHistogram(
             "rsched_job_duration_seconds",
             "How long a handler ran, by task.",
+            DURATION_BUCKETS,
             ["task"],
-            buckets=DURATION_BUCKETS,
-            registry=reg,
+            self.flush_jobs,
         )
-        self.job_start_lag = Histogram(
+        self.job_start_lag = BulkHistogram(
             "rsched_job_start_lag_seconds",
             "Handler start minus scheduled time, for first attempts (worker clock).",
-            buckets=LAG_BUCKETS,
-            registry=reg,
+            LAG_BUCKETS,
+            before_collect=self.flush_jobs,
         )
+
+        for collector in (self.jobs, self.job_duration, self.job_start_lag):
+            reg.register(collector)
         self.job_timeout = Gauge(
             "rsched_job_timeout_seconds",
             "The timeout of the task's latest job (to compare durations with).",
@@ -239,9 +311,10 @@ class Metrics:
             ["queue"],
             registry=reg,
         )
-        self.jobs_in_progress = Gauge(
+        self.running = 0
+        Gauge(
             "rsched_jobs_in_progress", "Handlers running in this worker now.", registry=reg
-        )
+        ).set_function(lambda: self.running)
         # --- both ------------------------------------------------------------------------
         Gauge(
             "rsched_build_info", "rsched's version (always 1).", ["version"], registry=reg
@@ -287,10 +360,9 @@ class Metrics:
     # --- worker ----------------------------------------------------------------------------
 
     def job_started(self, job: Job) -> None:
-        self.jobs_in_progress.inc()
-        self.job_timeout.labels(job.task).set(job.timeout_s)
+        self.running += 1
         if job.attempt == 1 and job.scheduled_ms is not None:
-            self.job_start_lag.observe(max(0.0, time.time() - job.scheduled_ms / 1000))
+            self._start_lags.append((max(0.0, time.time() - job.scheduled_ms / 1000), 1))
 
     def job_ended(
         self,
@@ -302,18 +374,48 @@ class Metrics:
         error: BaseException | None,
     ) -> None:
         """A run ended: cancelled (cancel_previous), timed out, raised ``error``, or completed."""
-        self.job_duration.labels(job.task).observe(duration_s)
-        if cancelled:
-            how = "cancelled"
-        elif timed_out:
-            how = "timed_out"
-        elif error is None:
+        if error is None and not timed_out and not cancelled:
             how = "completed"
         else:
-            how = "retry" if isinstance(error, Retry) else "failed"
-        self.jobs.labels(job.task, how).inc()
-        if how in ("timed_out", "failed", "retry") and not job.is_last_attempt:
-            self.retries.labels(job.task).inc()
+            how = _failure(cancelled=cancelled, timed_out=timed_out, error=error)
+            if how != "cancelled" and not job.is_last_attempt:
+                self.retries.labels(job.task).inc()
+        self._ended.append((job, how, duration_s))
+        if len(self._ended) >= JOBS_FLUSH:
+            self.flush_jobs()
+
+    def flush_jobs(self) -> None:
+        """Count the runs ended since the last flush into the job series."""
+        ended, self._ended = self._ended, []
+        lags, self._start_lags = self._start_lags, []
+        self.job_start_lag.observe_many(lags)
+        counts, durations = self.jobs.values, self.job_duration
+        rows: dict[str, list[float]] = {}  # task -> its duration row, looked up once a flush
+        last: dict[str, Job] = {}
+        bounds, where = durations.bounds, bisect.bisect_left
+        for job, how, duration_s in ended:
+            task = job.task
+            key = (task, how)
+            counts[key] = counts.get(key, 0) + 1
+            row = rows.get(task)
+            if row is None:
+                row = rows[task] = durations.series.get((task,)) or durations.row((task,))
+                last[task] = job
+            row[where(bounds, duration_s)] += 1
+            row[-1] += duration_s
+        for task, job in last.items():
+            timeout = job.timeout_s
+            if self._timeouts.get(task) != timeout:
+                self._timeouts[task] = timeout
+                self.job_timeout.labels(task).set(timeout)
+
+
+def _failure(*, cancelled: bool, timed_out: bool, error: BaseException | None) -> str:
+    if cancelled:
+        return "cancelled"
+    if timed_out:
+        return "timed_out"
+    return "retry" if isinstance(error, Retry) else "failed"
 
 
 def _version() -> str:

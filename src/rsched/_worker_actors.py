@@ -350,7 +350,7 @@ class Actors:
             self.running.pop(job.execution_id, None)
             self.slots.release()
             if METRICS.on:
-                METRICS.jobs_in_progress.dec()
+                METRICS.running -= 1
             if job.stop_event is not None:  # a thread still running is told to stop
                 job.stop_event.set()
         duration_ms = round((time.perf_counter() - started) * 1000, 1)
