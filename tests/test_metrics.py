@@ -39,6 +39,7 @@ from rsched._scheduler import Scheduler
 from rsched._scheduler_main import main as scheduler_main
 from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
+from rsched._worker_main import main as worker_main
 from test_worker import wait_until
 from worker_app import fast_env, fast_settings
 
@@ -142,6 +143,24 @@ def test_fire_batch_counted_from_codes() -> None:
     assert value(s, "rsched_fire_lag_seconds_bucket", le="30.0") == 2
     assert value(s, "rsched_fire_lag_seconds_bucket", le="60.0") == 2  # 60 s plus a little
     assert value(s, "rsched_fire_lag_seconds_bucket", le="300.0") == 3
+
+
+def test_all_fired_batch_grouped_by_queue_origin_and_time() -> None:
+    m = Metrics(CollectorRegistry())
+    now = int(time.time() * 1000)
+    m.redis_now(now)
+    a, b = FireSpec(queue="qa"), FireSpec(queue="qb")
+    items = [FireItem(f"s{i}", "1:1", now - 5, now - 5, None, "fire", 0, a) for i in range(300)]
+    items += [FireItem(f"t{i}", "1:1", now - 5, now - 5, None, "fire", 0, b) for i in range(200)]
+    items.append(FireItem("late", "1:1", now - 90_000, now - 90_000, None, "misfire", 1, b))
+    m.fired(items, [Code.FIRED] * len(items))
+    s = parse_registry(m.registry)
+    assert value(s, "rsched_fires_total", queue="qa", origin="schedule") == 300
+    assert value(s, "rsched_fires_total", queue="qb", origin="schedule") == 200
+    assert value(s, "rsched_fires_total", queue="qb", origin="misfire") == 1
+    assert value(s, "rsched_fire_lag_seconds_count") == 501
+    assert value(s, "rsched_fire_lag_seconds_bucket", le="60.0") == 500
+    assert value(s, "rsched_stale_fires_refused_total") == 0
 
 
 def test_job_outcomes() -> None:
@@ -377,6 +396,11 @@ def test_bad_metrics_port_is_a_usage_error(
     monkeypatch.setenv("RSCHED_METRICS_PORT", "70000")
     assert scheduler_main([]) == 2
     assert "--metrics-port / RSCHED_METRICS_PORT" in capsys.readouterr().err
+
+
+def test_worker_bad_metrics_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert worker_main(["worker_app:worker", "--metrics-port", "70000"]) == 2
+    assert "--metrics-port: must be 0 to 65535" in capsys.readouterr().err
 
 
 def listening_port(proc: Proc) -> int:

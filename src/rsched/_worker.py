@@ -137,7 +137,7 @@ class Worker:
         if metrics_port is not None:
             if not 0 <= metrics_port <= 65_535:
                 raise ConfigError(
-                    f"metrics port must be 0 to 65535 (0 picks one), not {metrics_port}"
+                    f"--metrics-port: must be 0 to 65535 (0 picks a free port), not {metrics_port}"
                 )
             self._root_overrides["metrics_port"] = metrics_port
         if metrics_host is not None:

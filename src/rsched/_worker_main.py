@@ -63,7 +63,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="PORT",
         help="serve /metrics, /livez and /readyz on PORT (RSCHED_METRICS_PORT; off when unset)",
     )
-    parser.add_argument("--metrics-host", help="address of --metrics-port (127.0.0.1)")
+    parser.add_argument(
+        "--metrics-host", metavar="HOST", help="address of --metrics-port (127.0.0.1)"
+    )
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
     return parser.parse_args(argv)
