@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 import rsched
 from conftest import Proc
+from rsched import _lua
 from rsched._codes import Code
 from rsched._job import Job
 from rsched._keys import Keys
@@ -246,6 +247,16 @@ async def test_livez_never_needs_redis_readyz_says_why() -> None:
         assert response.status_code == 503
         assert "redis does not answer" in response.json()["reason"]
         tg.cancel_scope.cancel()
+
+
+async def test_readyz_loads_scripts_the_server_forgot(redis: Redis, settings: Settings) -> None:
+    scheduler = Scheduler(redis, settings)
+    await redis.script_flush()  # as after a restart without persistence
+    ok, details = await scheduler_readiness(scheduler, redis)
+    assert not ok  # no leader: nothing runs
+    assert "no leader" in details["reason"]
+    sha = _lua.ScriptCaller(redis).script("fire").sha
+    assert await redis.script_exists(sha) == [True]
 
 
 # --- a scheduler ------------------------------------------------------------------------------
