@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv test test-fast lint fmt bench demo clean
+.PHONY: help venv test test-fast lint fmt bench demo check-rules clean
 
 help:
 	@echo "make demo   run scheduler + worker + demo schedules (embedded server unless RSCHED_REDIS_URL is set);"
@@ -16,6 +16,7 @@ help:
 	@echo "make test   run the whole test suite against private redis-server / valkey processes"
 	@echo "make lint   ruff + mypy --strict"
 	@echo "make bench  run the benchmarks in bench/ and print their tables"
+	@echo "make check-rules   promtool check + test of the alerting rules in docs/prometheus"
 	@echo "make test-fast / fmt / venv / clean   see DEVELOPERS.md"
 
 $(BIN)/python:
@@ -55,6 +56,12 @@ bench: $(STAMP)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/rsched demo $(DEMO_ARGS)
+
+# The Prometheus alerting rules in docs/prometheus: syntax, then their unit tests (promtool comes
+# with Debian's prometheus package; .ci/run installs it).
+check-rules:
+	promtool check rules docs/prometheus/rsched-rules.yml
+	cd docs/prometheus && promtool test rules rsched-rules.test.yml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

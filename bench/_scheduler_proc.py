@@ -17,6 +17,7 @@ import anyio
 
 from rsched._connection import connect
 from rsched._log import configure_logging
+from rsched._operate import operate_scheduler
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
 
@@ -36,6 +37,8 @@ async def _serve() -> None:
                         return
 
             tg.start_soon(stop_on_signal)
+            if settings.metrics_port is not None:  # bench.engine --metrics
+                await tg.start(operate_scheduler, scheduler, settings)
             await tg.start(scheduler.run)
             print("bench-scheduler ready", file=sys.stderr, flush=True)
     finally:

@@ -157,6 +157,7 @@ class Ctx:
     keys: Keys
     store: ScheduleStore
     profile_dir: Path | None = None
+    metrics: bool = False  # the scheduler serves /metrics (counting on)
     log_dir: Path = field(default_factory=lambda: RESULTS_DIR)
 
     @classmethod
@@ -268,6 +269,8 @@ class SchedulerProc:
             "RSCHED_REDIS_URL": self.ctx.server.url,
             "RSCHED_PREFIX": self.ctx.keys.prefix,
         }
+        if self.ctx.metrics:
+            env["RSCHED_METRICS_PORT"] = "0"
         cmd = [sys.executable, "-m", "bench._scheduler_proc"]
         if self.ctx.profile_dir is not None:
             cmd += ["--profile", str(self.ctx.profile_dir / f"scheduler-{self.name}.prof")]
@@ -562,6 +565,9 @@ def parser() -> argparse.ArgumentParser:
         help="one part (repeatable)",
     )
     p.add_argument("--profile", action="store_true", help="cProfile the scheduler process")
+    p.add_argument(
+        "--metrics", action="store_true", help="the scheduler serves /metrics (its cost)"
+    )
     return p
 
 
@@ -582,6 +588,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis = Redis.from_url(server.url, decode_responses=True)
         profile_dir = RESULTS_DIR if args.profile else None
         ctx = Ctx.new(server, redis, profile_dir)
+        ctx.metrics = args.metrics
         try:
             print(
                 f"machine: {report['machine']['nproc']} cores, {report['machine']['cpu']}, "

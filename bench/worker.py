@@ -85,7 +85,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _spawn_worker(
-    url: str, prefix: str, concurrency: int, log_level: str
+    url: str, prefix: str, concurrency: int, log_level: str, *, metrics: bool = False
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -93,6 +93,8 @@ def _spawn_worker(
         "RSCHED_PREFIX": prefix,
         "PYTHONPATH": str(ROOT),
     }
+    if metrics:  # served on a free port: the cost of counting every job
+        env["RSCHED_METRICS_PORT"] = "0"
     return subprocess.Popen(
         [sys.executable, "-m", "rsched._worker_main", "bench.worker:worker",
          "--queues", "bench", "--concurrency", str(concurrency), "--log-level", log_level],
@@ -132,7 +134,13 @@ async def _fill(redis: Redis, stream: str, n: int) -> None:
 
 
 async def throughput(
-    server: BenchServer, jobs: int, concurrency: int, log_level: str, *, priorities: bool = False
+    server: BenchServer,
+    jobs: int,
+    concurrency: int,
+    log_level: str,
+    *,
+    priorities: bool = False,
+    metrics: bool = False,
 ) -> dict[str, Any]:
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
@@ -142,7 +150,7 @@ async def throughput(
     try:
         for i, stream in enumerate(streams):
             await _fill(redis, stream, jobs // len(streams) + (i < jobs % len(streams)))
-        proc = _spawn_worker(server.url, prefix, concurrency, log_level)
+        proc = _spawn_worker(server.url, prefix, concurrency, log_level, metrics=metrics)
         try:
             first: float | None = None
             cpu0 = 0.0
@@ -168,6 +176,7 @@ async def throughput(
                 "concurrency": concurrency,
                 "log_level": log_level,
                 "priorities": "high/normal/low" if priorities else "normal",
+                "metrics": "on" if metrics else "off",
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
                 "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
@@ -268,12 +277,16 @@ async def _main(args: argparse.Namespace) -> None:
             return
         rows = []
         for level in ("warning", "info"):
-            rows.append(await throughput(server, args.jobs, args.concurrency, level))
+            rows.append(
+                await throughput(server, args.jobs, args.concurrency, level, metrics=args.metrics)
+            )
             print(_table(rows[-1:], list(rows[-1])), flush=True)
         rows.append(
             await throughput(server, args.jobs, args.concurrency, "warning", priorities=True)
         )
         print(_table(rows[-1:], list(rows[-1])), flush=True)
+        if args.only_throughput:
+            return
         print("\nno-op throughput, one worker process (bar: >= 10,000 jobs/s)")
         print(_table(rows, list(rows[0])))
         lat = await fire_to_start(server, args.seconds, args.schedules)
@@ -292,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--priorities", action="store_true", help="only throughput with and without priorities"
     )
+    parser.add_argument("--metrics", action="store_true", help="the worker serves /metrics")
+    parser.add_argument("--only-throughput", action="store_true", help="skip the latency run")
     args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
     if args.quick:
         args.jobs, args.seconds = min(args.jobs, 10_000), min(args.seconds, 8.0)

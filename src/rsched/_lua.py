@@ -160,6 +160,15 @@ class ScriptCaller:
             return await self.call(name, keys, args)
         return reply
 
+    async def ensure_loaded(self, names: Sequence[str]) -> list[str]:
+        """Load the scripts in ``names`` the server lacks; returns those it loaded."""
+        scripts = [self.script(name) for name in names]
+        present = await self.redis.script_exists(*(s.sha for s in scripts))
+        missing = [(n, s) for n, s, there in zip(names, scripts, present, strict=True) if not there]
+        for _, script in missing:
+            await self.redis.script_load(script.script)
+        return [name for name, _ in missing]
+
     async def time_ms(self) -> int:
         """Redis TIME in epoch ms: decisions about time never use a client's clock."""
         seconds, micros = await self.redis.time()

@@ -368,6 +368,14 @@ class QueueStore(_lua.ScriptCaller):
             }
         return out
 
+    async def has_group(self, queue: str) -> bool:
+        """Whether the queue's stream has the workers' consumer group (a worker's /readyz)."""
+        try:
+            groups = await self.redis.xinfo_groups(self.keys.queue(queue))
+        except ResponseError:
+            return False  # no stream yet
+        return any(group.get("name") == GROUP for group in groups)
+
     # --- worker ----------------------------------------------------------------------------------
 
     async def create_groups(self, queues: Sequence[str]) -> None:

@@ -33,6 +33,7 @@ from rsched._codes import Code
 from rsched._errors import LostLease, RschedError
 from rsched._keys import Keys
 from rsched._log import get_logger
+from rsched._metrics import METRICS
 from rsched._plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
 from rsched._rules import NAME_RE
 from rsched._settings import Settings
@@ -151,6 +152,8 @@ class Scheduler:
                         if lease is not None:
                             self._held, last_ok = lease, time.monotonic()
                             log.info("leader.acquired", lease=lease, ttl_ms=ttl)
+                            if METRICS.on:
+                                METRICS.leader_changes.inc()
                             await inbox.send(("lead", lease))
                         else:
                             delay = min(renew_s, max(pttl, 20) / 1000)
@@ -280,6 +283,8 @@ class Scheduler:
         """(Redis now, due entries not in ``exclude``, next future score, whether the window
         was full)."""
         now, due, next_ms = await self.store.due(self._window)
+        if METRICS.on:
+            METRICS.redis_now(now)
         full = len(due) >= self._window
         if exclude:
             due = [(sid, score) for sid, score in due if sid not in exclude]
@@ -319,6 +324,8 @@ class Scheduler:
                 continue
             for item in items:
                 if item.action != "fire":
+                    if METRICS.on:
+                        METRICS.misfire(spec.misfire, item.action)
                     log.info(
                         "misfire",
                         schedule=sid,
@@ -375,10 +382,14 @@ class Scheduler:
                 return
             if codes is None:
                 lost = True
+                if METRICS.on:  # refused by the lease check: none of them fired
+                    METRICS.stale_refused.inc(len(flat))
                 return
             for item, code in zip(flat, codes, strict=True):
                 counts[code] = counts.get(code, 0) + 1
                 self._after_fire(item, code)
+            if METRICS.on:
+                METRICS.fired(flat, codes)
 
         async def read_next(exclude: set[str]) -> None:
             # Queued behind the batches planned so far (the limiter is first come, first

@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from rsched._connection import connect, warn_if_unsafe
 from rsched._errors import ConfigError, InvalidSchedule, RschedError
 from rsched._log import configure_logging, get_logger
+from rsched._operate import operate_scheduler
 from rsched._scheduler import Scheduler
 from rsched._settings import DEFAULT_REDIS_URL, Settings
 from rsched._signals import two_signal_stop
@@ -40,6 +41,8 @@ _FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "lease_renew_ms": (("scheduler", "lease_renew_ms"), "RSCHED_SCHEDULER__LEASE_RENEW_MS"),
     "log_level": (("log_level",), "RSCHED_LOG_LEVEL"),
     "log_format": (("log_format",), "RSCHED_LOG_FORMAT"),
+    "metrics_port": (("metrics_port",), "RSCHED_METRICS_PORT"),
+    "metrics_host": (("metrics_host",), "RSCHED_METRICS_HOST"),
 }
 
 
@@ -64,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lease-renew-ms", type=int, help="lease renew period (2000)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics, /livez and /readyz on PORT (RSCHED_METRICS_PORT; off when unset)",
+    )
+    parser.add_argument(
+        "--metrics-host", metavar="HOST", help="address of --metrics-port (127.0.0.1)"
+    )
     parser.add_argument(
         "--schedules", type=Path, metavar="FILE", help="sync schedules from FILE at start"
     )
@@ -139,6 +151,8 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
 
             # Signals are handled from the very start, so a stop during start-up is clean too.
             await tg.start(two_signal_stop, graceful, immediate)
+            if settings.metrics_port is not None:  # /livez answers during start-up too
+                await tg.start(operate_scheduler, scheduler, settings)
             await warn_if_unsafe(redis, log)
             if schedules is not None:
                 try:

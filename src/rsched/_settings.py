@@ -136,6 +136,14 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    # Metrics and health endpoints (docs/monitoring.md): served on this port when it is set
+    # (0 picks a free one), from this address; the leading scheduler refreshes the gauges of the
+    # whole deployment every metrics_interval_s, counting a schedule due longer than
+    # metrics_late_after_s (the default misfire grace) as late.
+    metrics_port: int | None = Field(default=None, ge=0, le=65_535)
+    metrics_host: str = "127.0.0.1"
+    metrics_interval_s: float = Field(default=5.0, ge=0.1, le=3_600)
+    metrics_late_after_s: float = Field(default=60.0, ge=0)
 
     @property
     def url(self) -> str:

@@ -524,6 +524,10 @@ class ScheduleStore(_lua.ScriptCaller):
             lease_left_ms=int(pttl),
         )
 
+    async def count_due_before(self, before_ms: int) -> int:
+        """Schedules whose next run is at or before ``before_ms`` (the metrics' late count)."""
+        return int(await self.redis.zcount(self.keys.schedules, "-inf", before_ms))
+
     async def _count_paused(self) -> int:
         """Paused and completed schedules both sit at +inf in the index: tell them apart."""
         key, paused, offset = self.keys.schedules, 0, 0

@@ -83,6 +83,7 @@ class Worker:
         self._hard = False
         self._runners_scope: anyio.CancelScope | None = None
         self._actors: Actors | None = None
+        self._reading = False
         self.consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
     # --- registration ----------------------------------------------------------------------
@@ -122,6 +123,8 @@ class Worker:
         concurrency: int | None = None,
         redis_url: str | None = None,
         prefix: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str | None = None,
     ) -> None:
         """Override settings (the ``rsched-worker`` flags); wins over env and constructor."""
         if queues is not None:
@@ -132,6 +135,14 @@ class Worker:
             self._root_overrides["redis_url"] = redis_url
         if prefix is not None:
             self._root_overrides["prefix"] = prefix
+        if metrics_port is not None:
+            if not 0 <= metrics_port <= 65_535:
+                raise ConfigError(
+                    f"--metrics-port: must be 0 to 65535 (0 picks a free port), not {metrics_port}"
+                )
+            self._root_overrides["metrics_port"] = metrics_port
+        if metrics_host is not None:
+            self._root_overrides["metrics_host"] = metrics_host
 
     def resolve_settings(self) -> Settings:
         """The effective settings: flags > RSCHED_* environment > constructor > defaults."""
@@ -180,6 +191,11 @@ class Worker:
         """Attempts of the current (or last) run whose handler raised :class:`Retry` and got
         another attempt."""
         return self._actors.retried if self._actors else 0
+
+    @property
+    def reading(self) -> bool:
+        """True while the worker reads its queues (from start-up done until a stop)."""
+        return self._reading and not self._stopping.is_set()
 
     @property
     def stopping(self) -> bool:
@@ -285,7 +301,9 @@ class Worker:
                         intake.start_soon(ctx.reader)
                         intake.start_soon(ctx.reclaimer)
                         task_status.started()
+                        self._reading = True
                         await self._stopping.wait()
+                        self._reading = False
                         intake.cancel_scope.cancel()
                     jobs.close()  # runners finish the jobs already read, then return
                     log.info(

@@ -35,6 +35,7 @@ from rsched._codes import Code
 from rsched._errors import MalformedJob, Retry, StateError
 from rsched._job import Job, parse_entry, retry_delay_s
 from rsched._log import get_logger
+from rsched._metrics import METRICS
 from rsched._queues import Done, Lane, QueueStore, fragment
 from rsched._rules import PRIORITIES, Priority
 from rsched._settings import Settings
@@ -355,6 +356,8 @@ class Actors:
             attempt=job.attempt,
             queue=job.queue,
         )
+        if METRICS.on:
+            METRICS.job_started(job)
         started = time.perf_counter()
         error: BaseException | None = None
         timed_out = False
@@ -381,9 +384,16 @@ class Actors:
         finally:
             self.running.pop(job.execution_id, None)
             self.slots.release()
+            if METRICS.on:
+                METRICS.running -= 1
             if job.stop_event is not None:  # a thread still running is told to stop
                 job.stop_event.set()
         duration_ms = round((time.perf_counter() - started) * 1000, 1)
+        if METRICS.on:
+            cancelled = run.cancel_requested
+            METRICS.job_ended(
+                job, duration_ms / 1000, cancelled=cancelled, timed_out=timed_out, error=error
+            )
         if run.cancel_requested:
             await self._finish(job, "cancelled", duration_ms, {"reason": "cancel_previous"})
         elif timed_out:
@@ -605,6 +615,8 @@ class Actors:
                 cursors[lane] = cursor
                 fresh = [c for c in claimed if (queue, level, c[0]) not in self.inflight]
                 self.slots.take(len(fresh))
+                if METRICS.on and fresh:
+                    METRICS.reclaims.labels(queue).inc(len(fresh))
                 runnable = []
                 for entry_id, fields, deliveries in fresh:
                     log.warning(

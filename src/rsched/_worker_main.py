@@ -18,6 +18,7 @@ import anyio
 
 from rsched._errors import ConfigError, RschedError
 from rsched._log import configure_logging, get_logger
+from rsched._operate import operate_worker
 from rsched._signals import two_signal_stop
 from rsched._worker import Worker
 
@@ -56,6 +57,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, help="jobs run at once (default 10)")
     parser.add_argument("--redis-url", help="redis://host:port/db (RSCHED_REDIS_URL)")
     parser.add_argument("--prefix", help="key prefix (RSCHED_PREFIX)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics, /livez and /readyz on PORT (RSCHED_METRICS_PORT; off when unset)",
+    )
+    parser.add_argument(
+        "--metrics-host", metavar="HOST", help="address of --metrics-port (127.0.0.1)"
+    )
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
     return parser.parse_args(argv)
@@ -78,6 +88,9 @@ async def serve(worker: Worker) -> int:
             tg.cancel_scope.cancel()
 
         await tg.start(two_signal_stop, graceful, immediate)
+        settings = worker.resolve_settings()
+        if settings.metrics_port is not None:
+            await tg.start(operate_worker, worker, settings)
         await worker.run()
         tg.cancel_scope.cancel()
     return status
@@ -93,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             redis_url=args.redis_url,
             prefix=args.prefix,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
         settings = worker.resolve_settings()
     except RschedError as exc:

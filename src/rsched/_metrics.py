@@ -1,0 +1,449 @@
+"""The Prometheus series of a scheduler or worker process (docs/monitoring.md lists them).
+
+The names and labels are part of rsched's contract. No label carries a schedule id: labels are
+queues, task names (only registered tasks run), policies and outcomes, all bounded.
+
+Counting is off until the process serves its metrics (``METRICS.on``, set by rsched._probe), so
+a process without ``--metrics-port`` pays one attribute test per batch or job. The fire path
+counts a whole batch at once from the codes the fire script returns (:meth:`Metrics.fired`):
+one dictionary pass, then one counter increment per distinct label set.
+
+The series updated per fire or per job (fire lag, jobs, durations, start lag) are plain lists
+and dictionaries (:class:`BulkHistogram`, :class:`LoopCounter`) that only the event loop's
+thread updates: the scheduler's ticker and the worker's runners run there, and a sync handler's
+thread never touches them (its run is counted by the runner that awaited it). The probe that
+reads them runs on the same loop. prometheus_client's own types, which take a lock per update,
+serve the rarer series (misfires, retries, reclaims, leader changes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib.metadata
+import itertools
+import operator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from rsched._codes import Code
+from rsched._errors import Retry
+from rsched._job import Job
+from rsched._plan import FireItem
+
+# 1 ms to 1 h: an on-time fire lands in the first few, a scheduler that was down in the last.
+LAG_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0,
+)  # fmt: skip
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0,
+)  # fmt: skip
+
+FIRED, STALE = Code.FIRED, Code.STALE
+# What fire.lua did with an occurrence the overlap policy held back, by its code.
+_OVERLAP_ACTIONS: dict[int, str] = {Code.SKIPPED: "skipped", Code.BUFFERED: "buffered"}
+# A fire item's (spec, action, scheduled time), by a C-level getter.
+_GROUP_KEY = operator.itemgetter(
+    FireItem._fields.index("spec"),
+    FireItem._fields.index("action"),
+    FireItem._fields.index("sched"),
+)
+# Runs whose bookkeeping waits for one bulk update at most (see Metrics.flush_jobs).
+JOBS_FLUSH = 1_000
+
+
+class BulkHistogram(Collector):
+    """A histogram that takes one or many observations without a lock.
+
+    Updated only from the event loop's thread (the scheduler's ticker, the worker's runners)
+    and read by the probe on the same loop; prometheus_client's Histogram takes a lock for its
+    bucket and another for its sum at every observation.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        buckets: Sequence[float],
+        labels: Sequence[str] = (),
+        before_collect: Callable[[], None] | None = None,
+    ) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.before_collect = before_collect
+        self.bounds = list(buckets)
+        # Per label values: a count per bucket (the last one is +Inf), then the sum.
+        self.series: dict[tuple[str, ...], list[float]] = {}
+        if not self.labels:
+            self.row(())
+
+    def row(self, key: tuple[str, ...]) -> list[float]:
+        """A new series (no observation yet) for the label values ``key``."""
+        row = self.series[key] = [0.0] * (len(self.bounds) + 2)
+        return row
+
+    def observe(self, value: float, key: tuple[str, ...] = ()) -> None:
+        row = self.series.get(key) or self.row(key)
+        row[bisect.bisect_left(self.bounds, value)] += 1
+        row[-1] += value
+
+    def observe_many(self, values: Iterable[tuple[float, int]], key: tuple[str, ...] = ()) -> None:
+        """Add ``count`` observations of ``value`` for each (value, count)."""
+        row, bounds = self.series.get(key) or self.row(key), self.bounds
+        for value, count in values:
+            row[bisect.bisect_left(bounds, value)] += count
+            row[-1] += value * count
+
+    def collect(self) -> Iterator[Metric]:
+        if self.before_collect is not None:
+            self.before_collect()
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        les = [*(repr(b) for b in self.bounds), "+Inf"]
+        for key, row in list(self.series.items()):
+            cumulative, buckets = 0.0, []
+            for le, count in zip(les, row, strict=False):
+                cumulative += count
+                buckets.append((le, cumulative))
+            family.add_metric(list(key), buckets, row[-1])
+        yield family
+
+
+class LoopCounter(Collector):
+    """A labelled counter updated only from the event loop's thread: a dictionary, no lock
+    (see BulkHistogram)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labels: Sequence[str],
+        before_collect: Callable[[], None] | None = None,
+    ) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.before_collect = before_collect
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, key: tuple[str, ...], amount: float = 1) -> None:
+        self.values[key] = self.values.get(key, 0) + amount
+
+    def collect(self) -> Iterator[Metric]:
+        if self.before_collect is not None:
+            self.before_collect()
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for key, value in list(self.values.items()):
+            family.add_metric(list(key), value)
+        yield family
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """The state of the whole deployment, as the leading scheduler last read it."""
+
+    due_backlog: int
+    due_oldest_age_s: float
+    schedules: dict[str, int]  # state -> count (active, paused, completed)
+    unhealthy: dict[str, int]  # reason -> count (late)
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)  # queue -> field -> count
+
+
+class DeploymentGauges(Collector):
+    """The gauges of the whole deployment: exported only by the scheduler that computed them
+    (the leader), so a sum or max over schedulers counts every schedule once."""
+
+    def __init__(self) -> None:
+        self.current: Deployment | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.current
+        if now is None:
+            return
+        yield GaugeMetricFamily(
+            "rsched_due_backlog", "Schedules due now and not fired yet.", value=now.due_backlog
+        )
+        yield GaugeMetricFamily(
+            "rsched_due_oldest_age_seconds",
+            "How long the most overdue schedule has been due (0 when none is).",
+            value=now.due_oldest_age_s,
+        )
+        yield _labelled("rsched_schedules", "Schedules by state.", "state", now.schedules.items())
+        yield _labelled(
+            "rsched_schedules_unhealthy",
+            "Schedules that need an operator, by reason (late: due and not fired past the "
+            "misfire grace).",
+            "reason",
+            now.unhealthy.items(),
+        )
+        for name, key, doc in _QUEUE_GAUGES:
+            yield _labelled(name, doc, "queue", ((q, f[key]) for q, f in now.queues.items()))
+
+
+_QUEUE_GAUGES = (
+    ("rsched_queue_length", "length", "Entries in the queue stream (pending included)."),
+    ("rsched_queue_pending", "pending", "Entries read by a worker and not acknowledged yet."),
+    ("rsched_queue_delayed", "delayed", "Retries and delayed jobs waiting in the delayed set."),
+    ("rsched_queue_dead", "dead", "Entries in the queue's dead-letter stream."),
+    (
+        "rsched_workers",
+        "consumers",
+        "Consumers of the queue's group (workers, including ones gone within the last hour "
+        "that held nothing).",
+    ),
+)
+
+
+def _labelled(
+    name: str, documentation: str, label: str, values: Iterable[tuple[str, int]]
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    for key, value in values:
+        family.add_metric([key], value)
+    return family
+
+
+class Metrics:
+    """Every series of rsched on one registry; one instance per process (:data:`METRICS`)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.on = False
+        reg = self.registry = registry or CollectorRegistry(auto_describe=True)
+        # Wall clock minus Redis TIME (ms), learnt from the scheduler's due reads: fire lag is
+        # measured on the clock the scheduled times come from.
+        self.clock_offset_ms = 0.0
+        # --- scheduler -------------------------------------------------------------------
+        self.fires = Counter(
+            "rsched_fires",
+            "Occurrences fired into a queue, by queue and origin (schedule: on time or within "
+            "the misfire grace; misfire: a late run the misfire policy made).",
+            ["queue", "origin"],
+            registry=reg,
+        )
+        self.fire_lag = BulkHistogram(
+            "rsched_fire_lag_seconds",
+            "Fire time minus scheduled time of each occurrence fired.",
+            LAG_BUCKETS,
+        )
+        reg.register(self.fire_lag)
+        self.misfires = Counter(
+            "rsched_misfires",
+            "Late occurrences the misfire policy handled, by policy and action (run: a late "
+            "run stands for them; skip: recorded as skipped).",
+            ["policy", "action"],
+            registry=reg,
+        )
+        self.overlap = Counter(
+            "rsched_overlap",
+            "Occurrences the overlap policy held back because a run was unfinished, by policy "
+            "and action (skipped, buffered).",
+            ["policy", "action"],
+            registry=reg,
+        )
+        self.stale_refused = Counter(
+            "rsched_stale_fires_refused",
+            "Fires refused by the lease or version check: double fires that did not happen.",
+            registry=reg,
+        )
+        self.is_leader = Gauge(
+            "rsched_is_leader", "1 while this scheduler holds the lease.", registry=reg
+        )
+        self.leader_changes = Counter(
+            "rsched_leader_changes",
+            "Times this scheduler acquired the lease (summed over schedulers: leader changes).",
+            registry=reg,
+        )
+        self.deployment = DeploymentGauges()
+        reg.register(self.deployment)
+        # --- worker ----------------------------------------------------------------------
+        # Runs ended and start lags not counted yet: a job's bookkeeping is an append, and the
+        # series are brought up to date in bulk (at a scrape, or every JOBS_FLUSH runs).
+        self._ended: list[tuple[Job, str, float]] = []
+        self._start_lags: list[tuple[float, int]] = []
+        self._timeouts: dict[str, float] = {}  # task -> the timeout its gauge shows
+        # Updated by the runners on the event loop (never from a handler's thread): no lock.
+        self.jobs = LoopCounter(
+            "rsched_jobs",
+            "Job runs that ended, by task and outcome (completed, failed, timed_out, "
+            "cancelled, retry).",
+            ["task", "outcome"],
+            self.flush_jobs,
+        )
+        self.job_duration = BulkHistogram(
+            "rsched_job_duration_seconds",
+            "How long a handler ran, by task.",
+            DURATION_BUCKETS,
+            ["task"],
+            self.flush_jobs,
+        )
+        self.job_start_lag = BulkHistogram(
+            "rsched_job_start_lag_seconds",
+            "Handler start minus scheduled time, for first attempts (worker clock).",
+            LAG_BUCKETS,
+            before_collect=self.flush_jobs,
+        )
+
+        for collector in (self.jobs, self.job_duration, self.job_start_lag):
+            reg.register(collector)
+        self.job_timeout = Gauge(
+            "rsched_job_timeout_seconds",
+            "The timeout of the task's latest job (to compare durations with).",
+            ["task"],
+            registry=reg,
+        )
+        self.retries = Counter(
+            "rsched_retries", "Attempts scheduled for a retry, by task.", ["task"], registry=reg
+        )
+        self.reclaims = Counter(
+            "rsched_reclaims",
+            "Entries this worker took over from another (idle past the visibility timeout).",
+            ["queue"],
+            registry=reg,
+        )
+        self.running = 0
+        Gauge(
+            "rsched_jobs_in_progress", "Handlers running in this worker now.", registry=reg
+        ).set_function(lambda: self.running)
+        # --- both ------------------------------------------------------------------------
+        Gauge(
+            "rsched_build_info", "rsched's version (always 1).", ["version"], registry=reg
+        ).labels(_version()).set(1)
+        ProcessCollector(registry=reg)
+        PlatformCollector(registry=reg)
+
+    # --- scheduler -------------------------------------------------------------------------
+
+    def redis_now(self, now_ms: int) -> None:
+        """Learn the offset of Redis TIME from the wall clock (at a due read's reply)."""
+        self.clock_offset_ms = time.time() * 1000 - now_ms
+
+    def fired(self, items: Sequence[FireItem], codes: Sequence[int]) -> None:
+        """Count one fire batch from its codes, in bulk."""
+        now_ms = time.time() * 1000 - self.clock_offset_ms
+        fired: dict[tuple[str, str], int] = {}
+        lags: dict[int, int] = {}  # scheduled time -> fires (a herd shares a few)
+        if codes.count(FIRED) == len(codes):
+            # Every item fired (a herd's batches): count runs of items that share spec, action
+            # and scheduled time (consecutive in a batch), without a Python step per item.
+            # Specs compare by identity first (a batch shares a few cached instances).
+            for (spec, action, sched), run in itertools.groupby(map(_GROUP_KEY, items)):
+                n = len(list(run))
+                key = (spec.queue, "schedule" if action == "fire" else "misfire")
+                fired[key] = fired.get(key, 0) + n
+                lags[sched] = lags.get(sched, 0) + n
+        else:
+            self._fired_mixed(items, codes, fired, lags)
+        for (queue, origin), n in fired.items():
+            self.fires.labels(queue, origin).inc(n)
+        self.fire_lag.observe_many((max(0.0, (now_ms - s) / 1000), n) for s, n in lags.items())
+
+    def _fired_mixed(
+        self,
+        items: Sequence[FireItem],
+        codes: Sequence[int],
+        fired: dict[tuple[str, str], int],
+        lags: dict[int, int],
+    ) -> None:
+        held: dict[tuple[str, str], int] = {}
+        stale = 0
+        for item, code in zip(items, codes, strict=True):
+            if code == FIRED:
+                key = (item.spec.queue, "schedule" if item.action == "fire" else "misfire")
+                fired[key] = fired.get(key, 0) + 1
+                lags[item.sched] = lags.get(item.sched, 0) + 1
+            elif code == STALE:
+                stale += 1
+            elif code in _OVERLAP_ACTIONS:
+                key = (item.spec.overlap, _OVERLAP_ACTIONS[code])
+                held[key] = held.get(key, 0) + 1
+        for (policy, action), n in held.items():
+            self.overlap.labels(policy, action).inc(n)
+        if stale:
+            self.stale_refused.inc(stale)
+
+    def misfire(self, policy: str, action: str) -> None:
+        """One late occurrence planned by the misfire policy (``action``: misfire or skip)."""
+        self.misfires.labels(policy, "run" if action == "misfire" else "skip").inc()
+
+    # --- worker ----------------------------------------------------------------------------
+
+    def job_started(self, job: Job) -> None:
+        self.running += 1
+        if job.attempt == 1 and job.scheduled_ms is not None:
+            self._start_lags.append((max(0.0, time.time() - job.scheduled_ms / 1000), 1))
+
+    def job_ended(
+        self,
+        job: Job,
+        duration_s: float,
+        *,
+        cancelled: bool,
+        timed_out: bool,
+        error: BaseException | None,
+    ) -> None:
+        """A run ended: cancelled (cancel_previous), timed out, raised ``error``, or completed."""
+        if error is None and not timed_out and not cancelled:
+            how = "completed"
+        else:
+            how = _failure(cancelled=cancelled, timed_out=timed_out, error=error)
+            if how != "cancelled" and not job.is_last_attempt:
+                self.retries.labels(job.task).inc()
+        self._ended.append((job, how, duration_s))
+        if len(self._ended) >= JOBS_FLUSH:
+            self.flush_jobs()
+
+    def flush_jobs(self) -> None:
+        """Count the runs ended since the last flush into the job series."""
+        ended, self._ended = self._ended, []
+        lags, self._start_lags = self._start_lags, []
+        self.job_start_lag.observe_many(lags)
+        counts, durations = self.jobs.values, self.job_duration
+        rows: dict[str, list[float]] = {}  # task -> its duration row, looked up once a flush
+        last: dict[str, Job] = {}
+        bounds, where = durations.bounds, bisect.bisect_left
+        for job, how, duration_s in ended:
+            task = job.task
+            key = (task, how)
+            counts[key] = counts.get(key, 0) + 1
+            row = rows.get(task)
+            if row is None:
+                row = rows[task] = durations.series.get((task,)) or durations.row((task,))
+                last[task] = job
+            row[where(bounds, duration_s)] += 1
+            row[-1] += duration_s
+        for task, job in last.items():
+            timeout = job.timeout_s
+            if self._timeouts.get(task) != timeout:
+                self._timeouts[task] = timeout
+                self.job_timeout.labels(task).set(timeout)
+
+
+def _failure(*, cancelled: bool, timed_out: bool, error: BaseException | None) -> str:
+    if cancelled:
+        return "cancelled"
+    if timed_out:
+        return "timed_out"
+    return "retry" if isinstance(error, Retry) else "failed"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("rsched")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown"
+
+
+METRICS = Metrics()
