@@ -6,20 +6,27 @@ import typing as _typing
 from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
 from rsched._errors import (
+    AccessDenied,
     ConfigError,
     DeadLetterNotFound,
     InvalidArgument,
     InvalidJob,
     InvalidSchedule,
     InvalidSchedules,
+    PoolExhausted,
+    ReadOnlyServer,
     RedisUnavailable,
+    RedisUrlMismatch,
     Retry,
     RschedError,
     ScheduleCompleted,
     ScheduleExists,
     ScheduleFileError,
     ScheduleNotFound,
+    ServerError,
+    ServerOutOfMemory,
     StateError,
+    WrongNode,
 )
 from rsched._history import HistoryEvent
 from rsched._job import DeadLetter, Enqueued, Job
@@ -34,6 +41,7 @@ from rsched._worker import Worker
 __version__ = "0.1.0"
 
 __all__ = (
+    "AccessDenied",
     "BackfillResult",
     "BulkResult",
     "Client",
@@ -49,7 +57,10 @@ __all__ = (
     "InvalidSchedules",
     "Job",
     "Page",
+    "PoolExhausted",
+    "ReadOnlyServer",
     "RedisUnavailable",
+    "RedisUrlMismatch",
     "Retry",
     "RschedError",
     "Schedule",
@@ -58,11 +69,14 @@ __all__ = (
     "ScheduleFileError",
     "ScheduleNotFound",
     "Scheduler",
+    "ServerError",
+    "ServerOutOfMemory",
     "Settings",
     "StateError",
     "Stats",
     "SyncClient",
     "Worker",
+    "WrongNode",
     "__version__",
     "next_fire_times",
 )

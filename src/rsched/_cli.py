@@ -20,10 +20,12 @@ from collections.abc import Sequence
 import anyio
 import orjson
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from rsched._cli_common import Handler, LocalHandler, cli_words, duration_s
 from rsched._cli_parser import DELEGATES, build_parser
 from rsched._client import Client
+from rsched._connection import explain
 from rsched._errors import RschedError, UsageError
 from rsched._log import configure_logging
 from rsched._settings import Settings
@@ -53,6 +55,8 @@ async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -
         except RschedError as exc:  # reworded for the command line: "use rsched upsert"
             cli_words(exc)
             raise
+        except RedisError as exc:  # a command that talks to Redis beside the Client (sync)
+            raise (await explain(exc, settings)) from exc
 
 
 def _local(local: LocalHandler, args: argparse.Namespace) -> None:

@@ -403,7 +403,7 @@ async def cmd_backfill(client: Client, args: argparse.Namespace) -> None:
 async def cmd_sync(client: Client, args: argparse.Namespace) -> None:
     # A file sync is a deployment's own write path (rsched-scheduler --schedules runs it too),
     # not a client call: it gets a connection of its own.
-    redis = connect(client.settings.url)
+    redis = connect(client.settings)
     try:
         plan = await sync_file(
             redis, client.settings, args.file, dry_run=args.dry_run, adopt=args.adopt

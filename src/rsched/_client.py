@@ -22,20 +22,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from rsched._bulk import BulkResult, Validator
 from rsched._codes import Code
-from rsched._connection import connect
+from rsched._connection import connect, explain
 from rsched._errors import (
     Conflict,
     InvalidArgument,
     InvalidSchedule,
-    RedisUnavailable,
     ScheduleCompleted,
     ScheduleNotFound,
 )
@@ -105,32 +102,20 @@ class Stats:
         return dataclasses.asdict(self)
 
 
-def _safe_url(url: str) -> str:
-    """The URL without its password, for error messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _redis_errors(
     fn: Callable[P, Awaitable[T]],
 ) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Translate connection failures (after redis-py's own retries) into RedisUnavailable."""
+    """Translate Redis failures (after redis-py's own retries) into the RschedError naming the
+    fix (rsched._connection.explain): RedisUnavailable, PoolExhausted or a ServerError."""
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await fn(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, ConnectionError) as exc:
+        except (RedisError, OSError) as exc:
             client = args[0]
-            url = client.settings.url if isinstance(client, Client) else "?"
-            raise RedisUnavailable(
-                f"cannot reach Redis at {_safe_url(url)} ({exc}); check RSCHED_REDIS_URL / "
-                "--redis-url and that the server is running"
-            ) from exc
+            settings = client.settings if isinstance(client, Client) else Settings()
+            raise (await explain(exc, settings)) from exc
 
     return wrapper
 
@@ -168,7 +153,10 @@ class Client:
     ``async with rsched.Client.from_url("redis://localhost:6379/0") as client: ...`` or
     ``Client(redis, settings)`` around an existing decoded ``redis.asyncio.Redis`` (which the
     client then does not close). Every method raises :class:`RedisUnavailable` when Redis
-    cannot be reached. Since 0.1.0.
+    cannot be reached or does not answer within ``socket_timeout_s``, :class:`PoolExhausted`
+    when no connection of the pool came free within ``pool_timeout_s``, and a
+    :class:`ServerError` when the server refuses (password, ACL, replica, out of memory, ...).
+    One client may serve any number of concurrent calls. Since 0.1.0.
     """
 
     def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
@@ -191,7 +179,7 @@ class Client:
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
         """A client with its own connection pool to ``settings.url``."""
-        client = cls(connect(settings.url), settings)
+        client = cls(connect(settings), settings)
         client._owns_redis = True
         return client
 

@@ -1,39 +1,343 @@
-"""Opening Redis connections the same way everywhere (scheduler, worker, client, CLI)."""
+"""Opening Redis connections the same way everywhere (scheduler, worker, client, CLI), and saying
+what a failure means in one line that names the fix.
+
+Waiting is bounded: every read and every connect gives up after ``socket_timeout_s``, and a
+timed-out command is never re-sent (only a refused or dropped connection is retried, which fails
+fast), so no call waits much longer than the setting. The pool is bounded too: past
+``max_connections`` a call waits for a free connection, for at most ``pool_timeout_s``.
+"""
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    AskError,
+    AuthenticationError,
+    InvalidResponse,
+    MovedError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rsched._errors import ConfigError
+from rsched._errors import (
+    AccessDenied,
+    ConfigError,
+    PoolExhausted,
+    ReadOnlyServer,
+    RedisUnavailable,
+    RedisUrlMismatch,
+    RschedError,
+    ServerError,
+    ServerOutOfMemory,
+    WrongNode,
+)
 from rsched._log import EventLogger
+from rsched._settings import Settings
 
-_LOOPBACK_HINT = "e.g. redis://127.0.0.1:6379/0 or rediss://user:pass@host:6380/0"
+_URL_HINT = "e.g. redis://127.0.0.1:6379/0 or rediss://user:pass@host:6380/0"
+#: Re-sends after a refused or dropped connection (each fails fast); never after a timeout.
+CONNECT_RETRIES = 2
+#: How long one pub/sub read waits for a message before it looks again.
+LISTEN_POLL_S = 1.0
+#: What redis-py says when a BlockingConnectionPool had no free connection in time.
+_POOL_EMPTY = "No connection available"
 
 
-def connect(url: str, *, socket_timeout_s: float | None = 10.0) -> Redis:
-    """An async client with decoded responses and a short, bounded retry on connection errors.
+def connect(target: Settings | str, *, socket_timeout_s: float | None = None) -> Redis:
+    """An async client with decoded responses, bounded waits and a bounded pool.
 
-    Every script rsched sends is safe to run twice, so redis-py's re-send after a dropped
-    connection cannot apply an operation twice. (The retry must be redis.asyncio's: the sync
-    one would wrap only the creation of each coroutine and never retry anything.)
+    ``target`` is the settings (``redis_url``, ``socket_timeout_s``, ``max_connections``,
+    ``pool_timeout_s``) or a bare URL with the default settings; ``socket_timeout_s`` overrides
+    theirs (a probe that must answer sooner). Every script rsched sends is
+    safe to run twice, so redis-py's re-send after a dropped connection cannot apply an
+    operation twice. (The retry must be redis.asyncio's: the sync one would wrap only the
+    creation of each coroutine and never retry anything.) Raises ConfigError for a bad URL.
     """
+    settings = (
+        target if isinstance(target, Settings) else Settings.model_construct(redis_url=target)
+    )
+    url = settings.url
+    timeout_s = settings.socket_timeout_s if socket_timeout_s is None else socket_timeout_s
     try:
-        return Redis.from_url(
+        pool = BlockingConnectionPool.from_url(
             url,
             decode_responses=True,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=5.0,
+            max_connections=settings.max_connections,
+            timeout=settings.pool_timeout_s,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
             health_check_interval=15,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+            retry=Retry(
+                ExponentialBackoff(cap=0.5, base=0.05),
+                retries=CONNECT_RETRIES,
+                supported_errors=(RedisConnectionError,),
+            ),
+            # Without this redis-py adds nothing; with TimeoutError here every hung read would
+            # be waited out CONNECT_RETRIES + 1 times.
+            retry_on_error=[],
         )
     except ValueError as exc:
-        raise ConfigError(f"redis_url {url!r} is invalid ({exc}); {_LOOPBACK_HINT}") from None
+        raise ConfigError(f"redis_url {safe_url(url)!r} is invalid ({exc}); {_URL_HINT}") from None
+    return Redis.from_pool(pool)
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes / contexts (redis-py wraps socket and TLS errors)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _db_index(url: str) -> str:
+    path = urlsplit(url).path.strip("/")
+    return path or "0"
+
+
+def translate(exc: BaseException, settings: Settings) -> RschedError:
+    """The RschedError that says, in one line naming the fix, what a Redis failure means.
+
+    ``exc`` is a redis-py error or an OSError; passwords never appear in the message.
+    """
+    url = safe_url(settings.url)
+    scheme = urlsplit(settings.url).scheme
+    text = str(exc).strip()
+    # A message of redis-py may repeat the URL it was given; never show a password.
+    password = urlsplit(settings.url).password
+    if password:
+        text = text.replace(password, "***")
+    chain = _chain(exc)
+
+    if isinstance(exc, RschedError):
+        return exc
+    if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
+        if scheme == "rediss":
+            return RedisUrlMismatch(
+                f"TLS handshake with {url} failed ({text}): if that server does not use TLS, "
+                "write redis:// instead of rediss:// in RSCHED_REDIS_URL; otherwise check its "
+                "certificate"
+            )
+        return RedisUrlMismatch(f"TLS error with {url} ({text}); check RSCHED_REDIS_URL")
+    if "without any password configured" in text or "no password is set" in text:
+        return AccessDenied(
+            f"{url} has no password set but RSCHED_REDIS_URL gives one: remove it from the URL "
+            "(or set the server's requirepass)"
+        )
+    if isinstance(exc, AuthenticationError) or text.startswith(("NOAUTH", "WRONGPASS")):
+        return AccessDenied(_auth_message(url, text, has_password=password is not None))
+    if isinstance(exc, NoPermissionError) or text.startswith("NOPERM"):
+        return AccessDenied(
+            f"the Redis user of RSCHED_REDIS_URL may not do what rsched needs ({text}): grant "
+            f"it with ACL SETUSER <user> on ~{{{settings.prefix}}}:* &{{{settings.prefix}}}:* "
+            "+@all (or use a user that has them)"
+        )
+    if "Invalid Database" in text or "DB index is out of range" in text:
+        return RedisUrlMismatch(
+            f"{url} has no database {_db_index(settings.url)} (DB index is out of range): use "
+            "a database the server has in RSCHED_REDIS_URL, e.g. /0 (it has `databases` of them)"
+        )
+    if isinstance(exc, InvalidResponse) or "Protocol Error" in text:
+        return RedisUrlMismatch(
+            f"the service at {url} does not speak the Redis protocol ({text[:80]}): check the "
+            "host and port of RSCHED_REDIS_URL"
+        )
+    if isinstance(exc, ReadOnlyError) or text.startswith("READONLY"):
+        return ReadOnlyServer(
+            f"{url} is a read-only replica ({text[:60]}): point RSCHED_REDIS_URL at its primary"
+        )
+    if isinstance(exc, OutOfMemoryError) or text.startswith("OOM"):
+        return ServerOutOfMemory(
+            f"Redis at {url} is out of memory (maxmemory reached, writes refused): raise its "
+            "maxmemory, free memory (e.g. purge dead letters, lower history_limit) or add RAM"
+        )
+    if isinstance(exc, MovedError | AskError) or text.startswith(("MOVED ", "ASK ")):
+        node = text.split()[-1]
+        return WrongNode(
+            f"{url} is a Redis Cluster node that does not hold the keys of prefix "
+            f"{settings.prefix!r} (MOVED to {node}): point RSCHED_REDIS_URL at redis://{node}/0"
+        )
+    if "max number of clients reached" in text:
+        return RedisUnavailable(
+            f"Redis at {url} refused the connection: it has reached its maxclients; raise "
+            "maxclients on the server, or lower RSCHED_MAX_CONNECTIONS or the number of processes"
+        )
+    if _POOL_EMPTY in text:
+        return PoolExhausted(
+            f"all {settings.max_connections} connections to {url} stayed busy for "
+            f"{settings.pool_timeout_s:g} s: raise RSCHED_MAX_CONNECTIONS or "
+            "RSCHED_POOL_TIMEOUT_S, or make fewer calls at once"
+        )
+    if isinstance(exc, RedisTimeoutError | TimeoutError) and not isinstance(exc, ResponseError):
+        return RedisUnavailable(
+            f"Redis at {url} did not answer within {settings.socket_timeout_s:g} s ({text}): "
+            "check that the server is running and not paused or overloaded, or raise "
+            "RSCHED_SOCKET_TIMEOUT_S"
+        )
+    if isinstance(exc, RedisConnectionError | ConnectionError | OSError):
+        return RedisUnavailable(
+            f"cannot reach Redis at {url} ({text}); check RSCHED_REDIS_URL / --redis-url and "
+            "that the server is running"
+        )
+    return ServerError(f"Redis at {url} refused a command ({text[:200]})")
+
+
+def _auth_message(url: str, text: str, *, has_password: bool) -> str:
+    if not has_password:
+        return (
+            f"{url} requires a password (NOAUTH): put it in RSCHED_REDIS_URL, e.g. "
+            "redis://:PASSWORD@host:6379/0 or redis://USER:PASSWORD@host:6379/0"
+        )
+    return (
+        f"{url} refused the user or password of RSCHED_REDIS_URL ({text[:60]}): check both "
+        "(redis://USER:PASSWORD@host:6379/0)"
+    )
+
+
+#: First bytes of a reply in the Redis protocol (RESP2 and RESP3).
+_RESP_TYPES = b"+-:$*_,#!=(%~>|"
+_PLAIN_PING = b"PING\r\n"
+
+
+async def explain(exc: BaseException, settings: Settings) -> RschedError:
+    """:func:`translate`, and when that can only say "cannot reach" although something
+    listens, a look at what listens there: a TLS-only server (for redis://), a plain server
+    (for rediss://) or a service that is not Redis. Each look takes at most 1 s."""
+    error = translate(exc, settings)
+    parts = urlsplit(settings.url)
+    if not isinstance(error, RedisUnavailable) or parts.scheme not in ("redis", "rediss"):
+        return error
+    if "refused" in str(error) or "Error 111" in str(error):
+        return error  # nothing listens: nothing to look at
+    timed_out = isinstance(exc, RedisTimeoutError | TimeoutError)
+    if timed_out and parts.scheme == "redis":
+        return error  # a hung server; a TLS-only one would have closed the connection
+    host, port = parts.hostname or "localhost", parts.port or 6379
+    look_s = min(1.0, settings.socket_timeout_s)
+    url = safe_url(settings.url)
+    tls = False
+    if parts.scheme == "redis":
+        with anyio.move_on_after(look_s):
+            tls = await _speaks_tls(host, port)
+    if tls:
+        return RedisUrlMismatch(
+            f"{url} accepts TLS connections only: write rediss:// instead of redis:// in "
+            "RSCHED_REDIS_URL"
+        )
+    reply = b""
+    with anyio.move_on_after(look_s):
+        reply = await _first_bytes(host, port)
+    if reply and reply[:1] in _RESP_TYPES and parts.scheme == "rediss":
+        return RedisUrlMismatch(
+            f"{url} does not use TLS (it answers in plain text): write redis:// instead of "
+            "rediss:// in RSCHED_REDIS_URL"
+        )
+    if reply and reply[:1] not in _RESP_TYPES:
+        return RedisUrlMismatch(
+            f"the service at {url} does not speak the Redis protocol (it answered "
+            f"{reply[:24]!r}): check the host and port of RSCHED_REDIS_URL"
+        )
+    return error
+
+
+async def _first_bytes(host: str, port: int) -> bytes:
+    """What a plain-text PING gets back first (b"" for nothing or a close)."""
+    try:
+        async with await anyio.connect_tcp(host, port) as stream:
+            await stream.send(_PLAIN_PING)
+            return await stream.receive(64)
+    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+        return b""
+
+
+async def _speaks_tls(host: str, port: int) -> bool:
+    """Whether a TLS handshake gets a TLS answer (any certificate: only the protocol counts)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        stream = await anyio.connect_tcp(host, port, tls=True, ssl_context=context)
+    except ssl.SSLError as exc:
+        # An alert from the server is TLS too (a client certificate it wants, ...).
+        return bool(exc.reason) and "ALERT" in str(exc.reason)
+    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+        return False
+    await anyio.aclose_forcefully(stream)  # no TLS goodbye: only the handshake mattered
+    return True
+
+
+#: Failures translate() turns into something worth stopping for at start-up: waiting cannot fix
+#: a wrong URL, password or server; it can fix a server that is down or full.
+PERMANENT = (AccessDenied, ReadOnlyServer, WrongNode, RedisUrlMismatch)
+
+
+async def check_server(redis: Redis, settings: Settings, key: str) -> None:
+    """Fail early, in one line, when the server can never serve rsched as configured.
+
+    Reads ``key`` (one of the prefix's keys: a cluster node that does not hold the prefix
+    answers MOVED) and asks the server's role (a replica cannot take writes). Raises the
+    :data:`PERMANENT` errors of :func:`translate`; a server that is down, slow or out of memory
+    is left to the callers' retries.
+    """
+    try:
+        await redis.exists(key)
+        role = await _role(redis)
+    except (RedisError, OSError) as exc:
+        error = await explain(exc, settings)
+        if isinstance(error, PERMANENT):
+            raise error from None
+        return
+    if role not in ("", "master"):
+        raise ReadOnlyServer(
+            f"{safe_url(settings.url)} is a replica (role {role}), which cannot take writes: "
+            "point RSCHED_REDIS_URL at its primary"
+        )
+
+
+async def _role(redis: Redis) -> str:
+    try:
+        reply = await redis.role()
+    except ResponseError:  # ROLE may be renamed or denied by an ACL: no opinion then
+        return ""
+    return str(reply[0]) if reply else ""
+
+
+async def messages(pubsub: PubSub) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a subscribed ``pubsub``, for as long as it stays connected.
+
+    ``pubsub.listen()`` of redis-py before 8.1 reads under the socket timeout, so a channel
+    silent for ``socket_timeout_s`` raised TimeoutError (and the listener lost messages while
+    it subscribed again); short reads that may find nothing behave the same on every version.
+    """
+    while True:
+        message = await pubsub.get_message(timeout=LISTEN_POLL_S)
+        if message is not None:
+            yield message
 
 
 async def warn_if_unsafe(redis: Redis, log: EventLogger) -> list[str]:

@@ -105,7 +105,41 @@ class StateError(RschedError):
 
 
 class RedisUnavailable(RschedError):
-    """Raised when Redis cannot be reached after the configured retries."""
+    """Raised when Redis cannot be reached (refused, closed, or no answer within
+    ``socket_timeout_s``) after the configured retries."""
+
+
+class PoolExhausted(RschedError):
+    """Raised when every connection of a client's pool stayed busy for ``pool_timeout_s``:
+    more calls at once than ``max_connections`` can serve (Redis itself may be fine)."""
+
+
+class ServerError(RschedError):
+    """Raised when the server at ``redis_url`` answers but refuses what rsched asks of it; the
+    message names what to change (the URL, the server, or its ACL)."""
+
+
+class AccessDenied(ServerError):
+    """Raised for a missing or wrong password, or an ACL user without a command or key rsched
+    needs (NOAUTH, WRONGPASS, NOPERM)."""
+
+
+class ReadOnlyServer(ServerError):
+    """Raised when ``redis_url`` points at a read-only replica (READONLY): use the primary."""
+
+
+class ServerOutOfMemory(ServerError):
+    """Raised when the server is at ``maxmemory`` and refuses writes (OOM, noeviction)."""
+
+
+class WrongNode(ServerError):
+    """Raised when a Redis Cluster node answers MOVED/ASK: the prefix's keys live on another
+    node, whose address the message gives."""
+
+
+class RedisUrlMismatch(ServerError):
+    """Raised when the service at ``redis_url`` is not what the URL asks for: not Redis at all,
+    TLS on one side only, or a database index the server does not have."""
 
 
 class Retry(RschedError):

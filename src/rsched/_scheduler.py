@@ -30,6 +30,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
 from rsched._codes import Code
+from rsched._connection import messages
 from rsched._errors import LostLease, RschedError
 from rsched._keys import Keys
 from rsched._log import get_logger
@@ -187,7 +188,7 @@ class Scheduler:
                         await pubsub.subscribe(self.keys.wake)
                         backoff.reset()
                         _offer(inbox, ("wake", 0))  # messages may have been missed meanwhile
-                        async for message in pubsub.listen():
+                        async for message in messages(pubsub):
                             if message.get("type") == "message":
                                 _offer(inbox, ("wake", message["data"]))
                 except (RedisError, OSError) as exc:

@@ -21,8 +21,9 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._connection import connect, warn_if_unsafe
-from rsched._errors import ConfigError, InvalidSchedule, RschedError
+from rsched._connection import check_server, connect, explain, translate, warn_if_unsafe
+from rsched._errors import ConfigError, InvalidSchedule, RschedError, ServerError
+from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_scheduler
 from rsched._scheduler import Scheduler
@@ -32,6 +33,8 @@ from rsched._signals import two_signal_stop
 log = get_logger("rsched.scheduler")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+#: The longest wait for the connections to close on the way out (a hung server cannot hold us).
+CLOSE_TIMEOUT_S = 2.0
 
 # Flag -> (path in Settings, environment variable), for overrides and error messages.
 _FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -124,16 +127,28 @@ async def _sync_schedules(redis: Redis, settings: Settings, path: Path) -> None:
         raise ConfigError(f"--schedules {path}: {exc}") from exc
 
 
+async def _start_up(redis: Redis, settings: Settings, schedules: Path | None) -> None:
+    """Check the server (a wrong URL, password or server stops us here, in one line), warn
+    about unsafe server settings, and sync the schedules file."""
+    await check_server(redis, settings, Keys(settings.prefix).leader)
+    await warn_if_unsafe(redis, log)
+    if schedules is not None:
+        await _sync_schedules(redis, settings, schedules)
+
+
 async def _serve(settings: Settings, schedules: Path | None) -> int:
-    redis = connect(settings.url)
+    redis = connect(settings)
     scheduler = Scheduler(redis, settings)
     stopping = False
-    failed: ConfigError | None = None
+    failed: RschedError | None = None
+    # A stop during start-up does not wait for a server that does not answer.
+    start_up = anyio.CancelScope()
 
     def graceful(name: str) -> None:
         nonlocal stopping
         stopping = True
         log.info("scheduler.stopping", signal=name)
+        start_up.cancel()
         scheduler.stop()
 
     def immediate(name: str) -> None:
@@ -153,12 +168,13 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
             await tg.start(two_signal_stop, graceful, immediate)
             if settings.metrics_port is not None:  # /livez answers during start-up too
                 await tg.start(operate_scheduler, scheduler, settings)
-            await warn_if_unsafe(redis, log)
-            if schedules is not None:
+            with start_up:
                 try:
-                    await _sync_schedules(redis, settings, schedules)
-                except ConfigError as exc:  # raised below, outside the task group
+                    await _start_up(redis, settings, schedules)
+                except (ConfigError, ServerError) as exc:  # raised below, outside the group
                     failed = exc
+                except RedisError as exc:  # e.g. Redis down while syncing the schedules file
+                    failed = await explain(exc, settings)
             if failed is not None or stopping:
                 tg.cancel_scope.cancel()
             else:
@@ -170,7 +186,7 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
                     lease_ttl_ms=settings.scheduler.lease_ttl_ms,
                 )
     finally:
-        with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             await redis.aclose()
     if failed is not None:
         raise failed
@@ -192,8 +208,14 @@ def main(argv: list[str] | None = None) -> int:
         log.error("scheduler.config_error", error=str(exc))
         print(f"rsched-scheduler: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except RschedError as exc:
+    except RschedError as exc:  # e.g. a wrong password: one line that names the fix
         log.error("scheduler.failed", error=str(exc))
+        print(f"rsched-scheduler: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except RedisError as exc:
+        error = translate(exc, settings)
+        log.error("scheduler.failed", error=str(error))
+        print(f"rsched-scheduler: {error}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_ERROR

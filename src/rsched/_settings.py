@@ -28,6 +28,8 @@ DEFAULT_HISTORY_LIMIT = 30
 # Sidekiq's weighted queues: of 10 reads while every level has work, high comes first 6 times,
 # normal 3, low 1; a level with nothing waiting passes its turn on, so none starves.
 DEFAULT_PRIORITY_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
+# A worker's blocking read must come back this long before the socket timeout would fire.
+BLOCK_MARGIN_MS = 500
 
 
 class SchedulerSettings(BaseModel):
@@ -73,7 +75,7 @@ class WorkerSettings(BaseModel):
     heartbeat_s: float = Field(default=10.0, ge=0.05)
     # An entry delivered more often than this (it keeps crashing workers) is dead-lettered.
     max_deliveries: int = Field(default=5, ge=1, le=1000)
-    # Longest blocking read; kept well under the client's socket timeout (10 s).
+    # Longest blocking read; at least BLOCK_MARGIN_MS under the root's socket_timeout_s.
     block_ms: int = Field(default=2_000, ge=10, le=5_000)
     read_batch: int = Field(default=200, ge=1, le=10_000)
     promote_interval_ms: int = Field(default=500, ge=10, le=60_000)
@@ -134,6 +136,13 @@ class Settings(BaseSettings):
     dedup_window_s: float = Field(default=DEFAULT_DEDUP_WINDOW_S, ge=0, le=DEDUP_WINDOW_MAX_S)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
+    # The longest wait for one reply or for a connection to open. A timed-out command is never
+    # re-sent, so this bounds each call (a hung or paused server fails it, not the process).
+    socket_timeout_s: float = Field(default=5.0, ge=1, le=300)
+    # Connections per client (each process's pool); more concurrent calls wait for a free one.
+    max_connections: int = Field(default=50, ge=1, le=10_000)
+    # The longest wait for a free connection before PoolExhausted.
+    pool_timeout_s: float = Field(default=10.0, ge=0.1, le=3_600)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     # Metrics and health endpoints (docs/monitoring.md): served on this port when it is set
@@ -144,6 +153,21 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     metrics_interval_s: float = Field(default=5.0, ge=0.1, le=3_600)
     metrics_late_after_s: float = Field(default=60.0, ge=0)
+
+    @model_validator(mode="after")
+    def _block_inside_socket_timeout(self) -> Settings:
+        limit_ms = int(self.socket_timeout_s * 1000) - BLOCK_MARGIN_MS
+        if "block_ms" not in self.worker.model_fields_set:
+            # Only a short socket timeout makes the default too long: follow it then.
+            self.worker.block_ms = min(self.worker.block_ms, limit_ms)
+        if self.worker.block_ms > limit_ms:
+            raise ValueError(
+                f"worker.block_ms ({self.worker.block_ms}) must be at least {BLOCK_MARGIN_MS} ms "
+                f"below socket_timeout_s ({self.socket_timeout_s:g} s), or an idle worker's "
+                "blocking read times out: lower RSCHED_WORKER__BLOCK_MS or raise "
+                "RSCHED_SOCKET_TIMEOUT_S"
+            )
+        return self
 
     @property
     def url(self) -> str:

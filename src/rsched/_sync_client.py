@@ -1,19 +1,27 @@
 """The blocking client SDK: :class:`rsched.Client`'s methods for code without an event loop.
 
-The async client runs on a private event loop in a background thread (anyio's blocking
+The async client runs on a private event loop in a background thread (an anyio blocking
 portal); each method blocks until its call finishes there. Safe to share between threads.
+
+The loop's thread is a daemon, so a SyncClient that is never closed does not keep the
+interpreter alive when the program ends; it is closed at exit (or when garbage-collected), but
+``close()`` / ``with`` stays the way to release its connections at a known time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import queue
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+import anyio
+from anyio.from_thread import BlockingPortal
 
 from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
@@ -26,6 +34,9 @@ from rsched._settings import Settings
 
 T = TypeVar("T")
 
+#: The longest a close waits for the pool to disconnect (a hung server must not hang it).
+CLOSE_TIMEOUT_S = 2.0
+
 
 class SyncClient:
     """The same methods as :class:`rsched.Client`, blocking.
@@ -35,14 +46,16 @@ class SyncClient:
     """
 
     def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:
-        self._portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
-        self._portal = self._portal_cm.__enter__()
+        self._portal, self._thread = _start_loop()
         try:
             self._client: Client = self._portal.call(_open, url, prefix, settings)
         except BaseException:
-            self._portal_cm.__exit__(None, None, None)
+            _shutdown(self._portal, self._thread, None)
             raise
-        self._closed = False
+        # Not a method of self: a finalizer that holds self would keep it alive forever.
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._portal, self._thread, self._client
+        )
 
     @classmethod
     def from_url(
@@ -63,14 +76,8 @@ class SyncClient:
         self.close()
 
     def close(self) -> None:
-        """Close the connection pool and stop the background event loop."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._portal.call(self._client.aclose)
-        finally:
-            self._portal_cm.__exit__(None, None, None)
+        """Close the connection pool and stop the background event loop. Idempotent."""
+        self._finalizer()
 
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         return self._portal.call(functools.partial(fn, *args, **kwargs))
@@ -259,3 +266,51 @@ class SyncClient:
 
 async def _open(url: str | None, prefix: str | None, settings: dict[str, Any]) -> Client:
     return Client.from_url(url, prefix, **settings)
+
+
+def _start_loop() -> tuple[BlockingPortal, threading.Thread]:
+    """An event loop with a blocking portal in a daemon thread.
+
+    anyio's ``start_blocking_portal`` runs its loop in a non-daemon executor thread, which the
+    interpreter waits for at exit: a client nobody closed would hang the program forever.
+    """
+    handed: queue.Queue[BlockingPortal | BaseException] = queue.Queue(maxsize=1)
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            handed.put(portal)
+            await portal.sleep_until_stopped()
+
+    def run() -> None:
+        try:
+            anyio.run(serve)
+        except BaseException as exc:  # handed to the thread that waits for it
+            if handed.empty():
+                handed.put(exc)
+
+    thread = threading.Thread(target=run, name="rsched-sync-client", daemon=True)
+    thread.start()
+    got = handed.get()
+    if isinstance(got, BaseException):
+        raise got
+    return got, thread
+
+
+async def _close_client(client: Client) -> None:
+    with anyio.move_on_after(CLOSE_TIMEOUT_S):
+        await client.aclose()
+
+
+def _shutdown(portal: BlockingPortal, thread: threading.Thread, client: Client | None) -> None:
+    """Close ``client`` and stop the loop; the finalizer of a SyncClient (close, GC or exit)."""
+    if threading.current_thread() is thread:
+        return  # collected on its own loop: nothing can wait there; the daemon thread stays
+    # RuntimeError: the loop already ended (nothing left to close or stop).
+    try:
+        if client is not None:
+            with contextlib.suppress(RuntimeError):
+                portal.call(_close_client, client)
+    finally:
+        with contextlib.suppress(RuntimeError):
+            portal.call(portal.stop, True)
+        thread.join(CLOSE_TIMEOUT_S)

@@ -226,7 +226,7 @@ class Worker:
         cfg = settings.worker
         own = redis is None
         if redis is None:
-            client = connect(settings.url)
+            client = connect(settings)
             # Entries written by others may hold bytes that are not UTF-8: read them (as U+FFFD)
             # and dead-letter them rather than fail on every read.
             client.connection_pool.connection_kwargs["encoding_errors"] = "replace"

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
 from rsched._codes import Code
+from rsched._connection import messages
 from rsched._errors import MalformedJob, Retry, StateError
 from rsched._job import Job, parse_entry, retry_delay_s
 from rsched._log import get_logger
@@ -701,7 +702,7 @@ class Actors:
                     if not started:
                         started = True
                         task_status.started()
-                    async for message in pubsub.listen():
+                    async for message in messages(pubsub):
                         if message.get("type") == "message":
                             self._cancel(str(message["data"]))
             except ACTOR_FAILURES as exc:

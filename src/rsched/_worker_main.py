@@ -16,13 +16,19 @@ from collections.abc import Sequence
 
 import anyio
 
-from rsched._errors import ConfigError, RschedError
+from rsched._connection import check_server, connect
+from rsched._errors import ConfigError, RschedError, ServerError
+from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_worker
+from rsched._settings import Settings
 from rsched._signals import two_signal_stop
 from rsched._worker import Worker
 
 log = get_logger("rsched.worker")
+
+#: The longest wait for a connection to close (a hung server cannot hold the exit).
+CLOSE_TIMEOUT_S = 2.0
 
 
 def load_worker(spec: str) -> Worker:
@@ -71,13 +77,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(worker: Worker) -> int:
-    """Run ``worker`` until SIGTERM/SIGINT; returns the exit status."""
+async def check_start(settings: Settings) -> None:
+    """Fail at once, in one line, when the server can never serve this worker (a wrong URL,
+    password or server); a server that is down or slow is waited for by the worker itself."""
+    redis = connect(settings)
+    try:
+        await check_server(redis, settings, Keys(settings.prefix).leader)
+    finally:
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            await redis.aclose()
+
+
+async def serve(worker: Worker, settings: Settings | None = None) -> int:
+    """Run ``worker`` until SIGTERM/SIGINT; returns the exit status. With ``settings``, the
+    server is checked first (:func:`check_start`; raises its ServerError)."""
     status = 0
+    failed: ServerError | None = None
+    start_up = anyio.CancelScope()  # a stop during the check does not wait for the server
     async with anyio.create_task_group() as tg:
 
         def graceful(name: str) -> None:
             log.info("worker.signal", signal=name, action="drain")
+            start_up.cancel()
             worker.stop()
 
         def immediate(name: str) -> None:
@@ -88,11 +109,20 @@ async def serve(worker: Worker) -> int:
             tg.cancel_scope.cancel()
 
         await tg.start(two_signal_stop, graceful, immediate)
-        settings = worker.resolve_settings()
-        if settings.metrics_port is not None:
-            await tg.start(operate_worker, worker, settings)
-        await worker.run()
+        resolved = settings or worker.resolve_settings()
+        if resolved.metrics_port is not None:
+            await tg.start(operate_worker, worker, resolved)
+        with start_up:
+            try:
+                if settings is not None:
+                    await check_start(settings)
+            except ServerError as exc:  # raised below, outside the task group
+                failed = exc
+        if failed is None and not worker.stopping:
+            await worker.run()
         tg.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
     return status
 
 
@@ -115,9 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(args.log_level or settings.log_level, args.log_format or settings.log_format)
     try:
-        status = anyio.run(serve, worker)
-    except RschedError as exc:
+        status = anyio.run(serve, worker, settings)
+    except RschedError as exc:  # e.g. a wrong password: one line that names the fix
         log.error("worker.failed", error=str(exc))
+        print(f"rsched-worker: {exc}", file=sys.stderr)
         status = 1
     except KeyboardInterrupt:
         status = 1
