@@ -186,12 +186,23 @@ def test_block_ms_must_stay_below_the_socket_timeout(monkeypatch: pytest.MonkeyP
         Settings()
 
 
-def test_bad_connection_settings_name_the_variable(spawn: Spawn) -> None:
-    env = {"RSCHED_SOCKET_TIMEOUT_S": "2", "RSCHED_WORKER__BLOCK_MS": "1800"}
-    proc = spawn("rsched._scheduler_main", env=env)
-    assert proc.wait() == 2
-    assert "RSCHED_WORKER__BLOCK_MS" in proc.output()
-    assert "Traceback" not in proc.output()
+def test_bad_connection_settings_name_the_variables(spawn: Spawn) -> None:
+    env = {
+        "RSCHED_REDIS_URL": "redis://127.0.0.1:1/0",  # never reached: the settings are refused
+        "RSCHED_SOCKET_TIMEOUT_S": "2",
+        "RSCHED_WORKER__BLOCK_MS": "1800",
+        "PYTHONPATH": str(Path(__file__).parent),
+    }
+    for argv in (["rsched._scheduler_main"], ["rsched._worker_main", "worker_app:worker"]):
+        proc = spawn(*argv, env=env)
+        assert proc.wait() == 2
+        out = proc.output()
+        assert "lower RSCHED_WORKER__BLOCK_MS or raise RSCHED_SOCKET_TIMEOUT_S" in out
+        assert "Traceback" not in out
+        assert len(out.strip().splitlines()) == 1, out
+    code, err, _ = cli("redis://127.0.0.1:1/0", "ls", **env)
+    assert code == 2
+    one_line_error(err, "rsched: error: worker.block_ms (1800) must be at least 500 ms below")
 
 
 @pytest.mark.slow

@@ -45,7 +45,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         first = exc.errors()[0]
         env = "RSCHED_" + "__".join(str(p) for p in first["loc"]).upper()
         flag = {"RSCHED_REDIS_URL": "--redis-url / ", "RSCHED_PREFIX": "--prefix / "}.get(env, "")
-        raise UsageError(f"{flag}{env}: {first['msg']}") from None
+        # A rule across settings has no location; its message names the variables itself.
+        where = f"{flag}{env}: " if first["loc"] else ""
+        raise UsageError(where + first["msg"].removeprefix("Value error, ")) from None
 
 
 async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsched._rules import (
@@ -172,3 +172,13 @@ class Settings(BaseSettings):
     @property
     def url(self) -> str:
         return self.redis_url or DEFAULT_REDIS_URL
+
+
+def problems(exc: ValidationError) -> str:
+    """One line for a settings error: each problem after the variable it is about."""
+    parts = []
+    for err in exc.errors():
+        loc = "__".join(str(p) for p in err["loc"]).upper()
+        message = err["msg"].removeprefix("Value error, ")
+        parts.append(f"RSCHED_{loc}: {message}" if loc else message)
+    return "; ".join(parts)

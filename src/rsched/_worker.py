@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from rsched._backoff import Backoff
@@ -38,7 +39,7 @@ from rsched._job import Job
 from rsched._log import get_logger
 from rsched._queues import Done, Lane, QueueStore
 from rsched._rules import check_name
-from rsched._settings import Settings, WorkerSettings
+from rsched._settings import Settings, WorkerSettings, problems
 from rsched._worker_actors import ACTOR_FAILURES, Actors
 
 log = get_logger("rsched.worker")
@@ -148,9 +149,9 @@ class Worker:
         """The effective settings: flags > RSCHED_* environment > constructor > defaults."""
         try:
             base = self._settings_arg or Settings()
-        except ValueError as exc:
+        except ValidationError as exc:
             raise ConfigError(
-                f"invalid RSCHED_* environment ({exc}); lists are JSON, e.g. "
+                f"invalid RSCHED_* environment ({problems(exc)}); lists are JSON, e.g. "
                 'RSCHED_WORKER__QUEUES=\'["default","reports"]\''
             ) from None
         given = base.worker.model_fields_set
