@@ -53,6 +53,8 @@ _URL_HINT = "e.g. redis://127.0.0.1:6379/0 or rediss://user:pass@host:6380/0"
 CONNECT_RETRIES = 2
 #: How long one pub/sub read waits for a message before it looks again.
 LISTEN_POLL_S = 1.0
+#: Silence on a pub/sub connection after which a PING checks that the server still answers.
+PUBSUB_PING_S = 30.0
 #: What redis-py says when a BlockingConnectionPool had no free connection in time.
 _POOL_EMPTY = "No connection available"
 
@@ -328,17 +330,33 @@ async def _role(redis: Redis) -> str:
     return str(reply[0]) if reply else ""
 
 
-async def messages(pubsub: PubSub) -> AsyncIterator[dict[str, Any]]:
-    """The messages of a subscribed ``pubsub``, for as long as it stays connected.
+async def messages(
+    pubsub: PubSub, *, ping_after_s: float = PUBSUB_PING_S
+) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a subscribed ``pubsub``, until its connection fails.
 
     ``pubsub.listen()`` of redis-py before 8.1 reads under the socket timeout, so a channel
     silent for ``socket_timeout_s`` raised TimeoutError (and the listener lost messages while
     it subscribed again); short reads that may find nothing behave the same on every version.
+    After ``ping_after_s`` of silence a PING checks that the server is still there: with no
+    answer within the socket timeout this raises redis' TimeoutError, so the caller reconnects
+    instead of waiting forever on a dead connection.
     """
+    answer_s = pubsub.connection_pool.connection_kwargs.get("socket_timeout") or 5.0
+    heard = anyio.current_time()
+    pinged: float | None = None
     while True:
         message = await pubsub.get_message(timeout=LISTEN_POLL_S)
+        now = anyio.current_time()
         if message is not None:
-            yield message
+            heard, pinged = now, None
+            if message.get("type") != "pong":
+                yield message
+        elif pinged is not None and now - pinged > answer_s:
+            raise RedisTimeoutError(f"no answer to PING on pub/sub within {answer_s:g} s")
+        elif pinged is None and now - heard >= ping_after_s:
+            await pubsub.ping()
+            pinged = now
 
 
 async def warn_if_unsafe(redis: Redis, log: EventLogger) -> list[str]:
