@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the web extra is not installed")
 
 import rsched
+from fake_servers import Canned
 from rsched import Settings
 from web_support import free_port, make_dead_letters, run_app, serve
 
@@ -313,6 +314,14 @@ def test_redis_unavailable_is_503(settings: Settings) -> None:
         r = httpx.get(base + "/schedules")
         assert r.status_code == 503
         assert "cannot reach Redis" in r.text
+
+
+def test_a_server_refusing_rsched_is_503(settings: Settings) -> None:
+    with (
+        Canned(b"-MOVED 1234 127.0.0.1:7000") as node,
+        serve(settings.model_copy(update={"redis_url": node.url})) as base,
+    ):
+        error(httpx.get(base + "/api/v1/schedules"), 503, "WrongNode")
 
 
 def test_read_only_refuses_every_write(web: Web, settings: Settings) -> None:

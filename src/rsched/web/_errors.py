@@ -13,11 +13,13 @@ from rsched import (
     InvalidArgument,
     InvalidJob,
     InvalidSchedule,
+    PoolExhausted,
     RedisUnavailable,
     RschedError,
     ScheduleCompleted,
     ScheduleExists,
     ScheduleNotFound,
+    ServerError,
 )
 
 _STATUS: tuple[tuple[type[RschedError], int], ...] = (
@@ -29,6 +31,8 @@ _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (InvalidSchedule, 422),
     (InvalidJob, 422),
     (RedisUnavailable, 503),
+    (PoolExhausted, 503),  # every connection busy: try again shortly
+    (ServerError, 503),  # the server refuses rsched (password, replica, memory, cluster node)
 )
 #: InvalidJob messages start with the field they are about ("payload: must be a dict").
 _LEADING_FIELD = re.compile(r"^([a-z_]+): ")
