@@ -28,6 +28,8 @@ from rsched._errors import (
     StateError,
     WrongNode,
 )
+from rsched._events import HealthEvent
+from rsched._health import Health, HealthProblem, ScheduleHealth
 from rsched._history import HistoryEvent
 from rsched._job import DeadLetter, Enqueued, Job
 from rsched._model import Schedule
@@ -50,6 +52,9 @@ __all__ = (
     "DeadLetterNotFound",
     "Enqueued",
     "Fired",
+    "Health",
+    "HealthEvent",
+    "HealthProblem",
     "HistoryEvent",
     "InvalidArgument",
     "InvalidJob",
@@ -67,6 +72,7 @@ __all__ = (
     "ScheduleCompleted",
     "ScheduleExists",
     "ScheduleFileError",
+    "ScheduleHealth",
     "ScheduleNotFound",
     "Scheduler",
     "ServerError",

@@ -7,6 +7,7 @@ import re
 from importlib import metadata
 from typing import Any, get_args
 
+from rsched import _cli_health as health
 from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
 from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
@@ -401,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
         queues.cmd_stats,
     )
 
+    _health_commands(subs)
+
     p = _sub(
         subs,
         "sync",
@@ -416,3 +419,47 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, what) in DELEGATES.items():
         subs.add_parser(name, help=f"{what} (see rsched {name} --help)")
     return parser
+
+
+def _health_commands(subs: Any) -> None:
+    p = _sub(
+        subs,
+        "monitor",
+        "List unhealthy schedules (late, stuck, failing) and why; exit 1 when any",
+        "  rsched monitor\n  rsched monitor --json\n  rsched monitor --watch   (Ctrl-C ends it)",
+        health.cmd_monitor,
+    )
+    p.add_argument("--watch", action="store_true", help="refresh every few seconds")
+    p.add_argument(
+        "--interval", type=float, default=health.WATCH_S, help="seconds between refreshes"
+    )
+    p = _sub(
+        subs,
+        "health",
+        "Check the deployment: exit 0 when healthy, 1 with the reasons",
+        "  rsched health\n  rsched health --json\n"
+        "  rsched health --max-overdue 5m --dead-letter-window 0   (no dead-letter check)",
+        health.cmd_health,
+    )
+    p.add_argument("--max-due", type=int, help="schedules due at once (default 1000)")
+    p.add_argument(
+        "--max-overdue",
+        type=health.duration_or_zero,
+        help="lateness of the oldest due one (default 60s)",
+    )
+    p.add_argument(
+        "--dead-letter-window",
+        type=health.duration_or_zero,
+        help="fail while the newest dead letter is younger (default 5m; 0: never)",
+    )
+    p = _sub(
+        subs,
+        "events",
+        "Show the events stream: schedules turned late/failing/stuck/recovered, dead letters, "
+        "leader changes",
+        "  rsched events\n  rsched events --follow\n  rsched events --json -n 20",
+        health.cmd_events,
+    )
+    _limit(p, 20, "how many of the newest events to show first (default 20)")
+    p.add_argument("--after", help="only events after this event id")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")

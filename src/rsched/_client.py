@@ -36,6 +36,8 @@ from rsched._errors import (
     ScheduleCompleted,
     ScheduleNotFound,
 )
+from rsched._events import EventLog, HealthEvent
+from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds
 from rsched._history import HistoryEvent, page_events
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
@@ -164,6 +166,10 @@ class Client:
         self._redis = redis
         self._store = ScheduleStore.from_settings(redis, self.settings)
         self._queues = QueueStore.from_settings(redis, self.settings)
+        self._health = HealthReader(redis, self.settings)
+        self._events = EventLog(
+            redis, self._store.keys, max_len=self.settings.health.events_max_len
+        )
         self._owns_redis = False
 
     @classmethod
@@ -623,6 +629,57 @@ class Client:
             dead_letters=dead,
             leader=lead,
         )
+
+    # --- health and events --------------------------------------------------------------------
+
+    @_redis_errors
+    async def health(
+        self,
+        *,
+        max_due: int | None = None,
+        max_overdue_s: float | None = None,
+        dead_letter_window_s: float | None = None,
+    ) -> Health:
+        """Check the deployment and its schedules, from Redis alone (no scheduler needed).
+
+        ``Health.ok`` is false when a check fails: no leader, more than ``max_due`` schedules
+        due, the oldest overdue more than ``max_overdue_s`` late, a queue holding jobs with no
+        live worker, a run past its timeout, a dead letter younger than
+        ``dead_letter_window_s`` (0 turns that check off), or any unhealthy schedule (late,
+        stuck, failing; ``Health.schedules`` lists them). The limits default to the
+        ``health.*`` settings. Reads are bounded (README "Health and alerts").
+        """
+        thresholds = Thresholds.of(
+            self.settings.health,
+            max_due=max_due,
+            max_overdue_s=max_overdue_s,
+            dead_letter_window_s=dead_letter_window_s,
+        )
+        return await self._health.check(thresholds)
+
+    @_redis_errors
+    async def schedule_health(self, schedule_id: str) -> ScheduleHealth:
+        """One schedule's health: ok, late, stuck, failing, paused or completed, and why.
+        Raises ScheduleNotFound."""
+        now = await self._health.now_ms()
+        found = await self._health.classify([schedule_id], now)
+        if not found:
+            raise ScheduleNotFound(schedule_id)
+        return found[0]
+
+    @_redis_errors
+    async def events(
+        self, *, after: str | None = None, limit: int = 100, wait_s: float = 0
+    ) -> list[HealthEvent]:
+        """Events of the events stream, oldest first: the newest ``limit`` ones, or up to
+        ``limit`` after the event id ``after``. With ``wait_s`` > 0 and ``after`` given (``$``
+        for "from now on"), waits that long for one when there is none yet."""
+        _argument("limit", check_page, limit)
+        if after is not None and wait_s > 0:
+            return await self._events.wait(after, block_ms=max(1, int(wait_s * 1000)), limit=limit)
+        if after == "$":
+            return []
+        return await self._events.read(after=after, limit=limit)
 
     # --- listing (last: the method name shadows the builtin in the class body) -----------
 

@@ -221,6 +221,11 @@ class PartialFailure(RschedError):
     was reported already, the others were done (exit 1)."""
 
 
+class Unhealthy(RschedError):
+    """Raised by ``rsched health`` and ``rsched monitor`` when a check failed; the report was
+    printed already (exit 1)."""
+
+
 class LostLease(Exception):
     """Raised inside the scheduler when the fire script rejected its fencing token: another
     scheduler leads now."""

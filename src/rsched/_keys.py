@@ -132,3 +132,15 @@ class Keys:
     def backfilled(self, schedule_id: str) -> str:
         """SET of the execution ids a backfill of this schedule has fired (never fired twice)."""
         return f"{self.tag}:backfilled:{schedule_id}"
+
+    @property
+    def events(self) -> str:
+        """STREAM (capped, MAXLEN ~) of state changes: schedules turned late, failing or stuck
+        and recovered, dead letters, leader changes (``rsched events``)."""
+        return f"{self.tag}:events"
+
+    @property
+    def health(self) -> str:
+        """HASH schedule id -> its last announced unhealthy state (late, failing, stuck), so a
+        new leader does not announce again what the previous one did."""
+        return f"{self.tag}:health"

@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 from rsched import _lua
 from rsched._codes import Code, check
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
+from rsched._events import EventLog
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued, JobOptions
 from rsched._keys import GROUP, Keys
 from rsched._rules import (
@@ -83,11 +84,12 @@ class QueueStore(_lua.ScriptCaller):
         self.max_payload_bytes = max_payload_bytes
         self.dead_letter_max_entries = dead_letter_max_entries
         self.dedup_window_s = dedup_window_s
+        self.events = EventLog(redis, keys)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> QueueStore:
         """The store for one deployment's prefix and limits."""
-        return cls(
+        store = cls(
             redis,
             Keys(settings.prefix),
             history_limit=settings.history_limit,
@@ -95,6 +97,8 @@ class QueueStore(_lua.ScriptCaller):
             dead_letter_max_entries=settings.worker.dead_letter_max_entries,
             dedup_window_s=settings.dedup_window_s,
         )
+        store.events.max_len = settings.health.events_max_len
+        return store
 
     def streams(self, queue: str) -> list[str]:
         """The queue's streams, one per priority level, in the order (normal, high, low) the
@@ -566,6 +570,16 @@ class QueueStore(_lua.ScriptCaller):
         )
         if check(res, script="dead", queue=queue) == Code.NOT_PENDING:
             return None
+        # Recorded after the script (best effort): the dead letter is written either way.
+        await self.events.publish(
+            "dead_letter",
+            queue=queue,
+            entry_id=res[1],
+            execution_id=raw.get("execution_id"),
+            task=raw.get("task"),
+            schedule_id=sid,
+            reason=reason,
+        )
         return str(res[1])
 
     async def heartbeat(

@@ -32,6 +32,7 @@ from rsched._backoff import Backoff
 from rsched._codes import Code
 from rsched._connection import messages
 from rsched._errors import LostLease, RschedError
+from rsched._health_watch import HealthWatch
 from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._metrics import METRICS
@@ -100,6 +101,8 @@ class Scheduler:
         self._read_ahead: tuple[int, list[tuple[str, int]], int | None, bool] | None = None
         self._stop = anyio.Event()
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
+        # Late/failing/stuck schedules and leader changes onto the events stream (and webhook).
+        self._health = HealthWatch(redis, self.settings, lambda: self._held is not None)
 
     @property
     def is_leader(self) -> bool:
@@ -116,6 +119,7 @@ class Scheduler:
             async with anyio.create_task_group() as tg, send, recv:
                 await tg.start(self._keep_lease, send.clone())
                 await tg.start(self._listen_wake, send.clone())
+                await tg.start(self._health.run)
                 tg.start_soon(self._tick_loop, recv.clone())
                 task_status.started()
                 await self._stop.wait()
@@ -155,6 +159,7 @@ class Scheduler:
                             log.info("leader.acquired", lease=lease, ttl_ms=ttl)
                             if METRICS.on:
                                 METRICS.leader_changes.inc()
+                            self._health.on_lead(lease)
                             await inbox.send(("lead", lease))
                         else:
                             delay = min(renew_s, max(pttl, 20) / 1000)

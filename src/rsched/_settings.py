@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsched._rules import (
@@ -121,6 +121,35 @@ class WorkerSettings(BaseModel):
         return self
 
 
+class HealthSettings(BaseModel):
+    """Health checks, the events stream and alerts (``rsched health``, ``rsched monitor``, the
+    leading scheduler's health watch). README "Health and alerts" describes each."""
+
+    # A schedule is failing when this many of its last finished runs failed or died.
+    failing_runs: int = Field(default=3, ge=1, le=50)
+    # The most schedules one check classifies (late ones read from the index, oldest first).
+    max_schedules: int = Field(default=1_000, ge=1, le=100_000)
+    # Newest dead letters read per queue to find failing schedules.
+    dead_scan: int = Field(default=100, ge=1, le=10_000)
+    # Oldest pending entries read per queue to find stuck runs.
+    pending_scan: int = Field(default=100, ge=1, le=10_000)
+    # A run is stuck once it has been running this long past its timeout.
+    stuck_grace_s: float = Field(default=5.0, ge=0)
+    # `rsched health` fails beyond these: schedules due now, how late the oldest one is.
+    max_due: int = Field(default=1_000, ge=0)
+    max_overdue_s: float = Field(default=60.0, ge=0)
+    # `rsched health` fails while the newest dead letter is younger than this (0: never).
+    dead_letter_window_s: float = Field(default=300.0, ge=0)
+    # How often the leading scheduler checks schedules' health and records state changes.
+    check_interval_s: float = Field(default=5.0, ge=0.05, le=3_600)
+    # The events stream keeps about this many newest events.
+    events_max_len: int = Field(default=10_000, ge=10)
+    # Alert webhook: events waiting to be posted (dropped beyond), per-POST timeout, attempts.
+    webhook_queue_size: int = Field(default=1_000, ge=1)
+    webhook_timeout_s: float = Field(default=5.0, gt=0)
+    webhook_attempts: int = Field(default=5, ge=1, le=100)
+
+
 class Settings(BaseSettings):
     """The root of rsched's configuration."""
 
@@ -153,6 +182,11 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     metrics_interval_s: float = Field(default=5.0, ge=0.1, le=3_600)
     metrics_late_after_s: float = Field(default=60.0, ge=0)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    # The leading scheduler POSTs every event of the events stream here (RSCHED_ALERT_WEBHOOK_URL),
+    # signed with HMAC-SHA256 of the body when a secret is set.
+    alert_webhook_url: str | None = None
+    alert_webhook_secret: SecretStr | None = None
 
     @model_validator(mode="after")
     def _block_inside_socket_timeout(self) -> Settings:

@@ -25,6 +25,8 @@ from anyio.from_thread import BlockingPortal
 
 from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
+from rsched._events import HealthEvent
+from rsched._health import Health, ScheduleHealth
 from rsched._history import HistoryEvent
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._model import Schedule
@@ -234,6 +236,31 @@ class SyncClient:
     def stats(self) -> Stats:
         """See :meth:`rsched.Client.stats`."""
         return self._run(self._client.stats)
+
+    def health(
+        self,
+        *,
+        max_due: int | None = None,
+        max_overdue_s: float | None = None,
+        dead_letter_window_s: float | None = None,
+    ) -> Health:
+        """See :meth:`rsched.Client.health`."""
+        return self._run(
+            self._client.health,
+            max_due=max_due,
+            max_overdue_s=max_overdue_s,
+            dead_letter_window_s=dead_letter_window_s,
+        )
+
+    def schedule_health(self, schedule_id: str) -> ScheduleHealth:
+        """See :meth:`rsched.Client.schedule_health`."""
+        return self._run(self._client.schedule_health, schedule_id)
+
+    def events(
+        self, *, after: str | None = None, limit: int = 100, wait_s: float = 0
+    ) -> list[HealthEvent]:
+        """See :meth:`rsched.Client.events`."""
+        return self._run(self._client.events, after=after, limit=limit, wait_s=wait_s)
 
     def iter_schedules(
         self,

@@ -1,0 +1,489 @@
+"""Health: each schedule's state (ok, late, failing, stuck, paused, completed) and the checks of
+a deployment, computed from what Redis holds, by Redis TIME, with bounded reads.
+
+No scheduler needs to run for any of it: a schedule whose scheduler died is late because its
+score in the index lies in the past, which one ``ZRANGEBYSCORE`` finds. Which schedules one
+check looks at (so that its cost does not grow with the number of schedules):
+
+- late: the oldest ``health.max_schedules`` entries of the index due before now;
+- failing: the schedules of the newest ``health.dead_scan`` dead letters of each queue (a run
+  that fails for good leaves one); their history says whether the last ``failing_runs`` runs
+  failed or died;
+- stuck: the schedules of the oldest ``health.pending_scan`` pending entries of each queue
+  (a running job is a pending entry); the run marker says whether it is running, the history's
+  ``running`` event since when;
+- and any ids the caller adds (the health watch adds those it announced unhealthy, so it sees
+  them recover).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from rsched._format import duration
+from rsched._job import DEFAULT_TIMEOUT_S
+from rsched._keys import GROUP, Keys
+from rsched._rules import NAME_RE
+from rsched._settings import HealthSettings, Settings
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+UNHEALTHY = ("late", "stuck", "failing")
+STATES = ("ok", *UNHEALTHY, "paused", "completed")
+# A run's outcome events: whether it succeeded (a cancelled run did not fail).
+_FINISHED = {
+    "completed": True,
+    "cancelled": True,
+    "failed": False,
+    "timed_out": False,
+    "dead": False,
+}
+_CHUNK = 500
+DEFAULT_GRACE_S = 60.0
+
+
+def _dt(ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleHealth:
+    """A schedule's health (see :meth:`rsched.Client.health`).
+
+    ``state`` is ``ok``, ``late`` (due and not fired past its misfire grace), ``stuck`` (its run
+    has been running past its timeout), ``failing`` (its last ``health.failing_runs`` runs
+    failed or died), ``paused`` or ``completed``; ``reason`` says why in words; ``since`` is
+    the missed run (late), the run's start (stuck) or the last failure (failing). Since 0.1.0.
+    """
+
+    id: str
+    state: str
+    reason: str = ""
+    since: datetime | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.state not in UNHEALTHY
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state,
+            "reason": self.reason,
+            "since": self.since.isoformat() if self.since else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HealthProblem:
+    """One failed check of :meth:`rsched.Client.health`: ``check`` is ``no_leader``,
+    ``due_backlog``, ``overdue``, ``no_worker``, ``stalled``, ``dead_letters`` or
+    ``schedules``; ``message`` says what is wrong. Since 0.1.0."""
+
+    check: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A deployment's health (see :meth:`rsched.Client.health`).
+
+    ``ok`` is true when no check failed; ``problems`` lists the failed checks; ``schedules``
+    the unhealthy schedules (late, stuck, failing) found by the bounded reads the README
+    describes, ``truncated`` telling that more late schedules exist than were read.
+    ``leader`` is the lease owner or None, ``due`` how many schedules are due now and
+    ``oldest_overdue_ms`` how late the most overdue one is. Since 0.1.0.
+    """
+
+    ok: bool
+    checked_at: datetime
+    problems: list[HealthProblem]
+    schedules: list[ScheduleHealth]
+    truncated: bool = False
+    leader: str | None = None
+    due: int = 0
+    oldest_overdue_ms: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checked_at": self.checked_at.isoformat(),
+            "problems": [{"check": p.check, "message": p.message} for p in self.problems],
+            "schedules": [s.as_dict() for s in self.schedules],
+            "truncated": self.truncated,
+            "leader": self.leader,
+            "due": self.due,
+            "oldest_overdue_ms": self.oldest_overdue_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """The limits of the deployment checks (``health.*`` settings unless given)."""
+
+    max_due: int
+    max_overdue_s: float
+    dead_letter_window_s: float
+
+    @classmethod
+    def of(cls, cfg: HealthSettings, **given: float | None) -> Thresholds:
+        values = {
+            "max_due": cfg.max_due,
+            "max_overdue_s": cfg.max_overdue_s,
+            "dead_letter_window_s": cfg.dead_letter_window_s,
+        }
+        values.update({k: v for k, v in given.items() if v is not None})
+        return cls(int(values["max_due"]), values["max_overdue_s"], values["dead_letter_window_s"])
+
+
+# --- classifying one schedule (pure) -------------------------------------------------------------
+
+
+@dataclass
+class _Facts:
+    """What Redis holds about one schedule, as far as its health goes."""
+
+    exists: bool
+    status: str = ""
+    score: float | None = None
+    grace_s: float = DEFAULT_GRACE_S
+    run: str = ""
+    run_state: str = ""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    history: list[dict[str, Any]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def classify(
+    sid: str, facts: _Facts, now_ms: int, failing_runs: int, stuck_grace_s: float
+) -> ScheduleHealth:
+    """The state of one schedule: late before stuck before failing (the first that applies)."""
+    if facts.status in ("paused", "completed"):
+        return ScheduleHealth(sid, facts.status)
+    score = facts.score
+    if score is not None and math.isfinite(score):
+        late_ms = now_ms - int(score)
+        if late_ms > facts.grace_s * 1000:
+            return ScheduleHealth(
+                sid,
+                "late",
+                f"due {duration(late_ms)} ago and not fired "
+                f"(misfire grace {duration(facts.grace_s * 1000)}); is a scheduler running?",
+                _dt(int(score)),
+            )
+    history = facts.history or []
+    if facts.run and facts.run_state == "running":
+        started = next(
+            (
+                ev.get("at")
+                for ev in history
+                if ev.get("event") == "running" and ev.get("execution_id") == facts.run
+            ),
+            None,
+        )
+        if isinstance(started, int):
+            running_ms = now_ms - started
+            if running_ms > (facts.timeout_s + stuck_grace_s) * 1000:
+                return ScheduleHealth(
+                    sid,
+                    "stuck",
+                    f"run {facts.run} running for {duration(running_ms)}, past its timeout "
+                    f"of {duration(facts.timeout_s * 1000)}",
+                    _dt(started),
+                )
+    outcomes = last_outcomes(history, failing_runs)
+    if len(outcomes) >= failing_runs and not any(ok for ok, _ in outcomes):
+        last = outcomes[0][1]
+        error = last.get("error") or last.get("reason") or last.get("error_type") or ""
+        at = last.get("at")
+        return ScheduleHealth(
+            sid,
+            "failing",
+            f"last {failing_runs} runs failed or died" + (f" (last: {error})" if error else ""),
+            _dt(at) if isinstance(at, int) else None,
+        )
+    return ScheduleHealth(sid, "ok")
+
+
+def last_outcomes(history: Iterable[dict[str, Any]], n: int) -> list[tuple[bool, dict[str, Any]]]:
+    """(succeeded, event) of the newest outcome of each of the last ``n`` runs that have one,
+    newest first. A run that failed and waits for its retry counts as failed until it ends."""
+    seen: set[str] = set()
+    out: list[tuple[bool, dict[str, Any]]] = []
+    for ev in history:
+        kind, exec_id = ev.get("event"), ev.get("execution_id")
+        if kind not in _FINISHED or not isinstance(exec_id, str) or exec_id in seen:
+            continue
+        seen.add(exec_id)
+        out.append((_FINISHED[str(kind)], ev))
+        if len(out) == n:
+            break
+    return out
+
+
+def _float(value: object, default: float) -> float:
+    try:
+        result = float(str(value))
+    except ValueError:
+        return default
+    return result if math.isfinite(result) else default
+
+
+def _timeout(opts: object) -> float:
+    if not opts:
+        return DEFAULT_TIMEOUT_S
+    try:
+        data = orjson.loads(str(opts))
+    except orjson.JSONDecodeError:
+        return DEFAULT_TIMEOUT_S
+    value = data.get("timeout_s") if isinstance(data, dict) else None
+    return _float(value, DEFAULT_TIMEOUT_S) if value is not None else DEFAULT_TIMEOUT_S
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+class HealthReader:
+    """The reads behind :meth:`rsched.Client.health`, ``rsched monitor`` and ``rsched health``
+    and the scheduler's health watch."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.cfg = settings.health
+        self.keys = Keys(settings.prefix)
+
+    async def now_ms(self) -> int:
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # --- schedules -----------------------------------------------------------------------------
+
+    async def schedules(
+        self, now_ms: int, extra: Iterable[str] = ()
+    ) -> tuple[list[ScheduleHealth], bool]:
+        """(every schedule found unhealthy, whether more late ones exist than were read), plus
+        the state of each id in ``extra`` whatever it is (so a caller sees it recover)."""
+        late, truncated = await self.late_candidates(now_ms)
+        ids = dict.fromkeys(late)
+        for sid in [*await self.failing_candidates(), *await self.stuck_candidates(), *extra]:
+            ids.setdefault(sid)
+        wanted = set(extra)
+        found = await self.classify(list(ids), now_ms)
+        return [h for h in found if not h.healthy or h.id in wanted], truncated
+
+    async def late_candidates(self, now_ms: int) -> tuple[list[str], bool]:
+        """Ids due before now, oldest first (at most ``max_schedules``); paused and completed
+        ones sit at +inf and are never among them."""
+        limit = self.cfg.max_schedules
+        ids = await self.redis.zrangebyscore(
+            self.keys.schedules, "-inf", f"({now_ms}", start=0, num=limit + 1
+        )
+        names = [str(s) for s in ids]
+        return names[:limit], len(names) > limit
+
+    async def failing_candidates(self) -> list[str]:
+        """Schedules of the newest dead letters of each queue."""
+        out: dict[str, None] = {}
+        for queue in await self._queue_names():
+            try:
+                entries = cast(
+                    list[tuple[str, dict[str, str]]],
+                    await self.redis.xrevrange(self.keys.dead(queue), count=self.cfg.dead_scan),
+                )
+            except ResponseError:
+                continue
+            for _, fields in entries:
+                sid = str(fields.get("schedule_id") or "")
+                if sid:
+                    out.setdefault(sid)
+        return list(out)
+
+    async def stuck_candidates(self) -> list[str]:
+        """Schedules of the oldest pending (delivered, not yet acknowledged) entries."""
+        out: dict[str, None] = {}
+        for queue in await self._queue_names():
+            key = self.keys.queue(queue)
+            try:
+                pending = await self.redis.xpending_range(
+                    key, GROUP, min="-", max="+", count=self.cfg.pending_scan
+                )
+            except ResponseError:
+                continue  # no stream or no group yet
+            if not pending:
+                continue
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for p in pending:
+                    pipe.xrange(key, p["message_id"], p["message_id"])
+                found = await pipe.execute(raise_on_error=False)
+            for entries in found:
+                if isinstance(entries, Exception) or not entries:
+                    continue
+                sid = str(entries[0][1].get("schedule_id") or "")
+                if sid:
+                    out.setdefault(sid)
+        return list(out)
+
+    async def classify(self, ids: Sequence[str], now_ms: int) -> list[ScheduleHealth]:
+        """The health of each id that names an existing schedule, in the order given."""
+        ids = [sid for sid in ids if NAME_RE.match(sid)]
+        facts: dict[str, _Facts] = {}
+        for start in range(0, len(ids), _CHUNK):
+            facts.update(await self._facts(ids[start : start + _CHUNK]))
+        out = []
+        for sid in ids:
+            f = facts.get(sid)
+            if f is not None and f.exists:
+                out.append(classify(sid, f, now_ms, self.cfg.failing_runs, self.cfg.stuck_grace_s))
+        return out
+
+    async def _facts(self, ids: Sequence[str]) -> dict[str, _Facts]:
+        k = self.keys
+        fields = ("version", "status", "misfire_grace_s", "run", "run_state", "opts")
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in ids:
+                pipe.hmget(k.schedule(sid), fields)
+                pipe.zscore(k.schedules, sid)
+                pipe.lrange(k.history(sid), 0, -1)
+            replies = await pipe.execute(raise_on_error=False)
+        out: dict[str, _Facts] = {}
+        for i, sid in enumerate(ids):
+            values, score, history = replies[i * 3 : i * 3 + 3]
+            if isinstance(values, Exception) or not values or values[0] is None:
+                continue  # gone, or not a hash rsched wrote
+            _, status, grace, run, run_state, opts = values
+            out[sid] = _Facts(
+                exists=True,
+                status=str(status or ""),
+                score=score if isinstance(score, float) else None,
+                grace_s=_float(grace, DEFAULT_GRACE_S) if grace is not None else DEFAULT_GRACE_S,
+                run=str(run or ""),
+                run_state=str(run_state or ""),
+                timeout_s=_timeout(opts),
+                history=_events(history),
+            )
+        return out
+
+    # --- the deployment ------------------------------------------------------------------------
+
+    async def _queue_names(self) -> list[str]:
+        return sorted(str(q) for q in await self.redis.smembers(self.keys.queues))
+
+    async def live_workers(self, queue: str) -> int:
+        """Consumers of the queue's group that read within the visibility timeout.
+
+        Workers read with a short blocking timeout even when idle, so a live one is never idle
+        for long. This is the one place that decides what a live worker is."""
+        limit_ms = self.settings.worker.visibility_timeout_s * 1000
+        try:
+            consumers = await self.redis.xinfo_consumers(self.keys.queue(queue), GROUP)
+        except ResponseError:
+            return 0
+        return sum(1 for c in consumers if int(c.get("idle", 0)) < limit_ms)
+
+    async def check(self, thresholds: Thresholds) -> Health:
+        """Every deployment check and the unhealthy schedules, at one Redis time."""
+        k = self.keys
+        now = await self.now_ms()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(k.leader)
+            pipe.zcount(k.schedules, "-inf", f"({now}")
+            pipe.zrangebyscore(k.schedules, "-inf", f"({now}", start=0, num=1, withscores=True)
+            leader, due, oldest = await pipe.execute()
+        problems: list[HealthProblem] = []
+        owner = str(leader).partition(":")[2] if leader else None
+        if owner is None:
+            problems.append(HealthProblem("no_leader", "no scheduler holds the lease"))
+        due = int(due)
+        if due > thresholds.max_due:
+            problems.append(
+                HealthProblem("due_backlog", f"{due} schedules due (limit {thresholds.max_due})")
+            )
+        overdue = now - int(oldest[0][1]) if oldest and math.isfinite(oldest[0][1]) else None
+        if overdue is not None and overdue > thresholds.max_overdue_s * 1000:
+            problems.append(
+                HealthProblem(
+                    "overdue",
+                    f"{oldest[0][0]} is {duration(overdue)} overdue "
+                    f"(limit {duration(thresholds.max_overdue_s * 1000)})",
+                )
+            )
+        problems += await self._queue_problems(now, thresholds)
+        schedules, truncated = await self.schedules(now)
+        stuck = [s for s in schedules if s.state == "stuck"]
+        if stuck:
+            problems.append(
+                HealthProblem(
+                    "stalled",
+                    f"{len(stuck)} run(s) past their timeout: "
+                    + ", ".join(s.id for s in stuck[:5]),
+                )
+            )
+        if schedules:
+            counts = {state: sum(s.state == state for s in schedules) for state in UNHEALTHY}
+            words = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+            more = " (and more late ones not read)" if truncated else ""
+            problems.append(HealthProblem("schedules", f"unhealthy schedules: {words}{more}"))
+        return Health(
+            ok=not problems,
+            checked_at=_dt(now),
+            problems=problems,
+            schedules=schedules,
+            truncated=truncated,
+            leader=owner,
+            due=due,
+            oldest_overdue_ms=overdue,
+        )
+
+    async def _queue_problems(self, now_ms: int, thresholds: Thresholds) -> list[HealthProblem]:
+        problems: list[HealthProblem] = []
+        window_ms = thresholds.dead_letter_window_s * 1000
+        for queue in await self._queue_names():
+            try:
+                length = int(await self.redis.xlen(self.keys.queue(queue)))
+            except ResponseError:
+                length = 0
+            if length and not await self.live_workers(queue):
+                problems.append(
+                    HealthProblem(
+                        "no_worker", f"queue {queue} holds {length} job(s) and no live worker"
+                    )
+                )
+            if window_ms <= 0:
+                continue
+            try:
+                newest = await self.redis.xrevrange(self.keys.dead(queue), count=1)
+            except ResponseError:
+                continue
+            if newest:
+                age = now_ms - int(str(newest[0][0]).split("-")[0])
+                if age < window_ms:
+                    problems.append(
+                        HealthProblem(
+                            "dead_letters",
+                            f"queue {queue}: newest dead letter {duration(max(age, 0))} old "
+                            f"(window {duration(window_ms)})",
+                        )
+                    )
+        return problems
+
+
+def _events(raw: object) -> list[dict[str, Any]]:
+    if isinstance(raw, Exception) or not isinstance(raw, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for item in raw:
+        try:
+            ev = orjson.loads(item)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out

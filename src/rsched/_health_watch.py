@@ -1,0 +1,134 @@
+"""The scheduler's health watch: an actor that, while its scheduler leads, classifies schedules
+every ``health.check_interval_s`` and records what changed on the events stream.
+
+It announces a schedule turned late, stuck or failing, and recovered; and the leader change
+when its scheduler acquires the lease. The states it announced are kept in ``{p}:health`` (id ->
+state), so a new leader continues from them instead of announcing everything again, and
+re-checks exactly those ids (plus the bounded candidate reads of rsched._health) to see them
+recover. With an alert webhook configured, it also forwards every event of the stream written
+while it leads (its own, and the workers' dead letters) to the webhook's bounded queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import TaskStatus
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from rsched._backoff import Backoff
+from rsched._events import EventLog
+from rsched._health import HealthReader, ScheduleHealth
+from rsched._log import get_logger
+from rsched._settings import Settings
+from rsched._webhook import WebhookSender
+
+log = get_logger("rsched.health")
+
+
+class HealthWatch:
+    """Started by the scheduler with ``tg.start(watch.run)``; told of each lease it acquires."""
+
+    def __init__(self, redis: Redis, settings: Settings, is_leader: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.cfg = settings.health
+        self.redis = redis
+        self.reader = HealthReader(redis, settings)
+        self.events = EventLog(redis, self.reader.keys, max_len=self.cfg.events_max_len)
+        self.is_leader = is_leader
+        secret = settings.alert_webhook_secret
+        self.webhook = (
+            WebhookSender(
+                settings.alert_webhook_url,
+                secret.get_secret_value() if secret else None,
+                self.cfg,
+            )
+            if settings.alert_webhook_url
+            else None
+        )
+        self.checks = 0
+        self._leads, self._lead_inbox = anyio.create_memory_object_stream[str](16)
+        self._states: dict[str, str] | None = None  # None: to be read from Redis
+        self._cursor: str | None = None  # the last event forwarded to the webhook
+
+    def on_lead(self, lease: str) -> None:
+        """The scheduler acquired ``lease`` (``<token>:<owner>``): announce it."""
+        try:
+            self._leads.send_nowait(lease)
+        except anyio.WouldBlock:
+            log.warning("health.lead_not_announced", lease=lease)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            if self.webhook is not None:
+                await tg.start(self.webhook.run)
+            task_status.started()
+            backoff = Backoff()
+            delay = self.cfg.check_interval_s
+            async with self._lead_inbox:
+                while True:
+                    lease = None
+                    with anyio.move_on_after(delay):
+                        lease = await self._lead_inbox.receive()
+                    try:
+                        if lease is not None:
+                            await self._announce_lead(lease)
+                        if self.is_leader():
+                            await self.check()
+                        else:
+                            self._states = None  # read again when leading again
+                        backoff.reset()
+                        delay = self.cfg.check_interval_s
+                    except (RedisError, OSError) as exc:
+                        delay = backoff.next()
+                        log.warning("redis.error", actor="health", error=str(exc), retry_s=delay)
+
+    async def _announce_lead(self, lease: str) -> None:
+        token, _, owner = lease.partition(":")
+        if self.webhook is not None:
+            self._cursor = await self.events.last_id()
+        await self.events.publish("leader_changed", owner=owner, token=token)
+
+    async def check(self) -> list[ScheduleHealth]:
+        """One look: classify, record each change, forward new events to the webhook."""
+        if self._states is None:
+            raw = await self.redis.hgetall(self.reader.keys.health)
+            self._states = {str(k): str(v) for k, v in raw.items()}
+        states = self._states
+        now = await self.reader.now_ms()
+        found, _ = await self.reader.schedules(now, extra=list(states))
+        by_id = {h.id: h for h in found}
+        for h in found:
+            if not h.healthy and states.get(h.id) != h.state:
+                await self.events.publish(
+                    f"schedule_{h.state}", schedule_id=h.id, reason=h.reason, was=states.get(h.id)
+                )
+                await self.redis.hset(self.reader.keys.health, h.id, h.state)
+                states[h.id] = h.state
+        for sid, was in list(states.items()):
+            now_h = by_id.get(sid)
+            if now_h is None or now_h.healthy:
+                state = now_h.state if now_h is not None else "removed"
+                await self.events.publish(
+                    "schedule_recovered", schedule_id=sid, was=was, state=state
+                )
+                await self.redis.hdel(self.reader.keys.health, sid)
+                del states[sid]
+        self.checks += 1
+        await self._forward()
+        return found
+
+    async def _forward(self) -> None:
+        if self.webhook is None:
+            return
+        if self._cursor is None:
+            self._cursor = await self.events.last_id()
+        while True:
+            batch = await self.events.read(after=self._cursor, limit=100)
+            for event in batch:
+                self.webhook.offer(event.as_dict())
+                self._cursor = event.id
+            if len(batch) < 100:
+                return

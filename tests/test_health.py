@@ -1,0 +1,295 @@
+"""Schedule health (late, stuck, failing) and the deployment checks, against real servers:
+``Client.health``, ``rsched monitor`` and ``rsched health``, with the scheduler killed, a task
+that keeps failing and a worker frozen mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+import rsched
+from rsched import Scheduler
+from rsched._connection import connect
+from rsched._health import _Facts, classify, last_outcomes
+from rsched._settings import HealthSettings, SchedulerSettings, Settings
+from worker_app import fast_env, fast_settings
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not await check():  # noqa: ASYNC110 (polling Redis: nothing to wait on)
+            await anyio.sleep(0.05)
+
+
+def quick(settings: Settings, **health: object) -> Settings:
+    """Short lease and health intervals, so a test sees changes in a second."""
+    return fast_settings(settings).model_copy(
+        update={
+            "scheduler": SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200),
+            "health": HealthSettings.model_validate({"check_interval_s": 0.2, **health}),
+        }
+    )
+
+
+@asynccontextmanager
+async def scheduling(settings: Settings) -> AsyncIterator[Scheduler]:
+    redis = connect(settings.url)
+    scheduler = Scheduler(redis, settings)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            yield scheduler
+            scheduler.stop()
+    finally:
+        await redis.aclose()
+
+
+@asynccontextmanager
+async def working(worker: rsched.Worker, redis: Redis) -> AsyncIterator[rsched.Worker]:
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, redis)
+        try:
+            yield worker
+        finally:
+            worker.stop()
+
+
+async def cli(settings: Settings, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
+    done = await anyio.run_process(
+        [sys.executable, "-m", "rsched._cli", *args], env=env, check=False
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+# --- pure classification ---------------------------------------------------------------------
+
+
+def test_classify_orders_late_before_stuck_before_failing() -> None:
+    now = 1_000_000
+    dead = [{"event": "dead", "execution_id": f"a@{i}", "at": now - i} for i in range(3)]
+    running = {"event": "running", "execution_id": "a@9", "at": now - 20_000}
+    facts = _Facts(
+        exists=True, score=now - 61_000, run="a@9", run_state="running", timeout_s=10,
+        history=[running, *dead],
+    )  # fmt: skip
+    assert classify("a", facts, now, 3, 0).state == "late"
+    facts.score = now + 1000
+    stuck = classify("a", facts, now, 3, 0)
+    assert stuck.state == "stuck"
+    assert "past its timeout" in stuck.reason
+    assert classify("a", facts, now, 3, 15).state == "failing"  # within the grace: not stuck
+    facts.status = "paused"
+    assert classify("a", facts, now, 3, 0).state == "paused"
+
+
+def test_a_failed_attempt_counts_until_its_run_ends() -> None:
+    history = [
+        {"event": "completed", "execution_id": "a@3"},
+        {"event": "failed", "execution_id": "a@3"},
+        {"event": "failed", "execution_id": "a@2"},
+        {"event": "dead", "execution_id": "a@1"},
+    ]
+    assert [ok for ok, _ in last_outcomes(history, 3)] == [True, False, False]
+    assert last_outcomes(history[1:], 3)[0][0] is False
+
+
+# --- against the servers ---------------------------------------------------------------------
+
+
+async def test_late_without_any_scheduler(settings: Settings, redis: Redis) -> None:
+    """The failure this exists for: nothing fires, and Redis alone says so."""
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add({"id": "tick", "task": "t", "every": 1, "misfire_grace_s": 0})
+        await client.add({"id": "calm", "task": "t", "every": 3600})
+        await client.add({"id": "held", "task": "t", "every": 1, "paused": True})
+
+        async def late() -> bool:
+            return (await client.schedule_health("tick")).state == "late"
+
+        await wait_until(late)
+        health = await client.health()
+        assert not health.ok
+        assert [s.id for s in health.schedules] == ["tick"]
+        assert "not fired" in health.schedules[0].reason
+        checks = {p.check for p in health.problems}
+        assert {"no_leader", "schedules"} <= checks
+        assert (await client.schedule_health("calm")).state == "ok"
+        assert (await client.schedule_health("held")).state == "paused"
+        with pytest.raises(rsched.ScheduleNotFound):
+            await client.schedule_health("nope")
+
+    code, out, _ = await cli(settings, "monitor", "--json")
+    assert code == 1
+    assert [s["id"] for s in orjson.loads(out)["schedules"]] == ["tick"]
+    code, out, err = await cli(settings, "health")
+    assert code == 1, out
+    assert "no_leader" in out
+    assert "unhealthy schedules: 1 late" in out
+    assert "no_leader" in err
+
+
+@pytest.mark.slow
+async def test_killing_the_scheduler_turns_a_schedule_late(
+    settings: Settings, redis: Redis, spawn: Callable[..., object]
+) -> None:
+    env = {"RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
+    proc: object = spawn(
+        "rsched._scheduler_main", "--lease-ttl-ms", "1000", "--lease-renew-ms", "200", env=env
+    )
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add({"id": "beat", "task": "t", "every": 1, "misfire_grace_s": 1})
+
+        async def fired() -> bool:
+            return (await client.get("beat")).runs >= 1
+
+        await wait_until(fired)
+        code, out, _ = await cli(settings, "monitor")
+        assert code == 0, out
+        assert "all schedules healthy" in out
+        proc.signal(signal.SIGKILL)  # type: ignore[attr-defined]
+        started = anyio.current_time()
+
+        async def late() -> bool:
+            return any(
+                s.id == "beat" and s.state == "late" for s in (await client.health()).schedules
+            )
+
+        await wait_until(late)
+        assert anyio.current_time() - started < 6  # grace 1 s after the next run (1 s)
+        code, out, _ = await cli(settings, "monitor")
+        assert code == 1
+        assert "beat" in out
+        assert "LATE" in out
+
+
+async def test_a_failing_task_turns_its_schedule_failing_then_recovered(
+    settings: Settings, redis: Redis
+) -> None:
+    fast = quick(settings)
+    worker = rsched.Worker(settings=fast)
+    broken = True
+
+    @worker.task("t.flaky")
+    async def flaky(job: rsched.Job) -> None:
+        if broken:
+            raise ValueError("database is down")
+
+    async with rsched.Client.from_settings(fast) as client:
+        await client.add(
+            {"id": "sync", "task": "t.flaky", "every": 1, "max_retries": 0, "misfire": "skip"}
+        )
+
+        async def states(kind: str) -> bool:
+            return any(e.kind == kind for e in await client.events(limit=1000))
+
+        async with scheduling(fast), working(worker, redis):
+            await wait_until(lambda: states("schedule_failing"), 20)
+            health = await client.schedule_health("sync")
+            assert health.state == "failing"
+            assert "database is down" in health.reason
+            assert "dead_letters" in {p.check for p in (await client.health()).problems}
+            broken = False
+            await wait_until(lambda: states("schedule_recovered"), 20)
+        events = await client.events(limit=1000)
+        kinds = [e.kind for e in events]
+        assert kinds.count("schedule_failing") == 1
+        assert "leader_changed" in kinds
+        assert "dead_letter" in kinds
+        failing = next(e for e in events if e.kind == "schedule_failing")
+        assert failing.schedule_id == "sync"
+        assert "failed or died" in failing.fields["reason"]
+        dead = next(e for e in events if e.kind == "dead_letter")
+        assert dead.fields["queue"] == "default"
+        assert dead.schedule_id == "sync"
+        recovered = next(e for e in events if e.kind == "schedule_recovered")
+        assert recovered.fields["was"] == "failing"
+        assert recovered.fields["state"] == "ok"
+        # Read on from an event id: nothing twice.
+        after = await client.events(after=events[0].id, limit=1000)
+        assert [e.id for e in after] == [e.id for e in events[1:]]
+
+
+@pytest.mark.slow
+async def test_a_frozen_worker_leaves_a_stuck_run(
+    settings: Settings, redis: Redis, spawn: Callable[..., object]
+) -> None:
+    proc: object = spawn(
+        "rsched._worker_main", "worker_app:worker", "--queues", "default", env=fast_env(settings)
+    )
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add(
+            {"id": "slow", "task": "app.sleep", "payload": {"s": 30}, "every": 3600, "timeout_s": 1}
+        )
+        await client.trigger("slow")
+
+        async def running() -> bool:
+            hist = await client.history("slow")
+            return any(e.event == "running" for e in hist.items)
+
+        await wait_until(running)
+        proc.signal(signal.SIGSTOP)  # type: ignore[attr-defined]
+        try:
+
+            async def stuck() -> bool:
+                return (await client.schedule_health("slow")).state == "stuck"
+
+            await wait_until(stuck, 20)
+            health = await client.health()
+            assert [s.state for s in health.schedules] == ["stuck"]
+            assert "stalled" in {p.check for p in health.problems}
+            code, out, _ = await cli(settings, "health", "--json")
+            assert code == 1
+            assert "stalled" in {p["check"] for p in orjson.loads(out)["problems"]}
+        finally:
+            proc.signal(signal.SIGCONT)  # type: ignore[attr-defined]
+
+
+async def test_queue_with_jobs_and_no_live_worker(settings: Settings, redis: Redis) -> None:
+    async with rsched.Client.from_settings(settings) as client:
+        await client.enqueue("t.any", {}, queue="mail")
+        health = await client.health(dead_letter_window_s=0)
+        problems = {p.check: p.message for p in health.problems}
+        assert "queue mail holds 1 job(s) and no live worker" in problems["no_worker"]
+
+
+async def test_a_healthy_deployment_exits_0(settings: Settings, redis: Redis) -> None:
+    fast = quick(settings)
+    worker = rsched.Worker(settings=fast)
+
+    @worker.task("t.ok")
+    async def ok(job: rsched.Job) -> None:
+        pass
+
+    async with rsched.Client.from_settings(fast) as client:
+        await client.add({"id": "fine", "task": "t.ok", "every": 1})
+        async with scheduling(fast) as scheduler, working(worker, redis):
+            await wait_until(lambda: _is(scheduler.is_leader))
+            await wait_until(lambda: _runs(client, "fine", 1))
+            health = await client.health()
+            assert health.ok, health.problems
+            assert health.leader
+            assert health.leader.startswith(scheduler.owner.split(":")[0])
+            code, out, _ = await cli(settings, "health")
+            assert code == 0, out
+            assert out.startswith("healthy")
+            code, out, _ = await cli(settings, "health", "--max-due", "0", "--json")
+            assert code == 1 or orjson.loads(out)["due"] == 0  # a due one trips --max-due 0
+        with rsched.SyncClient(fast.url, fast.prefix) as sync:
+            assert sync.schedule_health("fine").state in ("ok", "late")
+
+
+async def _is(value: bool) -> bool:
+    return value
+
+
+async def _runs(client: rsched.Client, sid: str, n: int) -> bool:
+    return (await client.get(sid)).runs >= n
