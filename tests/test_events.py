@@ -3,13 +3,9 @@ webhook (signed POSTs to a local receiver on 127.0.0.1, retried, dropped when it
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import http.server
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 
 import anyio
@@ -23,53 +19,14 @@ from rsched._events import EventLog
 from rsched._health_watch import HealthWatch
 from rsched._keys import Keys
 from rsched._settings import HealthSettings, Settings
-from rsched._webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSender
+from rsched._webhook import WebhookSender
 from test_health import cli, wait_until
-
-
-class Receiver(http.server.ThreadingHTTPServer):
-    """Records each POST (headers, body); answers the statuses in ``answers`` first, then 200."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[dict[str, str], bytes]] = []
-        self.answers: list[int] = []
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hook"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        status = self.server.answers.pop(0) if self.server.answers else 200
-        if status == 200:
-            self.server.posts.append((dict(self.headers.items()), body))
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+from webhook_receiver import Receiver, receiving, verify
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def _verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
-    timestamp = headers[TIMESTAMP_HEADER]
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return hmac.compare_digest(headers[SIGNATURE_HEADER], "sha256=" + mac.hexdigest())
+    yield from receiving()
 
 
 async def test_webhook_signs_retries_and_drops(receiver: Receiver) -> None:
@@ -89,8 +46,8 @@ async def test_webhook_signs_retries_and_drops(receiver: Receiver) -> None:
     (headers, body), _ = receiver.posts
     assert orjson.loads(body) == {"kind": "schedule_late", "schedule_id": "a"}
     assert headers["Content-Type"] == "application/json"
-    assert _verify("s3cret", headers, body)
-    assert not _verify("other", headers, body)
+    assert verify("s3cret", headers, body)
+    assert not verify("other", headers, body)
 
 
 async def test_webhook_gives_up_after_its_attempts(receiver: Receiver) -> None:
@@ -132,7 +89,7 @@ async def test_the_watch_announces_once_across_leaders(
         assert await redis.hgetall(Keys(settings.prefix).health) == {"lost": "late"}
         posted = [orjson.loads(body)["kind"] for _, body in receiver.posts]
         assert posted == ["leader_changed", "schedule_late"]
-        assert all(_verify("k", headers, body) for headers, body in receiver.posts)
+        assert all(verify("k", headers, body) for headers, body in receiver.posts)
 
         await client.remove("lost")
         await second.check()

@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import anyio
 import orjson
 import pytest
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
 import rsched
@@ -20,7 +21,13 @@ from rsched import Scheduler
 from rsched._connection import connect
 from rsched._health import _Facts, classify, last_outcomes
 from rsched._settings import HealthSettings, SchedulerSettings, Settings
+from webhook_receiver import Receiver, receiving, verify
 from worker_app import fast_env, fast_settings
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from receiving()
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0) -> None:
@@ -172,9 +179,11 @@ async def test_killing_the_scheduler_turns_a_schedule_late(
 
 
 async def test_a_failing_task_turns_its_schedule_failing_then_recovered(
-    settings: Settings, redis: Redis
+    settings: Settings, redis: Redis, receiver: Receiver
 ) -> None:
-    fast = quick(settings)
+    fast = quick(settings).model_copy(
+        update={"alert_webhook_url": receiver.url, "alert_webhook_secret": SecretStr("k")}
+    )
     worker = rsched.Worker(settings=fast)
     broken = True
 
@@ -216,6 +225,12 @@ async def test_a_failing_task_turns_its_schedule_failing_then_recovered(
         # Read on from an event id: nothing twice.
         after = await client.events(after=events[0].id, limit=1000)
         assert [e.id for e in after] == [e.id for e in events[1:]]
+        # The leading scheduler posted them to the webhook, signed (the last may still be on
+        # its way when the scheduler stopped).
+        posted = [orjson.loads(body) for _, body in receiver.posts]
+        assert [p["kind"] for p in posted][:3] == kinds[:3]
+        assert "schedule_failing" in [p["kind"] for p in posted]
+        assert all(verify("k", headers, body) for headers, body in receiver.posts)
 
 
 @pytest.mark.slow
@@ -285,6 +300,35 @@ async def test_a_healthy_deployment_exits_0(settings: Settings, redis: Redis) ->
             assert code == 1 or orjson.loads(out)["due"] == 0  # a due one trips --max-due 0
         with rsched.SyncClient(fast.url, fast.prefix) as sync:
             assert sync.schedule_health("fine").state in ("ok", "late")
+
+
+async def test_monitor_watch_refreshes(settings: Settings, redis: Redis) -> None:
+    env = {**os.environ, "RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
+    async with await anyio.open_process(
+        [sys.executable, "-m", "rsched._cli", "monitor", "--watch", "--interval", "0.2"], env=env
+    ) as proc:
+        assert proc.stdout is not None
+        seen = b""
+        with anyio.fail_after(15):
+            async for chunk in proc.stdout:
+                seen += chunk
+                if seen.count(b"--- ") >= 2:
+                    break
+        proc.terminate()
+    assert b"all schedules healthy" in seen
+
+
+async def test_bad_limits_are_refused_naming_the_field(settings: Settings) -> None:
+    async with rsched.Client.from_settings(settings) as client:
+        with pytest.raises(rsched.InvalidArgument, match="max_due"):
+            await client.health(max_due=-1)
+        with pytest.raises(rsched.InvalidArgument, match="max_overdue_s"):
+            await client.health(max_overdue_s="soon")
+        health = await client.health(max_overdue_s="5m", dead_letter_window_s=0)
+        assert "no_leader" in {p.check for p in health.problems}
+    code, _, err = await cli(settings, "health", "--max-due", "-1")
+    assert code == 2
+    assert "--max-due: give a whole number ≥ 0, got '-1'" in err
 
 
 async def _is(value: bool) -> bool:

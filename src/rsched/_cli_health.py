@@ -15,7 +15,7 @@ from rsched._client import Client
 from rsched._errors import Unhealthy
 from rsched._events import HealthEvent
 from rsched._health import Health
-from rsched._rules import parse_duration_s
+from rsched._rules import check_count, parse_duration_s
 
 #: ``rsched monitor --watch`` refreshes this often (seconds).
 WATCH_S = 3.0
@@ -29,6 +29,14 @@ def duration_or_zero(text: str) -> float:
         return parse_duration_s(text, allow_zero=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count(text: str) -> int:
+    """A whole number ≥ 0 (``--max-due``)."""
+    try:
+        return check_count(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a whole number ≥ 0, got {text!r}") from None
 
 
 def _schedules_text(health: Health) -> str:

@@ -441,7 +441,7 @@ def _health_commands(subs: Any) -> None:
         "  rsched health --max-overdue 5m --dead-letter-window 0   (no dead-letter check)",
         health.cmd_health,
     )
-    p.add_argument("--max-due", type=int, help="schedules due at once (default 1000)")
+    p.add_argument("--max-due", type=health.count, help="schedules due at once (default 1000)")
     p.add_argument(
         "--max-overdue",
         type=health.duration_or_zero,

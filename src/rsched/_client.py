@@ -43,7 +43,15 @@ from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqu
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._page import Page, every_item
 from rsched._queues import QueueStore
-from rsched._rules import PAGE_MAX, Priority, check_history_status, check_page, check_pause_note
+from rsched._rules import (
+    PAGE_MAX,
+    Priority,
+    check_count,
+    check_history_status,
+    check_page,
+    check_pause_note,
+    parse_duration_s,
+)
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import Timing, next_fire_times
@@ -637,8 +645,8 @@ class Client:
         self,
         *,
         max_due: int | None = None,
-        max_overdue_s: float | None = None,
-        dead_letter_window_s: float | None = None,
+        max_overdue_s: float | str | timedelta | None = None,
+        dead_letter_window_s: float | str | timedelta | None = None,
     ) -> Health:
         """Check the deployment and its schedules, from Redis alone (no scheduler needed).
 
@@ -647,14 +655,23 @@ class Client:
         live worker, a run past its timeout, a dead letter younger than
         ``dead_letter_window_s`` (0 turns that check off), or any unhealthy schedule (late,
         stuck, failing; ``Health.schedules`` lists them). The limits default to the
-        ``health.*`` settings. Reads are bounded (README "Health and alerts").
+        ``health.*`` settings; the two durations take seconds or text ("5m"). Reads are bounded
+        (README "Health and alerts"). Raises InvalidArgument for a negative limit.
         """
-        thresholds = Thresholds.of(
-            self.settings.health,
-            max_due=max_due,
-            max_overdue_s=max_overdue_s,
-            dead_letter_window_s=dead_letter_window_s,
-        )
+        given: dict[str, float | None] = {}
+        if max_due is not None:
+            _argument("max_due", check_count, max_due)
+            given["max_due"] = max_due
+        for name, value in (
+            ("max_overdue_s", max_overdue_s),
+            ("dead_letter_window_s", dead_letter_window_s),
+        ):
+            if value is not None:
+                try:
+                    given[name] = parse_duration_s(value, allow_zero=True)
+                except ValueError as exc:
+                    raise InvalidArgument(name, str(exc)) from None
+        thresholds = Thresholds.of(self.settings.health, **given)
         return await self._health.check(thresholds)
 
     @_redis_errors

@@ -222,3 +222,10 @@ def check_buffer_limit(value: object) -> int:
             f"overlap='buffer_all'), got {value!r}"
         )
     return value
+
+
+def check_count(value: object) -> int:
+    """A limit that may be 0: a whole number ≥ 0 (``max_due``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"give a whole number ≥ 0, got {value!r}")
+    return value

@@ -241,8 +241,8 @@ class SyncClient:
         self,
         *,
         max_due: int | None = None,
-        max_overdue_s: float | None = None,
-        dead_letter_window_s: float | None = None,
+        max_overdue_s: float | str | timedelta | None = None,
+        dead_letter_window_s: float | str | timedelta | None = None,
     ) -> Health:
         """See :meth:`rsched.Client.health`."""
         return self._run(
