@@ -279,17 +279,32 @@ class HealthReader:
     # --- schedules -----------------------------------------------------------------------------
 
     async def schedules(
-        self, now_ms: int, extra: Iterable[str] = ()
+        self,
+        now_ms: int,
+        extra: Iterable[str] = (),
+        dead_cursors: dict[str, str] | None = None,
     ) -> tuple[list[ScheduleHealth], bool]:
         """(every schedule found unhealthy, whether more late ones exist than were read), plus
-        the state of each id in ``extra`` whatever it is (so a caller sees it recover)."""
+        the state of each id in ``extra`` whatever it is (so a caller sees it recover).
+
+        ``dead_cursors`` (queue -> dead letter id, updated here) makes the failing candidates
+        those of the dead letters added since the last call (see :meth:`failing_candidates`).
+        """
         late, truncated = await self.late_candidates(now_ms)
+        wanted = list(extra)
+        others = [
+            *await self.failing_candidates(dead_cursors),
+            *await self.stuck_candidates(),
+            *wanted,
+        ]
         ids = dict.fromkeys(late)
-        for sid in [*await self.failing_candidates(), *await self.stuck_candidates(), *extra]:
+        for sid in others:
             ids.setdefault(sid)
-        wanted = set(extra)
-        found = await self.classify(list(ids), now_ms)
-        return [h for h in found if not h.healthy or h.id in wanted], truncated
+        # A due schedule that is neither late nor a candidate is ok as far as this check goes:
+        # its history is not read (a herd puts thousands in the due range for a moment).
+        found = await self.classify(list(ids), now_ms, history_of=set(others))
+        keep = set(wanted)
+        return [h for h in found if not h.healthy or h.id in keep], truncated
 
     async def late_candidates(self, now_ms: int) -> tuple[list[str], bool]:
         """Ids due before now, oldest first (at most ``max_schedules``); paused and completed
@@ -301,17 +316,23 @@ class HealthReader:
         names = [str(s) for s in ids]
         return names[:limit], len(names) > limit
 
-    async def failing_candidates(self) -> list[str]:
-        """Schedules of the newest dead letters of each queue."""
+    async def failing_candidates(self, cursors: dict[str, str] | None = None) -> list[str]:
+        """Schedules of the newest dead letters of each queue; with ``cursors`` (queue -> the
+        newest dead letter id seen, updated here), of those added since (at most
+        ``dead_scan`` a queue): a watcher that checks often then reads each dead letter once."""
         out: dict[str, None] = {}
         for queue in await self._queue_names():
+            key, seen = self.keys.dead(queue), (cursors or {}).get(queue)
             try:
-                entries = cast(
-                    list[tuple[str, dict[str, str]]],
-                    await self.redis.xrevrange(self.keys.dead(queue), count=self.cfg.dead_scan),
-                )
+                if seen is None:
+                    raw = await self.redis.xrevrange(key, count=self.cfg.dead_scan)
+                else:
+                    raw = await self.redis.xrange(key, min=f"({seen}", count=self.cfg.dead_scan)
             except ResponseError:
                 continue
+            entries = cast(list[tuple[str, dict[str, str]]], raw)
+            if cursors is not None and entries:
+                cursors[queue] = max((str(i) for i, _ in entries), key=_stream_id)
             for _, fields in entries:
                 sid = str(fields.get("schedule_id") or "")
                 if sid:
@@ -343,12 +364,15 @@ class HealthReader:
                     out.setdefault(sid)
         return list(out)
 
-    async def classify(self, ids: Sequence[str], now_ms: int) -> list[ScheduleHealth]:
-        """The health of each id that names an existing schedule, in the order given."""
+    async def classify(
+        self, ids: Sequence[str], now_ms: int, history_of: set[str] | None = None
+    ) -> list[ScheduleHealth]:
+        """The health of each id that names an existing schedule, in the order given. Only the
+        ids in ``history_of`` (all when None) can turn out stuck or failing."""
         ids = [sid for sid in ids if NAME_RE.match(sid)]
         facts: dict[str, _Facts] = {}
         for start in range(0, len(ids), _CHUNK):
-            facts.update(await self._facts(ids[start : start + _CHUNK], now_ms))
+            facts.update(await self._facts(ids[start : start + _CHUNK], now_ms, history_of))
         out = []
         for sid in ids:
             f = facts.get(sid)
@@ -356,7 +380,9 @@ class HealthReader:
                 out.append(classify(sid, f, now_ms, self.cfg.failing_runs, self.cfg.stuck_grace_s))
         return out
 
-    async def _facts(self, ids: Sequence[str], now_ms: int) -> dict[str, _Facts]:
+    async def _facts(
+        self, ids: Sequence[str], now_ms: int, history_of: set[str] | None
+    ) -> dict[str, _Facts]:
         """Each schedule's fields and score in one round trip, then the history (up to ~4.5 KB
         each) in a second one, only of those neither late, paused nor completed already."""
         k = self.keys
@@ -380,7 +406,11 @@ class HealthReader:
                 run_state=str(run_state or ""),
                 timeout_s=_timeout(opts),
             )
-        undecided = [sid for sid, f in out.items() if not _decided(f, now_ms)]
+        undecided = [
+            sid
+            for sid, f in out.items()
+            if not _decided(f, now_ms) and (history_of is None or sid in history_of)
+        ]
         if undecided:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for sid in undecided:
@@ -492,6 +522,11 @@ class HealthReader:
                         )
                     )
         return problems
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return (int(ms), int(seq or 0)) if ms.isdigit() and (seq or "0").isdigit() else (0, 0)
 
 
 def _events(raw: object) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ class HealthWatch:
         self._leads, self._lead_inbox = anyio.create_memory_object_stream[str](16)
         self._states: dict[str, str] | None = None  # None: to be read from Redis
         self._cursor: str | None = None  # the last event forwarded to the webhook
+        self._dead_seen: dict[str, str] = {}  # queue -> newest dead letter id looked at
 
     def on_lead(self, lease: str) -> None:
         """The scheduler acquired ``lease`` (``<token>:<owner>``): announce it."""
@@ -75,10 +76,13 @@ class HealthWatch:
                     try:
                         if lease is not None:
                             await self._announce_lead(lease)
+                            # Look once the ticker had an interval to fire what came due while
+                            # no one led: those were late, the leader change says so already.
+                            continue
                         if self.is_leader():
                             await self.check()
-                        else:
-                            self._states = None  # read again when leading again
+                        else:  # read again when leading again
+                            self._states, self._dead_seen = None, {}
                         backoff.reset()
                         delay = self.cfg.check_interval_s
                     except (RedisError, OSError) as exc:
@@ -98,7 +102,9 @@ class HealthWatch:
             self._states = {str(k): str(v) for k, v in raw.items()}
         states = self._states
         now = await self.reader.now_ms()
-        found, _ = await self.reader.schedules(now, extra=list(states))
+        found, _ = await self.reader.schedules(
+            now, extra=list(states), dead_cursors=self._dead_seen
+        )
         by_id = {h.id: h for h in found}
         for h in found:
             if not h.healthy and states.get(h.id) != h.state:
