@@ -242,7 +242,14 @@ async def test_a_frozen_worker_leaves_a_stuck_run(
     )
     async with rsched.Client.from_settings(settings) as client:
         await client.add(
-            {"id": "slow", "task": "app.sleep", "payload": {"s": 30}, "every": 3600, "timeout_s": 1}
+            {
+                "id": "slow",
+                "task": "app.sleep",
+                "payload": {"s": 30},
+                "every": 3600,
+                "timeout_s": 1,
+                "priority": "high",  # its pending entry is in the queue's high stream
+            }
         )
         await client.trigger("slow")
 
@@ -271,9 +278,13 @@ async def test_a_frozen_worker_leaves_a_stuck_run(
 async def test_queue_with_jobs_and_no_live_worker(settings: Settings, redis: Redis) -> None:
     async with rsched.Client.from_settings(settings) as client:
         await client.enqueue("t.any", {}, queue="mail")
+        await client.enqueue("t.any", {}, queue="urgent", priority="high")
         health = await client.health(dead_letter_window_s=0)
-        problems = {p.check: p.message for p in health.problems}
-        assert "queue mail holds 1 job(s) and no live worker" in problems["no_worker"]
+        messages = [p.message for p in health.problems if p.check == "no_worker"]
+        assert messages == [
+            "queue mail holds 1 job(s) and no live worker",
+            "queue urgent holds 1 job(s) and no live worker",
+        ]
 
 
 async def test_a_healthy_deployment_exits_0(settings: Settings, redis: Redis) -> None:

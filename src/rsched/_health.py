@@ -18,6 +18,7 @@ check looks at (so that its cost does not grow with the number of schedules):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from redis.exceptions import ResponseError
 from rsched._format import duration
 from rsched._job import DEFAULT_TIMEOUT_S
 from rsched._keys import GROUP, Keys
-from rsched._rules import NAME_RE
+from rsched._rules import NAME_RE, PRIORITIES
 from rsched._settings import HealthSettings, Settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -340,29 +341,36 @@ class HealthReader:
         return list(out)
 
     async def stuck_candidates(self) -> list[str]:
-        """Schedules of the oldest pending (delivered, not yet acknowledged) entries."""
+        """Schedules of the oldest pending (delivered, not yet acknowledged) entries of each
+        queue's streams (one per priority level)."""
         out: dict[str, None] = {}
         for queue in await self._queue_names():
-            key = self.keys.queue(queue)
-            try:
-                pending = await self.redis.xpending_range(
-                    key, GROUP, min="-", max="+", count=self.cfg.pending_scan
-                )
-            except ResponseError:
-                continue  # no stream or no group yet
-            if not pending:
-                continue
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for p in pending:
-                    pipe.xrange(key, p["message_id"], p["message_id"])
-                found = await pipe.execute(raise_on_error=False)
-            for entries in found:
-                if isinstance(entries, Exception) or not entries:
-                    continue
-                sid = str(entries[0][1].get("schedule_id") or "")
-                if sid:
+            for level in PRIORITIES:
+                for sid in await self._pending_schedules(self.keys.queue(queue, level)):
                     out.setdefault(sid)
         return list(out)
+
+    async def _pending_schedules(self, key: str) -> list[str]:
+        try:
+            pending = await self.redis.xpending_range(
+                key, GROUP, min="-", max="+", count=self.cfg.pending_scan
+            )
+        except ResponseError:
+            return []  # no stream or no group yet
+        if not pending:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for p in pending:
+                pipe.xrange(key, p["message_id"], p["message_id"])
+            found = await pipe.execute(raise_on_error=False)
+        out = []
+        for entries in found:
+            if isinstance(entries, Exception) or not entries:
+                continue
+            sid = str(entries[0][1].get("schedule_id") or "")
+            if sid:
+                out.append(sid)
+        return out
 
     async def classify(
         self, ids: Sequence[str], now_ms: int, history_of: set[str] | None = None
@@ -426,16 +434,20 @@ class HealthReader:
         return sorted(str(q) for q in await self.redis.smembers(self.keys.queues))
 
     async def live_workers(self, queue: str) -> int:
-        """Consumers of the queue's group that read within the visibility timeout.
+        """Consumers of the queue's group that read within the visibility timeout, on any of its
+        streams (one per priority level).
 
         Workers read with a short blocking timeout even when idle, so a live one is never idle
         for long. This is the one place that decides what a live worker is."""
         limit_ms = self.settings.worker.visibility_timeout_s * 1000
-        try:
-            consumers = await self.redis.xinfo_consumers(self.keys.queue(queue), GROUP)
-        except ResponseError:
-            return 0
-        return sum(1 for c in consumers if int(c.get("idle", 0)) < limit_ms)
+        live: set[str] = set()
+        for level in PRIORITIES:
+            try:
+                consumers = await self.redis.xinfo_consumers(self.keys.queue(queue, level), GROUP)
+            except ResponseError:
+                continue
+            live.update(str(c["name"]) for c in consumers if int(c.get("idle", 0)) < limit_ms)
+        return len(live)
 
     async def check(self, thresholds: Thresholds) -> Health:
         """Every deployment check and the unhealthy schedules, at one Redis time."""
@@ -495,10 +507,10 @@ class HealthReader:
         problems: list[HealthProblem] = []
         window_ms = thresholds.dead_letter_window_s * 1000
         for queue in await self._queue_names():
-            try:
-                length = int(await self.redis.xlen(self.keys.queue(queue)))
-            except ResponseError:
-                length = 0
+            length = 0
+            for level in PRIORITIES:
+                with contextlib.suppress(ResponseError):
+                    length += int(await self.redis.xlen(self.keys.queue(queue, level)))
             if length and not await self.live_workers(queue):
                 problems.append(
                     HealthProblem(
