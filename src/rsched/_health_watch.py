@@ -88,6 +88,11 @@ class HealthWatch:
                     except (RedisError, OSError) as exc:
                         delay = backoff.next()
                         log.warning("redis.error", actor="health", error=str(exc), retry_s=delay)
+                    except Exception as exc:
+                        # Health is reported beside the scheduler's work: data it cannot read
+                        # must never stop the firing. Logged, and tried again later.
+                        delay = max(backoff.next(), self.cfg.check_interval_s)
+                        log.error("health.check_failed", error=repr(exc), retry_s=delay)
 
     async def _announce_lead(self, lease: str) -> None:
         token, _, owner = lease.partition(":")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -94,7 +95,8 @@ class WebhookSender:
                     _post, self.url, body, headers, self.cfg.webhook_timeout_s,
                     abandon_on_cancel=True,
                 )  # fmt: skip
-            except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
+            # URLError and timeouts are OSErrors; a garbled answer is an HTTPException.
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 problem = str(exc)
             else:
                 if 200 <= status < 300:
