@@ -145,9 +145,11 @@ async def test_late_without_any_scheduler(settings: Settings, redis: Redis) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
 async def test_killing_the_scheduler_turns_a_schedule_late(
-    settings: Settings, redis: Redis, spawn: Callable[..., object]
+    settings: Settings, redis: Redis, spawn: Callable[..., object], sig: signal.Signals
 ) -> None:
+    """Killed, or frozen (SIGSTOP: the process is there, its lease runs out)."""
     env = {"RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
     proc: object = spawn(
         "rsched._scheduler_main", "--lease-ttl-ms", "1000", "--lease-renew-ms", "200", env=env
@@ -162,7 +164,7 @@ async def test_killing_the_scheduler_turns_a_schedule_late(
         code, out, _ = await cli(settings, "monitor")
         assert code == 0, out
         assert "all schedules healthy" in out
-        proc.signal(signal.SIGKILL)  # type: ignore[attr-defined]
+        proc.signal(sig)  # type: ignore[attr-defined]
         started = anyio.current_time()
 
         async def late() -> bool:
@@ -176,6 +178,9 @@ async def test_killing_the_scheduler_turns_a_schedule_late(
         assert code == 1
         assert "beat" in out
         assert "LATE" in out
+        code, out, _ = await cli(settings, "health")
+        assert code == 1
+        assert "no_leader" in out  # its lease ran out
 
 
 async def test_a_failing_task_turns_its_schedule_failing_then_recovered(
