@@ -146,3 +146,11 @@ async def _true(value: bool) -> bool:
 
 async def _state(client: rsched.Client, sid: str, state: str) -> bool:
     return (await client.schedule_health(sid)).state == state
+
+
+async def test_a_long_wait_ends_before_the_socket_timeout(settings: Settings, redis: Redis) -> None:
+    short = settings.model_copy(update={"socket_timeout_s": 1.0})
+    async with rsched.Client.from_settings(short) as client:
+        started = anyio.current_time()
+        assert await client.events(after="0-0", wait_s=30) == []
+        assert anyio.current_time() - started < 5

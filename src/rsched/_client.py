@@ -52,7 +52,7 @@ from rsched._rules import (
     check_pause_note,
     parse_duration_s,
 )
-from rsched._settings import Settings
+from rsched._settings import BLOCK_MARGIN_MS, Settings
 from rsched._store import ScheduleStore
 from rsched._timing import Timing, next_fire_times
 from rsched._tz import resolve_timezone
@@ -693,7 +693,10 @@ class Client:
         for "from now on"), waits that long for one when there is none yet."""
         _argument("limit", check_page, limit)
         if after is not None and wait_s > 0:
-            return await self._events.wait(after, block_ms=max(1, int(wait_s * 1000)), limit=limit)
+            # A blocking read must end well before the socket timeout, or it reads as a failure.
+            most_ms = int(self.settings.socket_timeout_s * 1000) - BLOCK_MARGIN_MS
+            block_ms = max(1, min(int(wait_s * 1000), most_ms))
+            return await self._events.wait(after, block_ms=block_ms, limit=limit)
         if after == "$":
             return []
         return await self._events.read(after=after, limit=limit)
