@@ -6,6 +6,8 @@ can never act with it again: fire compares the whole value.
 
 KEYS[1] leader   STRING "<token>:<owner>" (PX ttl)
 KEYS[2] fence    STRING counter of tokens handed out
+KEYS[3] ttl      STRING the lease's TTL in ms, with the lease's own TTL (optional: a caller
+                 of an older rsched passes 2 keys; readers then guess the TTL)
 ARGV[1] owner    unique name of the calling process
 ARGV[2] ttl_ms   lease time to live
 
@@ -15,6 +17,7 @@ harmless), {NOT_LEADER=-1, current_value, pttl_ms} when another process holds it
 -- @include common
 
 local leader_key, fence_key = KEYS[1], KEYS[2]
+local ttl_key = KEYS[3]
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 
 local cur = rcall('GET', leader_key)
@@ -22,10 +25,12 @@ if cur then
   local token, who = string.match(cur, '^(%d+):(.*)$')
   if who == owner then
     rcall('PEXPIRE', leader_key, ttl)
+    if ttl_key then rcall('SET', ttl_key, ttl, 'PX', ttl) end
     return {5, token}  -- OK
   end
   return {-1, cur, rcall('PTTL', leader_key)}  -- NOT_LEADER
 end
 local token = rcall('INCR', fence_key)
 rcall('SET', leader_key, token .. ':' .. owner, 'PX', ttl)
+if ttl_key then rcall('SET', ttl_key, ttl, 'PX', ttl) end
 return {5, tostring(token)}  -- OK

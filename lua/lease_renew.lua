@@ -1,6 +1,7 @@
 --[[ lease_renew — extend the lease the caller holds.
 
 KEYS[1] leader   STRING "<token>:<owner>"
+KEYS[2] ttl      STRING the lease's TTL in ms (optional, as in lease_acquire)
 ARGV[1] value    the caller's lease value "<token>:<owner>"
 ARGV[2] ttl_ms   new time to live
 
@@ -11,4 +12,5 @@ or another scheduler took it): the caller must stop acting as leader at once.
 
 if rcall('GET', KEYS[1]) ~= ARGV[1] then return -1 end  -- NOT_LEADER
 rcall('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+if KEYS[2] then rcall('SET', KEYS[2], ARGV[2], 'PX', tonumber(ARGV[2])) end
 return 5  -- OK

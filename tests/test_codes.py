@@ -28,6 +28,7 @@ NOT_ERRORS = {
     Code.NOT_LEADER,
     Code.NOT_PENDING,
     Code.SUPERSEDED,
+    Code.RUNNING,
 }
 
 

@@ -12,6 +12,7 @@ from redis import Redis
 import rsched
 
 worker = rsched.Worker(queues=["default"], concurrency=5)
+empty = rsched.Worker(queues=["default"])  # no tasks: refuses to start
 
 
 def marks_key(prefix: str) -> str:

@@ -13,6 +13,7 @@ from rsched._errors import (
     InvalidJob,
     InvalidSchedule,
     InvalidSchedules,
+    JobNotFound,
     PoolExhausted,
     ReadOnlyServer,
     RedisUnavailable,
@@ -34,6 +35,7 @@ from rsched._history import HistoryEvent
 from rsched._job import DeadLetter, Enqueued, Job
 from rsched._model import Schedule
 from rsched._page import Page
+from rsched._registry import JobInfo, RunningJob, WorkerInfo
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
 from rsched._sync_client import SyncClient
@@ -61,6 +63,8 @@ __all__ = (
     "InvalidSchedule",
     "InvalidSchedules",
     "Job",
+    "JobInfo",
+    "JobNotFound",
     "Page",
     "PoolExhausted",
     "ReadOnlyServer",
@@ -68,6 +72,7 @@ __all__ = (
     "RedisUrlMismatch",
     "Retry",
     "RschedError",
+    "RunningJob",
     "Schedule",
     "ScheduleCompleted",
     "ScheduleExists",
@@ -82,6 +87,7 @@ __all__ = (
     "Stats",
     "SyncClient",
     "Worker",
+    "WorkerInfo",
     "WrongNode",
     "__version__",
     "next_fire_times",

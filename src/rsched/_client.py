@@ -33,6 +33,7 @@ from rsched._errors import (
     Conflict,
     InvalidArgument,
     InvalidSchedule,
+    JobNotFound,
     ScheduleCompleted,
     ScheduleNotFound,
 )
@@ -43,11 +44,13 @@ from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqu
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._page import Page, every_item
 from rsched._queues import QueueStore
+from rsched._registry import LISTED_STATES, JobInfo, WorkerInfo, state_from_history
 from rsched._rules import (
     PAGE_MAX,
     Priority,
     check_count,
     check_history_status,
+    check_name,
     check_page,
     check_pause_note,
     parse_duration_s,
@@ -595,6 +598,125 @@ class Client:
         """Delete dead letters for good (all, ``entry_ids``, or ``task``'s); returns how many."""
         return await self._queues.purge(queue, entry_ids, task=task)
 
+    # --- workers and jobs ---------------------------------------------------------------------
+
+    @_redis_errors
+    async def workers(self) -> list[WorkerInfo]:
+        """The live workers (from the worker registry: each heartbeats every ``heartbeat_s``;
+        a worker gone silent for a few heartbeats is left out), by id. Since 0.1.0."""
+        return await self._queues.workers()
+
+    @_redis_errors
+    async def jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[JobInfo]:
+        """A page of the jobs that run, wait or are delayed (of ``queue``, in ``state``:
+        ``queued``, ``running`` or ``delayed``), queue by queue: running first, then queued
+        (high, normal, low level), then delayed by due time. Pass ``page.cursor`` back for the
+        next page (a later page reads the earlier ones again: fine for a look, not for
+        walking a queue of millions). Raises InvalidArgument naming ``state``, ``limit``,
+        ``queue`` or ``cursor``. Since 0.1.0."""
+        _argument("limit", check_page, limit)
+        if state is not None and state not in LISTED_STATES:
+            raise InvalidArgument("state", f"{state!r}: use {', '.join(LISTED_STATES)}")
+        if queue is not None:
+            _argument("queue", lambda q: check_name(q, "queue name"), queue)
+        if cursor is not None and not (cursor.isdigit() and len(cursor) < 10):
+            raise InvalidArgument("cursor", f"{cursor!r} is not a cursor of this read")
+        skip = int(cursor or 0)
+        queues = [queue] if queue is not None else await self._queues.queue_names()
+        states = [state] if state is not None else list(LISTED_STATES)
+        items, more = await self._queues.jobs(queues, states, limit, skip)
+        return Page(items, str(skip + limit) if more else None)
+
+    @_redis_errors
+    async def job(self, execution_id: str) -> JobInfo:
+        """One job by its execution id: where it is (queued, running and on which worker,
+        delayed until when) or how it ended, its schedule's history of this execution, and
+        its result while kept. A waiting job is looked for among the first 10,000 entries of
+        each stream and delayed set (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
+        _argument("execution_id", lambda e: check_name(e, "execution id"), execution_id)
+        queues = await self._queues.queue_names()
+        found = await self._queues.find_job(execution_id, queues)
+        job = found[0] if found else None
+        if job is None or job.state == "running":
+            for worker in await self._queues.workers():
+                for run in worker.jobs:
+                    if run.execution_id == execution_id:
+                        job = dataclasses.replace(
+                            job or JobInfo(execution_id, "running", queue=run.queue),
+                            state="running",
+                            task=run.task,
+                            priority=run.priority,
+                            attempt=run.attempt,
+                            entry_id=run.entry_id,
+                            worker=worker.id,
+                            started_at=run.started_at,
+                        )
+        sid = job.schedule_id if job else _schedule_of(execution_id)
+        history: tuple[HistoryEvent, ...] = ()
+        if sid:
+            stored = await self._store.history(sid, self.settings.history_limit)
+            events = page_events(stored, limit=PAGE_MAX, cursor=None, status=None).items
+            history = tuple(e for e in events if e.execution_id == execution_id)
+        kept, result = await self._queues.result(execution_id)
+        if job is None:
+            state = state_from_history(list(history)) or ("completed" if kept else None)
+            if state is None:
+                raise JobNotFound(
+                    execution_id,
+                    "it does not wait, run or have a kept outcome (finished jobs are known "
+                    "by their schedule's history and their kept result only)",
+                )
+            last = history[0] if history else None
+            job = JobInfo(
+                execution_id,
+                state,
+                schedule_id=sid if history else None,
+                attempt=last.attempt if last else None,
+            )
+        return dataclasses.replace(job, history=history, result=result)
+
+    @_redis_errors
+    async def result(self, execution_id: str) -> Any:
+        """What the job's handler returned (JSON-decoded), kept ``worker.result_ttl_s`` after
+        it completed; None when it returned None, is not finished, or the result expired.
+        Since 0.1.0."""
+        _argument("execution_id", lambda e: check_name(e, "execution id"), execution_id)
+        return (await self._queues.result(execution_id))[1]
+
+    @_redis_errors
+    async def cancel(self, execution_id: str) -> str:
+        """Cancel a job: a queued or delayed one is removed and recorded as cancelled; a
+        running one is cancelled by its worker (its handler gets a cancellation, its outcome
+        is recorded as cancelled). Returns the state it was cancelled in (``queued``,
+        ``delayed``, ``running``). Raises JobNotFound when it neither waits nor runs.
+        Since 0.1.0."""
+        _argument("execution_id", lambda e: check_name(e, "execution id"), execution_id)
+        for _ in range(3):
+            queues = await self._queues.queue_names()
+            found = await self._queues.find_job(execution_id, queues)
+            if found is not None and found[0].state != "running":
+                code = await self._queues.cancel_waiting(found[0], found[1], reason="cancelled")
+                if code == Code.OK:
+                    return found[0].state
+                continue  # read or moved meanwhile: look again
+            running = found is not None or any(
+                run.execution_id == execution_id
+                for worker in await self._queues.workers()
+                for run in worker.jobs
+            )
+            if running:
+                await self._queues.cancel_running(execution_id)
+                return "running"
+            break
+        raise JobNotFound(execution_id, "it does not wait or run (finished, or never existed)")
+
     # --- operations overview ----------------------------------------------------------------
 
     @_redis_errors
@@ -602,8 +724,10 @@ class Client:
         """Counts for an operator: schedules by status, due backlog, queues, dead letters,
         the current leader and its lease age, and the most overdue schedule.
 
-        ``lease_age_ms`` (time since the leader last renewed) assumes the scheduler runs with
-        this client's ``scheduler.lease_ttl_ms``; ``lease_left_ms`` is exact.
+        ``lease_age_ms`` (time since the leader last renewed) comes from the TTL the leader
+        stored beside its lease (an older scheduler stores none: this client's
+        ``scheduler.lease_ttl_ms`` is assumed then); ``lease_left_ms`` is exact. Each queue
+        also counts its ``workers``: live workers reading it (from the worker registry).
         """
         now = await self._store.time_ms()
         index = await self._store.index_stats(now)
@@ -614,7 +738,7 @@ class Client:
         lead = None
         if index.leader is not None:
             token, _, owner = index.leader.partition(":")
-            ttl = self.settings.scheduler.lease_ttl_ms
+            ttl = index.lease_ttl_ms or self.settings.scheduler.lease_ttl_ms
             lead = {
                 "owner": owner,
                 "token": int(token) if token.isdigit() else token,
@@ -622,6 +746,9 @@ class Client:
                 "lease_age_ms": max(0, ttl - index.lease_left_ms),
             }
         queues: dict[str, dict[str, Any]] = dict(await self._queues.queue_stats())
+        live = await self._queues.workers()
+        for name, q in queues.items():
+            q["workers"] = sum(name in w.queues for w in live)
         dead = sum(int(q.get("dead", 0) or 0) for q in queues.values())
         return Stats(
             now_ms=now,
@@ -763,6 +890,12 @@ class Client:
                 return Page(out, None)
             if len(out) == limit:  # whether one matches further on is another read away
                 return Page(out, _encode_cursor(pos))
+
+
+def _schedule_of(execution_id: str) -> str | None:
+    """The schedule of a fired occurrence's execution id (``<schedule id>@<time>``)."""
+    sid, at, rest = execution_id.rpartition("@")
+    return sid if at and sid and rest else None
 
 
 def _encode_cursor(pos: tuple[float, str] | None) -> str:

@@ -49,6 +49,7 @@ class Code(IntEnum):
     EXISTS = -9  # the id is taken (add: a schedule id; enqueue: an execution id in its window)
     NOT_PENDING = -10  # the queue entry is no longer pending (already recorded, or reclaimed)
     SUPERSEDED = -11  # start: a newer run of the schedule replaced this job (do not run it)
+    RUNNING = -12  # cancel: a worker holds the job (it is cancelled on that worker instead)
 
 
 def error(

@@ -196,6 +196,18 @@ class DeadLetterNotFound(RschedError, KeyError):
         return f"dead letter {self.entry_id!r} does not exist in queue {self.queue!r}"
 
 
+class JobNotFound(RschedError, KeyError):
+    """Raised when no job with that execution id waits, runs or has a kept outcome."""
+
+    def __init__(self, execution_id: str, detail: str = "") -> None:
+        self.execution_id = execution_id
+        self.detail = detail
+        super().__init__(execution_id)
+
+    def __str__(self) -> str:
+        return f"job {self.execution_id!r} not found" + (f": {self.detail}" if self.detail else "")
+
+
 # --- internal: raised and caught inside rsched ------------------------------------------------
 
 

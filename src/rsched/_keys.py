@@ -92,6 +92,27 @@ class Keys:
         return f"{self.tag}:queues"
 
     @property
+    def workers(self) -> str:
+        """ZSET of worker ids scored by their last registry heartbeat (ms, Redis time); an id
+        whose ``worker`` key expired is gone (readers skip it, the next heartbeat prunes it)."""
+        return f"{self.tag}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        """STRING (JSON) with a TTL of a few heartbeats: one live worker's host, pid, queues,
+        tasks, concurrency, start time and the jobs it runs."""
+        return f"{self.tag}:worker:{worker_id}"
+
+    def result(self, execution_id: str) -> str:
+        """STRING (JSON) with a TTL of ``result_ttl_s``: what a job's handler returned."""
+        return f"{self.tag}:result:{execution_id}"
+
+    @property
+    def leader_ttl(self) -> str:
+        """STRING (ms) with the lease's TTL: the lease TTL the leading scheduler uses, so that
+        a reader with other settings reports the lease's age truly."""
+        return f"{self.tag}:leader_ttl"
+
+    @property
     def leader(self) -> str:
         """STRING ``<token>:<owner>`` with a TTL: the scheduler lease."""
         return f"{self.tag}:leader"

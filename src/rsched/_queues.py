@@ -24,6 +24,13 @@ from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
 from rsched._events import EventLog
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued, JobOptions
 from rsched._keys import GROUP, Keys
+from rsched._registry import (
+    JobInfo,
+    WorkerInfo,
+    fields_of,
+    job_from_fields,
+    parse_worker,
+)
 from rsched._rules import (
     DEFAULT_DEDUP_WINDOW_S,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -40,6 +47,8 @@ from rsched._rules import (
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
 PAGE = 500
+#: Entries a lookup by execution id reads at most per stream and per delayed set (find_job.lua).
+JOB_SCAN_LIMIT = 10_000
 T = TypeVar("T")
 
 Entry = tuple[str, dict[str, str]]
@@ -58,6 +67,7 @@ class Done:
     event: str  # completed | cancelled
     extra: str = ""  # JSON fragment ('' or ',"k":v…')
     dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
+    result: bytes | None = None  # what the handler returned (JSON), kept before the ack
 
 
 def fragment(fields: dict[str, Any]) -> str:
@@ -644,6 +654,247 @@ class QueueStore(_lua.ScriptCaller):
                         await self.redis.xgroup_delconsumer(stream, GROUP, name)
                         forgotten += 1
         return forgotten
+
+    # --- worker registry -----------------------------------------------------------------------
+
+    async def register(self, worker_id: str, record: bytes, ttl_ms: int, prune_ms: int) -> int:
+        """Write a worker's registry record (one round trip); returns the Redis time (ms)."""
+        res = await self.call(
+            "register",
+            [self.keys.workers, self.keys.worker(worker_id)],
+            [worker_id, record, ttl_ms, prune_ms],
+        )
+        check(res, script="register")
+        return int(res[1])
+
+    async def unregister(self, worker_id: str) -> None:
+        """Remove a worker's registry entry at once (a clean stop)."""
+        await self.call("unregister", [self.keys.workers, self.keys.worker(worker_id)], [worker_id])
+
+    async def workers(self) -> list[WorkerInfo]:
+        """Live workers (their record has not expired), by id."""
+        ids = cast(
+            list[tuple[str, float]],
+            await self.redis.zrange(self.keys.workers, 0, -1, withscores=True),
+        )
+        if not ids:
+            return []
+        records = await self.redis.mget([self.keys.worker(str(i)) for i, _ in ids])
+        out = []
+        for (worker_id, score), raw in zip(ids, records, strict=True):
+            info = parse_worker(raw, int(score)) if raw else None
+            if info is not None and info.id == str(worker_id):
+                out.append(info)
+        return out
+
+    async def hand_back(
+        self,
+        queue: str,
+        consumer: str,
+        entry_ids: Sequence[str],
+        idle_ms: int,
+        priority: Priority = "normal",
+    ) -> int:
+        """Give entries this consumer holds to the next reclaim at once; returns how many."""
+        if not entry_ids:
+            return 0
+        res = await self.call(
+            "hand_back", [self.keys.queue(queue, priority)], [GROUP, consumer, idle_ms, *entry_ids]
+        )
+        return int(res)
+
+    # --- results -----------------------------------------------------------------------------
+
+    async def store_results(self, results: Sequence[tuple[str, bytes]], ttl_ms: int) -> None:
+        """Keep handlers' return values (execution id, JSON) for ``ttl_ms`` (SET: idempotent)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id, body in results:
+                pipe.set(self.keys.result(execution_id), body, px=ttl_ms)
+            await pipe.execute()
+
+    async def result(self, execution_id: str) -> tuple[bool, Any]:
+        """(kept, value): what the job's handler returned, while it is kept."""
+        raw = await self.redis.get(self.keys.result(execution_id))
+        if raw is None:
+            return False, None
+        try:
+            return True, orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return True, str(raw)
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    async def jobs(
+        self,
+        queues: Sequence[str],
+        states: Sequence[str],
+        limit: int,
+        skip: int,
+    ) -> tuple[list[JobInfo], bool]:
+        """Jobs that run, wait or are delayed, queue by queue (running, then queued by level,
+        then delayed by due time); the ``skip`` first are left out. Returns (jobs, more)."""
+        want = skip + limit + 1
+        found: list[JobInfo] = []
+        for queue in queues:
+            if "running" in states or "queued" in states:
+                for level in PRIORITIES:
+                    found += await self._stream_jobs(queue, level, states, want - len(found))
+                    if len(found) >= want:
+                        break
+            if "delayed" in states and len(found) < want:
+                found += await self._delayed_jobs(queue, want - len(found))
+            if len(found) >= want:
+                break
+        if "running" in states and "queued" in states:
+            found.sort(key=lambda j: (j.queue or "", j.state != "running"))
+        page = found[skip : skip + limit]
+        return page, len(found) > skip + limit
+
+    async def _stream_jobs(
+        self, queue: str, level: Priority, states: Sequence[str], most: int
+    ) -> list[JobInfo]:
+        key = self.keys.queue(queue, level)
+        out: list[JobInfo] = []
+        if most <= 0:
+            return out
+        try:
+            pending = await self.redis.xpending_range(key, GROUP, "-", "+", most)
+        except ResponseError:
+            pending = []  # no stream or group yet
+        held = {str(p["message_id"]): p for p in pending}
+        if "running" in states and held:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for entry_id in held:
+                    pipe.xrange(key, entry_id, entry_id)
+                hits: list[list[Entry]] = await pipe.execute()
+            for (entry_id, p), hit in zip(held.items(), hits, strict=True):
+                if hit:
+                    out.append(
+                        job_from_fields(
+                            "running",
+                            queue,
+                            hit[0][1],
+                            priority=level,
+                            entry_id=entry_id,
+                            worker=str(p["consumer"]),
+                            deliveries=int(p["times_delivered"]),
+                        )
+                    )
+        if "queued" in states and len(out) < most:
+            start = "-"
+            while len(out) < most:
+                page = cast(list[Entry], await self.redis.xrange(key, start, "+", count=PAGE))
+                for entry_id, fields in page:
+                    if entry_id not in held:
+                        out.append(
+                            job_from_fields(
+                                "queued", queue, fields, priority=level, entry_id=entry_id
+                            )
+                        )
+                        if len(out) >= most:
+                            break
+                if len(page) < PAGE:
+                    break
+                start = f"({page[-1][0]}"
+        return out
+
+    async def _delayed_jobs(self, queue: str, most: int) -> list[JobInfo]:
+        members = cast(
+            list[tuple[str, float]],
+            await self.redis.zrange(self.keys.delayed_queue(queue), 0, most - 1, withscores=True),
+        )
+        out = []
+        for member, score in members:
+            try:
+                flat = orjson.loads(member)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(flat, list):
+                out.append(job_from_fields("delayed", queue, fields_of(flat), due_ms=int(score)))
+        return out
+
+    async def find_job(
+        self, execution_id: str, queues: Sequence[str]
+    ) -> tuple[JobInfo, str] | None:
+        """Where a job waits or runs (a scan bounded by JOB_SCAN_LIMIT per key): the job and
+        its stream entry id or delayed member; None when not found."""
+        streams = [(q, level) for q in queues for level in PRIORITIES]
+        keys = [self.keys.queue(q, level) for q, level in streams]
+        keys += [self.keys.delayed_queue(q) for q in queues]
+        if not keys:
+            return None
+        res = await self.call("find_job", keys, [execution_id, JOB_SCAN_LIMIT, len(streams)])
+        if not res:
+            return None
+        index, where, flat, due = int(res[0]), str(res[1]), res[2], res[3]
+        fields = fields_of(flat)
+        if index <= len(streams):
+            queue, level = streams[index - 1]
+            key = self.keys.queue(queue, level)
+            try:
+                p = await self.redis.xpending_range(key, GROUP, where, where, 1)
+            except ResponseError:
+                p = []
+            if p:
+                job = job_from_fields(
+                    "running",
+                    queue,
+                    fields,
+                    priority=level,
+                    entry_id=where,
+                    worker=str(p[0]["consumer"]),
+                    deliveries=int(p[0]["times_delivered"]),
+                )
+            else:
+                job = job_from_fields("queued", queue, fields, priority=level, entry_id=where)
+            return job, where
+        queue = queues[index - len(streams) - 1]
+        return job_from_fields("delayed", queue, fields, due_ms=int(float(due))), where
+
+    async def cancel_running(self, execution_id: str, reason: str = "cancelled") -> int:
+        """Ask the workers to cancel a running job (``<execution id> <reason>`` on the cancel
+        channel; a worker of an older rsched ignores a message with a reason). Returns how many
+        workers heard it."""
+        return int(await self.redis.publish(self.keys.cancel, f"{execution_id} {reason}"))
+
+    async def cancel_waiting(self, job: JobInfo, where: str, *, reason: str) -> Code:
+        """Remove a queued or delayed job and record it cancelled: OK, NOT_FOUND (gone
+        meanwhile) or RUNNING (a worker read it meanwhile)."""
+        assert job.queue is not None
+        level: Priority = "normal"
+        for known in PRIORITIES:
+            if job.priority == known:
+                level = known
+        k = self.keys
+        stream = k.queue(job.queue, level)
+        sid = job.schedule_id
+        has_schedule = bool(sid) and NAME_RE.match(sid or "") is not None
+        keys = [stream, k.delayed_queue(job.queue)]
+        if has_schedule:
+            assert sid is not None
+            keys += [k.history(sid), k.schedule(sid), k.buffered(sid)]
+        else:
+            keys += [stream] * 3
+        if job.schedule_id is None and NAME_RE.match(job.execution_id):
+            keys.append(k.dedup(job.execution_id))
+        res = await self.call(
+            "cancel",
+            keys,
+            [
+                GROUP,
+                "delayed" if job.state == "delayed" else "stream",
+                where,
+                job.execution_id,
+                job.attempt or 1,
+                self.history_limit,
+                "1" if has_schedule else "0",
+                fragment({"reason": reason}),
+            ],
+        )
+        code = Code(int(res))
+        if code == Code.WRONG_TYPE:
+            check(res, script="cancel", queue=job.queue)
+        return code
 
 
 def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:

@@ -147,6 +147,7 @@ class Scheduler:
         ttl, renew_s = self.cfg.lease_ttl_ms, self.cfg.lease_renew_ms / 1000
         backoff = Backoff()
         last_ok = time.monotonic()
+        standby: str | None = None  # the leader this standby last reported
         task_status.started()
         async with inbox:
             while True:
@@ -156,6 +157,7 @@ class Scheduler:
                         lease, pttl = await self.store.lease_acquire(self.owner, ttl)
                         if lease is not None:
                             self._held, last_ok = lease, time.monotonic()
+                            standby = None
                             log.info("leader.acquired", lease=lease, ttl_ms=ttl)
                             if METRICS.on:
                                 METRICS.leader_changes.inc()
@@ -163,6 +165,7 @@ class Scheduler:
                             await inbox.send(("lead", lease))
                         else:
                             delay = min(renew_s, max(pttl, 20) / 1000)
+                            standby = self._standby(standby)
                     elif await self.store.lease_renew(self._held, ttl):
                         last_ok = time.monotonic()
                     else:
@@ -178,6 +181,15 @@ class Scheduler:
                         self._held = None
                         await inbox.send(("lost", None))
                 await anyio.sleep(delay)
+
+    def _standby(self, reported: str | None) -> str | None:
+        """Log that this scheduler stands by and who leads: once, and again when the leader
+        changes. Returns the leader now reported."""
+        holder = self.store.lease_holder
+        if holder is not None and holder != reported:
+            token, _, owner = holder.partition(":")
+            log.info("leader.standby", leader=owner, token=token, me=self.owner)
+        return holder
 
     # --- wake listener -------------------------------------------------------------------
 

@@ -84,6 +84,13 @@ class WorkerSettings(BaseModel):
     dead_letter_max_entries: int = Field(default=100_000, ge=10)
     # Traceback excerpt kept in a dead letter (characters, from the end).
     traceback_max_chars: int = Field(default=4_000, ge=100)
+    # What a handler returns (JSON) is kept this long for Client.result / rsched job.
+    result_ttl_s: float = Field(default=86_400.0, ge=1)
+    # A return value larger than this (bytes of JSON) is not kept (a warning is logged).
+    result_max_bytes: int = Field(default=64 * 1024, ge=16, le=16 * 1024 * 1024)
+    # A job whose task no live worker has registered waits this long (rolling deploys) before
+    # it is dead-lettered with reason unknown_task; 0 dead-letters it at once.
+    unknown_task_grace_s: float = Field(default=600.0, ge=0)
     # Share of reads each priority level leads (see DEFAULT_PRIORITY_WEIGHTS).
     priority_weights: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PRIORITY_WEIGHTS))
 

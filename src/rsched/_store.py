@@ -45,6 +45,7 @@ class IndexStats:
     oldest: tuple[str, int] | None  # the most overdue schedule and its next run (ms)
     leader: str | None  # the lease value "<token>:<owner>"
     lease_left_ms: int
+    lease_ttl_ms: int | None = None  # the TTL the leader uses (None: an older scheduler)
 
 
 #: Ids read per call of the bulk check, and schedules written per upsert_many.lua call (a call
@@ -76,6 +77,7 @@ class ScheduleStore(_lua.ScriptCaller):
         self.keys = keys
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
+        self.lease_holder: str | None = None  # the lease value a refused lease_acquire saw
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> ScheduleStore:
@@ -513,7 +515,8 @@ class ScheduleStore(_lua.ScriptCaller):
             pipe.zrange(k.schedules, "-inf", now_ms, byscore=True, offset=0, num=1, withscores=True)
             pipe.get(k.leader)
             pipe.pttl(k.leader)
-            total, active, due, oldest, leader, pttl = await pipe.execute()
+            pipe.get(k.leader_ttl)
+            total, active, due, oldest, leader, pttl, lease_ttl = await pipe.execute()
         return IndexStats(
             total=int(total),
             active=int(active),
@@ -522,6 +525,7 @@ class ScheduleStore(_lua.ScriptCaller):
             oldest=(str(oldest[0][0]), int(oldest[0][1])) if oldest else None,
             leader=str(leader) if leader else None,
             lease_left_ms=int(pttl),
+            lease_ttl_ms=int(lease_ttl) if str(lease_ttl or "").isdigit() else None,
         )
 
     async def count_due_before(self, before_ms: int) -> int:
@@ -684,15 +688,20 @@ class ScheduleStore(_lua.ScriptCaller):
         return int(res)
 
     async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
-        """(lease value "<token>:<owner>" when acquired else None, ms until the holder's expiry)."""
-        res = await self.call("lease_acquire", [self.keys.leader, self.keys.fence], [owner, ttl_ms])
+        """(lease value "<token>:<owner>" when acquired else None, ms until the holder's expiry);
+        a refused call leaves the holder's lease value in ``lease_holder``."""
+        k = self.keys
+        res = await self.call("lease_acquire", [k.leader, k.fence, k.leader_ttl], [owner, ttl_ms])
         if check(res, script="lease_acquire") == Code.OK:
             return f"{res[1]}:{owner}", ttl_ms
+        self.lease_holder = str(res[1])
         return None, int(res[2])
 
     async def lease_renew(self, lease: str, ttl_ms: int) -> bool:
         """True when renewed; False when the caller no longer holds the lease."""
-        res = await self.call("lease_renew", [self.keys.leader], [lease, ttl_ms])
+        res = await self.call(
+            "lease_renew", [self.keys.leader, self.keys.leader_ttl], [lease, ttl_ms]
+        )
         return check(res, script="lease_renew") == Code.OK
 
     async def lease_release(self, lease: str) -> bool:

@@ -11,7 +11,14 @@ Actors (anyio tasks in rsched._worker_actors, stopped in this order on shutdown)
 - reclaimer: takes over entries idle longer than the visibility timeout (a dead worker's),
   dead-lettering those delivered more than ``max_deliveries`` times (poison);
 - promoter: moves due retries and delayed jobs from the delayed sets into the streams;
-- cancel listener: cancels a running handler when cancel_previous fires a newer occurrence.
+- cancel listener: cancels a running handler when cancel_previous fires a newer occurrence,
+  or an operator cancels the job (``rsched cancel``);
+- registry: the worker's record in the worker registry (``rsched workers``), refreshed every
+  ``heartbeat_s`` and removed on the way out.
+
+A stop that cannot wait for every job (the second signal, or the grace period over) hands the
+entries of the jobs it cancelled back at once: the next reclaim of any worker takes them,
+instead of after the visibility timeout.
 
 Delivery is at least once: an entry is acknowledged only in the same script that records its
 outcome, so a worker that dies at any point leaves it pending for another worker.
@@ -49,6 +56,8 @@ Handler = Callable[[Job], Any]
 
 ACK_BUFFER = 100_000
 ACK_FLUSH_S = 5.0
+# The most a stop spends handing back entries and leaving the registry (Redis may be gone).
+LEAVE_S = 3.0
 
 
 class Worker:
@@ -225,6 +234,11 @@ class Worker:
         """
         settings = self.resolve_settings()
         cfg = settings.worker
+        if not self._handlers:
+            raise ConfigError(
+                "no tasks registered: register a handler with @worker.task(name) before "
+                "running the worker (a worker without tasks would only turn jobs away)"
+            )
         own = redis is None
         if redis is None:
             client = connect(settings)
@@ -242,6 +256,7 @@ class Worker:
             tasks=",".join(self.tasks),
             prefix=settings.prefix,
         )
+        handed_back = 0
         try:
             if not await self._prepare(store, cfg):
                 task_status.started()
@@ -249,16 +264,33 @@ class Worker:
             await self._serve(store, settings, task_status)
         finally:
             self._stopping, self._hard = anyio.Event(), False  # ready for another run()
-            if own:
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                handed_back = await self._leave(store)
+                if own:
                     await client.aclose()
             log.info(
                 "worker.stop",
                 worker=self.consumer,
                 completed=self.completed_total,
                 failed=self.failed_total,
+                handed_back=handed_back,
                 left_pending=len(self._actors.inflight) if self._actors else 0,
             )
+
+    async def _leave(self, store: QueueStore) -> int:
+        """On the way out: hand back the entries of jobs the stop cancelled (or never started)
+        and leave the registry. Returns how many entries were handed back."""
+        ctx = self._actors
+        handed = 0
+        with anyio.move_on_after(LEAVE_S):
+            try:
+                if ctx is not None and (ctx.abandoned or ctx.inflight):
+                    handed = await ctx.hand_back()
+                    ctx.abandoned.clear()
+                await store.unregister(self.consumer)
+            except ACTOR_FAILURES as exc:
+                log.warning("redis.error", actor="stop", error=str(exc))
+        return handed
 
     async def _prepare(self, store: QueueStore, cfg: WorkerSettings) -> bool:
         """Check the server and create the consumer groups, waiting for Redis if it is down.
@@ -290,6 +322,7 @@ class Worker:
             services.start_soon(ctx.heartbeat)
             services.start_soon(ctx.promoter)
             await services.start(ctx.cancel_listener)
+            await services.start(ctx.registry)
             with anyio.CancelScope() as runners_scope:
                 self._runners_scope = runners_scope
                 if self._hard:

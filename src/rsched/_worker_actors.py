@@ -6,7 +6,9 @@
 - runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
   plain functions in worker threads), each job under its timeout and its own cancel scope;
 - acker: records finished runs in batches (one script call acknowledges many entries);
-- heartbeat, reclaimer, promoter and cancel listener.
+- heartbeat, reclaimer, promoter and cancel listener;
+- registry: the worker's record in the worker registry (who it is, what it runs), one script
+  call per heartbeat period.
 
 They share one :class:`Slots` (the concurrency limit) and the worker's bookkeeping of the
 entries it holds; everything runs on one event loop, so no lock is needed.
@@ -17,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
+import socket
 import threading
 import time
 import traceback
@@ -26,6 +30,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import orjson
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.exceptions import RedisError, ResponseError
@@ -38,6 +43,7 @@ from rsched._job import Job, parse_entry, retry_delay_s
 from rsched._log import get_logger
 from rsched._metrics import METRICS
 from rsched._queues import Done, Lane, QueueStore, fragment
+from rsched._registry import worker_record
 from rsched._rules import PRIORITIES, Priority
 from rsched._settings import Settings
 
@@ -53,6 +59,21 @@ ACTOR_FAILURES = (RedisError, OSError, StateError, UnicodeDecodeError)
 ACK_BATCH = 1_000
 CONSUMER_IDLE_FORGET_MS = 3_600_000
 MAX_RETRY_DELAY_S = 365 * 86_400.0
+# A registry record lives this many heartbeats: a worker that misses them is gone.
+REGISTRY_HEARTBEATS = 3
+# Registry ids not seen for this long are pruned (their records expired long before).
+REGISTRY_PRUNE_MS = 3_600_000
+# Running jobs listed in a registry record (the count is always exact).
+REGISTRY_MAX_JOBS = 1_000
+# A job whose task this worker lacks goes back to its delayed set for this long while another
+# live worker has the task (it is taken from there by any reader), else while the grace lasts.
+UNKNOWN_TASK_RETRY_MS = 1_000
+UNKNOWN_TASK_WAIT_MS = 5_000
+# How long the tasks of live workers are trusted before the registry is read again.
+LIVE_TASKS_TTL_S = 2.0
+# The idle time a handed-back entry gets: past any visibility timeout (and below Redis's
+# clock, which XCLAIM IDLE needs), so the next reclaim takes it at once.
+HAND_BACK_IDLE_MS = 10 * 365 * 86_400_000
 
 
 class LevelTurns:
@@ -82,6 +103,8 @@ class Running:
     job: Job
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     cancel_requested: bool = False
+    cancel_reason: str = "cancel_previous"
+    started_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
 
 
 class Slots:
@@ -160,6 +183,10 @@ class Actors:
         self.completed = 0
         self.failed = 0
         self.retried = 0  # attempts whose handler raised Retry (not failures)
+        # Entries of jobs cancelled by a forced stop (no outcome): handed back on the way out.
+        self.abandoned: set[tuple[str, Priority, str]] = set()
+        self.started_ms = time.time_ns() // 1_000_000
+        self._live_tasks: tuple[float, set[str]] = (-math.inf, set())
 
     # --- reader ------------------------------------------------------------------------------
 
@@ -232,13 +259,7 @@ class Actors:
                 await self._refuse(lane, entry_id, fields, "malformed", str(exc))
                 continue
             if job.task not in self.handlers:
-                await self._refuse(
-                    lane,
-                    entry_id,
-                    fields,
-                    "unknown_task",
-                    f"no handler registered for task {job.task!r} on worker {self.consumer}",
-                )
+                await self._unknown_task(lane, job, fields)
                 continue
             jobs.append(job)
         if not jobs:
@@ -282,6 +303,75 @@ class Actors:
                     reason="superseded",
                 )
         return superseded
+
+    async def _unknown_task(self, lane: Lane, job: Job, fields: dict[str, str]) -> None:
+        """A job whose task this worker has no handler for: while another live worker has the
+        task, or for ``unknown_task_grace_s`` from its first sighting (a rolling deploy that
+        adds the task), it goes back to the delayed set; after that it is dead-lettered."""
+        now = time.time_ns() // 1_000_000
+        try:
+            first = int(fields.get("unknown_since") or now)
+        except ValueError:
+            first = now
+        grace_ms = round(self.cfg.unknown_task_grace_s * 1000)
+        known = job.task in await self._tasks_of_live_workers()
+        if not known and now - first >= grace_ms:
+            waited = f" (waited {fmt_s(now - first)} for a worker that has it)" if grace_ms else ""
+            await self._refuse(
+                lane,
+                job.entry_id,
+                fields,
+                "unknown_task",
+                f"no handler registered for task {job.task!r} on worker {self.consumer} "
+                f"nor on any live worker{waited}",
+            )
+            return
+        self.slots.release()
+        delay_ms = (
+            UNKNOWN_TASK_RETRY_MS if known else min(UNKNOWN_TASK_WAIT_MS, first + grace_ms - now)
+        )
+        nxt = {**fields, "unknown_since": str(first)}
+        first_sighting = "unknown_since" not in fields
+        if first_sighting:
+            log.warning(
+                "job.unknown_task",
+                execution_id=job.execution_id,
+                task=job.task,
+                queue=job.queue,
+                action="wait",
+                live_worker_has_it=known,
+                grace_s=self.cfg.unknown_task_grace_s,
+            )
+        try:
+            await self.store.retry(
+                job.queue,
+                job.entry_id,
+                next_fields=[v for pair in nxt.items() for v in pair],
+                delay_ms=max(0, delay_ms),
+                execution_id=job.execution_id,
+                # Recorded once on the schedule's history, not at every look.
+                schedule_id=job.schedule_id if first_sighting else None,
+                attempt=job.attempt,
+                event="waiting",
+                extra=fragment({"reason": "unknown_task", "task": job.task}),
+                priority=job.priority,
+            )
+        except ACTOR_FAILURES as exc:  # left pending: reclaimed and judged again later
+            log.warning("redis.error", actor="reader", error=str(exc))
+
+    async def _tasks_of_live_workers(self) -> set[str]:
+        """Every task some live worker (this one included) has registered, cached briefly."""
+        read_at, tasks = self._live_tasks
+        if time.monotonic() - read_at < LIVE_TASKS_TTL_S:
+            return tasks
+        try:
+            workers = await self.store.workers()
+        except ACTOR_FAILURES as exc:
+            log.warning("redis.error", actor="registry", error=str(exc))
+            return tasks
+        tasks = {t for w in workers for t in w.tasks} | set(self.handlers)
+        self._live_tasks = (time.monotonic(), tasks)
+        return tasks
 
     async def _refuse(
         self, lane: Lane, entry_id: str, raw: dict[str, str], reason: str, message: str
@@ -362,6 +452,7 @@ class Actors:
         started = time.perf_counter()
         error: BaseException | None = None
         timed_out = False
+        value: Any = None
         # One scope serves both the job's timeout (its deadline) and cancel_previous (cancel());
         # run.cancel_requested tells them apart.
         run.scope.deadline = anyio.current_time() + job.timeout_s
@@ -370,17 +461,19 @@ class Actors:
         try:
             with run.scope:
                 if is_async:
-                    await fn(job)
+                    value = await fn(job)
                 else:
-                    await anyio.to_thread.run_sync(
+                    value = await anyio.to_thread.run_sync(
                         fn, job, abandon_on_cancel=True, limiter=self.threads
                     )
             timed_out = run.scope.cancelled_caught and not run.cancel_requested
         except Exception as exc:
             error = exc
         except BaseException:
-            # Cancelled by shutdown: no outcome, the entry stays pending for another worker.
+            # Cancelled by shutdown: no outcome, the entry stays pending for another worker
+            # (handed back at once when the stop was forced: see Worker._hand_back).
             self.inflight.discard((job.queue, job.priority, job.entry_id))
+            self.abandoned.add((job.queue, job.priority, job.entry_id))
             raise
         finally:
             self.running.pop(job.execution_id, None)
@@ -396,16 +489,41 @@ class Actors:
                 job, duration_ms / 1000, cancelled=cancelled, timed_out=timed_out, error=error
             )
         if run.cancel_requested:
-            await self._finish(job, "cancelled", duration_ms, {"reason": "cancel_previous"})
+            await self._finish(job, "cancelled", duration_ms, {"reason": run.cancel_reason})
         elif timed_out:
             await self._fail(job, duration_ms, None, timed_out=True)
         elif error is not None:
             await self._fail(job, duration_ms, error)
         else:
-            await self._finish(job, "completed", duration_ms, {})
+            await self._finish(job, "completed", duration_ms, {}, self._result(job, value))
+
+    def _result(self, job: Job, value: Any) -> bytes | None:
+        """The JSON of a handler's return value to keep, or None (None returned, too large,
+        or not JSON: both logged)."""
+        if value is None:
+            return None
+        try:
+            body = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError as exc:
+            log.warning("job.result_dropped", execution_id=job.execution_id, error=str(exc))
+            return None
+        if len(body) > self.cfg.result_max_bytes:
+            log.warning(
+                "job.result_dropped",
+                execution_id=job.execution_id,
+                error=f"{len(body)} bytes of JSON, more than result_max_bytes="
+                f"{self.cfg.result_max_bytes}",
+            )
+            return None
+        return body
 
     async def _finish(
-        self, job: Job, event: str, duration_ms: float, extra: dict[str, Any]
+        self,
+        job: Job,
+        event: str,
+        duration_ms: float,
+        extra: dict[str, Any],
+        result: bytes | None = None,
     ) -> None:
         _log_end(jobs_log.info, job, event, duration_ms=duration_ms)
         self.completed += event == "completed"
@@ -419,6 +537,7 @@ class Actors:
                 event,
                 fragment({"duration_ms": duration_ms, **extra}) if job.schedule_id else "",
                 "dedup" in job.fields,
+                result,
             ),
         )
         try:
@@ -559,8 +678,18 @@ class Actors:
 
     async def _ack(self, batch: list[tuple[Lane, Done]]) -> None:
         by_lane: dict[Lane, list[Done]] = {}
+        results: list[tuple[str, bytes]] = []
         for lane, item in batch:
             by_lane.setdefault(lane, []).append(item)
+            if item.result is not None:
+                results.append((item.execution_id, item.result))
+        if results:  # before the ack: a job read as completed has its result
+            ttl_ms = round(self.cfg.result_ttl_s * 1000)
+            refused = await _until_taken(
+                functools.partial(self.store.store_results, results, ttl_ms), "acker"
+            )
+            if refused is not None:
+                log.error("job.results_unrecorded", jobs=len(results), error=str(refused))
         for (queue, level), items in by_lane.items():
             refused = await _until_taken(
                 functools.partial(self.store.complete, queue, items, level), "acker"
@@ -704,20 +833,83 @@ class Actors:
                         task_status.started()
                     async for message in messages(pubsub):
                         if message.get("type") == "message":
-                            self._cancel(str(message["data"]))
+                            # "<execution id>" (cancel_previous) or "<execution id> <reason>"
+                            execution_id, _, reason = str(message["data"]).partition(" ")
+                            self._cancel(execution_id, reason or "cancel_previous")
             except ACTOR_FAILURES as exc:
                 if not started:
                     started = True
                     task_status.started()
                 await _back_off(backoff, "cancel", exc)
 
-    def _cancel(self, execution_id: str) -> None:
+    def _cancel(self, execution_id: str, reason: str) -> None:
         run = self.running.get(execution_id)
         if run is None:
             return
-        log.info("job.cancel_requested", execution_id=execution_id, task=run.job.task)
+        log.info(
+            "job.cancel_requested", execution_id=execution_id, task=run.job.task, reason=reason
+        )
         run.cancel_requested = True
+        run.cancel_reason = reason
         run.scope.cancel()
+
+    # --- registry ----------------------------------------------------------------------------
+
+    def record(self) -> bytes:
+        """This worker's registry record: who it is and the jobs it runs now."""
+        jobs = [
+            (j.execution_id, j.queue, j.priority, j.entry_id, j.task, j.attempt, run.started_ms)
+            for run in list(self.running.values())[:REGISTRY_MAX_JOBS]
+            for j in (run.job,)
+        ]
+        return worker_record(
+            worker_id=self.consumer,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=list(self.cfg.queues),
+            tasks=sorted(self.handlers),
+            concurrency=self.cfg.concurrency,
+            started_ms=self.started_ms,
+            heartbeat_s=self.cfg.heartbeat_s,
+            jobs=jobs,
+        )
+
+    async def register(self) -> None:
+        ttl_ms = max(1000, math.ceil(self.cfg.heartbeat_s * 1000 * REGISTRY_HEARTBEATS))
+        await self.store.register(self.consumer, self.record(), ttl_ms, REGISTRY_PRUNE_MS)
+
+    async def registry(self, *, task_status: TaskStatus[None]) -> None:
+        """Register at once (a worker is listed as soon as it runs), then every heartbeat."""
+        try:
+            await self.register()
+        except ACTOR_FAILURES as exc:
+            log.warning("redis.error", actor="registry", error=str(exc))
+        task_status.started()
+        while True:
+            await anyio.sleep(self.cfg.heartbeat_s)
+            try:
+                await self.register()
+            except ACTOR_FAILURES as exc:
+                log.warning("redis.error", actor="registry", error=str(exc))
+
+    async def hand_back(self) -> int:
+        """Give the entries of jobs a forced stop cancelled, and of jobs read but not started,
+        to the next reclaim of any worker at once; returns how many were handed back."""
+        by_lane: dict[Lane, list[str]] = {}
+        for queue, level, entry_id in self.abandoned | self.inflight:
+            by_lane.setdefault((queue, level), []).append(entry_id)
+        handed = 0
+        for (queue, level), ids in by_lane.items():
+            for start in range(0, len(ids), 1000):
+                handed += await self.store.hand_back(
+                    queue, self.consumer, ids[start : start + 1000], HAND_BACK_IDLE_MS, level
+                )
+        return handed
+
+
+def fmt_s(ms: int) -> str:
+    """``ms`` as whole seconds for a message."""
+    return f"{max(0, ms) // 1000}s"
 
 
 async def _back_off(backoff: Backoff, actor: str, exc: BaseException) -> None:

@@ -140,6 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_host=args.metrics_host,
         )
         settings = worker.resolve_settings()
+        if not worker.tasks:
+            raise ConfigError(
+                f"worker {args.worker!r} has no tasks registered: register handlers with "
+                "@worker.task(name) in that module"
+            )
     except RschedError as exc:
         print(f"rsched-worker: {exc}", file=sys.stderr)
         return 2
