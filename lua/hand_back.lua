@@ -14,11 +14,12 @@ Returns the number of entries handed back.
 
 local stream = KEYS[1]
 local group, consumer, idle = ARGV[1], ARGV[2], ARGV[3]
-if not key_is(stream, 'stream') then return 0 end
 local mine = {}
-for i = 4, #ARGV do
-  local p = rcall('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
-  if p[1] and p[1][2] == consumer then mine[#mine + 1] = ARGV[i] end
+if key_is(stream, 'stream') then
+  for i = 4, #ARGV do
+    local p = rcall('XPENDING', stream, group, ARGV[i], ARGV[i], 1)
+    if p[1] and p[1][2] == consumer then mine[#mine + 1] = ARGV[i] end
+  end
 end
 if #mine > 0 then
   rcall('XCLAIM', stream, group, consumer, 0, unpack(mine), 'IDLE', idle, 'JUSTID')

@@ -44,7 +44,8 @@ async def test_a_running_worker_is_listed_and_leaves_on_a_clean_stop(
         assert info.tasks == ("t.ok",)
         assert info.concurrency == 3
         assert info.running == 0
-        assert info.pid > 0 and info.host
+        assert info.pid > 0
+        assert info.host
         assert info.last_seen >= info.started_at
         ttl = await redis.pttl(Keys(settings.prefix).worker(worker.consumer))
         assert 0 < ttl <= 1000  # a few heartbeats (0.2 s each; at least 1 s)
@@ -177,11 +178,11 @@ async def test_stats_reads_the_lease_ttl_the_leader_stored(
 
 async def test_stats_counts_live_workers_per_queue(redis: Redis, settings: Settings) -> None:
     client = rsched.Client(redis, settings)
-    async with running(_worker(settings, queues=["default", "b"]), redis):
-        async with running(_worker(settings, queues=["default"]), redis):
-            st = await client.stats()
-            assert st.queues["default"]["workers"] == 2
-            assert st.queues["b"]["workers"] == 1
+    one, two = _worker(settings, queues=["default", "b"]), _worker(settings, queues=["default"])
+    async with running(one, redis), running(two, redis):
+        st = await client.stats()
+        assert st.queues["default"]["workers"] == 2
+        assert st.queues["b"]["workers"] == 1
 
 
 # --- worker processes ----------------------------------------------------------------------------
@@ -255,7 +256,8 @@ async def test_a_forced_exit_hands_its_running_jobs_back(
     assert time.monotonic() - t0 < 10
     job = await client.job(done.execution_id)
     assert job.state == "running"
-    assert job.worker is not None and job.worker in second.output()
+    assert job.worker is not None
+    assert job.worker in second.output()
     second.signal(signal.SIGKILL)
 
 

@@ -10,6 +10,7 @@ from typing import Any, get_args
 from rsched import _cli_health as health
 from rsched import _cli_queues as queues
 from rsched import _cli_schedules as schedules
+from rsched import _cli_workers as workers
 from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
 from rsched._model import Overlap
 from rsched._rules import PRIORITIES
@@ -134,6 +135,46 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
                 const=name,
                 help=f"remove {name} (the same as --clear {name})",
             )
+
+
+def _workers_and_jobs(subs: Any) -> None:
+    """``workers``, ``jobs``, ``job`` and ``cancel``."""
+    _sub(
+        subs,
+        "workers",
+        "Live workers: queues, tasks, running jobs, last heartbeat",
+        "  rsched workers\n  rsched workers --json",
+        workers.cmd_workers,
+    )
+    p = _sub(
+        subs,
+        "jobs",
+        "Jobs that run, wait or are delayed, across queues and schedules",
+        "  rsched jobs\n  rsched jobs --queue mail --state running\n"
+        "  rsched jobs --state delayed -n 20",
+        workers.cmd_jobs,
+    )
+    p.add_argument("--queue", help="only this queue (default: every queue)")
+    p.add_argument("--state", choices=["queued", "running", "delayed"], help="only this state")
+    _limit(p, 50, "page size (default 50)")
+    p.add_argument("--cursor", help="continue from a previous page")
+    p = _sub(
+        subs,
+        "job",
+        "One job: state, attempts, worker, its schedule's history of it, its result",
+        "  rsched job nightly@1715000000000\n  rsched job order-42 --json",
+        workers.cmd_job,
+    )
+    p.add_argument("execution_id")
+    p = _sub(
+        subs,
+        "cancel",
+        "Cancel a queued, delayed or running job",
+        "  rsched cancel order-42\n  (queued or delayed: removed and recorded as cancelled;\n"
+        "   running: its worker cancels the handler)",
+        workers.cmd_cancel,
+    )
+    p.add_argument("execution_id")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -403,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _health_commands(subs)
+    _workers_and_jobs(subs)
 
     p = _sub(
         subs,

@@ -157,11 +157,20 @@ async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
                 q.get("pending"),
                 q.get("delayed"),
                 q.get("dead"),
+                q.get("workers", 0),
                 q.get("consumers"),
                 fmt.duration(q["oldest_pending_ms"]) if q.get("oldest_pending_ms") else "-",
             )
             for name, q in st.queues.items()
         ]
-        headers = ("QUEUE", "LENGTH", "PENDING", "DELAYED", "DEAD", "CONSUMERS", "OLDEST PENDING")
-        lines += ["", fmt.table(headers, rows)]
+        headers = (
+            "QUEUE", "LENGTH", "PENDING", "DELAYED", "DEAD", "LIVE WORKERS", "CONSUMERS",
+            "OLDEST PENDING",
+        )  # fmt: skip
+        lines += [
+            "",
+            fmt.table(headers, rows),
+            "live workers: registered workers reading the queue now; consumers: names in its "
+            "consumer group (dead workers' linger until they hold nothing for an hour)",
+        ]
     out(args, st.as_dict(), "\n".join(lines))

@@ -21,6 +21,7 @@ from rsched._cli_common import (
     trigger_text,
     when,
 )
+from rsched._cli_workers import warn_if_no_worker_has
 from rsched._client import Client
 from rsched._connection import connect
 from rsched._declare import sync_file
@@ -127,6 +128,7 @@ async def cmd_add(client: Client, args: argparse.Namespace) -> None:
     now = to_ms(await client.server_time())
     text = f"added {s.id} (generation {s.generation}); next run {_next_run(s, now)}"
     out(args, s.public_dict(), text)
+    await warn_if_no_worker_has(client, s.task)
 
 
 async def cmd_upsert(client: Client, args: argparse.Namespace) -> None:

@@ -49,6 +49,7 @@ from rsched._rules import (
     PAGE_MAX,
     Priority,
     check_count,
+    check_execution_id,
     check_history_status,
     check_name,
     check_page,
@@ -640,7 +641,7 @@ class Client:
         delayed until when) or how it ended, its schedule's history of this execution, and
         its result while kept. A waiting job is looked for among the first 10,000 entries of
         each stream and delayed set (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
-        _argument("execution_id", lambda e: check_name(e, "execution id"), execution_id)
+        _argument("execution_id", check_execution_id, execution_id)
         queues = await self._queues.queue_names()
         found = await self._queues.find_job(execution_id, queues)
         job = found[0] if found else None
@@ -687,7 +688,7 @@ class Client:
         """What the job's handler returned (JSON-decoded), kept ``worker.result_ttl_s`` after
         it completed; None when it returned None, is not finished, or the result expired.
         Since 0.1.0."""
-        _argument("execution_id", lambda e: check_name(e, "execution id"), execution_id)
+        _argument("execution_id", check_execution_id, execution_id)
         return (await self._queues.result(execution_id))[1]
 
     @_redis_errors
@@ -697,7 +698,7 @@ class Client:
         is recorded as cancelled). Returns the state it was cancelled in (``queued``,
         ``delayed``, ``running``). Raises JobNotFound when it neither waits nor runs.
         Since 0.1.0."""
-        _argument("execution_id", lambda e: check_name(e, "execution id"), execution_id)
+        _argument("execution_id", check_execution_id, execution_id)
         for _ in range(3):
             queues = await self._queues.queue_names()
             found = await self._queues.find_job(execution_id, queues)

@@ -54,6 +54,21 @@ DEFAULT_DEDUP_WINDOW_S = 86_400.0
 DEDUP_WINDOW_MAX_S = 366 * 86_400.0
 
 
+# An execution id as a reader gives it: a schedule's is "<schedule id>@<ms>", an enqueued
+# job's a name; never whitespace, and short (it is looked up, never used in a key pattern).
+EXECUTION_ID_RE = re.compile(r"^\S{1,300}$")
+
+
+def check_execution_id(value: object) -> str:
+    """An execution id to look a job up by (``rsched job``, ``cancel``)."""
+    if not isinstance(value, str) or not EXECUTION_ID_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not an execution id: give the id a job was fired or enqueued with, "
+            "e.g. 'nightly@1715000000000' or 'order-42' (1-300 characters, no spaces)"
+        )
+    return value
+
+
 def check_name(value: object, what: str) -> str:
     """A schedule id, task, queue or execution id rsched can put in a key name."""
     if not isinstance(value, str) or not NAME_RE.match(value):

@@ -31,6 +31,7 @@ from rsched._history import HistoryEvent
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._model import Schedule
 from rsched._page import Page, every_item_sync
+from rsched._registry import JobInfo, WorkerInfo
 from rsched._rules import Priority
 from rsched._settings import Settings
 
@@ -232,6 +233,33 @@ class SyncClient:
     ) -> int:
         """See :meth:`rsched.Client.purge`."""
         return self._run(self._client.purge, queue, entry_ids, task=task)
+
+    def workers(self) -> list[WorkerInfo]:
+        """See :meth:`rsched.Client.workers`."""
+        return self._run(self._client.workers)
+
+    def jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[JobInfo]:
+        """See :meth:`rsched.Client.jobs`."""
+        return self._run(self._client.jobs, queue=queue, state=state, limit=limit, cursor=cursor)
+
+    def job(self, execution_id: str) -> JobInfo:
+        """See :meth:`rsched.Client.job`."""
+        return self._run(self._client.job, execution_id)
+
+    def result(self, execution_id: str) -> Any:
+        """See :meth:`rsched.Client.result`."""
+        return self._run(self._client.result, execution_id)
+
+    def cancel(self, execution_id: str) -> str:
+        """See :meth:`rsched.Client.cancel`."""
+        return self._run(self._client.cancel, execution_id)
 
     def stats(self) -> Stats:
         """See :meth:`rsched.Client.stats`."""

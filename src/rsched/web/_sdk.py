@@ -1,8 +1,8 @@
 """Every call the web package makes to rsched, through the public ``rsched.Client`` only.
 
 The dashboard and the API read and write exactly what the CLI does, with the same errors.
-The SDK is still moving (``health``/``workers``/``jobs`` are to appear), so each of those is
-followed here, in one line, and nowhere else.
+The SDK is still moving (``health`` is to appear), so each such call is followed here, in one
+line, and nowhere else.
 """
 
 from __future__ import annotations
@@ -127,10 +127,10 @@ class Sdk:
         await self.client.list(limit=1)  # Client.health() later
 
     async def workers(self) -> list[dict[str, Any]] | None:
-        """Live workers, or None while the SDK cannot tell (Client.workers() later)."""
-        return None
+        """Live workers (``WorkerInfo.as_dict()``: id, host, queues, tasks, running, ...)."""
+        return [w.as_dict() for w in await self.client.workers()]
 
-    async def jobs(self, queue: str) -> list[dict[str, Any]] | None:
-        """Queued, running and delayed jobs, or None while the SDK cannot tell
-        (Client.jobs() later)."""
-        return None
+    async def jobs(self, queue: str, limit: int = 50) -> list[dict[str, Any]] | None:
+        """The first ``limit`` running, queued and delayed jobs of ``queue``
+        (``JobInfo.as_dict()``, with the worker running each)."""
+        return [j.as_dict() for j in (await self.client.jobs(queue=queue, limit=limit)).items]

@@ -1,0 +1,143 @@
+"""``rsched`` commands on workers and jobs: ``workers``, ``jobs``, ``job`` and ``cancel``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+
+import orjson
+
+from rsched import _format as fmt
+from rsched._cli_common import out
+from rsched._client import Client
+from rsched._model import to_ms
+from rsched._registry import JobInfo
+
+
+def _ms(value: datetime | None) -> int | None:
+    return to_ms(value) if value is not None else None
+
+
+async def cmd_workers(client: Client, args: argparse.Namespace) -> None:
+    workers = await client.workers()
+    now = to_ms(await client.server_time())
+    rows = [
+        (
+            w.id,
+            ",".join(w.queues),
+            f"{w.running}/{w.concurrency}",
+            ",".join(w.tasks)
+            if len(w.tasks) <= 4
+            else f"{','.join(w.tasks[:3])},+{len(w.tasks) - 3}",
+            fmt.relative(_ms(w.started_at), now),
+            fmt.relative(_ms(w.last_seen), now),
+        )
+        for w in workers
+    ]
+    text = (
+        fmt.table(("WORKER", "QUEUES", "RUNNING", "TASKS", "STARTED", "SEEN"), rows)
+        if rows
+        else "no live worker (none has heartbeated within its last few heartbeats)"
+    )
+    out(args, {"workers": [w.as_dict() for w in workers]}, text)
+
+
+async def cmd_jobs(client: Client, args: argparse.Namespace) -> None:
+    page = await client.jobs(
+        queue=args.queue, state=args.state, limit=args.limit, cursor=args.cursor
+    )
+    now = to_ms(await client.server_time())
+    rows = [
+        (
+            j.execution_id,
+            j.queue,
+            j.state + ("" if j.priority == "normal" else f" ({j.priority})"),
+            j.task,
+            j.attempt,
+            j.worker or "-",
+            fmt.relative(_ms(j.due_at), now)
+            if j.state == "delayed"
+            else fmt.relative(_ms(j.enqueued_at), now),
+        )
+        for j in page.items
+    ]
+    what = f"{args.state} jobs" if args.state else "queued, running or delayed jobs"
+    text = (
+        fmt.table(("EXECUTION", "QUEUE", "STATE", "TASK", "ATTEMPT", "WORKER", "SINCE/DUE"), rows)
+        if rows
+        else f"no {what}" + (f" in queue {args.queue}" if args.queue else "")
+    )
+    if page.cursor:
+        more = ["rsched jobs"]
+        if args.queue:
+            more.append(f"--queue {args.queue}")
+        if args.state:
+            more.append(f"--state {args.state}")
+        more.append(f"--limit {args.limit} --cursor {page.cursor}")
+        text += "\nmore: " + " ".join(more)
+    out(args, {"jobs": [j.as_dict() for j in page.items], "cursor": page.cursor}, text)
+
+
+def _job_text(job: JobInfo, now: int) -> str:
+    pairs: list[tuple[str, object]] = [
+        ("execution_id", job.execution_id),
+        ("state", job.state),
+        ("queue", job.queue or "-"),
+        ("task", job.task or "-"),
+        ("priority", job.priority),
+        ("attempt", job.attempt if job.attempt is not None else "-"),
+        ("schedule", job.schedule_id or "-"),
+        ("worker", job.worker or "-"),
+    ]
+    for name, value in (
+        ("enqueued", job.enqueued_at),
+        ("started", job.started_at),
+        ("due", job.due_at),
+    ):
+        if value is not None:
+            pairs.append((name, f"{fmt.clock(to_ms(value))}  {fmt.relative(to_ms(value), now)}"))
+    if job.payload is not None:
+        pairs.append(("payload", orjson.dumps(job.payload).decode()))
+    pairs.append(("result", "-" if job.result is None else orjson.dumps(job.result).decode()))
+    text = fmt.fields(pairs)
+    if job.history:
+        rows = [
+            (
+                fmt.clock(to_ms(e.at)),
+                e.event,
+                e.attempt if e.attempt is not None else "",
+                e.reason or e.error or "",
+            )
+            for e in job.history
+        ]
+        text += "\n\nhistory (newest first):\n" + fmt.table(
+            ("AT", "EVENT", "ATTEMPT", "DETAIL"), rows
+        )
+    return text
+
+
+async def cmd_job(client: Client, args: argparse.Namespace) -> None:
+    job = await client.job(args.execution_id)
+    now = to_ms(await client.server_time())
+    out(args, job.as_dict(), _job_text(job, now))
+
+
+async def cmd_cancel(client: Client, args: argparse.Namespace) -> None:
+    state = await client.cancel(args.execution_id)
+    if state == "running":
+        text = f"asked the worker running {args.execution_id} to cancel it"
+    else:
+        text = f"cancelled {args.execution_id} ({state}: removed from its queue)"
+    out(args, {"execution_id": args.execution_id, "was": state}, text)
+
+
+async def warn_if_no_worker_has(client: Client, task: str) -> None:
+    """``rsched add``'s note (stderr, not an error) when no live worker registered ``task``."""
+    workers = await client.workers()
+    if not any(task in w.tasks for w in workers):
+        sys.stderr.write(
+            f"warning: no live worker has registered task {task!r} "
+            f"({len(workers)} live worker(s)); its jobs wait until one does "
+            "(rsched workers lists them)\n"
+        )

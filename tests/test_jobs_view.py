@@ -1,0 +1,259 @@
+"""Jobs across queues and schedules against real servers: listing, one job by execution id,
+kept results, cancelling a queued, delayed or running job; the CLI commands over them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import anyio
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+import rsched
+from rsched._cli import main
+from rsched._keys import Keys
+from rsched._settings import Settings
+from test_worker import running, settled, wait_until
+from worker_app import fast_settings
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Run ``rsched ARGS`` (in a thread: the tests' own loop keeps running workers)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["--redis-url", redis_url, "--prefix", prefix, *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+async def in_thread(cli: Cli, *args: str) -> tuple[int, str, str]:
+    return await anyio.to_thread.run_sync(lambda: cli(*args))
+
+
+def _blocking_worker(settings: Settings) -> tuple[rsched.Worker, anyio.Event, list[str]]:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=2))
+    release = anyio.Event()
+    events: list[str] = []
+
+    @worker.task("t.block")
+    async def block(job: rsched.Job) -> dict[str, int]:
+        events.append(f"start:{job.execution_id}")
+        try:
+            await release.wait()
+        except anyio.get_cancelled_exc_class():
+            events.append(f"cancelled:{job.execution_id}")
+            raise
+        return {"n": int(job.payload.get("n", 0))}
+
+    return worker, release, events
+
+
+async def test_jobs_lists_queued_delayed_and_running(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    worker, release, events = _blocking_worker(settings)
+    for i in range(3):
+        await client.enqueue("t.block", {"n": i}, execution_id=f"q-{i}")
+    await client.enqueue("t.block", execution_id="later", delay=3600)
+    await client.enqueue("t.block", execution_id="urgent", priority="high")
+    queued = await client.jobs(state="queued")
+    assert [j.execution_id for j in queued] == ["urgent", "q-0", "q-1", "q-2"]
+    assert queued.items[0].priority == "high"
+    (delayed,) = (await client.jobs(state="delayed")).items
+    assert delayed.execution_id == "later"
+    assert delayed.due_at is not None
+    assert delayed.due_at > datetime.now(UTC)
+    first = await client.jobs(limit=2)
+    assert len(first.items) == 2
+    assert first.cursor is not None
+    rest = await client.jobs(limit=10, cursor=first.cursor)
+    assert len(first.items) + len(rest.items) == 5
+    assert rest.cursor is None
+    async with running(worker, redis):
+        await wait_until(lambda: len(events) == 2)
+        busy = await client.jobs(state="running")
+        assert {j.execution_id for j in busy} == {"urgent", "q-0"}
+        assert {j.worker for j in busy} == {worker.consumer}
+        job = await client.job("urgent")
+        assert (job.state, job.worker, job.task) == ("running", worker.consumer, "t.block")
+
+        async def started() -> bool:  # from the worker's record, at its next heartbeat
+            return (await client.job("urgent")).started_at is not None
+
+        await wait_until(started)
+        release.set()
+        await wait_until(lambda: settled(redis, settings))
+    assert await client.result("q-2") == {"n": 2}
+    done = await client.job("q-1")
+    assert (done.state, done.result) == ("completed", {"n": 1})
+
+
+async def test_jobs_refuses_bad_arguments(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    with pytest.raises(rsched.InvalidArgument, match="state"):
+        await client.jobs(state="done")
+    with pytest.raises(rsched.InvalidArgument, match="limit"):
+        await client.jobs(limit=0)
+    with pytest.raises(rsched.InvalidArgument, match="cursor"):
+        await client.jobs(cursor="x")
+    with pytest.raises(rsched.InvalidArgument, match="execution_id"):
+        await client.job("has space")
+    with pytest.raises(rsched.JobNotFound, match="'nope' not found"):
+        await client.job("nope")
+    with pytest.raises(rsched.JobNotFound):
+        await client.cancel("nope")
+
+
+async def test_a_scheduled_job_shows_its_history(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    await client.add({"id": "nightly", "task": "t.block", "every": 3600})
+    fired = await client.trigger("nightly")
+    job = await client.job(fired.execution_id)
+    assert (job.state, job.schedule_id, job.queue) == ("queued", "nightly", "default")
+    assert [e.event for e in job.history] == ["fired"]
+    assert await client.cancel(fired.execution_id) == "queued"
+    job = await client.job(fired.execution_id)
+    assert job.state == "cancelled"
+    assert [e.event for e in job.history] == ["cancelled", "fired"]
+    assert job.history[0].reason == "cancelled"
+    assert await redis.xlen(Keys(settings.prefix).queue("default")) == 0
+
+
+async def test_cancel_a_delayed_job(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    await client.enqueue("t.block", execution_id="later", delay=3600)
+    assert await client.cancel("later") == "delayed"
+    assert (await client.jobs()).items == []
+    with pytest.raises(rsched.JobNotFound):
+        await client.cancel("later")
+
+
+async def test_cancel_a_running_job_cancels_its_handler(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    worker, _, events = _blocking_worker(settings)
+    await client.add({"id": "hourly", "task": "t.block", "every": 3600})
+    async with running(worker, redis):
+        fired = await client.trigger("hourly")
+        await wait_until(lambda: f"start:{fired.execution_id}" in events)
+        assert await client.cancel(fired.execution_id) == "running"
+        await wait_until(lambda: f"cancelled:{fired.execution_id}" in events)
+        await wait_until(lambda: settled(redis, settings))
+    job = await client.job(fired.execution_id)
+    assert job.state == "cancelled"
+    assert job.history[0].reason == "cancelled"
+    assert job.result is None
+
+
+async def test_results_are_capped_and_expire(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    worker = rsched.Worker(settings=fast_settings(settings, result_max_bytes=100, result_ttl_s=1))
+
+    @worker.task("t.echo")
+    async def echo(job: rsched.Job) -> object:
+        return job.payload.get("v")
+
+    async with running(worker, redis):
+        await client.enqueue("t.echo", {"v": [1, "a"]}, execution_id="small")
+        await client.enqueue("t.echo", {"v": "x" * 200}, execution_id="big")
+        await client.enqueue("t.echo", {}, execution_id="none")
+        await wait_until(lambda: settled(redis, settings))
+    assert await client.result("small") == [1, "a"]
+    assert await client.result("big") is None
+    assert await client.result("none") is None
+    keys = Keys(settings.prefix)
+    assert 0 < await redis.pttl(keys.result("small")) <= 1000
+    assert not await redis.exists(keys.result("none"), keys.result("big"))
+
+
+async def test_cli_workers_jobs_job_cancel(redis: Redis, settings: Settings, cli: Cli) -> None:
+    client = rsched.Client(redis, settings)
+    worker, release, events = _blocking_worker(settings)
+    code, out, _ = await in_thread(cli, "workers")
+    assert (code, out.strip()) == (
+        0,
+        "no live worker (none has heartbeated within its last few heartbeats)",
+    )
+    await client.enqueue("t.block", {"n": 7}, execution_id="a-1")
+    await client.enqueue("t.block", execution_id="b-1", delay=600)
+    async with running(worker, redis):
+        await wait_until(lambda: "start:a-1" in events)
+
+        async def listed() -> bool:  # at the worker's next heartbeat
+            return [w.running for w in await client.workers()] == [1]
+
+        await wait_until(listed)
+        code, out, _ = await in_thread(cli, "workers")
+        assert code == 0
+        assert worker.consumer in out
+        assert "1/2" in out
+        code, out, _ = await in_thread(cli, "--json", "workers")
+        (w,) = orjson.loads(out)["workers"]
+        assert w["jobs"][0]["execution_id"] == "a-1"
+        code, out, _ = await in_thread(cli, "jobs")
+        assert code == 0
+        assert "a-1" in out
+        assert "b-1" in out
+        code, out, _ = await in_thread(cli, "--json", "jobs", "--state", "delayed")
+        assert [j["execution_id"] for j in orjson.loads(out)["jobs"]] == ["b-1"]
+        code, out, _ = await in_thread(cli, "job", "a-1")
+        assert code == 0
+        assert "running" in out
+        assert worker.consumer in out
+        code, out, _ = await in_thread(cli, "cancel", "b-1")
+        assert (code, out.strip()) == (0, "cancelled b-1 (delayed: removed from its queue)")
+        code, _, err = await in_thread(cli, "cancel", "b-1")
+        assert code == 1
+        assert "'b-1' not found" in err
+        code, out, _ = await in_thread(cli, "stats")
+        assert "LIVE WORKERS" in out
+        release.set()
+        await wait_until(lambda: settled(redis, settings))
+    code, out, _ = await in_thread(cli, "--json", "job", "a-1")
+    assert orjson.loads(out)["result"] == {"n": 7}
+
+
+async def test_add_warns_when_no_live_worker_has_the_task(
+    redis: Redis, settings: Settings, cli: Cli
+) -> None:
+    worker, _, _ = _blocking_worker(settings)
+    code, _, err = await in_thread(cli, "add", "a", "--task", "t.block", "--every", "1h")
+    assert code == 0
+    assert "warning: no live worker has registered task 't.block'" in err
+    async with running(worker, redis):
+        code, _, err = await in_thread(cli, "add", "b", "--task", "t.block", "--every", "1h")
+        assert (code, err) == (0, "")
+
+
+async def test_web_pages_show_live_workers_and_a_queues_jobs(
+    redis: Redis, settings: Settings
+) -> None:
+    pytest.importorskip("fastapi")
+    import httpx
+
+    from web_support import serve
+
+    client = rsched.Client(redis, settings)
+    worker, release, events = _blocking_worker(settings)
+    await client.enqueue("t.block", execution_id="web-run")
+    await client.enqueue("t.block", execution_id="web-later", delay=600)
+    async with running(worker, redis):
+        await wait_until(lambda: "start:web-run" in events)
+        with serve(settings) as url:
+            async with httpx.AsyncClient(base_url=url) as http:
+                page = (await http.get("/queues")).text
+                assert worker.consumer in page
+                assert "needs a newer rsched" not in page
+                page = (await http.get("/queues/default")).text
+                assert "web-run" in page
+                assert "web-later" in page
+                assert "delayed" in page
+                assert "need a newer rsched" not in page
+        release.set()
+        await wait_until(lambda: settled(redis, settings))
