@@ -2,14 +2,14 @@
 in its queue's delayed set (a retry or a delayed enqueue).
 
 The job is removed and "cancelled" is recorded on its schedule's history, whose run ends (run
-marker, buffer_one release) as when a job completes; an enqueued job's dedup window counts from
-now. A job a worker already read is not touched: RUNNING tells the caller to cancel it on its
-worker. Running it twice cancels once (the second call finds nothing).
+marker, release of a pending occurrence) as when a job completes; an enqueued job's dedup
+window counts from now. A job a worker already read is not touched: RUNNING tells the caller
+to cancel it on its worker. Running it twice cancels once (the second call finds nothing).
 
 KEYS[1] stream   {p}:queue:<queue> (the job's level's stream)
 KEYS[2] delayed  {p}:delayed:<queue>
 KEYS[3] history  {p}:history:<id>    KEYS[4] hash {p}:schedule:<id>
-KEYS[5] buffered {p}:buffered:<id>   (KEYS[3..5] ignored when ARGV[7] is '0')
+KEYS[5] pending  {p}:pending:<id>    (KEYS[3..5] ignored when ARGV[7] is '0')
 KEYS[6] dedup    {p}:dedup:<execution id> (optional: an enqueued job with its own id)
 ARGV[1] group
 ARGV[2] where    'stream' | 'delayed'
@@ -26,7 +26,7 @@ RUNNING=-12 a worker holds it (nothing done) | WRONG_TYPE=-6 a key holds another
 -- @include job_run
 
 local stream, delayed = KEYS[1], KEYS[2]
-local history, hash, buffered, dedup = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local history, hash, pending, dedup = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, where, entry, exec = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local attempt, cap, has_history, extra = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8]
 
@@ -42,8 +42,8 @@ else
 end
 local now = now_ms()
 if dedup then dedup_finish(dedup) end
-if has_history and schedule_keys_ok(history, hash, buffered) then
+if has_history and schedule_keys_ok(history, hash, pending) then
   job_event(history, cap, 'cancelled', exec, attempt, now, extra)
-  finish_run(hash, buffered, stream, history, cap, exec, now)
+  finish_run(hash, pending, stream, history, cap, exec, now)
 end
 return 5  -- OK

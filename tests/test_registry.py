@@ -262,4 +262,4 @@ async def test_a_forced_exit_hands_its_running_jobs_back(
 
 
 async def _marks(redis: Redis, settings: Settings) -> list[str]:
-    return [str(m) for m in await redis.lrange(marks_key(settings.prefix), 0, -1)]  # type: ignore[misc]
+    return [str(m) for m in await redis.lrange(marks_key(settings.prefix), 0, -1)]

@@ -872,7 +872,7 @@ class QueueStore(_lua.ScriptCaller):
         keys = [stream, k.delayed_queue(job.queue)]
         if has_schedule:
             assert sid is not None
-            keys += [k.history(sid), k.schedule(sid), k.buffered(sid)]
+            keys += [k.history(sid), k.schedule(sid), k.pending(sid)]
         else:
             keys += [stream] * 3
         if job.schedule_id is None and NAME_RE.match(job.execution_id):
