@@ -3,6 +3,7 @@ TTL in Redis, the rolling-deploy rules (no tasks, unknown tasks)."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from redis.asyncio import Redis
 
 import rsched
 from conftest import Proc
+from rsched._connection import connect
 from rsched._keys import GROUP, Keys
 from rsched._queues import QueueStore
 from rsched._settings import Settings
@@ -174,6 +176,51 @@ async def test_stats_reads_the_lease_ttl_the_leader_stored(
         assert leader["lease_age_ms"] < 5_000  # 60 s TTL known: not 10 s - 60 s left
         assert leader["lease_left_ms"] > 50_000
         scheduler.stop()
+
+
+async def test_a_standby_scheduler_says_who_leads_once_and_when_it_changes(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    fast = settings.model_copy(
+        update={
+            "scheduler": settings.scheduler.model_copy(
+                update={"lease_ttl_ms": 1_000, "lease_renew_ms": 100}
+            )
+        }
+    )
+    caplog.set_level(logging.INFO, logger="rsched")
+    clients = [connect(fast.url) for _ in range(3)]
+    first, standby, third = (
+        rsched.Scheduler(c, fast, owner=name)
+        for c, name in zip(clients, ("one", "standby", "three"), strict=True)
+    )
+
+    def standby_lines(me: str) -> list[str]:
+        return [
+            getattr(r, "rsched_fields", {}).get("leader", "")
+            for r in caplog.records
+            if r.getMessage() == "leader.standby"
+            and getattr(r, "rsched_fields", {}).get("me") == me
+        ]
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(first.run)
+            await wait_until(lambda: first.is_leader)
+            await tg.start(standby.run)
+            await tg.start(third.run)
+            await wait_until(lambda: standby_lines("standby") == ["one"])
+            await anyio.sleep(0.5)  # several refused acquisitions: still one line
+            assert standby_lines("standby") == ["one"]
+            first.stop()  # releases the lease: one of the others takes it
+            await wait_until(lambda: standby.is_leader or third.is_leader)
+            new, other = ("standby", "three") if standby.is_leader else ("three", "standby")
+            await wait_until(lambda: standby_lines(other) == ["one", new])
+            standby.stop()
+            third.stop()
+    finally:
+        for client in clients:
+            await client.aclose()
 
 
 async def test_stats_counts_live_workers_per_queue(redis: Redis, settings: Settings) -> None:

@@ -331,6 +331,8 @@ class Actors:
             UNKNOWN_TASK_RETRY_MS if known else min(UNKNOWN_TASK_WAIT_MS, first + grace_ms - now)
         )
         nxt = {**fields, "unknown_since": str(first)}
+        if job.priority != "normal":  # back into its level's stream (lua/promote.lua)
+            nxt["priority"] = job.priority
         first_sighting = "unknown_since" not in fields
         if first_sighting:
             log.warning(
