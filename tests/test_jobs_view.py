@@ -257,3 +257,16 @@ async def test_web_pages_show_live_workers_and_a_queues_jobs(
                 assert "need a newer rsched" not in page
         release.set()
         await wait_until(lambda: settled(redis, settings))
+
+
+def test_sync_client_reads_and_cancels_jobs(redis_url: str, prefix: str) -> None:
+    with rsched.SyncClient(redis_url, prefix) as client:
+        assert client.workers() == []
+        client.enqueue("t.block", {"n": 1}, execution_id="sync-1")
+        (job,) = client.jobs(state="queued").items
+        assert job.execution_id == "sync-1"
+        assert client.job("sync-1").payload == {"n": 1}
+        assert client.result("sync-1") is None
+        assert client.cancel("sync-1") == "queued"
+        with pytest.raises(rsched.JobNotFound):
+            client.job("sync-1")

@@ -104,7 +104,7 @@ class Running:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     cancel_requested: bool = False
     cancel_reason: str = "cancel_previous"
-    started_ms: int = field(default_factory=lambda: time.time_ns() // 1_000_000)
+    started: float = 0.0  # time.perf_counter() at the handler's start (no clock read per job)
 
 
 class Slots:
@@ -451,7 +451,7 @@ class Actors:
         )
         if METRICS.on:
             METRICS.job_started(job)
-        started = time.perf_counter()
+        started = run.started = time.perf_counter()
         error: BaseException | None = None
         timed_out = False
         value: Any = None
@@ -859,11 +859,15 @@ class Actors:
 
     def record(self) -> bytes:
         """This worker's registry record: who it is and the jobs it runs now."""
+        now_ms, now = time.time_ns() // 1_000_000, time.perf_counter()
         jobs = [
-            (j.execution_id, j.queue, j.priority, j.entry_id, j.task, j.attempt, run.started_ms)
+            (
+                j.execution_id, j.queue, j.priority, j.entry_id, j.task, j.attempt,
+                now_ms - round((now - (run.started or now)) * 1000),
+            )
             for run in list(self.running.values())[:REGISTRY_MAX_JOBS]
             for j in (run.job,)
-        ]
+        ]  # fmt: skip
         return worker_record(
             worker_id=self.consumer,
             host=socket.gethostname(),
