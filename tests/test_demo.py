@@ -141,7 +141,11 @@ async def test_demo_on_a_given_redis_cleans_up_its_schedules(
         f"{{{prefix}}}:dead:demo",
         f"{{{prefix}}}:queues",
         f"{{{prefix}}}:fence",
+        f"{{{prefix}}}:leader_ttl",
+        f"{{{prefix}}}:events",  # the dead letters' events
     }
+    for key in (f"{{{prefix}}}:fence", f"{{{prefix}}}:leader_ttl", f"{{{prefix}}}:events"):
+        assert key in out
 
 
 @pytest.mark.slow
