@@ -493,7 +493,7 @@ def exported_names() -> set[str]:
         1.0,
         {"active": 1},
         {"late": 0},
-        {"q": dict.fromkeys(("length", "pending", "delayed", "dead", "consumers"), 0)},
+        {"q": dict.fromkeys(("length", "pending", "delayed", "dead", "workers"), 0)},
     )
     names: set[str] = set()
     for family in m.registry.collect():

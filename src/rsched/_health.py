@@ -32,6 +32,7 @@ from redis.exceptions import ResponseError
 from rsched._format import duration
 from rsched._job import DEFAULT_TIMEOUT_S
 from rsched._keys import GROUP, Keys
+from rsched._queues import QueueStore
 from rsched._rules import NAME_RE, PRIORITIES
 from rsched._settings import HealthSettings, Settings
 
@@ -272,6 +273,7 @@ class HealthReader:
         self.settings = settings
         self.cfg = settings.health
         self.keys = Keys(settings.prefix)
+        self._queues = QueueStore.from_settings(redis, settings)
 
     async def now_ms(self) -> int:
         seconds, micros = await self.redis.time()
@@ -433,21 +435,15 @@ class HealthReader:
     async def _queue_names(self) -> list[str]:
         return sorted(str(q) for q in await self.redis.smembers(self.keys.queues))
 
-    async def live_workers(self, queue: str) -> int:
-        """Consumers of the queue's group that read within the visibility timeout, on any of its
-        streams (one per priority level).
-
-        Workers read with a short blocking timeout even when idle, so a live one is never idle
-        for long. This is the one place that decides what a live worker is."""
-        limit_ms = self.settings.worker.visibility_timeout_s * 1000
-        live: set[str] = set()
-        for level in PRIORITIES:
-            try:
-                consumers = await self.redis.xinfo_consumers(self.keys.queue(queue, level), GROUP)
-            except ResponseError:
-                continue
-            live.update(str(c["name"]) for c in consumers if int(c.get("idle", 0)) < limit_ms)
-        return len(live)
+    async def live_workers(self) -> dict[str, int]:
+        """How many live workers read each queue: those in the worker registry whose record has
+        not expired (they heartbeat every ``heartbeat_s``). The one place that decides what a
+        live worker is."""
+        counts: dict[str, int] = {}
+        for worker in await self._queues.workers():
+            for queue in worker.queues:
+                counts[queue] = counts.get(queue, 0) + 1
+        return counts
 
     async def check(self, thresholds: Thresholds) -> Health:
         """Every deployment check and the unhealthy schedules, at one Redis time."""
@@ -506,12 +502,13 @@ class HealthReader:
     async def _queue_problems(self, now_ms: int, thresholds: Thresholds) -> list[HealthProblem]:
         problems: list[HealthProblem] = []
         window_ms = thresholds.dead_letter_window_s * 1000
+        live = await self.live_workers()
         for queue in await self._queue_names():
             length = 0
             for level in PRIORITIES:
                 with contextlib.suppress(ResponseError):
                     length += int(await self.redis.xlen(self.keys.queue(queue, level)))
-            if length and not await self.live_workers(queue):
+            if length and not live.get(queue):
                 problems.append(
                     HealthProblem(
                         "no_worker", f"queue {queue} holds {length} job(s) and no live worker"

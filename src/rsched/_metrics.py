@@ -200,9 +200,8 @@ _QUEUE_GAUGES = (
     ("rsched_queue_dead", "dead", "Entries in the queue's dead-letter stream."),
     (
         "rsched_workers",
-        "consumers",
-        "Consumers of the queue's group (workers, including ones gone within the last hour "
-        "that held nothing).",
+        "workers",
+        "Live workers reading the queue (from the worker registry: seen within a few heartbeats).",
     ),
 )
 

@@ -178,6 +178,10 @@ async def read_deployment(
     index = await store.index_stats(now)
     late = await store.count_due_before(now - round(late_after_s * 1000))
     stats = await queues.queue_stats()
+    for worker in await queues.workers():
+        for name in worker.queues:
+            stats.setdefault(name, {})
+            stats[name]["workers"] = int(stats[name].get("workers") or 0) + 1
     deployment = Deployment(
         due_backlog=index.due,
         due_oldest_age_s=max(0, now - index.oldest[1]) / 1000 if index.oldest else 0.0,
@@ -196,4 +200,4 @@ async def read_deployment(
     return deployment
 
 
-_QUEUE_FIELDS = ("length", "pending", "delayed", "dead", "consumers")
+_QUEUE_FIELDS = ("length", "pending", "delayed", "dead", "workers")

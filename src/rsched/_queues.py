@@ -327,7 +327,6 @@ class QueueStore(_lua.ScriptCaller):
         return sorted(str(q) for q in await self.redis.smembers(self.keys.queues))
 
     async def queue_stats(self) -> dict[str, dict[str, int | float | None]]:
-        """Per queue: length, pending, consumers, delayed, dead, oldest_pending_ms (age)."""
         """Per queue: length, pending, consumers, delayed, dead, oldest_pending_ms (age).
 
         Length and pending count every priority level; ``high`` and ``low`` say how many of the
