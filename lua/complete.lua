@@ -2,7 +2,9 @@
 
 For each item: XACK; when the entry was still pending, XDEL it (the stream holds only entries
 not yet finished, so it stays bounded without ever trimming a pending one), record the event
-on the schedule's history and end the schedule's run (run marker, release of what waits).
+on the schedule's history only while the schedule exists (a job that ends after its schedule
+was removed leaves no key behind), end the schedule's run (run marker, release of what waits)
+and append the run's record to the runs log.
 An entry no longer pending (this call re-sent, or another worker that reclaimed it finished
 first) is left alone, so nothing is recorded twice.
 
@@ -14,7 +16,9 @@ then per item, in item order: 3 keys when it has a schedule id
 ARGV[1] group   ARGV[2] history cap
 ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
                 event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…'),
-                dedup (optional: 1 = a dedup key follows)]
+                dedup (optional: 1 = a dedup key follows, 0 = none),
+                run (optional: the runs log record's values, runs_log.lua)]
+ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 
 Returns the number of items recorded (the others were no longer pending: nothing done), or
@@ -24,11 +28,15 @@ integers would cost the client more than the whole script.)
 -- @include common
 -- @include marker
 -- @include job_run
+-- @include runs_log
 
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local ok, items = pcall(cjson.decode, ARGV[3])
 if not ok or type(items) ~= 'table' then return -7 end  -- BAD_ARGS
+-- The runs log is the last key, given together with its cap.
+local runs_cap = tonumber(ARGV[4])
+local runs = runs_cap and KEYS[#KEYS]
 local now = now_ms()
 local recorded = 0
 local k = 2
@@ -48,10 +56,11 @@ for i = 1, #items do
   if rcall('XACK', stream, group, id) == 1 then
     rcall('XDEL', stream, id)
     if dedup then dedup_finish(dedup) end
-    if sid ~= '' and schedule_keys_ok(history, hash, pending) then
+    if sid ~= '' and schedule_keys_ok(history, hash, pending) and schedule_exists(hash) then
       job_event(history, cap, event, exec, attempt, now, extra)
       finish_run(hash, pending, stream, history, cap, exec, now)
     end
+    if runs and it[8] then run_log(runs, runs_cap, it[8]) end
     recorded = recorded + 1
   end
 end

@@ -1,8 +1,9 @@
 --[[ dead — move a job to its queue's dead-letter stream (retries exhausted, poison, unknown
 task, malformed entry, timeout).
 
-Guarantees: acknowledge + delete the entry, write the dead letter, record "dead" and end the
-schedule's run, all in one step. Running it twice does nothing the second time (the entry is
+Guarantees: acknowledge + delete the entry, write the dead letter, record "dead" (in the
+schedule's history while the schedule exists, and in the runs log) and end the schedule's run,
+all in one step. Running it twice does nothing the second time (the entry is
 no longer pending). The dead-letter stream keeps about ARGV[3] newest entries.
 
 KEYS[1] stream    {p}:queue:<queue>
@@ -11,13 +12,18 @@ KEYS[3] history   {p}:history:<id>   (these three are ignored when ARGV[5] is '0
 KEYS[4] hash      {p}:schedule:<id>
 KEYS[5] pending   {p}:pending:<id>
 KEYS[6] dedup     optional: {p}:dedup:<execution id> of an enqueued job with its own id (its
-                  window now counts from this end)
+                  window now counts from this end); any key of another type (the stream) when
+                  there is none but KEYS[7] is given
+KEYS[7] runs      optional: the runs log {p}:runs (runs_log.lua); when given, ARGV[10] and
+                  ARGV[11] are the log's cap and the record, and the dead letter fields start
+                  at ARGV[12]
 ARGV[1] group     ARGV[2] entry id   ARGV[3] dead-letter cap (entries)   ARGV[4] history cap
 ARGV[5] has schedule '1' | '0'
 ARGV[6] execution id   ARGV[7] attempt
 ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
-ARGV[10..] dead letter fields (field, value, …; dead_at is added here)
+ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or with KEYS[7]:
+ARGV[10] runs log cap   ARGV[11] the record's values (JSON list)   ARGV[12..] the fields
 
 Returns {OK=5, dead-letter entry id} | {NOT_PENDING=-10} the entry was not pending (nothing
 done) | {WRONG_TYPE=-6} wrong key type.
@@ -25,26 +31,33 @@ done) | {WRONG_TYPE=-6} wrong key type.
 -- @include common
 -- @include marker
 -- @include job_run
+-- @include runs_log
 
 local stream, dead, history, hash, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local dedup = KEYS[6]
 local group, id, dead_max, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local has_schedule, exec, attempt = ARGV[5] == '1', ARGV[6], ARGV[7]
 local first, extra = ARGV[8], ARGV[9]
+local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
+if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
 
 if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {-6} end  -- WRONG_TYPE
 if rcall('XACK', stream, group, id) == 0 then return {-10} end  -- NOT_PENDING
 rcall('XDEL', stream, id)
 local now = now_ms()
 local fields = {}
-for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = from, #ARGV do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'dead_at'
 fields[#fields + 1] = int_text(now)
 local dead_id = rcall('XADD', dead, 'MAXLEN', '~', dead_max, '*', unpack(fields))
 if dedup then dedup_finish(dedup) end
-if has_schedule and schedule_keys_ok(history, hash, pending) then
+if has_schedule and schedule_keys_ok(history, hash, pending) and schedule_exists(hash) then
   if first ~= '' then job_event(history, cap, first, exec, attempt, now, extra) end
   job_event(history, cap, 'dead', exec, attempt, now, extra)
   finish_run(hash, pending, stream, history, cap, exec, now)
+end
+if runs then
+  local ok, values = pcall(cjson.decode, run)
+  if ok then run_log(runs, runs_cap, values) end
 end
 return {5, dead_id}  -- OK

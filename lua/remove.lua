@@ -1,9 +1,12 @@
---[[ remove — delete a schedule, its history and its pending occurrences (none of them runs).
+--[[ remove — delete a schedule, its history, its pending occurrences (none of them runs) and its
+backfill bookkeeping.
 
 A fire call that read the schedule before this finds it gone and fires nothing. A run already
-queued or running is not touched (its job entry stays in the queue stream).
+queued or running is not touched (its job entry stays in the queue stream); when it ends, the
+worker scripts record it in the runs log only, and bring back none of the schedule's keys.
 
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] op
+KEYS[6] backfilled (optional: {p}:backfilled:<id>, the execution ids backfills fired)
 ARGV[1] id         ARGV[2] op_id (request id)
 
 Returns {OK=5} removed | {NOT_FOUND=-2} | {WRONG_TYPE=-6} a key has the wrong type (nothing
@@ -16,6 +19,7 @@ if replay then return replay end
 if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end  -- WRONG_TYPE
 if rcall('EXISTS', KEYS[2]) == 0 then return {-2} end  -- NOT_FOUND
 rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
+if KEYS[6] then rcall('DEL', KEYS[6]) end
 rcall('ZREM', KEYS[1], ARGV[1])
 -- {p}:backlogs may keep the id until the scheduler's sweep finds its pending set gone.
 return op_store(KEYS[5], ARGV[2], {5})  -- OK

@@ -9,6 +9,10 @@ KEYS[1] stream   {p}:queue:<queue>
 KEYS[2] delayed  {p}:delayed:<queue> (the next attempt keeps its level through its 'priority'
                  field: promote puts it back in that level's stream)
 KEYS[3] history  {p}:history:<id> (ignored when ARGV[9] is '0')
+KEYS[4] hash     optional: {p}:schedule:<id>; when given, the history is written only while
+                 the schedule exists (a job retried after its schedule was removed leaves no
+                 key behind)
+KEYS[5] runs     optional: the runs log {p}:runs (runs_log.lua), with ARGV[11] and ARGV[12]
 ARGV[1] group
 ARGV[2] entry id
 ARGV[3] delay_ms        0 = back on the stream at once
@@ -18,6 +22,8 @@ ARGV[6] execution id    ARGV[7] attempt that failed
 ARGV[8] event           'failed' | 'timed_out' | 'retry' (the handler raised rsched.Retry)
 ARGV[9] has history     '1' | '0'
 ARGV[10] extra          JSON fragment for the history event ('' or ',…')
+ARGV[11] runs log cap (entries; with KEYS[5])
+ARGV[12] the runs log record's values (JSON list; with KEYS[5])
 
 Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing done) |
 {WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the next attempt is not a JSON list of strings.
@@ -25,11 +31,13 @@ Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing do
 -- @include common
 -- @include marker
 -- @include job_run
+-- @include runs_log
 
 local stream, delayed, history = KEYS[1], KEYS[2], KEYS[3]
 local group, id, delay, member = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cap, exec, attempt, event = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 local has_history, extra = ARGV[9] == '1', ARGV[10]
+local hash, runs = KEYS[4], KEYS[5]
 
 if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {-6} end  -- WRONG_TYPE
 local fields = decode_fields(member)
@@ -43,8 +51,12 @@ if due > now then
 else
   rcall('XADD', stream, '*', unpack(fields))
 end
-if has_history and key_is(history, 'list') then
+if has_history and key_is(history, 'list') and (not hash or schedule_exists(hash)) then
   job_event(history, cap, event, exec, attempt, now,
             ',"retry_in_ms":' .. int_text(due - now) .. extra)
+end
+if runs then
+  local ok, values = pcall(cjson.decode, ARGV[12])
+  if ok then run_log(runs, tonumber(ARGV[11]), values) end
 end
 return {5, int_text(due)}  -- OK

@@ -4,7 +4,8 @@ For each item: when the schedule's run marker (marker.lua) names another executi
 was superseded (cancel_previous fired a newer occurrence meanwhile): it is acknowledged, deleted
 from the stream and recorded as cancelled, and must not run. Otherwise the marker (when it
 names this job) becomes run_state=running with the worker's id, "running" is recorded, and the
-job runs. Keys of the wrong type are left alone (the job runs; nothing recorded for them).
+job runs. Keys of the wrong type are left alone (the job runs; nothing recorded for them), and
+so is a schedule removed since the fire (the job runs; its history is not brought back).
 Running it twice records "running" twice at most, "cancelled" once.
 
 KEYS[1] stream  {p}:queue:<queue>
@@ -28,7 +29,7 @@ for i = 0, n - 1 do
   local id, exec, attempt, extra = ARGV[4 + i * 4], ARGV[5 + i * 4], ARGV[6 + i * 4],
                                    ARGV[7 + i * 4]
   local code = 5  -- OK
-  if key_is(history, 'list') and key_is(hash, 'hash') then
+  if key_is(history, 'list') and key_is(hash, 'hash') and schedule_exists(hash) then
     local owner = marker_of(hash, now)
     if owner and owner ~= exec then
       if rcall('XACK', stream, group, id) == 1 then  -- recorded once, even if re-sent

@@ -8,6 +8,10 @@
 -- schedule_keys_ok(history, hash, pending)
 --   True when the schedule's keys are absent or of rsched's types; a key someone overwrote is
 --   left alone (the job's own outcome is still recorded on the queue).
+-- schedule_exists(hash)
+--   True while the schedule exists. A job that ends (or starts) after its schedule was removed
+--   writes nothing under the schedule's id: its history would otherwise come back as a key
+--   nothing removes again.
 -- finish_run(hash, pending, stream, history, cap, exec, now)
 --   The run of `exec` is over (success, dead letter or cancellation; not between retries):
 --   clear the schedule's run marker when it still names `exec` (a cancel_previous successor
@@ -33,6 +37,10 @@ end
 
 local function schedule_keys_ok(history, hash, pending)
   return key_is(history, 'list') and key_is(hash, 'hash') and key_is(pending, 'zset')
+end
+
+local function schedule_exists(hash)
+  return rcall('EXISTS', hash) == 1
 end
 
 local function finish_run(hash, pending, stream, history, cap, exec, now)

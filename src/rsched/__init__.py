@@ -36,6 +36,7 @@ from rsched._job import DeadLetter, Enqueued, Job
 from rsched._model import Schedule
 from rsched._page import Page
 from rsched._registry import JobInfo, RunningJob, WorkerInfo
+from rsched._runs import RunRecord
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
 from rsched._sync_client import SyncClient
@@ -72,6 +73,7 @@ __all__ = (
     "RedisUrlMismatch",
     "Retry",
     "RschedError",
+    "RunRecord",
     "RunningJob",
     "Schedule",
     "ScheduleCompleted",

@@ -9,6 +9,7 @@ from typing import Any, get_args
 
 from rsched import _cli_health as health
 from rsched import _cli_queues as queues
+from rsched import _cli_runs as runs
 from rsched import _cli_schedules as schedules
 from rsched import _cli_workers as workers
 from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
@@ -445,6 +446,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     _health_commands(subs)
     _workers_and_jobs(subs)
+
+    p = _sub(
+        subs,
+        "runs",
+        "Runs across every schedule and job, newest first (in progress, ended, skipped)",
+        "  rsched runs\n  rsched runs --status dead --since 1h\n"
+        "  rsched runs --schedule nightly -n 50 --json",
+        runs.cmd_runs,
+    )
+    _limit(p, 20, "how many runs (default 20)")
+    runs.add_parser(p)
 
     p = _sub(
         subs,

@@ -54,8 +54,10 @@ from rsched._rules import (
     check_name,
     check_page,
     check_pause_note,
+    check_run_status,
     parse_duration_s,
 )
+from rsched._runs import RunFilter, RunRecord, check_cursor, read_runs
 from rsched._settings import BLOCK_MARGIN_MS, Settings
 from rsched._store import ScheduleStore
 from rsched._timing import Timing, next_fire_times
@@ -490,6 +492,74 @@ class Client:
         (``async for event in client.iter_history(id): ...``)."""
         return every_item(
             lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
+        )
+
+    # --- the runs log ---------------------------------------------------------------------------
+
+    @_redis_errors
+    async def runs(
+        self,
+        *,
+        status: str | None = None,
+        since: float | str | timedelta | datetime | None = None,
+        schedule_id: str | None = None,
+        task: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[RunRecord]:
+        """A page of runs across every schedule and enqueued job, newest first, as
+        :class:`rsched.RunRecord` records: the first page starts with the runs in progress
+        (``fired``, ``started``), then the runs log's records of runs that ended or occurrences
+        that were skipped.
+
+        ``status`` (see ``RunRecord.status``), ``schedule_id`` and ``task`` keep matching
+        records; ``since`` a duration back from now (``"1h"``, seconds, a timedelta) or an aware
+        datetime. A read looks at most 10,000 records of the log, so a rare filter may answer
+        with fewer than ``limit`` records and a cursor: pass ``cursor`` back for older runs;
+        None means there are no more. Raises InvalidArgument naming the bad argument.
+        """
+        _argument("limit", check_page, limit)
+        if status is not None:
+            _argument("status", check_run_status, status)
+        if cursor:
+            _argument("cursor", check_cursor, cursor)
+        since_ms: int | None = None
+        if isinstance(since, datetime):
+            if since.tzinfo is None:
+                raise InvalidArgument(
+                    "since", "give an aware datetime (with a tzinfo) or a duration like '1h'"
+                )
+            since_ms = to_ms(since)
+        elif since is not None:
+            _argument("since", parse_duration_s, since)
+            since_ms = await self._store.time_ms() - round(parse_duration_s(since) * 1000)
+        want = RunFilter(status=status, since_ms=since_ms, schedule_id=schedule_id, task=task)
+        try:
+            return await read_runs(
+                self._redis, self._queues.keys, want, limit=limit, cursor=cursor or None
+            )
+        except ValueError as exc:
+            raise InvalidArgument("cursor", str(exc)) from None
+
+    def iter_runs(
+        self,
+        *,
+        status: str | None = None,
+        since: float | str | timedelta | datetime | None = None,
+        schedule_id: str | None = None,
+        task: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[RunRecord]:
+        """Every run of :meth:`runs`, newest first, read a page at a time."""
+        return every_item(
+            lambda cursor: self.runs(
+                status=status,
+                since=since,
+                schedule_id=schedule_id,
+                task=task,
+                limit=page_size,
+                cursor=cursor,
+            )
         )
 
     # --- jobs and dead letters ----------------------------------------------------------------

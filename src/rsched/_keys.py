@@ -165,3 +165,10 @@ class Keys:
         """HASH schedule id -> its last announced unhealthy state (late, failing, stuck), so a
         new leader does not announce again what the previous one did."""
         return f"{self.tag}:health"
+
+    @property
+    def runs(self) -> str:
+        """STREAM, capped: one compact record per run that ended (completed, failed attempt,
+        retry, dead, cancelled, timed out) or occurrence that was dropped (skipped), across
+        every schedule and enqueued job; the entry id is when it happened."""
+        return f"{self.tag}:runs"

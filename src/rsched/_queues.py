@@ -68,6 +68,7 @@ class Done:
     extra: str = ""  # JSON fragment ('' or ',"k":v…')
     dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
     result: bytes | None = None  # what the handler returned (JSON), kept before the ack
+    run: Sequence[str] | None = None  # the runs log record (_runs.run_values); None: not logged
 
 
 def fragment(fields: dict[str, Any]) -> str:
@@ -87,6 +88,7 @@ class QueueStore(_lua.ScriptCaller):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         dead_letter_max_entries: int = 100_000,
         dedup_window_s: float = DEFAULT_DEDUP_WINDOW_S,
+        runs_max_entries: int = 1_000_000,
     ) -> None:
         super().__init__(redis)
         self.keys = keys
@@ -95,6 +97,7 @@ class QueueStore(_lua.ScriptCaller):
         self.dead_letter_max_entries = dead_letter_max_entries
         self.dedup_window_s = dedup_window_s
         self.events = EventLog(redis, keys)
+        self.runs_max_entries = runs_max_entries
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> QueueStore:
@@ -106,6 +109,7 @@ class QueueStore(_lua.ScriptCaller):
             max_payload_bytes=settings.max_payload_bytes,
             dead_letter_max_entries=settings.worker.dead_letter_max_entries,
             dedup_window_s=settings.dedup_window_s,
+            runs_max_entries=settings.retention.runs_max_entries,
         )
         store.events.max_len = settings.health.events_max_len
         return store
@@ -469,9 +473,13 @@ class QueueStore(_lua.ScriptCaller):
             )  # fmt: skip
             if d.dedup:
                 keys.append(self.keys.dedup(d.execution_id))
+            if d.run is not None:
+                item = (*item, 1 if d.dedup else 0, list(d.run))
+            elif d.dedup:
                 item = (*item, 1)
             items.append(item)
-        args = [GROUP, self.history_limit, orjson.dumps(items)]
+        keys.append(self.keys.runs)
+        args = [GROUP, self.history_limit, orjson.dumps(items), self.runs_max_entries]
         recorded = int(await self.call("complete", keys, args))
         if recorded < 0:
             check(recorded, script="complete", queue=queue)
@@ -490,14 +498,17 @@ class QueueStore(_lua.ScriptCaller):
         event: str,
         extra: str,
         priority: Priority = "normal",
+        run: Sequence[str] = (),
     ) -> int | None:
         """Schedule the next attempt; returns its due time (ms) or None when not pending.
-        ``next_fields`` carry the job's level (its 'priority' field) for the promoter."""
+        ``next_fields`` carry the job's level (its 'priority' field) for the promoter; ``run``
+        is the attempt's record for the runs log (_runs.run_values)."""
         stream = self.keys.queue(queue, priority)
         history = self.keys.history(schedule_id) if schedule_id else stream
+        hash_key = self.keys.schedule(schedule_id) if schedule_id else stream
         res = await self.call(
             "retry",
-            [stream, self.keys.delayed_queue(queue), history],
+            [stream, self.keys.delayed_queue(queue), history, hash_key, self.keys.runs],
             [
                 GROUP,
                 entry_id,
@@ -509,6 +520,8 @@ class QueueStore(_lua.ScriptCaller):
                 event,
                 "1" if schedule_id else "0",
                 extra,
+                self.runs_max_entries,
+                orjson.dumps(list(run)).decode(),
             ],
         )
         if check(res, script="retry", queue=queue) == Code.NOT_PENDING:
@@ -530,9 +543,11 @@ class QueueStore(_lua.ScriptCaller):
         first_event: str = "",
         extra: str = "",
         priority: Priority = "normal",
+        run: Sequence[str] = (),
     ) -> str | None:
         """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
-        entry was no longer pending). The stored job names its level, for ``requeue``."""
+        entry was no longer pending). The stored job names its level, for ``requeue``; ``run``
+        is the run's record for the runs log (_runs.run_values)."""
         sid = raw.get("schedule_id") or ""
         has_schedule = bool(sid) and NAME_RE.match(sid) is not None
         k = self.keys
@@ -543,8 +558,10 @@ class QueueStore(_lua.ScriptCaller):
         else:
             keys += [stream] * 3
         exec_id = raw.get("execution_id", "")
-        if raw.get("dedup") and NAME_RE.match(exec_id):
-            keys.append(k.dedup(exec_id))
+        # The dedup key, or the stream in its place (dead.lua leaves a key of another type
+        # alone), then the runs log.
+        has_dedup = bool(raw.get("dedup")) and NAME_RE.match(exec_id) is not None
+        keys += [k.dedup(exec_id) if has_dedup else stream, k.runs]
         job = {name: value for name, value in raw.items() if name != "priority"}
         if priority != "normal":
             job["priority"] = priority
@@ -574,6 +591,8 @@ class QueueStore(_lua.ScriptCaller):
                 raw.get("attempt", "1"),
                 first_event,
                 extra,
+                self.runs_max_entries,
+                orjson.dumps(list(run)).decode(),
                 *fields,
             ],
         )

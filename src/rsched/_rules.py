@@ -218,6 +218,20 @@ def check_history_status(value: object) -> str:
     return str(value)
 
 
+#: Every status of a run in the runs log (``Client.runs``), in the order of a run's life.
+RUN_STATUSES = (
+    "fired", "started", "completed", "failed", "timed_out", "retried", "dead", "cancelled",
+    "skipped",
+)  # fmt: skip
+
+
+def check_run_status(value: object) -> str:
+    """A run status to filter the runs log on (one of RUN_STATUSES)."""
+    if value not in RUN_STATUSES:
+        raise ValueError(f"{value!r} is not a run status; give one of {', '.join(RUN_STATUSES)}")
+    return str(value)
+
+
 def check_page(value: object) -> int:
     """A page size or a count of items to return (``limit``, ``n``)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= PAGE_MAX:

@@ -157,6 +157,23 @@ class HealthSettings(BaseModel):
     webhook_attempts: int = Field(default=5, ge=1, le=100)
 
 
+class RetentionSettings(BaseModel):
+    """How long what runs leave behind is kept; the leading scheduler enforces it every
+    ``interval_s`` (README, Runs log and retention)."""
+
+    # The runs log: records older than this are trimmed (XTRIM MINID), and every write keeps
+    # about runs_max_entries newest (MAXLEN ~), whichever is less.
+    runs_max_age_s: float = Field(default=7 * 86_400, ge=60)
+    runs_max_entries: int = Field(default=1_000_000, ge=100, le=100_000_000)
+    # Dead letters older than this are trimmed (the count cap is worker.dead_letter_max_entries).
+    dead_letter_max_age_s: float = Field(default=30 * 86_400, ge=60)
+    # A schedule's history events older than this are dropped (its count cap is history_limit).
+    history_max_age_s: float = Field(default=30 * 86_400, ge=60)
+    # How often the leader sweeps, and how many schedules' histories one sweep looks at.
+    interval_s: float = Field(default=60.0, ge=0.05, le=86_400)
+    history_batch: int = Field(default=1_000, ge=1, le=100_000)
+
+
 class Settings(BaseSettings):
     """The root of rsched's configuration."""
 
@@ -181,6 +198,7 @@ class Settings(BaseSettings):
     pool_timeout_s: float = Field(default=10.0, ge=0.1, le=3_600)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     # Metrics and health endpoints (docs/monitoring.md): served on this port when it is set
     # (0 picks a free one), from this address; the leading scheduler refreshes the gauges of the
     # whole deployment every metrics_interval_s, counting a schedule due longer than

@@ -337,15 +337,13 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.history(schedule_id),
                 k.pending(schedule_id),
                 op_key,
+                k.backfilled(schedule_id),
             ],
             [schedule_id, op_id],
         )
         check(res, script="remove", schedule_id=schedule_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(k.backfilled(schedule_id))
-            if source:
-                pipe.srem(k.source(source), schedule_id)
-            await pipe.execute()
+        if source:
+            await self.redis.srem(k.source(source), schedule_id)
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         k = self.keys

@@ -33,6 +33,7 @@ from rsched._model import Schedule
 from rsched._page import Page, every_item_sync
 from rsched._registry import JobInfo, WorkerInfo
 from rsched._rules import Priority
+from rsched._runs import RunRecord
 from rsched._settings import Settings
 
 T = TypeVar("T")
@@ -162,6 +163,48 @@ class SyncClient:
         """See :meth:`rsched.Client.iter_history`."""
         return every_item_sync(
             lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
+        )
+
+    def runs(
+        self,
+        *,
+        status: str | None = None,
+        since: float | str | timedelta | datetime | None = None,
+        schedule_id: str | None = None,
+        task: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[RunRecord]:
+        """See :meth:`rsched.Client.runs`."""
+        return self._run(
+            self._client.runs,
+            status=status,
+            since=since,
+            schedule_id=schedule_id,
+            task=task,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    def iter_runs(
+        self,
+        *,
+        status: str | None = None,
+        since: float | str | timedelta | datetime | None = None,
+        schedule_id: str | None = None,
+        task: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[RunRecord]:
+        """See :meth:`rsched.Client.iter_runs`."""
+        return every_item_sync(
+            lambda cursor: self.runs(
+                status=status,
+                since=since,
+                schedule_id=schedule_id,
+                task=task,
+                limit=page_size,
+                cursor=cursor,
+            )
         )
 
     def enqueue(

@@ -45,6 +45,7 @@ from rsched._metrics import METRICS
 from rsched._queues import Done, Lane, QueueStore, fragment
 from rsched._registry import worker_record
 from rsched._rules import PRIORITIES, Priority
+from rsched._runs import run_values
 from rsched._settings import Settings
 
 log = get_logger("rsched.worker")
@@ -427,6 +428,14 @@ class Actors:
                 worker=self.consumer,
                 extra=fragment(extra),
                 priority=level,
+                run=run_values(
+                    raw,
+                    queue=queue,
+                    status="dead",
+                    worker=self.consumer,
+                    error_type=error_type,
+                    error=message,
+                ),
             )
         except ACTOR_FAILURES as exc:  # left pending: reclaimed and judged again later
             log.warning("redis.error", actor=actor, error=str(exc))
@@ -540,6 +549,13 @@ class Actors:
                 fragment({"duration_ms": duration_ms, **extra}) if job.schedule_id else "",
                 "dedup" in job.fields,
                 result,
+                run=run_values(
+                    job.fields,
+                    queue=job.queue,
+                    status=event,
+                    worker=self.consumer,
+                    duration_ms=duration_ms,
+                ),
             ),
         )
         try:
@@ -598,6 +614,15 @@ class Actors:
                     first_event="timed_out" if timed_out else "",
                     extra=fragment({**extra, "reason": reason}),
                     priority=job.priority,
+                    run=run_values(
+                        job.fields,
+                        queue=job.queue,
+                        status="dead",
+                        worker=self.consumer,
+                        duration_ms=duration_ms,
+                        error_type=error_type,
+                        error=message,
+                    ),
                 ),
             )
             return
@@ -646,6 +671,15 @@ class Actors:
                 event=event,
                 extra=fragment(extra),
                 priority=job.priority,
+                run=run_values(
+                    job.fields,
+                    queue=job.queue,
+                    status=event,
+                    worker=self.consumer,
+                    duration_ms=duration_ms,
+                    error_type="" if asked else error_type,
+                    error=str(extra.get("reason", "")) if asked else message,
+                ),
             ),
         )
         if delay_ms < self.cfg.promote_interval_ms:

@@ -1,0 +1,62 @@
+"""``rsched runs``: the runs log across schedules and enqueued jobs, newest first."""
+
+from __future__ import annotations
+
+import argparse
+
+from rsched import _format as fmt
+from rsched._cli_common import out
+from rsched._client import Client
+from rsched._model import to_ms
+from rsched._runs import RunRecord
+
+
+def _ms(record: RunRecord) -> int | None:
+    """When the record happened: its end, else its fire."""
+    moment = record.ended_at or record.fired_at
+    return to_ms(moment) if moment is not None else None
+
+
+async def cmd_runs(client: Client, args: argparse.Namespace) -> None:
+    page = await client.runs(
+        status=args.status,
+        since=args.since,
+        schedule_id=args.schedule,
+        task=args.task,
+        limit=args.limit,
+        cursor=args.cursor,
+    )
+    now = to_ms(await client.server_time())
+    rows = []
+    for r in page:
+        took = None
+        if r.started_at and r.ended_at:
+            took = fmt.duration(round((r.ended_at - r.started_at).total_seconds() * 1000))
+        error = f"{r.error_type or ''}: {r.error or ''}".strip(": ")
+        rows.append(
+            (
+                fmt.relative(_ms(r), now),
+                r.status,
+                r.schedule_id or "-",
+                r.task,
+                r.queue,
+                r.attempt,
+                took or "-",
+                r.execution_id,
+                error[:60] or "-",
+            )
+        )
+    headers = ("WHEN", "STATUS", "SCHEDULE", "TASK", "QUEUE", "ATT", "TOOK", "EXECUTION", "ERROR")
+    text = fmt.table(headers, rows) if rows else "no runs"
+    if page.cursor:
+        text += f"\nmore: rsched runs --cursor {page.cursor} (with the same filters)"
+    out(args, {"runs": [r.as_dict() for r in page], "cursor": page.cursor}, text)
+
+
+def add_parser(sub: argparse.ArgumentParser) -> None:
+    """The options of ``rsched runs``."""
+    sub.add_argument("--status", help="only this status: fired, started, completed, failed, …")
+    sub.add_argument("--since", help="only runs of the last 1h, 30m, 2d, …")
+    sub.add_argument("--schedule", help="only runs of this schedule id")
+    sub.add_argument("--task", help="only runs of this task")
+    sub.add_argument("--cursor", help="continue from a previous page (older runs)")

@@ -1,0 +1,254 @@
+"""The runs log across schedules and enqueued jobs: its records, and reading it.
+
+Runs that ended (completed, a failed or timed-out attempt, a retry, dead, cancelled) and
+occurrences that were dropped (skipped) each leave one compact record on the capped stream
+``{p}:runs``, written by the script that records the outcome (so it is atomic with the XACK);
+see docs/keys.md. Runs still in progress are not logged (an on-time fire must not pay for the
+log): they are read from the queue streams instead, ``fired`` while their entry waits and
+``started`` once a worker holds it (the entry is pending in the consumer group).
+
+A read walks the stream newest first with XREVRANGE and filters; it looks at most ``scan_max``
+records per call, so a filter that matches rarely answers with fewer items than asked for and a
+cursor to go on from. The cursor is the id of the last record looked at.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from rsched._keys import GROUP, Keys
+from rsched._page import Page
+from rsched._rules import PRIORITIES
+
+#: Statuses of runs in progress, read from the queue streams rather than the log.
+LIVE_STATUSES = ("fired", "started")
+#: The record's fields, in the order the scripts write them (lua/includes/runs_log.lua).
+RUN_FIELDS = (
+    "exec", "sid", "task", "queue", "status", "sched", "fired", "attempt", "worker", "dur",
+    "etype", "error",
+)  # fmt: skip
+#: Records one read looks at, at most (the bound of a filtered scan).
+SCAN_MAX = 10_000
+#: Entries of each queue stream a read looks at for runs in progress, at most.
+LIVE_MAX = 1_000
+#: Characters of an error message kept in a record.
+ERROR_MAX = 200
+#: A worker's event -> the run's status in the log.
+EVENT_STATUS = {"retry": "retried"}
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CURSOR = re.compile(r"^(\d{1,20}-\d{1,20}|\+)$")
+_CHUNK = 500
+
+Entry = tuple[str, dict[str, str]]
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else _EPOCH + timedelta(milliseconds=ms)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One run in the runs log (see :meth:`rsched.Client.runs`).
+
+    ``status`` is one of ``fired`` (queued), ``started`` (a worker holds it), ``completed``,
+    ``failed`` / ``timed_out`` (an attempt that will be retried), ``retried`` (the handler
+    raised :class:`rsched.Retry`), ``dead``, ``cancelled``, ``skipped`` (the occurrence did not
+    run). ``schedule_id`` is None for an enqueued job. Times are aware UTC datetimes: the
+    occurrence (``scheduled_at``), when its job was written (``fired_at``), when the attempt
+    started and ended (None while unknown). ``error`` is the start of the message. Since 0.1.0.
+    """
+
+    execution_id: str
+    status: str
+    task: str
+    queue: str
+    schedule_id: str | None = None
+    scheduled_at: datetime | None = None
+    fired_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    attempt: int | None = None
+    worker: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data (datetimes in ISO 8601, absent fields left out)."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value.isoformat() if isinstance(value, datetime) else value
+        return out
+
+
+def run_values(
+    fields: Mapping[str, str],
+    *,
+    queue: str,
+    status: str,
+    worker: str = "",
+    duration_ms: float | None = None,
+    error_type: str = "",
+    error: str = "",
+) -> list[str]:
+    """The values of a record (RUN_FIELDS order) of a job's entry ``fields`` that ended with
+    ``status``: what the worker scripts append to the log."""
+    status = EVENT_STATUS.get(status, status)
+    return [
+        fields.get("execution_id", ""),
+        fields.get("schedule_id", ""),
+        fields.get("task", ""),
+        queue,
+        status,
+        fields.get("scheduled_at", ""),
+        fields.get("fired_at", ""),
+        fields.get("attempt", "1"),
+        worker,
+        "" if duration_ms is None else str(round(duration_ms)),
+        error_type,
+        error[:ERROR_MAX],
+    ]
+
+
+def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord:
+    """A stored record (its entry id is when it ended or was dropped)."""
+    end = _int(entry_id.split("-", 1)[0])
+    dur = _int(fields.get("dur"))
+    return RunRecord(
+        execution_id=fields.get("exec", ""),
+        status=fields.get("status", ""),
+        task=fields.get("task", ""),
+        queue=fields.get("queue", ""),
+        schedule_id=fields.get("sid") or None,
+        scheduled_at=_dt(_int(fields.get("sched"))),
+        fired_at=_dt(_int(fields.get("fired"))),
+        started_at=_dt(end - dur) if end is not None and dur is not None else None,
+        ended_at=_dt(end),
+        attempt=_int(fields.get("attempt")),
+        worker=fields.get("worker") or None,
+        error_type=fields.get("etype") or None,
+        error=fields.get("error") or None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """What a read keeps: every given condition must hold."""
+
+    status: str | None = None
+    since_ms: int | None = None
+    schedule_id: str | None = None
+    task: str | None = None
+
+    def keeps(self, record: RunRecord) -> bool:
+        return (
+            (self.status is None or record.status == self.status)
+            and (self.schedule_id is None or record.schedule_id == self.schedule_id)
+            and (self.task is None or record.task == self.task)
+        )
+
+
+def check_cursor(cursor: str) -> None:
+    """Raises ValueError unless ``cursor`` is one a page of runs returned."""
+    if not _CURSOR.match(cursor):
+        raise ValueError(f"{cursor!r} is not a cursor; pass the cursor a previous page returned")
+
+
+async def read_runs(
+    redis: Redis,
+    keys: Keys,
+    want: RunFilter,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    scan_max: int = SCAN_MAX,
+) -> Page[RunRecord]:
+    """One page of runs, newest first: on the first page (no cursor) the runs in progress
+    (newest fired first), then the log's records. Raises ValueError for a bad cursor."""
+    out: list[RunRecord] = []
+    if cursor is None and want.status in (None, *LIVE_STATUSES):
+        live = await _live(redis, keys, want)
+        if len(live) >= limit:
+            return Page(live[:limit], "+" if want.status is None else None)
+        out = live
+    if want.status in LIVE_STATUSES:
+        return Page(out, None)
+    if cursor is not None:
+        check_cursor(cursor)
+    start = "+" if cursor in (None, "+") else f"({cursor}"
+    low = "-" if want.since_ms is None else str(want.since_ms)
+    scanned = 0
+    while True:
+        count = min(_CHUNK, scan_max - scanned)
+        try:
+            page = cast(list[Entry], await redis.xrevrange(keys.runs, start, low, count=count))
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                return Page(out, None)
+            raise ValueError(f"{cursor!r} is not a cursor ({exc})") from None
+        for entry_id, fields in page:
+            record = record_of(entry_id, fields)
+            if want.keeps(record):
+                out.append(record)
+                if len(out) == limit:
+                    return Page(out, entry_id)
+        scanned += len(page)
+        if len(page) < count:
+            return Page(out, None)
+        start = f"({page[-1][0]}"
+        if scanned >= scan_max:
+            return Page(out, page[-1][0])
+
+
+async def _live(redis: Redis, keys: Keys, want: RunFilter) -> list[RunRecord]:
+    """Runs in progress: entries of every queue's streams (at most LIVE_MAX each), ``started``
+    when a worker holds them (pending in the group), else ``fired``; newest fired first."""
+    queues = sorted(str(q) for q in await redis.smembers(keys.queues))
+    streams = [(q, keys.queue(q, level)) for q in queues for level in PRIORITIES]
+    low = "-" if want.since_ms is None else str(want.since_ms)
+    async with redis.pipeline(transaction=False) as pipe:
+        for _, stream in streams:
+            pipe.xrange(stream, low, "+", count=LIVE_MAX)
+            pipe.xpending_range(stream, GROUP, min="-", max="+", count=LIVE_MAX)
+        replies = await pipe.execute(raise_on_error=False)
+    out: list[tuple[int, RunRecord]] = []
+    for i, (queue, _) in enumerate(streams):
+        entries, pending = replies[2 * i], replies[2 * i + 1]
+        if isinstance(entries, BaseException) or not entries:
+            continue
+        holders: dict[str, str] = {}
+        if not isinstance(pending, BaseException):
+            holders = {str(p["message_id"]): str(p["consumer"]) for p in pending}
+        for entry_id, fields in cast(list[Entry], entries):
+            worker = holders.get(entry_id)
+            record = RunRecord(
+                execution_id=fields.get("execution_id", ""),
+                status="started" if worker is not None else "fired",
+                task=fields.get("task", ""),
+                queue=queue,
+                schedule_id=fields.get("schedule_id") or None,
+                scheduled_at=_dt(_int(fields.get("scheduled_at"))),
+                fired_at=_dt(_int(fields.get("fired_at"))),
+                attempt=_int(fields.get("attempt")),
+                worker=worker,
+            )
+            if want.keeps(record):
+                out.append((_int(entry_id.split("-", 1)[0]) or 0, record))
+    out.sort(key=lambda pair: pair[0], reverse=True)
+    return [record for _, record in out]

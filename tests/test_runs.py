@@ -1,0 +1,197 @@
+"""The runs log across schedules and enqueued jobs: records written by the worker scripts, runs in
+progress read from the queue streams, filters, cursors, and the ``rsched runs`` command."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+import rsched
+from rsched._cli import main as cli_main
+from rsched._keys import GROUP, Keys
+from rsched._queues import QueueStore
+from rsched._settings import Settings
+from test_worker import running, wait_until
+from worker_app import fast_settings
+
+
+def _worker(settings: Settings) -> rsched.Worker:
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("t.ok")
+    async def ok(job: rsched.Job) -> None:
+        pass
+
+    @worker.task("t.boom")
+    async def boom(job: rsched.Job) -> None:
+        raise ValueError("bad input " + "x" * 500)
+
+    @worker.task("t.again")
+    async def again(job: rsched.Job) -> None:
+        if job.attempt == 1:
+            raise rsched.Retry(delay_s=0.05, reason="not yet")
+
+    return worker
+
+
+async def _statuses(client: rsched.Client, **kw: object) -> list[tuple[str, str, int | None]]:
+    page = await client.runs(limit=100, **kw)  # type: ignore[arg-type]
+    return [(r.task, r.status, r.attempt) for r in page]
+
+
+async def test_ended_runs_are_logged_with_their_outcome(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    async with running(_worker(settings), redis):
+        await client.enqueue("t.ok", {"n": 1})
+        store = QueueStore(redis, Keys(settings.prefix))
+        await store.enqueue("t.boom", max_retries=1, retry_base_s=0.01, retry_jitter=0)
+        await client.enqueue("t.again")
+        await client.enqueue("t.unknown")
+
+        async def ended() -> bool:
+            page = await client.runs(limit=100)
+            return sum(r.status in ("completed", "dead") for r in page) >= 4
+
+        await wait_until(ended)
+    got = await _statuses(client)
+    assert ("t.ok", "completed", 1) in got
+    assert ("t.boom", "failed", 1) in got
+    assert ("t.boom", "dead", 2) in got
+    assert ("t.again", "retried", 1) in got
+    assert ("t.again", "completed", 2) in got
+    assert ("t.unknown", "dead", 1) in got
+    page = await client.runs(status="dead", task="t.boom")
+    [dead] = page.items
+    assert dead.error_type == "ValueError"
+    assert dead.error is not None
+    assert dead.error.startswith("bad input")
+    assert len(dead.error) <= 200
+    assert dead.schedule_id is None
+    assert dead.queue == "default"
+    assert dead.worker
+    assert dead.started_at
+    assert dead.ended_at
+    assert dead.fired_at
+    assert dead.started_at <= dead.ended_at
+    assert dead.ended_at - datetime.now(UTC) < timedelta(seconds=5)
+    [retried] = (await client.runs(status="retried")).items
+    assert retried.error == "not yet"
+    # Newest first.
+    times = [r.ended_at or r.fired_at for r in (await client.runs(limit=100)).items]
+    assert None not in times
+    assert times == sorted(times, reverse=True)  # type: ignore[type-var]
+
+
+async def test_runs_in_progress_come_from_the_queue_streams(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    keys = Keys(settings.prefix)
+    queued = await client.enqueue("t.slow", queue="q1")
+    held = await client.enqueue("t.slow", queue="q1")
+    await QueueStore(redis, keys).create_groups(["q1"])
+    # A worker took the first entry: it is pending in the group, hence started.
+    await redis.xreadgroup(GROUP, "w-1", {keys.queue("q1"): ">"}, count=1)
+    page = await client.runs()
+    by_id = {r.execution_id: r for r in page}
+    assert by_id[queued.execution_id].status == "started"
+    assert by_id[queued.execution_id].worker == "w-1"
+    assert by_id[held.execution_id].status == "fired"
+    assert by_id[held.execution_id].queue == "q1"
+    assert [r.execution_id for r in (await client.runs(status="fired")).items] == [
+        held.execution_id
+    ]
+    assert page.cursor is None
+
+
+async def test_filters_cursor_and_scan_bound(redis: Redis, settings: Settings) -> None:
+    keys = Keys(settings.prefix)
+    fields = ("exec", "sid", "task", "queue", "status", "sched", "fired", "attempt", "worker",
+              "dur", "etype", "error")  # fmt: skip
+    for i in range(30):
+        values = [f"e{i}", "s1" if i % 2 else "", f"t{i % 3}", "default",
+                  "completed" if i % 5 else "failed", "", "", "1", "w", "3", "", ""]  # fmt: skip
+        await redis.xadd(keys.runs, dict(zip(fields, values, strict=True)))
+    client = rsched.Client(redis, settings)
+    first = await client.runs(limit=10)
+    assert [r.execution_id for r in first] == [f"e{i}" for i in range(29, 19, -1)]
+    assert first.cursor
+    rest = [r.execution_id async for r in client.iter_runs(page_size=7)]
+    assert rest == [f"e{i}" for i in range(29, -1, -1)]
+    failed = await client.runs(status="failed", schedule_id="s1")
+    assert [r.execution_id for r in failed] == ["e25", "e15", "e5"]
+    assert [r.execution_id for r in await client.runs(task="t0", limit=3)] == ["e27", "e24", "e21"]
+    assert len((await client.runs(since="1h", limit=100)).items) == 30
+    assert (await client.runs(since=datetime.now(UTC) + timedelta(hours=1))).items == []
+    sync_ids = await anyio.to_thread.run_sync(lambda: _sync_ids(settings))
+    assert sync_ids[:2] == ["e29", "e28"]
+
+    # A rare match does not scan the whole log in one call: it answers with a cursor.
+    from rsched._runs import RunFilter, read_runs
+
+    page = await read_runs(redis, keys, RunFilter(status="failed"), limit=100, scan_max=8)
+    assert [r.execution_id for r in page] == ["e25"]
+    assert page.cursor is not None
+    more = await read_runs(redis, keys, RunFilter(status="failed"), limit=100, cursor=page.cursor)
+    assert [r.execution_id for r in more] == ["e20", "e15", "e10", "e5", "e0"]
+
+
+def _sync_ids(settings: Settings) -> list[str]:
+    with rsched.SyncClient.from_url(settings.url, prefix=settings.prefix) as client:
+        return [r.execution_id for r in client.runs(limit=5)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"status": "exploded"}, "status"),
+        ({"limit": 0}, "limit"),
+        ({"since": "soon"}, "since"),
+        ({"since": datetime(2026, 1, 1)}, "since"),
+        ({"cursor": "nope"}, "cursor"),
+    ],
+)
+async def test_bad_arguments_name_the_field(
+    redis: Redis, settings: Settings, kwargs: dict[str, object], field: str
+) -> None:
+    client = rsched.Client(redis, settings)
+    with pytest.raises(rsched.InvalidArgument) as info:
+        await client.runs(**kwargs)  # type: ignore[arg-type]
+    assert field in str(info.value)
+
+
+async def test_cli_runs(
+    redis: Redis, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = rsched.Client(redis, settings)
+    async with running(_worker(settings), redis):
+        await client.enqueue("t.ok")
+        await client.enqueue("t.boom", max_retries=0)
+
+        async def ended() -> bool:
+            return len((await client.runs(limit=10)).items) >= 2
+
+        await wait_until(ended)
+    env = ["--redis-url", settings.url, "--prefix", settings.prefix]
+    code = await anyio.to_thread.run_sync(lambda: cli_main([*env, "runs", "--json"]))
+    assert code == 0
+    rows = orjson.loads(capsys.readouterr().out)
+    assert {(r["task"], r["status"]) for r in rows["runs"]} == {
+        ("t.ok", "completed"),
+        ("t.boom", "dead"),
+    }
+    code = await anyio.to_thread.run_sync(
+        lambda: cli_main([*env, "runs", "--status", "dead", "--since", "1h", "--task", "t.boom"])
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "t.boom" in out
+    assert "dead" in out
+    assert "t.ok" not in out
+    code = await anyio.to_thread.run_sync(lambda: cli_main([*env, "runs", "--status", "nope"]))
+    assert code != 0
+    assert "status" in capsys.readouterr().err
