@@ -32,6 +32,7 @@ hand; nothing done)
 ]]
 -- @include common
 -- @include marker
+-- @include runs_log
 -- @include fire_job
 
 local k = {hash = KEYS[1], history = KEYS[2], pending = KEYS[3], stream = KEYS[4]}

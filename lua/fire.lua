@@ -14,6 +14,9 @@ holds another type; the run marker lives in the hash, see marker.lua.)
 KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
 KEYS[3] backlogs    ZSET of schedules holding pending occurrences (marker.lua)
+KEYS[4] runs        optional: the runs log {p}:runs, where skipped occurrences (overlap,
+                    misfire=skip, catch_up_limit) are recorded (runs_log.lua); on-time fires
+                    never write to it
 
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
@@ -66,14 +69,16 @@ index is not a sorted set.
 ]]
 -- @include common
 -- @include marker
+-- @include runs_log
 -- @include fire_job
 
 local leader_key, schedules_key, backlogs_key = KEYS[1], KEYS[2], KEYS[3]
+fire_job_runs(KEYS[4])
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local hash_prefix, history_prefix, pending_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
   ARGV[7]
 local npolicies = tonumber(ARGV[8])
-if #KEYS ~= 3 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies then return '-7' end
+if #KEYS < 3 or #KEYS > 4 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies then return '-7' end
 local HEAD = 8 + npolicies
 local ACTIONS = {fire = true, misfire = true, catch_up = true, skip = true, limit = true}
 local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = true,
@@ -189,6 +194,10 @@ for _, g in ipairs(groups) do
                       ',"late_ms":' .. int_text(now - sched_ms(sched)) .. '}') then
           score = advance(hash, sched, nxt, false, true, p)
           code = 4
+          if KEYS[4] then
+            run_skipped(KEYS[4], sid, f[F_TASK], p.queue, sched,
+                        action == 'limit' and 'catch_up_limit' or 'misfire')
+          end
         else
           code = -6
         end

@@ -2,7 +2,8 @@
 occurrences are not moved. The run counts towards max_runs.
 
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] stream
-KEYS[6] op  KEYS[7] backlogs
+KEYS[6] op  KEYS[7] backlogs  KEYS[8] runs (optional: the runs log, where a trigger the overlap
+policy skips is recorded)
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 
 Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUFFERED=3
@@ -13,10 +14,12 @@ returns the first result (the execution id is derived from the Redis time of the
 ]]
 -- @include common
 -- @include marker
+-- @include runs_log
 -- @include fire_job
 
 local replay = op_replay(KEYS[6], ARGV[4])
 if replay then return replay end
+fire_job_runs(KEYS[8])
 local k = {hash = KEYS[2], history = KEYS[3], pending = KEYS[4], stream = KEYS[5]}
 if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history, 'list')
         and key_is(k.pending, 'zset') and key_is(k.stream, 'stream')

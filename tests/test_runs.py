@@ -12,9 +12,12 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched._cli import main as cli_main
+from rsched._codes import Code
 from rsched._keys import GROUP, Keys
+from rsched._plan import FireItem, FireSpec
 from rsched._queues import QueueStore
 from rsched._settings import Settings
+from rsched._store import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import fast_settings
 
@@ -138,6 +141,35 @@ async def test_filters_cursor_and_scan_bound(redis: Redis, settings: Settings) -
     assert page.cursor is not None
     more = await read_runs(redis, keys, RunFilter(status="failed"), limit=100, cursor=page.cursor)
     assert [r.execution_id for r in more] == ["e20", "e15", "e10", "e5", "e0"]
+
+
+async def test_skipped_occurrences_are_logged(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    await client.add({"id": "s", "task": "t.s", "every": 3600, "queue": "q2"})  # overlap=skip
+    await client.add({"id": "b", "task": "t.b", "every": 3600, "overlap": "buffer_one"})
+    for sid in ("s", "b", "s", "b", "b"):
+        await anyio.sleep(0.003)  # a manual run's execution id is its ms: one each
+        await client.trigger(sid)
+    store = ScheduleStore(redis, Keys(settings.prefix))
+    lease, _ = await store.lease_acquire("test-owner", 60_000)
+    assert lease is not None
+    (fields,) = await store.fields(["s"])
+    now = await store.time_ms()
+    await redis.zadd(store.keys.schedules, {"s": now - 7_200_000})
+    item = FireItem("s", fields["version"], now - 7_200_000, now - 7_200_000, now + 3_600_000,
+                    "skip", 2, FireSpec.from_hash(fields))  # fmt: skip
+    assert await store.fire(lease, [item]) == [Code.MISFIRE_SKIPPED]
+    skipped = (await client.runs(status="skipped")).items
+    got = {(r.schedule_id, r.task, r.queue, r.reason) for r in skipped}
+    assert got == {
+        ("s", "t.s", "q2", "overlap"),
+        ("s", "t.s", "q2", "misfire"),
+        ("b", "t.b", "default", "buffer_full"),
+    }
+    assert all(r.scheduled_at and r.ended_at and r.error_type is None for r in skipped)
+    # The two runs fired are in progress (queued).
+    fired = (await client.runs(status="fired")).items
+    assert sorted(r.schedule_id or "" for r in fired) == ["b", "s"]
 
 
 def _sync_ids(settings: Settings) -> list[str]:

@@ -1,6 +1,6 @@
 -- Include: fire_job — the one place an occurrence becomes a job. Shared by fire, trigger and
 -- backfill so that every path applies the same overlap policy and writes the same job entry.
--- Needs: common.lua, marker.lua.
+-- Needs: common.lua, marker.lua, runs_log.lua.
 --
 -- A fire runs for each of thousands of schedules in a herd, and in Redis 7.0 every Lua function
 -- call and table access here costs about as much as reading a hash field: the hot path keeps to
@@ -38,6 +38,8 @@
 --   occurrence is then handled as with a run unfinished.
 --   The schedule id must be one rsched accepts (letters, digits, '. _ - :'; the scheduler and
 --   the SDK check): it goes into the history's JSON unescaped.
+--   A skipped occurrence is also recorded in the runs log (runs_log.lua) when the calling
+--   script named it with fire_job_runs(key) (the on-time path never writes to it).
 --   Returns code, execution id, run_until: code FIRED=1, SKIPPED=2 by the overlap policy,
 --   BUFFERED=3 (in the pending set), or WRONG_TYPE=-6 when the history key holds another type
 --   (nothing written). When a job was written under an overlap policy, run_until is the expiry
@@ -90,6 +92,11 @@ end
 
 -- What fire_job_ok derived from the last fields it accepted, for fire_job and advance.
 local fx_runs, fx_gen = 0, '0'
+-- The runs log, when the calling script was given it (fire_job_runs).
+local fx_runs_key = nil
+local function fire_job_runs(key)
+  fx_runs_key = key
+end
 
 local function fire_job_ok(f)
   if not f[F_TASK] then return false end
@@ -182,6 +189,10 @@ local function fire_job(hash, history, pending, stream, sid, sched, now, origin,
           pending_push(pending, backlogs, sid, sched,
                        {job_pairs(exec, sid, sched, at, origin, f, p.opts)}, run_until)
           return 3, exec
+        end
+        if fx_runs_key then
+          run_skipped(fx_runs_key, sid, f[F_TASK], p.queue, sched,
+                      limit > 0 and 'buffer_full' or 'overlap')
         end
         return 2, exec
       end

@@ -265,6 +265,12 @@ class Metrics:
             "Times this scheduler acquired the lease (summed over schedulers: leader changes).",
             registry=reg,
         )
+        self.retention_removed = Counter(
+            "rsched_retention_removed",
+            "Entries the leader's retention sweep removed, by kind (runs, dead_letters, history).",
+            ["kind"],
+            registry=reg,
+        )
         self.deployment = DeploymentGauges()
         reg.register(self.deployment)
         # --- worker ----------------------------------------------------------------------

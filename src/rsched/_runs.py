@@ -68,7 +68,8 @@ class RunRecord:
     ``status`` is one of ``fired`` (queued), ``started`` (a worker holds it), ``completed``,
     ``failed`` / ``timed_out`` (an attempt that will be retried), ``retried`` (the handler
     raised :class:`rsched.Retry`), ``dead``, ``cancelled``, ``skipped`` (the occurrence did not
-    run). ``schedule_id`` is None for an enqueued job. Times are aware UTC datetimes: the
+    run; ``reason`` says why: ``overlap``, ``buffer_full``, ``misfire``, ``catch_up_limit``).
+    ``schedule_id`` is None for an enqueued job. Times are aware UTC datetimes: the
     occurrence (``scheduled_at``), when its job was written (``fired_at``), when the attempt
     started and ended (None while unknown). ``error`` is the start of the message. Since 0.1.0.
     """
@@ -86,6 +87,7 @@ class RunRecord:
     worker: str | None = None
     error_type: str | None = None
     error: str | None = None
+    reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data (datetimes in ISO 8601, absent fields left out)."""
@@ -130,9 +132,13 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord:
     """A stored record (its entry id is when it ended or was dropped)."""
     end = _int(entry_id.split("-", 1)[0])
     dur = _int(fields.get("dur"))
+    status = fields.get("status", "")
+    # A skipped occurrence's record holds why in the error type's place.
+    etype = fields.get("etype") or None
+    reason = etype if status == "skipped" else None
     return RunRecord(
         execution_id=fields.get("exec", ""),
-        status=fields.get("status", ""),
+        status=status,
         task=fields.get("task", ""),
         queue=fields.get("queue", ""),
         schedule_id=fields.get("sid") or None,
@@ -142,8 +148,9 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord:
         ended_at=_dt(end),
         attempt=_int(fields.get("attempt")),
         worker=fields.get("worker") or None,
-        error_type=fields.get("etype") or None,
+        error_type=None if reason else etype,
         error=fields.get("error") or None,
+        reason=reason,
     )
 
 

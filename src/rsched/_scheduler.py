@@ -3,6 +3,7 @@
 Actors (each one task owning its state, talking through one memory stream into the ticker):
 - lease keeper: acquires the lease, renews it well inside its TTL, reports lead/lost;
 - wake listener: a schedule moved earlier than the ticker planned (pub/sub), wake up now;
+- retention (_retention.py): while leading, trims the runs log, dead letters and histories;
 - ticker: while leading, reads what is due by Redis TIME, plans each schedule's occurrences
   (misfire policies) and fires them in bounded batches; then sleeps until the earliest next run.
 Correctness never rests on this process being right about its leadership: the fire script
@@ -37,6 +38,7 @@ from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._metrics import METRICS
 from rsched._plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
+from rsched._retention import Retention
 from rsched._rules import NAME_RE
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
@@ -120,6 +122,8 @@ class Scheduler:
                 await tg.start(self._keep_lease, send.clone())
                 await tg.start(self._listen_wake, send.clone())
                 await tg.start(self._health.run)
+                # Trims the runs log, dead letters and histories while this one leads.
+                await tg.start(Retention(self.redis, self.settings, lambda: self.is_leader).run)
                 tg.start_soon(self._tick_loop, recv.clone())
                 task_status.started()
                 await self._stop.wait()

@@ -389,6 +389,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.queue(queue, level),
                 op_key,
                 k.backlogs,
+                k.runs,
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
         )
@@ -632,7 +633,7 @@ class ScheduleStore(_lua.ScriptCaller):
     async def fire(self, lease: str, items: Sequence[FireItem]) -> list[int] | None:
         """Fire a batch of items; returns a code per item, None when not leader."""
         k = self.keys
-        keys = [k.leader, k.schedules, k.backlogs]
+        keys = [k.leader, k.schedules, k.backlogs, k.runs]
         args = [
             lease, str(self.history_limit), k.cancel,
             k.schedule(""), k.history(""), k.pending(""), k.queue(""),

@@ -1,0 +1,37 @@
+--[[ trim_history — drop history events older than a cutoff, a bounded slice of schedules at a
+time (the leader's retention sweep walks the schedules index by rank, a slice per sweep).
+
+Each schedule's history is newest first, so its old events are at the tail: pop from the right
+while the last event's "at" (ms) is older than the cutoff. An event without a readable "at"
+(written by hand) stops the trim of that list. A key of another type is skipped.
+
+KEYS[1] schedules   {p}:schedules (ZSET of every schedule id)
+ARGV[1] history key prefix ("{p}:history:"): a schedule's history is the prefix and its id,
+        with the hash tag of KEYS[1], so the script touches a single slot
+ARGV[2] cutoff (ms): events recorded before it are dropped
+ARGV[3] start rank in the index   ARGV[4] how many schedules to look at
+
+Returns {events removed, next start rank (0 when the walk went round the whole index)}.
+]]
+-- @include common
+
+local schedules, prefix = KEYS[1], ARGV[1]
+local cutoff, start, count = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if not key_is(schedules, 'zset') then return {0, 0} end
+local ids = rcall('ZRANGE', schedules, start, start + count - 1)
+local removed = 0
+for i = 1, #ids do
+  local history = prefix .. ids[i]
+  if key_is(history, 'list') then
+    while true do
+      local last = rcall('LINDEX', history, -1)
+      local at = last and tonumber(string.match(last, '"at":(%d+)'))
+      if not at or at >= cutoff then break end
+      rcall('RPOP', history)
+      removed = removed + 1
+    end
+  end
+end
+local nxt = start + #ids
+if #ids < count then nxt = 0 end
+return {removed, nxt}
