@@ -17,7 +17,7 @@ ARGV[1] group   ARGV[2] history cap
 ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
                 event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…'),
                 dedup (optional: 1 = a dedup key follows, 0 = none),
-                run (optional: the runs log record's values, runs_log.lua)]
+                run (optional: the runs log record, a JSON array as text, runs_log.lua)]
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 

@@ -23,7 +23,7 @@ ARGV[6] execution id   ARGV[7] attempt
 ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
 ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or with KEYS[7]:
-ARGV[10] runs log cap   ARGV[11] the record's values (JSON list)   ARGV[12..] the fields
+ARGV[10] runs log cap   ARGV[11] the record (JSON array, runs_log.lua)   ARGV[12..] the fields
 
 Returns {OK=5, dead-letter entry id} | {NOT_PENDING=-10} the entry was not pending (nothing
 done) | {WRONG_TYPE=-6} wrong key type.
@@ -56,8 +56,5 @@ if has_schedule and schedule_keys_ok(history, hash, pending) and schedule_exists
   job_event(history, cap, 'dead', exec, attempt, now, extra)
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
-if runs then
-  local ok, values = pcall(cjson.decode, run)
-  if ok then run_log(runs, runs_cap, values) end
-end
+if runs then run_log(runs, runs_cap, run) end
 return {5, dead_id}  -- OK

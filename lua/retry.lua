@@ -23,7 +23,7 @@ ARGV[8] event           'failed' | 'timed_out' | 'retry' (the handler raised rsc
 ARGV[9] has history     '1' | '0'
 ARGV[10] extra          JSON fragment for the history event ('' or ',…')
 ARGV[11] runs log cap (entries; with KEYS[5])
-ARGV[12] the runs log record's values (JSON list; with KEYS[5])
+ARGV[12] the runs log record (JSON array, runs_log.lua; with KEYS[5])
 
 Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing done) |
 {WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the next attempt is not a JSON list of strings.
@@ -55,8 +55,5 @@ if has_history and key_is(history, 'list') and (not hash or schedule_exists(hash
   job_event(history, cap, event, exec, attempt, now,
             ',"retry_in_ms":' .. int_text(due - now) .. extra)
 end
-if runs then
-  local ok, values = pcall(cjson.decode, ARGV[12])
-  if ok then run_log(runs, tonumber(ARGV[11]), values) end
-end
+if runs then run_log(runs, tonumber(ARGV[11]), ARGV[12]) end
 return {5, int_text(due)}  -- OK

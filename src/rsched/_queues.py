@@ -68,7 +68,7 @@ class Done:
     extra: str = ""  # JSON fragment ('' or ',"k":v…')
     dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
     result: bytes | None = None  # what the handler returned (JSON), kept before the ack
-    run: Sequence[str] | None = None  # the runs log record (_runs.run_values); None: not logged
+    run: str | None = None  # the runs log record (_runs.run_record); None: not logged
 
 
 def fragment(fields: dict[str, Any]) -> str:
@@ -88,7 +88,7 @@ class QueueStore(_lua.ScriptCaller):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         dead_letter_max_entries: int = 100_000,
         dedup_window_s: float = DEFAULT_DEDUP_WINDOW_S,
-        runs_max_entries: int = 1_000_000,
+        runs_max_entries: int = 500_000,
     ) -> None:
         super().__init__(redis)
         self.keys = keys
@@ -474,7 +474,7 @@ class QueueStore(_lua.ScriptCaller):
             if d.dedup:
                 keys.append(self.keys.dedup(d.execution_id))
             if d.run is not None:
-                item = (*item, 1 if d.dedup else 0, list(d.run))
+                item = (*item, 1 if d.dedup else 0, d.run)
             elif d.dedup:
                 item = (*item, 1)
             items.append(item)
@@ -498,11 +498,11 @@ class QueueStore(_lua.ScriptCaller):
         event: str,
         extra: str,
         priority: Priority = "normal",
-        run: Sequence[str] = (),
+        run: str = "",
     ) -> int | None:
         """Schedule the next attempt; returns its due time (ms) or None when not pending.
         ``next_fields`` carry the job's level (its 'priority' field) for the promoter; ``run``
-        is the attempt's record for the runs log (_runs.run_values)."""
+        is the attempt's record for the runs log (_runs.run_record)."""
         stream = self.keys.queue(queue, priority)
         history = self.keys.history(schedule_id) if schedule_id else stream
         hash_key = self.keys.schedule(schedule_id) if schedule_id else stream
@@ -521,7 +521,7 @@ class QueueStore(_lua.ScriptCaller):
                 "1" if schedule_id else "0",
                 extra,
                 self.runs_max_entries,
-                orjson.dumps(list(run)).decode(),
+                run,
             ],
         )
         if check(res, script="retry", queue=queue) == Code.NOT_PENDING:
@@ -543,11 +543,11 @@ class QueueStore(_lua.ScriptCaller):
         first_event: str = "",
         extra: str = "",
         priority: Priority = "normal",
-        run: Sequence[str] = (),
+        run: str = "",
     ) -> str | None:
         """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
         entry was no longer pending). The stored job names its level, for ``requeue``; ``run``
-        is the run's record for the runs log (_runs.run_values)."""
+        is the run's record for the runs log (_runs.run_record)."""
         sid = raw.get("schedule_id") or ""
         has_schedule = bool(sid) and NAME_RE.match(sid) is not None
         k = self.keys
@@ -592,7 +592,7 @@ class QueueStore(_lua.ScriptCaller):
                 first_event,
                 extra,
                 self.runs_max_entries,
-                orjson.dumps(list(run)).decode(),
+                run,
                 *fields,
             ],
         )

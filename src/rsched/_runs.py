@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
@@ -29,7 +30,7 @@ from rsched._rules import PRIORITIES
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")
-#: The record's fields, in the order the scripts write them (lua/includes/runs_log.lua).
+#: The record's values, in the order of its JSON array (lua/includes/runs_log.lua).
 RUN_FIELDS = (
     "exec", "sid", "task", "queue", "status", "sched", "fired", "attempt", "worker", "dur",
     "etype", "error",
@@ -99,7 +100,7 @@ class RunRecord:
         return out
 
 
-def run_values(
+def run_record(
     fields: Mapping[str, str],
     *,
     queue: str,
@@ -108,48 +109,65 @@ def run_values(
     duration_ms: float | None = None,
     error_type: str = "",
     error: str = "",
-) -> list[str]:
-    """The values of a record (RUN_FIELDS order) of a job's entry ``fields`` that ended with
-    ``status``: what the worker scripts append to the log."""
-    status = EVENT_STATUS.get(status, status)
-    return [
-        fields.get("execution_id", ""),
-        fields.get("schedule_id", ""),
-        fields.get("task", ""),
-        queue,
-        status,
-        fields.get("scheduled_at", ""),
-        fields.get("fired_at", ""),
-        fields.get("attempt", "1"),
-        worker,
-        "" if duration_ms is None else str(round(duration_ms)),
-        error_type,
-        error[:ERROR_MAX],
-    ]
+) -> str:
+    """The record (a JSON array in RUN_FIELDS order, lua/includes/runs_log.lua) of a job's entry
+    ``fields`` that ended with ``status``: what the worker scripts append to the log."""
+    return orjson.dumps(
+        [
+            fields.get("execution_id", ""),
+            fields.get("schedule_id") or None,
+            fields.get("task", ""),
+            queue,
+            EVENT_STATUS.get(status, status),
+            _int(fields.get("scheduled_at")),
+            _int(fields.get("fired_at")),
+            _int(fields.get("attempt")),
+            worker or None,
+            None if duration_ms is None else round(duration_ms),
+            error_type or None,
+            error[:ERROR_MAX] or None,
+        ]
+    ).decode()
 
 
-def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord:
-    """A stored record (its entry id is when it ended or was dropped)."""
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
+    """A stored record (its entry id is when it ended or was dropped), or None when the entry
+    is not one (someone else wrote it)."""
+    try:
+        data = orjson.loads(fields.get("r", ""))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, list) or len(data) != len(RUN_FIELDS):
+        return None
+    row = dict(zip(RUN_FIELDS, data, strict=True))
     end = _int(entry_id.split("-", 1)[0])
-    dur = _int(fields.get("dur"))
-    status = fields.get("status", "")
+    dur = _whole(row["dur"])
+    status = _text(row["status"]) or ""
     # A skipped occurrence's record holds why in the error type's place.
-    etype = fields.get("etype") or None
+    etype = _text(row["etype"])
     reason = etype if status == "skipped" else None
     return RunRecord(
-        execution_id=fields.get("exec", ""),
+        execution_id=_text(row["exec"]) or "",
         status=status,
-        task=fields.get("task", ""),
-        queue=fields.get("queue", ""),
-        schedule_id=fields.get("sid") or None,
-        scheduled_at=_dt(_int(fields.get("sched"))),
-        fired_at=_dt(_int(fields.get("fired"))),
+        task=_text(row["task"]) or "",
+        queue=_text(row["queue"]) or "",
+        schedule_id=_text(row["sid"]),
+        scheduled_at=_dt(_whole(row["sched"])),
+        fired_at=_dt(_whole(row["fired"])),
         started_at=_dt(end - dur) if end is not None and dur is not None else None,
         ended_at=_dt(end),
-        attempt=_int(fields.get("attempt")),
-        worker=fields.get("worker") or None,
+        attempt=_whole(row["attempt"]),
+        worker=_text(row["worker"]),
         error_type=None if reason else etype,
-        error=fields.get("error") or None,
+        error=_text(row["error"]),
         reason=reason,
     )
 
@@ -211,7 +229,7 @@ async def read_runs(
             raise ValueError(f"{cursor!r} is not a cursor ({exc})") from None
         for entry_id, fields in page:
             record = record_of(entry_id, fields)
-            if want.keeps(record):
+            if record is not None and want.keeps(record):
                 out.append(record)
                 if len(out) == limit:
                     return Page(out, entry_id)

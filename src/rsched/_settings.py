@@ -164,7 +164,7 @@ class RetentionSettings(BaseModel):
     # The runs log: records older than this are trimmed (XTRIM MINID), and every write keeps
     # about runs_max_entries newest (MAXLEN ~), whichever is less.
     runs_max_age_s: float = Field(default=7 * 86_400, ge=60)
-    runs_max_entries: int = Field(default=1_000_000, ge=100, le=100_000_000)
+    runs_max_entries: int = Field(default=500_000, ge=100, le=100_000_000)
     # Dead letters older than this are trimmed (the count cap is worker.dead_letter_max_entries).
     dead_letter_max_age_s: float = Field(default=30 * 86_400, ge=60)
     # A schedule's history events older than this are dropped (its count cap is history_limit).

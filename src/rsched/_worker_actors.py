@@ -45,7 +45,7 @@ from rsched._metrics import METRICS
 from rsched._queues import Done, Lane, QueueStore, fragment
 from rsched._registry import worker_record
 from rsched._rules import PRIORITIES, Priority
-from rsched._runs import run_values
+from rsched._runs import run_record
 from rsched._settings import Settings
 
 log = get_logger("rsched.worker")
@@ -428,7 +428,7 @@ class Actors:
                 worker=self.consumer,
                 extra=fragment(extra),
                 priority=level,
-                run=run_values(
+                run=run_record(
                     raw,
                     queue=queue,
                     status="dead",
@@ -549,7 +549,7 @@ class Actors:
                 fragment({"duration_ms": duration_ms, **extra}) if job.schedule_id else "",
                 "dedup" in job.fields,
                 result,
-                run=run_values(
+                run=run_record(
                     job.fields,
                     queue=job.queue,
                     status=event,
@@ -614,7 +614,7 @@ class Actors:
                     first_event="timed_out" if timed_out else "",
                     extra=fragment({**extra, "reason": reason}),
                     priority=job.priority,
-                    run=run_values(
+                    run=run_record(
                         job.fields,
                         queue=job.queue,
                         status="dead",
@@ -671,7 +671,7 @@ class Actors:
                 event=event,
                 extra=fragment(extra),
                 priority=job.priority,
-                run=run_values(
+                run=run_record(
                     job.fields,
                     queue=job.queue,
                     status=event,
