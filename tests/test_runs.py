@@ -115,8 +115,9 @@ async def test_filters_cursor_and_scan_bound(redis: Redis, settings: Settings) -
     keys = Keys(settings.prefix)
     await redis.xadd(keys.runs, {"r": "not a record"})  # someone else's entry: passed over
     for i in range(30):
-        values = [f"e{i}", "s1" if i % 2 else None, f"t{i % 3}", "default",
-                  "completed" if i % 5 else "failed", None, None, 1, "w", 3, None, None]  # fmt: skip
+        status = "completed" if i % 5 else "failed"
+        sid = "s1" if i % 2 else None
+        values = [f"e{i}", sid, f"t{i % 3}", "default", status, None, None, 1, "w", 3, None, None]
         await redis.xadd(keys.runs, {"r": orjson.dumps(values)})
     client = rsched.Client(redis, settings)
     first = await client.runs(limit=10)
