@@ -11,15 +11,16 @@ ARGV[1] history key prefix ("{p}:history:"): a schedule's history is the prefix 
 ARGV[2] cutoff (ms): events recorded before it are dropped
 ARGV[3] start rank in the index   ARGV[4] how many schedules to look at
 
-Returns {events removed, next start rank (0 when the walk went round the whole index)}.
+Returns {events removed, next start rank (0 when the walk went round the whole index)}: two
+counts, no code.
 ]]
 -- @include common
 
 local schedules, prefix = KEYS[1], ARGV[1]
 local cutoff, start, count = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if not key_is(schedules, 'zset') then return {0, 0} end
+local removed, nxt = 0, 0
+if not key_is(schedules, 'zset') then return {removed, nxt} end  -- someone else's key: nothing
 local ids = rcall('ZRANGE', schedules, start, start + count - 1)
-local removed = 0
 for i = 1, #ids do
   local history = prefix .. ids[i]
   if key_is(history, 'list') then
@@ -32,6 +33,5 @@ for i = 1, #ids do
     end
   end
 end
-local nxt = start + #ids
-if #ids < count then nxt = 0 end
+if #ids == count then nxt = start + count end
 return {removed, nxt}

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 
 from rsched import _lua
 from rsched._backoff import Backoff
+from rsched._errors import RschedError
 from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._metrics import METRICS
@@ -64,7 +65,8 @@ class Retention(_lua.ScriptCaller):
                 try:
                     await self.sweep()
                     backoff.reset()
-                except (RedisError, OSError) as exc:
+                except (RedisError, OSError, RschedError) as exc:
+                    # A sweep that fails is tried again later; it never stops the scheduler.
                     delay = min(delay, backoff.next())
                     log.warning("redis.error", actor="retention", error=str(exc), retry_s=delay)
             await anyio.sleep(delay)
