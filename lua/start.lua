@@ -10,6 +10,8 @@ Running it twice records "running" twice at most, "cancelled" once.
 
 KEYS[1] stream  {p}:queue:<queue>
 then 2 keys per item: history {p}:history:<id>, hash {p}:schedule:<id>
+then, optionally (an even number of keys in all), the runs log {p}:runs: a superseded job is
+  recorded there as cancelled (runs_log.lua)
 ARGV[1] group   ARGV[2] history cap   ARGV[3] worker id
 then 4 args per item: entry id, execution id, attempt, extra (JSON fragment, '' or ',…')
 
@@ -18,9 +20,12 @@ Returns one code per item: OK=5 run it | SUPERSEDED=-11 (already acknowledged, d
 -- @include common
 -- @include marker
 -- @include job_run
+-- @include runs_log
 
 local stream = KEYS[1]
 local group, cap, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local runs = nil
+if #KEYS % 2 == 0 then runs = KEYS[#KEYS] end
 local now = now_ms()
 local out = {}
 local n = (#ARGV - 3) / 4
@@ -36,6 +41,9 @@ for i = 0, n - 1 do
         rcall('XDEL', stream, id)
         job_event(history, cap, 'cancelled', exec, attempt, now,
                   ',"reason":"superseded","by":' .. json_str(owner))
+        if runs then
+          run_superseded(runs, stream, exec, rcall('HGET', hash, 'task'), attempt, worker)
+        end
       end
       code = -11  -- SUPERSEDED
     else

@@ -172,6 +172,33 @@ async def test_skipped_occurrences_are_logged(redis: Redis, settings: Settings) 
     assert sorted(r.schedule_id or "" for r in fired) == ["b", "s"]
 
 
+async def test_cancelled_runs_say_why(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    await client.add({"id": "c", "task": "t.ok", "every": 3600, "overlap": "cancel_previous"})
+    first = await client.trigger("c")
+    await anyio.sleep(0.003)
+    second = await client.trigger("c")  # the first, still queued, is superseded
+    async with running(_worker(settings), redis):
+
+        async def ended() -> bool:
+            page = await client.runs(schedule_id="c", limit=10)
+            return sum(r.status in ("completed", "cancelled") for r in page) == 2
+
+        await wait_until(ended)
+    by_id = {r.execution_id: r for r in await client.runs(schedule_id="c")}
+    cancelled = by_id[first.execution_id]
+    assert (cancelled.status, cancelled.reason, cancelled.task) == (
+        "cancelled",
+        "superseded",
+        "t.ok",
+    )
+    assert cancelled.queue == "default"
+    assert cancelled.worker
+    assert cancelled.error_type is None
+    assert cancelled.scheduled_at is not None
+    assert by_id[second.execution_id].status == "completed"
+
+
 def _sync_ids(settings: Settings) -> list[str]:
     with rsched.SyncClient.from_url(settings.url, prefix=settings.prefix) as client:
         return [r.execution_id for r in client.runs(limit=5)]
@@ -205,7 +232,8 @@ async def test_cli_runs(
         await client.enqueue("t.boom", max_retries=0)
 
         async def ended() -> bool:
-            return len((await client.runs(limit=10)).items) >= 2
+            page = await client.runs(limit=10)
+            return sum(r.status in ("completed", "dead") for r in page) == 2
 
         await wait_until(ended)
     env = ["--redis-url", settings.url, "--prefix", settings.prefix]

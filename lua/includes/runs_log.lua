@@ -20,6 +20,11 @@
 --   The record of an occurrence that did not run (status 'skipped', the reason in the error
 --   type's place): overlap, buffer_full (overlap policies), misfire (misfire=skip),
 --   catch_up_limit. sched is the occurrence's ms as text (digits).
+-- run_superseded(runs, stream, exec, task, attempt, worker)
+--   The record of a job acknowledged unrun because a newer run of its schedule replaced it
+--   (start.lua; status 'cancelled', reason 'superseded' in the error type's place): the
+--   schedule id and scheduled time come from the execution id (<id>@<ms>), the queue from the
+--   stream's name.
 
 local runs_log_ok = nil
 
@@ -39,4 +44,13 @@ local function run_skipped(runs, sid, task, queue, sched, reason)
   run_log(runs, nil, '[' .. json_str(sid .. '@' .. sched) .. ',' .. json_str(sid) .. ',' ..
                      json_str(task or '') .. ',' .. json_str(string.match(queue, '^[^#]*')) ..
                      ',"skipped",' .. sched .. ',null,null,null,null,"' .. reason .. '",null]')
+end
+
+local function run_superseded(runs, stream, exec, task, attempt, worker)
+  local sid, sched = string.match(exec, '^(.*)@(%d+)$')
+  local queue = string.match(stream, '}:queue:([^#]*)') or ''
+  run_log(runs, nil, '[' .. json_str(exec) .. ',' .. json_str(sid or '') .. ',' ..
+                     json_str(task or '') .. ',' .. json_str(queue) .. ',"cancelled",' ..
+                     (sched or 'null') .. ',null,' .. (tonumber(attempt) or 'null') .. ',' ..
+                     json_str(worker) .. ',null,"superseded",null]')
 end

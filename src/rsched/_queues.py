@@ -455,6 +455,7 @@ class QueueStore(_lua.ScriptCaller):
         for entry_id, exec_id, sid, attempt, extra in items:
             keys += [self.keys.history(sid), self.keys.schedule(sid)]
             args += [entry_id, exec_id, attempt, extra]
+        keys.append(self.keys.runs)  # where a superseded job is recorded as cancelled
         return [Code(int(c)) for c in await self.call("start", keys, args)]
 
     async def complete(

@@ -69,7 +69,8 @@ class RunRecord:
     ``status`` is one of ``fired`` (queued), ``started`` (a worker holds it), ``completed``,
     ``failed`` / ``timed_out`` (an attempt that will be retried), ``retried`` (the handler
     raised :class:`rsched.Retry`), ``dead``, ``cancelled``, ``skipped`` (the occurrence did not
-    run; ``reason`` says why: ``overlap``, ``buffer_full``, ``misfire``, ``catch_up_limit``).
+    run; ``reason`` says why: ``overlap``, ``buffer_full``, ``misfire``, ``catch_up_limit``;
+    of a cancelled run: ``cancel_previous`` while it ran, ``superseded`` before it started).
     ``schedule_id`` is None for an enqueued job. Times are aware UTC datetimes: the
     occurrence (``scheduled_at``), when its job was written (``fired_at``), when the attempt
     started and ended (None while unknown). ``error`` is the start of the message. Since 0.1.0.
@@ -151,9 +152,9 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
     end = _int(entry_id.split("-", 1)[0])
     dur = _whole(row["dur"])
     status = _text(row["status"]) or ""
-    # A skipped occurrence's record holds why in the error type's place.
+    # A skipped or cancelled run's record holds why in the error type's place.
     etype = _text(row["etype"])
-    reason = etype if status == "skipped" else None
+    reason = etype if status in ("skipped", "cancelled") else None
     return RunRecord(
         execution_id=_text(row["exec"]) or "",
         status=status,

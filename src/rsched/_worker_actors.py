@@ -555,6 +555,7 @@ class Actors:
                     status=event,
                     worker=self.consumer,
                     duration_ms=duration_ms,
+                    error_type=str(extra.get("reason", "")),  # why it was cancelled
                 ),
             ),
         )
