@@ -160,7 +160,7 @@ def _worker(settings: Settings) -> rsched.Worker:
 #: replay buckets that expire. Nothing named after the schedule.
 STAYS = re.compile(
     r"^\{(?P<p>[^}]+)\}:(queue:default(#high|#low)?|delayed:default|dead:default|queues|runs"
-    r"|leader|fence|schedules|backlogs|ops:\d+)$"
+    r"|leader|fence|schedules|backlogs|events|health|ops:\d+)$"
 )
 
 
