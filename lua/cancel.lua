@@ -1,8 +1,9 @@
 --[[ cancel — an operator cancels a job that waits: in its stream (not yet read by a worker) or
 in its queue's delayed set (a retry or a delayed enqueue).
 
-The job is removed and "cancelled" is recorded on its schedule's history, whose run ends (run
-marker, release of a pending occurrence) as when a job completes; an enqueued job's dedup
+The job is removed and "cancelled" is recorded on its schedule's history (while the schedule
+exists) and in the runs log, and the schedule's run ends (run marker, release of a pending
+occurrence) as when a job completes; an enqueued job's dedup
 window counts from now. A job a worker already read is not touched: RUNNING tells the caller
 to cancel it on its worker. Running it twice cancels once (the second call finds nothing).
 
@@ -10,13 +11,17 @@ KEYS[1] stream   {p}:queue:<queue> (the job's level's stream)
 KEYS[2] delayed  {p}:delayed:<queue>
 KEYS[3] history  {p}:history:<id>    KEYS[4] hash {p}:schedule:<id>
 KEYS[5] pending  {p}:pending:<id>    (KEYS[3..5] ignored when ARGV[7] is '0')
-KEYS[6] dedup    {p}:dedup:<execution id> (optional: an enqueued job with its own id)
+KEYS[6] dedup    {p}:dedup:<execution id> (optional: an enqueued job with its own id; any key
+                 of another type, the stream, when there is none but KEYS[7] is given)
+KEYS[7] runs     optional: the runs log {p}:runs, where the cancelled job is recorded
+                 (runs_log.lua) with ARGV[9] (its cap) and ARGV[10] (the record)
 ARGV[1] group
 ARGV[2] where    'stream' | 'delayed'
 ARGV[3] entry    the stream entry id, or the delayed set's member (the job's JSON fields)
 ARGV[4] execution id   ARGV[5] attempt   ARGV[6] history cap
 ARGV[7] has history    '1' | '0'
 ARGV[8] extra    JSON fragment for the history event ('' or ',…')
+ARGV[9] runs log cap   ARGV[10] the record (JSON array; with KEYS[7])
 
 Returns OK=5 cancelled | NOT_FOUND=-2 the job is no longer there (it ran, or was cancelled) |
 RUNNING=-12 a worker holds it (nothing done) | WRONG_TYPE=-6 a key holds another type.
@@ -24,6 +29,7 @@ RUNNING=-12 a worker holds it (nothing done) | WRONG_TYPE=-6 a key holds another
 -- @include common
 -- @include marker
 -- @include job_run
+-- @include runs_log
 
 local stream, delayed = KEYS[1], KEYS[2]
 local history, hash, pending, dedup = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -42,8 +48,9 @@ else
 end
 local now = now_ms()
 if dedup then dedup_finish(dedup) end
-if has_history and schedule_keys_ok(history, hash, pending) then
+if has_history and schedule_keys_ok(history, hash, pending) and schedule_exists(hash) then
   job_event(history, cap, 'cancelled', exec, attempt, now, extra)
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
+if KEYS[7] then run_log(KEYS[7], tonumber(ARGV[9]), ARGV[10]) end
 return 5  -- OK

@@ -160,7 +160,8 @@ def _worker(settings: Settings) -> rsched.Worker:
 #: replay buckets that expire. Nothing named after the schedule.
 STAYS = re.compile(
     r"^\{(?P<p>[^}]+)\}:(queue:default(#high|#low)?|delayed:default|dead:default|queues|runs"
-    r"|leader|fence|schedules|backlogs|events|health|ops:\d+)$"
+    r"|leader|leader_ttl|fence|schedules|backlogs|events|health|workers|worker:[^:]+:\d+:\w+"
+    r"|result:[^}]+|ops:\d+)$"
 )
 
 
@@ -207,7 +208,7 @@ async def test_a_removed_schedule_leaves_no_key_behind(redis: Redis, settings: S
     left = [k for k in keys if not STAYS.match(k)]
     assert left == [], f"keys left after remove: {left}"
     for key in keys:
-        if ":ops:" in key:
+        if ":ops:" in key or ":result:" in key:
             assert await redis.pttl(key) > 0
     assert await redis.zcard(Keys(settings.prefix).schedules) == 0
     # The runs log keeps the schedule's runs, the last ones after its removal included.

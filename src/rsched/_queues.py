@@ -24,6 +24,7 @@ from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
 from rsched._events import EventLog
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued, JobOptions
 from rsched._keys import GROUP, Keys
+from rsched._model import to_ms
 from rsched._registry import (
     JobInfo,
     WorkerInfo,
@@ -44,6 +45,7 @@ from rsched._rules import (
     encode_payload,
     parse_duration_s,
 )
+from rsched._runs import run_record
 from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
 PAGE = 500
@@ -894,8 +896,22 @@ class QueueStore(_lua.ScriptCaller):
             keys += [k.history(sid), k.schedule(sid), k.pending(sid)]
         else:
             keys += [stream] * 3
-        if job.schedule_id is None and NAME_RE.match(job.execution_id):
-            keys.append(k.dedup(job.execution_id))
+        has_dedup = job.schedule_id is None and NAME_RE.match(job.execution_id) is not None
+        # The dedup key, or the stream in its place (cancel.lua leaves a key of another type
+        # alone), then the runs log and its record of the cancelled job.
+        keys += [k.dedup(job.execution_id) if has_dedup else stream, k.runs]
+        run = run_record(
+            {
+                "execution_id": job.execution_id,
+                "schedule_id": sid or "",
+                "task": job.task or "",
+                "attempt": str(job.attempt or 1),
+                "fired_at": str(to_ms(job.enqueued_at)) if job.enqueued_at else "",
+            },
+            queue=job.queue,
+            status="cancelled",
+            error_type=reason,
+        )
         res = await self.call(
             "cancel",
             keys,
@@ -908,6 +924,8 @@ class QueueStore(_lua.ScriptCaller):
                 self.history_limit,
                 "1" if has_schedule else "0",
                 fragment({"reason": reason}),
+                self.runs_max_entries,
+                run,
             ],
         )
         code = Code(int(res))
