@@ -101,6 +101,12 @@ class RunRecord:
         return out
 
 
+def _num(value: str | None) -> int | None:
+    """A stored whole number (ms, attempt) as a number, or None; no try/except: this runs for
+    every job a worker finishes."""
+    return int(value) if value and value.isdigit() else None
+
+
 def run_record(
     fields: Mapping[str, str],
     *,
@@ -112,17 +118,19 @@ def run_record(
     error: str = "",
 ) -> str:
     """The record (a JSON array in RUN_FIELDS order, lua/includes/runs_log.lua) of a job's entry
-    ``fields`` that ended with ``status``: what the worker scripts append to the log."""
+    ``fields`` that ended with ``status``: what the worker scripts append to the log. On the
+    worker's path of every job: ~2 µs."""
+    get = fields.get
     return orjson.dumps(
         [
-            fields.get("execution_id", ""),
-            fields.get("schedule_id") or None,
-            fields.get("task", ""),
+            get("execution_id", ""),
+            get("schedule_id") or None,
+            get("task", ""),
             queue,
             EVENT_STATUS.get(status, status),
-            _int(fields.get("scheduled_at")),
-            _int(fields.get("fired_at")),
-            _int(fields.get("attempt")),
+            _num(get("scheduled_at")),
+            _num(get("fired_at")),
+            _num(get("attempt")),
             worker or None,
             None if duration_ms is None else round(duration_ms),
             error_type or None,
