@@ -143,9 +143,10 @@ async def test_demo_on_a_given_redis_cleans_up_its_schedules(
         f"{{{prefix}}}:fence",
         f"{{{prefix}}}:leader_ttl",
         f"{{{prefix}}}:events",  # the dead letters' events
+        f"{{{prefix}}}:runs",
     }
-    for key in (f"{{{prefix}}}:fence", f"{{{prefix}}}:leader_ttl", f"{{{prefix}}}:events"):
-        assert key in out
+    for name in ("fence", "leader_ttl", "events", "runs"):
+        assert f"{{{prefix}}}:{name}" in out
 
 
 @pytest.mark.slow

@@ -492,6 +492,8 @@ async def _clean_up(redis: Redis, client: Client, keys: Keys, schedules: list[Sc
         _say(f"  {dead} dead letter(s) in {keys.dead(QUEUE)}: {cli} dead ls --queue {QUEUE} shows")
         _say(f"    them, {cli} dead purge --all --queue {QUEUE} deletes them")
         _say(f"  the queue name {QUEUE!r} in {keys.queues} (rsched stats counts its dead letters)")
+    if await redis.exists(keys.runs):
+        _say(f"  the runs log {keys.runs} (rsched runs shows it; the scheduler trims it by age)")
     if await redis.exists(keys.events):
         _say(f"  the events stream {keys.events} (rsched events shows it; capped in length)")
     _say(f"  the scheduler's fencing counter {keys.fence} (kept so that tokens never repeat)")
