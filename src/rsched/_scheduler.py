@@ -5,7 +5,8 @@ Actors (each one task owning its state, talking through one memory stream into t
 - wake listener: a schedule moved earlier than the ticker planned (pub/sub), wake up now;
 - retention (_retention.py): while leading, trims the runs log, dead letters and histories;
 - ticker: while leading, reads what is due by Redis TIME, plans each schedule's occurrences
-  (misfire policies) and fires them in bounded batches; then sleeps until the earliest next run.
+  (misfire policies) and fires them in batches sized so that each call holds Redis for about
+  fire_budget_ms; then sleeps until the earliest next run.
 Correctness never rests on this process being right about its leadership: the fire script
 checks the fencing token, the schedule's version and the occurrence atomically.
 """
@@ -301,10 +302,12 @@ class Scheduler:
         server_us = store.fire_server_us - self._seen_us
         if server_us > 0:
             items = store.fire_timed_items - self._seen_items
+            if items < MIN_BATCH:  # the calls of a few items each are added up first
+                return
             self._seen_us, self._seen_items = store.fire_server_us, store.fire_timed_items
         else:
             server_us = int((replied - max(sent, self._last_reply)) * 1e6)
-        self._last_reply = replied
+            self._last_reply = replied
         if items < MIN_BATCH or server_us <= 0:
             return
         sample = min(server_us / items, self._item_us * SAMPLE_MAX_RATIO)
