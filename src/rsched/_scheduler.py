@@ -53,6 +53,8 @@ STALE, NOT_DUE, WRONG_TYPE = Code.STALE, Code.NOT_DUE, Code.WRONG_TYPE
 QUARANTINE_S = 30.0
 SPEC_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
+# A round takes up the next due reads of a herd for this long at most (see _chain).
+CHAIN_S = 10.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
 # A full round's next due read goes out with this many of its batches still to run (see _fire).
@@ -343,14 +345,11 @@ class Scheduler:
             delay = until - time.monotonic()  # the prefetch took some of the idle time
             return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
 
-        # `due` lists the oldest first: its lateness is the round's. A full window means more is
-        # due: the next round's read goes out while this round's last batches are still firing.
+        # `due` lists the oldest first: its lateness is the round's.
         counts = await self._fire(
             lease,
-            self._plan(ready, now),
+            lambda read_next: self._chain(ready, now, full, read_next),
             late_ms=max(0, now - ready[0][1]),
-            read_ahead={sid for sid, _ in ready} if full else None,
-            read_after=len(ready) - READ_AHEAD_BATCHES * self.batch_size(),
         )
         if self._read_ahead is None:  # between herds' rounds it would hold the next one up
             await self._release_lost(lease)
@@ -365,9 +364,19 @@ class Scheduler:
         if self._warm == lease:
             return
         self._warm = lease
+
+        async def one(load: bool) -> None:
+            with contextlib.suppress(RedisError, OSError):  # only a head start: never an error
+                if load:
+                    script = self.store.script("fire")
+                    await self.redis.script_load(script.script)
+                else:
+                    await self.redis.ping()
+
+        # At once, so that each takes a connection of its own from the pool.
         async with anyio.create_task_group() as tg:
-            for _ in range(self.cfg.max_in_flight):
-                tg.start_soon(self.store.fire, lease, [])
+            for n in range(self.cfg.max_in_flight):
+                tg.start_soon(one, n == 0)
 
     async def _release_lost(self, lease: str) -> None:
         """Every RELEASE_EVERY_S, release the backlogs of runs that were lost."""
@@ -394,6 +403,49 @@ class Scheduler:
         if exclude:
             due = [(sid, score) for sid, score in due if sid not in exclude]
         return sent, now, due, next_ms, full
+
+    async def _chain(
+        self,
+        ready: list[tuple[str, int]],
+        now: int,
+        full: bool,
+        read_next: Callable[[set[str]], anyio.Event],
+    ) -> AsyncIterator[list[FireItem]]:
+        """The fire items of ``ready`` (see _plan) and, while due reads come back full (a herd),
+        of the next due read's entries, and so on: one read's worth is a few ms of firing
+        (the budget bounds each read), and going through a round's end, where every batch in
+        flight has to finish before the next round plans its first, left Redis idle a few ms
+        each time. Each next read goes out while READ_AHEAD_BATCHES batches are still to run
+        (``read_next``, given the ids to leave out: those of this read and the one before,
+        which may still be in flight), and is taken up as soon as it is back."""
+        chain_end = time.monotonic() + CHAIN_S
+        before: set[str] = set()
+        while True:
+            ids = {sid for sid, _ in ready}
+            read_after = len(ready) - READ_AHEAD_BATCHES * self.batch_size()
+            done: anyio.Event | None = None
+            count = 0
+            async for group in self._plan(ready, now):
+                yield group
+                count += 1
+                if full and done is None and count >= read_after:
+                    done = read_next(ids | before)
+            if not full:
+                return
+            if done is None:
+                done = read_next(ids | before)
+            if time.monotonic() > chain_end:
+                return  # the read is the next round's (the round has a time limit)
+            await done.wait()
+            read, self._read_ahead = self._read_ahead, None
+            if read is None:
+                return
+            _, now, due, _, full = read
+            base = self.cfg.window_size
+            self._window = min(self._window * 2, base * WINDOW_GROWTH_MAX) if full else base
+            wall = time.monotonic()
+            ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
+            before = ids
 
     async def _plan(self, ready: list[tuple[str, int]], now: int) -> AsyncIterator[list[FireItem]]:
         """The fire items of each ready schedule, as a group per schedule. Lazy, a chunk of
@@ -447,16 +499,15 @@ class Scheduler:
     async def _fire(
         self,
         lease: str,
-        groups: AsyncIterable[list[FireItem]],
+        groups_of: Callable[[Callable[[set[str]], anyio.Event]], AsyncIterable[list[FireItem]]],
         late_ms: int,
-        read_ahead: set[str] | None = None,
-        read_after: int = 0,
     ) -> dict[int, int]:
         """Fire the groups (one schedule's items each) in batches, ``max_in_flight`` calls at
-        once. With ``read_ahead`` (the round's ids), the next round's due read goes out once
-        ``read_after`` schedules are planned, behind the batches already queued."""
+        once. ``groups_of`` is given a function that sends the next due read (leaving out the
+        ids it is given) behind the batches already queued, and returns an event set once the
+        read is back (in ``_read_ahead``)."""
         started = time.perf_counter()
-        sent = planned = 0
+        sent = 0
         counts: dict[int, int] = {}
         lost = False
         # Raised after the task group, unwrapped, so the ticker's handlers see the real error.
@@ -499,32 +550,35 @@ class Scheduler:
             if METRICS.on:
                 METRICS.fired(flat, codes)
 
-        async def read_next(exclude: set[str]) -> None:
+        async def read_next(exclude: set[str], done: anyio.Event) -> None:
             # Queued behind the batches planned so far (the limiter is first come, first
             # served), so it goes out with this round's last few batches still to run: Redis
             # fires those while the reply travels and is parsed, instead of waiting for the
             # next round's first batch. Entries of this round are due in the read too: left
             # out, they are this round's. One that did not fire after all is found by a later
             # read.
-            with contextlib.suppress(RedisError, OSError):
-                async with limiter:
-                    read = await self._read_due(exclude)
-                if read[2]:
-                    self._read_ahead = read
+            try:
+                with contextlib.suppress(RedisError, OSError):
+                    async with limiter:
+                        read = await self._read_due(exclude)
+                    if read[2] and not (lost or failures):
+                        self._read_ahead = read
+            finally:
+                done.set()
 
         limiter = anyio.CapacityLimiter(self.cfg.max_in_flight)
         async with anyio.create_task_group() as tg:
-            async for batch in _batches(groups, self.batch_size):
+
+            def launch(exclude: set[str]) -> anyio.Event:
+                done = anyio.Event()
+                tg.start_soon(read_next, exclude, done)
+                return done
+
+            async for batch in _batches(groups_of(launch), self.batch_size):
                 tg.start_soon(send, batch)
                 sent += 1
-                planned += len(batch)
-                if read_ahead is not None and planned >= read_after:
-                    tg.start_soon(read_next, read_ahead)
-                    read_ahead = None
                 # Let the batch go out now: Redis fires it while the next one is planned.
                 await anyio.lowlevel.checkpoint()
-            if read_ahead is not None:
-                tg.start_soon(read_next, read_ahead)
         if lost or failures:
             self._read_ahead = None
         if not sent:
