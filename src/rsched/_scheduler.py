@@ -57,8 +57,11 @@ ROUND_TIMEOUT_S = 30.0
 CHAIN_S = 10.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
-# A full round's next due read goes out with this many of its batches still to run (see _fire).
+# A full round's next due read goes out with this many full-size batches (batch_size items
+# each) still to run (see _chain).
 READ_AHEAD_BATCHES = 8
+# Calls in flight at most, however small the time budget makes batches (see in_flight).
+IN_FLIGHT_MAX = 32
 # Batches are sized by time (settings fire_budget_ms) from the server µs each fired item cost in
 # the calls before. Before the first measurement an item is assumed to cost this much (a herd's
 # items took 15-35 µs inside Redis 7.0 on the VMs of bench/README.md): the first batches err on
@@ -285,6 +288,14 @@ class Scheduler:
         fit = int(self.cfg.fire_budget_ms * 1000 / self._item_us)
         return max(MIN_BATCH, min(self.cfg.batch_size, fit))
 
+    def in_flight(self) -> int:
+        """Fire calls at once: max_in_flight full batches' worth of work, in as many calls as
+        the time budget cuts it into. What waits in Redis is what bridges a pause of this
+        process (a busy machine deschedules it for ms at a time): smaller batches alone would
+        have left Redis idle in such pauses."""
+        calls = self.cfg.max_in_flight * self.cfg.batch_size // self.batch_size()
+        return max(self.cfg.max_in_flight, min(IN_FLIGHT_MAX, calls))
+
     def due_limit(self) -> int:
         """Due entries per read: the round's window, as far as the time budget allows."""
         fit = int(self.cfg.fire_budget_ms * 1000 / (self._item_us * DUE_ENTRY_SHARE))
@@ -415,14 +426,14 @@ class Scheduler:
         of the next due read's entries, and so on: one read's worth is a few ms of firing
         (the budget bounds each read), and going through a round's end, where every batch in
         flight has to finish before the next round plans its first, left Redis idle a few ms
-        each time. Each next read goes out while READ_AHEAD_BATCHES batches are still to run
+        each time. Each next read goes out while READ_AHEAD_BATCHES full batches are still to run
         (``read_next``, given the ids to leave out: those of this read and the one before,
         which may still be in flight), and is taken up as soon as it is back."""
         chain_end = time.monotonic() + CHAIN_S
         before: set[str] = set()
         while True:
             ids = {sid for sid, _ in ready}
-            read_after = len(ready) - READ_AHEAD_BATCHES * self.batch_size()
+            read_after = len(ready) - READ_AHEAD_BATCHES * self.cfg.batch_size
             done: anyio.Event | None = None
             count = 0
             async for group in self._plan(ready, now):
@@ -575,6 +586,7 @@ class Scheduler:
                 return done
 
             async for batch in _batches(groups_of(launch), self.batch_size):
+                limiter.total_tokens = self.in_flight()
                 tg.start_soon(send, batch)
                 sent += 1
                 # Let the batch go out now: Redis fires it while the next one is planned.
