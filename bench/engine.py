@@ -11,6 +11,7 @@ is Redis TIME inside the fire script), so the bench's own polling does not bias 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -29,6 +30,8 @@ from redis.asyncio import Redis
 from bench._servers import BenchServer
 from rsched._codes import Code
 from rsched._keys import Keys
+from rsched._lua import names as script_names
+from rsched._lua import source
 from rsched._model import Schedule
 from rsched._plan import FireItem, PlannedSpec, plan
 from rsched._settings import SchedulerSettings
@@ -37,6 +40,8 @@ from rsched._store import ScheduleStore
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CHUNK = 2_000
 DAY_MS = 86_400_000
+# A herd counts the commands that took this long or longer inside Redis (SLOWLOG).
+SLOWLOG_US = 5_000
 HOUR_MS = 3_600_000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -243,6 +248,29 @@ class Ctx:
                 return out
             start = "(" + str(res[0])
 
+    async def slowlog_reset(self) -> None:
+        await self.redis.config_set("slowlog-log-slower-than", SLOWLOG_US)
+        await self.redis.config_set("slowlog-max-len", 10_000)
+        await self.redis.slowlog_reset()
+
+    async def slowlog(self) -> list[tuple[int, str]]:
+        """(µs, command) of each SLOWLOG entry since the last reset; a script by its name."""
+        entries = await self.redis.execute_command("SLOWLOG", "GET", "10000")  # type: ignore[no-untyped-call]
+        names = {hashlib.sha1(source(n).encode()).hexdigest(): n for n in script_names()}
+        out = []
+        for entry in entries:
+            args = [str(a) for a in entry[3]]
+            name = args[0].upper()
+            if name == "EVALSHA" and len(args) > 1:
+                name = f"EVALSHA {names.get(args[1], args[1][:8])}"
+            out.append((int(entry[2]), name))
+        return out
+
+    async def first_entry_ms(self) -> int | None:
+        """The millisecond part of the default queue stream's first entry id."""
+        first = await self.redis.xrange(self.keys.queue("default"), count=1)
+        return int(str(first[0][0]).split("-")[0]) if first else None
+
     async def stream_len(self) -> int:
         return int(await self.redis.xlen(self.keys.queue("default")))
 
@@ -331,6 +359,7 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
         _, usec0 = await ctx.evalsha_stats()
         await ctx.retime(ids, lambda i: t_ms)
         await ctx.redis.publish(ctx.keys.wake, str(t_ms))
+        await ctx.slowlog_reset()  # from here on, every slow command is the scheduler's
         # Until T the scheduler reads the specs it will need (prefetch); from T on it fires.
         await anyio.sleep(max(0.0, (t_ms - await ctx.now_ms()) / 1000))
         cpu_t, rcpu_t = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
@@ -343,6 +372,8 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
             seen_ms = int(time.time() * 1000)
         cpu1, rcpu1 = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
         calls1, usec1 = await ctx.evalsha_stats()
+        slow = await ctx.slowlog()
+    first_ms = await ctx.first_entry_ms()
     lags = sorted(lag for _, lag in await ctx.lags())
     fired = len(lags)
     return {
@@ -357,6 +388,16 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
         "lag_p50_ms": pct(lags, 0.50),
         "lag_p99_ms": pct(lags, 0.99),
         "lag_max_ms": float(lags[-1]) if lags else 0.0,
+        # T until the first job entry's stream id (Redis' clock when the XADD ran).
+        "first_job_ms": first_ms - t_ms if first_ms is not None else None,
+        # Commands of SLOWLOG_US or more inside Redis from T on (the scheduler's alone).
+        "slow_commands": len(slow),
+        "slowest_command_ms": round(max((us for us, _ in slow), default=0) / 1000, 2),
+        "slow_command_names": sorted({name for _, name in slow}),
+        "slow_by_command": {
+            name: [sum(1 for _, n in slow if n == name), max(us for us, n in slow if n == name)]
+            for name in sorted({name for _, name in slow})
+        },
         # Before T: setting the herd up (the bench's retime) and the scheduler's prefetch.
         "before_t_scheduler_cpu_s": round(cpu_t - cpu0, 3),
         "before_t_redis_cpu_s": round(rcpu_t - rcpu0, 3),
@@ -626,12 +667,21 @@ async def _herds(ctx: Ctx, plan: Plan) -> list[dict[str, Any]]:
             summary.append({"kind": kind, "n": n, "best_s": best, "median_s": median, "runs": runs})
             rows.append([
                 kind, n, best, median, mid["last_fire_s"], mid["lag_p50_ms"], mid["lag_p99_ms"],
-                mid["lag_max_ms"], round(n / median) if median and median > 0 else "-",
+                mid["lag_max_ms"], mid["first_job_ms"], max(r["slow_commands"] for r in runs),
+                max(r["slowest_command_ms"] for r in runs),
+                round(n / median) if median and median > 0 else "-",
                 mid["scheduler_cpu_s"], mid["redis_cpu_s"], mid["script_server_s"],
                 mid["before_t_scheduler_cpu_s"], mid["before_t_script_server_s"],
                 "" if all(r["complete"] for r in runs) else "INCOMPLETE",
             ])  # fmt: skip
-            print(f"  herd {kind} {n:,}: best {best:.3f} s, median {median:.3f} s", flush=True)
+            print(
+                f"  herd {kind} {n:,}: best {best:.3f} s, median {median:.3f} s; first job "
+                f"{', '.join(str(r['first_job_ms']) for r in runs)} ms; commands >= 5 ms "
+                f"{', '.join(str(r['slow_commands']) for r in runs)} (slowest "
+                f"{max(r['slowest_command_ms'] for r in runs)} ms, "
+                f"{', '.join(sorted({c for r in runs for c in r['slow_command_names']}))})",
+                flush=True,
+            )
     print(
         "\n"
         + table(
@@ -639,7 +689,8 @@ async def _herds(ctx: Ctx, plan: Plan) -> list[dict[str, Any]]:
             "columns from the median run)",
             [
                 "trigger", "N", "best s", "median s", "last fire s", "lag p50 ms",
-                "lag p99 ms", "lag max ms", "jobs/s", "sched CPU s", "redis CPU s",
+                "lag p99 ms", "lag max ms", "first job ms", "cmds >= 5 ms", "slowest cmd ms",
+                "jobs/s", "sched CPU s", "redis CPU s",
                 "script s", "prefetch sched CPU s", "prefetch script s", "",
             ],
             rows,

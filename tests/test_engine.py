@@ -57,6 +57,21 @@ async def lease_of(store: ScheduleStore) -> str:
     return lease
 
 
+async def test_a_fire_call_reports_its_time_inside_the_server(
+    store: ScheduleStore, server: Any
+) -> None:
+    for sid in ("a", "b"):
+        await add(store, sid)
+    lease = await lease_of(store)
+    items = [await due_item(store, "a"), await due_item(store, "b")]
+    assert await fire(store, lease, *items) == [Code.FIRED, Code.FIRED]
+    if server.kind == "redis":  # its TIME moves inside a script
+        assert store.fire_server_us > 0
+        assert store.fire_timed_items == 2
+    else:  # Valkey's stands still: the scheduler times the call itself
+        assert (store.fire_server_us, store.fire_timed_items) == (0, 0)
+
+
 async def test_fires_once_and_advances(store: ScheduleStore) -> None:
     await add(store, payload={"k": 1})
     lease = await lease_of(store)

@@ -500,6 +500,53 @@ async def test_a_herd_over_many_windows_fires_each_occurrence_once(
     assert fired == Counter(ids)
 
 
+async def test_batches_are_sized_by_the_time_budget(
+    store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A budget far below what an item costs: every call carries the smallest batch, and the
+    # herd still fires each occurrence once.
+    tight = fast.model_copy(
+        update={"scheduler": fast.scheduler.model_copy(update={"fire_budget_ms": 0.01})}
+    )
+    sizes: list[int] = []
+    real_fire = ScheduleStore.fire
+
+    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
+        if items:
+            sizes.append(len(items))
+        return await real_fire(self, lease, items)
+
+    monkeypatch.setattr(ScheduleStore, "fire", fire)
+    ids = [f"h{i:03d}" for i in range(40)]
+    for sid in ids:
+        await store.save(Schedule(id=sid, task="t", every=3600))
+    due_at = await store.time_ms() - 1_000
+    for sid in ids:
+        await set_next_run(store, sid, due_at)
+    async with running(tight):
+        await eventually(await count_jobs(store, len(ids)))
+    assert Counter(j["schedule_id"] for j in await jobs(store)) == Counter(ids)
+    assert sizes
+    assert max(sizes) <= scheduler_module.MIN_BATCH
+
+
+async def test_batch_size_follows_the_measured_cost(store: ScheduleStore, fast: Settings) -> None:
+    scheduler = Scheduler(store.redis, fast)
+    start = scheduler.batch_size()
+    # Items that cost 5 µs inside Redis: more fit in the budget (up to batch_size).
+    for _ in range(20):
+        store_of = scheduler.store
+        store_of.fire_server_us += 100 * 5
+        store_of.fire_timed_items += 100
+        scheduler._measured(100, 0.0, 0.0)
+    assert scheduler.batch_size() == min(fast.scheduler.batch_size, 3_000 // 5) > start
+    # Dearer again (a slow minute): the batch shrinks at once, not over many calls.
+    store_of.fire_server_us += 100 * 60
+    store_of.fire_timed_items += 100
+    scheduler._measured(100, 0.0, 0.0)
+    assert scheduler.batch_size() < 3_000 // 5 // 2
+
+
 async def test_batches_are_bounded_and_keep_chains_whole() -> None:
     def group(sid: str, n: int) -> list[FireItem]:
         return [FireItem(sid, "1:0", i, i, i + 1, "fire") for i in range(n)]

@@ -5,7 +5,8 @@ Actors (each one task owning its state, talking through one memory stream into t
 - wake listener: a schedule moved earlier than the ticker planned (pub/sub), wake up now;
 - retention (_retention.py): while leading, trims the runs log, dead letters and histories;
 - ticker: while leading, reads what is due by Redis TIME, plans each schedule's occurrences
-  (misfire policies) and fires them in bounded batches; then sleeps until the earliest next run.
+  (misfire policies) and fires them in batches sized so that each call holds Redis for about
+  fire_budget_ms; then sleeps until the earliest next run.
 Correctness never rests on this process being right about its leadership: the fire script
 checks the fencing token, the schedule's version and the occurrence atomically.
 """
@@ -19,7 +20,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Container
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Container
 from typing import Any
 
 import anyio
@@ -52,10 +53,31 @@ STALE, NOT_DUE, WRONG_TYPE = Code.STALE, Code.NOT_DUE, Code.WRONG_TYPE
 QUARANTINE_S = 30.0
 SPEC_CACHE_MAX = 1_000_000
 ROUND_TIMEOUT_S = 30.0
+# A round takes up the next due reads of a herd for this long at most (see _chain).
+CHAIN_S = 10.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
-# A full round's next due read goes out with this many of its batches still to run (see _fire).
+# A full round's next due read goes out with this many full-size batches (batch_size items
+# each) still to run (see _chain).
 READ_AHEAD_BATCHES = 8
+# Calls in flight at most, however small the time budget makes batches (see in_flight).
+IN_FLIGHT_MAX = 32
+# Batches are sized by time (settings fire_budget_ms) from the server µs each fired item cost in
+# the calls before. Before the first measurement an item is assumed to cost this much (a herd's
+# items took 15-35 µs inside Redis 7.0 on the VMs of bench/README.md): the first batches err on
+# the small side. A batch never has fewer items than MIN_BATCH (the call's own costs, the lease
+# check, the index read and write and a round trip, would dominate).
+ITEM_US_START = 40.0
+MIN_BATCH = 8
+# How fast the per-item estimate follows a measurement: fast when items got dearer (a budget is
+# a bound), slowly when cheaper; one measurement counts for at most SAMPLE_MAX_RATIO times the
+# estimate (the server's process was descheduled for a moment, say).
+ITEM_US_UP, ITEM_US_DOWN, SAMPLE_MAX_RATIO = 0.5, 0.2, 4.0
+# A due entry costs due.lua about this share of what a fired item costs fire.lua (0.3 µs against
+# 27 µs, both measured on one VM, with a margin), and reading one schedule's planning fields
+# (policies.lua) this share: the due reads' and spec reads' sizes follow the budget too.
+DUE_ENTRY_SHARE = 1 / 30
+LOAD_SHARE = 1 / 2
 # While rounds keep finding a full window (a herd), each reads twice as many due entries as the
 # last, up to this multiple of window_size: fewer rounds, so fewer pauses between them.
 WINDOW_GROWTH_MAX = 8
@@ -63,7 +85,7 @@ WINDOW_GROWTH_MAX = 8
 # idle time before the next run.
 FREEZE_GROWTH = 10_000
 FREEZE_IDLE_S = 0.5
-# Specs read per policies.lua call (and per step of the prefetch).
+# Specs read per policies.lua call (and per step of the prefetch), at most.
 LOAD_CHUNK = 1_000
 # How often the leader looks for pending occurrences whose run was lost (its marker expired):
 # markers live for hours, so a few seconds late is nothing; release.lua, at most this many a call.
@@ -98,9 +120,14 @@ class Scheduler:
         # (score, offset) up to which the prefetch has read the index; reset by a wake.
         self._prefetched: tuple[int, int] = (0, 0)
         self._window = self.cfg.window_size
+        # Server µs per fired item (moving estimate), and when the last fire reply arrived.
+        self._item_us = ITEM_US_START
+        self._last_reply = 0.0
+        self._seen_us = self._seen_items = 0  # the store's fire totals when last measured
+        self._warm: str | None = None  # the lease under which the fire path was warmed up
         self._frozen = 0  # size of the spec cache at the last gc.freeze()
         # The next round's due read, made while this round's last batches fire (see _fire).
-        self._read_ahead: tuple[int, list[tuple[str, int]], int | None, bool] | None = None
+        self._read_ahead: tuple[float, int, list[tuple[str, int]], int | None, bool] | None = None
         self._stop = anyio.Event()
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
         # Late/failing/stuck schedules and leader changes onto the events stream (and webhook).
@@ -256,25 +283,68 @@ class Scheduler:
             self._prefetched = (0, 0)
         return _lease_after(message, lease)
 
+    def batch_size(self) -> int:
+        """Items per fire call: as many as fit in the time budget, at most batch_size."""
+        fit = int(self.cfg.fire_budget_ms * 1000 / self._item_us)
+        return max(MIN_BATCH, min(self.cfg.batch_size, fit))
+
+    def in_flight(self) -> int:
+        """Fire calls at once: max_in_flight full batches' worth of work, in as many calls as
+        the time budget cuts it into. What waits in Redis is what bridges a pause of this
+        process (a busy machine deschedules it for ms at a time): smaller batches alone would
+        have left Redis idle in such pauses."""
+        calls = self.cfg.max_in_flight * self.cfg.batch_size // self.batch_size()
+        return max(self.cfg.max_in_flight, min(IN_FLIGHT_MAX, calls))
+
+    def due_limit(self) -> int:
+        """Due entries per read: the round's window, as far as the time budget allows."""
+        fit = int(self.cfg.fire_budget_ms * 1000 / (self._item_us * DUE_ENTRY_SHARE))
+        return max(self.batch_size(), min(self._window, fit))
+
+    def load_chunk(self) -> int:
+        """Specs per policies.lua call: as many as fit in the time budget, at most LOAD_CHUNK."""
+        fit = int(self.cfg.fire_budget_ms * 1000 / (self._item_us * LOAD_SHARE))
+        return max(MIN_BATCH, min(LOAD_CHUNK, fit))
+
+    def _measured(self, items: int, sent: float, replied: float) -> None:
+        """Learn what a fired item costs from a fire call of ``items`` that has just replied:
+        from the server's time of the calls that replied since the last one measured, or when
+        the server cannot tell, from the time between when Redis could start on this call (its
+        sending or the previous reply, whichever came later) and its reply."""
+        store = self.store
+        server_us = store.fire_server_us - self._seen_us
+        if server_us > 0:
+            items = store.fire_timed_items - self._seen_items
+            if items < MIN_BATCH:  # the calls of a few items each are added up first
+                return
+            self._seen_us, self._seen_items = store.fire_server_us, store.fire_timed_items
+        else:
+            server_us = int((replied - max(sent, self._last_reply)) * 1e6)
+            self._last_reply = replied
+        if items < MIN_BATCH or server_us <= 0:
+            return
+        sample = min(server_us / items, self._item_us * SAMPLE_MAX_RATIO)
+        rate = ITEM_US_UP if sample > self._item_us else ITEM_US_DOWN
+        self._item_us += rate * (sample - self._item_us)
+
     async def _round(self, lease: str) -> float:
         """Fire what is due now; return how long to sleep before looking again (seconds)."""
-        if time.monotonic() >= self._release_at:
-            self._release_at = time.monotonic() + RELEASE_EVERY_S
-            released = await self.store.release_lost(lease, RELEASE_BATCH)
-            if released is None:
-                raise LostLease
-            if released:
-                log.warning("backlog.released", released=released, reason="marker_expired")
         read, self._read_ahead = self._read_ahead, None
         if read is None:
-            read = await self._read_due(frozenset())
-        now, due, next_ms, full = read
+            # The first read after a pause takes one batch: it fires at once, and the rest of
+            # a herd is read while it does (the round is full, so a read-ahead follows).
+            read = await self._read_due(frozenset(), self.batch_size())
+        sent, now, due, next_ms, full = read
         base = self.cfg.window_size
         self._window = min(self._window * 2, base * WINDOW_GROWTH_MAX) if full else base
         wall = time.monotonic()
         ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
         if not ready:
-            until = wall + (next_ms - now) / 1000 if next_ms is not None else math.inf
+            await self._release_lost(lease)
+            await self._warm_up(lease)
+            # From when the read was sent: Redis read its clock after that, so waking at this
+            # time is never late by the read's way back (at worst early by it: one more read).
+            until = sent + (next_ms - now) / 1000 if next_ms is not None else math.inf
             await self._prefetch(now, until)
             if due:  # only quarantined entries are due: look again when the first is released
                 until = min(until, min(self._quarantine[sid] for sid, _ in due))
@@ -286,31 +356,107 @@ class Scheduler:
             delay = until - time.monotonic()  # the prefetch took some of the idle time
             return max(0.0, min(delay, self.cfg.max_idle_ms / 1000))
 
-        # `due` lists the oldest first: its lateness is the round's. A full window means more is
-        # due: the next round's read goes out while this round's last batches are still firing.
+        # `due` lists the oldest first: its lateness is the round's.
         counts = await self._fire(
             lease,
-            self._plan(ready, now),
+            lambda read_next: self._chain(ready, now, full, read_next),
             late_ms=max(0, now - ready[0][1]),
-            read_ahead={sid for sid, _ in ready} if full else None,
-            read_after=len(ready) - READ_AHEAD_BATCHES * self.cfg.batch_size,
         )
+        if self._read_ahead is None:  # between herds' rounds it would hold the next one up
+            await self._release_lost(lease)
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
         return NOT_DUE_PAUSE_S if counts.get(Code.NOT_DUE) else 0.0
 
+    async def _warm_up(self, lease: str) -> None:
+        """Once per lease, while idle: have the connections of max_in_flight concurrent fire
+        calls open and fire.lua loaded, so that a herd's first batch pays neither (they took
+        ~10 ms of the first job's time, a NOSCRIPT round and new connections)."""
+        if self._warm == lease:
+            return
+        self._warm = lease
+
+        async def one(load: bool) -> None:
+            with contextlib.suppress(RedisError, OSError):  # only a head start: never an error
+                if load:
+                    script = self.store.script("fire")
+                    await self.redis.script_load(script.script)
+                else:
+                    await self.redis.ping()
+
+        # At once, so that each takes a connection of its own from the pool.
+        async with anyio.create_task_group() as tg:
+            for n in range(self.cfg.max_in_flight):
+                tg.start_soon(one, n == 0)
+
+    async def _release_lost(self, lease: str) -> None:
+        """Every RELEASE_EVERY_S, release the backlogs of runs that were lost."""
+        if time.monotonic() < self._release_at:
+            return
+        self._release_at = time.monotonic() + RELEASE_EVERY_S
+        released = await self.store.release_lost(lease, RELEASE_BATCH)
+        if released is None:
+            raise LostLease
+        if released:
+            log.warning("backlog.released", released=released, reason="marker_expired")
+
     async def _read_due(
-        self, exclude: Container[str]
-    ) -> tuple[int, list[tuple[str, int]], int | None, bool]:
-        """(Redis now, due entries not in ``exclude``, next future score, whether the window
-        was full)."""
-        now, due, next_ms = await self.store.due(self._window)
+        self, exclude: Container[str], limit: int | None = None
+    ) -> tuple[float, int, list[tuple[str, int]], int | None, bool]:
+        """(monotonic time the read was sent, Redis now, due entries not in ``exclude``, next
+        future score, whether the read was full)."""
+        limit = limit or self.due_limit()
+        sent = time.monotonic()
+        now, due, next_ms = await self.store.due(limit)
         if METRICS.on:
             METRICS.redis_now(now)
-        full = len(due) >= self._window
+        full = len(due) >= limit
         if exclude:
             due = [(sid, score) for sid, score in due if sid not in exclude]
-        return now, due, next_ms, full
+        return sent, now, due, next_ms, full
+
+    async def _chain(
+        self,
+        ready: list[tuple[str, int]],
+        now: int,
+        full: bool,
+        read_next: Callable[[set[str]], anyio.Event],
+    ) -> AsyncIterator[list[FireItem]]:
+        """The fire items of ``ready`` (see _plan) and, while due reads come back full (a herd),
+        of the next due read's entries, and so on: one read's worth is a few ms of firing
+        (the budget bounds each read), and going through a round's end, where every batch in
+        flight has to finish before the next round plans its first, left Redis idle a few ms
+        each time. Each next read goes out while READ_AHEAD_BATCHES full batches are still to run
+        (``read_next``, given the ids to leave out: those of this read and the one before,
+        which may still be in flight), and is taken up as soon as it is back."""
+        chain_end = time.monotonic() + CHAIN_S
+        before: set[str] = set()
+        while True:
+            ids = {sid for sid, _ in ready}
+            read_after = len(ready) - READ_AHEAD_BATCHES * self.cfg.batch_size
+            done: anyio.Event | None = None
+            count = 0
+            async for group in self._plan(ready, now):
+                yield group
+                count += 1
+                if full and done is None and count >= read_after:
+                    done = read_next(ids | before)
+            if not full:
+                return
+            if done is None:
+                done = read_next(ids | before)
+            if time.monotonic() > chain_end:
+                return  # the read is the next round's (the round has a time limit)
+            await done.wait()
+            read, self._read_ahead = self._read_ahead, None
+            if read is None:
+                return
+            _, now, due, _, full = read
+            base = self.cfg.window_size
+            self._window = min(self._window * 2, base * WINDOW_GROWTH_MAX) if full else base
+            wall = time.monotonic()
+            ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
+            before = ids
 
     async def _plan(self, ready: list[tuple[str, int]], now: int) -> AsyncIterator[list[FireItem]]:
         """The fire items of each ready schedule, as a group per schedule. Lazy, a chunk of
@@ -318,9 +464,10 @@ class Scheduler:
         on their way to Redis while the rest are still being read and planned."""
         budget_end = time.monotonic() + PLAN_BUDGET_S
         planned = False
+        step = self.load_chunk()
         for index, (sid, score) in enumerate(ready):
-            if index % LOAD_CHUNK == 0:
-                chunk = ready[index : index + LOAD_CHUNK]
+            if index % step == 0:
+                chunk = ready[index : index + step]
                 await self._load([s for s, _ in chunk if s not in self._specs])
             # Misfire arithmetic after a long outage can be slow (counting a year of a
             # per-second cron): fire what is planned and leave the rest, still due, for the
@@ -363,16 +510,15 @@ class Scheduler:
     async def _fire(
         self,
         lease: str,
-        groups: AsyncIterable[list[FireItem]],
+        groups_of: Callable[[Callable[[set[str]], anyio.Event]], AsyncIterable[list[FireItem]]],
         late_ms: int,
-        read_ahead: set[str] | None = None,
-        read_after: int = 0,
     ) -> dict[int, int]:
         """Fire the groups (one schedule's items each) in batches, ``max_in_flight`` calls at
-        once. With ``read_ahead`` (the round's ids), the next round's due read goes out once
-        ``read_after`` schedules are planned, behind the batches already queued."""
+        once. ``groups_of`` is given a function that sends the next due read (leaving out the
+        ids it is given) behind the batches already queued, and returns an event set once the
+        read is back (in ``_read_ahead``)."""
         started = time.perf_counter()
-        sent = planned = 0
+        sent = 0
         counts: dict[int, int] = {}
         lost = False
         # Raised after the task group, unwrapped, so the ticker's handlers see the real error.
@@ -383,7 +529,9 @@ class Scheduler:
             flat = [item for group in batch for item in group]
             try:
                 async with limiter:
+                    sent = time.perf_counter()
                     codes = await self.store.fire(lease, flat)
+                    self._measured(len(flat), sent, time.perf_counter())
             except ResponseError as exc:
                 if str(exc).startswith(_SERVER_CONDITIONS):
                     failures.append(exc)  # the server cannot take writes: retry with backoff
@@ -413,32 +561,36 @@ class Scheduler:
             if METRICS.on:
                 METRICS.fired(flat, codes)
 
-        async def read_next(exclude: set[str]) -> None:
+        async def read_next(exclude: set[str], done: anyio.Event) -> None:
             # Queued behind the batches planned so far (the limiter is first come, first
             # served), so it goes out with this round's last few batches still to run: Redis
             # fires those while the reply travels and is parsed, instead of waiting for the
             # next round's first batch. Entries of this round are due in the read too: left
             # out, they are this round's. One that did not fire after all is found by a later
             # read.
-            with contextlib.suppress(RedisError, OSError):
-                async with limiter:
-                    read = await self._read_due(exclude)
-                if read[1]:
-                    self._read_ahead = read
+            try:
+                with contextlib.suppress(RedisError, OSError):
+                    async with limiter:
+                        read = await self._read_due(exclude)
+                    if read[2] and not (lost or failures):
+                        self._read_ahead = read
+            finally:
+                done.set()
 
         limiter = anyio.CapacityLimiter(self.cfg.max_in_flight)
         async with anyio.create_task_group() as tg:
-            async for batch in _batches(groups, self.cfg.batch_size):
+
+            def launch(exclude: set[str]) -> anyio.Event:
+                done = anyio.Event()
+                tg.start_soon(read_next, exclude, done)
+                return done
+
+            async for batch in _batches(groups_of(launch), self.batch_size):
+                limiter.total_tokens = self.in_flight()
                 tg.start_soon(send, batch)
                 sent += 1
-                planned += len(batch)
-                if read_ahead is not None and planned >= read_after:
-                    tg.start_soon(read_next, read_ahead)
-                    read_ahead = None
                 # Let the batch go out now: Redis fires it while the next one is planned.
                 await anyio.lowlevel.checkpoint()
-            if read_ahead is not None:
-                tg.start_soon(read_next, read_ahead)
         if lost or failures:
             self._read_ahead = None
         if not sent:
@@ -457,6 +609,8 @@ class Scheduler:
             stale=counts.get(Code.STALE, 0),
             late_ms=late_ms,
             took_ms=round((time.perf_counter() - started) * 1000, 1),
+            calls=sent,
+            batch=self.batch_size(),  # the size the budget allows now
         )
         return counts
 
@@ -474,8 +628,9 @@ class Scheduler:
     async def _load(self, ids: list[str]) -> None:
         if len(self._specs) > SPEC_CACHE_MAX:
             self._specs.clear()
-        for start in range(0, len(ids), LOAD_CHUNK):
-            chunk = ids[start : start + LOAD_CHUNK]
+        step = self.load_chunk()
+        for start in range(0, len(ids), step):
+            chunk = ids[start : start + step]
             found = await self.store.plan_fields(chunk, PLAN_FIELDS)
             for sid, fields in zip(chunk, found, strict=True):
                 if fields is None:  # not a hash: someone else wrote the key; keep the rest going
@@ -501,7 +656,7 @@ class Scheduler:
         if self.cfg.prefetch_ms <= 0:
             return
         # A page at a time, so the deadline is checked often: firing on time comes first.
-        size, horizon = min(self.cfg.window_size, LOAD_CHUNK), now + self.cfg.prefetch_ms
+        size, horizon = min(self.cfg.window_size, self.load_chunk()), now + self.cfg.prefetch_ms
         after, offset = self._prefetched
         if after < now:  # what lies before now is due: the due read covers it
             after, offset = now, 0
@@ -551,16 +706,23 @@ def _offer(inbox: MemoryObjectSendStream[Message], message: Message) -> None:
 
 
 async def _batches(
-    groups: AsyncIterable[list[FireItem]], size: int
+    groups: AsyncIterable[list[FireItem]], size: int | Callable[[], int]
 ) -> AsyncIterator[list[list[FireItem]]]:
-    """Cut into batches of about ``size`` items, never splitting one schedule's chain."""
+    """Cut into batches of about ``size`` items (a callable is asked again for each batch: the
+    scheduler's follows what the calls before took), never splitting one schedule's chain."""
+    if isinstance(size, int):
+        size = _constant(size)
     batch: list[list[FireItem]] = []
-    items = 0
+    items, limit = 0, size()
     async for group in groups:
         batch.append(group)
         items += len(group)
-        if items >= size:
+        if items >= limit:
             yield batch
-            batch, items = [], 0
+            batch, items, limit = [], 0, size()
     if batch:
         yield batch
+
+
+def _constant(value: int) -> Callable[[], int]:
+    return lambda: value

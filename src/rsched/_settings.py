@@ -38,6 +38,9 @@ class SchedulerSettings(BaseModel):
     lease_ttl_ms: int = Field(default=10_000, ge=500)
     lease_renew_ms: int = Field(default=2_000, ge=100)
     batch_size: int = Field(default=500, ge=1, le=5_000)
+    # Each fire call (and due read) is sized to take about this long inside Redis, which runs
+    # one command at a time: every other client of the server waits for it. batch_size caps it.
+    fire_budget_ms: float = Field(default=3.0, gt=0, le=1_000)
     window_size: int = Field(default=10_000, ge=1, le=100_000)
     max_in_flight: int = Field(default=4, ge=1, le=32)
     max_idle_ms: int = Field(default=10_000, ge=100)
