@@ -7,11 +7,12 @@ import base64
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -19,8 +20,18 @@ pytest.importorskip("fastapi", reason="the web extra is not installed")
 
 import rsched
 from fake_servers import Canned
-from rsched import Settings
-from web_support import free_port, make_dead_letters, run_app, serve
+from rsched import Scheduler, Settings
+from rsched._connection import connect
+from rsched._settings import SchedulerSettings
+from web_support import (
+    apublish_event,
+    free_port,
+    make_dead_letters,
+    publish_event,
+    run_app,
+    serve,
+)
+from worker_app import fast_settings
 
 Web = Callable[..., str]
 
@@ -276,7 +287,92 @@ async def test_queues_dead_letters_and_jobs(web: Web, settings: Settings) -> Non
 
         stats = (await http.get("/stats")).json()
         assert set(stats) >= {"schedules", "due", "queues", "dead_letters", "leader"}
-        assert (await http.get("/health")).json() == {"status": "ok"}
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not await check():  # noqa: ASYNC110 (polling Redis: nothing to wait on)
+            await anyio.sleep(0.05)
+
+
+async def test_health_schedule_health_and_events(
+    web: Web, client: rsched.Client, settings: Settings
+) -> None:
+    await client.add({"id": "tick", "task": "t.x", "every": 1, "misfire_grace_s": 0})
+    await client.add({"id": "calm", "task": "t.x", "every": 3600})
+    await client.add({"id": "held", "task": "t.x", "every": 1, "paused": True})
+    base = web() + "/api/v1"
+    async with httpx.AsyncClient(base_url=base) as http:
+
+        async def late() -> bool:
+            r = await http.get("/schedules/tick/health")
+            assert r.status_code == 200, r.text
+            return bool(r.json()["state"] == "late")
+
+        await wait_until(late)  # nothing fires it: no scheduler runs
+        r = await http.get("/health")
+        assert r.status_code == 503, r.text
+        body = r.json()
+        assert body["ok"] is False
+        assert {"no_leader", "schedules"} <= {p["check"] for p in body["problems"]}
+        assert [s["id"] for s in body["schedules"]] == ["tick"]
+        assert body["schedules"][0]["state"] == "late"
+        assert "not fired" in body["schedules"][0]["reason"]
+        assert body["leader"] is None
+        assert set(body) >= {"checked_at", "truncated", "due", "oldest_overdue_ms"}
+        r = await http.get("/health", params={"max_overdue_s": "1h", "dead_letter_window_s": 0})
+        assert r.status_code == 503
+        assert "overdue" not in {p["check"] for p in r.json()["problems"]}
+
+        r = await http.get("/schedules/calm/health")
+        assert r.json() == {"id": "calm", "state": "ok", "reason": "", "since": None}
+        assert (await http.get("/schedules/held/health")).json()["state"] == "paused"
+        error(await http.get("/schedules/zz/health"), 404, "ScheduleNotFound", "id")
+        error(await http.get("/health", params={"max_due": -1}), 400, "InvalidArgument", "max_due")
+        r = await http.get("/health", params={"max_overdue_s": "soon"})
+        error(r, 400, "InvalidArgument", "max_overdue_s")
+        r = await http.get("/health", params={"dead_letter_window_s": "-5"})
+        error(r, 400, "InvalidArgument", "dead_letter_window_s")
+        error(await http.get("/health", params={"max_due": "x"}), 400, "InvalidArgument")
+
+        assert (await http.get("/events")).json() == {"items": []}
+        for i in range(3):
+            await apublish_event(
+                settings, "schedule_late", schedule_id="tick", reason=f"due {i}s ago"
+            )
+        await apublish_event(settings, "dead_letter", queue="default", task="t.x")
+        items = (await http.get("/events")).json()["items"]
+        assert [e["kind"] for e in items] == ["dead_letter"] + ["schedule_late"] * 3  # newest first
+        assert items[1] == {**items[1], "schedule_id": "tick", "reason": "due 2s ago"}
+        assert items[0]["queue"] == "default"
+        r = await http.get("/events", params={"limit": 2, "after": items[3]["id"]})
+        assert [e["reason"] for e in r.json()["items"]] == ["due 2s ago", "due 1s ago"]
+        error(await http.get("/events", params={"limit": 0}), 400, "InvalidArgument", "limit")
+        r = await http.get("/events", params={"after": "yesterday"})
+        error(r, 400, "InvalidArgument", "after")
+
+
+async def test_health_is_200_when_healthy(web: Web, settings: Settings) -> None:
+    fast = fast_settings(settings).model_copy(
+        update={"scheduler": SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200)}
+    )
+    redis = connect(settings.url)
+    scheduler = Scheduler(redis, fast)
+    base = web() + "/api/v1"
+    async with anyio.create_task_group() as tg, httpx.AsyncClient(base_url=base) as http:
+        await tg.start(scheduler.run)
+        try:
+
+            async def healthy() -> bool:
+                return (await http.get("/health")).status_code == 200
+
+            await wait_until(healthy)
+            body = (await http.get("/health")).json()
+            assert (body["ok"], body["problems"], body["schedules"]) == (True, [], [])
+            assert body["leader"]
+        finally:
+            scheduler.stop()
+    await redis.aclose()
 
 
 def test_openapi_and_no_cdn_docs(web: Web) -> None:
@@ -296,6 +392,8 @@ def test_openapi_and_no_cdn_docs(web: Web) -> None:
         "/api/v1/jobs",
         "/api/v1/stats",
         "/api/v1/health",
+        "/api/v1/schedules/{schedule_id}/health",
+        "/api/v1/events",
     ):
         assert path in paths, path
     assert set(paths["/api/v1/schedules/{schedule_id}"]) == {"get", "put", "patch", "delete"}
@@ -432,6 +530,7 @@ def test_headers_escaping_and_no_inline_script(web: Web, settings: Settings) -> 
     with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
         c.add(spec("evil", description=evil, payload={"html": evil}))
         c.pause("evil", evil)
+    publish_event(settings, "dead_letter", task="t", error=evil)
     base = web()
     for path in (
         "/",
@@ -459,6 +558,8 @@ def test_headers_escaping_and_no_inline_script(web: Web, settings: Settings) -> 
     page = httpx.get(base + "/schedules/evil").text
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page
     assert page.count("&lt;script&gt;") >= 3  # description, pause note, payload
+    overview = httpx.get(base + "/").text
+    assert "error=</span>&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in overview  # an event
 
 
 def test_base_path_and_mounting(settings: Settings) -> None:
@@ -499,8 +600,8 @@ def _links_under(html: str, base: str) -> None:
 
 def test_host_check_without_auth(web: Web) -> None:
     base = web(allowed_hosts=("127.0.0.1", "localhost"))
-    assert httpx.get(base + "/api/v1/health").status_code == 200
-    r = httpx.get(base + "/api/v1/health", headers={"Host": "evil.example"})
+    assert httpx.get(base + "/api/v1/stats").status_code == 200
+    r = httpx.get(base + "/api/v1/stats", headers={"Host": "evil.example"})
     error(r, 400, "BadHost")
     assert httpx.get(base + "/", headers={"Host": "localhost:1234"}).status_code == 200
 
@@ -534,7 +635,7 @@ def test_cli_serves(settings: Settings) -> None:
     try:
         assert proc.stderr is not None
         assert "serving" in proc.stderr.readline()
-        url = f"http://127.0.0.1:{port}/api/v1/health"
+        url = f"http://127.0.0.1:{port}/api/v1/stats"
         for _ in range(100):
             try:
                 r = httpx.get(url)
@@ -543,7 +644,7 @@ def test_cli_serves(settings: Settings) -> None:
                 import time
 
                 time.sleep(0.05)
-        assert r.json() == {"status": "ok"}
+        assert r.json()["schedules"]["total"] == 0
         error(httpx.post(f"http://127.0.0.1:{port}/api/v1/jobs", json={}), 403, "ReadOnly")
         r = httpx.get(url, headers={"Host": "evil.example"})
         assert r.status_code == 400

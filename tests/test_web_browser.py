@@ -55,7 +55,7 @@ if _REASON is not None:
 
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright  # noqa: E402
 
-from web_support import make_dead_letters, serve  # noqa: E402
+from web_support import make_dead_letters, publish_event, serve  # noqa: E402
 from worker_app import fast_env  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -141,7 +141,9 @@ def test_find_pause_and_trigger_a_schedule(
 
     page.goto(base + "/")
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-    expect(page.locator(".card", has_text="Leader")).not_to_contain_text("none")
+    leader = page.locator(".card", has=page.get_by_role("heading", name="Leader"))
+    expect(leader).not_to_contain_text("none")
+    expect(page.locator("#events")).to_contain_text("leader_changed")  # the scheduler said so
     expect(page.locator(".card", has_text="Schedules").first).to_contain_text("41")
 
     page.get_by_role("link", name="Schedules", exact=True).first.click()
@@ -263,3 +265,37 @@ def test_login_and_base_path(page: Page, web: Web, settings: Settings) -> None:
     expect(page.locator(".flash.ok")).to_contain_text("removed sync-001")
     expect(page).to_have_url(re.compile(r"/rsched/schedules$"))
     expect(page.locator("table.schedules tbody tr")).to_have_count(3)
+
+
+def test_overview_shows_a_late_schedule_and_recent_events(
+    page: Page, web: Web, settings: Settings
+) -> None:
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        c.add({"id": "tick", "task": "t.x", "every": 1, "misfire_grace_s": 0})
+        c.add({"id": "calm", "task": "t.x", "every": 3600})
+        c.add({"id": "held", "task": "t.x", "every": 60, "paused": True})
+    publish_event(settings, "schedule_late", schedule_id="tick", reason="due 1s ago and not fired")
+    base = web()
+    page.goto(base + "/")
+    health = page.locator("#health")
+    expect(health).to_contain_text("no_leader")  # no scheduler runs: nothing fires tick
+    late = health.locator("li", has_text="tick")
+    expect(late.locator(".health")).to_have_text("late")
+    expect(late).to_contain_text("not fired")
+    expect(health).not_to_contain_text("calm")
+    events = page.locator("#events tbody tr")
+    expect(events).to_have_count(1)
+    expect(events.first).to_contain_text("schedule_late")
+    expect(events.first).to_contain_text("due 1s ago and not fired")
+
+    page.get_by_role("link", name="Schedules", exact=True).first.click()
+    states = {
+        sid: page.locator("table.schedules tr", has_text=sid).locator(".health")
+        for sid in ("tick", "calm", "held")
+    }
+    expect(states["tick"]).to_have_text("late")
+    expect(states["calm"]).to_have_text("ok")
+    expect(states["held"]).to_have_text("paused")
+    page.get_by_role("link", name="tick").click()
+    expect(page.locator("#live #health .health")).to_have_text("late")
+    expect(page.locator("#live #health")).to_contain_text("not fired")

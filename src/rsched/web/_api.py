@@ -1,4 +1,4 @@
-"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, stats and health.
+"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, stats, health and events.
 
 Every route is one SDK call (or a few reads) through ``_sdk``; errors are rsched's own, turned
 into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsched itself
@@ -7,11 +7,13 @@ into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsch
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rsched import DeadLetter, InvalidArgument, InvalidJob, Schedule, Stats
@@ -325,8 +327,75 @@ async def stats(sdk: SdkDep) -> Stats:
     return await sdk.stats()
 
 
-@router.get("/health", tags=["deployment"])
-async def health(sdk: SdkDep) -> dict[str, str]:
-    """200 ``{"status": "ok"}`` when Redis answers; 503 RedisUnavailable otherwise."""
-    await sdk.ping()
-    return {"status": "ok"}
+_EVENT_ID = re.compile(r"^[0-9]{1,20}(-[0-9]{1,20})?$")
+_HEALTH_EXAMPLE = {
+    "ok": False,
+    "checked_at": "2026-11-24T03:10:00+00:00",
+    "problems": [{"check": "no_leader", "message": "no scheduler holds the lease"}],
+    "schedules": [
+        {
+            "id": "nightly",
+            "state": "late",
+            "reason": "due 2m10s ago and not fired (misfire grace 1m)",
+            "since": "2026-11-24T03:07:50+00:00",
+        }
+    ],
+    "truncated": False,
+    "leader": None,
+    "due": 1,
+    "oldest_overdue_ms": 130000,
+}
+_HEALTH_BODY = {"application/json": {"example": _HEALTH_EXAMPLE}}
+
+
+@router.get(
+    "/health",
+    tags=["deployment"],
+    responses={
+        200: {"description": "every check passes", "content": _HEALTH_BODY},
+        503: {"description": "a check failed (or Redis is unavailable: the error body)"},
+    },
+)
+async def health(
+    sdk: SdkDep,
+    max_due: Annotated[int | None, Query(description="most schedules due at once")] = None,
+    max_overdue_s: Annotated[
+        str | None, Query(description='latest the oldest due one may be: seconds or "5m"')
+    ] = None,
+    dead_letter_window_s: Annotated[
+        str | None, Query(description="fail while a dead letter is younger; 0: off")
+    ] = None,
+) -> Response:
+    """``Client.health()``: the deployment checks (no_leader, due_backlog, overdue, no_worker,
+    stalled, dead_letters, schedules) and the unhealthy schedules; 200 when every check
+    passes, 503 with the same body when one fails, 503 RedisUnavailable when Redis cannot be
+    reached. Limits default to the ``health.*`` settings."""
+    limits: dict[str, Any] = {}
+    if max_due is not None:
+        limits["max_due"] = max_due
+    if max_overdue_s is not None:
+        limits["max_overdue_s"] = max_overdue_s
+    if dead_letter_window_s is not None:
+        limits["dead_letter_window_s"] = dead_letter_window_s
+    found = await sdk.health(**limits)
+    return JSONResponse(found.as_dict(), status_code=200 if found.ok else 503)
+
+
+@router.get("/schedules/{schedule_id}/health", tags=["schedules"])
+async def schedule_health(sdk: SdkDep, schedule_id: str) -> dict[str, Any]:
+    """One schedule's health: state ok, late, stuck, failing, paused or completed, and why."""
+    return (await sdk.schedule_health(schedule_id)).as_dict()
+
+
+@router.get("/events", tags=["deployment"])
+async def events(
+    sdk: SdkDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="how many")] = 20,
+    after: Annotated[str | None, Query(description="an event id: only newer events")] = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """The events stream, newest first (schedule_late, schedule_failing, schedule_stuck,
+    schedule_recovered, dead_letter, leader_changed): the newest ``limit``, or the first
+    ``limit`` after the event id ``after``."""
+    if after is not None and not _EVENT_ID.match(after):
+        raise InvalidArgument("after", f"{after!r} is not an event id; pass an event's id")
+    return {"items": [e.as_dict() for e in await sdk.events(limit, after=after)]}

@@ -24,7 +24,7 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import pass_context
 from jinja2.runtime import Context
 
-from rsched import HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
+from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
 from rsched._model import STATE_FIELDS
 from rsched.web import _views as views
 from rsched.web._errors import error_body
@@ -47,6 +47,8 @@ TZ_COOKIE = "rsched_tz"
 FLASH_COOKIE = "rsched_flash"
 #: Schedules whose history the overview reads to count fires and outcomes per minute.
 ACTIVITY_SAMPLE = 50
+#: Events of the events stream the overview shows, newest first.
+RECENT_EVENTS = 20
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
@@ -195,27 +197,27 @@ async def _overview(sdk: Sdk) -> dict[str, Any]:
     stats = await sdk.stats()
     sample = (await sdk.list_schedules(limit=ACTIVITY_SAMPLE)).items
     events = await histories(sdk, [s.id for s in sample], sdk.settings.history_limit)
-    now = sdk.now_ms()
-    unhealthy = []
-    for s in sample:
-        outcome = views.last_outcome(events[s.id])
-        level, why = views.health(s, outcome, now)
-        if level != "ok":
-            unhealthy.append((s, level, why))
     return {
         "stats": stats,
-        "activity": views.activity(events.values(), now),
+        "activity": views.activity(events.values(), sdk.now_ms()),
         "activity_events": views.ACTIVITY_EVENTS,
         "sample": len(sample),
-        "unhealthy": unhealthy,
+        "events": await sdk.events(RECENT_EVENTS),
         "workers": await sdk.workers(),
     }
+
+
+async def cached_health(request: Request) -> Health:
+    """``Client.health()``, once per refresh for every page and viewer that shows it."""
+    cache: _Cache = request.app.state.cache
+    found: Health = await cache.get("health", sdk_of(request).health)
+    return found
 
 
 async def overview_context(request: Request) -> dict[str, Any]:
     cache: _Cache = request.app.state.cache
     found: dict[str, Any] = await cache.get("overview", lambda: _overview(sdk_of(request)))
-    return found
+    return {**found, "health": await cached_health(request)}
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -242,11 +244,10 @@ async def schedules_context(request: Request) -> dict[str, Any]:
     )
     rows = found.page.items
     events = await histories(sdk, [s.id for s in rows], 12)
-    now = sdk.now_ms()
-    table = []
-    for s in rows:
-        outcome = views.last_outcome(events.get(s.id, []))
-        table.append((s, outcome, views.health(s, outcome, now)))
+    unhealthy = {h.id: h for h in (await cached_health(request)).schedules}
+    table = [
+        (s, views.last_outcome(events.get(s.id, [])), views.health_of(s, unhealthy)) for s in rows
+    ]
     query = {"q": q, "queue": queue, "task": task, "state": state}
     return {
         "rows": table,
@@ -280,6 +281,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
     tz, _ = _zone(request)
     return {
         "s": s,
+        "health": await sdk.schedule_health(schedule_id),
         "trigger": views.trigger_text(s),
         "state": views.status_text(s),
         "next_runs": views.next_runs(times, s.timezone, tz, sdk.now_ms()),

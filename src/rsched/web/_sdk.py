@@ -1,8 +1,8 @@
 """Every call the web package makes to rsched, through the public ``rsched.Client`` only.
 
 The dashboard and the API read and write exactly what the CLI does, with the same errors.
-The SDK is still moving (``health`` is to appear), so each such call is followed here, in one
-line, and nowhere else.
+Each call is followed here, in one line, and nowhere else, so a change of the SDK is a change
+of this file.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from rsched import (
     DeadLetter,
     Enqueued,
     Fired,
+    Health,
+    HealthEvent,
     HistoryEvent,
     Page,
     Schedule,
+    ScheduleHealth,
     Settings,
     Stats,
 )
@@ -122,9 +125,17 @@ class Sdk:
     async def stats(self) -> Stats:
         return await self.client.stats()
 
-    async def ping(self) -> None:
-        """Raises RedisUnavailable when Redis cannot be reached (one cheap read)."""
-        await self.client.list(limit=1)  # Client.health() later
+    async def health(self, **limits: Any) -> Health:
+        """The deployment checks and the unhealthy schedules (``Client.health``: bounded
+        reads; ``limits`` are its ``max_due``, ``max_overdue_s``, ``dead_letter_window_s``)."""
+        return await self.client.health(**limits)
+
+    async def schedule_health(self, schedule_id: str) -> ScheduleHealth:
+        return await self.client.schedule_health(schedule_id)
+
+    async def events(self, limit: int, after: str | None = None) -> list[HealthEvent]:
+        """The newest ``limit`` events (or those after ``after``), newest first."""
+        return list(reversed(await self.client.events(after=after, limit=limit)))
 
     async def workers(self) -> list[dict[str, Any]] | None:
         """Live workers (``WorkerInfo.as_dict()``: id, host, queues, tasks, running, ...)."""
