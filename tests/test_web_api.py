@@ -375,6 +375,108 @@ async def test_health_is_200_when_healthy(web: Web, settings: Settings) -> None:
     await redis.aclose()
 
 
+async def test_workers_jobs_and_cancel(web: Web, client: rsched.Client, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=1))
+    release = anyio.Event()
+    cancelled = anyio.Event()
+
+    @worker.task("t.wait")
+    async def wait(job: rsched.Job) -> None:
+        try:
+            await release.wait()
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+
+    base = web()
+    api = base + "/api/v1"
+    async with (
+        anyio.create_task_group() as tg,
+        httpx.AsyncClient(base_url=api) as http,
+        httpx.AsyncClient(base_url=base) as browser,
+    ):
+        await tg.start(worker.run, None)
+        try:
+            await client.enqueue("t.wait", {}, execution_id="run-1")
+
+            async def busy() -> bool:
+                items = (await http.get("/workers")).json()["items"]
+                return bool(items) and items[0]["running"] == 1
+
+            await wait_until(busy)
+            await client.enqueue("t.wait", {"n": "<b>2</b>"}, execution_id="wait-2")
+            await client.enqueue("t.wait", {}, execution_id="later-3", delay=600)
+
+            (w,) = (await http.get("/workers")).json()["items"]
+            assert w["id"] == worker.consumer
+            assert (w["queues"], w["tasks"], w["concurrency"]) == (["default"], ["t.wait"], 1)
+            assert w["pid"] > 0
+            assert w["host"]
+            assert [j["execution_id"] for j in w["jobs"]] == ["run-1"]
+            assert w["started_at"] <= w["last_seen"]
+
+            def ids(r: httpx.Response) -> list[tuple[str, str]]:
+                assert r.status_code == 200, r.text
+                return [(j["execution_id"], j["state"]) for j in r.json()["items"]]
+
+            everything = [("run-1", "running"), ("wait-2", "queued"), ("later-3", "delayed")]
+            assert ids(await http.get("/jobs")) == everything
+            assert ids(await http.get("/jobs", params={"state": "queued"})) == [everything[1]]
+            r = await http.get("/jobs", params={"queue": "default", "state": "running"})
+            assert ids(r) == [everything[0]]
+            assert ids(await http.get("/jobs", params={"queue": "other"})) == []
+            first = await http.get("/jobs", params={"limit": 2})
+            assert ids(first) == everything[:2]
+            rest = await http.get("/jobs", params={"limit": 2, "cursor": first.json()["cursor"]})
+            assert (ids(rest), rest.json()["cursor"]) == ([everything[2]], None)
+            error(await http.get("/jobs", params={"state": "odd"}), 400, "InvalidArgument", "state")
+            r = await http.get("/jobs", params={"queue": "bad queue"})
+            error(r, 400, "InvalidArgument", "queue")
+            r = await http.get("/jobs", params={"cursor": "x"})
+            error(r, 400, "InvalidArgument", "cursor")
+            error(await http.get("/jobs", params={"limit": 0}), 400, "InvalidArgument", "limit")
+
+            job = (await http.get("/jobs/wait-2")).json()
+            assert (job["state"], job["task"], job["payload"]) == (
+                "queued",
+                "t.wait",
+                {"n": "<b>2</b>"},
+            )
+            assert (await http.get("/jobs/run-1")).json()["worker"] == worker.consumer
+            error(await http.get("/jobs/nope"), 404, "JobNotFound", "execution_id")
+            error(await http.get("/jobs/a b"), 400, "InvalidArgument", "execution_id")
+
+            r = await http.post("/jobs/later-3/cancel")
+            assert r.json() == {"execution_id": "later-3", "cancelled": "delayed"}
+            error(await http.post("/jobs/later-3/cancel"), 404, "JobNotFound", "execution_id")
+            error(await http.post("/jobs/a b/cancel"), 400, "InvalidArgument", "execution_id")
+
+            # The queue page: a cancel button per job, a CSRF-checked form post.
+            page = (await browser.get("/queues/default")).text
+            assert 'aria-label="cancel wait-2"' in page
+            token = browser.cookies["rsched_csrf"]
+            form = {"execution_id": "wait-2"}
+            assert (await browser.post("/queues/default/cancel", data=form)).status_code == 403
+            r = await browser.post("/queues/default/cancel", data={**form, "csrf_token": token})
+            assert r.status_code == 303
+            assert "cancelled wait-2 (queued)" in bytes.fromhex(r.cookies["rsched_flash"]).decode()
+            r = await browser.post("/queues/default/cancel", data={**form, "csrf_token": token})
+            assert "does not wait or run" in bytes.fromhex(r.cookies["rsched_flash"]).decode()
+
+            r = await http.post("/jobs/run-1/cancel")
+            assert r.json() == {"execution_id": "run-1", "cancelled": "running"}
+            with anyio.fail_after(10):
+                await cancelled.wait()
+
+            async def gone() -> bool:
+                return ids(await http.get("/jobs")) == []
+
+            await wait_until(gone)  # its worker records the outcome, then acknowledges
+        finally:
+            release.set()
+            worker.stop()
+
+
 def test_openapi_and_no_cdn_docs(web: Web) -> None:
     base = web()
     doc = httpx.get(base + "/api/v1/openapi.json").json()
@@ -394,6 +496,9 @@ def test_openapi_and_no_cdn_docs(web: Web) -> None:
         "/api/v1/health",
         "/api/v1/schedules/{schedule_id}/health",
         "/api/v1/events",
+        "/api/v1/workers",
+        "/api/v1/jobs/{execution_id}",
+        "/api/v1/jobs/{execution_id}/cancel",
     ):
         assert path in paths, path
     assert set(paths["/api/v1/schedules/{schedule_id}"]) == {"get", "put", "patch", "delete"}
@@ -439,6 +544,7 @@ def test_read_only_refuses_every_write(web: Web, settings: Settings) -> None:
         ("POST", "/queues/default/dead-letters/requeue", {"all": True}),
         ("POST", "/queues/default/dead-letters/purge", {"all": True}),
         ("POST", "/jobs", {"task": "t"}),
+        ("POST", "/jobs/x/cancel", None),
     ]
     for method, path, body in writes:
         error(httpx.request(method, api + path, json=body), 403, "ReadOnly")
@@ -450,6 +556,9 @@ def test_read_only_refuses_every_write(web: Web, settings: Settings) -> None:
         token = browser.cookies["rsched_csrf"]
         r = browser.post(base + "/schedules/a/pause", data={"csrf_token": token})
         assert r.status_code == 403
+        r = browser.post(base + "/queues/default/cancel", data={"csrf_token": token})
+        assert r.status_code == 403
+        assert "Workers" in browser.get(base + "/workers").text
     assert httpx.get(api + "/schedules/a").json()["paused"] is False
 
 

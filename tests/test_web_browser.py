@@ -55,7 +55,7 @@ if _REASON is not None:
 
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright  # noqa: E402
 
-from web_support import make_dead_letters, publish_event, serve  # noqa: E402
+from web_support import make_dead_letters, publish_event, serve, worker_thread  # noqa: E402
 from worker_app import fast_env  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -299,3 +299,35 @@ def test_overview_shows_a_late_schedule_and_recent_events(
     page.get_by_role("link", name="tick").click()
     expect(page.locator("#live #health .health")).to_have_text("late")
     expect(page.locator("#live #health")).to_contain_text("not fired")
+
+
+def test_workers_page_and_cancel_a_job(page: Page, web: Web, settings: Settings) -> None:
+    base = web()
+    with worker_thread(settings, concurrency=1) as worker:
+        with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+            c.enqueue("web.wait", {"s": 60}, execution_id="run-1")
+            c.enqueue("web.wait", {"s": 60}, execution_id="wait-2")
+        page.goto(base + "/")
+        page.get_by_role("link", name="Workers").click()
+        rows = page.locator("table.workers tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text(worker.consumer)
+        expect(rows.first).to_contain_text("web.wait")
+        expect(rows.first.locator("td.jobs")).to_contain_text("run-1")  # within a refresh
+        shot(page, "workers")
+
+        rows.first.get_by_role("link", name="default").click()
+        jobs = page.locator("#jobs tbody tr")
+        expect(jobs).to_have_count(2)
+        expect(jobs.first).to_contain_text("running")
+        page.once("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="cancel wait-2").click()
+        expect(page.locator(".flash.ok")).to_contain_text("cancelled wait-2 (queued)")
+        expect(jobs).to_have_count(1)
+        page.once("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="cancel run-1").click()
+        expect(page.locator(".flash.ok")).to_contain_text("cancelling run-1")
+        expect(page.locator("#jobs")).to_contain_text("no queued, running or delayed job")
+
+    page.get_by_role("link", name="Workers").click()
+    expect(page.locator("#live")).to_contain_text("no live worker")

@@ -318,6 +318,42 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
     return {"execution_id": done.execution_id, "created": done.created}
 
 
+@router.get("/jobs", tags=["jobs"])
+async def list_jobs(
+    sdk: SdkDep,
+    queue: str | None = None,
+    state: Annotated[str | None, Query(description="queued, running or delayed")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Jobs that run, wait or are delayed, queue by queue: running first, then queued (high,
+    normal, low), then delayed by due time (``Client.jobs``)."""
+    page = await sdk.list_jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+    return {"items": [j.as_dict() for j in page.items], "cursor": page.cursor}
+
+
+@router.get("/jobs/{execution_id}", tags=["jobs"])
+async def get_job(sdk: SdkDep, execution_id: str) -> dict[str, Any]:
+    """One job by execution id: where it waits or runs, or how it ended, with its schedule's
+    history of this execution and its kept result (404 JobNotFound)."""
+    return (await sdk.job(execution_id)).as_dict()
+
+
+@router.post("/jobs/{execution_id}/cancel", tags=["jobs"])
+async def cancel_job(sdk: SdkDep, execution_id: str) -> dict[str, str]:
+    """Cancel a queued, delayed or running job (a running one is stopped by its worker):
+    ``{"execution_id", "cancelled": <the state it was in>}``; 404 when it neither waits nor
+    runs."""
+    return {"execution_id": execution_id, "cancelled": await sdk.cancel(execution_id)}
+
+
+@router.get("/workers", tags=["deployment"])
+async def list_workers(sdk: SdkDep) -> dict[str, Any]:
+    """The live workers from the worker registry: id, host, pid, queues, tasks, concurrency,
+    running and the jobs they run, started_at, last_seen (``Client.workers``)."""
+    return {"items": await sdk.workers() or []}
+
+
 # --- deployment -------------------------------------------------------------------------------
 
 

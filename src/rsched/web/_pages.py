@@ -75,7 +75,7 @@ def _zone(request: Request) -> tuple[str, bool]:
 
 
 @pass_context
-def _when(ctx: Context, value: datetime | int | None, own: str = "UTC") -> views.Moment:
+def _when(ctx: Context, value: datetime | int | str | None, own: str = "UTC") -> views.Moment:
     return views.moment(value, ctx["tz"], own, ctx["now"])
 
 
@@ -441,7 +441,8 @@ async def queues_context(request: Request) -> dict[str, Any]:
     sdk = sdk_of(request)
     cache: _Cache = request.app.state.cache
     stats = await cache.get("stats", sdk.stats)
-    return {"queues": sorted(stats.queues.items()), "workers": await sdk.workers()}
+    workers = await cache.get("workers", sdk.workers)
+    return {"queues": sorted(stats.queues.items()), "workers": workers}
 
 
 @router.get("/queues", response_class=HTMLResponse)
@@ -512,6 +513,41 @@ async def requeue(request: Request, queue: str) -> Response:
 @router.post("/queues/{queue}/purge")
 async def purge(request: Request, queue: str) -> Response:
     return await _dead_action(request, queue, "purge")
+
+
+@router.post("/queues/{queue}/cancel")
+async def cancel(request: Request, queue: str) -> Response:
+    """Cancel one job of the queue's jobs table (queued, delayed or running)."""
+    fields = await form(request)
+    execution_id = first(fields, "execution_id")
+    page = f"/queues/{_quoted(queue)}"
+    if not execution_id:
+        return back(request, page, "no job given: use a cancel button of the jobs table", ok=False)
+    try:
+        was = await sdk_of(request).cancel(execution_id)
+    except RschedError as exc:
+        return back(request, page, str(exc), ok=False)
+    if was == "running":
+        return back(request, page, f"cancelling {execution_id}: its worker stops it")
+    return back(request, page, f"cancelled {execution_id} ({was})")
+
+
+# --- workers ------------------------------------------------------------------------------------
+
+
+async def workers_context(request: Request) -> dict[str, Any]:
+    cache: _Cache = request.app.state.cache
+    return {"workers": await cache.get("workers", sdk_of(request).workers)}
+
+
+@router.get("/workers", response_class=HTMLResponse)
+async def workers(request: Request) -> Response:
+    return render(request, "workers.html", **await workers_context(request))
+
+
+@router.get("/_live/workers", response_class=HTMLResponse)
+async def workers_live(request: Request) -> Response:
+    return render(request, "_workers.html", **await workers_context(request))
 
 
 # --- login --------------------------------------------------------------------------------------

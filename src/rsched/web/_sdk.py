@@ -21,6 +21,7 @@ from rsched import (
     Health,
     HealthEvent,
     HistoryEvent,
+    JobInfo,
     Page,
     Schedule,
     ScheduleHealth,
@@ -145,3 +146,21 @@ class Sdk:
         """The first ``limit`` running, queued and delayed jobs of ``queue``
         (``JobInfo.as_dict()``, with the worker running each)."""
         return [j.as_dict() for j in (await self.client.jobs(queue=queue, limit=limit)).items]
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[JobInfo]:
+        """A page of running, queued and delayed jobs (of ``queue``, in ``state``)."""
+        return await self.client.jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+
+    async def job(self, execution_id: str) -> JobInfo:
+        return await self.client.job(execution_id)
+
+    async def cancel(self, execution_id: str) -> str:
+        """Cancels a waiting or running job; returns the state it was cancelled in."""
+        return await self.client.cancel(execution_id)

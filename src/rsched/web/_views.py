@@ -62,9 +62,15 @@ class Moment:
 _NO_MOMENT = Moment("-", "", "", "")
 
 
-def moment(when: datetime | int | None, viewer: str, own: str, now_ms: int) -> Moment:
-    if when is None:
+def moment(when: datetime | int | str | None, viewer: str, own: str, now_ms: int) -> Moment:
+    """``when``: a datetime, epoch ms, or ISO 8601 text (what the SDK's ``as_dict`` gives)."""
+    if when is None or when == "":
         return _NO_MOMENT
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when)
+        except ValueError:
+            return _NO_MOMENT
     ms = to_ms(when) if isinstance(when, datetime) else int(when)
     return Moment(
         viewer=clock(ms, viewer),
