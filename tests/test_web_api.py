@@ -477,6 +477,76 @@ async def test_workers_jobs_and_cancel(web: Web, client: rsched.Client, settings
             worker.stop()
 
 
+async def test_runs(web: Web, client: rsched.Client, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("t.ok")
+    async def ok(job: rsched.Job) -> None:
+        pass
+
+    @worker.task("t.boom")
+    async def boom(job: rsched.Job) -> None:
+        raise ValueError("<b>boom</b>")
+
+    await client.add({"id": "rep", "task": "t.ok", "every": 3600})
+    base = web()
+    async with (
+        anyio.create_task_group() as tg,
+        httpx.AsyncClient(base_url=base + "/api/v1") as http,
+    ):
+        await tg.start(worker.run, None)
+        try:
+            await client.trigger("rep")
+            await client.enqueue("t.ok", {}, execution_id="one")
+            await client.enqueue("t.boom", {}, execution_id="bad", max_retries=0)
+
+            async def ended() -> bool:
+                items = (await http.get("/runs")).json()["items"]
+                return sorted(r["status"] for r in items) == ["completed", "completed", "dead"]
+
+            await wait_until(ended)
+        finally:
+            worker.stop()
+
+        def ids(r: httpx.Response) -> list[str]:
+            assert r.status_code == 200, r.text
+            return sorted(i["execution_id"] for i in r.json()["items"])
+
+        (rep,) = (await http.get("/runs", params={"schedule": "rep"})).json()["items"]
+        assert (rep["status"], rep["task"], rep["queue"]) == ("completed", "t.ok", "default")
+        assert rep["execution_id"].startswith("rep@")
+        assert rep["started_at"] <= rep["ended_at"]
+        assert ids(await http.get("/runs", params={"status": "completed"})) == sorted(
+            ["one", rep["execution_id"]]
+        )
+        (dead,) = (await http.get("/runs", params={"task": "t.boom"})).json()["items"]
+        assert (dead["execution_id"], dead["status"]) == ("bad", "dead")
+        assert "<b>boom</b>" in dead["error"]
+        assert len(ids(await http.get("/runs", params={"since": "1h"}))) == 3
+        future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        assert ids(await http.get("/runs", params={"since": future})) == []
+        first = (await http.get("/runs", params={"limit": 2})).json()
+        assert len(first["items"]) == 2
+        rest = await http.get("/runs", params={"limit": 2, "cursor": first["cursor"]})
+        assert len(rest.json()["items"]) == 1
+        error(await http.get("/runs", params={"status": "odd"}), 400, "InvalidArgument", "status")
+        error(await http.get("/runs", params={"since": "soon"}), 400, "InvalidArgument", "since")
+        r = await http.get("/runs", params={"since": "2026-01-01T00:00:00"})
+        error(r, 400, "InvalidArgument", "since")
+        error(await http.get("/runs", params={"cursor": "x!"}), 400, "InvalidArgument", "cursor")
+        error(await http.get("/runs", params={"limit": 0}), 400, "InvalidArgument", "limit")
+
+        page = await http.get(base + "/runs", params={"status": "dead"})
+        assert page.status_code == 200
+        assert "&lt;b&gt;boom&lt;/b&gt;" in page.text
+        assert "<b>boom" not in page.text
+        assert ">bad</code>" in page.text
+        page = await http.get(base + "/runs", params={"since": "soon"})  # said on the page
+        assert page.status_code == 200
+        assert "&#39;soon&#39;" in page.text
+        assert "no runs match" in page.text
+
+
 def test_openapi_and_no_cdn_docs(web: Web) -> None:
     base = web()
     doc = httpx.get(base + "/api/v1/openapi.json").json()
@@ -499,6 +569,7 @@ def test_openapi_and_no_cdn_docs(web: Web) -> None:
         "/api/v1/workers",
         "/api/v1/jobs/{execution_id}",
         "/api/v1/jobs/{execution_id}/cancel",
+        "/api/v1/runs",
     ):
         assert path in paths, path
     assert set(paths["/api/v1/schedules/{schedule_id}"]) == {"get", "put", "patch", "delete"}

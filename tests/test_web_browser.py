@@ -332,3 +332,30 @@ def test_workers_page_and_cancel_a_job(page: Page, web: Web, settings: Settings)
 
     page.get_by_role("link", name="Workers").click()
     expect(page.locator("#live")).to_contain_text("no live worker")
+
+
+def test_runs_page_shows_a_completed_run(
+    page: Page, web: Web, settings: Settings, spawn: Callable[..., Any]
+) -> None:
+    seed(settings, 3)
+    start_processes(spawn, settings)
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        c.trigger("nightly-report")
+        c.enqueue("app.noop", {}, execution_id="one-off-1")
+    base = web()
+    page.goto(base + "/")
+    page.get_by_role("link", name="Runs").click()
+    rows = page.locator("table.runs-log tbody tr")
+    nightly = rows.filter(has_text="nightly-report")
+    expect(nightly.locator(".outcome")).to_have_text("completed", timeout=15_000)  # live part
+    expect(rows.filter(has_text="one-off-1")).to_contain_text("enqueued")
+    shot(page, "runs")
+
+    page.get_by_label("schedule").fill("nightly-report")
+    page.get_by_label("schedule").press("Enter")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("app.sleep")
+    page.get_by_label("since").fill("soon")
+    page.get_by_label("since").press("Enter")
+    expect(page.locator(".flash.bad")).to_contain_text("since")
+    expect(rows.first).to_contain_text("no runs match")

@@ -354,6 +354,28 @@ async def list_workers(sdk: SdkDep) -> dict[str, Any]:
     return {"items": await sdk.workers() or []}
 
 
+@router.get("/runs", tags=["jobs"])
+async def list_runs(
+    sdk: SdkDep,
+    status: Annotated[
+        str | None, Query(description="fired, started, completed, failed, dead, skipped, …")
+    ] = None,
+    schedule: Annotated[str | None, Query(description="a schedule id")] = None,
+    task: str | None = None,
+    since: Annotated[
+        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Runs across every schedule and enqueued job, newest first (``Client.runs``): the runs
+    in progress first, then the runs log's records of runs that ended or were skipped."""
+    page = await sdk.runs(
+        status=status, schedule_id=schedule, task=task, since=since, limit=limit, cursor=cursor
+    )
+    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+
+
 # --- deployment -------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from jinja2.runtime import Context
 
 from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
 from rsched._model import STATE_FIELDS
+from rsched._rules import RUN_STATUSES
 from rsched.web import _views as views
 from rsched.web._errors import error_body
 from rsched.web._listing import SCAN_BUDGET, State, find
@@ -548,6 +549,45 @@ async def workers(request: Request) -> Response:
 @router.get("/_live/workers", response_class=HTMLResponse)
 async def workers_live(request: Request) -> Response:
     return render(request, "_workers.html", **await workers_context(request))
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+async def runs_context(request: Request) -> dict[str, Any]:
+    p = request.query_params
+    query = {k: p.get(k, "").strip() for k in ("status", "schedule", "task", "since")}
+    cursor = p.get("cursor") or None
+    try:
+        page = await sdk_of(request).runs(
+            status=query["status"] or None,
+            schedule_id=query["schedule"] or None,
+            task=query["task"] or None,
+            since=query["since"] or None,
+            cursor=cursor,
+        )
+        found, more, problem = page.items, page.cursor, None
+    except InvalidArgument as exc:
+        found, more, problem = [], None, error_body(exc)
+    return {
+        "runs": found,
+        "cursor": more,
+        "query": query,
+        "statuses": RUN_STATUSES,
+        "params": {k: v for k, v in query.items() if v},
+        "at_cursor": cursor or "",
+        "problem": problem,
+    }
+
+
+@router.get("/runs", response_class=HTMLResponse)
+async def runs(request: Request) -> Response:
+    return render(request, "runs.html", **await runs_context(request))
+
+
+@router.get("/_live/runs", response_class=HTMLResponse)
+async def runs_live(request: Request) -> Response:
+    return render(request, "_runs.html", **await runs_context(request))
 
 
 # --- login --------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from rsched import (
     HistoryEvent,
     JobInfo,
     Page,
+    RunRecord,
     Schedule,
     ScheduleHealth,
     Settings,
@@ -164,3 +165,30 @@ class Sdk:
     async def cancel(self, execution_id: str) -> str:
         """Cancels a waiting or running job; returns the state it was cancelled in."""
         return await self.client.cancel(execution_id)
+
+    async def runs(
+        self,
+        *,
+        status: str | None = None,
+        schedule_id: str | None = None,
+        task: str | None = None,
+        since: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[RunRecord]:
+        """A page of the runs log across schedules, newest first (``Client.runs``). ``since``:
+        an aware ISO 8601 time, or a duration back from now ("1h", seconds)."""
+        when: str | datetime | None = since
+        if since:
+            try:
+                when = datetime.fromisoformat(since)
+            except ValueError:
+                when = since
+        return await self.client.runs(
+            status=status,
+            schedule_id=schedule_id,
+            task=task,
+            since=when or None,
+            limit=limit,
+            cursor=cursor,
+        )
