@@ -720,6 +720,7 @@ def test_headers_escaping_and_no_inline_script(web: Web, settings: Settings) -> 
         "/queues",
         "/queues/default",
         "/workers",
+        "/runs",
         "/api/v1/stats",
     ):
         r = httpx.get(base + path)
@@ -751,7 +752,8 @@ def test_base_path_and_mounting(settings: Settings) -> None:
         root = base.removesuffix("/rsched")
         r = httpx.get(root + "/")
         assert (r.status_code, r.headers["location"]) == (307, "/rsched/")
-        for path in ("/", "/schedules", "/schedules/a", "/queues", "/queues/default", "/workers"):
+        pages = ("/", "/schedules", "/schedules/a", "/queues", "/queues/default", "/workers")
+        for path in (*pages, "/runs"):
             page = httpx.get(base + path)
             assert page.status_code == 200, path
             _links_under(page.text, "/rsched/")
