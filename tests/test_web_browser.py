@@ -55,7 +55,7 @@ if _REASON is not None:
 
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright  # noqa: E402
 
-from web_support import make_dead_letters, serve  # noqa: E402
+from web_support import make_dead_letters, publish_event, serve, worker_thread  # noqa: E402
 from worker_app import fast_env  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -141,7 +141,9 @@ def test_find_pause_and_trigger_a_schedule(
 
     page.goto(base + "/")
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-    expect(page.locator(".card", has_text="Leader")).not_to_contain_text("none")
+    leader = page.locator(".card", has=page.get_by_role("heading", name="Leader"))
+    expect(leader).not_to_contain_text("none")
+    expect(page.locator("#events")).to_contain_text("leader_changed")  # the scheduler said so
     expect(page.locator(".card", has_text="Schedules").first).to_contain_text("41")
 
     page.get_by_role("link", name="Schedules", exact=True).first.click()
@@ -263,3 +265,97 @@ def test_login_and_base_path(page: Page, web: Web, settings: Settings) -> None:
     expect(page.locator(".flash.ok")).to_contain_text("removed sync-001")
     expect(page).to_have_url(re.compile(r"/rsched/schedules$"))
     expect(page.locator("table.schedules tbody tr")).to_have_count(3)
+
+
+def test_overview_shows_a_late_schedule_and_recent_events(
+    page: Page, web: Web, settings: Settings
+) -> None:
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        c.add({"id": "tick", "task": "t.x", "every": 1, "misfire_grace_s": 0})
+        c.add({"id": "calm", "task": "t.x", "every": 3600})
+        c.add({"id": "held", "task": "t.x", "every": 60, "paused": True})
+    publish_event(settings, "schedule_late", schedule_id="tick", reason="due 1s ago and not fired")
+    base = web()
+    page.goto(base + "/")
+    health = page.locator("#health")
+    expect(health).to_contain_text("no_leader")  # no scheduler runs: nothing fires tick
+    late = health.locator("li", has_text="tick")
+    expect(late.locator(".health")).to_have_text("late")
+    expect(late).to_contain_text("not fired")
+    expect(health).not_to_contain_text("calm")
+    events = page.locator("#events tbody tr")
+    expect(events).to_have_count(1)
+    expect(events.first).to_contain_text("schedule_late")
+    expect(events.first).to_contain_text("due 1s ago and not fired")
+
+    page.get_by_role("link", name="Schedules", exact=True).first.click()
+    states = {
+        sid: page.locator("table.schedules tr", has_text=sid).locator(".health")
+        for sid in ("tick", "calm", "held")
+    }
+    expect(states["tick"]).to_have_text("late")
+    expect(states["calm"]).to_have_text("ok")
+    expect(states["held"]).to_have_text("paused")
+    page.get_by_role("link", name="tick").click()
+    expect(page.locator("#live #health .health")).to_have_text("late")
+    expect(page.locator("#live #health")).to_contain_text("not fired")
+
+
+def test_workers_page_and_cancel_a_job(page: Page, web: Web, settings: Settings) -> None:
+    base = web()
+    with worker_thread(settings, concurrency=1) as worker:
+        with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+            c.enqueue("web.wait", {"s": 60}, execution_id="run-1")
+            c.enqueue("web.wait", {"s": 60}, execution_id="wait-2")
+        page.goto(base + "/")
+        expect(page.get_by_role("link", name="1 live worker(s)")).to_be_visible()
+        page.get_by_role("link", name="Workers", exact=True).click()
+        rows = page.locator("table.workers tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text(worker.consumer)
+        expect(rows.first).to_contain_text("web.wait")
+        expect(rows.first.locator("td.jobs")).to_contain_text("run-1")  # within a refresh
+        shot(page, "workers")
+
+        rows.first.get_by_role("link", name="default").click()
+        jobs = page.locator("#jobs tbody tr")
+        expect(jobs).to_have_count(2)
+        expect(jobs.first).to_contain_text("running")
+        page.once("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="cancel wait-2").click()
+        expect(page.locator(".flash.ok")).to_contain_text("cancelled wait-2 (queued)")
+        expect(jobs).to_have_count(1)
+        page.once("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="cancel run-1").click()
+        expect(page.locator(".flash.ok")).to_contain_text("cancelling run-1")
+        expect(page.locator("#jobs")).to_contain_text("no queued, running or delayed job")
+
+    page.get_by_role("link", name="Workers").click()
+    expect(page.locator("#live")).to_contain_text("no live worker")
+
+
+def test_runs_page_shows_a_completed_run(
+    page: Page, web: Web, settings: Settings, spawn: Callable[..., Any]
+) -> None:
+    seed(settings, 3)
+    start_processes(spawn, settings)
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        c.trigger("nightly-report")
+        c.enqueue("app.noop", {}, execution_id="one-off-1")
+    base = web()
+    page.goto(base + "/")
+    page.get_by_role("link", name="Runs").click()
+    rows = page.locator("table.runs-log tbody tr")
+    nightly = rows.filter(has_text="nightly-report")
+    expect(nightly.locator(".outcome")).to_have_text("completed", timeout=15_000)  # live part
+    expect(rows.filter(has_text="one-off-1")).to_contain_text("enqueued")
+    shot(page, "runs")
+
+    page.get_by_label("schedule").fill("nightly-report")
+    page.get_by_label("schedule").press("Enter")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("app.sleep")
+    page.get_by_label("since").fill("soon")
+    page.get_by_label("since").press("Enter")
+    expect(page.locator(".flash.bad")).to_contain_text("since")
+    expect(rows.first).to_contain_text("no runs match")

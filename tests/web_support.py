@@ -77,3 +77,52 @@ async def make_dead_letters(settings: Settings, n: int = 1, queue: str = "defaul
                 while (await client.stats()).dead_letters < before + n:  # noqa: ASYNC110 - polling Redis
                     await anyio.sleep(0.05)
             worker.stop()
+
+
+async def apublish_event(settings: Settings, kind: str, **fields: str) -> None:
+    """One entry on the events stream, as the scheduler's health watch or a worker writes it."""
+    from rsched._connection import connect
+    from rsched._events import EventLog
+    from rsched._keys import Keys
+
+    redis = connect(settings.url)
+    try:
+        await EventLog(redis, Keys(settings.prefix)).publish(kind, **fields)
+    finally:
+        await redis.aclose()
+
+
+def publish_event(settings: Settings, kind: str, **fields: str) -> None:
+    """:func:`apublish_event` from synchronous code: in a thread with its own event loop
+    (Playwright's sync API runs one in the test's thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import anyio
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, lambda: apublish_event(settings, kind, **fields)).result()
+
+
+@contextmanager
+def worker_thread(settings: Settings, **fields: Any) -> Iterator[Any]:
+    """An in-process worker on ``default`` running ``web.wait`` (sleeps ``payload["s"]``
+    seconds), on an event loop of its own thread; stopped on exit."""
+    import anyio
+    import anyio.from_thread
+
+    import rsched
+    from worker_app import fast_settings
+
+    worker = rsched.Worker(settings=fast_settings(settings, **fields))
+
+    @worker.task("web.wait")
+    async def wait(job: rsched.Job) -> None:
+        await anyio.sleep(float(job.payload.get("s", 60)))
+
+    with anyio.from_thread.start_blocking_portal() as portal:
+        future, _ = portal.start_task(worker.run, None)
+        try:
+            yield worker
+        finally:
+            portal.call(worker.stop)
+            future.result(timeout=30)

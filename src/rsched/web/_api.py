@@ -1,4 +1,4 @@
-"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, stats and health.
+"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, stats, health and events.
 
 Every route is one SDK call (or a few reads) through ``_sdk``; errors are rsched's own, turned
 into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsched itself
@@ -7,11 +7,13 @@ into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsch
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rsched import DeadLetter, InvalidArgument, InvalidJob, Schedule, Stats
@@ -316,6 +318,64 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
     return {"execution_id": done.execution_id, "created": done.created}
 
 
+@router.get("/jobs", tags=["jobs"])
+async def list_jobs(
+    sdk: SdkDep,
+    queue: str | None = None,
+    state: Annotated[str | None, Query(description="queued, running or delayed")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Jobs that run, wait or are delayed, queue by queue: running first, then queued (high,
+    normal, low), then delayed by due time (``Client.jobs``)."""
+    page = await sdk.list_jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+    return {"items": [j.as_dict() for j in page.items], "cursor": page.cursor}
+
+
+@router.get("/jobs/{execution_id}", tags=["jobs"])
+async def get_job(sdk: SdkDep, execution_id: str) -> dict[str, Any]:
+    """One job by execution id: where it waits or runs, or how it ended, with its schedule's
+    history of this execution and its kept result (404 JobNotFound)."""
+    return (await sdk.job(execution_id)).as_dict()
+
+
+@router.post("/jobs/{execution_id}/cancel", tags=["jobs"])
+async def cancel_job(sdk: SdkDep, execution_id: str) -> dict[str, str]:
+    """Cancel a queued, delayed or running job (a running one is stopped by its worker):
+    ``{"execution_id", "cancelled": <the state it was in>}``; 404 when it neither waits nor
+    runs."""
+    return {"execution_id": execution_id, "cancelled": await sdk.cancel(execution_id)}
+
+
+@router.get("/workers", tags=["deployment"])
+async def list_workers(sdk: SdkDep) -> dict[str, Any]:
+    """The live workers from the worker registry: id, host, pid, queues, tasks, concurrency,
+    running and the jobs they run, started_at, last_seen (``Client.workers``)."""
+    return {"items": await sdk.workers() or []}
+
+
+@router.get("/runs", tags=["jobs"])
+async def list_runs(
+    sdk: SdkDep,
+    status: Annotated[
+        str | None, Query(description="fired, started, completed, failed, dead, skipped, …")
+    ] = None,
+    schedule: Annotated[str | None, Query(description="a schedule id")] = None,
+    task: str | None = None,
+    since: Annotated[
+        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Runs across every schedule and enqueued job, newest first (``Client.runs``): the runs
+    in progress first, then the runs log's records of runs that ended or were skipped."""
+    page = await sdk.runs(
+        status=status, schedule_id=schedule, task=task, since=since, limit=limit, cursor=cursor
+    )
+    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+
+
 # --- deployment -------------------------------------------------------------------------------
 
 
@@ -325,8 +385,75 @@ async def stats(sdk: SdkDep) -> Stats:
     return await sdk.stats()
 
 
-@router.get("/health", tags=["deployment"])
-async def health(sdk: SdkDep) -> dict[str, str]:
-    """200 ``{"status": "ok"}`` when Redis answers; 503 RedisUnavailable otherwise."""
-    await sdk.ping()
-    return {"status": "ok"}
+_EVENT_ID = re.compile(r"^[0-9]{1,20}(-[0-9]{1,20})?$")
+_HEALTH_EXAMPLE = {
+    "ok": False,
+    "checked_at": "2026-11-24T03:10:00+00:00",
+    "problems": [{"check": "no_leader", "message": "no scheduler holds the lease"}],
+    "schedules": [
+        {
+            "id": "nightly",
+            "state": "late",
+            "reason": "due 2m10s ago and not fired (misfire grace 1m)",
+            "since": "2026-11-24T03:07:50+00:00",
+        }
+    ],
+    "truncated": False,
+    "leader": None,
+    "due": 1,
+    "oldest_overdue_ms": 130000,
+}
+_HEALTH_BODY = {"application/json": {"example": _HEALTH_EXAMPLE}}
+
+
+@router.get(
+    "/health",
+    tags=["deployment"],
+    responses={
+        200: {"description": "every check passes", "content": _HEALTH_BODY},
+        503: {"description": "a check failed (or Redis is unavailable: the error body)"},
+    },
+)
+async def health(
+    sdk: SdkDep,
+    max_due: Annotated[int | None, Query(description="most schedules due at once")] = None,
+    max_overdue_s: Annotated[
+        str | None, Query(description='latest the oldest due one may be: seconds or "5m"')
+    ] = None,
+    dead_letter_window_s: Annotated[
+        str | None, Query(description="fail while a dead letter is younger; 0: off")
+    ] = None,
+) -> Response:
+    """``Client.health()``: the deployment checks (no_leader, due_backlog, overdue, no_worker,
+    stalled, dead_letters, schedules) and the unhealthy schedules; 200 when every check
+    passes, 503 with the same body when one fails, 503 RedisUnavailable when Redis cannot be
+    reached. Limits default to the ``health.*`` settings."""
+    limits: dict[str, Any] = {}
+    if max_due is not None:
+        limits["max_due"] = max_due
+    if max_overdue_s is not None:
+        limits["max_overdue_s"] = max_overdue_s
+    if dead_letter_window_s is not None:
+        limits["dead_letter_window_s"] = dead_letter_window_s
+    found = await sdk.health(**limits)
+    return JSONResponse(found.as_dict(), status_code=200 if found.ok else 503)
+
+
+@router.get("/schedules/{schedule_id}/health", tags=["schedules"])
+async def schedule_health(sdk: SdkDep, schedule_id: str) -> dict[str, Any]:
+    """One schedule's health: state ok, late, stuck, failing, paused or completed, and why."""
+    return (await sdk.schedule_health(schedule_id)).as_dict()
+
+
+@router.get("/events", tags=["deployment"])
+async def events(
+    sdk: SdkDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="how many")] = 20,
+    after: Annotated[str | None, Query(description="an event id: only newer events")] = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """The events stream, newest first (schedule_late, schedule_failing, schedule_stuck,
+    schedule_recovered, dead_letter, leader_changed): the newest ``limit``, or the first
+    ``limit`` after the event id ``after``."""
+    if after is not None and not _EVENT_ID.match(after):
+        raise InvalidArgument("after", f"{after!r} is not an event id; pass an event's id")
+    return {"items": [e.as_dict() for e in await sdk.events(limit, after=after)]}

@@ -13,6 +13,7 @@ from rsched import (
     InvalidArgument,
     InvalidJob,
     InvalidSchedule,
+    JobNotFound,
     PoolExhausted,
     RedisUnavailable,
     RschedError,
@@ -26,6 +27,7 @@ _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (InvalidArgument, 400),
     (ScheduleNotFound, 404),
     (DeadLetterNotFound, 404),
+    (JobNotFound, 404),
     (ScheduleExists, 409),
     (ScheduleCompleted, 409),
     (InvalidSchedule, 422),
@@ -55,6 +57,8 @@ def field_of(exc: RschedError) -> str | None:
         return "id"
     if isinstance(exc, DeadLetterNotFound):
         return "entry_id"
+    if isinstance(exc, JobNotFound):
+        return "execution_id"
     if isinstance(exc, InvalidJob):
         match = _LEADING_FIELD.match(str(exc))
         return match.group(1) if match else None

@@ -24,8 +24,9 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import pass_context
 from jinja2.runtime import Context
 
-from rsched import HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
+from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
 from rsched._model import STATE_FIELDS
+from rsched._rules import RUN_STATUSES
 from rsched.web import _views as views
 from rsched.web._errors import error_body
 from rsched.web._listing import SCAN_BUDGET, State, find
@@ -47,6 +48,8 @@ TZ_COOKIE = "rsched_tz"
 FLASH_COOKIE = "rsched_flash"
 #: Schedules whose history the overview reads to count fires and outcomes per minute.
 ACTIVITY_SAMPLE = 50
+#: Events of the events stream the overview shows, newest first.
+RECENT_EVENTS = 20
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
@@ -73,7 +76,7 @@ def _zone(request: Request) -> tuple[str, bool]:
 
 
 @pass_context
-def _when(ctx: Context, value: datetime | int | None, own: str = "UTC") -> views.Moment:
+def _when(ctx: Context, value: datetime | int | str | None, own: str = "UTC") -> views.Moment:
     return views.moment(value, ctx["tz"], own, ctx["now"])
 
 
@@ -195,27 +198,27 @@ async def _overview(sdk: Sdk) -> dict[str, Any]:
     stats = await sdk.stats()
     sample = (await sdk.list_schedules(limit=ACTIVITY_SAMPLE)).items
     events = await histories(sdk, [s.id for s in sample], sdk.settings.history_limit)
-    now = sdk.now_ms()
-    unhealthy = []
-    for s in sample:
-        outcome = views.last_outcome(events[s.id])
-        level, why = views.health(s, outcome, now)
-        if level != "ok":
-            unhealthy.append((s, level, why))
     return {
         "stats": stats,
-        "activity": views.activity(events.values(), now),
+        "activity": views.activity(events.values(), sdk.now_ms()),
         "activity_events": views.ACTIVITY_EVENTS,
         "sample": len(sample),
-        "unhealthy": unhealthy,
+        "events": await sdk.events(RECENT_EVENTS),
         "workers": await sdk.workers(),
     }
+
+
+async def cached_health(request: Request) -> Health:
+    """``Client.health()``, once per refresh for every page and viewer that shows it."""
+    cache: _Cache = request.app.state.cache
+    found: Health = await cache.get("health", sdk_of(request).health)
+    return found
 
 
 async def overview_context(request: Request) -> dict[str, Any]:
     cache: _Cache = request.app.state.cache
     found: dict[str, Any] = await cache.get("overview", lambda: _overview(sdk_of(request)))
-    return found
+    return {**found, "health": await cached_health(request)}
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -242,11 +245,10 @@ async def schedules_context(request: Request) -> dict[str, Any]:
     )
     rows = found.page.items
     events = await histories(sdk, [s.id for s in rows], 12)
-    now = sdk.now_ms()
-    table = []
-    for s in rows:
-        outcome = views.last_outcome(events.get(s.id, []))
-        table.append((s, outcome, views.health(s, outcome, now)))
+    unhealthy = {h.id: h for h in (await cached_health(request)).schedules}
+    table = [
+        (s, views.last_outcome(events.get(s.id, [])), views.health_of(s, unhealthy)) for s in rows
+    ]
     query = {"q": q, "queue": queue, "task": task, "state": state}
     return {
         "rows": table,
@@ -280,6 +282,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
     tz, _ = _zone(request)
     return {
         "s": s,
+        "health": await sdk.schedule_health(schedule_id),
         "trigger": views.trigger_text(s),
         "state": views.status_text(s),
         "next_runs": views.next_runs(times, s.timezone, tz, sdk.now_ms()),
@@ -439,7 +442,8 @@ async def queues_context(request: Request) -> dict[str, Any]:
     sdk = sdk_of(request)
     cache: _Cache = request.app.state.cache
     stats = await cache.get("stats", sdk.stats)
-    return {"queues": sorted(stats.queues.items()), "workers": await sdk.workers()}
+    workers = await cache.get("workers", sdk.workers)
+    return {"queues": sorted(stats.queues.items()), "workers": workers}
 
 
 @router.get("/queues", response_class=HTMLResponse)
@@ -510,6 +514,80 @@ async def requeue(request: Request, queue: str) -> Response:
 @router.post("/queues/{queue}/purge")
 async def purge(request: Request, queue: str) -> Response:
     return await _dead_action(request, queue, "purge")
+
+
+@router.post("/queues/{queue}/cancel")
+async def cancel(request: Request, queue: str) -> Response:
+    """Cancel one job of the queue's jobs table (queued, delayed or running)."""
+    fields = await form(request)
+    execution_id = first(fields, "execution_id")
+    page = f"/queues/{_quoted(queue)}"
+    if not execution_id:
+        return back(request, page, "no job given: use a cancel button of the jobs table", ok=False)
+    try:
+        was = await sdk_of(request).cancel(execution_id)
+    except RschedError as exc:
+        return back(request, page, str(exc), ok=False)
+    if was == "running":
+        return back(request, page, f"cancelling {execution_id}: its worker stops it")
+    return back(request, page, f"cancelled {execution_id} ({was})")
+
+
+# --- workers ------------------------------------------------------------------------------------
+
+
+async def workers_context(request: Request) -> dict[str, Any]:
+    cache: _Cache = request.app.state.cache
+    return {"workers": await cache.get("workers", sdk_of(request).workers)}
+
+
+@router.get("/workers", response_class=HTMLResponse)
+async def workers(request: Request) -> Response:
+    return render(request, "workers.html", **await workers_context(request))
+
+
+@router.get("/_live/workers", response_class=HTMLResponse)
+async def workers_live(request: Request) -> Response:
+    return render(request, "_workers.html", **await workers_context(request))
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+async def runs_context(request: Request) -> dict[str, Any]:
+    p = request.query_params
+    query = {k: p.get(k, "").strip() for k in ("status", "schedule", "task", "since")}
+    cursor = p.get("cursor") or None
+    try:
+        page = await sdk_of(request).runs(
+            status=query["status"] or None,
+            schedule_id=query["schedule"] or None,
+            task=query["task"] or None,
+            since=query["since"] or None,
+            cursor=cursor,
+        )
+        found, more, problem = page.items, page.cursor, None
+    except InvalidArgument as exc:
+        found, more, problem = [], None, error_body(exc)
+    return {
+        "runs": found,
+        "cursor": more,
+        "query": query,
+        "statuses": RUN_STATUSES,
+        "params": {k: v for k, v in query.items() if v},
+        "at_cursor": cursor or "",
+        "problem": problem,
+    }
+
+
+@router.get("/runs", response_class=HTMLResponse)
+async def runs(request: Request) -> Response:
+    return render(request, "runs.html", **await runs_context(request))
+
+
+@router.get("/_live/runs", response_class=HTMLResponse)
+async def runs_live(request: Request) -> Response:
+    return render(request, "_runs.html", **await runs_context(request))
 
 
 # --- login --------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Every call the web package makes to rsched, through the public ``rsched.Client`` only.
 
 The dashboard and the API read and write exactly what the CLI does, with the same errors.
-The SDK is still moving (``health`` is to appear), so each such call is followed here, in one
-line, and nowhere else.
+Each call is followed here, in one line, and nowhere else, so a change of the SDK is a change
+of this file.
 """
 
 from __future__ import annotations
@@ -18,9 +18,14 @@ from rsched import (
     DeadLetter,
     Enqueued,
     Fired,
+    Health,
+    HealthEvent,
     HistoryEvent,
+    JobInfo,
     Page,
+    RunRecord,
     Schedule,
+    ScheduleHealth,
     Settings,
     Stats,
 )
@@ -122,9 +127,17 @@ class Sdk:
     async def stats(self) -> Stats:
         return await self.client.stats()
 
-    async def ping(self) -> None:
-        """Raises RedisUnavailable when Redis cannot be reached (one cheap read)."""
-        await self.client.list(limit=1)  # Client.health() later
+    async def health(self, **limits: Any) -> Health:
+        """The deployment checks and the unhealthy schedules (``Client.health``: bounded
+        reads; ``limits`` are its ``max_due``, ``max_overdue_s``, ``dead_letter_window_s``)."""
+        return await self.client.health(**limits)
+
+    async def schedule_health(self, schedule_id: str) -> ScheduleHealth:
+        return await self.client.schedule_health(schedule_id)
+
+    async def events(self, limit: int, after: str | None = None) -> list[HealthEvent]:
+        """The newest ``limit`` events (or those after ``after``), newest first."""
+        return list(reversed(await self.client.events(after=after, limit=limit)))
 
     async def workers(self) -> list[dict[str, Any]] | None:
         """Live workers (``WorkerInfo.as_dict()``: id, host, queues, tasks, running, ...)."""
@@ -134,3 +147,48 @@ class Sdk:
         """The first ``limit`` running, queued and delayed jobs of ``queue``
         (``JobInfo.as_dict()``, with the worker running each)."""
         return [j.as_dict() for j in (await self.client.jobs(queue=queue, limit=limit)).items]
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[JobInfo]:
+        """A page of running, queued and delayed jobs (of ``queue``, in ``state``)."""
+        return await self.client.jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+
+    async def job(self, execution_id: str) -> JobInfo:
+        return await self.client.job(execution_id)
+
+    async def cancel(self, execution_id: str) -> str:
+        """Cancels a waiting or running job; returns the state it was cancelled in."""
+        return await self.client.cancel(execution_id)
+
+    async def runs(
+        self,
+        *,
+        status: str | None = None,
+        schedule_id: str | None = None,
+        task: str | None = None,
+        since: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[RunRecord]:
+        """A page of the runs log across schedules, newest first (``Client.runs``). ``since``:
+        an aware ISO 8601 time, or a duration back from now ("1h", seconds)."""
+        when: str | datetime | None = since
+        if since:
+            try:
+                when = datetime.fromisoformat(since)
+            except ValueError:
+                when = since
+        return await self.client.runs(
+            status=status,
+            schedule_id=schedule_id,
+            task=task,
+            since=when or None,
+            limit=limit,
+            cursor=cursor,
+        )

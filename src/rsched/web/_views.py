@@ -1,15 +1,15 @@
 """What pages and API answers derive from rsched's data: times in two zones, DST marks, runs
-grouped from history events, a schedule's health, per-minute activity. Pure: no I/O."""
+grouped from history events, a listed schedule's health state, per-minute activity. Pure: no I/O."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rsched import HistoryEvent, Schedule
+from rsched import HistoryEvent, Schedule, ScheduleHealth
 from rsched._cli_common import status_text, trigger_text
 from rsched._format import clock, duration, relative
 from rsched._model import to_ms
@@ -20,7 +20,7 @@ __all__ = (
     "Run",
     "activity",
     "duration",
-    "health",
+    "health_of",
     "moment",
     "next_runs",
     "runs",
@@ -31,7 +31,6 @@ __all__ = (
 
 #: Events of a run that come before its outcome; everything else of a run is an outcome.
 _FIRE_EVENTS = frozenset({"fired", "buffered", "skipped", "misfired", "released"})
-_FAILED = frozenset({"failed", "timed_out", "dead"})
 #: Columns of the activity table, in order.
 ACTIVITY_EVENTS = ("fired", "completed", "failed", "dead", "skipped")
 
@@ -63,9 +62,15 @@ class Moment:
 _NO_MOMENT = Moment("-", "", "", "")
 
 
-def moment(when: datetime | int | None, viewer: str, own: str, now_ms: int) -> Moment:
-    if when is None:
+def moment(when: datetime | int | str | None, viewer: str, own: str, now_ms: int) -> Moment:
+    """``when``: a datetime, epoch ms, or ISO 8601 text (what the SDK's ``as_dict`` gives)."""
+    if when is None or when == "":
         return _NO_MOMENT
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when)
+        except ValueError:
+            return _NO_MOMENT
     ms = to_ms(when) if isinstance(when, datetime) else int(when)
     return Moment(
         viewer=clock(ms, viewer),
@@ -172,16 +177,17 @@ def last_outcome(events: Sequence[HistoryEvent]) -> str:
     return found[0].status if found else ""
 
 
-def health(schedule: Schedule, outcome: str, now_ms: int) -> tuple[str, str]:
-    """(level, why): ``ok``, ``warn`` (overdue past its grace) or ``bad`` (last run failed)."""
-    if outcome in _FAILED:
-        return "bad", f"last run {outcome}"
-    if schedule.next_run is not None and not schedule.paused and not schedule.completed:
-        late = now_ms - to_ms(schedule.next_run)
-        if late > max(schedule.misfire_grace_s * 1000, 5_000):
-            return "warn", f"overdue by {duration(late)}"
-    if outcome.startswith("skipped"):
-        return "warn", f"last occurrence {outcome}"
+def health_of(schedule: Schedule, unhealthy: Mapping[str, ScheduleHealth]) -> tuple[str, str]:
+    """(state, why) of a listed schedule: its entry among ``Client.health()``'s unhealthy
+    schedules (late, stuck, failing), else paused, completed or ok from its own fields, so a
+    page of schedules costs one health check, not one per row."""
+    found = unhealthy.get(schedule.id)
+    if found is not None:
+        return found.state, found.reason
+    if schedule.completed:
+        return "completed", ""
+    if schedule.paused:
+        return "paused", schedule.pause_note or ""
     return "ok", ""
 
 
