@@ -292,6 +292,25 @@ async def test_queue_with_jobs_and_no_live_worker(settings: Settings, redis: Red
         ]
 
 
+async def test_jobs_taken_by_a_gone_worker_are_stalled(settings: Settings, redis: Redis) -> None:
+    fast = fast_settings(settings)  # visibility timeout 1 s
+    async with rsched.Client.from_settings(fast) as client:
+        await client.enqueue("t.any", {}, queue="mail", priority="high")
+        stream = f"{{{settings.prefix}}}:queue:mail#high"
+        await redis.xgroup_create(stream, "rsched", id="0", mkstream=True)
+        # A worker takes the job and is gone: no heartbeat, and no other worker to reclaim it.
+        await redis.xreadgroup("rsched", "gone:1:x", {stream: ">"}, count=1)
+        health = await client.health(dead_letter_window_s=0)
+        assert not [p for p in health.problems if p.check == "stalled"]
+        await anyio.sleep(2.2)
+        health = await client.health(dead_letter_window_s=0)
+        stalled = [p.message for p in health.problems if p.check == "stalled"]
+        assert stalled == [
+            "queue mail: 1 job(s) taken by a worker and without a heartbeat for over 2s: "
+            "no worker reclaims them"
+        ]
+
+
 async def test_a_healthy_deployment_exits_0(settings: Settings, redis: Redis) -> None:
     fast = quick(settings)
     worker = rsched.Worker(settings=fast)

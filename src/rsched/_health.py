@@ -264,6 +264,10 @@ def _timeout(opts: object) -> float:
 # --- reading -----------------------------------------------------------------------------------
 
 
+#: At most this many orphaned jobs are counted per queue stream (the message says "N+").
+ORPHANS_SHOWN = 100
+
+
 class HealthReader:
     """The reads behind :meth:`rsched.Client.health`, ``rsched monitor`` and ``rsched health``
     and the scheduler's health watch."""
@@ -503,15 +507,34 @@ class HealthReader:
         problems: list[HealthProblem] = []
         window_ms = thresholds.dead_letter_window_s * 1000
         live = await self.live_workers()
+        # Running jobs heartbeat (their entries' idle time restarts every heartbeat_s) and other
+        # workers reclaim an entry idle past the visibility timeout: one idle twice that long
+        # was taken by a worker that is gone, and no worker reclaims it.
+        orphan_ms = math.ceil(self.settings.worker.visibility_timeout_s * 2000)
         for queue in await self._queue_names():
-            length = 0
+            length, orphans = 0, 0
             for level in PRIORITIES:
+                stream = self.keys.queue(queue, level)
                 with contextlib.suppress(ResponseError):
-                    length += int(await self.redis.xlen(self.keys.queue(queue, level)))
+                    length += int(await self.redis.xlen(stream))
+                    orphans += len(
+                        await self.redis.xpending_range(
+                            stream, GROUP, "-", "+", ORPHANS_SHOWN, idle=orphan_ms
+                        )
+                    )
             if length and not live.get(queue):
                 problems.append(
                     HealthProblem(
                         "no_worker", f"queue {queue} holds {length} job(s) and no live worker"
+                    )
+                )
+            if orphans:
+                more = "+" if orphans >= ORPHANS_SHOWN else ""
+                problems.append(
+                    HealthProblem(
+                        "stalled",
+                        f"queue {queue}: {orphans}{more} job(s) taken by a worker and without a "
+                        f"heartbeat for over {duration(orphan_ms)}: no worker reclaims them",
                     )
                 )
             if window_ms <= 0:
