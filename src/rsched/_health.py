@@ -264,6 +264,16 @@ def _timeout(opts: object) -> float:
 # --- reading -----------------------------------------------------------------------------------
 
 
+async def announced_counts(redis: Redis, keys: Keys) -> dict[str, int]:
+    """How many schedules the leader's health watch last found in each unhealthy state (late,
+    stuck, failing): the states it announced and keeps in ``{p}:health``."""
+    counts = dict.fromkeys(UNHEALTHY, 0)
+    for state in await redis.hvals(keys.health):
+        if state in counts:
+            counts[state] += 1
+    return counts
+
+
 #: At most this many orphaned jobs are counted per queue stream (the message says "N+").
 ORPHANS_SHOWN = 100
 

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from rsched import _lua, _probe
 from rsched._connection import connect
+from rsched._health import announced_counts
 from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._metrics import METRICS, Deployment
@@ -177,6 +178,8 @@ async def read_deployment(
     now = await store.time_ms()
     index = await store.index_stats(now)
     late = await store.count_due_before(now - round(late_after_s * 1000))
+    unhealthy = await announced_counts(store.redis, store.keys)
+    unhealthy["late"] = late
     stats = await queues.queue_stats()
     for worker in await queues.workers():
         for name in worker.queues:
@@ -190,7 +193,7 @@ async def read_deployment(
             "paused": index.paused,
             "completed": max(0, index.total - index.active - index.paused),
         },
-        unhealthy={"late": late},
+        unhealthy=unhealthy,
         queues={
             name: {key: int(fields.get(key) or 0) for key in _QUEUE_FIELDS}
             for name, fields in stats.items()
