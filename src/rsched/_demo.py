@@ -437,7 +437,7 @@ async def _serve(
 
 
 async def _run(target: Target, settings: Settings, duration_s: float) -> int:
-    redis = connect(target.url)
+    redis = connect(settings)  # its RSCHED_* connection settings (timeouts, pool) apply
     client = Client(redis, settings)
     schedules = demo_schedules(datetime.now(UTC))
     narrator = Narrator(redis, Keys(settings.prefix), [s.id for s in schedules])
