@@ -83,7 +83,8 @@ class Keys:
 
     @property
     def delayed(self) -> str:
-        """ZSET of delayed jobs (retries, enqueue with delay), scored by due time (ms)."""
+        """Reserved: one delayed ZSET over all queues. Nothing writes it; each queue's delayed
+        jobs are in :meth:`delayed_queue` (docs/keys.md)."""
         return f"{self.tag}:delayed"
 
     @property
