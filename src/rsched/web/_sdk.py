@@ -139,11 +139,11 @@ class Sdk:
         """The newest ``limit`` events (or those after ``after``), newest first."""
         return list(reversed(await self.client.events(after=after, limit=limit)))
 
-    async def workers(self) -> list[dict[str, Any]] | None:
+    async def workers(self) -> list[dict[str, Any]]:
         """Live workers (``WorkerInfo.as_dict()``: id, host, queues, tasks, running, ...)."""
         return [w.as_dict() for w in await self.client.workers()]
 
-    async def jobs(self, queue: str, limit: int = 50) -> list[dict[str, Any]] | None:
+    async def jobs(self, queue: str, limit: int = 50) -> list[dict[str, Any]]:
         """The first ``limit`` running, queued and delayed jobs of ``queue``
         (``JobInfo.as_dict()``, with the worker running each)."""
         return [j.as_dict() for j in (await self.client.jobs(queue=queue, limit=limit)).items]
