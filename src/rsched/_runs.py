@@ -70,7 +70,8 @@ class RunRecord:
     ``failed`` / ``timed_out`` (an attempt that will be retried), ``retried`` (the handler
     raised :class:`rsched.Retry`), ``dead``, ``cancelled``, ``skipped`` (the occurrence did not
     run; ``reason`` says why: ``overlap``, ``buffer_full``, ``misfire``, ``catch_up_limit``;
-    of a cancelled run: ``cancel_previous`` while it ran, ``superseded`` before it started).
+    of a cancelled run: ``cancel_previous`` while it ran, ``superseded`` before it started,
+    ``cancelled`` by an operator, :meth:`rsched.Client.cancel` or ``rsched cancel``).
     ``schedule_id`` is None for an enqueued job. Times are aware UTC datetimes: the
     occurrence (``scheduled_at``), when its job was written (``fired_at``), when the attempt
     started and ended (None while unknown). ``error`` is the start of the message. Since 0.1.0.
