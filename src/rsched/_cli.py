@@ -1,10 +1,11 @@
-"""The ``rsched`` command: manage schedules, dead letters and schedules files from a shell.
+"""The ``rsched`` command: schedules, jobs, dead letters, health, workers and runs from a shell.
 
 Exit codes: 0 ok, 1 error (the message says what and how to fix it), 2 usage. Human tables by
 default, ``--json`` for scripts. ``rsched scheduler`` and ``rsched worker`` run the two
-processes (the same as ``rsched-scheduler`` and ``rsched-worker``), ``rsched demo`` the demo.
-The parser is in rsched._cli_parser, the commands in rsched._cli_schedules and
-rsched._cli_queues. A command with a ``local`` handler (``rsched cron``) needs no Redis. The
+processes (the same as ``rsched-scheduler`` and ``rsched-worker``), ``rsched demo`` the demo,
+``rsched web`` the dashboard. The parser is in rsched._cli_parser, the commands in
+rsched._cli_schedules, rsched._cli_queues, rsched._cli_health, rsched._cli_workers and
+rsched._cli_runs. A command with a ``local`` handler (``rsched cron``) needs no Redis. The
 SDK's errors are reworded at this boundary (rsched._cli_common.cli_words): they name commands
 and flags, not SDK calls.
 """

@@ -1,7 +1,8 @@
 """One page of a paged read: the items and the cursor of the next page.
 
-Every read that can be long (``Client.list``, ``dead_letters``, ``history``) answers with a
-:class:`Page`, so callers page them all alike: pass ``page.cursor`` back until it is None.
+Every read that can be long (``Client.list``, ``dead_letters``, ``history``, ``jobs``,
+``runs``) answers with a :class:`Page`, so callers page them all alike: pass ``page.cursor``
+back until it is None.
 """
 
 from __future__ import annotations
