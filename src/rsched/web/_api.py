@@ -1,4 +1,5 @@
-"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, stats, health and events.
+"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, workers, runs, stats, health
+and events.
 
 Every route is one SDK call (or a few reads) through ``_sdk``; errors are rsched's own, turned
 into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsched itself
