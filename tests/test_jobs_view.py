@@ -151,6 +151,31 @@ async def test_cancel_a_running_job_cancels_its_handler(redis: Redis, settings: 
     assert job.result is None
 
 
+async def test_an_ended_enqueued_job_is_read_from_the_runs_log(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("t.boom")
+    async def boom(job: rsched.Job) -> None:
+        raise RuntimeError("no")
+
+    @worker.task("t.quiet")
+    async def quiet(job: rsched.Job) -> None:
+        pass
+
+    async with running(worker, redis):
+        await client.enqueue("t.boom", execution_id="doomed", max_retries=0)
+        await client.enqueue("t.quiet", execution_id="done-quietly")
+        await wait_until(lambda: settled(redis, settings))
+    dead = await client.job("doomed")  # no schedule history, no kept result: the runs log
+    assert (dead.state, dead.queue, dead.task, dead.attempt) == ("dead", "default", "t.boom", 1)
+    assert dead.worker
+    done = await client.job("done-quietly")  # returned None: nothing kept
+    assert (done.state, done.task) == ("completed", "t.quiet")
+
+
 async def test_results_are_capped_and_expire(redis: Redis, settings: Settings) -> None:
     client = rsched.Client(redis, settings)
     worker = rsched.Worker(settings=fast_settings(settings, result_max_bytes=100, result_ttl_s=1))
@@ -268,5 +293,6 @@ def test_sync_client_reads_and_cancels_jobs(redis_url: str, prefix: str) -> None
         assert client.job("sync-1").payload == {"n": 1}
         assert client.result("sync-1") is None
         assert client.cancel("sync-1") == "queued"
+        assert client.job("sync-1").state == "cancelled"  # from the runs log
         with pytest.raises(rsched.JobNotFound):
-            client.job("sync-1")
+            client.cancel("sync-1")

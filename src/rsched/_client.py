@@ -44,7 +44,7 @@ from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqu
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._page import Page, every_item
 from rsched._queues import QueueStore
-from rsched._registry import LISTED_STATES, JobInfo, WorkerInfo, state_from_history
+from rsched._registry import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
 from rsched._rules import (
     PAGE_MAX,
     Priority,
@@ -77,6 +77,16 @@ _OUTCOMES = {
     Code.SKIPPED: "skipped",
     Code.BUFFERED: "buffered",
     Code.STALE: "already_fired",
+}
+#: A job's state from the runs log's newest record of it (a retried attempt is recorded once it
+#: is written to the delayed set, so a job not found there failed for good or is beyond the scan).
+_RUN_ENDS: dict[str, JobState] = {
+    "completed": "completed",
+    "dead": "dead",
+    "cancelled": "cancelled",
+    "failed": "failed",
+    "timed_out": "failed",
+    "retried": "failed",
 }
 
 
@@ -710,7 +720,8 @@ class Client:
         """One job by its execution id: where it is (queued, running and on which worker,
         delayed until when) or how it ended, its schedule's history of this execution, and
         its result while kept. A waiting job is looked for among the first 10,000 entries of
-        each stream and delayed set (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
+        each stream and delayed set, an ended one in its schedule's history and the runs log's
+        last 10,000 records (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
         _argument("execution_id", check_execution_id, execution_id)
         queues = await self._queues.queue_names()
         found = await self._queues.find_job(execution_id, queues)
@@ -737,19 +748,36 @@ class Client:
             history = tuple(e for e in events if e.execution_id == execution_id)
         kept, result = await self._queues.result(execution_id)
         if job is None:
-            state = state_from_history(list(history)) or ("completed" if kept else None)
+            state = state_from_history(list(history))
+            ended = None
+            if state is None:  # an enqueued job, or one whose history was trimmed: its record
+                newest = await read_runs(
+                    self._redis,
+                    self._queues.keys,
+                    RunFilter(execution_id=execution_id),
+                    limit=1,
+                    cursor="+",  # records only: it is not waiting or running
+                )
+                ended = newest.items[0] if newest.items else None
+                state = _RUN_ENDS.get(ended.status) if ended else None
+            state = state or ("completed" if kept else None)
             if state is None:
                 raise JobNotFound(
                     execution_id,
-                    "it does not wait, run or have a kept outcome (finished jobs are known "
-                    "by their schedule's history and their kept result only)",
+                    "it does not wait, run or have a kept outcome (finished jobs are known by "
+                    "their schedule's history, the runs log's last 10,000 records and their "
+                    "kept result)",
                 )
             last = history[0] if history else None
             job = JobInfo(
                 execution_id,
                 state,
-                schedule_id=sid if history else None,
-                attempt=last.attempt if last else None,
+                queue=ended.queue if ended else None,
+                task=ended.task if ended else None,
+                schedule_id=sid if history else (ended.schedule_id if ended else None),
+                attempt=last.attempt if last else (ended.attempt if ended else None),
+                worker=ended.worker if ended else None,
+                started_at=ended.started_at if ended else None,
             )
         return dataclasses.replace(job, history=history, result=result)
 

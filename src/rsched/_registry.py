@@ -3,7 +3,7 @@
 A worker writes one JSON record per heartbeat (see lua/register.lua and docs/keys.md);
 :class:`WorkerInfo` reads it. :class:`JobInfo` is one job wherever it is: waiting in its
 queue's stream, running on a worker, delayed (a retry or a delayed enqueue), or finished (its
-schedule's history and its kept result say how).
+schedule's history, the runs log and its kept result say how).
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ class JobInfo:
     ``state``: ``queued`` (in its queue's stream, not yet read), ``running`` (read by
     ``worker``), ``delayed`` (a retry or a delayed enqueue, due at ``due_at``), or, for a job
     read by execution id after it ended, ``completed``, ``failed`` (its last attempt failed and
-    the next is not written yet), ``dead`` or ``cancelled`` (from its schedule's history, or its
-    kept result). ``enqueued_at`` is when its current attempt entered the stream.
+    the next is not written yet), ``dead`` or ``cancelled`` (from its schedule's history, the
+    runs log, or its kept result). ``enqueued_at`` is when its current attempt entered the stream.
     ``history`` holds the events of this execution (newest first) when it belongs to a
     schedule; ``result`` what its handler returned (kept ``result_ttl_s``; None when nothing
     was kept). Datetimes are aware UTC. Since 0.1.0.

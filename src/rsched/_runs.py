@@ -190,10 +190,12 @@ class RunFilter:
     since_ms: int | None = None
     schedule_id: str | None = None
     task: str | None = None
+    execution_id: str | None = None
 
     def keeps(self, record: RunRecord) -> bool:
         return (
             (self.status is None or record.status == self.status)
+            and (self.execution_id is None or record.execution_id == self.execution_id)
             and (self.schedule_id is None or record.schedule_id == self.schedule_id)
             and (self.task is None or record.task == self.task)
         )
