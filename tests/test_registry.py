@@ -126,7 +126,9 @@ async def test_unknown_task_waits_then_runs_when_a_worker_has_it(
             return "done"
 
         async with running(new, redis):
-            await wait_until(lambda: ran == ["rolling-1"])
+            # Up to 5 s in the delayed set, and the old worker may take it again once before it
+            # sees the new worker's registration (its view of live tasks is cached 2 s).
+            await wait_until(lambda: ran == ["rolling-1"], timeout_s=30)
             await wait_until(lambda: settled(redis, settings))
     assert await client.result("rolling-1") == "done"
     assert (await client.dead_letters()).items == []
