@@ -1,7 +1,10 @@
 """Every Redis key and channel name rsched uses; nothing else formats a key string.
 
-All names share the hash tag ``{prefix}`` so that every key a script touches hashes to one
-slot and the same scripts run unchanged on Redis Cluster. docs/keys.md documents each key.
+A deployment's keys are of two kinds. Partition keys (schedules, queues, leases, ...) carry
+their partition's hash tag (``_partition.partition_tags``); deployment keys (meta, the worker
+and scheduler registries) carry ``{prefix}``. With one partition both tags are ``{prefix}``, the
+layout of a deployment without partitions. Every key one script touches has one tag, so it hashes
+to one slot and the scripts run unchanged on Redis Cluster. docs/keys.md documents each key.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from rsched._partition import check_partitions, partition_tags
 from rsched._rules import Priority, check_prefix
 
 # Worker consumer group name on every queue stream.
@@ -24,16 +28,48 @@ def stream_name(queue: str, priority: Priority = "normal") -> str:
 
 @dataclass(frozen=True, slots=True)
 class Keys:
-    """Key names under one prefix. ``Keys("rsched").schedule("a")`` == ``{rsched}:schedule:a``."""
+    """Key names of one partition of a deployment. ``Keys("rsched").schedule("a")`` ==
+    ``{rsched}:schedule:a``; ``Keys("rsched", 16, 3)`` names partition 3 of 16."""
 
     prefix: str = "rsched"
+    partitions: int = 1
+    partition: int = 0
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
+        check_partitions(self.partitions)
+        if not 0 <= self.partition < self.partitions:
+            raise ValueError(f"partition {self.partition} is not in 0..{self.partitions - 1}")
 
     @property
     def tag(self) -> str:
+        """The hash tag of this partition's keys."""
+        return "{" + partition_tags(self.prefix, self.partitions)[self.partition] + "}"
+
+    @property
+    def deployment_tag(self) -> str:
+        """The hash tag of the deployment's own keys (``meta``, registries)."""
         return "{" + self.prefix + "}"
+
+    def for_partition(self, partition: int) -> Keys:
+        """The keys of another partition of the same deployment."""
+        return Keys(self.prefix, self.partitions, partition)
+
+    def every_partition(self) -> tuple[Keys, ...]:
+        """The keys of each partition, in partition order."""
+        return tuple(self.for_partition(k) for k in range(self.partitions))
+
+    @property
+    def meta(self) -> str:
+        """HASH of the deployment's fixed facts: ``partitions`` (N, set by the first writer or
+        ``rsched init --partitions N``; every process reads it and refuses another N)."""
+        return f"{self.deployment_tag}:meta"
+
+    @property
+    def schedulers(self) -> str:
+        """ZSET of live scheduler ids scored by their last heartbeat (ms, Redis time): the
+        schedulers that share the partitions' leases."""
+        return f"{self.deployment_tag}:schedulers"
 
     @property
     def schedules(self) -> str:
@@ -96,12 +132,12 @@ class Keys:
     def workers(self) -> str:
         """ZSET of worker ids scored by their last registry heartbeat (ms, Redis time); an id
         whose ``worker`` key expired is gone (readers skip it, the next heartbeat prunes it)."""
-        return f"{self.tag}:workers"
+        return f"{self.deployment_tag}:workers"
 
     def worker(self, worker_id: str) -> str:
         """STRING (JSON) with a TTL of a few heartbeats: one live worker's host, pid, queues,
         tasks, concurrency, start time and the jobs it runs."""
-        return f"{self.tag}:worker:{worker_id}"
+        return f"{self.deployment_tag}:worker:{worker_id}"
 
     def result(self, execution_id: str) -> str:
         """STRING (JSON) with a TTL of ``result_ttl_s``: what a job's handler returned."""
@@ -131,7 +167,7 @@ class Keys:
     @property
     def cancel(self) -> str:
         """Pub/sub channel: execution ids whose running handler must be cancelled."""
-        return f"{self.tag}:cancel"
+        return f"{self.deployment_tag}:cancel"
 
     def ops(self, minute: int | str) -> str:
         """HASH request id -> JSON result of the client writes sent in one minute (by the
