@@ -102,11 +102,12 @@ class QueueStore(_lua.ScriptCaller):
         self.runs_max_entries = runs_max_entries
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> QueueStore:
-        """The store for one deployment's prefix and limits."""
+    def from_settings(cls, redis: Redis, settings: Settings, keys: Keys | None = None) -> QueueStore:
+        """The store for one deployment's limits and one partition's keys (the only partition
+        when ``keys`` is not given)."""
         store = cls(
             redis,
-            Keys(settings.prefix),
+            keys or Keys(settings.prefix),
             history_limit=settings.history_limit,
             max_payload_bytes=settings.max_payload_bytes,
             dead_letter_max_entries=settings.worker.dead_letter_max_entries,

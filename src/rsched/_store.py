@@ -84,11 +84,12 @@ class ScheduleStore(_lua.ScriptCaller):
         self.fire_timed_items = 0
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> ScheduleStore:
-        """The store for one deployment's prefix and limits."""
+    def from_settings(cls, redis: Redis, settings: Settings, keys: Keys | None = None) -> ScheduleStore:
+        """The store for one deployment's limits and one partition's keys (the only partition
+        when ``keys`` is not given)."""
         return cls(
             redis,
-            Keys(settings.prefix),
+            keys or Keys(settings.prefix),
             history_limit=settings.history_limit,
             max_payload_bytes=settings.max_payload_bytes,
         )
