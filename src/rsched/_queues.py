@@ -102,7 +102,9 @@ class QueueStore(_lua.ScriptCaller):
         self.runs_max_entries = runs_max_entries
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings, keys: Keys | None = None) -> QueueStore:
+    def from_settings(
+        cls, redis: Redis, settings: Settings, keys: Keys | None = None
+    ) -> QueueStore:
         """The store for one deployment's limits and one partition's keys (the only partition
         when ``keys`` is not given)."""
         store = cls(

@@ -84,7 +84,9 @@ class ScheduleStore(_lua.ScriptCaller):
         self.fire_timed_items = 0
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings, keys: Keys | None = None) -> ScheduleStore:
+    def from_settings(
+        cls, redis: Redis, settings: Settings, keys: Keys | None = None
+    ) -> ScheduleStore:
         """The store for one deployment's limits and one partition's keys (the only partition
         when ``keys`` is not given)."""
         return cls(
