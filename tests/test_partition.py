@@ -56,3 +56,26 @@ def test_bad_partition_counts_are_refused(bad: object) -> None:
         Keys("rsched", bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"partition 3 is not in 0\.\.2"):
         Keys("rsched", 3, 3)
+
+
+async def test_first_process_stores_the_number_and_others_must_match(redis, settings) -> None:
+    from rsched._errors import PartitionMismatch, StateError
+    from rsched._partition import deployment_keys
+
+    keys = await deployment_keys(redis, settings.model_copy(update={"partitions": 4}))
+    assert keys.partitions == 4
+    assert await redis.hget(keys.meta, "partitions") == "4"
+    assert (await deployment_keys(redis, settings)).partitions == 4  # unset: the stored N
+    with pytest.raises(PartitionMismatch, match="has 4 partition.*configured for 2"):
+        await deployment_keys(redis, settings.model_copy(update={"partitions": 2}))
+    await redis.hset(keys.meta, "partitions", "many")
+    with pytest.raises(StateError, match="partitions holds 'many'"):
+        await deployment_keys(redis, settings)
+
+
+async def test_an_existing_deployment_has_one_partition(redis, settings) -> None:
+    from rsched._partition import deployment_keys
+
+    keys = await deployment_keys(redis, settings)
+    assert keys.partitions == 1
+    assert keys.schedules == "{" + settings.prefix + "}:schedules"
