@@ -8,18 +8,8 @@ of a Redis Cluster; N=1 keeps the single tag ``{prefix}`` of a deployment withou
 from __future__ import annotations
 
 import zlib
+from binascii import crc_hqx
 from functools import cache
-from typing import TYPE_CHECKING
-
-from redis.crc import key_slot
-
-from rsched._errors import PartitionMismatch, StateError
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
-
-    from rsched._keys import Keys
-    from rsched._settings import Settings
 
 # Redis Cluster's number of hash slots.
 SLOTS = 16384
@@ -27,6 +17,11 @@ SLOTS = 16384
 # deployment can use); more only make every fan-out read slower, and choosing the tags of 1,024
 # takes over a second.
 MAX_PARTITIONS = 256
+
+
+def tag_slot(tag: str) -> int:
+    """The cluster slot of every key with hash tag ``{tag}`` (CRC16/XMODEM mod 16384)."""
+    return crc_hqx(tag.encode(), 0) % SLOTS
 
 
 def check_partitions(partitions: int) -> int:
@@ -64,33 +59,8 @@ def partition_tags(prefix: str, partitions: int) -> tuple[str, ...]:
         j = 0
         while True:
             tag = f"{prefix}:{k}" if j == 0 else f"{prefix}:{k}.{j}"
-            if lo + quarter <= key_slot(tag.encode()) < hi - quarter:
+            if lo + quarter <= tag_slot(tag) < hi - quarter:
                 break
             j += 1
         tags.append(tag)
     return tuple(tags)
-
-
-async def deployment_keys(redis: Redis, settings: Settings) -> Keys:
-    """The keys of the deployment's partition 0, with the deployment's number of partitions.
-
-    Reads ``{prefix}:meta``. A deployment used for the first time stores ``settings.partitions``
-    (1 when unset) there, first writer wins; a process configured for another number than the
-    stored one gets PartitionMismatch. Every process calls this once at start.
-    """
-    from rsched._keys import Keys
-
-    meta = Keys(settings.prefix).meta
-    wanted = settings.partitions or 1
-    await redis.hsetnx(meta, "partitions", wanted)
-    raw = await redis.hget(meta, "partitions")
-    try:
-        stored = check_partitions(int(raw if isinstance(raw, (str, bytes)) else ""))
-    except ValueError:
-        raise StateError(
-            f"{meta} field partitions holds {raw!r}, not a number of partitions: set it back "
-            f"with redis-cli HSET {meta} partitions <N>"
-        ) from None
-    if settings.partitions is not None and settings.partitions != stored:
-        raise PartitionMismatch(settings.prefix, stored, settings.partitions)
-    return Keys(settings.prefix, stored)
