@@ -321,7 +321,7 @@ async def test_read_deployment_counts_late_and_states(redis: Redis, settings: Se
     await redis.zadd(Keys(settings.prefix).schedules, {"a": now - 120_000, "b": now - 1_000})
     # The health watch found "b" failing (what it keeps in {p}:health).
     await redis.hset(Keys(settings.prefix).health, "b", "failing")
-    got = await read_deployment(store, QueueStore(redis, Keys(settings.prefix)), 60.0)
+    got = await read_deployment([store], [QueueStore(redis, Keys(settings.prefix))], 60.0)
     assert got.due_backlog == 2
     assert got.unhealthy == {"late": 1, "stuck": 0, "failing": 1}
     assert got.schedules == {"active": 2, "paused": 1, "completed": 0}

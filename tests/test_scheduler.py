@@ -269,7 +269,7 @@ async def test_index_entries_rsched_never_wrote_do_not_stop_others(
     assert {sid: score for sid, score in due if sid != "good"} == {'quo"te': now, "frac": now - 1}
     async with running(fast) as (scheduler,):
         await eventually(await count_jobs(store, 3))
-        assert 'quo"te' in scheduler._quarantine
+        assert 'quo"te' in scheduler.engines[0]._quarantine
     assert {j["schedule_id"] for j in await jobs(store)} == {"good"}
     assert await store.redis.zscore(store.keys.schedules, "with space") == now
 
@@ -384,7 +384,7 @@ async def test_stale_lease_round_steps_down(store: ScheduleStore, fast: Settings
     assert lease is not None
     scheduler = Scheduler(store.redis, fast)
     with pytest.raises(LostLease):
-        await scheduler._round("1:a-lease-that-expired")
+        await scheduler.engines[0]._round("1:a-lease-that-expired")
     assert await jobs(store) == []
 
 
@@ -444,7 +444,7 @@ async def test_script_failure_is_isolated_to_its_schedule(
     monkeypatch.setattr(ScheduleStore, "fire", fire)
     async with running(fast) as (scheduler,):
         await eventually(await count_jobs(store, 6))
-        assert "boom" in scheduler._quarantine
+        assert "boom" in scheduler.engines[0]._quarantine
     assert {j["schedule_id"] for j in await jobs(store)} == {"ok1", "ok2"}
 
 
@@ -531,7 +531,7 @@ async def test_batches_are_sized_by_the_time_budget(
 
 
 async def test_batch_size_follows_the_measured_cost(store: ScheduleStore, fast: Settings) -> None:
-    scheduler = Scheduler(store.redis, fast)
+    scheduler = Scheduler(store.redis, fast).engines[0]
     start = scheduler.batch_size()
     # Items that cost 5 µs inside Redis: more fit in the budget (up to batch_size).
     for _ in range(20):

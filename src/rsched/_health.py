@@ -282,12 +282,12 @@ class HealthReader:
     """The reads behind :meth:`rsched.Client.health`, ``rsched monitor`` and ``rsched health``
     and the scheduler's health watch."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, keys: Keys | None = None) -> None:
         self.redis = redis
         self.settings = settings
         self.cfg = settings.health
-        self.keys = Keys(settings.prefix)
-        self._queues = QueueStore.from_settings(redis, settings)
+        self.keys = keys or Keys(settings.prefix)  # one partition's (a health watch's)
+        self._queues = QueueStore.from_settings(redis, settings, self.keys)
 
     async def now_ms(self) -> int:
         seconds, micros = await self.redis.time()

@@ -1,11 +1,13 @@
-"""The scheduler's health watch: an actor that, while its scheduler leads, classifies schedules
-every ``health.check_interval_s`` and records what changed on the events stream.
+"""The scheduler's health watch: an actor that, while its scheduler leads a partition, classifies
+the partition's schedules every ``health.check_interval_s`` and records what changed on the
+partition's events stream (one watch per led partition: the data it reads is per partition).
 
 It announces a schedule turned late, stuck or failing, and recovered; and the leader change
-when its scheduler acquires the lease. The states it announced are kept in ``{p}:health`` (id ->
-state), so a new leader continues from them instead of announcing everything again, and
-re-checks exactly those ids (plus the bounded candidate reads of rsched._health) to see them
-recover. With an alert webhook configured, it also forwards every event of the stream written
+when its scheduler acquires the partition's lease (``leader_changed``, with a ``partition``
+field when the deployment has more than one). The states it announced are kept in
+``{p}:health`` (id -> state), so a new leader continues from them instead of announcing
+everything again, and re-checks exactly those ids (plus the bounded candidate reads of
+rsched._health) to see them recover. With an alert webhook configured, it also forwards every event of the stream written
 while it leads (its own, and the workers' dead letters) to the webhook's bounded queue.
 """
 
@@ -21,6 +23,7 @@ from redis.exceptions import RedisError
 from rsched._backoff import Backoff
 from rsched._events import EventLog
 from rsched._health import HealthReader, ScheduleHealth
+from rsched._keys import Keys
 from rsched._log import get_logger
 from rsched._settings import Settings
 from rsched._webhook import WebhookSender
@@ -31,15 +34,25 @@ log = get_logger("rsched.health")
 class HealthWatch:
     """Started by the scheduler with ``tg.start(watch.run)``; told of each lease it acquires."""
 
-    def __init__(self, redis: Redis, settings: Settings, is_leader: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings,
+        is_leader: Callable[[], bool],
+        *,
+        keys: Keys | None = None,
+        webhook: WebhookSender | None = None,
+    ) -> None:
         self.settings = settings
         self.cfg = settings.health
         self.redis = redis
-        self.reader = HealthReader(redis, settings)
+        self.reader = HealthReader(redis, settings, keys)
         self.events = EventLog(redis, self.reader.keys, max_len=self.cfg.events_max_len)
         self.is_leader = is_leader
+        # A sender given is shared (the scheduler runs it); else this watch has and runs its own.
+        self._runs_webhook = webhook is None
         secret = settings.alert_webhook_secret
-        self.webhook = (
+        self.webhook = webhook or (
             WebhookSender(
                 settings.alert_webhook_url,
                 secret.get_secret_value() if secret else None,
@@ -63,7 +76,7 @@ class HealthWatch:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
-            if self.webhook is not None:
+            if self.webhook is not None and self._runs_webhook:
                 await tg.start(self.webhook.run)
             task_status.started()
             backoff = Backoff()
@@ -98,7 +111,9 @@ class HealthWatch:
         token, _, owner = lease.partition(":")
         if self.webhook is not None:
             self._cursor = await self.events.last_id()
-        await self.events.publish("leader_changed", owner=owner, token=token)
+        keys = self.reader.keys
+        partition = keys.partition if keys.partitions > 1 else None
+        await self.events.publish("leader_changed", owner=owner, token=token, partition=partition)
 
     async def check(self) -> list[ScheduleHealth]:
         """One look: classify, record each change, forward new events to the webhook."""

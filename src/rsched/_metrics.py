@@ -258,11 +258,22 @@ class Metrics:
             registry=reg,
         )
         self.is_leader = Gauge(
-            "rsched_is_leader", "1 while this scheduler holds the lease.", registry=reg
+            "rsched_is_leader",
+            "1 while this scheduler holds a lease (of at least one partition).",
+            registry=reg,
+        )
+        self.led_partitions = Gauge(
+            "rsched_led_partitions",
+            "Partitions whose lease this scheduler holds (summed over schedulers: the led ones).",
+            registry=reg,
+        )
+        self.partitions = Gauge(
+            "rsched_partitions", "The deployment's number of partitions.", registry=reg
         )
         self.leader_changes = Counter(
             "rsched_leader_changes",
-            "Times this scheduler acquired the lease (summed over schedulers: leader changes).",
+            "Times this scheduler acquired a partition's lease (summed over schedulers: leader "
+            "changes).",
             registry=reg,
         )
         self.retention_removed = Counter(

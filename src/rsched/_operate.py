@@ -1,5 +1,6 @@
-"""What an operator sees of a running scheduler or worker: readiness, the leader's gauges of the
-whole deployment, and the probe that serves them with the metrics (``--metrics-port``).
+"""What an operator sees of a running scheduler or worker: readiness, the deployment gauges (read
+by the leader of partition 0 over every partition, so exported once), and the probe that serves
+them with the metrics (``--metrics-port``).
 
 The mains start :func:`operate_scheduler` / :func:`operate_worker` in their task groups. Each
 opens its own small Redis client, so a readiness check never queues behind the process's own
@@ -46,6 +47,8 @@ async def operate_scheduler(
     assert settings.metrics_port is not None
     redis = connect(settings.url, socket_timeout_s=_probe.READY_TIMEOUT_S)
     METRICS.is_leader.set_function(lambda: float(scheduler.is_leader))
+    METRICS.led_partitions.set_function(lambda: float(len(scheduler.led())))
+    METRICS.partitions.set_function(lambda: float(scheduler.partitions))
 
     async def ready() -> tuple[bool, dict[str, Any]]:
         return await scheduler_readiness(scheduler, redis)
@@ -85,10 +88,13 @@ async def operate_worker(
 
 async def scheduler_readiness(scheduler: Scheduler, redis: Redis) -> tuple[bool, dict[str, Any]]:
     """Ready when Redis answers, the scripts are loaded and the scheduler leads with a fresh
-    lease or stands by with a live leader in view."""
+    lease or stands by with a live leader in view (with several partitions: every lease it
+    believes it holds is its own and live)."""
     failed = await _redis_and_scripts(redis, SCHEDULER_SCRIPTS)
     if failed is not None:
         return False, failed
+    if scheduler.partitions > 1:
+        return await _partitions_readiness(scheduler, redis)
     keys = scheduler.keys
     async with redis.pipeline(transaction=False) as pipe:
         pipe.get(keys.leader)
@@ -110,6 +116,31 @@ async def scheduler_readiness(scheduler: Scheduler, redis: Redis) -> tuple[bool,
             "reason": "no leader: the lease is free (an election is due at the next renewal)",
         }
     return True, {"role": "standby", "leader": holder, "lease_left_ms": int(pttl)}
+
+
+async def _partitions_readiness(
+    scheduler: Scheduler, redis: Redis
+) -> tuple[bool, dict[str, Any]]:
+    led = scheduler.led()
+    details: dict[str, Any] = {
+        "role": "leader" if led else "standby",
+        "partitions": scheduler.partitions,
+        "led": led,
+    }
+    if not led:
+        return True, details
+    async with redis.pipeline(transaction=False) as pipe:
+        for k in led:
+            pipe.get(scheduler.keys.for_partition(k).leader)
+        leases = await pipe.execute()
+    lost = [k for k, lease in zip(led, leases, strict=True) if lease != scheduler.engines[k].held]
+    if lost:
+        details["reason"] = (
+            f"this scheduler holds no live lease of partition(s) {','.join(map(str, lost))}; "
+            "it steps down at its next renewal"
+        )
+        return False, details
+    return True, details
 
 
 async def worker_readiness(
@@ -151,16 +182,19 @@ async def _redis_and_scripts(redis: Redis, names: Sequence[str]) -> dict[str, An
 
 
 async def deployment_gauges(scheduler: Scheduler, settings: Settings) -> None:
-    """Every ``metrics_interval_s``, while this scheduler leads, read the deployment's counts
-    (the same cheap reads as ``rsched stats``) into the gauges; a standby exports none."""
-    queues = QueueStore.from_settings(scheduler.redis, settings)
+    """Every ``metrics_interval_s``, while this scheduler leads partition 0, read the
+    deployment's counts over every partition (the same cheap reads as ``rsched stats``) into the
+    gauges; the other schedulers export none, so the gauges come from one scheduler."""
     try:
         while True:
             current = None
-            if scheduler.is_leader:
+            if scheduler.leads(0):
+                engines = scheduler.engines
                 try:
                     current = await read_deployment(
-                        scheduler.store, queues, settings.metrics_late_after_s
+                        [e.store for e in engines],
+                        [QueueStore.from_settings(e.redis, settings, e.keys) for e in engines],
+                        settings.metrics_late_after_s,
                     )
                 except (RedisError, OSError) as exc:
                     log.warning("redis.error", actor="metrics", error=str(exc))
@@ -171,33 +205,45 @@ async def deployment_gauges(scheduler: Scheduler, settings: Settings) -> None:
 
 
 async def read_deployment(
-    store: ScheduleStore, queues: QueueStore, late_after_s: float
+    stores: Sequence[ScheduleStore], queue_stores: Sequence[QueueStore], late_after_s: float
 ) -> Deployment:
-    """The deployment's counts now (by Redis TIME)."""
+    """The deployment's counts now (by Redis TIME), summed over the partitions of ``stores`` and
+    ``queue_stores`` (one store of each kind per partition)."""
     started = time.perf_counter()
-    now = await store.time_ms()
-    index = await store.index_stats(now)
-    late = await store.count_due_before(now - round(late_after_s * 1000))
-    unhealthy = await announced_counts(store.redis, store.keys)
+    now = await stores[0].time_ms()
+    due = active = paused = total = late = 0
+    oldest: int | None = None
+    unhealthy: dict[str, int] = {}
+    for store in stores:
+        index = await store.index_stats(now)
+        due, active, paused, total = (
+            due + index.due, active + index.active, paused + index.paused, total + index.total
+        )
+        if index.oldest and (oldest is None or index.oldest[1] < oldest):
+            oldest = index.oldest[1]
+        late += await store.count_due_before(now - round(late_after_s * 1000))
+        for state, count in (await announced_counts(store.redis, store.keys)).items():
+            unhealthy[state] = unhealthy.get(state, 0) + count
     unhealthy["late"] = late
-    stats = await queues.queue_stats()
-    for worker in await queues.workers():
+    queues: dict[str, dict[str, int]] = {}
+    for queue_store in queue_stores:
+        for name, fields in (await queue_store.queue_stats()).items():
+            sums = queues.setdefault(name, dict.fromkeys(_QUEUE_FIELDS, 0))
+            for key in _QUEUE_FIELDS:
+                sums[key] += int(fields.get(key) or 0)
+    for worker in await queue_stores[0].workers():  # the registry is the deployment's
         for name in worker.queues:
-            stats.setdefault(name, {})
-            stats[name]["workers"] = int(stats[name].get("workers") or 0) + 1
+            queues.setdefault(name, dict.fromkeys(_QUEUE_FIELDS, 0))["workers"] += 1
     deployment = Deployment(
-        due_backlog=index.due,
-        due_oldest_age_s=max(0, now - index.oldest[1]) / 1000 if index.oldest else 0.0,
+        due_backlog=due,
+        due_oldest_age_s=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
         schedules={
-            "active": index.active,
-            "paused": index.paused,
-            "completed": max(0, index.total - index.active - index.paused),
+            "active": active,
+            "paused": paused,
+            "completed": max(0, total - active - paused),
         },
         unhealthy=unhealthy,
-        queues={
-            name: {key: int(fields.get(key) or 0) for key in _QUEUE_FIELDS}
-            for name, fields in stats.items()
-        },
+        queues=queues,
     )
     log.debug("metrics.deployment", took_ms=round((time.perf_counter() - started) * 1000, 1))
     return deployment

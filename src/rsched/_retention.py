@@ -1,6 +1,6 @@
 """Retention: the leading scheduler trims what runs leave behind, as one anyio actor.
 
-Every ``retention.interval_s`` the leader (only the leader: one sweep per deployment) trims
+Every ``retention.interval_s`` the leader of a partition (one sweep per partition) trims its
 - the runs log ``{p}:runs`` by age (XTRIM MINID, ``runs_max_age_s``) and size (MAXLEN ~, the
   cap the workers' writes keep too, ``runs_max_entries``);
 - each queue's dead letters ``{p}:dead:<queue>`` by age (MINID, ``dead_letter_max_age_s``) and
@@ -48,11 +48,18 @@ class Sweep:
 class Retention(_lua.ScriptCaller):
     """The retention actor: :meth:`run` sweeps while ``is_leader()`` holds."""
 
-    def __init__(self, redis: Redis, settings: Settings, is_leader: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings,
+        is_leader: Callable[[], bool],
+        *,
+        keys: Keys | None = None,
+    ) -> None:
         super().__init__(redis)
         self.settings = settings
         self.cfg = settings.retention
-        self.keys = Keys(settings.prefix)
+        self.keys = keys or Keys(settings.prefix)  # the partition swept
         self.is_leader = is_leader
         self._history_rank = 0  # where the next history slice starts in the schedules index
 

@@ -1,14 +1,25 @@
-"""The scheduler process's engine: leader election, due detection and firing, as anyio actors.
+"""The scheduler process's engine: partition sharing, due detection and firing, as anyio actors.
 
-Actors (each one task owning its state, talking through one memory stream into the ticker):
-- lease keeper: acquires the lease, renews it well inside its TTL, reports lead/lost;
-- wake listener: a schedule moved earlier than the ticker planned (pub/sub), wake up now;
-- retention (_retention.py): while leading, trims the runs log, dead letters and histories;
-- ticker: while leading, reads what is due by Redis TIME, plans each schedule's occurrences
-  (misfire policies) and fires them in batches sized so that each call holds Redis for about
-  fire_budget_ms; then sleeps until the earliest next run.
+A deployment's schedules are spread over N partitions, each with its own lease and fencing
+token; the live schedulers share them (rsched._membership: rendezvous hashing), so S schedulers
+lead about N/S partitions each and the others' are taken over when one dies. With N=1 one
+scheduler leads and the others stand by, as before partitions existed.
+
+Actors (each one task owning its state):
+- membership (_membership.py): beats into ``{prefix}:schedulers``, reads the live schedulers and
+  recomputes which partitions this one should lead;
+- wake listener, one for every partition: a schedule moved earlier than its partition's ticker
+  planned (pub/sub), wake that ticker now;
+- per partition, a lease keeper: acquires the partition's lease while this scheduler owns the
+  partition, renews it well inside its TTL, gives it back when another scheduler became the
+  owner; while it holds the lease it runs the partition's
+  - ticker: reads what is due by Redis TIME, plans each schedule's occurrences (misfire
+    policies) and fires them in batches sized so that each call holds Redis for about
+    fire_budget_ms; then sleeps until the earliest next run;
+  - retention (_retention.py) and health watch (_health_watch.py) of the partition's data;
+  all cancelled when the lease is lost or given back (a round in flight finishes first).
 Correctness never rests on this process being right about its leadership: the fire script
-checks the fencing token, the schedule's version and the occurrence atomically.
+checks the partition's fencing token, the schedule's version and the occurrence atomically.
 """
 
 from __future__ import annotations
@@ -21,32 +32,32 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Container
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
 from rsched._codes import Code
 from rsched._connection import messages
+from rsched._deployment import deployment_keys
 from rsched._errors import LostLease, RschedError
 from rsched._health_watch import HealthWatch
 from rsched._keys import Keys
 from rsched._log import get_logger
+from rsched._membership import Membership
 from rsched._metrics import METRICS
 from rsched._plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
 from rsched._retention import Retention
 from rsched._rules import NAME_RE
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
+from rsched._webhook import WebhookSender
 
 log = get_logger("rsched.scheduler")
-
-Message = tuple[str, Any]  # ("lead", lease) | ("lost", None) | ("wake", score_ms)
 
 # Bound once as globals: _after_fire compares them for every fired item.
 STALE, NOT_DUE, WRONG_TYPE = Code.STALE, Code.NOT_DUE, Code.WRONG_TYPE
@@ -103,18 +114,201 @@ _SERVER_CONDITIONS = (
 )
 
 
+# A wake is a hint: this many wait for a partition's ticker at most (the rest are dropped).
+WAKE_BUFFER = 100
+# Lease changes of several partitions close together are logged as one line after this pause.
+LED_REPORT_S = 0.2
+# What a stop spends giving back the leases and leaving the list (Redis may be gone).
+LEAVE_S = 2.0
+
+
 class Scheduler:
-    """Runs until :meth:`stop` is called (or it is cancelled); any number may run at once."""
+    """Runs until :meth:`stop` is called (or it is cancelled); any number may run at once and
+    share the deployment's partitions."""
 
     def __init__(self, redis: Redis, settings: Settings | None = None, *, owner: str = "") -> None:
         self.settings = settings or Settings()
         self.cfg = self.settings.scheduler
-        self.keys = Keys(self.settings.prefix)
-        self.store = ScheduleStore(redis, self.keys, history_limit=self.settings.history_limit)
         self.redis = redis
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        # Partition 0's keys until resolve() reads the deployment's number of partitions.
+        self.keys = Keys(self.settings.prefix)
+        self.engines = [PartitionEngine(self, self.keys)]
+        self._resolved = False
+        self._stop = anyio.Event()
+        self._led_changed = anyio.Event()
+        self.membership = self._membership()
+        secret = self.settings.alert_webhook_secret
+        # One sender for the health watches of every partition this scheduler leads.
+        self.webhook = (
+            WebhookSender(
+                self.settings.alert_webhook_url,
+                secret.get_secret_value() if secret else None,
+                self.settings.health,
+            )
+            if self.settings.alert_webhook_url
+            else None
+        )
+
+    def _membership(self) -> Membership:
+        return Membership(
+            self.redis,
+            self.keys,
+            self.owner,
+            window_ms=self.cfg.lease_ttl_ms,
+            every_s=self.cfg.lease_renew_ms / 1000,
+            on_change=self._poke_all,
+        )
+
+    @property
+    def partitions(self) -> int:
+        return self.keys.partitions
+
+    @property
+    def store(self) -> ScheduleStore:
+        """Partition 0's store (the deployment's, with one partition)."""
+        return self.engines[0].store
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this scheduler leads at least one partition."""
+        return any(e.held is not None for e in self.engines)
+
+    def led(self) -> list[int]:
+        """The partitions this scheduler leads now."""
+        return [e.partition for e in self.engines if e.held is not None]
+
+    def leads(self, partition: int) -> bool:
+        return self.engines[partition].held is not None
+
+    def wants(self, partition: int) -> bool:
+        """Whether to hold ``partition``'s lease: with one partition every scheduler tries
+        (the first to take it leads, as before partitions existed); with more, its owner."""
+        return self.partitions == 1 or self.membership.wants(partition)
+
+    @property
+    def fired_total(self) -> int:
+        return sum(e.fired_total for e in self.engines)
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: finish the batches in flight, give back the leases, return."""
+        self._stop.set()
+
+    async def resolve(self) -> Keys:
+        """Read the deployment's number of partitions (once); raises PartitionMismatch when this
+        scheduler is configured for another."""
+        if not self._resolved:
+            keys = await deployment_keys(self.redis, self.settings)
+            self.keys = keys
+            self.engines = [PartitionEngine(self, k) for k in keys.every_partition()]
+            self.membership = self._membership()
+            self._resolved = True
+        return self.keys
+
+    async def _resolve_waiting(self) -> None:
+        """resolve(), waiting for Redis while it does not answer (a stop ends the wait)."""
+        backoff = Backoff()
+        while not self._resolved and not self._stop.is_set():
+            try:
+                await self.resolve()
+            except (RedisError, OSError) as exc:
+                delay = backoff.next()
+                log.warning("redis.error", actor="start", error=str(exc), retry_s=delay)
+                with anyio.move_on_after(delay):
+                    await self._stop.wait()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        await self._resolve_waiting()
+        log.info(
+            "scheduler.start", owner=self.owner, prefix=self.settings.prefix,
+            partitions=self.partitions,
+        )  # fmt: skip
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.membership.run)
+                await tg.start(self._listen_wake)
+                if self.webhook is not None:
+                    await tg.start(self.webhook.run)
+                tg.start_soon(self._report_led)
+                for engine in self.engines:
+                    tg.start_soon(engine.run)
+                task_status.started()
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            # Each engine gave its lease back on the way out; now the others own its partitions.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(LEAVE_S):
+                await self.membership.leave()
+            log.info("scheduler.stop", owner=self.owner, fired_total=self.fired_total)
+
+    def _poke_all(self) -> None:
+        for engine in self.engines:
+            engine.poke()
+
+    def on_led_changed(self) -> None:
+        self._led_changed.set()
+
+    async def _report_led(self) -> None:
+        """One log line and the gauge when the set of partitions this scheduler leads changed
+        (several leases taken or given back together are one change)."""
+        reported: list[int] = []
+        while True:
+            await self._led_changed.wait()
+            await anyio.sleep(LED_REPORT_S)
+            self._led_changed = anyio.Event()
+            led = self.led()
+            if led != reported and self.partitions > 1:
+                log.info(
+                    "leader.partitions",
+                    led=",".join(map(str, led)) or "none",
+                    count=len(led),
+                    partitions=self.partitions,
+                    schedulers=len(self.membership.live),
+                )
+            reported = led
+
+    # --- wake listener -------------------------------------------------------------------
+
+    async def _listen_wake(self, *, task_status: TaskStatus[None]) -> None:
+        """One subscription to the wake channels of every partition: a message wakes that
+        partition's ticker (ignored unless this scheduler leads it)."""
+        by_channel = {e.keys.wake: e for e in self.engines}
+        backoff = Backoff()
+        task_status.started()
+        while True:
+            try:
+                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(*by_channel)
+                    backoff.reset()
+                    for engine in self.engines:  # messages may have been missed meanwhile
+                        engine.wake(0)
+                    async for message in messages(pubsub):
+                        if message.get("type") == "message":
+                            woken = by_channel.get(str(message["channel"]))
+                            if woken is not None:
+                                woken.wake(message["data"])
+            except (RedisError, OSError) as exc:
+                delay = backoff.next()
+                log.warning("redis.error", actor="wake", error=str(exc), retry_s=delay)
+                await anyio.sleep(delay)
+
+
+class PartitionEngine:
+    """One partition's lease keeper and, while it holds the lease, its ticker, retention and
+    health watch."""
+
+    def __init__(self, scheduler: Scheduler, keys: Keys) -> None:
+        self.scheduler = scheduler
+        self.settings = scheduler.settings
+        self.cfg = scheduler.cfg
+        self.redis = scheduler.redis
+        self.keys = keys
+        self.partition = keys.partition
+        self.store = ScheduleStore.from_settings(self.redis, self.settings, keys)
         self.fired_total = 0
-        self._held: str | None = None  # written by the lease keeper only
+        self.held: str | None = None  # the lease, written by the lease keeper only
+        self._poke = anyio.Event()
+        self._wakes, self._wakes_out = anyio.create_memory_object_stream[object](WAKE_BUFFER)
         self._specs: dict[str, PlannedSpec] = {}
         self._quarantine: dict[str, float] = {}
         # (score, offset) up to which the prefetch has read the index; reset by a wake.
@@ -128,90 +322,60 @@ class Scheduler:
         self._frozen = 0  # size of the spec cache at the last gc.freeze()
         # The next round's due read, made while this round's last batches fire (see _fire).
         self._read_ahead: tuple[float, int, list[tuple[str, int]], int | None, bool] | None = None
-        self._stop = anyio.Event()
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
-        # Late/failing/stuck schedules and leader changes onto the events stream (and webhook).
-        self._health = HealthWatch(redis, self.settings, lambda: self._held is not None)
+        self._retention = Retention(self.redis, self.settings, self._leads, keys=keys)
 
-    @property
-    def is_leader(self) -> bool:
-        return self._held is not None
+    def _leads(self) -> bool:
+        return self.held is not None
 
-    def stop(self) -> None:
-        """Ask for a graceful stop: finish the current batch, release the lease, return."""
-        self._stop.set()
+    def poke(self) -> None:
+        """Have the lease keeper look again now (ownership changed, or the lease was lost)."""
+        self._poke.set()
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        send, recv = anyio.create_memory_object_stream[Message](1000)
-        log.info("scheduler.start", owner=self.owner, prefix=self.settings.prefix)
-        try:
-            async with anyio.create_task_group() as tg, send, recv:
-                await tg.start(self._keep_lease, send.clone())
-                await tg.start(self._listen_wake, send.clone())
-                await tg.start(self._health.run)
-                # Trims the runs log, dead letters and histories while this one leads.
-                await tg.start(Retention(self.redis, self.settings, lambda: self.is_leader).run)
-                tg.start_soon(self._tick_loop, recv.clone())
-                task_status.started()
-                await self._stop.wait()
-                tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await self._release()
-            log.info("scheduler.stop", owner=self.owner, fired_total=self.fired_total)
+    def wake(self, score: object) -> None:
+        """A schedule of this partition became due earlier than planned."""
+        _offer(self._wakes, score)
 
-    async def _release(self) -> None:
-        held, self._held = self._held, None
-        if held is None:
-            return
-        try:
-            if await self.store.lease_release(held):
-                log.info("leader.released", lease=held)
-        except (RedisError, OSError) as exc:
-            log.warning("leader.release_failed", error=str(exc))
+    async def _nap(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; a poke ends it early."""
+        with anyio.move_on_after(seconds):
+            await self._poke.wait()
+        if self._poke.is_set():
+            self._poke = anyio.Event()
+
+    def _log_lease(self, event: str, level: str = "info", **fields: object) -> None:
+        """A lease event: one line each with one partition; with several, debug lines (the
+        scheduler logs the set it leads in one line)."""
+        if self.scheduler.partitions > 1:
+            log.debug(event, partition=self.partition, **fields)
+        else:
+            getattr(log, level)(event, **fields)
 
     # --- lease keeper --------------------------------------------------------------------
 
-    async def _keep_lease(
-        self, inbox: MemoryObjectSendStream[Message], *, task_status: TaskStatus[None]
-    ) -> None:
-        ttl, renew_s = self.cfg.lease_ttl_ms, self.cfg.lease_renew_ms / 1000
+    async def run(self) -> None:
+        owner, ttl = self.scheduler.owner, self.cfg.lease_ttl_ms
+        renew_s = self.cfg.lease_renew_ms / 1000
         backoff = Backoff()
-        last_ok = time.monotonic()
         standby: str | None = None  # the leader this standby last reported
-        task_status.started()
-        async with inbox:
-            while True:
+        while True:
+            delay = renew_s
+            if self.scheduler.wants(self.partition):
                 try:
-                    delay = renew_s
-                    if self._held is None:
-                        lease, pttl = await self.store.lease_acquire(self.owner, ttl)
-                        if lease is not None:
-                            self._held, last_ok = lease, time.monotonic()
-                            standby = None
-                            log.info("leader.acquired", lease=lease, ttl_ms=ttl)
-                            if METRICS.on:
-                                METRICS.leader_changes.inc()
-                            self._health.on_lead(lease)
-                            await inbox.send(("lead", lease))
-                        else:
-                            delay = min(renew_s, max(pttl, 20) / 1000)
-                            standby = self._standby(standby)
-                    elif await self.store.lease_renew(self._held, ttl):
-                        last_ok = time.monotonic()
-                    else:
-                        log.warning("leader.lost", lease=self._held, reason="renew refused")
-                        self._held, delay = None, 0
-                        await inbox.send(("lost", None))
+                    lease, pttl = await self.store.lease_acquire(owner, ttl)
                     backoff.reset()
                 except (RedisError, OSError) as exc:
-                    delay = backoff.next()
+                    lease, delay = None, backoff.next()
                     log.warning("redis.error", actor="lease", error=str(exc), retry_s=delay)
-                    if self._held is not None and time.monotonic() - last_ok > ttl / 1000:
-                        log.warning("leader.lost", lease=self._held, reason="renew failing")
-                        self._held = None
-                        await inbox.send(("lost", None))
-                await anyio.sleep(delay)
+                else:
+                    if lease is not None:
+                        standby = None
+                        await self._lead(lease)
+                        continue  # lost or given back: look again at once
+                    delay = min(renew_s, max(pttl, 20) / 1000)
+                    if self.scheduler.partitions == 1:
+                        standby = self._standby(standby)
+            await self._nap(delay)
 
     def _standby(self, reported: str | None) -> str | None:
         """Log that this scheduler stands by and who leads: once, and again when the leader
@@ -219,69 +383,111 @@ class Scheduler:
         holder = self.store.lease_holder
         if holder is not None and holder != reported:
             token, _, owner = holder.partition(":")
-            log.info("leader.standby", leader=owner, token=token, me=self.owner)
+            log.info("leader.standby", leader=owner, token=token, me=self.scheduler.owner)
         return holder
 
-    # --- wake listener -------------------------------------------------------------------
+    async def _lead(self, lease: str) -> None:
+        """Hold ``lease`` and run the partition's actors until it is lost, given back to the
+        partition's new owner, or the scheduler stops (then it is given back too)."""
+        self.held = lease
+        self._log_lease("leader.acquired", lease=lease, ttl_ms=self.cfg.lease_ttl_ms)
+        if METRICS.on:
+            METRICS.leader_changes.inc()
+        self.scheduler.on_led_changed()
+        lost = anyio.Event()
+        was_lost = False
+        try:
+            async with anyio.create_task_group() as tg:
+                health = HealthWatch(
+                    self.redis, self.settings, self._leads, keys=self.keys,
+                    webhook=self.scheduler.webhook,
+                )  # fmt: skip
+                health.on_lead(lease)
+                await tg.start(health.run)
+                await tg.start(self._retention.run)
+                tg.start_soon(self._tick_loop, lease, lost)
+                was_lost = await self._hold(lease, lost)
+                tg.cancel_scope.cancel()
+        finally:
+            self.held = None
+            self.scheduler.on_led_changed()
+            if not was_lost:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(LEAVE_S):
+                    await self._release(lease)
 
-    async def _listen_wake(
-        self, inbox: MemoryObjectSendStream[Message], *, task_status: TaskStatus[None]
-    ) -> None:
+    async def _hold(self, lease: str, lost: anyio.Event) -> bool:
+        """Renew ``lease`` every lease_renew_ms. Returns True when it is lost (renewal refused
+        or failing for a TTL, or the fire script refused its token), False when another
+        scheduler became the partition's owner (the caller gives it back)."""
+        ttl, renew_s = self.cfg.lease_ttl_ms, self.cfg.lease_renew_ms / 1000
         backoff = Backoff()
-        task_status.started()
-        async with inbox:
-            while True:
-                try:
-                    async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                        await pubsub.subscribe(self.keys.wake)
-                        backoff.reset()
-                        _offer(inbox, ("wake", 0))  # messages may have been missed meanwhile
-                        async for message in messages(pubsub):
-                            if message.get("type") == "message":
-                                _offer(inbox, ("wake", message["data"]))
-                except (RedisError, OSError) as exc:
-                    delay = backoff.next()
-                    log.warning("redis.error", actor="wake", error=str(exc), retry_s=delay)
-                    await anyio.sleep(delay)
+        last_ok = time.monotonic()
+        delay = renew_s
+        while True:
+            await self._nap(delay)
+            delay = renew_s
+            if lost.is_set():
+                return True
+            if not self.scheduler.wants(self.partition):
+                return False
+            try:
+                renewed = await self.store.lease_renew(lease, ttl)
+            except (RedisError, OSError) as exc:
+                delay = min(renew_s, backoff.next())
+                log.warning("redis.error", actor="lease", error=str(exc), retry_s=delay)
+                if time.monotonic() - last_ok > ttl / 1000:
+                    self._log_lease("leader.lost", "warning", lease=lease, reason="renew failing")
+                    return True
+                continue
+            if not renewed:
+                self._log_lease("leader.lost", "warning", lease=lease, reason="renew refused")
+                return True
+            last_ok = time.monotonic()
+            backoff.reset()
+
+    async def _release(self, lease: str) -> None:
+        try:
+            if await self.store.lease_release(lease):
+                self._log_lease("leader.released", lease=lease)
+        except (RedisError, OSError) as exc:
+            log.warning("leader.release_failed", error=str(exc), partition=self.partition)
 
     # --- ticker --------------------------------------------------------------------------
 
-    async def _tick_loop(self, inbox: MemoryObjectReceiveStream[Message]) -> None:
-        lease: str | None = None
+    async def _tick_loop(self, lease: str, lost: anyio.Event) -> None:
         backoff = Backoff()
-        async with inbox:
-            while True:
-                if lease is None:
-                    lease = self._on_message(await inbox.receive(), lease)
-                    continue
-                # A round is never interrupted half-way: stopping waits for the batch in flight.
-                with anyio.CancelScope(shield=True):
-                    try:
-                        with anyio.fail_after(ROUND_TIMEOUT_S):
-                            delay = await self._round(lease)
-                        backoff.reset()
-                    except LostLease:
-                        log.warning("leader.lost", lease=lease, reason="fencing token rejected")
-                        lease, delay = None, 0.0
-                    except (RedisError, OSError, TimeoutError, RschedError) as exc:
-                        delay = backoff.next()
-                        log.warning("redis.error", actor="ticker", error=str(exc), retry_s=delay)
-                if self._stop.is_set():
+        self._prefetched = (0, 0)
+        while True:
+            # A round is never interrupted half-way: a stop or a lost lease waits for the batch
+            # in flight.
+            with anyio.CancelScope(shield=True):
+                try:
+                    with anyio.fail_after(ROUND_TIMEOUT_S):
+                        delay = await self._round(lease)
+                    backoff.reset()
+                except LostLease:
+                    self._log_lease(
+                        "leader.lost", "warning", lease=lease, reason="fencing token rejected"
+                    )
+                    lost.set()
+                    self.poke()
                     return
-                if delay > 0:
-                    with anyio.move_on_after(delay):
-                        lease = self._on_message(await inbox.receive(), lease)
-                while True:  # drain: many wakes need only one look at what is due
-                    try:
-                        lease = self._on_message(inbox.receive_nowait(), lease)
-                    except anyio.WouldBlock:
-                        break
-
-    def _on_message(self, message: Message, lease: str | None) -> str | None:
-        if message[0] == "wake":
-            # A schedule moved earlier, maybe into the part of the index already prefetched.
-            self._prefetched = (0, 0)
-        return _lease_after(message, lease)
+                except (RedisError, OSError, TimeoutError, RschedError) as exc:
+                    delay = backoff.next()
+                    log.warning("redis.error", actor="ticker", error=str(exc), retry_s=delay)
+            if delay > 0:
+                with anyio.move_on_after(delay):
+                    await self._wakes_out.receive()
+                    # A schedule moved earlier, maybe into the part of the index prefetched.
+                    self._prefetched = (0, 0)
+            else:
+                await anyio.lowlevel.checkpoint()  # a stop is seen between rounds
+            while True:  # drain: many wakes need only one look at what is due
+                try:
+                    self._wakes_out.receive_nowait()
+                except anyio.WouldBlock:
+                    break
+                self._prefetched = (0, 0)
 
     def batch_size(self) -> int:
         """Items per fire call: as many as fit in the time budget, at most batch_size."""
@@ -689,17 +895,7 @@ class Scheduler:
         self._frozen = len(self._specs)
 
 
-def _lease_after(message: Message, lease: str | None) -> str | None:
-    """The lease the ticker holds after ``message`` (the one it held before for a wake)."""
-    kind, value = message
-    if kind == "lead":
-        return str(value)
-    if kind == "lost":
-        return None
-    return lease
-
-
-def _offer(inbox: MemoryObjectSendStream[Message], message: Message) -> None:
+def _offer(inbox: MemoryObjectSendStream[object], message: object) -> None:
     # When the inbox is full the ticker is already due to look: a wake is only a hint.
     with contextlib.suppress(anyio.WouldBlock):
         inbox.send_nowait(message)

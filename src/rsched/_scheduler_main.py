@@ -53,9 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rsched-scheduler",
         description=(
-            "Run an rsched scheduler. Any number may run against one Redis; one leads at a "
-            "time and fires due schedules into the queue streams. Flags override RSCHED_* "
-            "environment variables."
+            "Run an rsched scheduler. Any number may run against one Redis; they share the "
+            "deployment's partitions (one leads each partition at a time) and fire due "
+            "schedules into the queue streams. Flags override RSCHED_* environment variables."
         ),
         epilog=(
             "examples:\n"
@@ -127,11 +127,14 @@ async def _sync_schedules(redis: Redis, settings: Settings, path: Path) -> None:
         raise ConfigError(f"--schedules {path}: {exc}") from exc
 
 
-async def _start_up(redis: Redis, settings: Settings, schedules: Path | None) -> None:
+async def _start_up(scheduler: Scheduler, settings: Settings, schedules: Path | None) -> None:
     """Check the server (a wrong URL, password or server stops us here, in one line), warn
-    about unsafe server settings, and sync the schedules file."""
+    about unsafe server settings, learn the deployment's number of partitions (another one
+    configured: PartitionMismatch) and sync the schedules file."""
+    redis = scheduler.redis
     await check_server(redis, settings, Keys(settings.prefix).leader)
     await warn_if_unsafe(redis, log)
+    await scheduler.resolve()
     if schedules is not None:
         await _sync_schedules(redis, settings, schedules)
 
@@ -170,7 +173,7 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
                 await tg.start(operate_scheduler, scheduler, settings)
             with start_up:
                 try:
-                    await _start_up(redis, settings, schedules)
+                    await _start_up(scheduler, settings, schedules)
                 except (ConfigError, ServerError) as exc:  # raised below, outside the group
                     failed = exc
                 except RedisError as exc:  # e.g. Redis down while syncing the schedules file
@@ -183,6 +186,7 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
                     "scheduler.ready",
                     owner=scheduler.owner,
                     prefix=settings.prefix,
+                    partitions=scheduler.partitions,
                     lease_ttl_ms=settings.scheduler.lease_ttl_ms,
                 )
     finally:
