@@ -7,8 +7,9 @@ when its scheduler acquires the partition's lease (``leader_changed``, with a ``
 field when the deployment has more than one). The states it announced are kept in
 ``{p}:health`` (id -> state), so a new leader continues from them instead of announcing
 everything again, and re-checks exactly those ids (plus the bounded candidate reads of
-rsched._health) to see them recover. With an alert webhook configured, it also forwards every event of the stream written
-while it leads (its own, and the workers' dead letters) to the webhook's bounded queue.
+rsched._health) to see them recover. With an alert webhook configured, it also forwards every
+event of the stream written while it leads (its own, and the workers' dead letters) to the
+webhook's bounded queue.
 """
 
 from __future__ import annotations

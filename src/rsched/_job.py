@@ -136,7 +136,8 @@ class Job:
     ``scheduled_at`` is the occurrence's time (for an enqueued job, when it became due) and
     ``fired_at`` when it was written to the queue; both are aware UTC datetimes.
     ``priority`` is the level of the stream the job was read from (``high``, ``normal``,
-    ``low``); its retries keep it.
+    ``low``); its retries keep it. ``partition`` is the deployment partition of that stream
+    (0 in a deployment of one partition): the job's outcome is recorded there.
     """
 
     execution_id: str
@@ -154,6 +155,7 @@ class Job:
     options: JobOptions = _DEFAULT_OPTIONS
     priority: Priority = "normal"
     fields: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    partition: int = 0
     # Set for sync handlers (threads cannot be cancelled): see should_stop.
     stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
 
@@ -221,9 +223,10 @@ def parse_entry(
     fields: Mapping[str, str],
     deliveries: int = 1,
     priority: Priority = "normal",
+    partition: int = 0,
 ) -> Job:
-    """Build the :class:`Job` of a stream entry read from the stream of ``priority``; raises
-    MalformedJob naming the bad field."""
+    """Build the :class:`Job` of a stream entry read from the stream of ``priority`` in
+    ``partition``; raises MalformedJob naming the bad field."""
     missing = [name for name in ("execution_id", "task") if not fields.get(name)]
     if missing:
         raise MalformedJob(f"missing field(s): {', '.join(missing)}")
@@ -262,6 +265,7 @@ def parse_entry(
         options=JobOptions.parse(fields.get("opts")),
         priority=priority,
         fields=fields,
+        partition=partition,
     )
 
 

@@ -118,9 +118,7 @@ async def scheduler_readiness(scheduler: Scheduler, redis: Redis) -> tuple[bool,
     return True, {"role": "standby", "leader": holder, "lease_left_ms": int(pttl)}
 
 
-async def _partitions_readiness(
-    scheduler: Scheduler, redis: Redis
-) -> tuple[bool, dict[str, Any]]:
+async def _partitions_readiness(scheduler: Scheduler, redis: Redis) -> tuple[bool, dict[str, Any]]:
     led = scheduler.led()
     details: dict[str, Any] = {
         "role": "leader" if led else "standby",
@@ -147,15 +145,15 @@ async def worker_readiness(
     worker: Worker, redis: Redis, keys: Keys, queues: Sequence[str]
 ) -> tuple[bool, dict[str, Any]]:
     """Ready when Redis answers, the scripts are loaded, the worker reads its queues and each
-    queue's consumer group exists."""
+    queue's consumer group exists (in every partition)."""
     failed = await _redis_and_scripts(redis, WORKER_SCRIPTS)
     if failed is not None:
         return False, failed
     if not worker.reading:
         reason = "stopping" if worker.stopping else "starting (waiting for Redis or its groups)"
         return False, {"reason": reason}
-    store = QueueStore(redis, keys)
-    missing = [q for q in queues if not await store.has_group(q)]
+    stores = [QueueStore(redis, k) for k in Keys(keys.prefix, worker.partitions).every_partition()]
+    missing = [q for q in queues if not all([await store.has_group(q) for store in stores])]
     if missing:
         return False, {"reason": f"no consumer group on queue(s) {', '.join(missing)}"}
     return True, {"queues": list(queues)}
@@ -217,7 +215,10 @@ async def read_deployment(
     for store in stores:
         index = await store.index_stats(now)
         due, active, paused, total = (
-            due + index.due, active + index.active, paused + index.paused, total + index.total
+            due + index.due,
+            active + index.active,
+            paused + index.paused,
+            total + index.total,
         )
         if index.oldest and (oldest is None or index.oldest[1] < oldest):
             oldest = index.oldest[1]

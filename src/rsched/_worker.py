@@ -2,7 +2,9 @@
 
 Actors (anyio tasks in rsched._worker_actors, stopped in this order on shutdown):
 - reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
-  queue is one stream per priority level, read by weighted turns (``priority_weights``);
+  queue is one stream per priority level, read by weighted turns (``priority_weights``), in
+  every partition of the deployment (the partitions in turn; an idle worker blocks in one
+  XREADGROUP per partition);
 - runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
   plain functions in worker threads), each job under its timeout and its own cancel scope
   (cancel_previous);
@@ -41,13 +43,14 @@ from redis.asyncio import Redis
 
 from rsched._backoff import Backoff
 from rsched._connection import connect, warn_if_unsafe
+from rsched._deployment import deployment_keys
 from rsched._errors import ConfigError
 from rsched._job import Job
 from rsched._log import get_logger
-from rsched._queues import Done, Lane, QueueStore
+from rsched._queues import Done, QueueStore
 from rsched._rules import check_name
 from rsched._settings import Settings, WorkerSettings, problems
-from rsched._worker_actors import ACTOR_FAILURES, Actors
+from rsched._worker_actors import ACTOR_FAILURES, Actors, Stream
 
 log = get_logger("rsched.worker")
 
@@ -208,6 +211,11 @@ class Worker:
         return self._reading and not self._stopping.is_set()
 
     @property
+    def partitions(self) -> int:
+        """The deployment's number of partitions this worker reads (1 until it started)."""
+        return len(self._actors.stores) if self._actors else 1
+
+    @property
     def stopping(self) -> bool:
         """True once :meth:`stop` was called (until :meth:`run` returns)."""
         return self._stopping.is_set()
@@ -247,6 +255,7 @@ class Worker:
             client.connection_pool.connection_kwargs["encoding_errors"] = "replace"
         else:
             client = redis
+        # Partition 0's store until the deployment's number of partitions is read (_prepare).
         store = QueueStore.from_settings(client, settings)
         log.info(
             "worker.start",
@@ -258,10 +267,11 @@ class Worker:
         )
         handed_back = 0
         try:
-            if not await self._prepare(store, cfg):
+            stores = await self._prepare(store, settings)
+            if not stores:
                 task_status.started()
                 return
-            await self._serve(store, settings, task_status)
+            await self._serve(stores, settings, task_status)
         finally:
             self._stopping, self._hard = anyio.Event(), False  # ready for another run()
             with anyio.CancelScope(shield=True):
@@ -292,30 +302,37 @@ class Worker:
                 log.warning("redis.error", actor="stop", error=str(exc))
         return handed
 
-    async def _prepare(self, store: QueueStore, cfg: WorkerSettings) -> bool:
-        """Check the server and create the consumer groups, waiting for Redis if it is down.
-        Returns False when asked to stop first."""
+    async def _prepare(self, store: QueueStore, settings: Settings) -> list[QueueStore]:
+        """Check the server, read the deployment's number of partitions and create the consumer
+        groups in each, waiting for Redis if it is down. Returns the store of each partition, or
+        none when asked to stop first; raises PartitionMismatch."""
         backoff = Backoff()
         while not self._stopping.is_set():
             try:
                 await warn_if_unsafe(store.redis, log)
-                await store.create_groups(cfg.queues)
-                return True
+                keys = await deployment_keys(store.redis, settings)
+                stores = [
+                    QueueStore.from_settings(store.redis, settings, k)
+                    for k in keys.every_partition()
+                ]
+                for each in stores:
+                    await each.create_groups(settings.worker.queues)
+                return stores
             except ACTOR_FAILURES as exc:
                 delay = backoff.next()
                 log.warning("redis.error", actor="start", error=str(exc), retry_s=round(delay, 2))
                 with anyio.move_on_after(delay):
                     await self._stopping.wait()
-        return False
+        return []
 
     async def _serve(
-        self, store: QueueStore, settings: Settings, task_status: TaskStatus[None]
+        self, stores: list[QueueStore], settings: Settings, task_status: TaskStatus[None]
     ) -> None:
         cfg = settings.worker
-        send, recv = anyio.create_memory_object_stream[tuple[Lane, Done]](ACK_BUFFER)
+        send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
-        ctx = self._actors = Actors(self._handlers, self.consumer, store, settings, send, jobs)
+        ctx = self._actors = Actors(self._handlers, self.consumer, stores, settings, send, jobs)
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:
             services.start_soon(ctx.acker, recv, acker_done)

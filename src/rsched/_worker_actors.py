@@ -2,7 +2,9 @@
 
 - reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
   queue is a stream per priority level, and a busy read starts from the level whose weighted
-  turn it is (LevelTurns);
+  turn it is (LevelTurns); in a deployment of several partitions, each busy read starts from
+  the next partition (each partition's streams are read by one take.lua call), and an idle
+  worker blocks in one XREADGROUP per partition (watchers);
 - runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
   plain functions in worker threads), each job under its timeout and its own cancel scope;
 - acker: records finished runs in batches (one script call acknowledges many entries);
@@ -24,7 +26,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +44,7 @@ from rsched._errors import MalformedJob, Retry, StateError
 from rsched._job import Job, parse_entry, retry_delay_s
 from rsched._log import get_logger
 from rsched._metrics import METRICS
-from rsched._queues import Done, Lane, QueueStore, fragment
+from rsched._queues import Done, Entry, Lane, QueueStore, fragment
 from rsched._registry import worker_record
 from rsched._rules import PRIORITIES, Priority
 from rsched._runs import run_record
@@ -75,6 +77,10 @@ LIVE_TASKS_TTL_S = 2.0
 # The idle time a handed-back entry gets: past any visibility timeout (and below Redis's
 # clock, which XCLAIM IDLE needs), so the next reclaim takes it at once.
 HAND_BACK_IDLE_MS = 10 * 365 * 86_400_000
+
+#: One stream of a deployment: (partition, queue, level); and one entry of it a worker holds.
+Stream = tuple[int, str, Priority]
+Held = tuple[int, str, Priority, str]
 
 
 class LevelTurns:
@@ -142,6 +148,12 @@ class Slots:
         if used < reserved:
             self._changed.set()
 
+    async def wait_free(self) -> None:
+        """Wait until a slot is neither used nor reserved (reserving none)."""
+        while self.total - self.used - self.reserved <= 0:
+            self._changed = anyio.Event()
+            await self._changed.wait()
+
     def idle(self) -> int:
         """Slots no job holds (the reclaimer's budget)."""
         return max(0, self.total - self.used)
@@ -155,29 +167,33 @@ class Slots:
 
 
 class Actors:
-    """The actors of one run of a worker (they share the store, the slots and the acker)."""
+    """The actors of one run of a worker (they share the stores, the slots and the acker)."""
 
     def __init__(
         self,
         handlers: Mapping[str, tuple[Callable[[Job], Any], bool]],
         consumer: str,
-        store: QueueStore,
+        stores: Sequence[QueueStore],
         settings: Settings,
-        acks: MemoryObjectSendStream[tuple[Lane, Done]],
+        acks: MemoryObjectSendStream[tuple[Stream, Done]],
         jobs: MemoryObjectSendStream[Job],
     ) -> None:
         self.handlers = handlers
         self.consumer = consumer
-        self.store = store
+        # One store per partition; partition 0's also serves the deployment's keys (registry,
+        # cancel channel).
+        self.stores = list(stores)
+        self.store = self.stores[0]
         self.settings = settings
         self.cfg = settings.worker
         self.slots = Slots(self.cfg.concurrency)
         self.threads = anyio.CapacityLimiter(self.cfg.concurrency)
         self.acks = acks
         self.jobs = jobs
-        # (queue, level, entry id) of every entry read and not yet acknowledged (ids are per
-        # stream, and each level of a queue is a stream): the heartbeat keeps these fresh.
-        self.inflight: set[tuple[str, Priority, str]] = set()
+        # (partition, queue, level, entry id) of every entry read and not yet acknowledged (ids
+        # are per stream, and each level of a queue in each partition is a stream): the
+        # heartbeat keeps these fresh.
+        self.inflight: set[Held] = set()
         self.turns = LevelTurns(self.cfg.priority_weights)
         self.running: dict[str, Running] = {}  # execution id -> its run (cancel_previous)
         self.promote_wake = anyio.Event()
@@ -185,7 +201,11 @@ class Actors:
         self.failed = 0
         self.retried = 0  # attempts whose handler raised Retry (not failures)
         # Entries of jobs cancelled by a forced stop (no outcome): handed back on the way out.
-        self.abandoned: set[tuple[str, Priority, str]] = set()
+        self.abandoned: set[Held] = set()
+        # Set while the reader of a deployment of several partitions found nothing: the
+        # watchers block on their partitions then, and set found when one got an entry.
+        self._idle = anyio.Event()
+        self._found = anyio.Event()
         self.started_ms = time.time_ns() // 1_000_000
         self._live_tasks: tuple[float, set[str]] = (-math.inf, set())
 
@@ -195,86 +215,160 @@ class Actors:
         backoff = Backoff()
         queues = list(self.cfg.queues)
         every: list[Lane] = [(q, level) for level in PRIORITIES for q in queues]
+        partitions = len(self.stores)
         # Start with a take: a blocking read returns an entry of every stream that has one, past
         # the free slots and regardless of level; it only follows a take that found nothing.
         busy = True
-        turn = 0
-        while True:
-            n = await self.slots.reserve(self.cfg.read_batch)
-            try:
-                if busy:
-                    # Work is waiting: take it without blocking, in one JSON reply, from the
-                    # level whose turn it is (LevelTurns) then the others, and within a level
-                    # from a different queue each time, so that none starves.
-                    turn = (turn + 1) % len(queues)
-                    order = queues[turn:] + queues[:turn]
-                    lanes = [(q, level) for level in self.turns.next() for q in order]
-                    got = await self.store.take(lanes, self.consumer, n)
-                else:
-                    # Idle: block until anything arrives (one entry per stream wakes us; the
-                    # rest follow through take()).
-                    got = await self.store.read(every, self.consumer, 1, self.cfg.block_ms)
-                busy = bool(got)
-            except ResponseError as exc:
-                self.slots.commit(n, 0)
-                if "NOGROUP" in str(exc):  # the server lost its data (restart without AOF)
-                    log.warning("queue.group_missing", queues=",".join(queues))
-                    await self._recreate_groups(backoff)
+        turn = lead = 0
+        async with anyio.create_task_group() as watchers:
+            if partitions > 1:
+                for partition in range(partitions):
+                    watchers.start_soon(self._watch, partition, every)
+            while True:
+                if not busy and partitions > 1:
+                    await self._wait_found()
+                    busy = True
+                n = await self.slots.reserve(self.cfg.read_batch)
+                try:
+                    if busy:
+                        # Work is waiting: take it without blocking, in one JSON reply per
+                        # partition, from the level whose turn it is (LevelTurns) then the
+                        # others, and within a level from a different queue each time, so that
+                        # none starves.
+                        turn = (turn + 1) % len(queues)
+                        order = queues[turn:] + queues[:turn]
+                        lanes = [(q, level) for level in self.turns.next() for q in order]
+                        if partitions == 1:
+                            got = [(0, lane, e) for lane, e in await self.store.take(
+                                lanes, self.consumer, n)]  # fmt: skip
+                        else:
+                            lead = (lead + 1) % partitions
+                            got = await self._take_partitions(lanes, n, lead)
+                    else:
+                        # Idle: block until anything arrives (one entry per stream wakes us;
+                        # the rest follow through take()).
+                        got = [(0, lane, e) for lane, e in await self.store.read(
+                            every, self.consumer, 1, self.cfg.block_ms)]  # fmt: skip
+                    busy = bool(got)
+                except ResponseError as exc:
+                    self.slots.commit(n, 0)
+                    await self._read_refused(exc, backoff)
                     continue
-                delay = backoff.next()
-                log.error("redis.error", actor="reader", error=str(exc), retry_s=round(delay, 2))
-                await anyio.sleep(delay)
+                except ACTOR_FAILURES as exc:
+                    self.slots.commit(n, 0)
+                    await _back_off(backoff, "reader", exc)
+                    continue
+                except BaseException:
+                    self.slots.commit(n, 0)
+                    raise
+                backoff.reset()
+                self.slots.commit(n, sum(len(entries) for _, _, entries in got))
+                for partition, lane, entries in got:
+                    await self.dispatch(lane, [(eid, f, 1) for eid, f in entries], partition)
+
+    async def _take_partitions(
+        self, lanes: list[Lane], n: int, lead: int
+    ) -> list[tuple[int, Lane, list[Entry]]]:
+        """Up to ``n`` entries from the partitions in turn, starting with ``lead`` (each busy
+        read starts with the next one, so no partition starves behind a busier one)."""
+        got: list[tuple[int, Lane, list[Entry]]] = []
+        partitions = len(self.stores)
+        for step in range(partitions):
+            partition = (lead + step) % partitions
+            for lane, entries in await self.stores[partition].take(lanes, self.consumer, n):
+                got.append((partition, lane, entries))
+                n -= len(entries)
+            if n <= 0:
+                break
+        return got
+
+    async def _wait_found(self) -> None:
+        """Idle with several partitions: let the watchers block, until one found an entry (or
+        block_ms passed: then the reader looks itself, in case a watcher is backing off)."""
+        self._found = anyio.Event()
+        self._idle.set()
+        with anyio.move_on_after(self.cfg.block_ms / 1000):
+            await self._found.wait()
+        self._idle = anyio.Event()
+
+    async def _watch(self, partition: int, every: list[Lane]) -> None:
+        """While the reader is idle, block in XREADGROUP on one partition's streams (a read
+        covers one partition: one slot of a cluster), then hand what came to the runners and
+        wake the reader. It waits for a free slot but reserves none, so the reader's takes
+        never wait behind a watcher's block; several watchers waking at once may read one
+        entry per stream past the free slots, which wait for a runner."""
+        store = self.stores[partition]
+        backoff = Backoff()
+        while True:
+            await self._idle.wait()
+            await self.slots.wait_free()
+            try:
+                got = await store.read(every, self.consumer, 1, self.cfg.block_ms)
+            except ResponseError as exc:
+                await self._read_refused(exc, backoff)
                 continue
             except ACTOR_FAILURES as exc:
-                self.slots.commit(n, 0)
                 await _back_off(backoff, "reader", exc)
                 continue
-            except BaseException:
-                self.slots.commit(n, 0)
-                raise
             backoff.reset()
-            self.slots.commit(n, sum(len(entries) for _, entries in got))
-            for lane, entries in got:
-                await self.dispatch(lane, [(eid, f, 1) for eid, f in entries])
+            if got:
+                self.slots.take(sum(len(entries) for _, entries in got))
+                for lane, entries in got:
+                    await self.dispatch(lane, [(eid, f, 1) for eid, f in entries], partition)
+                self._found.set()
+
+    async def _read_refused(self, exc: ResponseError, backoff: Backoff) -> None:
+        if "NOGROUP" in str(exc):  # the server lost its data (restart without AOF)
+            log.warning("queue.group_missing", queues=",".join(self.cfg.queues))
+            await self._recreate_groups(backoff)
+            return
+        delay = backoff.next()
+        log.error("redis.error", actor="reader", error=str(exc), retry_s=round(delay, 2))
+        await anyio.sleep(delay)
 
     async def _recreate_groups(self, backoff: Backoff) -> None:
         while True:
             try:
-                await self.store.create_groups(self.cfg.queues)
+                for store in self.stores:
+                    await store.create_groups(self.cfg.queues)
                 return
             except ACTOR_FAILURES as exc:
                 await _back_off(backoff, "reader", exc)
 
-    async def dispatch(self, lane: Lane, entries: list[tuple[str, dict[str, str], int]]) -> None:
-        """Start the jobs of entries that each hold one slot (released here when not run)."""
+    async def dispatch(
+        self, lane: Lane, entries: list[tuple[str, dict[str, str], int]], partition: int = 0
+    ) -> None:
+        """Start the jobs of entries of one stream of ``partition`` that each hold one slot
+        (released here when not run)."""
         queue, level = lane
+        stream = (partition, queue, level)
         jobs: list[Job] = []
         for entry_id, fields, deliveries in entries:
             if fields is None or ("malformed" in fields and "task" not in fields):
                 raw = fields or {}
-                await self._refuse(lane, entry_id, raw, "malformed", "entry has no job fields")
+                await self._refuse(stream, entry_id, raw, "malformed", "entry has no job fields")
                 continue
             try:
-                job = parse_entry(queue, entry_id, fields, deliveries, level)
+                job = parse_entry(queue, entry_id, fields, deliveries, level, partition)
             except MalformedJob as exc:
-                await self._refuse(lane, entry_id, fields, "malformed", str(exc))
+                await self._refuse(stream, entry_id, fields, "malformed", str(exc))
                 continue
             if job.task not in self.handlers:
-                await self._unknown_task(lane, job, fields)
+                await self._unknown_task(job, fields)
                 continue
             jobs.append(job)
         if not jobs:
             return
         scheduled = [j for j in jobs if j.schedule_id]
         if scheduled:
-            superseded = await self._start_scheduled(lane, scheduled)
+            superseded = await self._start_scheduled(stream, scheduled)
             if superseded:
                 jobs = [j for j in jobs if j.entry_id not in superseded]
         for job in jobs:
-            self.inflight.add((queue, level, job.entry_id))
+            self.inflight.add((partition, queue, level, job.entry_id))
             self.jobs.send_nowait(job)
 
-    async def _start_scheduled(self, lane: Lane, jobs: list[Job]) -> set[str]:
+    async def _start_scheduled(self, stream: Stream, jobs: list[Job]) -> set[str]:
         items = [
             (
                 j.entry_id,
@@ -286,7 +380,8 @@ class Actors:
             for j in jobs
         ]
         try:
-            codes = await self.store.start(lane[0], self.consumer, items, lane[1])
+            partition, queue, level = stream
+            codes = await self.stores[partition].start(queue, self.consumer, items, level)
         except ACTOR_FAILURES as exc:
             # Run them anyway: the marker and history are bookkeeping; the job must not wait.
             log.warning("redis.error", actor="start", error=str(exc))
@@ -305,7 +400,7 @@ class Actors:
                 )
         return superseded
 
-    async def _unknown_task(self, lane: Lane, job: Job, fields: dict[str, str]) -> None:
+    async def _unknown_task(self, job: Job, fields: dict[str, str]) -> None:
         """A job whose task this worker has no handler for: while another live worker has the
         task, or for ``unknown_task_grace_s`` from its first sighting (a rolling deploy that
         adds the task), it goes back to the delayed set; after that it is dead-lettered."""
@@ -319,7 +414,7 @@ class Actors:
         if not known and now - first >= grace_ms:
             waited = f" (waited {fmt_s(now - first)} for a worker that has it)" if grace_ms else ""
             await self._refuse(
-                lane,
+                (job.partition, job.queue, job.priority),
                 job.entry_id,
                 fields,
                 "unknown_task",
@@ -346,7 +441,7 @@ class Actors:
                 grace_s=self.cfg.unknown_task_grace_s,
             )
         try:
-            await self.store.retry(
+            await self.stores[job.partition].retry(
                 job.queue,
                 job.entry_id,
                 next_fields=[v for pair in nxt.items() for v in pair],
@@ -377,11 +472,11 @@ class Actors:
         return tasks
 
     async def _refuse(
-        self, lane: Lane, entry_id: str, raw: dict[str, str], reason: str, message: str
+        self, stream: Stream, entry_id: str, raw: dict[str, str], reason: str, message: str
     ) -> None:
         """Dead-letter an entry this worker cannot run (malformed, or no handler)."""
         await self._bury(
-            lane,
+            stream,
             entry_id,
             raw,
             reason=reason,
@@ -393,7 +488,7 @@ class Actors:
 
     async def _bury(
         self,
-        lane: Lane,
+        stream: Stream,
         entry_id: str,
         raw: dict[str, str],
         *,
@@ -405,7 +500,7 @@ class Actors:
         deliveries: int = 1,
     ) -> None:
         """Dead-letter an entry that holds a slot without running (the slot is freed here)."""
-        queue, level = lane
+        partition, queue, level = stream
         self.slots.release()
         log.error(
             "job.dead",
@@ -417,7 +512,7 @@ class Actors:
             error=message,
         )
         try:
-            await self.store.dead(
+            await self.stores[partition].dead(
                 queue,
                 entry_id,
                 raw=raw,
@@ -483,8 +578,9 @@ class Actors:
         except BaseException:
             # Cancelled by shutdown: no outcome, the entry stays pending for another worker
             # (handed back at once when the stop was forced: see Worker._hand_back).
-            self.inflight.discard((job.queue, job.priority, job.entry_id))
-            self.abandoned.add((job.queue, job.priority, job.entry_id))
+            held = (job.partition, job.queue, job.priority, job.entry_id)
+            self.inflight.discard(held)
+            self.abandoned.add(held)
             raise
         finally:
             self.running.pop(job.execution_id, None)
@@ -539,7 +635,7 @@ class Actors:
         _log_end(jobs_log.info, job, event, duration_ms=duration_ms)
         self.completed += event == "completed"
         item = (
-            (job.queue, job.priority),
+            (job.partition, job.queue, job.priority),
             Done(
                 job.entry_id,
                 job.execution_id,
@@ -602,7 +698,7 @@ class Actors:
             )
             await self._record(
                 job,
-                lambda: self.store.dead(
+                lambda: self.stores[job.partition].dead(
                     job.queue,
                     job.entry_id,
                     raw=dict(job.fields),
@@ -661,7 +757,7 @@ class Actors:
             )
         await self._record(
             job,
-            lambda: self.store.retry(
+            lambda: self.stores[job.partition].retry(
                 job.queue,
                 job.entry_id,
                 next_fields=job.next_attempt_fields(),
@@ -693,12 +789,12 @@ class Actors:
             if refused is not None:
                 log.error("job.unrecorded", execution_id=job.execution_id, error=str(refused))
         finally:
-            self.inflight.discard((job.queue, job.priority, job.entry_id))
+            self.inflight.discard((job.partition, job.queue, job.priority, job.entry_id))
 
     # --- acker -------------------------------------------------------------------------------
 
     async def acker(
-        self, inbox: MemoryObjectReceiveStream[tuple[Lane, Done]], done: anyio.Event
+        self, inbox: MemoryObjectReceiveStream[tuple[Stream, Done]], done: anyio.Event
     ) -> None:
         try:
             async with inbox:
@@ -713,74 +809,78 @@ class Actors:
         finally:
             done.set()
 
-    async def _ack(self, batch: list[tuple[Lane, Done]]) -> None:
-        by_lane: dict[Lane, list[Done]] = {}
-        results: list[tuple[str, bytes]] = []
-        for lane, item in batch:
-            by_lane.setdefault(lane, []).append(item)
+    async def _ack(self, batch: list[tuple[Stream, Done]]) -> None:
+        by_stream: dict[Stream, list[Done]] = {}
+        results: dict[int, list[tuple[str, bytes]]] = {}
+        for stream, item in batch:
+            by_stream.setdefault(stream, []).append(item)
             if item.result is not None:
-                results.append((item.execution_id, item.result))
-        if results:  # before the ack: a job read as completed has its result
-            ttl_ms = round(self.cfg.result_ttl_s * 1000)
+                results.setdefault(stream[0], []).append((item.execution_id, item.result))
+        ttl_ms = round(self.cfg.result_ttl_s * 1000)
+        for partition, kept in results.items():  # before the ack: a completed job has its result
             refused = await _until_taken(
-                functools.partial(self.store.store_results, results, ttl_ms), "acker"
+                functools.partial(self.stores[partition].store_results, kept, ttl_ms), "acker"
             )
             if refused is not None:
-                log.error("job.results_unrecorded", jobs=len(results), error=str(refused))
-        for (queue, level), items in by_lane.items():
+                log.error("job.results_unrecorded", jobs=len(kept), error=str(refused))
+        for (partition, queue, level), items in by_stream.items():
             refused = await _until_taken(
-                functools.partial(self.store.complete, queue, items, level), "acker"
+                functools.partial(self.stores[partition].complete, queue, items, level), "acker"
             )
             if refused is not None:
                 log.error("queue.unrecorded", queue=queue, jobs=len(items), error=str(refused))
             for item in items:
-                self.inflight.discard((queue, level, item.entry_id))
+                self.inflight.discard((partition, queue, level, item.entry_id))
 
     # --- heartbeat ---------------------------------------------------------------------------
 
     async def heartbeat(self) -> None:
         while True:
             await anyio.sleep(self.cfg.heartbeat_s)
-            by_lane: dict[Lane, list[str]] = {}
-            for queue, level, entry_id in list(self.inflight):
-                by_lane.setdefault((queue, level), []).append(entry_id)
-            for (queue, level), ids in by_lane.items():
+            for (partition, queue, level), ids in _by_stream(self.inflight).items():
                 for start in range(0, len(ids), 1000):
                     try:
-                        lost = await self.store.heartbeat(
+                        lost = await self.stores[partition].heartbeat(
                             queue, self.consumer, ids[start : start + 1000], level
                         )
                     except ACTOR_FAILURES as exc:
                         log.warning("redis.error", actor="heartbeat", error=str(exc))
                         break
                     for entry_id in lost:
-                        if (queue, level, entry_id) in self.inflight:
+                        if (partition, queue, level, entry_id) in self.inflight:
                             log.warning("job.lost", entry_id=entry_id, queue=queue)
 
     # --- reclaimer ---------------------------------------------------------------------------
 
     async def reclaimer(self) -> None:
-        lanes: list[Lane] = [(q, level) for level in PRIORITIES for q in self.cfg.queues]
-        cursors = dict.fromkeys(lanes, "0-0")
+        partitions = len(self.stores)
+        queues = self.cfg.queues
+        streams: list[Stream] = [
+            (p, q, level) for p in range(partitions) for level in PRIORITIES for q in queues
+        ]
+        cursors = dict.fromkeys(streams, "0-0")
         visibility_ms = math.ceil(self.cfg.visibility_timeout_s * 1000)
         rounds = 0
         while True:
             await anyio.sleep(self.cfg.reclaim_interval_s)
             rounds += 1
-            for lane in lanes:
-                queue, level = lane
+            # Each round starts with the next partition: a budget of idle slots used up by one
+            # partition's stalled entries leaves the others their turn in the next rounds.
+            lead = rounds % partitions * len(streams) // partitions
+            for stream in streams[lead:] + streams[:lead]:
+                partition, queue, level = stream
                 n = min(self.slots.idle(), self.cfg.read_batch)
                 if n == 0:
                     break
                 try:
-                    cursor, claimed = await self.store.reclaim(
-                        queue, self.consumer, visibility_ms, cursors[lane], n, level
+                    cursor, claimed = await self.stores[partition].reclaim(
+                        queue, self.consumer, visibility_ms, cursors[stream], n, level
                     )
                 except ACTOR_FAILURES as exc:
                     log.warning("redis.error", actor="reclaimer", error=str(exc))
                     continue
-                cursors[lane] = cursor
-                fresh = [c for c in claimed if (queue, level, c[0]) not in self.inflight]
+                cursors[stream] = cursor
+                fresh = [c for c in claimed if (partition, queue, level, c[0]) not in self.inflight]
                 self.slots.take(len(fresh))
                 if METRICS.on and fresh:
                     METRICS.reclaims.labels(queue).inc(len(fresh))
@@ -794,23 +894,23 @@ class Actors:
                         deliveries=deliveries,
                     )
                     if deliveries > self.cfg.max_deliveries:
-                        await self._poison(lane, entry_id, fields, deliveries)
+                        await self._poison(stream, entry_id, fields, deliveries)
                     else:
                         runnable.append((entry_id, fields, deliveries))
                 if runnable:
-                    await self.dispatch(lane, runnable)
+                    await self.dispatch((queue, level), runnable, partition)
             if rounds % 100 == 1:
                 await self._forget_consumers()
 
     async def _poison(
-        self, lane: Lane, entry_id: str, fields: dict[str, str], deliveries: int
+        self, stream: Stream, entry_id: str, fields: dict[str, str], deliveries: int
     ) -> None:
         message = (
             f"delivered {deliveries} times (more than max_deliveries={self.cfg.max_deliveries}); "
             "it keeps crashing or stalling its workers"
         )
         await self._bury(
-            lane,
+            stream,
             entry_id,
             fields,
             reason="poison",
@@ -824,9 +924,10 @@ class Actors:
     async def _forget_consumers(self) -> None:
         """Remove consumers of dead workers once they hold nothing (keeps XINFO readable)."""
         try:
-            await self.store.forget_consumers(
-                self.cfg.queues, keep=self.consumer, idle_ms=CONSUMER_IDLE_FORGET_MS
-            )
+            for store in self.stores:
+                await store.forget_consumers(
+                    self.cfg.queues, keep=self.consumer, idle_ms=CONSUMER_IDLE_FORGET_MS
+                )
         except ACTOR_FAILURES as exc:
             log.warning("redis.error", actor="reclaimer", error=str(exc))
 
@@ -838,13 +939,14 @@ class Actors:
         while True:
             wait_s = interval_s
             try:
-                for queue in self.cfg.queues:
-                    while True:
-                        moved, next_ms = await self.store.promote(queue)
-                        if moved < 1000:
-                            break
-                    if next_ms is not None:
-                        wait_s = min(wait_s, next_ms / 1000)
+                for store in self.stores:
+                    for queue in self.cfg.queues:
+                        while True:
+                            moved, next_ms = await store.promote(queue)
+                            if moved < 1000:
+                                break
+                        if next_ms is not None:
+                            wait_s = min(wait_s, next_ms / 1000)
                 backoff.reset()
             except ACTOR_FAILURES as exc:
                 wait_s = backoff.next()
@@ -936,16 +1038,21 @@ class Actors:
     async def hand_back(self) -> int:
         """Give the entries of jobs a forced stop cancelled, and of jobs read but not started,
         to the next reclaim of any worker at once; returns how many were handed back."""
-        by_lane: dict[Lane, list[str]] = {}
-        for queue, level, entry_id in self.abandoned | self.inflight:
-            by_lane.setdefault((queue, level), []).append(entry_id)
         handed = 0
-        for (queue, level), ids in by_lane.items():
+        for (partition, queue, level), ids in _by_stream(self.abandoned | self.inflight).items():
             for start in range(0, len(ids), 1000):
-                handed += await self.store.hand_back(
+                handed += await self.stores[partition].hand_back(
                     queue, self.consumer, ids[start : start + 1000], HAND_BACK_IDLE_MS, level
                 )
         return handed
+
+
+def _by_stream(held: set[Held]) -> dict[Stream, list[str]]:
+    """The entry ids of ``held``, by the stream they belong to."""
+    out: dict[Stream, list[str]] = {}
+    for partition, queue, level, entry_id in list(held):
+        out.setdefault((partition, queue, level), []).append(entry_id)
+    return out
 
 
 def fmt_s(ms: int) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import anyio
 
 from rsched._connection import check_server, connect
+from rsched._deployment import deployment_keys
 from rsched._errors import ConfigError, RschedError, ServerError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
@@ -79,10 +80,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 async def check_start(settings: Settings) -> None:
     """Fail at once, in one line, when the server can never serve this worker (a wrong URL,
-    password or server); a server that is down or slow is waited for by the worker itself."""
+    password or server; another number of partitions than the deployment's:
+    PartitionMismatch); a server that is down or slow is waited for by the worker itself."""
     redis = connect(settings)
     try:
         await check_server(redis, settings, Keys(settings.prefix).leader)
+        await deployment_keys(redis, settings)
     finally:
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             await redis.aclose()
@@ -92,7 +95,7 @@ async def serve(worker: Worker, settings: Settings | None = None) -> int:
     """Run ``worker`` until SIGTERM/SIGINT; returns the exit status. With ``settings``, the
     server is checked first (:func:`check_start`; raises its ServerError)."""
     status = 0
-    failed: ServerError | None = None
+    failed: ServerError | ConfigError | None = None
     start_up = anyio.CancelScope()  # a stop during the check does not wait for the server
     async with anyio.create_task_group() as tg:
 
@@ -116,7 +119,7 @@ async def serve(worker: Worker, settings: Settings | None = None) -> int:
             try:
                 if settings is not None:
                     await check_start(settings)
-            except ServerError as exc:  # raised below, outside the task group
+            except (ServerError, ConfigError) as exc:  # raised below, outside the task group
                 failed = exc
         if failed is None and not worker.stopping:
             await worker.run()
@@ -151,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level or settings.log_level, args.log_format or settings.log_format)
     try:
         status = anyio.run(serve, worker, settings)
+    except ConfigError as exc:  # e.g. PartitionMismatch: bad settings, like the ones above
+        log.error("worker.config_error", error=str(exc))
+        print(f"rsched-worker: {exc}", file=sys.stderr)
+        status = 2
     except RschedError as exc:  # e.g. a wrong password: one line that names the fix
         log.error("worker.failed", error=str(exc))
         print(f"rsched-worker: {exc}", file=sys.stderr)
