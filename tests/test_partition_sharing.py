@@ -1,0 +1,430 @@
+"""Schedulers sharing a deployment's partitions (one lease each, rendezvous owners) and workers
+reading every partition, against real servers: in process, and as processes killed, paused and
+stopped."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+import rsched
+from conftest import Proc
+from rsched import Schedule, Scheduler
+from rsched._connection import connect
+from rsched._keys import GROUP, Keys
+from rsched._membership import owned, owner_of
+from rsched._partition import partition_of
+from rsched._queues import QueueStore
+from rsched._settings import SchedulerSettings, Settings
+from rsched._store import ScheduleStore
+from test_worker import running as working
+from test_worker import wait_until
+from worker_app import fast_settings
+
+N = 16
+TTL_MS, RENEW_MS = 1000, 200
+
+Spawn = Callable[..., Proc]
+
+
+@pytest.fixture
+def parted(redis_url: str, prefix: str) -> Settings:
+    """A deployment of 16 partitions with a short lease."""
+    return Settings(
+        redis_url=redis_url,
+        prefix=prefix,
+        partitions=N,
+        scheduler=SchedulerSettings(lease_ttl_ms=TTL_MS, lease_renew_ms=RENEW_MS, max_idle_ms=500),
+    )
+
+
+@pytest.fixture
+async def clean(redis: Redis, prefix: str) -> AsyncIterator[Redis]:
+    """``redis``, and every key of the test's partitions deleted afterwards."""
+    yield redis
+    keys = [k async for k in redis.scan_iter(match=f"{{{prefix}:*", count=1000)]
+    for start in range(0, len(keys), 1000):
+        await redis.delete(*keys[start : start + 1000])
+
+
+@asynccontextmanager
+async def schedulers(settings: Settings, count: int) -> AsyncIterator[list[Scheduler]]:
+    """``count`` schedulers with their own connections; more join with ``add``."""
+    clients = [connect(settings.url) for _ in range(count)]
+    made = [Scheduler(client, settings, owner=f"s{i}") for i, client in enumerate(clients)]
+    try:
+        async with anyio.create_task_group() as tg:
+            for scheduler in made:
+                await tg.start(scheduler.run)
+            yield made
+            for scheduler in made:
+                scheduler.stop()
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+async def lease_owners(redis: Redis, prefix: str) -> list[str | None]:
+    """The owner of each partition's lease (None: free)."""
+    keys = Keys(prefix, N)
+    values = [await redis.get(k.leader) for k in keys.every_partition()]
+    return [str(v).partition(":")[2] if v else None for v in values]
+
+
+def split_evenly(running: list[Scheduler]) -> bool:
+    """Every partition led by exactly the scheduler rendezvous hashing names, none twice."""
+    led = [set(s.led()) for s in running]
+    ids = [s.owner for s in running]
+    return all(led[i] == owned(ids[i], ids, N) for i in range(len(running)))
+
+
+async def split_in_redis(redis: Redis, prefix: str, running: list[Scheduler]) -> bool:
+    """The leases say the same: each partition's lease holder is its rendezvous owner."""
+    ids = [s.owner for s in running]
+    return await lease_owners(redis, prefix) == [owner_of(k, ids) for k in range(N)]
+
+
+def store_of(redis: Redis, prefix: str, schedule_id: str) -> ScheduleStore:
+    return ScheduleStore(redis, Keys(prefix, N, partition_of(schedule_id, N)))
+
+
+async def fired(redis: Redis, prefix: str, queue: str = "default") -> list[dict[str, str]]:
+    """Every job in the queue's streams of every partition."""
+    out: list[dict[str, str]] = []
+    for keys in Keys(prefix, N).every_partition():
+        out += [fields for _, fields in await redis.xrange(keys.queue(queue))]
+    return out
+
+
+def no_doubles(jobs: list[dict[str, str]]) -> None:
+    occurrences = Counter((j["schedule_id"], j["scheduled_at"]) for j in jobs)
+    assert [o for o, n in occurrences.items() if n > 1] == []
+
+
+def no_gaps(jobs: list[dict[str, str]], every_ms: int) -> None:
+    by_schedule: dict[str, list[int]] = {}
+    for job in jobs:
+        by_schedule.setdefault(job["schedule_id"], []).append(int(job["scheduled_at"]))
+    for sid, times in by_schedule.items():
+        times.sort()
+        steps = {b - a for a, b in zip(times, times[1:], strict=False)}
+        assert steps <= {every_ms}, f"{sid}: occurrences lost ({sorted(steps)})"
+
+
+async def add_recurring(redis: Redis, prefix: str, count: int, every_s: float) -> None:
+    for i in range(count):
+        sid = f"r{i}"
+        schedule = Schedule(id=sid, task="t", every=every_s, overlap="allow", misfire="catch_up")
+        await store_of(redis, prefix, sid).save(schedule)
+
+
+# --- in process ----------------------------------------------------------------------------------
+
+
+async def test_two_then_three_schedulers_split_sixteen_partitions(
+    clean: Redis, parted: Settings
+) -> None:
+    redis, prefix = clean, parted.prefix
+    await add_recurring(redis, prefix, 32, 0.1)
+    async with schedulers(parted, 2) as running:
+        await wait_until(lambda: split_evenly(running))
+        await wait_until(lambda: split_in_redis(redis, prefix, running))
+        assert all(s.led() for s in running)
+        # A third joins: the partitions it wins change hands, the others stay.
+        before = {s.owner: set(s.led()) for s in running}
+        async with _joined(parted, "s2") as joined:
+            everyone = [*running, joined]
+            await wait_until(lambda: split_evenly(everyone))
+            await wait_until(lambda: split_in_redis(redis, prefix, everyone))
+            assert joined.led()
+            for s in running:  # the old ones only gave partitions away
+                assert set(s.led()) <= before[s.owner]
+            await anyio.sleep(0.5)
+    jobs = await fired(redis, prefix)
+    no_doubles(jobs)
+    no_gaps(jobs, 100)
+    assert {j["schedule_id"] for j in jobs} == {f"r{i}" for i in range(32)}
+
+
+@asynccontextmanager
+async def _joined(settings: Settings, owner: str) -> AsyncIterator[Scheduler]:
+    client = connect(settings.url)
+    scheduler = Scheduler(client, settings, owner=owner)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            yield scheduler
+            scheduler.stop()
+    finally:
+        await client.aclose()
+
+
+async def test_herd_over_sixteen_partitions_fires_each_occurrence_once(
+    clean: Redis, parted: Settings
+) -> None:
+    redis, prefix = clean, parted.prefix
+    at = datetime.now(UTC) + timedelta(seconds=1.0)
+    ids = [f"h{i}" for i in range(300)]
+    for sid in ids:
+        await store_of(redis, prefix, sid).save(Schedule(id=sid, task="t", at=at))
+    # Three racing from the start: before their first beat each claims every partition.
+    async with schedulers(parted, 3) as running:
+
+        async def all_fired() -> bool:
+            return len(await fired(redis, prefix)) >= len(ids)
+
+        await wait_until(all_fired)
+        await anyio.sleep(0.3)
+        assert sum(s.fired_total for s in running) == len(ids)
+    jobs = await fired(redis, prefix)
+    assert Counter(j["schedule_id"] for j in jobs) == Counter(ids)
+    assert {partition_of(sid, N) for sid in ids} == set(range(N))
+
+
+async def test_more_schedulers_than_partitions_leaves_hot_standbys(
+    clean: Redis, redis_url: str, prefix: str
+) -> None:
+    two = Settings(
+        redis_url=redis_url,
+        prefix=prefix,
+        partitions=2,
+        scheduler=SchedulerSettings(lease_ttl_ms=TTL_MS, lease_renew_ms=RENEW_MS),
+    )
+    async with schedulers(two, 4) as running:
+
+        def settled() -> bool:
+            led = [set(s.led()) for s in running]
+            ids = [s.owner for s in running]
+            return all(led[i] == owned(ids[i], ids, 2) for i in range(4))
+
+        await wait_until(settled)
+        led = [s.led() for s in running]
+        assert sorted(k for partitions in led for k in partitions) == [0, 1]
+        assert sum(1 for partitions in led if not partitions) >= 2
+
+
+async def test_one_partition_keeps_one_leader_when_others_join(
+    redis: Redis, settings: Settings
+) -> None:
+    fast = settings.model_copy(
+        update={"scheduler": SchedulerSettings(lease_ttl_ms=TTL_MS, lease_renew_ms=RENEW_MS)}
+    )
+    async with schedulers(fast, 1) as (first,):
+        await wait_until(lambda: first.is_leader)
+        async with _joined(fast, "z-joins"), _joined(fast, "a-joins"):
+            await anyio.sleep(4 * RENEW_MS / 1000)
+            assert first.is_leader  # the first to take the lease keeps it, as before
+            assert await redis.get(Keys(settings.prefix).leader) == f"{first.engines[0].held}"
+            assert await redis.zcard(Keys(settings.prefix).schedulers) == 3
+
+
+async def test_a_clean_stop_hands_its_partitions_over_at_once(
+    clean: Redis, redis_url: str, prefix: str
+) -> None:
+    # A lease that would take 10 s to expire: the takeover must not wait for it.
+    slow_expiry = Settings(
+        redis_url=redis_url,
+        prefix=prefix,
+        partitions=N,
+        scheduler=SchedulerSettings(lease_ttl_ms=10_000, lease_renew_ms=RENEW_MS),
+    )
+    async with schedulers(slow_expiry, 1) as (stays,):
+        async with _joined(slow_expiry, "leaves") as leaves:
+            await wait_until(lambda: split_evenly([stays, leaves]))
+            assert leaves.led()
+        started = time.monotonic()
+        await wait_until(lambda: len(stays.led()) == N, timeout_s=5)
+        assert time.monotonic() - started < 2.0
+        assert set(await lease_owners(clean, prefix)) == {stays.owner}
+
+
+async def test_worker_runs_and_reclaims_jobs_of_every_partition(
+    clean: Redis, parted: Settings
+) -> None:
+    redis, prefix = clean, parted.prefix
+    settings = fast_settings(parted, visibility_timeout_s=0.5, concurrency=20)
+    stores = [QueueStore(redis, k) for k in Keys(prefix, N).every_partition()]
+    for store in stores:
+        await store.create_groups(["default"])
+    # A worker that died holding one job of each partition: read and never acknowledged.
+    for store in stores:
+        await store.enqueue("t.work", {"dead": True})
+        got = await store.read([("default", "normal")], "gone:1:abc", 10, 10)
+        assert len(got[0][1]) == 1
+    for store in stores:
+        for i in range(5):
+            await store.enqueue("t.work", {"i": i})
+    seen: list[rsched.Job] = []
+    worker = rsched.Worker(settings=settings)
+
+    @worker.task("t.work")
+    async def work(job: rsched.Job) -> None:
+        seen.append(job)
+
+    async with working(worker, redis):
+        await wait_until(lambda: len(seen) >= 6 * N)
+
+        async def settled() -> bool:
+            for store in stores:
+                pending = await redis.xpending(store.keys.queue("default"), GROUP)
+                if int(pending["pending"]) or await redis.xlen(store.keys.queue("default")):
+                    return False
+            return True
+
+        await wait_until(settled)
+    assert Counter(j.partition for j in seen) == dict.fromkeys(range(N), 6)
+    assert sum(1 for j in seen if j.payload.get("dead")) == N
+    assert all(j.deliveries == 2 for j in seen if j.payload.get("dead"))
+
+
+async def test_worker_honours_priorities_in_every_partition(clean: Redis, parted: Settings) -> None:
+    redis, prefix = clean, parted.prefix
+    settings = fast_settings(parted, concurrency=1, read_batch=1)
+    stores = [QueueStore(redis, k) for k in Keys(prefix, N).every_partition()]
+    for store in stores:
+        await store.create_groups(["default"])
+        for i in range(4):
+            await store.enqueue("t.work", {"level": "low"}, priority="low")
+        await store.enqueue("t.work", {"level": "high"}, priority="high")
+    order: list[rsched.Job] = []
+    worker = rsched.Worker(settings=settings)
+
+    @worker.task("t.work")
+    async def work(job: rsched.Job) -> None:
+        order.append(job)
+
+    async with working(worker, redis):
+        await wait_until(lambda: len(order) == 5 * N)
+    # Within a partition the high job goes first, but on the turns low leads (one read in ten
+    # with the default weights: it never starves); each partition leads a read in turn, so every
+    # high job runs in the first round of turns.
+    firsts = [next(j.priority for j in order if j.partition == k) for k in range(N)]
+    assert firsts.count("high") >= N - 3, firsts
+    highs = [i for i, j in enumerate(order) if j.priority == "high"]
+    assert max(highs) < 2 * N, highs
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+
+def start_scheduler(spawn: Spawn, settings: Settings, ttl_ms: int = TTL_MS) -> Proc:
+    proc = spawn(
+        "rsched._scheduler_main",
+        env={
+            "RSCHED_REDIS_URL": settings.url,
+            "RSCHED_PREFIX": settings.prefix,
+            "RSCHED_PARTITIONS": str(N),
+            "RSCHED_SCHEDULER__LEASE_TTL_MS": str(ttl_ms),
+            "RSCHED_SCHEDULER__LEASE_RENEW_MS": str(RENEW_MS),
+            "RSCHED_SCHEDULER__MAX_IDLE_MS": "500",
+        },
+    )
+    proc.wait_for("event=scheduler.ready")
+    return proc
+
+
+def owner_pid(owner: str | None) -> int | None:
+    return int(owner.split(":")[1]) if owner else None
+
+
+async def pids_leading(redis: Redis, prefix: str) -> list[int | None]:
+    return [owner_pid(o) for o in await lease_owners(redis, prefix)]
+
+
+async def test_a_scheduler_process_refuses_another_number_of_partitions(
+    clean: Redis, parted: Settings, spawn: Spawn
+) -> None:
+    await clean.hset(Keys(parted.prefix).meta, "partitions", 4)
+    env = {"RSCHED_REDIS_URL": parted.url, "RSCHED_PREFIX": parted.prefix}
+    proc = spawn("rsched._scheduler_main", env={**env, "RSCHED_PARTITIONS": str(N)})
+    assert proc.wait() == 2
+    assert "has 4 partition(s) but this process is configured for 16" in proc.output()
+
+
+@pytest.mark.slow
+async def test_kill_9_partitions_are_taken_over_within_the_lease_ttl(
+    clean: Redis, parted: Settings, spawn: Spawn
+) -> None:
+    redis, prefix = clean, parted.prefix
+    await add_recurring(redis, prefix, 48, 0.2)
+    a, b = start_scheduler(spawn, parted), start_scheduler(spawn, parted)
+    pids = {a.proc.pid, b.proc.pid}
+
+    async def both_lead() -> bool:
+        leading = await pids_leading(redis, prefix)
+        return None not in leading and set(leading) == pids
+
+    await wait_until(both_lead)
+    a.signal(signal.SIGKILL)
+    a.wait()
+    killed = time.monotonic()
+
+    async def b_leads_all() -> bool:
+        return set(await pids_leading(redis, prefix)) == {b.proc.pid}
+
+    await wait_until(b_leads_all, timeout_s=10)
+    took = time.monotonic() - killed
+    # The leases expire a TTL after their last renewal; the next look takes them.
+    assert took < TTL_MS / 1000 + 4 * RENEW_MS / 1000 + 0.5, took
+    await anyio.sleep(0.5)
+    jobs = await fired(redis, prefix)
+    no_doubles(jobs)
+    no_gaps(jobs, 200)
+    assert "leader.partitions" in b.output()
+
+
+@pytest.mark.slow
+async def test_a_joining_scheduler_process_takes_its_share_without_double_fires(
+    clean: Redis, parted: Settings, spawn: Spawn
+) -> None:
+    redis, prefix = clean, parted.prefix
+    await add_recurring(redis, prefix, 48, 0.1)
+    first = start_scheduler(spawn, parted)
+    await wait_until(lambda: _all_led_by(redis, prefix, {first.proc.pid}))
+    second = start_scheduler(spawn, parted)
+    third = start_scheduler(spawn, parted)
+    pids = {first.proc.pid, second.proc.pid, third.proc.pid}
+    await wait_until(lambda: _all_led_by(redis, prefix, pids), timeout_s=10)
+    await anyio.sleep(0.5)
+    jobs = await fired(redis, prefix)
+    no_doubles(jobs)
+    no_gaps(jobs, 100)
+
+
+async def _all_led_by(redis: Redis, prefix: str, pids: set[int]) -> bool:
+    leading = await pids_leading(redis, prefix)
+    return None not in leading and set(leading) == pids
+
+
+@pytest.mark.slow
+async def test_a_paused_scheduler_is_fenced_per_partition(
+    clean: Redis, parted: Settings, spawn: Spawn
+) -> None:
+    redis, prefix = clean, parted.prefix
+    await add_recurring(redis, prefix, 48, 0.1)
+    zombie, other = start_scheduler(spawn, parted), start_scheduler(spawn, parted)
+    pids = {zombie.proc.pid, other.proc.pid}
+    await wait_until(lambda: _all_led_by(redis, prefix, pids))
+    zombie.signal(signal.SIGSTOP)
+    changes = zombie.output().count("leader.partitions")
+    try:
+        await wait_until(lambda: _all_led_by(redis, prefix, {other.proc.pid}), timeout_s=10)
+        await anyio.sleep(0.3)
+    finally:
+        zombie.signal(signal.SIGCONT)
+    # It wakes believing it leads: each partition's fire and renewal refuse its old token, and
+    # it takes its share again through new leases.
+    await wait_until(lambda: _all_led_by(redis, prefix, pids), timeout_s=10)
+    await anyio.sleep(0.5)
+    jobs = await fired(redis, prefix)
+    no_doubles(jobs)
+    no_gaps(jobs, 100)
+    assert zombie.output().count("leader.partitions") >= changes + 2  # none led, then its share
