@@ -4,12 +4,14 @@ stopped."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -100,7 +102,8 @@ async def fired(redis: Redis, prefix: str, queue: str = "default") -> list[dict[
     """Every job in the queue's streams of every partition."""
     out: list[dict[str, str]] = []
     for keys in Keys(prefix, N).every_partition():
-        out += [fields for _, fields in await redis.xrange(keys.queue(queue))]
+        entries: Any = await redis.xrange(keys.queue(queue))
+        out += [fields for _, fields in entries]
     return out
 
 
@@ -115,7 +118,7 @@ def no_gaps(jobs: list[dict[str, str]], every_ms: int) -> None:
         by_schedule.setdefault(job["schedule_id"], []).append(int(job["scheduled_at"]))
     for sid, times in by_schedule.items():
         times.sort()
-        steps = {b - a for a, b in zip(times, times[1:], strict=False)}
+        steps = {b - a for a, b in itertools.pairwise(times)}
         assert steps <= {every_ms}, f"{sid}: occurrences lost ({sorted(steps)})"
 
 
@@ -291,7 +294,7 @@ async def test_worker_honours_priorities_in_every_partition(clean: Redis, parted
     stores = [QueueStore(redis, k) for k in Keys(prefix, N).every_partition()]
     for store in stores:
         await store.create_groups(["default"])
-        for i in range(4):
+        for _i in range(4):
             await store.enqueue("t.work", {"level": "low"}, priority="low")
         await store.enqueue("t.work", {"level": "high"}, priority="high")
     order: list[rsched.Job] = []
