@@ -58,10 +58,13 @@ async def clean(redis: Redis, prefix: str) -> AsyncIterator[Redis]:
 
 
 @asynccontextmanager
-async def schedulers(settings: Settings, count: int) -> AsyncIterator[list[Scheduler]]:
-    """``count`` schedulers with their own connections; more join with ``add``."""
+async def schedulers(
+    settings: Settings, count: int, first: int = 0
+) -> AsyncIterator[list[Scheduler]]:
+    """``count`` schedulers (ids s<first>, s<first+1>, ...), each with its own connection,
+    stopped gracefully on exit."""
     clients = [connect(settings.url) for _ in range(count)]
-    made = [Scheduler(client, settings, owner=f"s{i}") for i, client in enumerate(clients)]
+    made = [Scheduler(c, settings, owner=f"s{first + i}") for i, c in enumerate(clients)]
     try:
         async with anyio.create_task_group() as tg:
             for scheduler in made:
@@ -107,12 +110,10 @@ async def fired(redis: Redis, prefix: str, queue: str = "default") -> list[dict[
     return out
 
 
-def no_doubles(jobs: list[dict[str, str]]) -> None:
+def once_each(jobs: list[dict[str, str]], every_ms: int) -> None:
+    """Each occurrence of each schedule fired once: none twice, none skipped."""
     occurrences = Counter((j["schedule_id"], j["scheduled_at"]) for j in jobs)
     assert [o for o, n in occurrences.items() if n > 1] == []
-
-
-def no_gaps(jobs: list[dict[str, str]], every_ms: int) -> None:
     by_schedule: dict[str, list[int]] = {}
     for job in jobs:
         by_schedule.setdefault(job["schedule_id"], []).append(int(job["scheduled_at"]))
@@ -143,7 +144,7 @@ async def test_two_then_three_schedulers_split_sixteen_partitions(
         assert all(s.led() for s in running)
         # A third joins: the partitions it wins change hands, the others stay.
         before = {s.owner: set(s.led()) for s in running}
-        async with _joined(parted, "s2") as joined:
+        async with schedulers(parted, 1, first=2) as (joined,):
             everyone = [*running, joined]
             await wait_until(lambda: split_evenly(everyone))
             await wait_until(lambda: split_in_redis(redis, prefix, everyone))
@@ -152,22 +153,8 @@ async def test_two_then_three_schedulers_split_sixteen_partitions(
                 assert set(s.led()) <= before[s.owner]
             await anyio.sleep(0.5)
     jobs = await fired(redis, prefix)
-    no_doubles(jobs)
-    no_gaps(jobs, 100)
+    once_each(jobs, 100)
     assert {j["schedule_id"] for j in jobs} == {f"r{i}" for i in range(32)}
-
-
-@asynccontextmanager
-async def _joined(settings: Settings, owner: str) -> AsyncIterator[Scheduler]:
-    client = connect(settings.url)
-    scheduler = Scheduler(client, settings, owner=owner)
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(scheduler.run)
-            yield scheduler
-            scheduler.stop()
-    finally:
-        await client.aclose()
 
 
 async def test_herd_over_sixteen_partitions_fires_each_occurrence_once(
@@ -222,7 +209,7 @@ async def test_one_partition_keeps_one_leader_when_others_join(
     )
     async with schedulers(fast, 1) as (first,):
         await wait_until(lambda: first.is_leader)
-        async with _joined(fast, "z-joins"), _joined(fast, "a-joins"):
+        async with schedulers(fast, 2, first=1):
             await anyio.sleep(4 * RENEW_MS / 1000)
             assert first.is_leader  # the first to take the lease keeps it, as before
             assert await redis.get(Keys(settings.prefix).leader) == f"{first.engines[0].held}"
@@ -240,7 +227,7 @@ async def test_a_clean_stop_hands_its_partitions_over_at_once(
         scheduler=SchedulerSettings(lease_ttl_ms=10_000, lease_renew_ms=RENEW_MS),
     )
     async with schedulers(slow_expiry, 1) as (stays,):
-        async with _joined(slow_expiry, "leaves") as leaves:
+        async with schedulers(slow_expiry, 1, first=1) as (leaves,):
             await wait_until(lambda: split_evenly([stays, leaves]))
             assert leaves.led()
         started = time.monotonic()
@@ -338,8 +325,10 @@ def owner_pid(owner: str | None) -> int | None:
     return int(owner.split(":")[1]) if owner else None
 
 
-async def pids_leading(redis: Redis, prefix: str) -> list[int | None]:
-    return [owner_pid(o) for o in await lease_owners(redis, prefix)]
+async def led_by(redis: Redis, prefix: str, pids: set[int]) -> bool:
+    """Every partition is led, by exactly the scheduler processes ``pids``."""
+    leading = [owner_pid(o) for o in await lease_owners(redis, prefix)]
+    return None not in leading and set(leading) == pids
 
 
 async def test_a_scheduler_process_refuses_another_number_of_partitions(
@@ -347,7 +336,7 @@ async def test_a_scheduler_process_refuses_another_number_of_partitions(
 ) -> None:
     await clean.hset(Keys(parted.prefix).meta, "partitions", 4)
     env = {"RSCHED_REDIS_URL": parted.url, "RSCHED_PREFIX": parted.prefix}
-    proc = spawn("rsched._scheduler_main", env={**env, "RSCHED_PARTITIONS": str(N)})
+    proc = spawn("rsched._scheduler_main", "--partitions", str(N), env=env)
     assert proc.wait() == 2
     assert "has 4 partition(s) but this process is configured for 16" in proc.output()
 
@@ -359,28 +348,17 @@ async def test_kill_9_partitions_are_taken_over_within_the_lease_ttl(
     redis, prefix = clean, parted.prefix
     await add_recurring(redis, prefix, 48, 0.2)
     a, b = start_scheduler(spawn, parted), start_scheduler(spawn, parted)
-    pids = {a.proc.pid, b.proc.pid}
-
-    async def both_lead() -> bool:
-        leading = await pids_leading(redis, prefix)
-        return None not in leading and set(leading) == pids
-
-    await wait_until(both_lead)
+    await wait_until(lambda: led_by(redis, prefix, {a.proc.pid, b.proc.pid}))
     a.signal(signal.SIGKILL)
     a.wait()
     killed = time.monotonic()
-
-    async def b_leads_all() -> bool:
-        return set(await pids_leading(redis, prefix)) == {b.proc.pid}
-
-    await wait_until(b_leads_all, timeout_s=10)
+    await wait_until(lambda: led_by(redis, prefix, {b.proc.pid}), timeout_s=10)
     took = time.monotonic() - killed
     # The leases expire a TTL after their last renewal; the next look takes them.
     assert took < TTL_MS / 1000 + 4 * RENEW_MS / 1000 + 0.5, took
     await anyio.sleep(0.5)
     jobs = await fired(redis, prefix)
-    no_doubles(jobs)
-    no_gaps(jobs, 200)
+    once_each(jobs, 200)
     assert "leader.partitions" in b.output()
 
 
@@ -391,20 +369,14 @@ async def test_a_joining_scheduler_process_takes_its_share_without_double_fires(
     redis, prefix = clean, parted.prefix
     await add_recurring(redis, prefix, 48, 0.1)
     first = start_scheduler(spawn, parted)
-    await wait_until(lambda: _all_led_by(redis, prefix, {first.proc.pid}))
+    await wait_until(lambda: led_by(redis, prefix, {first.proc.pid}))
     second = start_scheduler(spawn, parted)
     third = start_scheduler(spawn, parted)
     pids = {first.proc.pid, second.proc.pid, third.proc.pid}
-    await wait_until(lambda: _all_led_by(redis, prefix, pids), timeout_s=10)
+    await wait_until(lambda: led_by(redis, prefix, pids), timeout_s=10)
     await anyio.sleep(0.5)
     jobs = await fired(redis, prefix)
-    no_doubles(jobs)
-    no_gaps(jobs, 100)
-
-
-async def _all_led_by(redis: Redis, prefix: str, pids: set[int]) -> bool:
-    leading = await pids_leading(redis, prefix)
-    return None not in leading and set(leading) == pids
+    once_each(jobs, 100)
 
 
 @pytest.mark.slow
@@ -415,19 +387,18 @@ async def test_a_paused_scheduler_is_fenced_per_partition(
     await add_recurring(redis, prefix, 48, 0.1)
     zombie, other = start_scheduler(spawn, parted), start_scheduler(spawn, parted)
     pids = {zombie.proc.pid, other.proc.pid}
-    await wait_until(lambda: _all_led_by(redis, prefix, pids))
+    await wait_until(lambda: led_by(redis, prefix, pids))
     zombie.signal(signal.SIGSTOP)
     changes = zombie.output().count("leader.partitions")
     try:
-        await wait_until(lambda: _all_led_by(redis, prefix, {other.proc.pid}), timeout_s=10)
+        await wait_until(lambda: led_by(redis, prefix, {other.proc.pid}), timeout_s=10)
         await anyio.sleep(0.3)
     finally:
         zombie.signal(signal.SIGCONT)
     # It wakes believing it leads: each partition's fire and renewal refuse its old token, and
     # it takes its share again through new leases.
-    await wait_until(lambda: _all_led_by(redis, prefix, pids), timeout_s=10)
+    await wait_until(lambda: led_by(redis, prefix, pids), timeout_s=10)
     await anyio.sleep(0.5)
     jobs = await fired(redis, prefix)
-    no_doubles(jobs)
-    no_gaps(jobs, 100)
+    once_each(jobs, 100)
     assert zombie.output().count("leader.partitions") >= changes + 2  # none led, then its share

@@ -112,8 +112,6 @@ _SERVER_CONDITIONS = (
     "NOREPLICAS",
     "CLUSTERDOWN",
 )
-
-
 # A wake is a hint: this many wait for a partition's ticker at most (the rest are dropped).
 WAKE_BUFFER = 100
 # Lease changes of several partitions close together are logged as one line after this pause.

@@ -40,6 +40,7 @@ CLOSE_TIMEOUT_S = 2.0
 _FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "redis_url": (("redis_url",), "RSCHED_REDIS_URL"),
     "prefix": (("prefix",), "RSCHED_PREFIX"),
+    "partitions": (("partitions",), "RSCHED_PARTITIONS"),
     "lease_ttl_ms": (("scheduler", "lease_ttl_ms"), "RSCHED_SCHEDULER__LEASE_TTL_MS"),
     "lease_renew_ms": (("scheduler", "lease_renew_ms"), "RSCHED_SCHEDULER__LEASE_RENEW_MS"),
     "log_level": (("log_level",), "RSCHED_LOG_LEVEL"),
@@ -66,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--redis-url", help=f"Redis URL (RSCHED_REDIS_URL; {DEFAULT_REDIS_URL})")
     parser.add_argument("--prefix", help="key prefix (RSCHED_PREFIX; default rsched)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="the deployment's number of partitions (RSCHED_PARTITIONS; default: the stored one, "
+        "1 for a new deployment); another number than the stored one exits with status 2",
+    )
     parser.add_argument("--lease-ttl-ms", type=int, help="leader lease time to live (10000)")
     parser.add_argument("--lease-renew-ms", type=int, help="lease renew period (2000)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])

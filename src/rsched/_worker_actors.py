@@ -239,16 +239,15 @@ class Actors:
                         order = queues[turn:] + queues[:turn]
                         lanes = [(q, level) for level in self.turns.next() for q in order]
                         if partitions == 1:
-                            got = [(0, lane, e) for lane, e in await self.store.take(
-                                lanes, self.consumer, n)]  # fmt: skip
+                            got = _of(0, await self.store.take(lanes, self.consumer, n))
                         else:
                             lead = (lead + 1) % partitions
                             got = await self._take_partitions(lanes, n, lead)
                     else:
                         # Idle: block until anything arrives (one entry per stream wakes us;
                         # the rest follow through take()).
-                        got = [(0, lane, e) for lane, e in await self.store.read(
-                            every, self.consumer, 1, self.cfg.block_ms)]  # fmt: skip
+                        read = await self.store.read(every, self.consumer, 1, self.cfg.block_ms)
+                        got = _of(0, read)
                     busy = bool(got)
                 except ResponseError as exc:
                     self.slots.commit(n, 0)
@@ -275,9 +274,9 @@ class Actors:
         partitions = len(self.stores)
         for step in range(partitions):
             partition = (lead + step) % partitions
-            for lane, entries in await self.stores[partition].take(lanes, self.consumer, n):
-                got.append((partition, lane, entries))
-                n -= len(entries)
+            found = _of(partition, await self.stores[partition].take(lanes, self.consumer, n))
+            got += found
+            n -= sum(len(entries) for _, _, entries in found)
             if n <= 0:
                 break
         return got
@@ -1045,6 +1044,13 @@ class Actors:
                     queue, self.consumer, ids[start : start + 1000], HAND_BACK_IDLE_MS, level
                 )
         return handed
+
+
+def _of(
+    partition: int, found: list[tuple[Lane, list[Entry]]]
+) -> list[tuple[int, Lane, list[Entry]]]:
+    """Entries read from one partition's streams, with the partition."""
+    return [(partition, lane, entries) for lane, entries in found]
 
 
 def _by_stream(held: set[Held]) -> dict[Stream, list[str]]:
