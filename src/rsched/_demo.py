@@ -498,6 +498,7 @@ async def _clean_up(redis: Redis, client: Client, keys: Keys, schedules: list[Sc
         _say(f"  the events stream {keys.events} (rsched events shows it; capped in length)")
     _say(f"  the scheduler's fencing counter {keys.fence} (kept so that tokens never repeat)")
     _say(f"  the lease length the last leader used, {keys.leader_ttl} (what rsched stats reads)")
+    _say(f"  the deployment's number of partitions in {keys.meta} (every process checks it)")
     _say(f"  request ids in {keys.ops('*')}, which expire within 5 minutes")
 
 
