@@ -217,6 +217,9 @@ class Scheduler:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self._resolve_waiting()
+        if not self._resolved:  # stopped before Redis answered
+            task_status.started()
+            return
         log.info(
             "scheduler.start", owner=self.owner, prefix=self.settings.prefix,
             partitions=self.partitions,
@@ -247,8 +250,8 @@ class Scheduler:
         self._led_changed.set()
 
     async def _report_led(self) -> None:
-        """One log line and the gauge when the set of partitions this scheduler leads changed
-        (several leases taken or given back together are one change)."""
+        """One log line when the set of partitions this scheduler leads changed (several leases
+        taken or given back together are one change)."""
         reported: list[int] = []
         while True:
             await self._led_changed.wait()
