@@ -1,7 +1,7 @@
 """A herd over a deployment of partitions led by 1, 2 or 3 scheduler processes, and how long the
 partitions of a killed one take to be led again.
 
-``python -m bench.partitions [--partitions 16] [--schedulers 1 2 3] [--size 10000]``: on a
+``python -m bench.schedulers [--partitions 16] [--schedulers 1 2 3] [--size 10000]``: on a
 private server, N schedules spread over the partitions come due at one instant T with S
 ``rsched-scheduler`` processes sharing the partitions; reported: T until the last job is in
 its stream, then (S > 1) the seconds from a kill -9 of one scheduler until every partition is
@@ -122,7 +122,7 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.partitions")
+    parser = argparse.ArgumentParser(prog="python -m bench.schedulers")
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--schedulers", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--size", type=int, default=10_000)
