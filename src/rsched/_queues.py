@@ -143,6 +143,7 @@ class QueueStore(_lua.ScriptCaller):
         retry_jitter: float | None = None,
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
+        job_id: str | None = None,
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
 
@@ -150,14 +151,16 @@ class QueueStore(_lua.ScriptCaller):
         queue's delayed set until then (Redis time).
         With an ``execution_id`` the call is idempotent: while a job with that id waits, runs
         or finished less than ``dedup_window_s`` ago, nothing is added and the result names
-        the existing job (``created=False``). A random id (none given) skips that check.
+        the existing job (``created=False``). Without one the job gets ``job_id`` (a caller
+        that must know the job's partition makes it with new_execution_id) or a new random
+        id, and skips that check.
         """
         _job_field("task", check_name, task, "task name")
         _job_field("queue", check_name, queue, "queue name")
         level = _job_field("priority", check_priority, priority)
         dedup_ms: int | None = None
         if execution_id is None:
-            execution_id = f"job-{uuid.uuid4().hex}"
+            execution_id = job_id or new_execution_id()
             if dedup_window_s is not None:
                 _job_field("dedup_window_s", check_dedup_window, dedup_window_s)
         else:
@@ -215,14 +218,16 @@ class QueueStore(_lua.ScriptCaller):
         limit: int = 100,
         cursor: str | None = None,
         task: str | None = None,
+        inclusive: bool = False,
     ) -> tuple[list[DeadLetter], str | None]:
-        """A page of dead letters, newest first, and the cursor of the next page (or None)."""
+        """A page of dead letters, newest first, and the cursor of the next page (or None):
+        those after the entry id ``cursor`` (from it with ``inclusive``)."""
         try:
             check_page(limit)
         except ValueError as exc:
             raise InvalidArgument("limit", str(exc)) from None
         key = self.keys.dead(queue)
-        start = f"({cursor}" if cursor else "+"
+        start = (cursor if inclusive else f"({cursor}") if cursor else "+"
         out: list[DeadLetter] = []
         while True:
             want = limit - len(out) if task is None else PAGE
@@ -935,6 +940,11 @@ class QueueStore(_lua.ScriptCaller):
         if code == Code.WRONG_TYPE:
             check(res, script="cancel", queue=job.queue)
         return code
+
+
+def new_execution_id() -> str:
+    """A random execution id for an enqueued job given none."""
+    return f"job-{uuid.uuid4().hex}"
 
 
 def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -57,6 +57,18 @@ BULK_IN_FLIGHT = 3
 BULK_WRITE_BYTES = 1_000_000
 # What a bulk write's item lost a race to (another writer came between check and write).
 _RACES = {Code.EXISTS: "exists", Code.NOT_FOUND: "not_found", Code.CONFLICT: "conflict"}
+
+
+@dataclass(slots=True)
+class Checked:
+    """What the checks of a bulk write found (ScheduleStore.check_many): the items, those to
+    send with their first run, the outcomes known already (unchanged) and the problems."""
+
+    items: Sequence[BulkItem]
+    sends: list[tuple[BulkItem, int | None]] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
 
 # The codes fire.lua returns alone, about the whole call; never the code of an item.
 WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
@@ -196,13 +208,24 @@ class ScheduleStore(_lua.ScriptCaller):
         (``expect_gen`` moved). Raises StateError for a key of the wrong type (a writer other
         than rsched): before anything is written when the check finds it.
         """
-        problems = list(problems)
+        now = await self.time_ms()
+        checked = await self.check_many(items, now, skip_unchanged=skip_unchanged)
+        problems = [*problems, *checked.problems]
+        if problems:
+            problems.sort(key=lambda p: p[0])
+            raise InvalidSchedules(problems, len(items) if total is None else total)
+        return await self.write_many(checked, now)
+
+    async def check_many(
+        self, items: Sequence[BulkItem], now: int, *, skip_unchanged: bool = False
+    ) -> Checked:
+        """The checks of :meth:`save_many` at Redis time ``now``, nothing written: what to
+        send, the unchanged items and the problems found. Raises StateError for a key of the
+        wrong type."""
         # Only the existence matters unless unchanged specs are to be recognised.
         stored = await self._read_specs([item.schedule_id for item in items], skip_unchanged)
-        now = await self.time_ms()
         first_runs: dict[tuple[int, int | None, bool], int | InvalidSchedule | None] = {}
-        outcomes: dict[str, str] = {}
-        sends: list[tuple[BulkItem, int | None]] = []
+        checked = Checked(items)
         if None in stored:
             raise _wrong_types(
                 [i.schedule_id for i, f in zip(items, stored, strict=True) if f is None]
@@ -212,15 +235,15 @@ class ScheduleStore(_lua.ScriptCaller):
             sid = item.schedule_id
             exists = bool(found)
             if item.mode == "add" and exists:
-                problems.append(
+                checked.problems.append(
                     (item.index, sid, "id", "already exists; use upsert_many() to replace it")
                 )
                 continue
             if item.mode == "replace" and not exists:
-                problems.append((item.index, sid, "id", "does not exist"))
+                checked.problems.append((item.index, sid, "id", "does not exist"))
                 continue
             if skip_unchanged and exists and _unchanged(found, item):
-                outcomes[sid] = "unchanged"
+                checked.outcomes[sid] = "unchanged"
                 continue
             created = split_version(found.get("version", ""))[1] if exists else ""
             # An ``every`` without start_at keeps the grid of the schedule it replaces.
@@ -239,22 +262,27 @@ class ScheduleStore(_lua.ScriptCaller):
                     first_runs[key] = exc
             got = first_runs[key]
             if isinstance(got, InvalidSchedule):
-                problems.extend((item.index, sid, f, m) for f, m in got.errors)
+                checked.problems.extend((item.index, sid, f, m) for f, m in got.errors)
                 continue
-            sends.append((item, got))
-        if problems:
-            problems.sort(key=lambda p: p[0])
-            raise InvalidSchedules(problems, len(items) if total is None else total)
+            checked.sends.append((item, got))
+        return checked
+
+    async def write_many(
+        self, checked: Checked, now: int, limiter: anyio.CapacityLimiter | None = None
+    ) -> dict[str, str]:
+        """Write what :meth:`check_many` found to send (see :meth:`save_many`), at most
+        BULK_IN_FLIGHT calls at once (or as ``limiter`` allows); returns each item's outcome."""
+        sends, outcomes = checked.sends, dict(checked.outcomes)
         chunks = _chunks(sends)
         replies: list[list[str]] = [[] for _ in chunks]
 
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
-            async with limiter:
+            async with bound:
                 replies[n] = await self._write_chunk(chunk, now, cache)
 
         # The items' field names and most values repeat: pack each once per call.
         cache: dict[str, bytes] = {}
-        limiter = anyio.CapacityLimiter(BULK_IN_FLIGHT)
+        bound = limiter or anyio.CapacityLimiter(BULK_IN_FLIGHT)
         async with anyio.create_task_group() as tg:
             for n, chunk in enumerate(chunks):
                 tg.start_soon(send, n, chunk)
@@ -271,7 +299,7 @@ class ScheduleStore(_lua.ScriptCaller):
             outcomes[item.schedule_id] = outcome
         if wrong:
             raise _wrong_types(wrong, written=True)
-        return {item.schedule_id: outcomes[item.schedule_id] for item in items}
+        return {item.schedule_id: outcomes[item.schedule_id] for item in checked.items}
 
     async def _read_specs(
         self, schedule_ids: Sequence[str], spec: bool
@@ -566,10 +594,12 @@ class ScheduleStore(_lua.ScriptCaller):
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrank(key, member)
             pipe.zscore(key, member)
-            rank, current = await pipe.execute()
+            pipe.zcount(key, "-inf", f"({_score_arg(score)}")
+            rank, current, below = await pipe.execute()
         if rank is None or current is None or float(current) != score:
-            # The cursor's entry moved or went away: find where (score, id) would sit.
-            rank = await self.redis.zcount(key, "-inf", f"({_score_arg(score)}") - 1
+            # The cursor's entry moved, went away or is of another partition: find where
+            # (score, id) would sit.
+            rank = int(below) - 1
             offset = 0
             while True:
                 group = await self.redis.zrange(
