@@ -45,7 +45,7 @@ ERROR_MAX = 200
 EVENT_STATUS = {"retry": "retried"}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_CURSOR = re.compile(r"^(\d{1,20}-\d{1,20}|\+)$")
+_CURSOR = re.compile(r"^(\d{1,20}-\d{1,20}(\.\d{1,3})?|\+)$")
 _CHUNK = 500
 
 Entry = tuple[str, dict[str, str]]
