@@ -34,6 +34,8 @@ def cluster_url(server: Server) -> Iterator[str]:
     path = binary(server.kind)
     assert path is not None
     port = free_port()
+    while port > 55535:  # a cluster node refuses a higher one (its bus port is 10,000 higher)
+        port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="rsched-cluster-"))
     proc = subprocess.Popen(
         [
@@ -52,6 +54,8 @@ def cluster_url(server: Server) -> Iterator[str]:
             "yes",
             "--cluster-config-file",
             str(workdir / "nodes.conf"),
+            "--cluster-port",
+            str(free_port()),
         ],
         stdout=(workdir / "log").open("wb"),
         stderr=subprocess.STDOUT,
