@@ -8,6 +8,7 @@ from importlib import metadata
 from typing import Any, get_args
 
 from rsched import _cli_health as health
+from rsched import _cli_partitions as partitions
 from rsched import _cli_queues as queues
 from rsched import _cli_runs as runs
 from rsched import _cli_schedules as schedules
@@ -39,6 +40,14 @@ def _common() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--prefix", default=argparse.SUPPRESS, help="key prefix (env RSCHED_PREFIX; default rsched)"
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="the deployment's number of partitions (env RSCHED_PARTITIONS; default: the "
+        "stored one, 1 for a new deployment)",
     )
     p.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
@@ -446,6 +455,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     _health_commands(subs)
     _workers_and_jobs(subs)
+    _sub(
+        subs,
+        "init",
+        "Store the number of partitions of a new deployment (docs/scaling.md)",
+        "  rsched init --partitions 16\n"
+        "  (again with the same number: nothing to do; another number: refused)",
+        partitions.cmd_init,
+    )
+    p = _sub(
+        subs,
+        "where",
+        "The partition and keys of a schedule id or execution id, for redis-cli",
+        "  rsched where nightly-report\n  rsched where order-42 --json",
+        partitions.cmd_where,
+    )
+    p.add_argument("id", help="a schedule id or an execution id")
 
     p = _sub(
         subs,

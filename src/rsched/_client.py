@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from rsched._bulk import BulkResult, Validator
 from rsched._codes import Code
 from rsched._connection import connect, explain
+from rsched._deployment import init_deployment
 from rsched._errors import (
     Conflict,
     InvalidArgument,
@@ -49,11 +50,12 @@ from rsched._fanout import (
     runs_across,
     save_across,
 )
-from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_partitions
+from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
 from rsched._history import HistoryEvent, page_events
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._page import Page, every_item
+from rsched._partition import check_partitions
 from rsched._queues import QueueStore, new_execution_id
 from rsched._registry import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
 from rsched._rules import (
@@ -245,6 +247,24 @@ class Client:
         """Close the connection pool if this client opened it."""
         if self._owns_redis:
             await self._redis.aclose()
+
+    @_redis_errors
+    async def partitions(self) -> int:
+        """The deployment's number of partitions (docs/scaling.md): read once, or stored when
+        the deployment is new (``settings.partitions``, else 1). Raises PartitionMismatch when
+        ``settings.partitions`` names another number than the deployment's. Since 0.2.0."""
+        return (await self._partitions()).count
+
+    @_redis_errors
+    async def init(self, partitions: int) -> bool:
+        """Store the number of partitions of a new deployment before any process uses it:
+        True when stored now, False when the deployment has that number already. Raises
+        PartitionMismatch (nothing written) when it has another, InvalidArgument for a number
+        out of 1..256. Since 0.2.0."""
+        _argument("partitions", check_partitions, partitions)
+        created = await init_deployment(self._redis, self.settings.prefix, partitions)
+        self._parts = None  # read again on next use
+        return created
 
     async def _partitions(self) -> Partitions:
         """The deployment's partitions, read once (PartitionMismatch when ``settings.partitions``
@@ -985,7 +1005,7 @@ class Client:
                 except ValueError as exc:
                     raise InvalidArgument(name, str(exc)) from None
         thresholds = Thresholds.of(self.settings.health, **given)
-        return await check_partitions(await self._health_readers(), thresholds)
+        return await check_deployment(await self._health_readers(), thresholds)
 
     async def _health_readers(self) -> list[HealthReader]:
         """A health reader per partition."""

@@ -20,14 +20,32 @@ async def deployment_keys(redis: Redis, settings: Settings) -> Keys:
     meta = Keys(settings.prefix).meta
     wanted = settings.partitions or 1
     await redis.hsetnx(meta, "partitions", wanted)
+    stored = await _stored(redis, meta)
+    if settings.partitions is not None and settings.partitions != stored:
+        raise PartitionMismatch(settings.prefix, stored, settings.partitions)
+    return Keys(settings.prefix, stored)
+
+
+async def init_deployment(redis: Redis, prefix: str, partitions: int) -> bool:
+    """Store the number of partitions of a new deployment (``rsched init``): True when stored
+    now, False when the deployment has that number already. Raises PartitionMismatch (nothing
+    written) when it has another."""
+    meta = Keys(prefix).meta
+    if await redis.hsetnx(meta, "partitions", check_partitions(partitions)):
+        return True
+    stored = await _stored(redis, meta)
+    if stored != partitions:
+        raise PartitionMismatch(prefix, stored, partitions)
+    return False
+
+
+async def _stored(redis: Redis, meta: str) -> int:
+    """The number of partitions stored in ``meta``; StateError when it holds something else."""
     raw = await redis.hget(meta, "partitions")
     try:
-        stored = check_partitions(int(raw if isinstance(raw, (str, bytes)) else ""))
+        return check_partitions(int(raw if isinstance(raw, (str, bytes)) else ""))
     except ValueError:
         raise StateError(
             f"{meta} field partitions holds {raw!r}, not a number of partitions: set it back "
             f"with redis-cli HSET {meta} partitions <N>"
         ) from None
-    if settings.partitions is not None and settings.partitions != stored:
-        raise PartitionMismatch(settings.prefix, stored, settings.partitions)
-    return Keys(settings.prefix, stored)

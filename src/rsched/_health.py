@@ -478,7 +478,7 @@ class HealthReader:
 
     async def check(self, thresholds: Thresholds) -> Health:
         """Every deployment check and the unhealthy schedules, at one Redis time."""
-        return await check_partitions([self], thresholds)
+        return await check_deployment([self], thresholds)
 
     async def partition_facts(self, now_ms: int) -> _Found:
         """What the checks need of this partition: its lease, due schedules, queues and
@@ -531,7 +531,7 @@ def orphan_ms(settings: Settings) -> int:
     return math.ceil(settings.worker.visibility_timeout_s * 2000)
 
 
-async def check_partitions(readers: Sequence[HealthReader], thresholds: Thresholds) -> Health:
+async def check_deployment(readers: Sequence[HealthReader], thresholds: Thresholds) -> Health:
     """Every deployment check over the partitions of ``readers`` (all read at once, at one
     Redis time) and the unhealthy schedules of all of them."""
     first = readers[0]
