@@ -264,3 +264,42 @@ def test_web_api_lists_and_counts_every_partition(psettings: Settings, prefix: s
             assert stats["partitions"] == N
         for i in range(45):
             c.remove(f"w{i:02d}")
+
+
+def test_cli_init_where_and_stats(
+    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rsched._cli import main
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["--redis-url", redis_url, "--prefix", prefix, *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    assert cli("init", "--partitions", str(N)) == (
+        0,
+        f"deployment {prefix!r}: stored {N} partition(s)\n",
+        "",
+    )
+    code, out, _ = cli("init", "--partitions", str(N))
+    assert code == 0
+    assert "already: nothing to do" in out
+    code, _, err = cli("init", "--partitions", "4")
+    assert code == 1
+    assert f"has {N} partition(s) but this process is configured for 4" in err
+    code, out, _ = cli("where", "nightly", "--json")
+    where = orjson.loads(out)
+    k = partition_of("nightly", N)
+    assert where["schedule"]["partition"] == k
+    assert where["schedule"]["hash"] == keys_of(prefix, k).schedule("nightly")
+    code, out, _ = cli("where", "nightly@1767229200000")
+    assert f"as an execution id: partition {k} of {N}" in out
+    assert "as a schedule id" not in out
+    code, out, _ = cli("stats")
+    assert code == 0
+    assert f"partitions: {N}" in out
+    assert "leader:    none (no scheduler is running)" in out
+    stats = orjson.loads(cli("stats", "--json")[1])
+    assert stats["partitions"] == N
+    assert stats["leaders"] == [None] * N
