@@ -201,16 +201,15 @@ async def save_across(
     problems: Sequence[Problem],
     total: int,
 ) -> dict[str, str]:
-    """ScheduleStore.save_many over the partitions: every partition's items checked first (at
-    one Redis time), InvalidSchedules with the problems of all of them before anything is
+    """ScheduleStore.save_many over the partitions: every partition's items checked first,
+    InvalidSchedules with the problems of all of them before anything is
     written, then each partition's writes, all at once."""
     groups: dict[int, list[BulkItem]] = {}
     for item in items:
         groups.setdefault(partition_of(item.schedule_id, parts.count), []).append(item)
-    now = await parts.schedules[0].time_ms()
     checked = await gather(
         [
-            functools.partial(parts.schedules[k].check_many, group, now, skip_unchanged=upsert)
+            functools.partial(parts.schedules[k].check_many, group, skip_unchanged=upsert)
             for k, group in groups.items()
         ]
     )
@@ -221,7 +220,7 @@ async def save_across(
     limiter = anyio.CapacityLimiter(BULK_IN_FLIGHT)
     written = await gather(
         [
-            functools.partial(parts.schedules[k].write_many, c, now, limiter)
+            functools.partial(parts.schedules[k].write_many, c, limiter)
             for k, c in zip(groups, checked, strict=True)
         ]
     )

@@ -65,6 +65,7 @@ class Checked:
     send with their first run, the outcomes known already (unchanged) and the problems."""
 
     items: Sequence[BulkItem]
+    now: int  # the Redis time the first runs were computed at (ms)
     sends: list[tuple[BulkItem, int | None]] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
@@ -208,24 +209,24 @@ class ScheduleStore(_lua.ScriptCaller):
         (``expect_gen`` moved). Raises StateError for a key of the wrong type (a writer other
         than rsched): before anything is written when the check finds it.
         """
-        now = await self.time_ms()
-        checked = await self.check_many(items, now, skip_unchanged=skip_unchanged)
+        checked = await self.check_many(items, skip_unchanged=skip_unchanged)
         problems = [*problems, *checked.problems]
         if problems:
             problems.sort(key=lambda p: p[0])
             raise InvalidSchedules(problems, len(items) if total is None else total)
-        return await self.write_many(checked, now)
+        return await self.write_many(checked)
 
     async def check_many(
-        self, items: Sequence[BulkItem], now: int, *, skip_unchanged: bool = False
+        self, items: Sequence[BulkItem], *, skip_unchanged: bool = False
     ) -> Checked:
-        """The checks of :meth:`save_many` at Redis time ``now``, nothing written: what to
-        send, the unchanged items and the problems found. Raises StateError for a key of the
-        wrong type."""
+        """The checks of :meth:`save_many`, nothing written: what to send, the unchanged items
+        and the problems found, at the Redis time read after the stored specs. Raises
+        StateError for a key of the wrong type."""
         # Only the existence matters unless unchanged specs are to be recognised.
         stored = await self._read_specs([item.schedule_id for item in items], skip_unchanged)
+        now = await self.time_ms()
         first_runs: dict[tuple[int, int | None, bool], int | InvalidSchedule | None] = {}
-        checked = Checked(items)
+        checked = Checked(items, now)
         if None in stored:
             raise _wrong_types(
                 [i.schedule_id for i, f in zip(items, stored, strict=True) if f is None]
@@ -268,11 +269,11 @@ class ScheduleStore(_lua.ScriptCaller):
         return checked
 
     async def write_many(
-        self, checked: Checked, now: int, limiter: anyio.CapacityLimiter | None = None
+        self, checked: Checked, limiter: anyio.CapacityLimiter | None = None
     ) -> dict[str, str]:
         """Write what :meth:`check_many` found to send (see :meth:`save_many`), at most
         BULK_IN_FLIGHT calls at once (or as ``limiter`` allows); returns each item's outcome."""
-        sends, outcomes = checked.sends, dict(checked.outcomes)
+        sends, outcomes, now = checked.sends, dict(checked.outcomes), checked.now
         chunks = _chunks(sends)
         replies: list[list[str]] = [[] for _ in chunks]
 
@@ -586,34 +587,15 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def index_after(self, pos: tuple[float, str] | None, n: int) -> list[tuple[str, float]]:
         """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id), in
-        index order; from the start when ``pos`` is None."""
+        index order; from the start when ``pos`` is None. The position need not be in this
+        index (another partition's schedule, or one that moved or went away): lua/index_after.lua
+        finds where it would sit."""
         key = self.keys.schedules
         if pos is None:
             return _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
         score, member = pos
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrank(key, member)
-            pipe.zscore(key, member)
-            pipe.zcount(key, "-inf", f"({_score_arg(score)}")
-            rank, current, below = await pipe.execute()
-        if rank is None or current is None or float(current) != score:
-            # The cursor's entry moved, went away or is of another partition: find where
-            # (score, id) would sit.
-            rank = int(below) - 1
-            offset = 0
-            while True:
-                group = await self.redis.zrange(
-                    key, _score_arg(score), _score_arg(score), byscore=True, offset=offset, num=500
-                )
-                later = [str(m) for m in group if str(m) > member]
-                if later:
-                    rank += offset + [str(m) for m in group].index(later[0])
-                    break
-                if len(group) < 500:
-                    rank += offset + len(group)
-                    break
-                offset += 500
-        return _pairs(await self.redis.zrange(key, rank + 1, rank + n, withscores=True))
+        flat = await self.call("index_after", [key], [_score_arg(score), member, n])
+        return [(str(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
 
     # --- scheduler -------------------------------------------------------------------------
 
