@@ -262,6 +262,9 @@ def test_web_api_lists_and_counts_every_partition(psettings: Settings, prefix: s
             stats = httpx.get(base + "/api/v1/stats").json()
             assert stats["schedules"]["total"] == 45
             assert stats["partitions"] == N
+            overview = httpx.get(base + "/_live/overview")
+            assert overview.status_code == 200
+            assert f"0 of {N}" in overview.text
         for i in range(45):
             c.remove(f"w{i:02d}")
 

@@ -48,7 +48,7 @@ from rsched._fanout import (
     jobs_across,
     merge_queue_stats,
     runs_across,
-    save_across,
+    save_many,
 )
 from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
 from rsched._history import HistoryEvent, page_events
@@ -329,7 +329,9 @@ class Client:
         message``) and nothing is written. Then each schedule is written atomically on its own,
         a thousand per script call. An id that another writer creates between the check and
         the write is left as that writer made it and reported as ``exists``; the others are
-        created.
+        created. With several partitions (docs/scaling.md) the entries of every partition are
+        checked before anything is written in any, and each partition's are then written at
+        once: as with one, a schedule is atomic alone, the call as a whole is not.
         """
         return await self._save_many(schedules, mode="add")
 
@@ -356,18 +358,14 @@ class Client:
         items, problems = validator.validate(entries, mode=mode)
         if not entries:
             return BulkResult({})
-        parts = await self._partitions()
-        if parts.count == 1:
-            return BulkResult(
-                await parts.schedules[0].save_many(
-                    items, skip_unchanged=mode == "upsert", problems=problems, total=len(entries)
-                )
-            )
-        return BulkResult(
-            await save_across(
-                parts, items, upsert=mode == "upsert", problems=problems, total=len(entries)
-            )
+        outcomes = await save_many(
+            await self._partitions(),
+            items,
+            upsert=mode == "upsert",
+            problems=problems,
+            total=len(entries),
         )
+        return BulkResult(outcomes)
 
     @_redis_errors
     async def update(self, schedule_id: str, **changes: Any) -> Schedule:

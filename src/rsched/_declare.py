@@ -55,7 +55,7 @@ from rsched._errors import (
     ScheduleFileError,
     ScheduleNotFound,
 )
-from rsched._fanout import Partitions, gather, save_across
+from rsched._fanout import Partitions, gather, save_many
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
 from rsched._partition import partition_of
@@ -390,11 +390,7 @@ async def apply_plan(parts: Partitions, plan: SyncPlan, resolved: str = "") -> N
         for n, c in enumerate(writes)
         if c.schedule is not None
     ]
-    outcomes = (
-        await save_across(parts, items, upsert=False, problems=(), total=len(items))
-        if parts.count > 1
-        else await parts.schedules[0].save_many(items)
-    )
+    outcomes = await save_many(parts, items, upsert=False)
     lost = sorted(sid for sid, got in outcomes.items() if got not in ("created", "replaced"))
     if lost:
         raise Conflict(f"changed while the sync wrote them: {', '.join(lost)}")

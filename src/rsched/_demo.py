@@ -499,6 +499,7 @@ async def _clean_up(redis: Redis, client: Client, keys: Keys, schedules: list[Sc
     _say(f"  the scheduler's fencing counter {keys.fence} (kept so that tokens never repeat)")
     _say(f"  the lease length the last leader used, {keys.leader_ttl} (what rsched stats reads)")
     _say(f"  request ids in {keys.ops('*')}, which expire within 5 minutes")
+    _say(f"  the deployment's number of partitions in {keys.meta} (rsched init, docs/scaling.md)")
 
 
 async def _run_worker(

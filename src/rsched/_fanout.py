@@ -193,17 +193,29 @@ async def index_page(
     return [(sid, score) for score, sid, _ in merged], [hashes[sid] for _, sid, _ in merged]
 
 
-async def save_across(
+async def save_many(
     parts: Partitions,
     items: Sequence[BulkItem],
     *,
     upsert: bool,
-    problems: Sequence[Problem],
-    total: int,
+    problems: Sequence[Problem] = (),
+    total: int | None = None,
 ) -> dict[str, str]:
-    """ScheduleStore.save_many over the partitions: every partition's items checked first,
-    InvalidSchedules with the problems of all of them before anything is
-    written, then each partition's writes, all at once."""
+    """Check every item against Redis, then write them all; returns each id's outcome.
+
+    The checks first, for the items of every partition at once (one read per BULK_READ ids and
+    partition): an id that exists (mode ``add``) or does not (``replace``), an ``at`` or
+    ``end_at`` in the past. When any fails, or ``problems`` (found by the caller) is not empty,
+    InvalidSchedules lists them all (out of ``total`` entries) and nothing is written in any
+    partition. Then each partition's items are written, all partitions at once and at most
+    BULK_IN_FLIGHT script calls in all, each schedule atomic alone. With ``upsert`` an item
+    whose stored spec and pause state already match is not written (outcome ``unchanged``).
+
+    Outcomes: created, replaced, unchanged; for a write that lost a race with another writer
+    after the check, exists (mode add), not_found (replace) or conflict (``expect_gen`` moved).
+    Raises StateError for a key of the wrong type (a writer other than rsched): before anything
+    is written when the check finds it.
+    """
     groups: dict[int, list[BulkItem]] = {}
     for item in items:
         groups.setdefault(partition_of(item.schedule_id, parts.count), []).append(item)
@@ -215,7 +227,7 @@ async def save_across(
     )
     found = sorted([*problems, *(p for c in checked for p in c.problems)], key=lambda p: p[0])
     if found:
-        raise InvalidSchedules(found, total)
+        raise InvalidSchedules(found, len(items) if total is None else total)
     # The writes of every partition share the in-flight bound of one bulk write.
     limiter = anyio.CapacityLimiter(BULK_IN_FLIGHT)
     written = await gather(

@@ -21,7 +21,6 @@ from rsched._bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._codes import Code, check, wrong_type
 from rsched._errors import (
     InvalidSchedule,
-    InvalidSchedules,
     ScheduleExists,
     ScheduleNotFound,
     StateError,
@@ -186,42 +185,12 @@ class ScheduleStore(_lua.ScriptCaller):
         check(res, script="upsert", schedule_id=schedule.id)
         return int(res[1]), bool(int(res[2]))
 
-    async def save_many(
-        self,
-        items: Sequence[BulkItem],
-        *,
-        skip_unchanged: bool = False,
-        problems: Sequence[Problem] = (),
-        total: int | None = None,
-    ) -> dict[str, str]:
-        """Check every item against Redis, then write them all; returns each id's outcome.
-
-        The checks first, for all items (one read per BULK_READ ids, Redis TIME once): an id
-        that exists (mode ``add``) or does not (``replace``), an ``at`` or ``end_at`` in the
-        past. When any fails, or ``problems`` (found by the caller) is not empty,
-        InvalidSchedules lists them all (out of ``total`` entries) and nothing is written. Then
-        upsert_many.lua writes up to BULK_WRITE items (BULK_WRITE_BYTES of spec) a call, a few
-        calls at once, each schedule atomic alone. With ``skip_unchanged`` an item whose stored
-        spec and pause state already match is not written (outcome ``unchanged``).
-
-        Outcomes: created, replaced, unchanged; for a write that lost a race with another
-        writer after the check, exists (mode add), not_found (replace) or conflict
-        (``expect_gen`` moved). Raises StateError for a key of the wrong type (a writer other
-        than rsched): before anything is written when the check finds it.
-        """
-        checked = await self.check_many(items, skip_unchanged=skip_unchanged)
-        problems = [*problems, *checked.problems]
-        if problems:
-            problems.sort(key=lambda p: p[0])
-            raise InvalidSchedules(problems, len(items) if total is None else total)
-        return await self.write_many(checked)
-
     async def check_many(
         self, items: Sequence[BulkItem], *, skip_unchanged: bool = False
     ) -> Checked:
-        """The checks of :meth:`save_many`, nothing written: what to send, the unchanged items
-        and the problems found, at the Redis time read after the stored specs. Raises
-        StateError for a key of the wrong type."""
+        """The checks of a bulk write (rsched._fanout.save_many), nothing written: what to send,
+        the unchanged items and the problems found, at the Redis time read after the stored
+        specs. Raises StateError for a key of the wrong type."""
         # Only the existence matters unless unchanged specs are to be recognised.
         stored = await self._read_specs([item.schedule_id for item in items], skip_unchanged)
         now = await self.time_ms()
@@ -271,8 +240,9 @@ class ScheduleStore(_lua.ScriptCaller):
     async def write_many(
         self, checked: Checked, limiter: anyio.CapacityLimiter | None = None
     ) -> dict[str, str]:
-        """Write what :meth:`check_many` found to send (see :meth:`save_many`), at most
-        BULK_IN_FLIGHT calls at once (or as ``limiter`` allows); returns each item's outcome."""
+        """Write what :meth:`check_many` found to send: upsert_many.lua, up to BULK_WRITE items
+        (BULK_WRITE_BYTES of spec) a call, at most BULK_IN_FLIGHT calls at once (or as
+        ``limiter`` allows); returns each item's outcome (rsched._fanout.save_many)."""
         sends, outcomes, now = checked.sends, dict(checked.outcomes), checked.now
         chunks = _chunks(sends)
         replies: list[list[str]] = [[] for _ in chunks]
