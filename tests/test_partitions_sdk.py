@@ -168,6 +168,8 @@ async def test_dead_letters_merge_newest_first(pclient: Client, redis: Redis, pr
     first = (await pclient.dead_letters("q", limit=2)).items
     letter = await pclient.dead_letter("q", first[1].entry_id)
     assert letter.execution_id == first[1].execution_id
+    with pytest.raises(rsched.InvalidArgument, match="cursor"):
+        await pclient.dead_letters("q", cursor="nope")
     assert await pclient.requeue("q", [first[0].entry_id]) == 1
     assert await pclient.purge("q") == 29
     assert (await pclient.stats()).dead_letters == 0

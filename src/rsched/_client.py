@@ -701,7 +701,12 @@ class Client:
         _argument("limit", check_page, limit)
         parts = await self._partitions()
         if parts.count > 1:
-            return await dead_letters_across(parts, queue, limit=limit, cursor=cursor, task=task)
+            try:
+                return await dead_letters_across(
+                    parts, queue, limit=limit, cursor=cursor, task=task
+                )
+            except ValueError as exc:
+                raise InvalidArgument("cursor", str(exc)) from None
         store = parts.queues[0]
         cursor = cursor or None
         if task is not None:  # looking past the page for one more match could read the stream

@@ -323,16 +323,15 @@ async def dead_letters_across(
     parts: Partitions, queue: str, *, limit: int, cursor: str | None, task: str | None
 ) -> Page[DeadLetter]:
     """Client.dead_letters over the partitions, newest first; entry ids name their partition
-    (``<entry id>.<partition>``)."""
+    (``<entry id>.<partition>``). Raises ValueError for a bad cursor."""
     at = parts.decode(cursor) if cursor else None
     peek = min(limit + 1, PAGE_MAX)
 
     async def one(k: int) -> Part[DeadLetter]:
-        start = parts.start(at, k)
-        inclusive = not start.startswith("(") and start != "+"
+        bound = parts.start(at, k)  # "+", "<id>" or "(<id>"
         letters, nxt = await parts.queues[k].dead_letters(
-            queue, limit=peek, cursor=start.lstrip("(") if start != "+" else None, task=task,
-            inclusive=inclusive,
+            queue, limit=peek, cursor=bound.lstrip("(") if at else None, task=task,
+            inclusive=not bound.startswith("("),
         )  # fmt: skip
         items = [(position(d.entry_id, k), d) for d in letters]
         stop = items[-1][0] if nxt is not None and items else None
