@@ -357,6 +357,19 @@ class QueueStore(_lua.ScriptCaller):
             head = await pipe.execute(raise_on_error=False)
         seconds, micros = head[0]
         now_ms = int(seconds) * 1000 + int(micros) // 1000
+        lanes = [(name, level) for name in names for level in PRIORITIES]
+        # Each stream's group (no stream or no group yet: an error, skipped), then the oldest
+        # pending entry of those that hold some: two round trips whatever the queues.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name, level in lanes:
+                pipe.xinfo_groups(self.keys.queue(name, level))
+            infos = await pipe.execute(raise_on_error=False)
+        groups = {lane: _group(info) for lane, info in zip(lanes, infos, strict=True)}
+        held = [lane for lane, g in groups.items() if g and int(g["pending"])]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name, level in held:
+                pipe.xpending(self.keys.queue(name, level), GROUP)
+            summaries = dict(zip(held, await pipe.execute(raise_on_error=False), strict=True))
         out: dict[str, dict[str, int | float | None]] = {}
         per = len(PRIORITIES) + 2
         for i, name in enumerate(names):
@@ -365,24 +378,17 @@ class QueueStore(_lua.ScriptCaller):
             delayed, dead = values[-2], values[-1]
             pending, consumers, oldest = 0, 0, None
             for level in PRIORITIES:
-                key = self.keys.queue(name, level)
-                try:
-                    groups = await self.redis.xinfo_groups(key)
-                    level_pending = 0
-                    for group in groups:
-                        if group.get("name") == GROUP:
-                            level_pending = int(group["pending"])
-                            if level == "normal":
-                                consumers = int(group["consumers"])
-                    pending += level_pending
-                    if level_pending:
-                        summary = await self.redis.xpending(key, GROUP)
-                        low = summary.get("min")
-                        if low:
-                            age = max(0, now_ms - int(str(low).split("-")[0]))
-                            oldest = age if oldest is None else max(oldest, age)
-                except ResponseError:
-                    pass  # no stream or no group yet
+                group = groups[(name, level)]
+                if group is None:
+                    continue
+                pending += int(group["pending"])
+                if level == "normal":
+                    consumers = int(group["consumers"])
+                summary = summaries.get((name, level))
+                low = summary.get("min") if isinstance(summary, dict) else None
+                if low:
+                    age = max(0, now_ms - int(str(low).split("-")[0]))
+                    oldest = age if oldest is None else max(oldest, age)
             out[name] = {
                 "length": sum(lengths.values()),
                 "pending": pending,
@@ -957,6 +963,13 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
 
 def _dead_task(fields: dict[str, str]) -> str:
     return fields.get("task", "")
+
+
+def _group(info: Any) -> dict[str, Any] | None:
+    """The workers' consumer group among a stream's XINFO GROUPS (None: no stream or group)."""
+    if isinstance(info, BaseException):
+        return None
+    return next((g for g in info if g.get("name") == GROUP), None)
 
 
 def _as_int(value: Any) -> int:
