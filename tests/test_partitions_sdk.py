@@ -251,6 +251,8 @@ def test_web_api_lists_and_counts_every_partition(psettings: Settings, prefix: s
 
     with rsched.SyncClient(psettings.url, prefix=prefix, partitions=N) as c:
         c.add_many([{"id": f"w{i:02d}", "task": "t", "every": 60 + i} for i in range(45)])
+        assert c.partitions() == N
+        assert c.init(N) is False
         with serve(psettings) as base:
             seen, cursor = [], None
             while True:
