@@ -502,9 +502,6 @@ class HealthReader:
     async def _queue_facts(self) -> dict[str, tuple[int, int, int | None]]:
         """Per queue: jobs waiting or running, orphaned jobs (at most ORPHANS_SHOWN a stream)
         and the time (ms) of its newest dead letter."""
-        # Running jobs heartbeat (their entries' idle time restarts every heartbeat_s) and other
-        # workers reclaim an entry idle past the visibility timeout: one idle twice that long
-        # was taken by a worker that is gone, and no worker reclaims it.
         out: dict[str, tuple[int, int, int | None]] = {}
         for queue in await self._queue_names():
             length, orphans, newest_ms = 0, 0, None
@@ -526,8 +523,11 @@ class HealthReader:
 
 
 def orphan_ms(settings: Settings) -> int:
-    """How long a taken job's entry may stay idle before it counts as orphaned: twice the
-    visibility timeout after which other workers reclaim it."""
+    """How long a taken job's entry may stay idle before it counts as orphaned.
+
+    Running jobs heartbeat (their entries' idle time restarts every heartbeat_s) and other
+    workers reclaim an entry idle past the visibility timeout: one idle twice that long was
+    taken by a worker that is gone, and no worker reclaims it."""
     return math.ceil(settings.worker.visibility_timeout_s * 2000)
 
 
