@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -153,7 +154,7 @@ async def test_dead_letters_merge_newest_first(pclient: Client, redis: Redis, pr
         k = n % 5 * 3
         entry = f"{1_000 + n // 3}-0"
         job = orjson.dumps(["execution_id", f"x{n}", "task", "t", "attempt", "3"]).decode()
-        fields = {"execution_id": f"x{n}", "task": "t", "reason": "max_retries", "job": job}
+        fields: dict[Any, Any] = {"execution_id": f"x{n}", "task": "t", "job": job}
         await redis.xadd(keys_of(prefix, k).dead("q"), fields, id=entry)
         written.append((1_000 + n // 3, k, f"x{n}"))
     expected = [x for _, _, x in sorted(written, reverse=True)]

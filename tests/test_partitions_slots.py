@@ -71,8 +71,8 @@ def cluster_url(server: Server) -> Iterator[str]:
                 log = (workdir / "log").read_text()
                 assert time.monotonic() < deadline, f"the cluster node did not start: {log}"
                 time.sleep(0.05)
-        client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
-        while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # type: ignore[no-untyped-call]
+        while b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
             assert time.monotonic() < deadline, "the cluster did not come up"
             time.sleep(0.05)
         client.close()
