@@ -252,7 +252,7 @@ class Client:
     async def partitions(self) -> int:
         """The deployment's number of partitions (docs/scaling.md): read once, or stored when
         the deployment is new (``settings.partitions``, else 1). Raises PartitionMismatch when
-        ``settings.partitions`` names another number than the deployment's. Since 0.2.0."""
+        ``settings.partitions`` names another number than the deployment's. Since 0.1.0."""
         return (await self._partitions()).count
 
     @_redis_errors
@@ -260,7 +260,7 @@ class Client:
         """Store the number of partitions of a new deployment before any process uses it:
         True when stored now, False when the deployment has that number already. Raises
         PartitionMismatch (nothing written) when it has another, InvalidArgument for a number
-        out of 1..256. Since 0.2.0."""
+        out of 1..256. Since 0.1.0."""
         _argument("partitions", check_partitions, partitions)
         created = await init_deployment(self._redis, self.settings.prefix, partitions)
         self._parts = None  # read again on next use

@@ -18,9 +18,11 @@ async def deployment_keys(redis: Redis, settings: Settings) -> Keys:
     stored one gets PartitionMismatch. Every process calls this once at start.
     """
     meta = Keys(settings.prefix).meta
-    wanted = settings.partitions or 1
-    await redis.hsetnx(meta, "partitions", wanted)
-    stored = await _stored(redis, meta)
+    raw = await redis.hget(meta, "partitions")
+    if raw is None:  # a new deployment (a read first: a read-only user or replica can read on)
+        await redis.hsetnx(meta, "partitions", settings.partitions or 1)
+        raw = await redis.hget(meta, "partitions")
+    stored = _stored(meta, raw)
     if settings.partitions is not None and settings.partitions != stored:
         raise PartitionMismatch(settings.prefix, stored, settings.partitions)
     return Keys(settings.prefix, stored)
@@ -33,15 +35,14 @@ async def init_deployment(redis: Redis, prefix: str, partitions: int) -> bool:
     meta = Keys(prefix).meta
     if await redis.hsetnx(meta, "partitions", check_partitions(partitions)):
         return True
-    stored = await _stored(redis, meta)
+    stored = _stored(meta, await redis.hget(meta, "partitions"))
     if stored != partitions:
         raise PartitionMismatch(prefix, stored, partitions)
     return False
 
 
-async def _stored(redis: Redis, meta: str) -> int:
-    """The number of partitions stored in ``meta``; StateError when it holds something else."""
-    raw = await redis.hget(meta, "partitions")
+def _stored(meta: str, raw: object) -> int:
+    """The number of partitions ``meta`` holds (``raw``); StateError when it is no number."""
     try:
         return check_partitions(int(raw if isinstance(raw, (str, bytes)) else ""))
     except ValueError:
