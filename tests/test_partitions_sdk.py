@@ -311,3 +311,30 @@ def test_cli_init_where_and_stats(
     stats = orjson.loads(cli("stats", "--json")[1])
     assert stats["partitions"] == N
     assert stats["leaders"] == [None] * N
+
+
+async def test_a_rare_filter_pages_on_where_each_partition_stopped(
+    pclient: Client, redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rsched._fanout.SCAN_MAX", 0)
+    monkeypatch.setattr("rsched._fanout.SCAN_MIN", 3)  # each partition looks at 3 a read
+    written = []
+    for n in range(120):
+        k = n * 5 % N
+        status = "dead" if n % 7 == 0 else "completed"
+        fields = {"execution_id": f"job-{n}", "task": "t", "attempt": "1"}
+        entry = f"{5_000 + n // 3}-{n % 3}"
+        await redis.xadd(
+            keys_of(prefix, k).runs, {"r": run_record(fields, queue="q", status=status)}, id=entry
+        )
+        written.append(((5_000 + n // 3, n % 3, k), f"job-{n}", status))
+    written.sort(reverse=True)
+    seen, cursor = [], None
+    while True:
+        page = await pclient.runs(status="dead", limit=2, cursor=cursor)
+        assert len(page.items) <= 2
+        seen += [r.execution_id for r in page.items]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert seen == [x for _, x, status in written if status == "dead"]

@@ -46,6 +46,8 @@ _POSITION = re.compile(r"^(\d{1,20})-(\d{1,20})(?:\.(\d{1,3}))?$")
 
 #: Calls of one fan-out in flight at once: each holds a connection of the client's pool.
 IN_FLIGHT = 16
+#: Records of the runs log a read looks at in each partition at least (SCAN_MAX is shared).
+SCAN_MIN = 500
 
 
 async def gather(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
@@ -301,7 +303,7 @@ async def runs_across(
     if want.status in LIVE_STATUSES:
         return Page(out, None)
     at = None if cursor in (None, "+") else parts.decode(cursor)
-    scan_max = max(SCAN_MAX // parts.count, 500)
+    scan_max = max(SCAN_MAX // parts.count, SCAN_MIN)
 
     async def one(k: int) -> Part[RunRecord]:
         got, stop = await log_records(
