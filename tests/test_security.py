@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -220,11 +221,15 @@ def start_processes(spawn: Spawn, srv: Server, prefix: str) -> tuple[Proc, Proc]
     scheduler = spawn(
         "rsched._scheduler_main",
         *FAST_SCHEDULER,
+        "--metrics-port",
+        "0",
         env=role_env(user_url(srv, "rsched-scheduler"), prefix, RSCHED_LOG_LEVEL="debug"),
     )
     worker = spawn(
         "rsched._worker_main",
         "secure_servers:worker",
+        "--metrics-port",
+        "0",
         env=role_env(
             user_url(srv, "rsched-worker"), prefix, RSCHED_LOG_LEVEL="debug", **FAST_WORKER
         ),
@@ -266,7 +271,13 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
         await sdk.cancel("later")
         await sdk.purge("default")
         await sdk.remove("tick")
-    for proc in (scheduler, worker):
+    for proc in (scheduler, worker):  # readiness and metrics read with these users too
+        port = re.search(r"metrics.listening .*port=(\d+)", proc.output())
+        assert port is not None, proc.output()[-2000:]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port[1]}") as http:
+            for path in ("/readyz", "/metrics"):
+                got = await http.get(path, timeout=10)
+                assert got.status_code == 200, (path, got.text[:300])
         proc.signal(signal.SIGTERM)
         assert proc.wait() == 0, proc.output()[-2000:]
     assert denials(users) == []
