@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from redis.crc import key_slot
 
 from rsched._keys import Keys
 from rsched._partition import MAX_PARTITIONS, partition_of, partition_tags
+from rsched._settings import Settings
 
 
 def test_one_partition_is_the_layout_without_partitions() -> None:
@@ -56,3 +59,28 @@ def test_bad_partition_counts_are_refused(bad: object) -> None:
         Keys("rsched", bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"partition 3 is not in 0\.\.2"):
         Keys("rsched", 3, 3)
+
+
+async def test_first_process_stores_the_number_and_others_must_match(
+    redis: Any, settings: Settings
+) -> None:
+    from rsched._deployment import deployment_keys
+    from rsched._errors import PartitionMismatch, StateError
+
+    keys = await deployment_keys(redis, settings.model_copy(update={"partitions": 4}))
+    assert keys.partitions == 4
+    assert await redis.hget(keys.meta, "partitions") == "4"
+    assert (await deployment_keys(redis, settings)).partitions == 4  # unset: the stored N
+    with pytest.raises(PartitionMismatch, match=r"has 4 partition.*configured for 2"):
+        await deployment_keys(redis, settings.model_copy(update={"partitions": 2}))
+    await redis.hset(keys.meta, "partitions", "many")
+    with pytest.raises(StateError, match="partitions holds 'many'"):
+        await deployment_keys(redis, settings)
+
+
+async def test_an_existing_deployment_has_one_partition(redis: Any, settings: Settings) -> None:
+    from rsched._deployment import deployment_keys
+
+    keys = await deployment_keys(redis, settings)
+    assert keys.partitions == 1
+    assert keys.schedules == "{" + settings.prefix + "}:schedules"

@@ -17,6 +17,19 @@ class ConfigError(RschedError):
     """Raised when a setting or the server's configuration cannot work."""
 
 
+class PartitionMismatch(ConfigError):
+    """Raised at start when a process is configured for another number of partitions than the
+    deployment stored in Redis (``{prefix}:meta``); nothing was written."""
+
+    def __init__(self, prefix: str, stored: int, configured: int) -> None:
+        self.prefix, self.stored, self.configured = prefix, stored, configured
+        super().__init__(
+            f"deployment {prefix!r} has {stored} partition(s) but this process is configured "
+            f"for {configured}: unset RSCHED_PARTITIONS (or --partitions) to use the stored "
+            f"number, or use another RSCHED_PREFIX for a new deployment"
+        )
+
+
 class InvalidSchedule(RschedError, ValueError):
     """Raised when a schedule (or a change to one) fails validation; nothing was written.
 

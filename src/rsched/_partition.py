@@ -8,9 +8,8 @@ of a Redis Cluster; N=1 keeps the single tag ``{prefix}`` of a deployment withou
 from __future__ import annotations
 
 import zlib
+from binascii import crc_hqx
 from functools import cache
-
-from redis.crc import key_slot
 
 # Redis Cluster's number of hash slots.
 SLOTS = 16384
@@ -18,6 +17,11 @@ SLOTS = 16384
 # deployment can use); more only make every fan-out read slower, and choosing the tags of 1,024
 # takes over a second.
 MAX_PARTITIONS = 256
+
+
+def tag_slot(tag: str) -> int:
+    """The cluster slot of every key with hash tag ``{tag}`` (CRC16/XMODEM mod 16384)."""
+    return crc_hqx(tag.encode(), 0) % SLOTS
 
 
 def check_partitions(partitions: int) -> int:
@@ -55,7 +59,7 @@ def partition_tags(prefix: str, partitions: int) -> tuple[str, ...]:
         j = 0
         while True:
             tag = f"{prefix}:{k}" if j == 0 else f"{prefix}:{k}.{j}"
-            if lo + quarter <= key_slot(tag.encode()) < hi - quarter:
+            if lo + quarter <= tag_slot(tag) < hi - quarter:
                 break
             j += 1
         tags.append(tag)

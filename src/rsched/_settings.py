@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rsched._partition import MAX_PARTITIONS
 from rsched._rules import (
     DEDUP_WINDOW_MAX_S,
     DEFAULT_DEDUP_WINDOW_S,
@@ -219,6 +220,9 @@ class Settings(BaseSettings):
     tls_cert_file: FilePath | None = None
     tls_key_file: FilePath | None = None
     prefix: str = Field(default="rsched", pattern=PREFIX_RE.pattern)
+    # The deployment's number of partitions (docs/scaling.md): None takes what the deployment
+    # stored (1 for a new one); a number must match it, or becomes it for a new deployment.
+    partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=2, le=MAX_PAYLOAD_BYTES)
     history_limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=10_000)
     # An enqueue with its own execution id: how long the id stays taken after the job ended.
