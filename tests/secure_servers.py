@@ -1,5 +1,6 @@
 """Servers for tests/test_security.py: the Redis users docs/security.md documents, loaded into a
-private server, and a server that speaks TLS only, with certificates made by the openssl CLI.
+private server (through ACL SETUSER or an aclfile), and a server that speaks TLS only, with
+certificates made by the openssl command.
 
 Also the worker the security tests run as a child process (``secure_servers:worker``).
 """

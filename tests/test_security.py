@@ -72,16 +72,20 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RSCHED_")}
 
 
-def refused(proc: subprocess.CompletedProcess[str]) -> str:
-    """The one line of an AccessDenied: exit 1, no traceback, the NOPERM and where the rules are."""
+def one_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The CLI's error (exit 1): one line, no traceback, containing each of ``needles``."""
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert "may not do what rsched needs here" in lines[0], lines[0]
-    assert "NOPERM" in lines[0], lines[0]
-    assert "docs/security.md" in lines[0], lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def refused(proc: subprocess.CompletedProcess[str]) -> str:
+    """An AccessDenied: the NOPERM and where the rules are, in one line."""
+    return one_line(proc, "may not do what rsched needs here", "NOPERM", "docs/security.md")
 
 
 def eventually(check: Callable[[], Any], timeout_s: float = 20.0, what: str = "") -> Any:
@@ -93,7 +97,7 @@ def eventually(check: Callable[[], Any], timeout_s: float = 20.0, what: str = ""
 
 
 def snapshot(server: Server, prefix: str) -> dict[str, Any]:
-    """Every key of ``prefix`` and its value (DUMP), to see that nothing changed."""
+    """Every key of ``prefix`` with its type and value, to see that nothing changed."""
     root = admin(server)
     return {
         key: (root.type(key), _value(root, key))
@@ -307,11 +311,9 @@ async def writes(client: rsched.Client) -> dict[str, Callable[[], Any]]:
     }
 
 
-async def refused_writes(
-    users: Server, prefix: str, user: str, expected: set[str]
-) -> dict[str, Any]:
-    """Try every write as ``user``; returns the state before. Those in ``expected`` must be
-    refused with AccessDenied, and the keys of ``prefix`` must not change."""
+async def refused_writes(users: Server, prefix: str, user: str, expected: set[str]) -> None:
+    """Try each write in ``expected`` as ``user``: each must be refused with AccessDenied, and
+    the keys of ``prefix`` must not change."""
     async with rsched.Client.from_url(user_url(users, "rsched-client"), prefix=prefix) as owner:
         await owner.add(SPEC)
         await owner.enqueue("sec.ok", execution_id="waiting", delay="1h")
@@ -336,7 +338,6 @@ async def refused_writes(
                 pytest.fail(f"{user} may {name}")
             assert "may not do what rsched needs" in refusal, (name, refusal)
     assert snapshot(users, prefix) == before
-    return before
 
 
 SCHEDULE_WRITES = {
@@ -410,17 +411,6 @@ def tls(request: pytest.FixtureRequest) -> Iterator[TlsServer]:
         yield srv
     finally:
         srv.close()
-
-
-def one_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The CLI's error (exit 1): one line, no traceback, containing each of ``needles``."""
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.slow
