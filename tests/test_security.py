@@ -445,6 +445,15 @@ def test_a_certificate_no_given_ca_signed(tls: TlsServer, prefix: str) -> None:
         )
         assert "self-signed" in line or "issuer" in line, line
         assert time.monotonic() - started < 8
+    env = {**_clean_env(), **role_env(tls.url, prefix)}
+    for main in ("rsched._scheduler_main", "rsched._worker_main secure_servers:worker"):
+        proc = subprocess.run(
+            [sys.executable, "-m", *main.split()], env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 1, (main, proc.stdout, proc.stderr)
+        assert "could not be verified" in proc.stdout + proc.stderr, (main, proc.stderr)
+        assert "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_a_certificate_for_another_host(tls: TlsServer, prefix: str) -> None:
@@ -498,6 +507,15 @@ def test_settings_never_show_the_password() -> None:
         assert SECRET not in text
         assert "redis://u:***@h:1/0" in text
     assert settings.url.endswith(f"{SECRET}@h:1/0")  # what connects still has it
+
+
+def test_the_demo_banner_never_shows_the_password(capsys: pytest.CaptureFixture[str]) -> None:
+    from rsched import _demo
+
+    _demo._banner(_demo.Target(f"redis://u:{SECRET}@h:1/0", "rsched", None), "Redis 7.0", [])
+    out = capsys.readouterr().out + _demo._explain(OSError("refused"), f"redis://:{SECRET}@h/0")
+    assert "redis://u:***@h:1/0" in out
+    assert SECRET not in out
 
 
 def with_secret(port: int, user: str = "default") -> str:
