@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+import anyio
 import redis
 
 import rsched
@@ -31,6 +32,16 @@ worker = rsched.Worker(queues=["default"], concurrency=2)
 @worker.task("sec.ok")
 async def ok(job: rsched.Job) -> dict[str, str]:
     return {"ran": job.execution_id}
+
+
+@worker.task("sec.fail")
+async def fail(job: rsched.Job) -> None:
+    raise RuntimeError("fails on purpose")
+
+
+@worker.task("sec.slow")
+async def slow(job: rsched.Job) -> None:
+    await anyio.sleep(60)  # until cancelled
 
 
 def documented(form: str = "setuser") -> dict[str, str]:

@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -221,13 +222,24 @@ def role_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
     return {"RSCHED_REDIS_URL": url, "RSCHED_PREFIX": prefix, "PYTHONPATH": "tests", **extra}
 
 
-def start_processes(spawn: Spawn, srv: Server, prefix: str) -> tuple[Proc, Proc]:
+#: The leader's sweeps, health watch and gauges every 0.2 s, so that the test sees them run.
+BUSY_LEADER = {
+    "RSCHED_RETENTION__INTERVAL_S": "0.2",
+    "RSCHED_HEALTH__CHECK_INTERVAL_S": "0.2",
+    "RSCHED_METRICS_INTERVAL_S": "0.2",
+    "RSCHED_LOG_LEVEL": "debug",
+}
+
+
+def start_processes(spawn: Spawn, srv: Server, prefix: str, tmp: Path) -> tuple[Proc, Proc]:
+    """The scheduler (syncing a schedules file) and the worker, each under its own user."""
+    schedules = tmp / "schedules.toml"
+    schedules.write_text('[[schedule]]\nid = "from-file"\ntask = "sec.ok"\nevery = "1h"\n')
     scheduler = spawn(
         "rsched._scheduler_main",
         *FAST_SCHEDULER,
-        "--metrics-port",
-        "0",
-        env=role_env(user_url(srv, "rsched-scheduler"), prefix, RSCHED_LOG_LEVEL="debug"),
+        *("--metrics-port", "0", "--schedules", str(schedules)),
+        env=role_env(user_url(srv, "rsched-scheduler"), prefix, **BUSY_LEADER),
     )
     worker = spawn(
         "rsched._worker_main",
@@ -250,21 +262,34 @@ def completed(srv: Server, prefix: str, execution_prefix: str) -> bool:
 
 @pytest.mark.slow
 async def test_scheduler_worker_and_cli_run_under_their_own_users(
-    users: Server, spawn: Spawn, prefix: str
+    users: Server, spawn: Spawn, prefix: str, tmp_path: Path
 ) -> None:
     client, readonly = user_url(users, "rsched-client"), user_url(users, "rsched-readonly")
     added = run_cli(client, prefix, "add", "tick", "--every", "1s", "--task", "sec.ok")
     assert added.returncode == 0, added.stderr
-    scheduler, worker = start_processes(spawn, users, prefix)
+    scheduler, worker = start_processes(spawn, users, prefix, tmp_path)
     eventually(lambda: completed(users, prefix, "tick@"), what="a fired run to complete")
-    enqueued = run_cli(client, prefix, "enqueue", "sec.ok", "--id", "one-off")
-    assert enqueued.returncode == 0, enqueued.stderr
+    for argv in (["sec.ok", "--id", "one-off"], ["sec.fail", "--max-retries", "0"],
+                 ["sec.slow", "--id", "slow-1"]):  # fmt: skip
+        enqueued = run_cli(client, prefix, "enqueue", *argv)
+        assert enqueued.returncode == 0, enqueued.stderr
     eventually(lambda: completed(users, prefix, "one-off"), what="an enqueued job to complete")
+    root = admin(users)
+    eventually(lambda: root.xlen("{" + prefix + "}:dead:default"), what="a dead letter")
+    eventually(lambda: root.hget("{" + prefix + "}:schedule:from-file", "task"), what="a sync")
     for argv in (["ls"], ["runs"], ["stats"], ["job", "one-off"]):
         done = run_cli(client, prefix, *argv)
         assert done.returncode == 0, (argv, done.stderr)
     assert "tick" in run_cli(readonly, prefix, "ls").stdout
     async with rsched.Client.from_url(client, prefix=prefix) as sdk:
+        with anyio.fail_after(20):
+            while (await sdk.job("slow-1")).state != "running":  # noqa: ASYNC110 - polling Redis
+                await anyio.sleep(0.1)
+        assert await sdk.cancel("slow-1") == "running"
+        with anyio.fail_after(20):
+            while (await sdk.job("slow-1")).state != "cancelled":  # noqa: ASYNC110 - polling Redis
+                await anyio.sleep(0.1)
+        await sdk.requeue("default")
         await sdk.pause("tick")
         await sdk.resume("tick")
         await sdk.trigger("tick")
@@ -286,6 +311,7 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
         assert proc.wait() == 0, proc.output()[-2000:]
     assert denials(users) == []
     assert "server.check_skipped" not in scheduler.output() + worker.output()
+    assert "retention.sweep" in scheduler.output()
 
 
 SPEC = {"id": "nightly", "task": "sec.ok", "every": 3600}
