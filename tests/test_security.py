@@ -45,7 +45,6 @@ from secure_servers import (
     user_url,
 )
 from servers import Server, env_kinds
-from web_support import serve
 
 Spawn = Callable[..., Proc]
 MakeServer = Callable[..., Server]
@@ -410,7 +409,15 @@ async def test_the_read_only_user_writes_nothing(users: Server, prefix: str) -> 
         await client.jobs()
         await client.events()
         await client.history("nightly")
-    settings = Settings(redis_url=readonly, prefix=prefix)
+    assert denials(users) == []
+
+
+async def test_the_read_only_dashboard_under_the_read_only_user(users: Server, prefix: str) -> None:
+    serve = web_support().serve
+    async with rsched.Client.from_url(user_url(users, "rsched-client"), prefix=prefix) as owner:
+        await owner.add(SPEC)
+        await owner.enqueue("sec.ok", execution_id="waiting", delay="1h")
+    settings = Settings(redis_url=user_url(users, "rsched-readonly"), prefix=prefix)
     with serve(settings, read_only=True) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
             for path in ("/", "/schedules", "/schedules/nightly", "/queues", "/workers", "/runs",
@@ -419,6 +426,14 @@ async def test_the_read_only_user_writes_nothing(users: Server, prefix: str) -> 
                 got = await http.get(path)
                 assert got.status_code == 200, (path, got.text[:300])
     assert denials(users) == []
+
+
+def web_support() -> Any:
+    """tests/web_support.py, or a skip where the web extra is not installed (.venv-min)."""
+    pytest.importorskip("uvicorn")
+    import web_support
+
+    return web_support
 
 
 # --- TLS ------------------------------------------------------------------------------------------
@@ -587,6 +602,7 @@ def test_no_output_shows_the_password(make_server: MakeServer, spawn: Spawn, pre
     outputs.append(run_processes(spawn, with_secret(wrong.port), prefix, "failed", "error"))
     outputs.append(run_processes(spawn, unreachable, prefix, "redis.error", "redis.error"))
     outputs.append(run_processes(spawn, good, prefix, "leader.acquired", "worker.start"))
+    serve = web_support().serve
     settings = Settings(redis_url=good, prefix=prefix)
     with serve(settings) as base:
         for path in ("/", "/queues", "/workers", "/api/v1/stats", "/api/v1/health"):
