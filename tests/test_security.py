@@ -28,7 +28,9 @@ import pytest
 
 import rsched
 from conftest import Proc
+from rsched._connection import connect, warn_if_unsafe
 from rsched._embedded import free_port
+from rsched._log import get_logger
 from rsched._settings import Settings, safe_url
 from secure_servers import (
     DOC,
@@ -212,6 +214,17 @@ def test_the_aclfile_loads_on_both_kinds(server: Server, prefix: str) -> None:
         assert sorted(line.split()[1] for line in listed) == sorted(["default", *ROLES])
     finally:
         srv.close()
+
+
+async def test_the_start_up_check_warns_under_the_worker_user(users: Server) -> None:
+    admin(users).config_set("maxmemory-policy", "allkeys-lru")  # and appendonly is off
+    redis = connect(user_url(users, "rsched-worker"))
+    try:
+        warnings = await warn_if_unsafe(redis, get_logger("rsched.test"))
+    finally:
+        await redis.aclose()
+    assert [w.split()[0] for w in warnings] == ["appendonly", "maxmemory-policy"]
+    assert denials(users) == []
 
 
 # --- every role end to end under its own user -----------------------------------------------------
