@@ -114,6 +114,25 @@ class ScriptCaller:
             _check_wrong_type(name, exc)
             raise
 
+    async def call_read(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """:meth:`call` for a script that only reads, sent as EVALSHA_RO: EVALSHA asks the
+        caller's ACL for write access to every key it names, so a read-only user (docs/security.md)
+        could not run even a script that only reads. A server without EVALSHA_RO (before Redis
+        7.0) gets EVALSHA."""
+        script = self.script(name)
+        command = (script.sha, len(keys), *keys, *args)
+        try:
+            try:
+                return await self.redis.evalsha_ro(*command)
+            except NoScriptError:
+                await self.redis.script_load(script.script)
+                return await self.redis.evalsha_ro(*command)
+        except ResponseError as exc:
+            if "unknown command" in str(exc).lower():
+                return await self.call(name, keys, args)
+            _check_wrong_type(name, exc)
+            raise
+
     async def call_packed(
         self,
         name: str,

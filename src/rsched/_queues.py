@@ -858,7 +858,7 @@ class QueueStore(_lua.ScriptCaller):
         keys += [self.keys.delayed_queue(q) for q in queues]
         if not keys:
             return None
-        res = await self.call("find_job", keys, [execution_id, JOB_SCAN_LIMIT, len(streams)])
+        res = await self.call_read("find_job", keys, [execution_id, JOB_SCAN_LIMIT, len(streams)])
         if not res:
             return None
         index, where, flat, due = int(res[0]), str(res[1]), res[2], res[3]

@@ -6,9 +6,20 @@ setting has a default that is safe in production and a unit in its name where it
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    FilePath,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsched._partition import MAX_PARTITIONS
@@ -31,6 +42,23 @@ DEFAULT_HISTORY_LIMIT = 30
 DEFAULT_PRIORITY_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
 # A worker's blocking read must come back this long before the socket timeout would fire.
 BLOCK_MARGIN_MS = 500
+# redis-py also takes the password as a query parameter of the URL (?password=...).
+_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (in the user part and in a ``password=``
+    query parameter), for messages, logs and reprs. Never raises, even on a malformed URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an invalid URL>"
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if at and ":" in userinfo:
+        parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
+    if "password=" in parts.query.lower():
+        parts = parts._replace(query=_QUERY_PASSWORD.sub(r"\1***", parts.query))
+    return urlunsplit(parts)
 
 
 class SchedulerSettings(BaseModel):
@@ -186,6 +214,11 @@ class Settings(BaseSettings):
     )
 
     redis_url: str | None = None
+    # TLS (rediss:// URLs): the CA that signed the server's certificate (default: the system's
+    # CAs), and a client certificate and key for a server that asks for one (tls-auth-clients).
+    tls_ca_file: FilePath | None = None
+    tls_cert_file: FilePath | None = None
+    tls_key_file: FilePath | None = None
     prefix: str = Field(default="rsched", pattern=PREFIX_RE.pattern)
     # The deployment's number of partitions (docs/scaling.md): None takes what the deployment
     # stored (1 for a new one); a number must match it, or becomes it for a new deployment.
@@ -238,6 +271,11 @@ class Settings(BaseSettings):
     @property
     def url(self) -> str:
         return self.redis_url or DEFAULT_REDIS_URL
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # repr() and str() of the settings end up in logs and tracebacks: never the password.
+        for name, value in super().__repr_args__():
+            yield name, safe_url(value) if name == "redis_url" and value else value
 
 
 def problems(exc: ValidationError) -> str:

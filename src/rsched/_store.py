@@ -254,9 +254,17 @@ class ScheduleStore(_lua.ScriptCaller):
         # The items' field names and most values repeat: pack each once per call.
         cache: dict[str, bytes] = {}
         bound = limiter or anyio.CapacityLimiter(BULK_IN_FLIGHT)
-        async with anyio.create_task_group() as tg:
-            for n, chunk in enumerate(chunks):
-                tg.start_soon(send, n, chunk)
+        try:
+            async with anyio.create_task_group() as tg:
+                for n, chunk in enumerate(chunks):
+                    tg.start_soon(send, n, chunk)
+        except BaseExceptionGroup as group:
+            # A chunk's failure (a lost connection, a user the ACL refuses) is the call's: raise
+            # it as such, so that callers translate it as they do any other Redis error.
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
         wrong: list[str] = []
         for (item, _), reply in zip(sends, (r for chunk in replies for r in chunk), strict=True):
             code, _, rest = reply.partition(":")
