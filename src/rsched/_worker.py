@@ -41,6 +41,7 @@ from redis.asyncio import Redis
 
 from rsched._backoff import Backoff
 from rsched._connection import connect, warn_if_unsafe
+from rsched._durability import Durability
 from rsched._errors import ConfigError
 from rsched._job import Job
 from rsched._log import get_logger
@@ -135,6 +136,7 @@ class Worker:
         prefix: str | None = None,
         metrics_port: int | None = None,
         metrics_host: str | None = None,
+        durability: str | None = None,
     ) -> None:
         """Override settings (the ``rsched-worker`` flags); wins over env and constructor."""
         if queues is not None:
@@ -153,6 +155,8 @@ class Worker:
             self._root_overrides["metrics_port"] = metrics_port
         if metrics_host is not None:
             self._root_overrides["metrics_host"] = metrics_host
+        if durability is not None:
+            self._root_overrides["durability"] = durability
 
     def resolve_settings(self) -> Settings:
         """The effective settings: flags > RSCHED_* environment > constructor > defaults."""
@@ -248,6 +252,7 @@ class Worker:
         else:
             client = redis
         store = QueueStore.from_settings(client, settings)
+        store.durability = Durability.from_settings(settings, raises=False)  # nobody to tell
         log.info(
             "worker.start",
             worker=self.consumer,

@@ -1,0 +1,283 @@
+"""durability="replicated" / "replicated_fsync": writes confirmed by a replica, shortfalls raised
+by the client and counted by the scheduler and worker, and what a failover does without them
+(docs/durability.md)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+import rsched
+from rsched import _cli, _scheduler_main, _worker_main
+from rsched._durability import Durability
+from rsched._keys import Keys
+from rsched._metrics import METRICS
+from rsched._settings import SchedulerSettings, Settings
+from servers import Server
+from test_scheduler import running
+from test_worker import wait_until
+
+TIMEOUT_MS = 200
+
+
+@asynccontextmanager
+async def replicating(primary: Server, replica: Server) -> AsyncIterator[Redis]:
+    """``replica`` follows ``primary`` (link up); yields a client of the replica."""
+    client = Redis.from_url(replica.url, decode_responses=True)
+    try:
+        await client.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
+
+        async def linked() -> bool:
+            info = await client.info("replication")
+            return bool(info.get("master_link_status") == "up")
+
+        await wait_until(linked)
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def pair(make_server: Callable[..., Server]) -> Iterator[tuple[Server, Server]]:
+    primary, replica = make_server(), make_server()
+    yield primary, replica
+    replica.resume()  # a test that failed while it was paused must not hang the clean-up
+
+
+def replicated(server: Server, prefix: str, **more: Any) -> Settings:
+    return Settings(
+        redis_url=server.url,
+        prefix=prefix,
+        durability="replicated",
+        durability_timeout_ms=TIMEOUT_MS,
+        scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=300),
+        **more,
+    )
+
+
+def counted(op: str) -> float:
+    value = METRICS.registry.get_sample_value("rsched_writes_unreplicated_total", {"op": op})
+    return value or 0.0
+
+
+def soon(seconds: float = 3600) -> dict[str, Any]:
+    return {"every": f"{int(seconds)}s"}
+
+
+async def test_writes_wait_for_the_replica(pair: tuple[Server, Server], prefix: str) -> None:
+    primary, replica = pair
+    async with (
+        replicating(primary, replica) as copy,
+        rsched.Client.from_settings(replicated(primary, prefix)) as client,
+    ):
+        await client.add({"id": "one", "task": "t", **soon()})
+        await client.add_many([{"id": f"bulk-{n}", "task": "t", **soon()} for n in range(50)])
+        job = await client.enqueue("t", {"n": 1})
+        await client.pause("one")
+        # Confirmed by the replica before the calls returned: there at once, no polling.
+        keys = Keys(prefix)
+        assert await copy.hget(keys.schedule("one"), "status") == "paused"
+        assert await copy.exists(*(keys.schedule(f"bulk-{n}") for n in range(50))) == 50
+        entries = await copy.xrange(keys.queue("default"))
+        assert [f["execution_id"] for _, f in entries] == [job.execution_id]
+        async with Redis.from_url(primary.url, decode_responses=True) as direct:
+            assert (await direct.info("commandstats"))["cmdstat_wait"]["calls"] >= 4
+
+
+async def test_paused_replica_raises_write_not_replicated(
+    pair: tuple[Server, Server], prefix: str
+) -> None:
+    primary, replica = pair
+    async with (
+        replicating(primary, replica),
+        rsched.Client.from_settings(replicated(primary, prefix)) as client,
+    ):
+        replica.pause()
+        started = time.monotonic()
+        with pytest.raises(rsched.WriteNotReplicated) as caught:
+            await client.add({"id": "one", "task": "t", **soon()})
+        assert time.monotonic() - started < TIMEOUT_MS / 1000 + 2.0
+        assert (caught.value.op, caught.value.confirmed, caught.value.wanted) == ("upsert", 0, 1)
+        assert "applied the write" in str(caught.value)
+        assert (await client.get("one")).id == "one"  # on the primary all the same
+        with pytest.raises(rsched.WriteNotReplicated):
+            await client.enqueue("t", execution_id="job-1")
+        with pytest.raises(rsched.WriteNotReplicated):
+            await client.add_many([{"id": "two", "task": "t", **soon()}])
+        replica.resume()
+        # The same id again: nothing is written twice, and now the replica confirms.
+        assert not (await client.enqueue("t", execution_id="job-1")).created
+
+
+async def test_scheduler_counts_unreplicated_fires_and_keeps_firing(
+    pair: tuple[Server, Server], prefix: str
+) -> None:
+    primary, replica = pair
+    settings = replicated(primary, prefix)
+    async with (
+        replicating(primary, replica),
+        rsched.Client.from_url(primary.url, prefix) as client,
+    ):
+        replica.pause()
+        before = counted("fire")
+        await client.add({"id": "tick", "task": "t", "every": "1s", "overlap": "allow"})
+        async with running(settings):
+            key = Keys(prefix).queue("default")
+            redis = Redis.from_url(primary.url)
+            await wait_until(lambda: _at_least(redis.xlen(key), 3), timeout_s=15)
+            await redis.aclose()
+        assert counted("fire") - before >= 3
+
+
+async def _at_least(length: Any, n: int) -> bool:
+    return int(await length) >= n
+
+
+async def test_worker_counts_unreplicated_acks(pair: tuple[Server, Server], prefix: str) -> None:
+    primary, replica = pair
+    settings = replicated(primary, prefix)
+    worker = rsched.Worker(settings=settings)
+    done = anyio.Event()
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        done.set()
+
+    async with (
+        replicating(primary, replica),
+        rsched.Client.from_url(primary.url, prefix) as client,
+    ):
+        replica.pause()
+        before = counted("complete")
+        await client.enqueue("t")
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, None)
+            await wait_until(lambda: counted("complete") > before)
+            worker.stop()
+        assert done.is_set()
+
+
+def test_settings_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().durability == "async"
+    assert Durability.from_settings(Settings()) is None
+    with pytest.raises(ValidationError, match="durability"):
+        Settings(durability="sync")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="durability_replicas"):
+        Settings(durability_replicas=0)
+    with pytest.raises(ValidationError, match="RSCHED_DURABILITY_TIMEOUT_MS"):
+        Settings(durability_timeout_ms=5_000, socket_timeout_s=5)
+    monkeypatch.setenv("RSCHED_DURABILITY", "replicated")
+    monkeypatch.setenv("RSCHED_DURABILITY_REPLICAS", "2")
+    durability = Durability.from_settings(Settings())
+    assert durability is not None
+    assert durability.wait_args == ["WAIT", "2", "250"]
+
+
+def test_flags(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    args = _scheduler_main._parser().parse_args(["--durability", "replicated_fsync"])
+    assert _scheduler_main.load_settings(args).durability == "replicated_fsync"
+    assert _worker_main.parse_args(["m:w", "--durability", "replicated"]).durability == "replicated"
+    assert _cli._settings(argparse.Namespace(durability="replicated")).durability == "replicated"
+    assert _cli.main(["--durability", "sometimes", "ls"]) == 2
+    assert "--durability" in capsys.readouterr().err
+
+
+async def test_replicated_fsync(
+    server: Server, make_server: Callable[..., Server], prefix: str
+) -> None:
+    """WAITAOF where the server has it (Valkey 8+, Redis 7.2+), a clear refusal elsewhere."""
+    primary, replica = make_server(appendonly=True), make_server(appendonly=True)
+    # A Valkey replica confirms an fsync at its next ack (once a second) now and then: the
+    # wait must outlast that (docs/durability.md).
+    settings = replicated(primary, prefix).model_copy(
+        update={"durability": "replicated_fsync", "durability_timeout_ms": 4_000}
+    )
+    async with (
+        replicating(primary, replica),
+        Redis.from_url(primary.url, decode_responses=True) as direct,
+        rsched.Client.from_settings(settings) as client,
+    ):
+        version = (await direct.info("server"))["redis_version"]
+        if tuple(int(p) for p in version.split(".")[:2]) < (7, 2):
+            with pytest.raises(rsched.ServerError, match="needs WAITAOF"):
+                await client.add({"id": "one", "task": "t", **soon()})
+            assert not await direct.exists(Keys(prefix).schedule("one"))
+            return
+
+        async def replica_fsyncs() -> bool:
+            # A new replica confirms fsyncs once its first AOF rewrite is done.
+            await direct.incr(f"{{{prefix}}}:probe")
+            return bool((await direct.execute_command("WAITAOF", 0, 1, 100))[1] == 1)
+
+        await wait_until(replica_fsyncs)
+        await client.add({"id": "one", "task": "t", **soon()})
+        stats = await direct.info("commandstats")
+        assert stats["cmdstat_waitaof"]["calls"] >= 2
+        replica.pause()
+        settings.durability_timeout_ms = TIMEOUT_MS
+        async with rsched.Client.from_settings(settings) as impatient:
+            with pytest.raises(rsched.WriteNotReplicated, match="confirmed its fsync"):
+                await impatient.enqueue("t")
+
+
+async def test_replicated_fsync_needs_aof(
+    server: Server, make_server: Callable[..., Server], prefix: str
+) -> None:
+    primary = make_server()  # no AOF
+    settings = replicated(primary, prefix).model_copy(update={"durability": "replicated_fsync"})
+    async with rsched.Client.from_settings(settings) as client:
+        with pytest.raises(rsched.ServerError, match="WAITAOF|append-only"):
+            await client.enqueue("t")
+
+
+@pytest.mark.slow
+async def test_failover_repeats_a_fire_and_loses_an_enqueue(
+    pair: tuple[Server, Server], prefix: str
+) -> None:
+    """docs/durability.md, "What a failover does": with durability="async", a fire the old
+    primary acknowledged is fired again by the promoted replica (the index score rolled back
+    with the job), and an enqueue it acknowledged is gone."""
+    primary, replica = pair
+    keys = Keys(prefix)
+    settings = replicated(primary, prefix).model_copy(update={"durability": "async"})
+    async with replicating(primary, replica) as copy:
+        old = Redis.from_url(primary.url, decode_responses=True)
+        at = datetime.now(UTC) + timedelta(seconds=1.5)
+        async with rsched.Client.from_settings(settings) as client:
+            await client.add({"id": "once", "task": "t", "at": at.isoformat()})
+            await old.execute_command("WAIT", 1, 2000)  # the schedule is on the replica
+            # The replica stops, and its link with it: what follows never reaches it (a paused
+            # replica alone would still find it in its socket's buffer when it resumes).
+            replica.pause()
+            await old.client_kill_filter(_type="replica")
+            async with running(settings):
+                await wait_until(lambda: _at_least(old.xlen(keys.queue("default")), 1))
+            job = await client.enqueue("t", {"n": 1})
+        (_, fired), (_, queued) = await old.xrange(keys.queue("default"))
+        assert queued["execution_id"] == job.execution_id
+        await old.aclose()
+        primary.kill()
+        replica.resume()
+        await copy.execute_command("REPLICAOF", "NO", "ONE")
+        promoted = settings.model_copy(update={"redis_url": replica.url})
+        # Rolled back together: no job, and the index still holds the occurrence.
+        assert await copy.xlen(keys.queue("default")) == 0
+        assert int(float(await copy.zscore(keys.schedules, "once"))) == int(fired["scheduled_at"])
+        async with running(promoted):
+            await wait_until(lambda: _at_least(copy.xlen(keys.queue("default")), 1))
+        (_, again), *_ = await copy.xrange(keys.queue("default"))
+        assert again["scheduled_at"] == fired["scheduled_at"]  # the same occurrence, repeated
+        assert again["execution_id"] == fired["execution_id"]
+        # The enqueue the old primary acknowledged is lost.
+        async with rsched.Client.from_settings(promoted) as client:
+            with pytest.raises(rsched.JobNotFound):
+                await client.job(job.execution_id)
