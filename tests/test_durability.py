@@ -235,7 +235,7 @@ async def test_replicated_fsync_needs_aof(
     primary = make_server()  # no AOF
     settings = replicated(primary, prefix).model_copy(update={"durability": "replicated_fsync"})
     async with rsched.Client.from_settings(settings) as client:
-        with pytest.raises(rsched.ServerError, match="WAITAOF|append-only"):
+        with pytest.raises(rsched.ServerError, match=r"WAITAOF|append-only"):
             await client.enqueue("t")
 
 
