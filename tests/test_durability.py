@@ -30,9 +30,10 @@ TIMEOUT_MS = 200
 
 
 @asynccontextmanager
-async def replicating(primary: Server, replica: Server) -> AsyncIterator[Redis]:
-    """``replica`` follows ``primary`` (link up); yields a client of the replica."""
-    client = Redis.from_url(replica.url, decode_responses=True)
+async def replicating(primary: Server, replica: Server) -> AsyncIterator[Any]:
+    """``replica`` follows ``primary`` (link up); yields a client of the replica (typed Any:
+    redis-py's stubs make each reply a union)."""
+    client: Any = Redis.from_url(replica.url, decode_responses=True)
     try:
         await client.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
 
@@ -203,9 +204,10 @@ async def test_replicated_fsync(
     )
     async with (
         replicating(primary, replica),
-        Redis.from_url(primary.url, decode_responses=True) as direct,
+        Redis.from_url(primary.url, decode_responses=True) as connection,
         rsched.Client.from_settings(settings) as client,
     ):
+        direct: Any = connection
         version = (await direct.info("server"))["redis_version"]
         if tuple(int(p) for p in version.split(".")[:2]) < (7, 2):
             with pytest.raises(rsched.ServerError, match="needs WAITAOF"):
@@ -250,7 +252,7 @@ async def test_failover_repeats_a_fire_and_loses_an_enqueue(
     keys = Keys(prefix)
     settings = replicated(primary, prefix).model_copy(update={"durability": "async"})
     async with replicating(primary, replica) as copy:
-        old = Redis.from_url(primary.url, decode_responses=True)
+        old: Any = Redis.from_url(primary.url, decode_responses=True)
         at = datetime.now(UTC) + timedelta(seconds=1.5)
         async with rsched.Client.from_settings(settings) as client:
             await client.add({"id": "once", "task": "t", "at": at.isoformat()})
