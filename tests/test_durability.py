@@ -94,6 +94,22 @@ async def test_writes_wait_for_the_replica(pair: tuple[Server, Server], prefix: 
             assert (await direct.info("commandstats"))["cmdstat_wait"]["calls"] >= 4
 
 
+async def test_a_single_connection_client_waits_on_its_connection(
+    pair: tuple[Server, Server], prefix: str
+) -> None:
+    primary, replica = pair
+    settings = replicated(primary, prefix)
+    async with (
+        replicating(primary, replica),
+        Redis.from_url(primary.url, decode_responses=True, single_connection_client=True) as one,
+    ):
+        client = rsched.Client(one, settings)
+        await client.enqueue("t")
+        replica.pause()
+        with pytest.raises(rsched.WriteNotReplicated):
+            await client.enqueue("t")
+
+
 async def test_paused_replica_raises_write_not_replicated(
     pair: tuple[Server, Server], prefix: str
 ) -> None:

@@ -152,6 +152,8 @@ class ScriptCaller:
         """
         redis = self.redis
         durability = self._durability(name)
+        if durability is not None:
+            await durability.ready(redis)
         if redis.connection is not None or redis.single_connection_client:
             # One connection for every command: the WAIT follows the write on it.
             reply = await self._call(name, keys, args)
@@ -166,7 +168,6 @@ class ScriptCaller:
             except (RedisConnectionError, RedisTimeoutError):
                 replies = None
             return await self._call(name, keys, args) if replies is None else replies[0]
-        await durability.ready(redis)
         data += pack_command(durability.wait_args)
         unsure = False
         try:
