@@ -54,14 +54,13 @@ def pair(make_server: Callable[..., Server]) -> Iterator[tuple[Server, Server]]:
     replica.resume()  # a test that failed while it was paused must not hang the clean-up
 
 
-def replicated(server: Server, prefix: str, **more: Any) -> Settings:
+def replicated(server: Server, prefix: str) -> Settings:
     return Settings(
         redis_url=server.url,
         prefix=prefix,
         durability="replicated",
         durability_timeout_ms=TIMEOUT_MS,
         scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=300),
-        **more,
     )
 
 
@@ -70,18 +69,14 @@ def counted(op: str) -> float:
     return value or 0.0
 
 
-def soon(seconds: float = 3600) -> dict[str, Any]:
-    return {"every": f"{int(seconds)}s"}
-
-
 async def test_writes_wait_for_the_replica(pair: tuple[Server, Server], prefix: str) -> None:
     primary, replica = pair
     async with (
         replicating(primary, replica) as copy,
         rsched.Client.from_settings(replicated(primary, prefix)) as client,
     ):
-        await client.add({"id": "one", "task": "t", **soon()})
-        await client.add_many([{"id": f"bulk-{n}", "task": "t", **soon()} for n in range(50)])
+        await client.add({"id": "one", "task": "t", "every": "1h"})
+        await client.add_many([{"id": f"bulk-{n}", "task": "t", "every": "1h"} for n in range(50)])
         job = await client.enqueue("t", {"n": 1})
         await client.pause("one")
         # Confirmed by the replica before the calls returned: there at once, no polling.
@@ -121,7 +116,7 @@ async def test_paused_replica_raises_write_not_replicated(
         replica.pause()
         started = time.monotonic()
         with pytest.raises(rsched.WriteNotReplicated) as caught:
-            await client.add({"id": "one", "task": "t", **soon()})
+            await client.add({"id": "one", "task": "t", "every": "1h"})
         assert time.monotonic() - started < TIMEOUT_MS / 1000 + 2.0
         assert (caught.value.op, caught.value.confirmed, caught.value.wanted) == ("upsert", 0, 1)
         assert "applied the write" in str(caught.value)
@@ -129,7 +124,7 @@ async def test_paused_replica_raises_write_not_replicated(
         with pytest.raises(rsched.WriteNotReplicated):
             await client.enqueue("t", execution_id="job-1")
         with pytest.raises(rsched.WriteNotReplicated):
-            await client.add_many([{"id": "two", "task": "t", **soon()}])
+            await client.add_many([{"id": "two", "task": "t", "every": "1h"}])
         replica.resume()
         # The same id again: nothing is written twice, and now the replica confirms.
         assert not (await client.enqueue("t", execution_id="job-1")).created
@@ -147,11 +142,9 @@ async def test_scheduler_counts_unreplicated_fires_and_keeps_firing(
         replica.pause()
         before = counted("fire")
         await client.add({"id": "tick", "task": "t", "every": "1s", "overlap": "allow"})
-        async with running(settings):
-            key = Keys(prefix).queue("default")
-            redis = Redis.from_url(primary.url)
+        key = Keys(prefix).queue("default")
+        async with running(settings), Redis.from_url(primary.url) as redis:
             await wait_until(lambda: _at_least(redis.xlen(key), 3), timeout_s=15)
-            await redis.aclose()
         assert counted("fire") - before >= 3
 
 
@@ -199,7 +192,7 @@ def test_settings_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     assert durability.wait_args == ["WAIT", "2", "250"]
 
 
-def test_flags(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_flags(capsys: pytest.CaptureFixture[str]) -> None:
     args = _scheduler_main._parser().parse_args(["--durability", "replicated_fsync"])
     assert _scheduler_main.load_settings(args).durability == "replicated_fsync"
     assert _worker_main.parse_args(["m:w", "--durability", "replicated"]).durability == "replicated"
@@ -227,7 +220,7 @@ async def test_replicated_fsync(
         version = (await direct.info("server"))["redis_version"]
         if tuple(int(p) for p in version.split(".")[:2]) < (7, 2):
             with pytest.raises(rsched.ServerError, match="needs WAITAOF"):
-                await client.add({"id": "one", "task": "t", **soon()})
+                await client.add({"id": "one", "task": "t", "every": "1h"})
             assert not await direct.exists(Keys(prefix).schedule("one"))
             return
 
@@ -237,7 +230,7 @@ async def test_replicated_fsync(
             return bool((await direct.execute_command("WAITAOF", 0, 1, 100))[1] == 1)
 
         await wait_until(replica_fsyncs)
-        await client.add({"id": "one", "task": "t", **soon()})
+        await client.add({"id": "one", "task": "t", "every": "1h"})
         stats = await direct.info("commandstats")
         assert stats["cmdstat_waitaof"]["calls"] >= 2
         replica.pause()
