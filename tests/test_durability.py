@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,11 +48,24 @@ async def replicating(primary: Server, replica: Server) -> AsyncIterator[Any]:
         await client.aclose()
 
 
+@dataclass
+class Pair:
+    """A primary with a replica that follows it, and rsched's settings for the primary."""
+
+    primary: Server
+    replica: Server
+    copy: Any  # a client of the replica
+    settings: Settings  # durability="replicated", TIMEOUT_MS
+
+
 @pytest.fixture
-def pair(make_server: Callable[..., Server]) -> Iterator[tuple[Server, Server]]:
+async def pair(make_server: Callable[..., Server], prefix: str) -> AsyncIterator[Pair]:
     primary, replica = make_server(), make_server()
-    yield primary, replica
-    replica.resume()  # a test that failed while it was paused must not hang the clean-up
+    async with replicating(primary, replica) as copy:
+        try:
+            yield Pair(primary, replica, copy, replicated(primary, prefix))
+        finally:
+            replica.resume()  # a test that failed while it was paused must not hang clean-up
 
 
 def replicated(server: Server, prefix: str) -> Settings:
@@ -69,51 +83,35 @@ def counted(op: str) -> float:
     return value or 0.0
 
 
-async def test_writes_wait_for_the_replica(pair: tuple[Server, Server], prefix: str) -> None:
-    primary, replica = pair
-    async with (
-        replicating(primary, replica) as copy,
-        rsched.Client.from_settings(replicated(primary, prefix)) as client,
-    ):
+async def test_writes_wait_for_the_replica(pair: Pair, prefix: str) -> None:
+    async with rsched.Client.from_settings(pair.settings) as client:
         await client.add({"id": "one", "task": "t", "every": "1h"})
         await client.add_many([{"id": f"bulk-{n}", "task": "t", "every": "1h"} for n in range(50)])
         job = await client.enqueue("t", {"n": 1})
         await client.pause("one")
-        # Confirmed by the replica before the calls returned: there at once, no polling.
-        keys = Keys(prefix)
-        assert await copy.hget(keys.schedule("one"), "status") == "paused"
-        assert await copy.exists(*(keys.schedule(f"bulk-{n}") for n in range(50))) == 50
-        entries = await copy.xrange(keys.queue("default"))
-        assert [f["execution_id"] for _, f in entries] == [job.execution_id]
-        async with Redis.from_url(primary.url, decode_responses=True) as direct:
-            assert (await direct.info("commandstats"))["cmdstat_wait"]["calls"] >= 4
+    # Confirmed by the replica before the calls returned: there at once, no polling.
+    keys, copy = Keys(prefix), pair.copy
+    assert await copy.hget(keys.schedule("one"), "status") == "paused"
+    assert await copy.exists(*(keys.schedule(f"bulk-{n}") for n in range(50))) == 50
+    entries = await copy.xrange(keys.queue("default"))
+    assert [f["execution_id"] for _, f in entries] == [job.execution_id]
+    async with Redis.from_url(pair.primary.url, decode_responses=True) as direct:
+        assert (await direct.info("commandstats"))["cmdstat_wait"]["calls"] >= 4
 
 
-async def test_a_single_connection_client_waits_on_its_connection(
-    pair: tuple[Server, Server], prefix: str
-) -> None:
-    primary, replica = pair
-    settings = replicated(primary, prefix)
-    async with (
-        replicating(primary, replica),
-        Redis.from_url(primary.url, decode_responses=True, single_connection_client=True) as one,
-    ):
-        client = rsched.Client(one, settings)
+async def test_a_single_connection_client_waits_on_its_connection(pair: Pair) -> None:
+    url = pair.primary.url
+    async with Redis.from_url(url, decode_responses=True, single_connection_client=True) as one:
+        client = rsched.Client(one, pair.settings)
         await client.enqueue("t")
-        replica.pause()
+        pair.replica.pause()
         with pytest.raises(rsched.WriteNotReplicated):
             await client.enqueue("t")
 
 
-async def test_paused_replica_raises_write_not_replicated(
-    pair: tuple[Server, Server], prefix: str
-) -> None:
-    primary, replica = pair
-    async with (
-        replicating(primary, replica),
-        rsched.Client.from_settings(replicated(primary, prefix)) as client,
-    ):
-        replica.pause()
+async def test_paused_replica_raises_write_not_replicated(pair: Pair) -> None:
+    async with rsched.Client.from_settings(pair.settings) as client:
+        pair.replica.pause()
         started = time.monotonic()
         with pytest.raises(rsched.WriteNotReplicated) as caught:
             await client.add({"id": "one", "task": "t", "every": "1h"})
@@ -125,55 +123,46 @@ async def test_paused_replica_raises_write_not_replicated(
             await client.enqueue("t", execution_id="job-1")
         with pytest.raises(rsched.WriteNotReplicated):
             await client.add_many([{"id": "two", "task": "t", "every": "1h"}])
-        replica.resume()
+        pair.replica.resume()
         # The same id again: nothing is written twice, and now the replica confirms.
         assert not (await client.enqueue("t", execution_id="job-1")).created
 
 
 async def test_scheduler_counts_unreplicated_fires_and_keeps_firing(
-    pair: tuple[Server, Server], prefix: str
+    pair: Pair, prefix: str
 ) -> None:
-    primary, replica = pair
-    settings = replicated(primary, prefix)
-    async with (
-        replicating(primary, replica),
-        rsched.Client.from_url(primary.url, prefix) as client,
-    ):
-        replica.pause()
-        before = counted("fire")
+    url = pair.primary.url
+    async with rsched.Client.from_url(url, prefix) as client:
         await client.add({"id": "tick", "task": "t", "every": "1s", "overlap": "allow"})
-        key = Keys(prefix).queue("default")
-        async with running(settings), Redis.from_url(primary.url) as redis:
-            await wait_until(lambda: _at_least(redis.xlen(key), 3), timeout_s=15)
-        assert counted("fire") - before >= 3
+    pair.replica.pause()
+    before = counted("fire")
+    key = Keys(prefix).queue("default")
+    async with running(pair.settings), Redis.from_url(url) as redis:
+        await wait_until(lambda: _at_least(redis.xlen(key), 3), timeout_s=15)
+    assert counted("fire") - before >= 3
 
 
 async def _at_least(length: Any, n: int) -> bool:
     return int(await length) >= n
 
 
-async def test_worker_counts_unreplicated_acks(pair: tuple[Server, Server], prefix: str) -> None:
-    primary, replica = pair
-    settings = replicated(primary, prefix)
-    worker = rsched.Worker(settings=settings)
+async def test_worker_counts_unreplicated_acks(pair: Pair, prefix: str) -> None:
+    worker = rsched.Worker(settings=pair.settings)
     done = anyio.Event()
 
     @worker.task("t")
     async def handler(job: rsched.Job) -> None:
         done.set()
 
-    async with (
-        replicating(primary, replica),
-        rsched.Client.from_url(primary.url, prefix) as client,
-    ):
-        replica.pause()
-        before = counted("complete")
+    pair.replica.pause()
+    before = counted("complete")
+    async with rsched.Client.from_url(pair.primary.url, prefix) as client:
         await client.enqueue("t")
-        async with anyio.create_task_group() as tg:
-            await tg.start(worker.run, None)
-            await wait_until(lambda: counted("complete") > before)
-            worker.stop()
-        assert done.is_set()
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, None)
+        await wait_until(lambda: counted("complete") > before)
+        worker.stop()
+    assert done.is_set()
 
 
 def test_settings_validation(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -251,44 +240,41 @@ async def test_replicated_fsync_needs_aof(
 
 
 @pytest.mark.slow
-async def test_failover_repeats_a_fire_and_loses_an_enqueue(
-    pair: tuple[Server, Server], prefix: str
-) -> None:
+async def test_failover_repeats_a_fire_and_loses_an_enqueue(pair: Pair, prefix: str) -> None:
     """docs/durability.md, "What a failover does": with durability="async", a fire the old
     primary acknowledged is fired again by the promoted replica (the index score rolled back
     with the job), and an enqueue it acknowledged is gone."""
-    primary, replica = pair
+    primary, replica, copy = pair.primary, pair.replica, pair.copy
     keys = Keys(prefix)
-    settings = replicated(primary, prefix).model_copy(update={"durability": "async"})
-    async with replicating(primary, replica) as copy:
-        old: Any = Redis.from_url(primary.url, decode_responses=True)
-        at = datetime.now(UTC) + timedelta(seconds=1.5)
-        async with rsched.Client.from_settings(settings) as client:
-            await client.add({"id": "once", "task": "t", "at": at.isoformat()})
-            await old.execute_command("WAIT", 1, 2000)  # the schedule is on the replica
-            # The replica stops, and its link with it: what follows never reaches it (a paused
-            # replica alone would still find it in its socket's buffer when it resumes).
-            replica.pause()
-            await old.client_kill_filter(_type="replica")
-            async with running(settings):
-                await wait_until(lambda: _at_least(old.xlen(keys.queue("default")), 1))
-            job = await client.enqueue("t", {"n": 1})
-        (_, fired), (_, queued) = await old.xrange(keys.queue("default"))
-        assert queued["execution_id"] == job.execution_id
-        await old.aclose()
-        primary.kill()
-        replica.resume()
-        await copy.execute_command("REPLICAOF", "NO", "ONE")
-        promoted = settings.model_copy(update={"redis_url": replica.url})
-        # Rolled back together: no job, and the index still holds the occurrence.
-        assert await copy.xlen(keys.queue("default")) == 0
-        assert int(float(await copy.zscore(keys.schedules, "once"))) == int(fired["scheduled_at"])
-        async with running(promoted):
-            await wait_until(lambda: _at_least(copy.xlen(keys.queue("default")), 1))
-        (_, again), *_ = await copy.xrange(keys.queue("default"))
-        assert again["scheduled_at"] == fired["scheduled_at"]  # the same occurrence, repeated
-        assert again["execution_id"] == fired["execution_id"]
-        # The enqueue the old primary acknowledged is lost.
-        async with rsched.Client.from_settings(promoted) as client:
-            with pytest.raises(rsched.JobNotFound):
-                await client.job(job.execution_id)
+    settings = pair.settings.model_copy(update={"durability": "async"})
+    old: Any = Redis.from_url(primary.url, decode_responses=True)  # closed before the kill
+    at = datetime.now(UTC) + timedelta(seconds=1.5)
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add({"id": "once", "task": "t", "at": at.isoformat()})
+        await old.execute_command("WAIT", 1, 2000)  # the schedule is on the replica
+        # The replica stops, and its link with it: what follows never reaches it (a paused
+        # replica alone would still find it in its socket's buffer when it resumes).
+        replica.pause()
+        await old.client_kill_filter(_type="replica")
+        async with running(settings):
+            await wait_until(lambda: _at_least(old.xlen(keys.queue("default")), 1))
+        job = await client.enqueue("t", {"n": 1})
+    (_, fired), (_, queued) = await old.xrange(keys.queue("default"))
+    assert queued["execution_id"] == job.execution_id
+    await old.aclose()
+    primary.kill()
+    replica.resume()
+    await copy.execute_command("REPLICAOF", "NO", "ONE")
+    promoted = settings.model_copy(update={"redis_url": replica.url})
+    # Rolled back together: no job, and the index still holds the occurrence.
+    assert await copy.xlen(keys.queue("default")) == 0
+    assert int(float(await copy.zscore(keys.schedules, "once"))) == int(fired["scheduled_at"])
+    async with running(promoted):
+        await wait_until(lambda: _at_least(copy.xlen(keys.queue("default")), 1))
+    (_, again), *_ = await copy.xrange(keys.queue("default"))
+    assert again["scheduled_at"] == fired["scheduled_at"]  # the same occurrence, repeated
+    assert again["execution_id"] == fired["execution_id"]
+    # The enqueue the old primary acknowledged is lost.
+    async with rsched.Client.from_settings(promoted) as client:
+        with pytest.raises(rsched.JobNotFound):
+            await client.job(job.execution_id)
