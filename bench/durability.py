@@ -29,9 +29,9 @@ from rsched import Client, Scheduler, Settings
 from rsched._connection import connect
 from rsched._embedded import EmbeddedServer, binary_path
 from rsched._keys import Keys
-from rsched._settings import Durability
+from rsched._settings import DurabilityLevel
 
-LEVELS: tuple[Durability, ...] = ("async", "replicated")
+LEVELS: tuple[DurabilityLevel, ...] = ("async", "replicated")
 HERD_LEAD_S = 3.0
 ENQUEUES = 1_000
 

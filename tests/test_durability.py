@@ -185,6 +185,11 @@ def test_flags(capsys: pytest.CaptureFixture[str]) -> None:
     args = _scheduler_main._parser().parse_args(["--durability", "replicated_fsync"])
     assert _scheduler_main.load_settings(args).durability == "replicated_fsync"
     assert _worker_main.parse_args(["m:w", "--durability", "replicated"]).durability == "replicated"
+    worker = rsched.Worker()
+    worker.configure(durability="replicated")
+    assert worker.resolve_settings().durability == "replicated"
+    with pytest.raises(rsched.ConfigError, match="--durability"):
+        worker.configure(durability="sometimes")  # type: ignore[arg-type]
     assert _cli._settings(argparse.Namespace(durability="replicated")).durability == "replicated"
     assert _cli.main(["--durability", "sometimes", "ls"]) == 2
     assert "--durability" in capsys.readouterr().err

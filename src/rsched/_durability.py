@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from rsched._errors import ServerError, WriteNotReplicated
 from rsched._log import get_logger
 from rsched._metrics import METRICS
-from rsched._settings import Durability as Level
+from rsched._settings import DurabilityLevel as Level
 from rsched._settings import Settings
 
 log = get_logger("rsched.durability")

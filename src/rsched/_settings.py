@@ -32,7 +32,7 @@ DEFAULT_PRIORITY_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
 BLOCK_MARGIN_MS = 500
 #: What a write rsched acknowledges waits for (docs/durability.md): nothing more than the
 #: primary's reply, that many replicas (WAIT), or their fsync and the primary's (WAITAOF).
-Durability = Literal["async", "replicated", "replicated_fsync"]
+DurabilityLevel = Literal["async", "replicated", "replicated_fsync"]
 # A replica on the same network acknowledges a WAIT within a millisecond or two; a quarter of a
 # second rides out a replica's fork, fsync or a busy moment, and bounds what a call (and each
 # fire batch) waits when a replica is down.
@@ -224,7 +224,7 @@ class Settings(BaseSettings):
     alert_webhook_secret: SecretStr | None = None
     # Writes rsched acknowledges (client writes, fires, a worker's acks) wait for this many
     # replicas, at most durability_timeout_ms (docs/durability.md).
-    durability: Durability = "async"
+    durability: DurabilityLevel = "async"
     durability_replicas: int = Field(default=1, ge=1, le=100)
     durability_timeout_ms: int = Field(default=DEFAULT_DURABILITY_TIMEOUT_MS, ge=1, le=60_000)
 

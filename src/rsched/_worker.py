@@ -32,7 +32,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import anyio
 from anyio.abc import TaskStatus
@@ -47,7 +47,7 @@ from rsched._job import Job
 from rsched._log import get_logger
 from rsched._queues import Done, Lane, QueueStore
 from rsched._rules import check_name
-from rsched._settings import Settings, WorkerSettings, problems
+from rsched._settings import DurabilityLevel, Settings, WorkerSettings, problems
 from rsched._worker_actors import ACTOR_FAILURES, Actors
 
 log = get_logger("rsched.worker")
@@ -136,7 +136,7 @@ class Worker:
         prefix: str | None = None,
         metrics_port: int | None = None,
         metrics_host: str | None = None,
-        durability: str | None = None,
+        durability: DurabilityLevel | None = None,
     ) -> None:
         """Override settings (the ``rsched-worker`` flags); wins over env and constructor."""
         if queues is not None:
@@ -156,6 +156,10 @@ class Worker:
         if metrics_host is not None:
             self._root_overrides["metrics_host"] = metrics_host
         if durability is not None:
+            if durability not in get_args(DurabilityLevel):
+                raise ConfigError(
+                    f"--durability: async, replicated or replicated_fsync, not {durability!r}"
+                )
             self._root_overrides["durability"] = durability
 
     def resolve_settings(self) -> Settings:
