@@ -16,11 +16,13 @@ import anyio
 import pytest
 from pydantic import ValidationError
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 import rsched
 from rsched import _cli, _scheduler_main, _worker_main
 from rsched._durability import Durability
 from rsched._keys import Keys
+from rsched._lua import ScriptCaller
 from rsched._metrics import METRICS
 from rsched._settings import SchedulerSettings, Settings
 from servers import Server
@@ -126,6 +128,29 @@ async def test_paused_replica_raises_write_not_replicated(pair: Pair) -> None:
         pair.replica.resume()
         # The same id again: nothing is written twice, and now the replica confirms.
         assert not (await client.enqueue("t", execution_id="job-1")).created
+
+
+async def test_a_write_sent_again_after_a_lost_reply_is_not_confirmed(
+    pair: Pair, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write is re-sent on a new connection (its request id makes that a no-op), where a
+    WAIT would confirm nothing: reported as not confirmed, though the replica is fine."""
+    real = ScriptCaller._exchange
+    dropped: list[str] = []
+
+    async def reply_lost(self: ScriptCaller, name: str, data: bytes, count: int) -> Any:
+        replies = await real(self, name, data, count)
+        if not dropped:
+            dropped.append(name)
+            raise RedisConnectionError("Connection closed by server.")
+        return replies
+
+    monkeypatch.setattr(ScriptCaller, "_exchange", reply_lost)
+    async with rsched.Client.from_settings(pair.settings) as client:
+        with pytest.raises(rsched.WriteNotReplicated):
+            await client.enqueue("t")
+    assert dropped == ["enqueue"]
+    assert await pair.copy.xlen(Keys(prefix).queue("default")) == 1  # written once
 
 
 async def test_scheduler_counts_unreplicated_fires_and_keeps_firing(

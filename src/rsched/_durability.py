@@ -42,7 +42,9 @@ CONFIRMED = frozenset(
         "complete", "retry", "dead",
     }
 )  # fmt: skip
-#: WAITAOF came with Redis 7.2 (Valkey reports redis_version 7.2.4 from its 8.0 on).
+#: WAITAOF came with Redis 7.2 (Valkey reports redis_version 7.2.4 from its 8.0 on). The version
+#: decides, from the INFO read anyway: redis-py fails to parse COMMAND INFO of a command the
+#: server lacks.
 WAITAOF_SINCE = (7, 2)
 
 
