@@ -20,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import rsched
 from rsched import _cli, _scheduler_main, _worker_main
+from rsched._connection import check_server, connect
 from rsched._durability import Durability
 from rsched._keys import Keys
 from rsched._lua import ScriptCaller
@@ -259,14 +260,17 @@ async def test_replicated_fsync(
                 await impatient.enqueue("t")
 
 
-async def test_replicated_fsync_needs_aof(
-    server: Server, make_server: Callable[..., Server], prefix: str
-) -> None:
-    primary = make_server()  # no AOF
-    settings = replicated(primary, prefix).model_copy(update={"durability": "replicated_fsync"})
-    async with rsched.Client.from_settings(settings) as client:
-        with pytest.raises(rsched.ServerError, match=r"WAITAOF|append-only"):
-            await client.enqueue("t")
+async def test_replicated_fsync_refused_without_aof_or_waitaof(redis_url: str, prefix: str) -> None:
+    """The shared test server has no AOF (and on Redis 7.0 no WAITAOF): refused at start and
+    at the first write, before anything is written."""
+    settings = Settings(redis_url=redis_url, prefix=prefix, durability="replicated_fsync")
+    async with connect(settings) as redis:
+        with pytest.raises(rsched.ServerError, match=r"needs (WAITAOF|the append-only file)"):
+            await check_server(redis, settings, Keys(prefix).leader)
+        async with rsched.Client(redis, settings) as client:
+            with pytest.raises(rsched.ServerError, match=r"needs (WAITAOF|the append-only file)"):
+                await client.enqueue("t")
+        assert not await redis.exists(Keys(prefix).queue("default"))
 
 
 @pytest.mark.slow
