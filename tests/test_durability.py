@@ -21,9 +21,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 import rsched
 from rsched import _cli, _scheduler_main, _worker_main
 from rsched._connection import check_server, connect
-from rsched._durability import Durability
+from rsched._durability import CONFIRMED, Durability
 from rsched._keys import Keys
-from rsched._lua import ScriptCaller
+from rsched._lua import ScriptCaller, names
 from rsched._metrics import METRICS
 from rsched._settings import SchedulerSettings, Settings
 from servers import Server
@@ -205,6 +205,10 @@ def test_settings_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     durability = Durability.from_settings(Settings())
     assert durability is not None
     assert durability.wait_args == ["WAIT", "2", "250"]
+
+
+def test_every_confirmed_write_is_a_script() -> None:
+    assert set(CONFIRMED) <= set(names())
 
 
 def test_flags(capsys: pytest.CaptureFixture[str]) -> None:
