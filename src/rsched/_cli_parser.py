@@ -14,6 +14,7 @@ from rsched import _cli_runs as runs
 from rsched import _cli_schedules as schedules
 from rsched import _cli_workers as workers
 from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
+from rsched._durability import durability_flag
 from rsched._model import Overlap
 from rsched._rules import PRIORITIES
 
@@ -52,6 +53,7 @@ def _common() -> argparse.ArgumentParser:
     p.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
     )
+    durability_flag(p, default=argparse.SUPPRESS)
     return p
 
 

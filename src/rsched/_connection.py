@@ -33,6 +33,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched._durability import Durability
 from rsched._errors import (
     AccessDenied,
     ConfigError,
@@ -339,9 +340,12 @@ async def check_server(redis: Redis, settings: Settings, key: str) -> None:
     :data:`PERMANENT` errors of :func:`translate`; a server that is down, slow or out of memory
     is left to the callers' retries.
     """
+    durability = Durability.from_settings(settings)
     try:
         await redis.exists(key)
         role = await _role(redis)
+        if durability is not None:  # replicated_fsync on a server without WAITAOF: refused
+            await durability.ready(redis)
     except (RedisError, OSError) as exc:
         error = await explain(exc, settings)
         if isinstance(error, PERMANENT):

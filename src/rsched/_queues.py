@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 
 from rsched import _lua
 from rsched._codes import Code, check
+from rsched._durability import Durability
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
 from rsched._events import EventLog
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued, JobOptions
@@ -117,6 +118,7 @@ class QueueStore(_lua.ScriptCaller):
             runs_max_entries=settings.retention.runs_max_entries,
         )
         store.events.max_len = settings.health.events_max_len
+        store.durability = Durability.from_settings(settings)
         return store
 
     def streams(self, queue: str) -> list[str]:

@@ -61,6 +61,15 @@ def safe_url(url: str) -> str:
     return urlunsplit(parts)
 
 
+#: What a write rsched acknowledges waits for (docs/durability.md): nothing more than the
+#: primary's reply, that many replicas (WAIT), or their fsync and the primary's (WAITAOF).
+DurabilityLevel = Literal["async", "replicated", "replicated_fsync"]
+# A replica on the same network acknowledges a WAIT within a millisecond or two; a quarter of a
+# second rides out a replica's fork, fsync or a busy moment, and bounds what a call (and each
+# fire batch) waits when a replica is down.
+DEFAULT_DURABILITY_TIMEOUT_MS = 250
+
+
 class SchedulerSettings(BaseModel):
     """Settings of ``rsched-scheduler``."""
 
@@ -252,6 +261,11 @@ class Settings(BaseSettings):
     # signed with HMAC-SHA256 of the body when a secret is set.
     alert_webhook_url: str | None = None
     alert_webhook_secret: SecretStr | None = None
+    # Writes rsched acknowledges (client writes, fires, a worker's acks) wait for this many
+    # replicas, at most durability_timeout_ms (docs/durability.md).
+    durability: DurabilityLevel = "async"
+    durability_replicas: int = Field(default=1, ge=1, le=100)
+    durability_timeout_ms: int = Field(default=DEFAULT_DURABILITY_TIMEOUT_MS, ge=1, le=60_000)
 
     @model_validator(mode="after")
     def _block_inside_socket_timeout(self) -> Settings:
@@ -265,6 +279,18 @@ class Settings(BaseSettings):
                 f"below socket_timeout_s ({self.socket_timeout_s:g} s), or an idle worker's "
                 "blocking read times out: lower RSCHED_WORKER__BLOCK_MS or raise "
                 "RSCHED_SOCKET_TIMEOUT_S"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _wait_inside_socket_timeout(self) -> Settings:
+        limit_ms = int(self.socket_timeout_s * 1000) - BLOCK_MARGIN_MS
+        if self.durability_timeout_ms > limit_ms:
+            raise ValueError(
+                f"durability_timeout_ms ({self.durability_timeout_ms}) must be at least "
+                f"{BLOCK_MARGIN_MS} ms below socket_timeout_s ({self.socket_timeout_s:g} s), or "
+                "a write waiting for its replicas times out: lower RSCHED_DURABILITY_TIMEOUT_MS "
+                "or raise RSCHED_SOCKET_TIMEOUT_S"
             )
         return self
 

@@ -19,11 +19,13 @@ from redis.exceptions import ResponseError
 from rsched import _lua
 from rsched._bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._codes import Code, check, wrong_type
+from rsched._durability import Durability
 from rsched._errors import (
     InvalidSchedule,
     ScheduleExists,
     ScheduleNotFound,
     StateError,
+    WriteNotReplicated,
 )
 from rsched._keys import Keys
 from rsched._model import Schedule
@@ -101,12 +103,14 @@ class ScheduleStore(_lua.ScriptCaller):
     ) -> ScheduleStore:
         """The store for one deployment's limits and one partition's keys (the only partition
         when ``keys`` is not given)."""
-        return cls(
+        store = cls(
             redis,
             keys or Keys(settings.prefix),
             history_limit=settings.history_limit,
             max_payload_bytes=settings.max_payload_bytes,
         )
+        store.durability = Durability.from_settings(settings)
+        return store
 
     # --- schedule writes -------------------------------------------------------------------
 
@@ -249,11 +253,15 @@ class ScheduleStore(_lua.ScriptCaller):
 
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
             async with bound:
-                replies[n] = await self._write_chunk(chunk, now, cache)
+                try:
+                    replies[n] = await self._write_chunk(chunk, now, cache)
+                except WriteNotReplicated as exc:  # written: the other calls go on
+                    unconfirmed.append(exc)
 
         # The items' field names and most values repeat: pack each once per call.
         cache: dict[str, bytes] = {}
         bound = limiter or anyio.CapacityLimiter(BULK_IN_FLIGHT)
+        unconfirmed: list[WriteNotReplicated] = []
         try:
             async with anyio.create_task_group() as tg:
                 for n, chunk in enumerate(chunks):
@@ -265,6 +273,8 @@ class ScheduleStore(_lua.ScriptCaller):
             while isinstance(first, BaseExceptionGroup):
                 first = first.exceptions[0]
             raise first from None
+        if unconfirmed:
+            raise unconfirmed[0]
         wrong: list[str] = []
         for (item, _), reply in zip(sends, (r for chunk in replies for r in chunk), strict=True):
             code, _, rest = reply.partition(":")
