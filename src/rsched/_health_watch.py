@@ -7,9 +7,10 @@ when its scheduler acquires the partition's lease (``leader_changed``, with a ``
 field when the deployment has more than one). The states it announced are kept in
 ``{p}:health`` (id -> state), so a new leader continues from them instead of announcing
 everything again, and re-checks exactly those ids (plus the bounded candidate reads of
-rsched._health) to see them recover. With an alert webhook configured, it also forwards every
-event of the stream written while it leads (its own, and the workers' dead letters) to the
-webhook's bounded queue.
+rsched._health) to see them recover. With an alert webhook configured, the watch of partition 0
+also forwards every event of the deployment's events stream written while it leads (every
+partition's, and the workers' dead letters) to the webhook's bounded queue: once, whoever leads
+the other partitions.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class HealthWatch:
         self.is_leader = is_leader
         # A sender given is shared (the scheduler runs it); else this watch has and runs its own.
         self._runs_webhook = webhook is None
+        # The events stream is the deployment's: one watch forwards it.
+        self._forwards = self.reader.keys.partition == 0
         secret = settings.alert_webhook_secret
         self.webhook = webhook or (
             WebhookSender(
@@ -110,7 +113,7 @@ class HealthWatch:
 
     async def _announce_lead(self, lease: str) -> None:
         token, _, owner = lease.partition(":")
-        if self.webhook is not None:
+        if self.webhook is not None and self._forwards:
             self._cursor = await self.events.last_id()
         keys = self.reader.keys
         partition = keys.partition if keys.partitions > 1 else None
@@ -148,7 +151,7 @@ class HealthWatch:
         return found
 
     async def _forward(self) -> None:
-        if self.webhook is None:
+        if self.webhook is None or not self._forwards:
             return
         if self._cursor is None:
             self._cursor = await self.events.last_id()

@@ -44,6 +44,7 @@ from rsched._backoff import Backoff
 from rsched._codes import Code
 from rsched._connection import messages
 from rsched._deployment import deployment_keys
+from rsched._durability import Durability
 from rsched._errors import LostLease, RschedError
 from rsched._health_watch import HealthWatch
 from rsched._keys import Keys
@@ -306,6 +307,8 @@ class PartitionEngine:
         self.keys = keys
         self.partition = keys.partition
         self.store = ScheduleStore.from_settings(self.redis, self.settings, keys)
+        # A fire cannot be taken back: a shortfall is logged and counted, never raised.
+        self.store.durability = Durability.from_settings(self.settings, raises=False)
         self.fired_total = 0
         self.held: str | None = None  # the lease, written by the lease keeper only
         self._poke = anyio.Event()

@@ -34,7 +34,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import anyio
 from anyio.abc import TaskStatus
@@ -44,12 +44,13 @@ from redis.asyncio import Redis
 from rsched._backoff import Backoff
 from rsched._connection import connect, warn_if_unsafe
 from rsched._deployment import deployment_keys
+from rsched._durability import Durability
 from rsched._errors import ConfigError
 from rsched._job import Job
 from rsched._log import get_logger
 from rsched._queues import Done, QueueStore
 from rsched._rules import check_name
-from rsched._settings import Settings, WorkerSettings, problems
+from rsched._settings import DurabilityLevel, Settings, WorkerSettings, problems
 from rsched._worker_actors import ACTOR_FAILURES, Actors, Stream
 
 log = get_logger("rsched.worker")
@@ -138,6 +139,7 @@ class Worker:
         prefix: str | None = None,
         metrics_port: int | None = None,
         metrics_host: str | None = None,
+        durability: DurabilityLevel | None = None,
     ) -> None:
         """Override settings (the ``rsched-worker`` flags); wins over env and constructor."""
         if queues is not None:
@@ -156,6 +158,12 @@ class Worker:
             self._root_overrides["metrics_port"] = metrics_port
         if metrics_host is not None:
             self._root_overrides["metrics_host"] = metrics_host
+        if durability is not None:
+            if durability not in get_args(DurabilityLevel):
+                raise ConfigError(
+                    f"--durability: async, replicated or replicated_fsync, not {durability!r}"
+                )
+            self._root_overrides["durability"] = durability
 
     def resolve_settings(self) -> Settings:
         """The effective settings: flags > RSCHED_* environment > constructor > defaults."""
@@ -257,6 +265,7 @@ class Worker:
             client = redis
         # Partition 0's store until the deployment's number of partitions is read (_prepare).
         store = QueueStore.from_settings(client, settings)
+        store.durability = Durability.from_settings(settings, raises=False)  # nobody to tell
         log.info(
             "worker.start",
             worker=self.consumer,
@@ -316,6 +325,7 @@ class Worker:
                     for k in keys.every_partition()
                 ]
                 for each in stores:
+                    each.durability = store.durability
                     await each.create_groups(settings.worker.queues)
                 return stores
             except ACTOR_FAILURES as exc:

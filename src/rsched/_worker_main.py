@@ -18,6 +18,7 @@ import anyio
 
 from rsched._connection import check_server, connect
 from rsched._deployment import deployment_keys
+from rsched._durability import durability_flag
 from rsched._errors import ConfigError, RschedError, ServerError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
@@ -75,6 +76,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
+    durability_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -141,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefix=args.prefix,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            durability=args.durability,
         )
         settings = worker.resolve_settings()
         if not worker.tasks:
