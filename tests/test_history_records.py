@@ -19,6 +19,7 @@ from rsched._queues import Done, QueueStore, fragment
 from rsched._store import ScheduleStore
 
 WORKER = "host-1:4242:9f3a1c"
+INDEX_ENTRY = 110  # what one member of the schedules index costs, at most (bench/README.md)
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 Entry = tuple[str, dict[str, str]]
 
@@ -362,18 +363,19 @@ async def test_a_hundred_runs_cost_less_than_a_kilobyte(redis: Redis, settings: 
     k = runs.keys
     history = int(await redis.memory_usage(k.history(runs.sid), samples=0) or 0)
     hash_bytes = int(await redis.memory_usage(k.schedule(runs.sid), samples=0) or 0)
-    assert await redis.llen(k.history(runs.sid)) == settings.history_limit == 20
-    assert history <= 700, history
-    assert hash_bytes + history <= 950, (hash_bytes, history)
+    assert await redis.llen(k.history(runs.sid)) == settings.history_limit == 15
+    # Redis 7.0: 552 B (Valkey 9: ~400 B); the index entry adds ~100 B (docs/keys.md).
+    assert history <= 560, history
+    assert hash_bytes + history + INDEX_ENTRY <= 1024, (hash_bytes, history)
     events = stored_events(await runs.raw(), runs.sid)
-    assert len(events) == 60
+    assert len(events) == 45  # fired, running, completed: the last 15 runs
 
 
 def test_records_it_cannot_read_whole_still_give_what_they_can() -> None:
     assert expand_record("zz|f1|q5,new|r2", "s") == [
         {"event": "fired", "scheduled_at": 2205, "at": 2206, "late_ms": 1,
          "execution_id": "s@2205", "origin": "schedule"},
-        {"event": "running", "execution_id": "s@2205", "attempt": 1, "at": 2213, "deliveries": 1},
+        {"event": "running", "execution_id": "s@2205", "attempt": 1, "at": 2207, "deliveries": 1},
     ]  # fmt: skip
     # (a newer rsched's token 'q' is left out, its time kept)
     assert [e["event"] for e in expand_record("zz|f1|r!|c1", "s")] == ["fired"]

@@ -205,8 +205,8 @@ local function fire_job(hash, history, pending, stream, sid, sched, now, origin,
     -- scheduled ms less this one's.
     local cancelled = exec_sched(prev)
     if cancelled then cancelled = b62(cancelled - ms) else cancelled = '=' .. esc(prev) end
-    if not hist_first(history, cap, key .. 'x' .. late .. ',' .. cancelled .. tail .. '|f0' ..
-                      tail) then
+    if not hist_first(history, cap, key .. 'x' .. late .. ',' .. cancelled .. tail .. '|f' ..
+                      late .. tail) then
       return -6, exec
     end
   else -- hist_first, inline: this is the path of nearly every fire

@@ -37,7 +37,7 @@
 local JOB_CODES = {running = 'r', completed = 'c', cancelled = 'C', failed = 'F',
                    timed_out = 'T', retry = 'R', dead = 'D', waiting = 'W'}
 
--- A field of the worker's extra as the record's text: a number in base 36, a string escaped.
+-- A field of the worker's extra as the record's text: a number in base 62, a string escaped.
 local function job_num(v)
   v = tonumber(v)
   if v then return b62(math.floor(v + 0.5)) end
@@ -52,9 +52,13 @@ local function job_event(history, cap, event, exec, attempt, now, extra)
   local code, sched = JOB_CODES[event], exec_sched(exec)
   local x = {}
   if code and sched and extra ~= '' then
-    -- The completed run's extra, on the path of every job, without a JSON decode.
-    local dur = string.match(extra, '^,"duration_ms":([%d%.eE+-]+)$')
-    if dur then
+    -- What "running" and "completed" keep, on the path of every job, without a JSON decode
+    -- (the worker encodes the fragment: its id, a host:pid:random, holds no quote).
+    local dur = code ~= 'r' and string.match(extra, '^,"duration_ms":([%d%.eE+-]+)$')
+    if code == 'r' then
+      local at = string.find(extra, '"deliveries":', 1, true)
+      x.deliveries = at and tonumber(string.match(extra, '^%d+', at + 13))
+    elseif dur then
       x.duration_ms = tonumber(dur)
     else
       local ok, t = pcall(cjson.decode, '{' .. string.sub(extra, 2) .. '}')
@@ -72,11 +76,19 @@ local function job_event(history, cap, event, exec, attempt, now, extra)
   if code == 'r' then
     local deliveries = tonumber(x.deliveries)
     if deliveries == 1 then deliveries = nil end
-    rec_note(history, cap, sched, code, now, nil, hist_fields(a, job_num(deliveries)))
+    local fields = ''
+    if a or deliveries then fields = hist_fields(a, job_num(deliveries)) end
+    rec_note(history, cap, sched, code, now, nil, fields)
     return
   end
   local dur = tonumber(x.duration_ms)
   if dur then dur = math.floor(dur + 0.5) end
+  if not (x.retry_in_ms or x.reason or x.error_type or x.error or x.deliveries or x.by) then
+    local fields = '' -- a run that completed: its duration, and its attempt unless the first
+    if a then fields = ',' .. a end
+    rec_note(history, cap, sched, code, now, dur, fields)
+    return
+  end
   local by = exec_sched(x.by)
   if by then by = b62(by - sched) elseif x.by then by = '=' .. esc(x.by) end
   rec_note(history, cap, sched, code, now, dur,

@@ -408,7 +408,7 @@ class HealthReader:
     async def _facts(
         self, ids: Sequence[str], now_ms: int, history_of: set[str] | None
     ) -> dict[str, _Facts]:
-        """Each schedule's fields and score in one round trip, then the history (up to ~4.5 KB
+        """Each schedule's fields and score in one round trip, then the history (~0.3 KB
         each) in a second one, only of those neither late, paused nor completed already."""
         k = self.keys
         fields = ("version", "status", "misfire_grace_s", "run", "run_state", "opts")

@@ -186,14 +186,13 @@ _OCCURRENCE_FIELDS = {
     "s": ("reason", "policy", "origin", "missed"),
     "x": ("cancelled", "origin", "missed"),
 }
-#: The fields of a run outcome's token (codes c C F T R D W), after its delta.
+#: The codes of run outcomes, and the fields of their tokens after the delta.
+_OUTCOMES = frozenset("cCFTRDW")
 _OUTCOME_FIELDS = (
     "duration_ms", "attempt", "retry_in_ms", "reason", "error_type", "error", "deliveries", "by",
 )  # fmt: skip
 _NUMBERS = frozenset(("missed", "attempt", "retry_in_ms", "deliveries"))
 _EXEC_FIELDS = frozenset(("cancelled", "after", "by"))
-
-
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _VALUE = {c: i for i, c in enumerate(_DIGITS)}
 
@@ -256,11 +255,11 @@ def expand_record(text: str, schedule_id: str) -> list[dict[str, Any]]:
     head, *tokens = text.split("|")
     events: list[dict[str, Any]] = []
     try:
-        sched = at = _b62(head)
+        sched = _b62(head)
         for token in tokens:
             code, (delta, *raw) = token[:1], token[1:].split(",")
-            at += _b62(delta)
-            if code in "cCFTRDW" and raw and raw[0]:
+            at = sched + _b62(delta)
+            if code in _OUTCOMES and raw and raw[0]:
                 at += _b62(raw[0])  # an outcome's delta counts from its start
             if code in _CODES:
                 events.append(_token_event(code, at, raw, schedule_id, sched))
