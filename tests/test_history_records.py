@@ -385,3 +385,20 @@ def test_records_it_cannot_read_whole_still_give_what_they_can() -> None:
         {"event": "unreadable", "raw": "not json"},
         [1],
     ]  # fmt: skip
+
+
+async def test_error_text_is_escaped_and_cut_whole(redis: Redis, settings: Settings) -> None:
+    runs = await Runs(redis, settings).setup()
+    await runs.fire()
+    entry = await runs.take()
+    await runs.start(entry)
+    message = "a|b,c%d " + "é" * 150  # 308 bytes of UTF-8
+    await runs.bury(entry, duration_ms=1, error_type="ValueError", error=message)
+    (record,) = await runs.raw()
+    assert record.count("|") == 3  # fired, running, dead: the text's own are escaped
+    assert len(record.encode()) < 300
+    dead = (await runs.events())[-1]
+    assert dead["event"] == "dead"
+    assert dead["error"] == message[: len(dead["error"])]
+    assert len(dead["error"].encode()) <= 200
+    assert dead["error"].endswith("é")  # cut between two characters, not inside one
