@@ -73,11 +73,9 @@ async def _round(
         codes = await store.fire(lease, items[start : start + BATCH])
         assert codes is not None
         assert set(codes) == {1}, codes
-    pending = True
-    while pending:
+    while True:  # until the stream is empty (a failed run is back on it at once)
         got = await queues.take([("default", "normal")], WORKER, BATCH)
         entries = [e for _, batch in got for e in batch]
-        pending = bool(entries)
         if not entries:
             break
         await queues.start(
