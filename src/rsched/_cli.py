@@ -36,10 +36,16 @@ __all__ = ("EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "duration_s", 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 #: Global options ``rsched scheduler`` / ``rsched worker`` take over as environment variables.
 _GLOBAL_ENV = {"--redis-url": "RSCHED_REDIS_URL", "--prefix": "RSCHED_PREFIX"}
+#: The same for global options without a value.
+_GLOBAL_FLAGS = {"--cluster": "RSCHED_CLUSTER"}
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    given = {"redis_url": getattr(args, "redis_url", None), "prefix": getattr(args, "prefix", None)}
+    given = {
+        "redis_url": getattr(args, "redis_url", None),
+        "prefix": getattr(args, "prefix", None),
+        "cluster": getattr(args, "cluster", None),
+    }
     try:
         return Settings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
@@ -77,6 +83,9 @@ def _delegate(argv: Sequence[str]) -> int | None:
     globals_: dict[str, str] = {}
     while rest:
         name, eq, value = rest[0].partition("=")
+        if name in _GLOBAL_FLAGS:
+            os.environ[_GLOBAL_FLAGS[name]], rest = "true", rest[1:]
+            continue
         if name not in _GLOBAL_ENV:
             break
         if eq:

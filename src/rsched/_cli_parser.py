@@ -15,6 +15,7 @@ from rsched import _cli_workers as workers
 from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
 from rsched._model import Overlap
 from rsched._rules import PRIORITIES
+from rsched._settings import CLUSTER_HELP
 
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
@@ -39,6 +40,12 @@ def _common() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--prefix", default=argparse.SUPPRESS, help="key prefix (env RSCHED_PREFIX; default rsched)"
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=CLUSTER_HELP,
     )
     p.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"

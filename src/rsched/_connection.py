@@ -23,16 +23,19 @@ from redis.exceptions import (
     AskError,
     AuthenticationError,
     InvalidResponse,
+    MaxConnectionsError,
     MovedError,
     NoPermissionError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched._cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
 from rsched._errors import (
     AccessDenied,
     ConfigError,
@@ -59,7 +62,12 @@ PUBSUB_PING_S = 30.0
 _POOL_EMPTY = "No connection available"
 
 
-def connect(target: Settings | str, *, socket_timeout_s: float | None = None) -> Redis:
+def connect(
+    target: Settings | str,
+    *,
+    socket_timeout_s: float | None = None,
+    encoding_errors: str = "strict",
+) -> Redis:
     """An async client with decoded responses, bounded waits and a bounded pool.
 
     ``target`` is the settings (``redis_url``, ``socket_timeout_s``, ``max_connections``,
@@ -67,7 +75,9 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
     theirs (a probe that must answer sooner). Every script rsched sends is
     safe to run twice, so redis-py's re-send after a dropped connection cannot apply an
     operation twice. (The retry must be redis.asyncio's: the sync one would wrap only the
-    creation of each coroutine and never retry anything.) Raises ConfigError for a bad URL.
+    creation of each coroutine and never retry anything.) ``encoding_errors="replace"``
+    reads values that are not UTF-8 as U+FFFD. With ``settings.cluster`` the client is a
+    Redis Cluster client (rsched._cluster). Raises ConfigError for a bad URL.
     """
     settings = (
         target if isinstance(target, Settings) else Settings.model_construct(redis_url=target)
@@ -75,6 +85,14 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
     url = settings.url
     timeout_s = settings.socket_timeout_s if socket_timeout_s is None else socket_timeout_s
     try:
+        if settings.cluster:
+            return connect_cluster(
+                url,
+                timeout_s=timeout_s,
+                max_connections=settings.max_connections,
+                retries=CONNECT_RETRIES,
+                encoding_errors=encoding_errors,
+            )
         pool = BlockingConnectionPool.from_url(
             url,
             decode_responses=True,
@@ -82,6 +100,7 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
             timeout=settings.pool_timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
+            encoding_errors=encoding_errors,
             retry=Retry(
                 ExponentialBackoff(cap=0.5, base=0.05),
                 retries=CONNECT_RETRIES,
@@ -93,7 +112,7 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
             # No health_check_interval: a stale connection fails fast and is retried anyway, and
             # redis-py 5.3 reconnects forever on a refused AUTH when the health check is on.
         )
-    except ValueError as exc:
+    except (ValueError, RedisClusterException) as exc:
         raise ConfigError(f"redis_url {safe_url(url)!r} is invalid ({exc}); {_URL_HINT}") from None
     return Redis.from_pool(pool)
 
@@ -183,12 +202,23 @@ def translate(exc: BaseException, settings: Settings) -> RschedError:
         node = text.split()[-1]
         return WrongNode(
             f"{url} is a Redis Cluster node that does not hold the keys of prefix "
-            f"{settings.prefix!r} (MOVED to {node}): point RSCHED_REDIS_URL at redis://{node}/0"
+            f"{settings.prefix!r} (MOVED to {node}): run rsched in cluster mode (--cluster or "
+            "RSCHED_CLUSTER=true)"
+        )
+    if NOT_A_CLUSTER in text:
+        return RedisUrlMismatch(
+            f"{url} is not a Redis Cluster node (cluster mode is off there): drop --cluster / "
+            "RSCHED_CLUSTER, or point RSCHED_REDIS_URL at a node of the cluster"
         )
     if "max number of clients reached" in text:
         return RedisUnavailable(
             f"Redis at {url} refused the connection: it has reached its maxclients; raise "
             "maxclients on the server, or lower RSCHED_MAX_CONNECTIONS or the number of processes"
+        )
+    if isinstance(exc, MaxConnectionsError):  # a cluster node's connections: no waiting there
+        return PoolExhausted(
+            f"all {settings.max_connections} connections to a node of the cluster at {url} "
+            "were busy: raise RSCHED_MAX_CONNECTIONS, or make fewer calls at once"
         )
     if _POOL_EMPTY in text:
         return PoolExhausted(
@@ -309,7 +339,8 @@ async def check_server(redis: Redis, settings: Settings, key: str) -> None:
     """
     try:
         await redis.exists(key)
-        role = await _role(redis)
+        # A cluster client sends writes to the primaries it learned: no role to check.
+        role = "" if is_cluster(redis) else await _role(redis)
     except (RedisError, OSError) as exc:
         error = await explain(exc, settings)
         if isinstance(error, PERMANENT):
@@ -367,17 +398,22 @@ async def warn_if_unsafe(redis: Redis, log: EventLogger) -> list[str]:
     """
     warnings: list[str] = []
     try:
-        persistence = await redis.info("persistence")
-        policy = (await redis.config_get("maxmemory-policy")).get("maxmemory-policy", "")
+        if is_cluster(redis):  # each primary answers for itself
+            persistences = await per_primary(redis, "INFO", "persistence")
+            configs = await per_primary(redis, "CONFIG GET", "maxmemory-policy")
+        else:
+            persistences = [await redis.info("persistence")]
+            configs = [await redis.config_get("maxmemory-policy")]
     except RedisError as exc:  # CONFIG may be renamed or disabled on managed services
         log.info("server.check_skipped", reason=str(exc))
         return warnings
-    if not int(persistence.get("aof_enabled", 0)):
+    if any(not int(p.get("aof_enabled", 0)) for p in persistences):
         warnings.append(
             "appendonly is off: a server restart loses schedules and jobs written since the "
             "last snapshot (set appendonly yes)"
         )
-    if policy and policy != "noeviction":
+    policies = {str(c.get("maxmemory-policy", "")) for c in configs} - {"", "noeviction"}
+    for policy in sorted(policies):
         warnings.append(
             f"maxmemory-policy is {policy}: under memory pressure the server deletes rsched's "
             "keys (set maxmemory-policy noeviction)"

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -113,6 +113,7 @@ class EmbeddedServer:
         appendonly: bool = True,
         appendfsync: str = "everysec",
         binary: Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         if port == SHARED_PORT:
             raise ConfigError(
@@ -121,6 +122,7 @@ class EmbeddedServer:
         self.binary = binary or binary_path()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
+        self.extra_args = list(extra_args)
         self._wanted_port = port
         self.port = 0
         self.dir: Path | None = None
@@ -173,6 +175,7 @@ class EmbeddedServer:
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync,
             "--maxmemory-policy", "noeviction",
+            *self.extra_args,
         ]  # fmt: skip
         try:
             self.proc = subprocess.Popen(

@@ -1,11 +1,21 @@
 """Loads the Lua scripts of lua/ (one file per atomic operation) and inlines their includes.
 
 Scripts are registered once per client and called by SHA; redis-py re-loads a script the server
-forgot (NOSCRIPT, e.g. after a restart) transparently.
+forgot (NOSCRIPT, e.g. after a restart) transparently. Each is sent with a ``#!lua`` shebang
+(Redis 7 script flags): a script that writes is refused as a whole when the server is over
+maxmemory (never half-applied), a read-only one (:data:`READ_ONLY`) declares ``no-writes``, and
+on a cluster a script touching a key outside its declared keys' slot fails instead of reaching
+another node's data.
+
+On a cluster (rsched._cluster) a script runs on the primary of its keys' slot: a NOSCRIPT
+there (a new primary after a failover, or the target of a slot being migrated) loads the
+script on every primary and retries once, and a TRYAGAIN (its keys half migrated) is retried
+with backoff for up to :data:`TRYAGAIN_LIMIT_S`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Sequence
@@ -15,13 +25,20 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ClusterError, NoScriptError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched._backoff import Backoff
+from rsched._cluster import is_cluster, primaries
 from rsched._errors import StateError
 
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
+
+#: Scripts that only read: ``flags=no-writes`` lets them run under maxmemory and on replicas.
+READ_ONLY = frozenset({"due", "find_job", "policies"})
+#: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.
+TRYAGAIN_LIMIT_S = 10.0
 
 
 def lua_dir() -> Path:
@@ -50,9 +67,11 @@ def expand(source: str, include_dir: Path, seen: tuple[str, ...] = ()) -> str:
 
 @functools.cache
 def source(name: str) -> str:
-    """The full text of script ``name`` (file lua/<name>.lua) with includes inlined."""
+    """The full text of script ``name`` (file lua/<name>.lua) with includes inlined, under
+    its shebang line."""
     directory = lua_dir()
-    return expand((directory / f"{name}.lua").read_text(), directory / "includes")
+    shebang = "#!lua flags=no-writes" if name in READ_ONLY else "#!lua"
+    return f"{shebang}\n" + expand((directory / f"{name}.lua").read_text(), directory / "includes")
 
 
 def names() -> list[str]:
@@ -100,6 +119,7 @@ class ScriptCaller:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._scripts: dict[str, AsyncScript] = {}
+        self._cluster = is_cluster(redis)
 
     def script(self, name: str) -> AsyncScript:
         found = self._scripts.get(name)
@@ -109,10 +129,39 @@ class ScriptCaller:
 
     async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
+            if self._cluster:
+                return await self._call_on_cluster(self.script(name), [*keys, *args], len(keys))
             return await self.script(name)(keys=list(keys), args=list(args))
         except ResponseError as exc:
             _check_wrong_type(name, exc)
             raise
+
+    async def _call_on_cluster(self, script: AsyncScript, words: list[Any], numkeys: int) -> Any:
+        backoff = Backoff(initial_s=0.05, maximum_s=0.5)
+        give_up = anyio.current_time() + TRYAGAIN_LIMIT_S
+        while True:
+            try:
+                try:
+                    return await self.redis.evalsha(script.sha, numkeys, *words)
+                except NoScriptError:
+                    await self._load_on_primaries(script)
+                    return await self.redis.evalsha(script.sha, numkeys, *words)
+            except (TryAgainError, ClusterError) as exc:
+                # redis-py follows MOVED and ASK itself, and waits out TRYAGAIN only briefly
+                # (its redirect budget, then "TTL exhausted"); a slot's migration takes longer.
+                retryable = isinstance(exc, TryAgainError) or "TTL exhausted" in str(exc)
+                if not retryable or anyio.current_time() > give_up:
+                    raise
+                await anyio.sleep(backoff.next())
+
+    async def _load_on_primaries(self, script: AsyncScript) -> None:
+        """Load ``script`` on every primary that answers (one down must not stop the others:
+        the retry is on the keys' primary, which may be a new one)."""
+        for node in primaries(self.redis):
+            with contextlib.suppress(RedisError, OSError):
+                await self.redis.execute_command(  # type: ignore[no-untyped-call]
+                    "SCRIPT LOAD", script.script, target_nodes=node
+                )
 
     async def call_packed(
         self,
@@ -129,7 +178,7 @@ class ScriptCaller:
         are safe to run twice, so re-sending after a lost reply is fine.
         """
         redis = self.redis
-        if redis.connection is not None or redis.single_connection_client:
+        if self._cluster or redis.connection is not None or redis.single_connection_client:
             return await self.call(name, keys, args)
         sha = self.script(name).sha
         data = pack_command(["EVALSHA", sha, str(len(keys)), *keys, *args], cache)

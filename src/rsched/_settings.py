@@ -178,6 +178,10 @@ class RetentionSettings(BaseModel):
     history_batch: int = Field(default=1_000, ge=1, le=100_000)
 
 
+#: The help of every command's ``--cluster`` flag.
+CLUSTER_HELP = "the Redis URL is a node of a Redis Cluster / Valkey cluster (env RSCHED_CLUSTER)"
+
+
 class Settings(BaseSettings):
     """The root of rsched's configuration."""
 
@@ -186,6 +190,8 @@ class Settings(BaseSettings):
     )
 
     redis_url: str | None = None
+    # redis_url is one node of a Redis Cluster / Valkey cluster (docs/scaling.md).
+    cluster: bool = False
     prefix: str = Field(default="rsched", pattern=PREFIX_RE.pattern)
     # The deployment's number of partitions (docs/scaling.md): None takes what the deployment
     # stored (1 for a new one); a number must match it, or becomes it for a new deployment.
