@@ -1,0 +1,154 @@
+"""rsched on a Redis Cluster / Valkey cluster (cluster mode, one partition): every script on
+the cluster, the errors that name cluster mode, failover, and a slot migrated under load."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+import rsched
+from cluster import Cluster, slot_of
+from rsched import _lua
+from rsched._connection import check_server, connect
+from rsched._keys import Keys
+from rsched._lua import ScriptCaller
+from rsched._queues import QueueStore
+from rsched._retention import Retention
+from rsched._scheduler import Scheduler
+from rsched._settings import SchedulerSettings, Settings
+from rsched._store import ScheduleStore
+from test_worker import wait_until
+from worker_app import fast_settings
+
+#: Deployment keys (docs/keys.md): with partitions they carry another tag than a partition's.
+DEPLOYMENT_KEYS = (":meta", ":schedulers", ":workers", ":worker:")
+#: Scripts that touch deployment keys together with a partition's keys: one slot with one
+#: partition, two with several (rsched._partition), so they cannot stay one script then.
+MIXED: set[str] = set()
+
+
+def cluster_settings(url: str, prefix: str, **fields: Any) -> Settings:
+    fast = SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=200)
+    return fast_settings(
+        Settings(redis_url=url, prefix=prefix, cluster=True, scheduler=fast, **fields)
+    )
+
+
+@asynccontextmanager
+async def engine(settings: Settings, worker: rsched.Worker) -> AsyncIterator[Scheduler]:
+    """A scheduler and ``worker`` running on their own connections."""
+    redis = connect(settings)
+    scheduler = Scheduler(redis, settings)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            await tg.start(worker.run)
+            try:
+                yield scheduler
+            finally:
+                scheduler.stop()
+                worker.stop()
+    finally:
+        await redis.aclose()
+
+
+def _is_deployment_key(key: str) -> bool:
+    return any(part in key for part in DEPLOYMENT_KEYS)
+
+
+async def test_every_script_runs_on_the_cluster(
+    cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through the real code paths, once each at least: a script whose keys span two slots is
+    # refused by the cluster client (CROSSSLOT) or the server, so this proves one slot each.
+    seen: dict[str, Sequence[str]] = {}
+    call = ScriptCaller.call
+
+    async def recording(self: ScriptCaller, name: str, keys: Sequence[str], args: Any) -> Any:
+        seen.setdefault(name, list(keys))
+        return await call(self, name, keys, args)
+
+    monkeypatch.setattr(ScriptCaller, "call", recording)
+    settings = cluster_settings(cluster.url, prefix)
+    worker = rsched.Worker(settings=settings)
+    ran: list[str] = []
+
+    @worker.task("t.ok")
+    async def ok(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+
+    @worker.task("t.fail")
+    async def fail(job: rsched.Job) -> None:
+        if job.attempt == 1:
+            raise rsched.Retry(delay_s=0.05)
+        raise ValueError("boom")
+
+    async with rsched.Client.from_settings(settings) as client:
+        now = datetime.now(UTC)
+        await client.add({"id": "a", "task": "t.ok", "every": 0.2, "overlap": "buffer_one"})
+        await client.add_many([{"id": f"m{i}", "task": "t.ok", "every": 3600} for i in range(3)])
+        await client.pause("m0")
+        await client.resume("m0")
+        await client.trigger("m1")
+        await client.backfill("m2", now - timedelta(hours=3), now)
+        await client.enqueue("t.fail", max_retries=1)
+        await client.enqueue("t.ok", delay=0.2)
+        queued = await client.enqueue("t.ok", queue="idle")
+        await client.cancel(queued.execution_id)
+        async with engine(settings, worker):
+            await wait_until(lambda: _has_dead(client))
+            await wait_until(lambda: len(ran) >= 6)
+        await client.job(ran[0])
+        await client.requeue(task="t.fail")
+        await client.remove("a")
+    redis = connect(settings)
+    keys = Keys(prefix)
+    schedules, queues = ScheduleStore(redis, keys), QueueStore(redis, keys)
+    lease, _ = await schedules.lease_acquire("test", 10_000)
+    assert lease is not None
+    assert await schedules.lease_renew(lease, 10_000)
+    await schedules.release_lost(lease)
+    await Retention(redis, settings, lambda: True).sweep()
+    await queues.reclaim("default", "nobody", 0, "0-0", 10)
+    await queues.hand_back("default", "nobody", ["0-1"], 0)
+    await queues.heartbeat("default", "nobody", ["0-1"])
+    await redis.aclose()
+    for name, used in seen.items():
+        assert len({slot_of(k) for k in used}) <= 1, (name, used)
+    mixed = {n for n, used in seen.items() if len({_is_deployment_key(k) for k in used}) > 1}
+    assert mixed == MIXED, "scripts touching deployment and partition keys together"
+    assert set(_lua.names()) - set(seen) == set(), "scripts this test never ran"
+
+
+async def _has_dead(client: rsched.Client) -> bool:
+    return bool((await client.dead_letters()).items)
+
+
+# --- what a user pointing rsched at the wrong kind of server is told ----------------------------
+
+
+async def test_plain_mode_on_a_cluster_names_cluster_mode(cluster: Cluster, prefix: str) -> None:
+    keys = Keys(prefix)
+    other = next(n for n in cluster.primaries() if n is not cluster.owner_of_key(keys.leader))
+    settings = Settings(redis_url=other.url, prefix=prefix)
+    redis = connect(settings)
+    try:
+        with pytest.raises(rsched.WrongNode, match=r"--cluster or RSCHED_CLUSTER=true"):
+            await check_server(redis, settings, keys.leader)
+    finally:
+        await redis.aclose()
+
+
+async def test_cluster_mode_on_a_single_server_is_refused(redis_url: str, prefix: str) -> None:
+    settings = Settings(redis_url=redis_url, prefix=prefix, cluster=True)
+    redis = connect(settings)
+    try:
+        with pytest.raises(rsched.RedisUrlMismatch, match=r"not a Redis Cluster node.*--cluster"):
+            await check_server(redis, settings, Keys(prefix).leader)
+    finally:
+        await redis.aclose()
