@@ -64,6 +64,7 @@ class Cluster:
             "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
             # A replica may always take over, however long it was cut off (tests kill often).
             "--cluster-replica-validity-factor", "0",
+            "--repl-diskless-sync-delay", "0",  # a new replica syncs at once
         ]  # fmt: skip
         try:
             for _ in range(count):
@@ -96,9 +97,9 @@ class Cluster:
         for index, node in enumerate(primaries):
             low = index * step
             high = SLOTS - 1 if index == 2 else low + step - 1
-            self._command(node, "CLUSTER ADDSLOTSRANGE", low, high)
+            self.command(node, "CLUSTER ADDSLOTSRANGE", low, high)
         for node in self.nodes[1:]:
-            self._command(node, "CLUSTER MEET", "127.0.0.1", first.port)
+            self.command(node, "CLUSTER MEET", "127.0.0.1", first.port)
         if not self.with_replicas:
             return
         deadline = time.monotonic() + 20
@@ -106,7 +107,7 @@ class Cluster:
             primary_id = self.node_id(primary)
             while True:  # the replica must have heard of its primary first
                 try:
-                    self._command(replica, "CLUSTER REPLICATE", primary_id)
+                    self.command(replica, "CLUSTER REPLICATE", primary_id)
                     break
                 except redis.ResponseError:
                     if time.monotonic() > deadline:
@@ -121,12 +122,12 @@ class Cluster:
             host="127.0.0.1", port=node.port, socket_timeout=2, decode_responses=True
         )
 
-    def _command(self, node: Server, *args: object) -> Any:
+    def command(self, node: Server, *args: object) -> Any:
         with self._client(node) as client:
             return client.execute_command(*args)
 
     def node_id(self, node: Server) -> str:
-        return str(self._command(node, "CLUSTER MYID"))
+        return str(self.command(node, "CLUSTER MYID"))
 
     def alive(self) -> list[Server]:
         return [node for node in self.nodes if node.running()]
@@ -135,12 +136,16 @@ class Cluster:
         return [node for node in self.alive() if self._role(node) == "master"]
 
     def _role(self, node: Server) -> str:
-        return str(self._command(node, "ROLE")[0])
+        return str(self.command(node, "ROLE")[0])
 
     def _slot_map(self, node: Server) -> list[tuple[int, int, int]]:
         """(first slot, last slot, port of its primary), sorted, as ``node`` sees them."""
-        reply = self._command(node, "CLUSTER SLOTS")
+        reply = self.command(node, "CLUSTER SLOTS")
         return sorted((int(r[0]), int(r[1]), int(r[2][1])) for r in reply)
+
+    def _synced(self, replica: Server) -> bool:
+        with self._client(replica) as client:
+            return client.info("replication").get("master_link_status") == "up"
 
     def owner(self, slot: int) -> Server:
         """The primary serving ``slot`` (as the first live node sees it)."""
@@ -153,12 +158,15 @@ class Cluster:
         return self.owner(slot_of(key))
 
     def ready(self) -> bool:
-        """Every live node says cluster_state:ok, and all agree on the slots' primaries."""
+        """Every live node says cluster_state:ok, all agree on the slots' primaries, and every
+    replica is in sync with its primary."""
         maps = []
         for node in self.alive():
             try:
-                info = self._command(node, "CLUSTER INFO")
+                info = self.command(node, "CLUSTER INFO")
                 if info.get("cluster_state") != "ok":
+                    return False
+                if self._role(node) == "slave" and not self._synced(node):
                     return False
                 maps.append(self._slot_map(node))
             except redis.RedisError:
