@@ -23,6 +23,7 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.crc import key_slot
 
+from rsched._embedded import free_port
 from servers import Server
 
 __all__ = ["SLOTS", "Cluster", "slot_of", "sync_client"]
@@ -41,6 +42,10 @@ def sync_client(url: str, *, cluster: bool) -> redis.Redis | redis.RedisCluster:
     if cluster:
         return redis.RedisCluster.from_url(url, decode_responses=True)
     return redis.Redis.from_url(url, decode_responses=True)
+
+
+def _bus_port(node: Server) -> int:
+    return int(node.extra_args[node.extra_args.index("--cluster-port") + 1])
 
 
 class Cluster:
@@ -68,7 +73,10 @@ class Cluster:
         ]  # fmt: skip
         try:
             for _ in range(count):
-                self.nodes.append(Server(self.kind, extra_args=args).start())
+                # The cluster bus gets a free port of its own (by default it is the port +
+                # 10000, which may be taken or past 65535).
+                bus = ["--cluster-port", str(free_port())]
+                self.nodes.append(Server(self.kind, extra_args=[*args, *bus]).start())
             self._join()
             self.wait_ready(timeout_s)
         except BaseException:
@@ -99,7 +107,7 @@ class Cluster:
             high = SLOTS - 1 if index == 2 else low + step - 1
             self.command(node, "CLUSTER ADDSLOTSRANGE", low, high)
         for node in self.nodes[1:]:
-            self.command(node, "CLUSTER MEET", "127.0.0.1", first.port)
+            self.command(node, "CLUSTER MEET", "127.0.0.1", first.port, _bus_port(first))
         if not self.with_replicas:
             return
         deadline = time.monotonic() + 20

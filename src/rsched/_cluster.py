@@ -37,6 +37,14 @@ class _Cluster(RedisCluster):
         except RedisClusterException as exc:
             raise RedisConnectionError(str(exc)) from exc
 
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            # After CLUSTERDOWN redis-py re-learns the topology by closing every connection,
+            # also those other tasks are using: their command fails writing to a closed one.
+            raise RedisConnectionError(f"connection closed under the command ({exc})") from exc
+
 
 def connect_cluster(
     url: str, *, timeout_s: float, max_connections: int, retries: int, **kwargs: Any
@@ -55,6 +63,9 @@ def connect_cluster(
         socket_connect_timeout=timeout_s,
         max_connections=max_connections,
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=retries),
+        # A MOVED names the slot's new primary: patch the slot map with it. (Re-learning the
+        # whole topology every few MOVED closes connections other tasks are using.)
+        reinitialize_steps=0,
         **kwargs,
     )
     return cast(Redis, client)
