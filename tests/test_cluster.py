@@ -276,3 +276,31 @@ async def test_a_slot_migrated_under_a_herd_fires_and_runs_each_occurrence_once(
         times.sort()
         steps = {(b - a).total_seconds() for a, b in itertools.pairwise(times)}
         assert steps <= {2.0}, (sid, times)  # none lost in between
+
+
+async def test_a_script_on_half_migrated_keys_waits_for_the_migration(
+    make_cluster: Callable[..., Cluster], prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The script's keys are split between two nodes for longer than redis-py's own retries
+    # last (TRYAGAIN): the call backs off until the slot has moved, then succeeds.
+    cluster = make_cluster(replicas=False)
+    settings = cluster_settings(cluster.url, prefix)
+    slot = slot_of(Keys(prefix).leader)
+    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+    caplog.set_level("DEBUG", logger="rsched.lua")
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add({"id": "a", "task": "t", "every": 60})
+        first_moved = anyio.Event()
+
+        async def mark() -> None:
+            first_moved.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: cluster.migrate_slot(slot, target, batch=1, pause_s=0.3, between=mark)
+            )
+            await first_moved.wait()
+            await client.pause("a")
+        assert (await client.get("a")).paused
+    assert cluster.owner(slot) is target
+    assert any(r.getMessage() == "script.tryagain" for r in caplog.records)

@@ -32,6 +32,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsched._backoff import Backoff
 from rsched._cluster import is_cluster, primaries
 from rsched._errors import StateError
+from rsched._log import get_logger
+
+log = get_logger("rsched.lua")
 
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
@@ -152,7 +155,9 @@ class ScriptCaller:
                 retryable = isinstance(exc, TryAgainError) or "TTL exhausted" in str(exc)
                 if not retryable or anyio.current_time() > give_up:
                     raise
-                await anyio.sleep(backoff.next())
+                delay = backoff.next()
+                log.debug("script.tryagain", sha=script.sha, error=str(exc), retry_s=delay)
+                await anyio.sleep(delay)
 
     async def _load_on_primaries(self, script: AsyncScript) -> None:
         """Load ``script`` on every primary that answers (one down must not stop the others:
