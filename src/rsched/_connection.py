@@ -203,7 +203,7 @@ def translate(exc: BaseException, settings: Settings) -> RschedError:
         return WrongNode(
             f"{url} is a Redis Cluster node that does not hold the keys of prefix "
             f"{settings.prefix!r} (MOVED to {node}): run rsched in cluster mode (--cluster or "
-            "RSCHED_CLUSTER=true)"
+            f"RSCHED_CLUSTER=true), or point RSCHED_REDIS_URL at redis://{node}/0"
         )
     if NOT_A_CLUSTER in text:
         return RedisUrlMismatch(
