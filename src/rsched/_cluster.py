@@ -3,9 +3,9 @@
 The client is redis-py's asyncio ``RedisCluster``, typed as ``Redis`` for the rest of rsched: it
 offers every command rsched sends (each script and each pipeline touches the keys of one hash
 tag, so one slot of one primary), and routes each by its keys, following MOVED and ASK. What it
-does not cover is here: pub/sub (asyncio RedisCluster has none before redis-py 7), commands a
-cluster answers per node (INFO, CONFIG GET, ROLE: asked of every primary), and a start-up node
-that is not a cluster.
+does not cover is here: pub/sub (redis-py 5.3's asyncio RedisCluster has none), commands each
+node answers for itself (INFO, CONFIG GET: asked of every primary), and failures to learn the
+topology, which redis-py raises outside its RedisError hierarchy.
 """
 
 from __future__ import annotations
@@ -75,17 +75,17 @@ def is_cluster(redis: Redis) -> bool:
     return isinstance(redis, RedisCluster)
 
 
-def _nodes(redis: Redis) -> RedisCluster:
+def _as_cluster(redis: Redis) -> RedisCluster:
     return cast(RedisCluster, redis)
 
 
 def primaries(redis: Redis) -> list[ClusterNode]:
-    return _nodes(redis).get_primaries()
+    return _as_cluster(redis).get_primaries()
 
 
 async def per_primary(redis: Redis, command: str, *args: Any) -> list[Any]:
-    """``command`` asked of every primary (INFO, CONFIG GET, ROLE answer for one node)."""
-    cluster = _nodes(redis)
+    """``command`` asked of every primary (INFO and CONFIG GET answer for one node)."""
+    cluster = _as_cluster(redis)
     await cluster.initialize()
     return [
         await cluster.execute_command(command, *args, target_nodes=node)
@@ -112,7 +112,7 @@ async def subscribed(redis: Redis, channel: str) -> AsyncIterator[PubSub]:
             await pubsub.subscribe(channel)
             yield pubsub
         return
-    cluster = _nodes(redis)
+    cluster = _as_cluster(redis)
     await cluster.initialize()
     first = cluster.get_node_from_key(channel)
     others = [node for node in cluster.get_nodes() if node is not first]

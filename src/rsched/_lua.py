@@ -133,13 +133,14 @@ class ScriptCaller:
     async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             if self._cluster:
-                return await self._call_on_cluster(self.script(name), [*keys, *args], len(keys))
+                return await self._call_on_cluster(name, [*keys, *args], len(keys))
             return await self.script(name)(keys=list(keys), args=list(args))
         except ResponseError as exc:
             _check_wrong_type(name, exc)
             raise
 
-    async def _call_on_cluster(self, script: AsyncScript, words: list[Any], numkeys: int) -> Any:
+    async def _call_on_cluster(self, name: str, words: list[Any], numkeys: int) -> Any:
+        script = self.script(name)
         backoff = Backoff(initial_s=0.05, maximum_s=0.5)
         give_up = anyio.current_time() + TRYAGAIN_LIMIT_S
         while True:
@@ -156,7 +157,7 @@ class ScriptCaller:
                 if not retryable or anyio.current_time() > give_up:
                     raise
                 delay = backoff.next()
-                log.debug("script.tryagain", sha=script.sha, error=str(exc), retry_s=delay)
+                log.debug("script.tryagain", script=name, error=str(exc), retry_s=delay)
                 await anyio.sleep(delay)
 
     async def _load_on_primaries(self, script: AsyncScript) -> None:
