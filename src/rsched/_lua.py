@@ -42,6 +42,8 @@ _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 READ_ONLY = frozenset({"due", "find_job", "policies"})
 #: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.
 TRYAGAIN_LIMIT_S = 10.0
+#: What a cluster says of a call that can succeed once a slot's migration has ended.
+_MIGRATING = ("TTL exhausted", "non local key")
 
 
 def lua_dir() -> Path:
@@ -150,10 +152,12 @@ class ScriptCaller:
                 except NoScriptError:
                     await self._load_on_primaries(script)
                     return await self.redis.evalsha(script.sha, numkeys, *words)
-            except (TryAgainError, ClusterError) as exc:
+            except (TryAgainError, ClusterError, ResponseError) as exc:
                 # redis-py follows MOVED and ASK itself, and waits out TRYAGAIN only briefly
                 # (its redirect budget, then "TTL exhausted"); a slot's migration takes longer.
-                retryable = isinstance(exc, TryAgainError) or "TTL exhausted" in str(exc)
+                # A key the script reaches without declaring it may have moved already.
+                text = str(exc)
+                retryable = isinstance(exc, TryAgainError) or any(w in text for w in _MIGRATING)
                 if not retryable or anyio.current_time() > give_up:
                     raise
                 delay = backoff.next()
