@@ -4,6 +4,7 @@ the cluster, the errors that name cluster mode, failover, and a slot migrated un
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -19,14 +20,21 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 import rsched
 from cluster import Cluster, slot_of
 from rsched import _lua
+from rsched._cli import _delegate as delegate
+from rsched._cli import _settings as cli_settings
+from rsched._cli_parser import build_parser
 from rsched._connection import check_server, connect
 from rsched._keys import Keys
 from rsched._lua import ScriptCaller
 from rsched._queues import QueueStore
 from rsched._retention import Retention
 from rsched._scheduler import Scheduler
+from rsched._scheduler_main import _parser as scheduler_parser
+from rsched._scheduler_main import load_settings as scheduler_settings
 from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
+from rsched._worker_main import parse_args as worker_args
+from rsched.web._main import build_parser as web_parser
 from test_worker import wait_until
 from worker_app import fast_settings
 
@@ -304,3 +312,18 @@ async def test_a_script_on_half_migrated_keys_waits_for_the_migration(
         assert (await client.get("a")).paused
     assert cluster.owner(slot) is target
     assert any(r.getMessage() == "script.tryagain" for r in caplog.records)
+
+
+def test_every_command_takes_the_cluster_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RSCHED_CLUSTER", raising=False)
+    cli_args = build_parser().parse_args(["--cluster", "ls"])
+    assert cli_settings(cli_args).cluster
+    assert not cli_settings(build_parser().parse_args(["ls"])).cluster
+    assert scheduler_settings(scheduler_parser().parse_args(["--cluster"])).cluster
+    assert worker_args(["app:worker", "--cluster"]).cluster
+    assert web_parser().parse_args(["--cluster"]).cluster
+    # `rsched --cluster scheduler` hands the flag over as RSCHED_CLUSTER, and only then.
+    assert delegate(["--cluster", "ls"]) is None
+    assert "RSCHED_CLUSTER" not in os.environ
+    monkeypatch.setenv("RSCHED_CLUSTER", "true")
+    assert Settings().cluster

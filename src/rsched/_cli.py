@@ -84,7 +84,7 @@ def _delegate(argv: Sequence[str]) -> int | None:
     while rest:
         name, eq, value = rest[0].partition("=")
         if name in _GLOBAL_FLAGS:
-            os.environ[_GLOBAL_FLAGS[name]], rest = "true", rest[1:]
+            globals_[name], rest = "true", rest[1:]
             continue
         if name not in _GLOBAL_ENV:
             break
@@ -97,7 +97,7 @@ def _delegate(argv: Sequence[str]) -> int | None:
     if not rest or rest[0] not in DELEGATES:
         return None
     for name, value in globals_.items():
-        os.environ[_GLOBAL_ENV[name]] = value
+        os.environ[{**_GLOBAL_ENV, **_GLOBAL_FLAGS}[name]] = value
     try:
         module = importlib.import_module(DELEGATES[rest[0]][0])
     except ModuleNotFoundError as exc:  # an extra that is not installed (rsched[web])
