@@ -328,3 +328,8 @@ def test_every_command_takes_the_cluster_flag(monkeypatch: pytest.MonkeyPatch) -
     assert "RSCHED_CLUSTER" not in os.environ
     monkeypatch.setenv("RSCHED_CLUSTER", "true")
     assert Settings().cluster
+
+
+def test_a_database_other_than_0_is_refused_in_cluster_mode() -> None:
+    with pytest.raises(rsched.ConfigError, match="'db' must be 0"):
+        connect(Settings(redis_url="redis://127.0.0.1:7000/3", cluster=True))
