@@ -62,6 +62,13 @@ def prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
 
+async def written_keys(redis: Redis, prefix: str) -> list[str]:
+    """The keys under ``prefix`` but the deployment's facts ({prefix}:meta, which a client
+    stores on first use): what a write left."""
+    meta = f"{{{prefix}}}:meta"
+    return sorted([k async for k in redis.scan_iter(match=f"{{{prefix}}}:*") if k != meta])
+
+
 @pytest.fixture
 def settings(redis_url: str, prefix: str, topology: str) -> Settings:
     return Settings(redis_url=redis_url, prefix=prefix, cluster=topology == "cluster")

@@ -141,7 +141,7 @@ async def test_upsert_many_keeps_the_every_grid_of_a_replaced_schedule(client: C
 async def test_add_many_race_with_another_writer_is_reported(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store: ScheduleStore = client._store
+    store: ScheduleStore = (await client._partitions()).schedules[0]
     real = store.time_ms
 
     async def late_writer() -> int:  # after the check, before the write

@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
+from conftest import written_keys
 from rsched import (
     Client,
     InvalidArgument,
@@ -70,7 +71,7 @@ async def test_invalid_fields_name_each_field(client: Client, redis: Redis, pref
     fields = {f for f, _ in err.value.errors}
     assert {"id", "timezone"} <= fields
     assert "timezone" in str(err.value)
-    assert await redis.keys(f"{{{prefix}}}:*") == []
+    assert await written_keys(redis, prefix) == []
 
 
 async def test_at_in_the_past_is_rejected_and_nothing_written(
@@ -79,7 +80,7 @@ async def test_at_in_the_past_is_rejected_and_nothing_written(
     past = datetime.now(UTC) - timedelta(hours=1)
     with pytest.raises(InvalidSchedule, match=r"at: .* is in the past"):
         await client.add(Schedule(id="once", task="t", at=past))
-    assert await redis.keys(f"{{{prefix}}}:*") == []
+    assert await written_keys(redis, prefix) == []
 
 
 async def test_payload_over_the_limit(redis: Redis, redis_url: str, prefix: str) -> None:

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from conftest import Proc
+from conftest import Proc, written_keys
 from rsched import Client, Schedule, ScheduleFileError, Settings
 from rsched._declare import load_file, sync_file
 
@@ -176,7 +176,7 @@ at = 2001-01-01T00:00:00Z
     assert "schedule[4] (id 'poll').id" in where
     assert "schedule[5] (id 'once').at" in where
     assert "nothing applied" in str(err.value)
-    assert await redis.keys(f"{{{prefix}}}:*") == []
+    assert await written_keys(redis, prefix) == []
 
 
 def test_unreadable_and_malformed_files(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from rsched._errors import (
     ServerError,
     ServerOutOfMemory,
     StateError,
+    WriteNotReplicated,
     WrongNode,
 )
 from rsched._events import HealthEvent
@@ -92,6 +93,7 @@ __all__ = (
     "SyncClient",
     "Worker",
     "WorkerInfo",
+    "WriteNotReplicated",
     "WrongNode",
     "__version__",
     "next_fire_times",

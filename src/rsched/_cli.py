@@ -35,23 +35,27 @@ __all__ = ("EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "duration_s", 
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 #: Global options ``rsched scheduler`` / ``rsched worker`` take over as environment variables.
-_GLOBAL_ENV = {"--redis-url": "RSCHED_REDIS_URL", "--prefix": "RSCHED_PREFIX"}
+_GLOBAL_ENV = {
+    "--redis-url": "RSCHED_REDIS_URL",
+    "--prefix": "RSCHED_PREFIX",
+    "--partitions": "RSCHED_PARTITIONS",
+    "--durability": "RSCHED_DURABILITY",
+}
 #: The same for global options without a value.
 _GLOBAL_FLAGS = {"--cluster": "RSCHED_CLUSTER"}
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     given = {
-        "redis_url": getattr(args, "redis_url", None),
-        "prefix": getattr(args, "prefix", None),
-        "cluster": getattr(args, "cluster", None),
+        name: getattr(args, name, None)
+        for name in ("redis_url", "prefix", "partitions", "durability", "cluster")
     }
     try:
         return Settings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
         env = "RSCHED_" + "__".join(str(p) for p in first["loc"]).upper()
-        flag = {"RSCHED_REDIS_URL": "--redis-url / ", "RSCHED_PREFIX": "--prefix / "}.get(env, "")
+        flag = {env: f"{flag} / " for flag, env in _GLOBAL_ENV.items()}.get(env, "")
         # A rule across settings has no location; its message names the variables itself.
         where = f"{flag}{env}: " if first["loc"] else ""
         raise UsageError(where + first["msg"].removeprefix("Value error, ")) from None

@@ -8,11 +8,13 @@ from importlib import metadata
 from typing import Any, get_args
 
 from rsched import _cli_health as health
+from rsched import _cli_partitions as partitions
 from rsched import _cli_queues as queues
 from rsched import _cli_runs as runs
 from rsched import _cli_schedules as schedules
 from rsched import _cli_workers as workers
 from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
+from rsched._durability import durability_flag
 from rsched._model import Overlap
 from rsched._rules import PRIORITIES
 from rsched._settings import CLUSTER_HELP
@@ -42,6 +44,14 @@ def _common() -> argparse.ArgumentParser:
         "--prefix", default=argparse.SUPPRESS, help="key prefix (env RSCHED_PREFIX; default rsched)"
     )
     p.add_argument(
+        "--partitions",
+        type=int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="the deployment's number of partitions (env RSCHED_PARTITIONS; default: the "
+        "stored one, 1 for a new deployment)",
+    )
+    p.add_argument(
         "--cluster",
         action="store_true",
         default=argparse.SUPPRESS,
@@ -50,6 +60,7 @@ def _common() -> argparse.ArgumentParser:
     p.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
     )
+    durability_flag(p, default=argparse.SUPPRESS)
     return p
 
 
@@ -453,6 +464,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     _health_commands(subs)
     _workers_and_jobs(subs)
+    _sub(
+        subs,
+        "init",
+        "Store the number of partitions of a new deployment (docs/scaling.md)",
+        "  rsched init --partitions 16\n"
+        "  (again with the same number: nothing to do; another number: refused)",
+        partitions.cmd_init,
+    )
+    p = _sub(
+        subs,
+        "where",
+        "The partition and keys of a schedule id or execution id, for redis-cli",
+        "  rsched where nightly-report\n  rsched where order-42 --json",
+        partitions.cmd_where,
+    )
+    p.add_argument("id", help="a schedule id or an execution id")
 
     p = _sub(
         subs,

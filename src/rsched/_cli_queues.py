@@ -128,6 +128,21 @@ async def cmd_dead_purge(client: Client, args: argparse.Namespace) -> None:
     await _dead_command(client, args, "purged")
 
 
+def _leaders(leaders: list[dict[str, Any] | None]) -> list[str]:
+    """Who leads how many partitions, and which have no leader."""
+    owners: dict[str, int] = {}
+    for lead in leaders:
+        if lead is not None:
+            owners[lead["owner"]] = owners.get(lead["owner"], 0) + 1
+    lines = [f"leader:    {o} ({n} partition(s))" for o, n in sorted(owners.items())]
+    missing = [str(k) for k, lead in enumerate(leaders) if lead is None]
+    if len(missing) == len(leaders):
+        lines.append("leader:    none (no scheduler is running)")
+    elif missing:
+        lines.append(f"leader:    none for partition(s) {', '.join(missing)}")
+    return lines
+
+
 async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
     st = await client.stats()
     sc = st.schedules
@@ -139,7 +154,9 @@ async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
     if st.oldest_overdue:
         o = st.oldest_overdue
         lines.append(f"oldest overdue: {o['id']} (late {fmt.duration(o['late_ms'])})")
-    if st.leader:
+    if st.partitions > 1:
+        lines += _leaders(st.leaders)
+    elif st.leader:
         ld = st.leader
         lines.append(
             f"leader:    {ld['owner']} (token {ld['token']}, renewed "
@@ -148,6 +165,7 @@ async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
         )
     else:
         lines.append("leader:    none (no scheduler is running)")
+    lines.append(f"partitions: {st.partitions}")
     lines.append(f"dead letters: {st.dead_letters}")
     if st.queues:
         rows = [

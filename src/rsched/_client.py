@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from rsched._bulk import BulkResult, Validator
 from rsched._codes import Code
 from rsched._connection import connect, explain
+from rsched._deployment import init_deployment
 from rsched._errors import (
     Conflict,
     InvalidArgument,
@@ -38,12 +39,24 @@ from rsched._errors import (
     ScheduleNotFound,
 )
 from rsched._events import EventLog, HealthEvent
-from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds
+from rsched._fanout import (
+    Partitions,
+    dead_letter_across,
+    dead_letters_across,
+    entry_ids_of,
+    index_page,
+    jobs_across,
+    merge_queue_stats,
+    runs_across,
+    save_many,
+)
+from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
 from rsched._history import HistoryEvent, page_events
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._page import Page, every_item
-from rsched._queues import QueueStore
+from rsched._partition import check_partitions
+from rsched._queues import QueueStore, new_execution_id
 from rsched._registry import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
 from rsched._rules import (
     PAGE_MAX,
@@ -59,7 +72,7 @@ from rsched._rules import (
 )
 from rsched._runs import RunFilter, RunRecord, check_cursor, read_runs
 from rsched._settings import BLOCK_MARGIN_MS, Settings
-from rsched._store import ScheduleStore
+from rsched._store import IndexStats, ScheduleStore
 from rsched._timing import Timing, next_fire_times
 from rsched._tz import resolve_timezone
 
@@ -123,6 +136,10 @@ class Stats:
     queues: dict[str, dict[str, Any]]
     dead_letters: int
     leader: dict[str, Any] | None
+    #: The deployment's number of partitions, and the lease of each (None: no leader); ``leader``
+    #: is partition 0's.
+    partitions: int = 1
+    leaders: list[dict[str, Any] | None] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -188,12 +205,14 @@ class Client:
     def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self._redis = redis
-        self._store = ScheduleStore.from_settings(redis, self.settings)
-        self._queues = QueueStore.from_settings(redis, self.settings)
-        self._health = HealthReader(redis, self.settings)
+        # The deployment's own keys (clock, worker registry, cancel channel, events) are the
+        # same whatever its number of partitions; the partitions are read on first use.
+        self._clock = ScheduleStore.from_settings(redis, self.settings)
+        self._registry = QueueStore.from_settings(redis, self.settings)
         self._events = EventLog(
-            redis, self._store.keys, max_len=self.settings.health.events_max_len
+            redis, self._clock.keys, max_len=self.settings.health.events_max_len
         )
+        self._parts: Partitions | None = None
         self._owns_redis = False
 
     @classmethod
@@ -229,6 +248,39 @@ class Client:
         if self._owns_redis:
             await self._redis.aclose()
 
+    @_redis_errors
+    async def partitions(self) -> int:
+        """The deployment's number of partitions (docs/scaling.md): read once, or stored when
+        the deployment is new (``settings.partitions``, else 1). Raises PartitionMismatch when
+        ``settings.partitions`` names another number than the deployment's. Since 0.1.0."""
+        return (await self._partitions()).count
+
+    @_redis_errors
+    async def init(self, partitions: int) -> bool:
+        """Store the number of partitions of a new deployment before any process uses it:
+        True when stored now, False when the deployment has that number already. Raises
+        PartitionMismatch (nothing written) when it has another, InvalidArgument for a number
+        out of 1..256. Since 0.1.0."""
+        _argument("partitions", check_partitions, partitions)
+        created = await init_deployment(self._redis, self.settings.prefix, partitions)
+        self._parts = None  # read again on next use
+        return created
+
+    async def _partitions(self) -> Partitions:
+        """The deployment's partitions, read once (PartitionMismatch when ``settings.partitions``
+        names another number than the deployment's)."""
+        if self._parts is None:
+            self._parts = await Partitions.of(self._redis, self.settings)
+        return self._parts
+
+    async def _store(self, schedule_id: str) -> ScheduleStore:
+        """The store of the schedule's partition."""
+        return (await self._partitions()).of_schedule(schedule_id)
+
+    async def _queues(self, execution_id: str) -> QueueStore:
+        """The store of the job's partition."""
+        return (await self._partitions()).of_job(execution_id)
+
     # --- writing schedules ------------------------------------------------------------------
 
     def _validated(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
@@ -252,8 +304,9 @@ class Client:
         the spec is invalid or ``at`` / ``end_at`` is in the past; nothing is written then.
         """
         valid = self._validated(schedule)
-        await self._store.save(valid, mode="add")
-        return await self._store.load(valid.id)
+        store = await self._store(valid.id)
+        await store.save(valid, mode="add")
+        return await store.load(valid.id)
 
     @_redis_errors
     async def upsert(self, schedule: Schedule | Mapping[str, Any]) -> Schedule:
@@ -263,8 +316,9 @@ class Client:
         recomputed from now, and an occurrence buffered under the old spec is dropped.
         """
         valid = self._validated(schedule)
-        await self._store.save(valid, mode="upsert")
-        return await self._store.load(valid.id)
+        store = await self._store(valid.id)
+        await store.save(valid, mode="upsert")
+        return await store.load(valid.id)
 
     @_redis_errors
     async def add_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
@@ -275,7 +329,9 @@ class Client:
         message``) and nothing is written. Then each schedule is written atomically on its own,
         a thousand per script call. An id that another writer creates between the check and
         the write is left as that writer made it and reported as ``exists``; the others are
-        created.
+        created. With several partitions (docs/scaling.md) the entries of every partition are
+        checked before anything is written in any, and each partition's are then written at
+        once: as with one, a schedule is atomic alone, the call as a whole is not.
         """
         return await self._save_many(schedules, mode="add")
 
@@ -302,8 +358,12 @@ class Client:
         items, problems = validator.validate(entries, mode=mode)
         if not entries:
             return BulkResult({})
-        outcomes = await self._store.save_many(
-            items, skip_unchanged=mode == "upsert", problems=problems, total=len(entries)
+        outcomes = await save_many(
+            await self._partitions(),
+            items,
+            upsert=mode == "upsert",
+            problems=problems,
+            total=len(entries),
         )
         return BulkResult(outcomes)
 
@@ -320,21 +380,23 @@ class Client:
                 schedule_id, [(name, "is read-only; rsched maintains it") for name in readonly]
             )
 
+        store = await self._store(schedule_id)
+
         async def write() -> None:
-            old = await self._store.load(schedule_id)
+            old = await store.load(schedule_id)
             data = old.model_dump(exclude=set(STATE_FIELDS))
             if any(changes.get(t) is not None for t in _TRIGGERS):
                 data.update(dict.fromkeys(_TRIGGERS))
             data.update(changes)
-            await self._store.save(_parse(data), mode="replace", expect_gen=old.generation)
+            await store.save(_parse(data), mode="replace", expect_gen=old.generation)
 
         await _until_no_conflict(write)
-        return await self._store.load(schedule_id)
+        return await store.load(schedule_id)
 
     @_redis_errors
     async def remove(self, schedule_id: str) -> None:
         """Delete a schedule and its history. Queued or running jobs are not touched."""
-        await self._store.remove(schedule_id)
+        await (await self._store(schedule_id)).remove(schedule_id)
 
     @_redis_errors
     async def pause(self, schedule_id: str, note: str | None = None) -> None:
@@ -348,7 +410,7 @@ class Client:
             except ValueError as exc:
                 raise InvalidSchedule(schedule_id, [("pause_note", str(exc))]) from None
         try:
-            await self._store.pause(schedule_id, note)
+            await (await self._store(schedule_id)).pause(schedule_id, note)
         except ScheduleCompleted as exc:
             raise await self._why_completed(exc) from None
 
@@ -360,14 +422,16 @@ class Client:
         ScheduleCompleted when it has completed.
         """
 
+        store = await self._store(schedule_id)
+
         async def write() -> None:
-            schedule = await self._store.load(schedule_id)
-            now = await self._store.time_ms()
+            schedule = await store.load(schedule_id)
+            now = await store.time_ms()
             next_ms: int | None = None
             if schedule.max_runs is None or schedule.runs < schedule.max_runs:
                 next_ms = Timing.of(schedule).next_after(now)
             try:
-                await self._store.resume(schedule_id, schedule.generation, next_ms)
+                await store.resume(schedule_id, schedule.generation, next_ms)
             except ScheduleCompleted as exc:
                 raise ScheduleCompleted(schedule_id, exc.action, _completion(schedule)) from None
 
@@ -380,7 +444,7 @@ class Client:
         Raises ScheduleNotFound, or ScheduleCompleted when the schedule has completed.
         """
         try:
-            code, execution_id = await self._store.trigger(schedule_id)
+            code, execution_id = await (await self._store(schedule_id)).trigger(schedule_id)
         except ScheduleCompleted as exc:
             raise await self._why_completed(exc) from None
         return Fired(execution_id, _OUTCOMES[code])
@@ -388,7 +452,7 @@ class Client:
     async def _why_completed(self, exc: ScheduleCompleted) -> ScheduleCompleted:
         """``exc`` with the reason the schedule completed (read on this error path only)."""
         try:
-            schedule = await self._store.load(exc.schedule_id)
+            schedule = await (await self._store(exc.schedule_id)).load(exc.schedule_id)
         except ScheduleNotFound:  # removed meanwhile
             return exc
         return ScheduleCompleted(exc.schedule_id, exc.action, _completion(schedule))
@@ -408,13 +472,15 @@ class Client:
         range is reversed, in the future, too long or holds no occurrence.
         """
 
+        store = await self._store(schedule_id)
+
         async def write() -> BackfillResult:
-            schedule = await self._store.load(schedule_id)
+            schedule = await store.load(schedule_id)
             start_ms = _to_ms(start, schedule.timezone, "start")
             end_ms = _to_ms(end, schedule.timezone, "end")
             if end_ms < start_ms:
                 raise InvalidArgument("end", f"{end.isoformat()} is before start")
-            now = await self._store.time_ms()
+            now = await store.time_ms()
             if end_ms > now:
                 raise InvalidArgument(
                     "end",
@@ -434,7 +500,7 @@ class Client:
                     f"{start.isoformat()} to {end.isoformat()} holds no occurrence of "
                     f"{schedule_id!r} (within its start_at/end_at); nothing was fired",
                 )
-            codes = await self._store.backfill(schedule, times)
+            codes = await store.backfill(schedule, times)
             return BackfillResult(
                 {f"{schedule_id}@{t}": _OUTCOMES[c] for t, c in zip(times, codes, strict=True)}
             )
@@ -446,7 +512,7 @@ class Client:
     @_redis_errors
     async def server_time(self) -> datetime:
         """Redis' clock now (an aware UTC datetime): the time every schedule decision uses."""
-        return from_ms(await self._store.time_ms())
+        return from_ms(await self._clock.time_ms())
 
     @_redis_errors
     async def get(self, schedule_id: str) -> Schedule:
@@ -454,7 +520,7 @@ class Client:
 
         Raises ScheduleNotFound.
         """
-        return await self._store.load(schedule_id)
+        return await (await self._store(schedule_id)).load(schedule_id)
 
     @_redis_errors
     async def next_runs(self, schedule_id: str, n: int = 5) -> list[datetime]:
@@ -463,8 +529,8 @@ class Client:
         A paused schedule shows when it would fire if resumed now.
         """
         _argument("n", check_page, n)
-        schedule = await self._store.load(schedule_id)
-        now = await self._store.time_ms()
+        schedule = await (await self._store(schedule_id)).load(schedule_id)
+        now = await self._clock.time_ms()
         return next_fire_times(schedule, from_ms(now), n)
 
     @_redis_errors
@@ -487,8 +553,9 @@ class Client:
         _argument("limit", check_page, limit)
         if status is not None:
             _argument("status", check_history_status, status)
-        stored = await self._store.history(schedule_id, self.settings.history_limit)
-        if not stored and not await self._store.exists(schedule_id):
+        store = await self._store(schedule_id)
+        stored = await store.history(schedule_id, self.settings.history_limit)
+        if not stored and not await store.exists(schedule_id):
             raise ScheduleNotFound(schedule_id)
         try:
             return page_events(stored, limit=limit, cursor=cursor or None, status=status)
@@ -542,12 +609,15 @@ class Client:
             since_ms = to_ms(since)
         elif since is not None:
             _argument("since", parse_duration_s, since)
-            since_ms = await self._store.time_ms() - round(parse_duration_s(since) * 1000)
+            since_ms = await self._clock.time_ms() - round(parse_duration_s(since) * 1000)
         want = RunFilter(status=status, since_ms=since_ms, schedule_id=schedule_id, task=task)
+        parts = await self._partitions()
         try:
-            return await read_runs(
-                self._redis, self._queues.keys, want, limit=limit, cursor=cursor or None
-            )
+            if parts.count == 1:
+                return await read_runs(
+                    self._redis, parts.keys, want, limit=limit, cursor=cursor or None
+                )
+            return await runs_across(parts, want, limit=limit, cursor=cursor or None)
         except ValueError as exc:
             raise InvalidArgument("cursor", str(exc)) from None
 
@@ -598,9 +668,12 @@ class Client:
         ``dedup_window_s`` setting, 24 h), nothing is added and ``created`` is False. Raises
         InvalidJob naming the bad field (task, queue, payload, delay_s, priority, …).
         """
-        return await self._queues.enqueue(
+        job_id = execution_id or new_execution_id()
+        store = await self._queues(job_id)
+        return await store.enqueue(
             task,
             payload,
+            job_id=job_id,
             queue=queue,
             delay_s=delay,
             max_retries=max_retries,
@@ -626,20 +699,27 @@ class Client:
         InvalidArgument naming ``limit`` or ``cursor``.
         """
         _argument("limit", check_page, limit)
+        parts = await self._partitions()
+        if parts.count > 1:
+            try:
+                return await dead_letters_across(
+                    parts, queue, limit=limit, cursor=cursor, task=task
+                )
+            except ValueError as exc:
+                raise InvalidArgument("cursor", str(exc)) from None
+        store = parts.queues[0]
         cursor = cursor or None
         if task is not None:  # looking past the page for one more match could read the stream
-            return Page(
-                *await self._queues.dead_letters(queue, limit=limit, cursor=cursor, task=task)
-            )
+            return Page(*await store.dead_letters(queue, limit=limit, cursor=cursor, task=task))
         # One more than asked tells whether a next page exists, so the last page says so.
         peek = min(limit + 1, PAGE_MAX)
-        letters, nxt = await self._queues.dead_letters(queue, limit=peek, cursor=cursor)
+        letters, nxt = await store.dead_letters(queue, limit=peek, cursor=cursor)
         if len(letters) > limit:
             return Page(letters[:limit], letters[limit - 1].entry_id)
         if len(letters) < peek or nxt is None:
             return Page(letters, None)
         # limit == PAGE_MAX: a full page, and whether more follow is one more read away.
-        more, _ = await self._queues.dead_letters(queue, limit=1, cursor=nxt)
+        more, _ = await store.dead_letters(queue, limit=1, cursor=nxt)
         return Page(letters, nxt if more else None)
 
     def iter_dead_letters(
@@ -654,7 +734,7 @@ class Client:
     @_redis_errors
     async def dead_letter(self, queue: str, entry_id: str) -> DeadLetter:
         """One dead letter with its error and traceback excerpt; raises DeadLetterNotFound."""
-        return await self._queues.dead_letter(queue, entry_id)
+        return await dead_letter_across(await self._partitions(), queue, entry_id)
 
     @_redis_errors
     async def requeue(
@@ -666,7 +746,14 @@ class Client:
     ) -> int:
         """Put dead letters back on their queue as attempt 1 (all of them when ``entry_ids`` is
         None, only ``task``'s when given); returns how many."""
-        return await self._queues.requeue(queue, entry_ids, task=task)
+        parts = await self._partitions()
+        return sum(
+            await parts.each(
+                lambda k: parts.queues[k].requeue(
+                    queue, entry_ids_of(parts, k, entry_ids), task=task
+                )
+            )
+        )
 
     @_redis_errors
     async def purge(
@@ -677,7 +764,12 @@ class Client:
         task: str | None = None,
     ) -> int:
         """Delete dead letters for good (all, ``entry_ids``, or ``task``'s); returns how many."""
-        return await self._queues.purge(queue, entry_ids, task=task)
+        parts = await self._partitions()
+        return sum(
+            await parts.each(
+                lambda k: parts.queues[k].purge(queue, entry_ids_of(parts, k, entry_ids), task=task)
+            )
+        )
 
     # --- workers and jobs ---------------------------------------------------------------------
 
@@ -685,7 +777,7 @@ class Client:
     async def workers(self) -> list[WorkerInfo]:
         """The live workers (from the worker registry: each heartbeats every ``heartbeat_s``;
         a worker gone silent for a few heartbeats is left out), by id. Since 0.1.0."""
-        return await self._queues.workers()
+        return await self._registry.workers()
 
     @_redis_errors
     async def jobs(
@@ -710,9 +802,13 @@ class Client:
         if cursor is not None and not (cursor.isdigit() and len(cursor) < 10):
             raise InvalidArgument("cursor", f"{cursor!r} is not a cursor of this read")
         skip = int(cursor or 0)
-        queues = [queue] if queue is not None else await self._queues.queue_names()
+        parts = await self._partitions()
+        queues = [queue] if queue is not None else await parts.queue_names()
         states = [state] if state is not None else list(LISTED_STATES)
-        items, more = await self._queues.jobs(queues, states, limit, skip)
+        if parts.count == 1:
+            items, more = await parts.queues[0].jobs(queues, states, limit, skip)
+        else:
+            items, more = await jobs_across(parts, queues, states, limit, skip)
         return Page(items, str(skip + limit) if more else None)
 
     @_redis_errors
@@ -723,11 +819,11 @@ class Client:
         each stream and delayed set, an ended one in its schedule's history and the runs log's
         last 10,000 records (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
         _argument("execution_id", check_execution_id, execution_id)
-        queues = await self._queues.queue_names()
-        found = await self._queues.find_job(execution_id, queues)
+        store = await self._queues(execution_id)
+        found = await store.find_job(execution_id, await store.queue_names())
         job = found[0] if found else None
         if job is None or job.state == "running":
-            for worker in await self._queues.workers():
+            for worker in await self._registry.workers():
                 for run in worker.jobs:
                     if run.execution_id == execution_id:
                         job = dataclasses.replace(
@@ -743,17 +839,18 @@ class Client:
         sid = job.schedule_id if job else _schedule_of(execution_id)
         history: tuple[HistoryEvent, ...] = ()
         if sid:
-            stored = await self._store.history(sid, self.settings.history_limit)
+            schedules = await self._store(sid)
+            stored = await schedules.history(sid, self.settings.history_limit)
             events = page_events(stored, limit=PAGE_MAX, cursor=None, status=None).items
             history = tuple(e for e in events if e.execution_id == execution_id)
-        kept, result = await self._queues.result(execution_id)
+        kept, result = await store.result(execution_id)
         if job is None:
             state = state_from_history(list(history))
             ended = None
             if state is None:  # an enqueued job, or one whose history was trimmed: its record
                 newest = await read_runs(
                     self._redis,
-                    self._queues.keys,
+                    store.keys,
                     RunFilter(execution_id=execution_id),
                     limit=1,
                     cursor="+",  # records only: it is not waiting or running
@@ -787,7 +884,7 @@ class Client:
         it completed; None when it returned None, is not finished, or the result expired.
         Since 0.1.0."""
         _argument("execution_id", check_execution_id, execution_id)
-        return (await self._queues.result(execution_id))[1]
+        return (await (await self._queues(execution_id)).result(execution_id))[1]
 
     @_redis_errors
     async def cancel(self, execution_id: str) -> str:
@@ -797,21 +894,21 @@ class Client:
         ``delayed``, ``running``). Raises JobNotFound when it neither waits nor runs.
         Since 0.1.0."""
         _argument("execution_id", check_execution_id, execution_id)
+        store = await self._queues(execution_id)
         for _ in range(3):
-            queues = await self._queues.queue_names()
-            found = await self._queues.find_job(execution_id, queues)
+            found = await store.find_job(execution_id, await store.queue_names())
             if found is not None and found[0].state != "running":
-                code = await self._queues.cancel_waiting(found[0], found[1], reason="cancelled")
+                code = await store.cancel_waiting(found[0], found[1], reason="cancelled")
                 if code == Code.OK:
                     return found[0].state
                 continue  # read or moved meanwhile: look again
             running = found is not None or any(
                 run.execution_id == execution_id
-                for worker in await self._queues.workers()
+                for worker in await self._registry.workers()
                 for run in worker.jobs
             )
             if running:
-                await self._queues.cancel_running(execution_id)
+                await self._registry.cancel_running(execution_id)
                 return "running"
             break
         raise JobNotFound(execution_id, "it does not wait or run (finished, or never existed)")
@@ -828,41 +925,54 @@ class Client:
         ``scheduler.lease_ttl_ms`` is assumed then); ``lease_left_ms`` is exact. Each queue
         also counts its ``workers``: live workers reading it (from the worker registry).
         """
-        now = await self._store.time_ms()
-        index = await self._store.index_stats(now)
+        parts = await self._partitions()
+        now = await self._clock.time_ms()
+        indexes = await parts.each(lambda k: parts.schedules[k].index_stats(now))
+        oldest = min(
+            (i.oldest for i in indexes if i.oldest is not None), key=lambda o: o[1], default=None
+        )
         oldest_overdue = None
-        if index.oldest is not None:
-            sid, score = index.oldest
+        if oldest is not None:
+            sid, score = oldest
             oldest_overdue = {"id": sid, "next_run_ms": score, "late_ms": now - score}
-        lead = None
-        if index.leader is not None:
-            token, _, owner = index.leader.partition(":")
-            ttl = index.lease_ttl_ms or self.settings.scheduler.lease_ttl_ms
-            lead = {
-                "owner": owner,
-                "token": int(token) if token.isdigit() else token,
-                "lease_left_ms": index.lease_left_ms,
-                "lease_age_ms": max(0, ttl - index.lease_left_ms),
-            }
-        queues: dict[str, dict[str, Any]] = dict(await self._queues.queue_stats())
-        live = await self._queues.workers()
+        leaders = [self._leader(index) for index in indexes]
+        queues = merge_queue_stats(await parts.each(lambda k: parts.queues[k].queue_stats()))
+        live = await self._registry.workers()
         for name, q in queues.items():
             q["workers"] = sum(name in w.queues for w in live)
         dead = sum(int(q.get("dead", 0) or 0) for q in queues.values())
+        total = sum(i.total for i in indexes)
+        active = sum(i.active for i in indexes)
+        paused = sum(i.paused for i in indexes)
         return Stats(
             now_ms=now,
             schedules={
-                "total": index.total,
-                "active": index.active,
-                "paused": index.paused,
-                "completed": index.total - index.active - index.paused,
+                "total": total,
+                "active": active,
+                "paused": paused,
+                "completed": total - active - paused,
             },
-            due=index.due,
+            due=sum(i.due for i in indexes),
             oldest_overdue=oldest_overdue,
             queues=queues,
             dead_letters=dead,
-            leader=lead,
+            leader=leaders[0],
+            partitions=parts.count,
+            leaders=leaders,
         )
+
+    def _leader(self, index: IndexStats) -> dict[str, Any] | None:
+        """A partition's lease for Stats: owner, token, its age and what is left of it."""
+        if index.leader is None:
+            return None
+        token, _, owner = index.leader.partition(":")
+        ttl = index.lease_ttl_ms or self.settings.scheduler.lease_ttl_ms
+        return {
+            "owner": owner,
+            "token": int(token) if token.isdigit() else token,
+            "lease_left_ms": index.lease_left_ms,
+            "lease_age_ms": max(0, ttl - index.lease_left_ms),
+        }
 
     # --- health and events --------------------------------------------------------------------
 
@@ -898,14 +1008,20 @@ class Client:
                 except ValueError as exc:
                     raise InvalidArgument(name, str(exc)) from None
         thresholds = Thresholds.of(self.settings.health, **given)
-        return await self._health.check(thresholds)
+        return await check_deployment(await self._health_readers(), thresholds)
+
+    async def _health_readers(self) -> list[HealthReader]:
+        """A health reader per partition."""
+        parts = await self._partitions()
+        return [HealthReader(self._redis, self.settings, k) for k in parts.keys.every_partition()]
 
     @_redis_errors
     async def schedule_health(self, schedule_id: str) -> ScheduleHealth:
         """One schedule's health: ok, late, stuck, failing, paused or completed, and why.
         Raises ScheduleNotFound."""
-        now = await self._health.now_ms()
-        found = await self._health.classify([schedule_id], now)
+        parts = await self._partitions()
+        reader = HealthReader(self._redis, self.settings, parts.of_schedule(schedule_id).keys)
+        found = await reader.classify([schedule_id], await reader.now_ms())
         if not found:
             raise ScheduleNotFound(schedule_id)
         return found[0]
@@ -964,13 +1080,13 @@ class Client:
         """
         _argument("limit", check_page, limit)
         pos = _decode_cursor(cursor)
+        parts = await self._partitions()
         filtered = queue is not None or task is not None or paused is not None
         out: _Schedules = []
         while True:
             # One more than needed tells whether anything follows the page.
             want = max(limit - len(out) + 1, 200) if filtered else limit - len(out) + 1
-            batch = await self._store.index_after(pos, want)
-            hashes = await self._store.fields([sid for sid, _ in batch])
+            batch, hashes = await index_page(parts, pos, want)
             for (sid, score), stored in zip(batch, hashes, strict=True):
                 s = Schedule.from_hash(sid, stored) if stored else None  # None: removed meanwhile
                 if s is None or not (

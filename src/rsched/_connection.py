@@ -12,7 +12,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -36,6 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched._cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
+from rsched._durability import Durability
 from rsched._errors import (
     AccessDenied,
     ConfigError,
@@ -49,7 +50,7 @@ from rsched._errors import (
     WrongNode,
 )
 from rsched._log import EventLogger
-from rsched._settings import Settings
+from rsched._settings import Settings, safe_url
 
 _URL_HINT = "e.g. redis://127.0.0.1:6379/0 or rediss://user:pass@host:6380/0"
 #: Re-sends after a refused or dropped connection (each fails fast); never after a timeout.
@@ -92,9 +93,11 @@ def connect(
                 max_connections=settings.max_connections,
                 retries=CONNECT_RETRIES,
                 encoding_errors=encoding_errors,
+                **_tls_options(settings, url),
             )
         pool = BlockingConnectionPool.from_url(
             url,
+            **_tls_options(settings, url),
             decode_responses=True,
             max_connections=settings.max_connections,
             timeout=settings.pool_timeout_s,
@@ -117,14 +120,27 @@ def connect(
     return Redis.from_pool(pool)
 
 
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages."""
+def _tls_options(settings: Settings, url: str) -> dict[str, Any]:
+    """redis-py's TLS arguments for the TLS settings; parameters in the URL's query (e.g.
+    ``?ssl_ca_certs=``) take precedence, as redis-py applies them last."""
+    files = {
+        "ssl_ca_certs": settings.tls_ca_file,
+        "ssl_certfile": settings.tls_cert_file,
+        "ssl_keyfile": settings.tls_key_file,
+    }
+    given: dict[str, Any] = {name: str(p) for name, p in files.items() if p is not None}
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.scheme != "rediss":
+        if given:
+            raise ConfigError(
+                f"RSCHED_TLS_* files are set but redis_url {safe_url(url)!r} does not use TLS: "
+                "write rediss:// in RSCHED_REDIS_URL (or unset the RSCHED_TLS_* settings)"
+            )
+        return given
+    if "ssl_cert_reqs=none" not in parts.query.lower():
+        # redis-py before 6.0 verifies the certificate but not that it names the host.
+        given["ssl_check_hostname"] = True
+    return given
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -158,6 +174,9 @@ def translate(exc: BaseException, settings: Settings) -> RschedError:
 
     if isinstance(exc, RschedError):
         return exc
+    verify = next((e for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
+    if verify is not None or "CERTIFICATE_VERIFY_FAILED" in text:
+        return RedisUrlMismatch(_verify_message(url, verify, text))
     if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text:
         if scheme == "rediss":
             return RedisUrlMismatch(
@@ -175,9 +194,10 @@ def translate(exc: BaseException, settings: Settings) -> RschedError:
         return AccessDenied(_auth_message(url, text, has_password=password is not None))
     if isinstance(exc, NoPermissionError) or text.startswith("NOPERM"):
         return AccessDenied(
-            f"the Redis user of RSCHED_REDIS_URL may not do what rsched needs ({text}): grant "
-            f"it with ACL SETUSER <user> on ~{{{settings.prefix}}}:* &{{{settings.prefix}}}:* "
-            "+@all (or use a user that has them)"
+            "the Redis user of RSCHED_REDIS_URL may not do what rsched needs here (NOPERM: "
+            f"{text.removeprefix('NOPERM').strip()}): "
+            "use the user of the role that may (scheduler, worker, client, read-only), or grant "
+            "it with ACL SETUSER as docs/security.md gives for that role"
         )
     if "Invalid Database" in text or "DB index is out of range" in text:
         return RedisUrlMismatch(
@@ -238,6 +258,20 @@ def translate(exc: BaseException, settings: Settings) -> RschedError:
             "that the server is running"
         )
     return ServerError(f"Redis at {url} refused a command ({text[:200]})")
+
+
+def _verify_message(url: str, exc: ssl.SSLCertVerificationError | None, text: str) -> str:
+    reason = " ".join(str(exc.verify_message if exc is not None else text).split())
+    if "mismatch" in reason.lower() or "not valid for" in reason.lower():
+        return (
+            f"the TLS certificate of {url} does not name that host ({reason}): connect by a "
+            "host name or address the certificate lists (its subjectAltName) in RSCHED_REDIS_URL"
+        )
+    return (
+        f"the TLS certificate of {url} could not be verified ({reason}): give the CA "
+        "certificate that signed it in RSCHED_TLS_CA_FILE (or ?ssl_ca_certs=/path/ca.pem in "
+        "RSCHED_REDIS_URL)"
+    )
 
 
 def _auth_message(url: str, text: str, *, has_password: bool) -> str:
@@ -337,10 +371,13 @@ async def check_server(redis: Redis, settings: Settings, key: str) -> None:
     :data:`PERMANENT` errors of :func:`translate`; a server that is down, slow or out of memory
     is left to the callers' retries.
     """
+    durability = Durability.from_settings(settings)
     try:
         await redis.exists(key)
         # A cluster client sends writes to the primaries it learned: no role to check.
         role = "" if is_cluster(redis) else await _role(redis)
+        if durability is not None:  # replicated_fsync on a server without WAITAOF: refused
+            await durability.ready(redis)
     except (RedisError, OSError) as exc:
         error = await explain(exc, settings)
         if isinstance(error, PERMANENT):
@@ -398,21 +435,20 @@ async def warn_if_unsafe(redis: Redis, log: EventLogger) -> list[str]:
     """
     warnings: list[str] = []
     try:
+        # INFO rather than CONFIG GET: the users of docs/security.md may run INFO, never CONFIG.
         if is_cluster(redis):  # each primary answers for itself
-            persistences = await per_primary(redis, "INFO", "persistence")
-            configs = await per_primary(redis, "CONFIG GET", "maxmemory-policy")
+            infos = await per_primary(redis, "INFO", "persistence", "memory")
         else:
-            persistences = [await redis.info("persistence")]
-            configs = [await redis.config_get("maxmemory-policy")]
-    except RedisError as exc:  # CONFIG may be renamed or disabled on managed services
+            infos = [await redis.info("persistence", "memory")]
+    except RedisError as exc:  # INFO may be renamed or denied on managed services
         log.info("server.check_skipped", reason=str(exc))
         return warnings
-    if any(not int(p.get("aof_enabled", 0)) for p in persistences):
+    if any(not int(info.get("aof_enabled", 0)) for info in infos):
         warnings.append(
             "appendonly is off: a server restart loses schedules and jobs written since the "
             "last snapshot (set appendonly yes)"
         )
-    policies = {str(c.get("maxmemory-policy", "")) for c in configs} - {"", "noeviction"}
+    policies = {str(info.get("maxmemory_policy", "")) for info in infos} - {"", "noeviction"}
     for policy in sorted(policies):
         warnings.append(
             f"maxmemory-policy is {policy}: under memory pressure the server deletes rsched's "

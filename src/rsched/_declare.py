@@ -36,10 +36,12 @@ which would turn every deploy into a conflict with the schedules the file create
 from __future__ import annotations
 
 import contextlib
+import functools
 import tomllib
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from redis.asyncio import Redis
@@ -53,12 +55,16 @@ from rsched._errors import (
     ScheduleFileError,
     ScheduleNotFound,
 )
+from rsched._fanout import Partitions, gather, save_many
 from rsched._log import EventLogger, get_logger
 from rsched._model import STATE_FIELDS, Schedule
+from rsched._partition import partition_of
 from rsched._rules import check_name, encode_payload
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
+
+T = TypeVar("T")
 
 _log = get_logger("rsched.sync")
 _TOP_LEVEL = {"source", "defaults", "schedule"}
@@ -248,16 +254,39 @@ def _compare(old: Schedule, new: Schedule) -> dict[str, tuple[Any, Any]]:
     return {k: (a[k], b[k]) for k in b if a.get(k) != b[k]}
 
 
-async def plan_sync(store: ScheduleStore, parsed: ParsedFile, *, adopt: bool = False) -> SyncPlan:
+async def _source_ids(parts: Partitions, source: str) -> set[str]:
+    """The ids a schedules file synced, from every partition's index of them."""
+    found = await parts.each(lambda k: parts.schedules[k].source_ids(source))
+    return {sid for some in found for sid in some}
+
+
+async def _per_partition(
+    parts: Partitions,
+    ids: Sequence[str],
+    read: Callable[[ScheduleStore, list[str]], Awaitable[list[T]]],
+) -> dict[str, T]:
+    """``read(store, its ids)`` in each partition holding some of ``ids``, all at once."""
+    groups: dict[int, list[str]] = {}
+    for sid in ids:
+        groups.setdefault(partition_of(sid, parts.count), []).append(sid)
+    found = await gather(
+        [functools.partial(read, parts.schedules[k], some) for k, some in groups.items()]
+    )
+    return {sid: v for some, got in zip(groups.values(), found, strict=True)
+            for sid, v in zip(some, got, strict=True)}  # fmt: skip
+
+
+async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = False) -> SyncPlan:
     """Compare the file with Redis. Raises ScheduleFileError listing the file's own problems
     plus conflicts, payloads over this deployment's limit, entries that cannot be created (an
     ``at`` in the past) and changes that would cross into a same-named file's schedules."""
     source, path = parsed.source, parsed.path
     plan = SyncPlan(path=path, source=source)
-    owned = await store.source_ids(source)
+    owned = await _source_ids(parts, source)
     wanted = {s.id: s for s in parsed.schedules}
     ids = sorted(set(wanted) | owned)
-    stored = dict(zip(ids, await store.fields(ids), strict=True))
+    stored = await _per_partition(parts, ids, lambda store, some: store.fields(some))
+    store = parts.schedules[0]
     now = await store.time_ms()
     errors = list(parsed.errors)
     for sid, new in wanted.items():
@@ -336,14 +365,21 @@ def _carry(old: Schedule, new: Schedule) -> Schedule:
     return new.model_copy(update={"paused": old.paused, "pause_note": old.pause_note})
 
 
-async def apply_plan(store: ScheduleStore, plan: SyncPlan, resolved: str = "") -> None:
+async def apply_plan(parts: Partitions, plan: SyncPlan, resolved: str = "") -> None:
     """Write the plan: adds and updates in one bulk write, then removals. Raises Conflict
-    when a schedule changed after the plan was made (sync_file plans again)."""
+    when a schedule changed after the plan was made (sync_file plans again).
+
+    Each partition has its own index of the file's ids (the ids of its schedules)."""
     source = plan.source
     writes = [c for c in plan.changes if c.action != "remove" and c.schedule is not None]
+
+    async def index(store: ScheduleStore, ids: list[str]) -> list[None]:
+        await store.add_source_ids(source, ids)
+        return [None] * len(ids)
+
     # Index first: a crash between the two leaves an extra id (checked against the hash's
     # source on every sync), never a schedule of this file that the index does not know.
-    await store.add_source_ids(source, [c.schedule_id for c in writes])
+    await _per_partition(parts, [c.schedule_id for c in writes], index)
     items = [
         item_of(
             c.schedule,
@@ -354,7 +390,7 @@ async def apply_plan(store: ScheduleStore, plan: SyncPlan, resolved: str = "") -
         for n, c in enumerate(writes)
         if c.schedule is not None
     ]
-    outcomes = await store.save_many(items)
+    outcomes = await save_many(parts, items, upsert=False)
     lost = sorted(sid for sid, got in outcomes.items() if got not in ("created", "replaced"))
     if lost:
         raise Conflict(f"changed while the sync wrote them: {', '.join(lost)}")
@@ -362,18 +398,21 @@ async def apply_plan(store: ScheduleStore, plan: SyncPlan, resolved: str = "") -
         if change.action != "remove":
             continue
         sid = change.schedule_id
+        store = parts.of_schedule(sid)
         # Re-check just before: the id may have been re-created by someone else meanwhile.
         if await store.source_of(sid) == source:
             with contextlib.suppress(ScheduleNotFound):
                 await store.remove(sid)
         await store.forget_source_id(source, sid)
     # Ids of this source whose schedule was removed by hand: forget them.
-    ids = sorted(await store.source_ids(source))
-    for sid, found in zip(ids, await store.read_hashes(ids), strict=True):
+    ids = sorted(await _source_ids(parts, source))
+    hashes = await _per_partition(parts, ids, lambda store, some: store.read_hashes(some))
+    for sid in ids:
+        found = hashes[sid]
         if found is not None and found.get("source") != source:
-            await store.forget_source_id(source, sid)
+            await parts.of_schedule(sid).forget_source_id(source, sid)
     if resolved:
-        await store.set_source_path(source, resolved)
+        await parts.schedules[0].set_source_path(source, resolved)
     plan.applied = True
 
 
@@ -393,11 +432,11 @@ async def sync_file(
     with a schedule the file did not create (pass ``adopt=True`` to take those over).
     """
     log = log or _log
-    store = ScheduleStore.from_settings(redis, settings)
+    parts = await Partitions.of(redis, settings)
     parsed = read_file(path)
     source = parsed.source
     for attempt in range(APPLY_ATTEMPTS):
-        plan = await plan_sync(store, parsed, adopt=adopt)
+        plan = await plan_sync(parts, parsed, adopt=adopt)
         for change in plan.changes:
             log.info(
                 f"sync.{change.action}",
@@ -409,7 +448,7 @@ async def sync_file(
         if dry_run:
             return plan
         try:
-            await apply_plan(store, plan, parsed.resolved)
+            await apply_plan(parts, plan, parsed.resolved)
         except (Conflict, ScheduleExists, InvalidSchedules):
             # Another process (a second scheduler starting with the same file) wrote first.
             if attempt == APPLY_ATTEMPTS - 1:

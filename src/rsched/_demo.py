@@ -50,7 +50,7 @@ from rsched._log import configure_logging, get_logger
 from rsched._model import Schedule
 from rsched._rules import PRIORITIES
 from rsched._scheduler import Scheduler
-from rsched._settings import SchedulerSettings, Settings, WorkerSettings
+from rsched._settings import SchedulerSettings, Settings, WorkerSettings, safe_url
 from rsched._signals import SIGNALS, two_signal_stop
 from rsched._worker import Worker
 
@@ -334,7 +334,8 @@ def _cli_path() -> str:
 
 
 def _banner(target: Target, server_name: str, schedules: list[Schedule]) -> None:
-    env = f"RSCHED_REDIS_URL={target.url}"
+    url = safe_url(target.url)  # what the banner prints never shows the password
+    env = f"RSCHED_REDIS_URL={url}"
     if target.prefix != "rsched":
         env += f" RSCHED_PREFIX={target.prefix}"
     pattern = shlex.quote("{" + target.prefix + "}:*")
@@ -342,8 +343,8 @@ def _banner(target: Target, server_name: str, schedules: list[Schedule]) -> None
         where = f"an embedded {server_name} (throwaway: AOF on, deleted on exit)"
         cli = f"redis-cli -p {target.server.port} --scan --pattern {pattern}"
     else:
-        where = f"{server_name} at {target.url}, key prefix {target.prefix!r}"
-        cli = f"redis-cli -u {shlex.quote(target.url)} --scan --pattern {pattern}"
+        where = f"{server_name} at {url}, key prefix {target.prefix!r}"
+        cli = f"redis-cli -u {shlex.quote(url)} --scan --pattern {pattern}"
     _say(f"rsched demo: a scheduler, a worker and {len(schedules)} schedules on {where}")
     _say()
     _say("  Look inside while it runs (another terminal):")
@@ -499,6 +500,7 @@ async def _clean_up(redis: Redis, client: Client, keys: Keys, schedules: list[Sc
     _say(f"  the scheduler's fencing counter {keys.fence} (kept so that tokens never repeat)")
     _say(f"  the lease length the last leader used, {keys.leader_ttl} (what rsched stats reads)")
     _say(f"  request ids in {keys.ops('*')}, which expire within 5 minutes")
+    _say(f"  the deployment's number of partitions in {keys.meta} (rsched init, docs/scaling.md)")
 
 
 async def _run_worker(
@@ -557,8 +559,8 @@ def _explain(exc: BaseException, url: str) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, RedisError | OSError) and not isinstance(exc, RschedError):
         return (
-            f"cannot use the Redis at {url} ({exc}); is it running? Unset RSCHED_REDIS_URL "
-            "to run on an embedded server instead"
+            f"cannot use the Redis at {safe_url(url)} ({exc}); is it running? Unset "
+            "RSCHED_REDIS_URL to run on an embedded server instead"
         )
     return str(exc)
 

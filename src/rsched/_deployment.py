@@ -18,16 +18,35 @@ async def deployment_keys(redis: Redis, settings: Settings) -> Keys:
     stored one gets PartitionMismatch. Every process calls this once at start.
     """
     meta = Keys(settings.prefix).meta
-    wanted = settings.partitions or 1
-    await redis.hsetnx(meta, "partitions", wanted)
     raw = await redis.hget(meta, "partitions")
+    if raw is None:  # a new deployment (a read first: a read-only user or replica can read on)
+        await redis.hsetnx(meta, "partitions", settings.partitions or 1)
+        raw = await redis.hget(meta, "partitions")
+    stored = _stored(meta, raw)
+    if settings.partitions is not None and settings.partitions != stored:
+        raise PartitionMismatch(settings.prefix, stored, settings.partitions)
+    return Keys(settings.prefix, stored)
+
+
+async def init_deployment(redis: Redis, prefix: str, partitions: int) -> bool:
+    """Store the number of partitions of a new deployment (``rsched init``): True when stored
+    now, False when the deployment has that number already. Raises PartitionMismatch (nothing
+    written) when it has another."""
+    meta = Keys(prefix).meta
+    if await redis.hsetnx(meta, "partitions", check_partitions(partitions)):
+        return True
+    stored = _stored(meta, await redis.hget(meta, "partitions"))
+    if stored != partitions:
+        raise PartitionMismatch(prefix, stored, partitions)
+    return False
+
+
+def _stored(meta: str, raw: object) -> int:
+    """The number of partitions ``meta`` holds (``raw``); StateError when it is no number."""
     try:
-        stored = check_partitions(int(raw if isinstance(raw, (str, bytes)) else ""))
+        return check_partitions(int(raw if isinstance(raw, (str, bytes)) else ""))
     except ValueError:
         raise StateError(
             f"{meta} field partitions holds {raw!r}, not a number of partitions: set it back "
             f"with redis-cli HSET {meta} partitions <N>"
         ) from None
-    if settings.partitions is not None and settings.partitions != stored:
-        raise PartitionMismatch(settings.prefix, stored, settings.partitions)
-    return Keys(settings.prefix, stored)

@@ -155,6 +155,31 @@ class RedisUrlMismatch(ServerError):
     TLS on one side only, or a database index the server does not have."""
 
 
+class WriteNotReplicated(RschedError):
+    """Raised with ``durability="replicated"`` (or ``"replicated_fsync"``) when the primary
+    answered a write but fewer than ``durability_replicas`` replicas confirmed it (or its fsync)
+    within ``durability_timeout_ms``: the write stands on the primary, and a failover before the
+    replicas catch up can lose it (docs/durability.md). Since 0.1.0.
+
+    ``op`` names the write (the script: ``upsert``, ``enqueue``, ...), ``confirmed`` how many
+    replicas confirmed it, ``wanted`` how many were asked for, ``timeout_ms`` the wait.
+    """
+
+    def __init__(self, op: str, confirmed: int, wanted: int, timeout_ms: int, what: str) -> None:
+        self.op = op
+        self.confirmed = confirmed
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+        super().__init__(
+            f"{op}: the primary applied the write, but only {confirmed} of {wanted} replica(s) "
+            f"confirmed {what} within {timeout_ms} ms; it is kept on the primary and lost only "
+            "if the primary fails before a replica copies it. Check the replicas (INFO "
+            "replication), then repeat the call if it must not be lost: upsert, update, pause, "
+            "resume and remove are safe to repeat, add raises ScheduleExists if the first one "
+            "stood, and enqueue is safe to repeat only with your own execution_id"
+        )
+
+
 class Retry(RschedError):
     """Raised by a job handler to ask for another attempt after ``delay_s`` seconds.
 

@@ -19,6 +19,7 @@ check looks at (so that its cost does not grow with the number of schedules):
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from rsched._fanout import gather
 from rsched._format import duration
 from rsched._job import DEFAULT_TIMEOUT_S
 from rsched._keys import GROUP, Keys
@@ -100,8 +102,9 @@ class Health:
     ``ok`` is true when no check failed; ``problems`` lists the failed checks; ``schedules``
     the unhealthy schedules (late, stuck, failing) found by the bounded reads the README
     describes, ``truncated`` telling that more late schedules exist than were read.
-    ``leader`` is the lease owner or None, ``due`` how many schedules are due now and
-    ``oldest_overdue_ms`` how late the most overdue one is. Since 0.1.0.
+    ``leader`` is the lease owner or None (of partition 0; ``leaders`` has each partition's),
+    ``due`` how many schedules are due now and ``oldest_overdue_ms`` how late the most overdue
+    one is. Since 0.1.0.
     """
 
     ok: bool
@@ -112,6 +115,7 @@ class Health:
     leader: str | None = None
     due: int = 0
     oldest_overdue_ms: int | None = None
+    leaders: list[str | None] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +127,7 @@ class Health:
             "leader": self.leader,
             "due": self.due,
             "oldest_overdue_ms": self.oldest_overdue_ms,
+            "leaders": self.leaders,
         }
 
 
@@ -278,16 +283,28 @@ async def announced_counts(redis: Redis, keys: Keys) -> dict[str, int]:
 ORPHANS_SHOWN = 100
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What the checks read in one partition (HealthReader.partition_facts)."""
+
+    owner: str | None
+    due: int
+    oldest: tuple[str, float] | None  # the most overdue schedule and its score
+    queues: dict[str, tuple[int, int, int | None]]  # length, orphans, newest dead letter (ms)
+    schedules: list[ScheduleHealth]
+    truncated: bool
+
+
 class HealthReader:
     """The reads behind :meth:`rsched.Client.health`, ``rsched monitor`` and ``rsched health``
-    and the scheduler's health watch."""
+    and the scheduler's health watch, in one partition (``keys``; the only one when None)."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, keys: Keys | None = None) -> None:
         self.redis = redis
         self.settings = settings
         self.cfg = settings.health
-        self.keys = Keys(settings.prefix)
-        self._queues = QueueStore.from_settings(redis, settings)
+        self.keys = keys or Keys(settings.prefix)
+        self._queues = QueueStore.from_settings(redis, settings, self.keys)
 
     async def now_ms(self) -> int:
         seconds, micros = await self.redis.time()
@@ -461,109 +478,169 @@ class HealthReader:
 
     async def check(self, thresholds: Thresholds) -> Health:
         """Every deployment check and the unhealthy schedules, at one Redis time."""
+        return await check_deployment([self], thresholds)
+
+    async def partition_facts(self, now_ms: int) -> _Found:
+        """What the checks need of this partition: its lease, due schedules, queues and
+        unhealthy schedules."""
         k = self.keys
-        now = await self.now_ms()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.get(k.leader)
-            pipe.zcount(k.schedules, "-inf", f"({now}")
-            pipe.zrangebyscore(k.schedules, "-inf", f"({now}", start=0, num=1, withscores=True)
+            pipe.zcount(k.schedules, "-inf", f"({now_ms}")
+            pipe.zrangebyscore(k.schedules, "-inf", f"({now_ms}", start=0, num=1, withscores=True)
             leader, due, oldest = await pipe.execute()
-        problems: list[HealthProblem] = []
-        owner = str(leader).partition(":")[2] if leader else None
-        if owner is None:
-            problems.append(HealthProblem("no_leader", "no scheduler holds the lease"))
-        due = int(due)
-        if due > thresholds.max_due:
-            problems.append(
-                HealthProblem("due_backlog", f"{due} schedules due (limit {thresholds.max_due})")
-            )
-        overdue = now - int(oldest[0][1]) if oldest and math.isfinite(oldest[0][1]) else None
-        if overdue is not None and overdue > thresholds.max_overdue_s * 1000:
-            problems.append(
-                HealthProblem(
-                    "overdue",
-                    f"{oldest[0][0]} is {duration(overdue)} overdue "
-                    f"(limit {duration(thresholds.max_overdue_s * 1000)})",
-                )
-            )
-        problems += await self._queue_problems(now, thresholds)
-        schedules, truncated = await self.schedules(now)
-        stuck = [s for s in schedules if s.state == "stuck"]
-        if stuck:
-            problems.append(
-                HealthProblem(
-                    "stalled",
-                    f"{len(stuck)} run(s) past their timeout: "
-                    + ", ".join(s.id for s in stuck[:5]),
-                )
-            )
-        if schedules:
-            counts = {state: sum(s.state == state for s in schedules) for state in UNHEALTHY}
-            words = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
-            more = " (and more late ones not read)" if truncated else ""
-            problems.append(HealthProblem("schedules", f"unhealthy schedules: {words}{more}"))
-        return Health(
-            ok=not problems,
-            checked_at=_dt(now),
-            problems=problems,
+        schedules, truncated = await self.schedules(now_ms)
+        return _Found(
+            owner=str(leader).partition(":")[2] if leader else None,
+            due=int(due),
+            oldest=(str(oldest[0][0]), float(oldest[0][1])) if oldest else None,
+            queues=await self._queue_facts(),
             schedules=schedules,
             truncated=truncated,
-            leader=owner,
-            due=due,
-            oldest_overdue_ms=overdue,
         )
 
-    async def _queue_problems(self, now_ms: int, thresholds: Thresholds) -> list[HealthProblem]:
-        problems: list[HealthProblem] = []
-        window_ms = thresholds.dead_letter_window_s * 1000
-        live = await self.live_workers()
-        # Running jobs heartbeat (their entries' idle time restarts every heartbeat_s) and other
-        # workers reclaim an entry idle past the visibility timeout: one idle twice that long
-        # was taken by a worker that is gone, and no worker reclaims it.
-        orphan_ms = math.ceil(self.settings.worker.visibility_timeout_s * 2000)
+    async def _queue_facts(self) -> dict[str, tuple[int, int, int | None]]:
+        """Per queue: jobs waiting or running, orphaned jobs (at most ORPHANS_SHOWN a stream)
+        and the time (ms) of its newest dead letter."""
+        out: dict[str, tuple[int, int, int | None]] = {}
         for queue in await self._queue_names():
-            length, orphans = 0, 0
+            length, orphans, newest_ms = 0, 0, None
             for level in PRIORITIES:
                 stream = self.keys.queue(queue, level)
                 with contextlib.suppress(ResponseError):
                     length += int(await self.redis.xlen(stream))
                     orphans += len(
                         await self.redis.xpending_range(
-                            stream, GROUP, "-", "+", ORPHANS_SHOWN, idle=orphan_ms
+                            stream, GROUP, "-", "+", ORPHANS_SHOWN, idle=orphan_ms(self.settings)
                         )
                     )
-            if length and not live.get(queue):
-                problems.append(
-                    HealthProblem(
-                        "no_worker", f"queue {queue} holds {length} job(s) and no live worker"
-                    )
-                )
-            if orphans:
-                more = "+" if orphans >= ORPHANS_SHOWN else ""
-                problems.append(
-                    HealthProblem(
-                        "stalled",
-                        f"queue {queue}: {orphans}{more} job(s) taken by a worker and without a "
-                        f"heartbeat for over {duration(orphan_ms)}: no worker reclaims them",
-                    )
-                )
-            if window_ms <= 0:
-                continue
-            try:
+            with contextlib.suppress(ResponseError):
                 newest = await self.redis.xrevrange(self.keys.dead(queue), count=1)
-            except ResponseError:
-                continue
-            if newest:
-                age = now_ms - int(str(newest[0][0]).split("-")[0])
-                if age < window_ms:
-                    problems.append(
-                        HealthProblem(
-                            "dead_letters",
-                            f"queue {queue}: newest dead letter {duration(max(age, 0))} old "
-                            f"(window {duration(window_ms)})",
-                        )
+                if newest:
+                    newest_ms = int(str(newest[0][0]).split("-")[0])
+            out[queue] = (length, orphans, newest_ms)
+        return out
+
+
+def orphan_ms(settings: Settings) -> int:
+    """How long a taken job's entry may stay idle before it counts as orphaned.
+
+    Running jobs heartbeat (their entries' idle time restarts every heartbeat_s) and other
+    workers reclaim an entry idle past the visibility timeout: one idle twice that long was
+    taken by a worker that is gone, and no worker reclaims it."""
+    return math.ceil(settings.worker.visibility_timeout_s * 2000)
+
+
+async def check_deployment(readers: Sequence[HealthReader], thresholds: Thresholds) -> Health:
+    """Every deployment check over the partitions of ``readers`` (all read at once, at one
+    Redis time) and the unhealthy schedules of all of them."""
+    first = readers[0]
+    now = await first.now_ms()
+    found = await gather([functools.partial(r.partition_facts, now) for r in readers])
+    problems: list[HealthProblem] = []
+    owners = [f.owner for f in found]
+    lost = [str(k) for k, owner in enumerate(owners) if owner is None]
+    if len(readers) == 1 and lost:
+        problems.append(HealthProblem("no_leader", "no scheduler holds the lease"))
+    elif lost:
+        problems.append(
+            HealthProblem(
+                "no_leader",
+                f"no scheduler holds the lease of partition(s) {', '.join(lost)} "
+                f"(of {len(readers)})",
+            )
+        )
+    due = sum(f.due for f in found)
+    if due > thresholds.max_due:
+        problems.append(
+            HealthProblem("due_backlog", f"{due} schedules due (limit {thresholds.max_due})")
+        )
+    oldest = min((f.oldest for f in found if f.oldest), key=lambda o: o[1], default=None)
+    overdue = now - int(oldest[1]) if oldest and math.isfinite(oldest[1]) else None
+    if oldest is not None and overdue is not None and overdue > thresholds.max_overdue_s * 1000:
+        problems.append(
+            HealthProblem(
+                "overdue",
+                f"{oldest[0]} is {duration(overdue)} overdue "
+                f"(limit {duration(thresholds.max_overdue_s * 1000)})",
+            )
+        )
+    problems += _queue_problems(
+        [f.queues for f in found], now, thresholds, await first.live_workers(), first.settings
+    )
+    schedules = [s for f in found for s in f.schedules]
+    truncated = any(f.truncated for f in found)
+    stuck = [s for s in schedules if s.state == "stuck"]
+    if stuck:
+        problems.append(
+            HealthProblem(
+                "stalled",
+                f"{len(stuck)} run(s) past their timeout: " + ", ".join(s.id for s in stuck[:5]),
+            )
+        )
+    if schedules:
+        counts = {state: sum(s.state == state for s in schedules) for state in UNHEALTHY}
+        words = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+        more = " (and more late ones not read)" if truncated else ""
+        problems.append(HealthProblem("schedules", f"unhealthy schedules: {words}{more}"))
+    return Health(
+        ok=not problems,
+        checked_at=_dt(now),
+        problems=problems,
+        schedules=schedules,
+        truncated=truncated,
+        leader=owners[0],
+        due=due,
+        oldest_overdue_ms=overdue,
+        leaders=owners,
+    )
+
+
+def _queue_problems(
+    found: Sequence[dict[str, tuple[int, int, int | None]]],
+    now_ms: int,
+    thresholds: Thresholds,
+    live: dict[str, int],
+    settings: Settings,
+) -> list[HealthProblem]:
+    """The queue checks over every partition's queue facts, one problem per queue and check."""
+    queues: dict[str, tuple[int, int, int | None]] = {}
+    for part in found:
+        for queue, (length, orphans, newest) in part.items():
+            was_length, was_orphans, was_newest = queues.get(queue, (0, 0, None))
+            if was_newest is not None and (newest is None or was_newest > newest):
+                newest = was_newest
+            queues[queue] = (was_length + length, was_orphans + orphans, newest)
+    problems: list[HealthProblem] = []
+    window_ms = thresholds.dead_letter_window_s * 1000
+    for queue in sorted(queues):
+        length, orphans, newest_ms = queues[queue]
+        if length and not live.get(queue):
+            problems.append(
+                HealthProblem(
+                    "no_worker", f"queue {queue} holds {length} job(s) and no live worker"
+                )
+            )
+        if orphans:
+            more = "+" if orphans >= ORPHANS_SHOWN else ""
+            problems.append(
+                HealthProblem(
+                    "stalled",
+                    f"queue {queue}: {orphans}{more} job(s) taken by a worker and without a "
+                    f"heartbeat for over {duration(orphan_ms(settings))}: no worker reclaims them",
+                )
+            )
+        if window_ms > 0 and newest_ms is not None:
+            age = now_ms - newest_ms
+            if age < window_ms:
+                problems.append(
+                    HealthProblem(
+                        "dead_letters",
+                        f"queue {queue}: newest dead letter {duration(max(age, 0))} old "
+                        f"(window {duration(window_ms)})",
                     )
-        return problems
+                )
+    return problems
 
 
 def _stream_id(entry_id: str) -> tuple[int, int]:

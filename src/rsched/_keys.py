@@ -125,7 +125,8 @@ class Keys:
 
     @property
     def queues(self) -> str:
-        """SET of queue names that ever received a job (for stats and workers)."""
+        """SET of queue names that ever received a job in this partition (for stats and
+        workers; readers take the union of every partition's)."""
         return f"{self.tag}:queues"
 
     @property
@@ -179,13 +180,15 @@ class Keys:
         return self.ops(int(time.time() // 60)), uuid.uuid4().hex
 
     def source(self, name: str) -> str:
-        """SET of the schedule ids created from one schedules file (``rsched sync``)."""
+        """SET of the schedule ids of this partition created from one schedules file
+        (``rsched sync``)."""
         return f"{self.tag}:source:{name}"
 
     @property
     def source_paths(self) -> str:
-        """HASH source name -> resolved path of the schedules file last synced under it."""
-        return f"{self.tag}:source_paths"
+        """HASH source name -> resolved path of the schedules file last synced under it (one
+        per deployment: no script touches it)."""
+        return f"{self.deployment_tag}:source_paths"
 
     def backfilled(self, schedule_id: str) -> str:
         """SET of the execution ids a backfill of this schedule has fired (never fired twice)."""
@@ -194,8 +197,9 @@ class Keys:
     @property
     def events(self) -> str:
         """STREAM (capped, MAXLEN ~) of state changes: schedules turned late, failing or stuck
-        and recovered, dead letters, leader changes (``rsched events``)."""
-        return f"{self.tag}:events"
+        and recovered, dead letters, leader changes (``rsched events``). One per deployment: no
+        script touches it, and readers wait on one stream."""
+        return f"{self.deployment_tag}:events"
 
     @property
     def health(self) -> str:

@@ -20,7 +20,7 @@ import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from redis.asyncio import Redis
@@ -35,6 +35,9 @@ from rsched._errors import StateError
 from rsched._log import get_logger
 
 log = get_logger("rsched.lua")
+
+if TYPE_CHECKING:
+    from rsched._durability import Durability
 
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
@@ -108,6 +111,11 @@ def pack_command(args: Sequence[str], cache: dict[str, bytes] | None = None) -> 
     return b"".join(out)
 
 
+def _text(arg: Any) -> str:
+    """An argument as redis-py would send it (bytes here are always JSON, hence UTF-8)."""
+    return arg.decode() if isinstance(arg, bytes) else str(arg)
+
+
 def _check_wrong_type(name: str, exc: ResponseError) -> None:
     # A key of the wrong type can only come from a writer other than rsched.
     if "WRONGTYPE" in str(exc):
@@ -121,6 +129,9 @@ class ScriptCaller:
     writer other than rsched can cause, surfaces as StateError.
     """
 
+    #: Writes to confirm with WAIT (rsched._durability); the stores set it from the settings.
+    durability: Durability | None = None
+
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._scripts: dict[str, AsyncScript] = {}
@@ -133,6 +144,11 @@ class ScriptCaller:
         return found
 
     async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        if self._durability(name) is not None:
+            return await self.call_packed(name, keys, [_text(a) for a in args])
+        return await self._call(name, keys, args)
+
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             if self._cluster:
                 return await self._call_on_cluster(name, [*keys, *args], len(keys))
@@ -173,6 +189,30 @@ class ScriptCaller:
                     "SCRIPT LOAD", script.script, target_nodes=node
                 )
 
+    async def call_read(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """:meth:`call` for a script that only reads, sent as EVALSHA_RO: EVALSHA asks the
+        caller's ACL for write access to every key it names, so a read-only user (docs/security.md)
+        could not run even a script that only reads. A server without EVALSHA_RO (before Redis
+        7.0) gets EVALSHA."""
+        script = self.script(name)
+        command = (script.sha, len(keys), *keys, *args)
+        try:
+            try:
+                return await self.redis.evalsha_ro(*command)
+            except NoScriptError:
+                await self.redis.script_load(script.script)
+                return await self.redis.evalsha_ro(*command)
+        except ResponseError as exc:
+            if "unknown command" in str(exc).lower():
+                return await self.call(name, keys, args)
+            _check_wrong_type(name, exc)
+            raise
+
+    def _durability(self, name: str) -> Durability | None:
+        """What a write of script ``name`` waits for: None unless it is to be confirmed."""
+        durability = self.durability
+        return durability if durability is not None and durability.confirms(name) else None
+
     async def call_packed(
         self,
         name: str,
@@ -185,27 +225,62 @@ class ScriptCaller:
 
         Anything unusual (script not loaded yet, a dedicated connection, a connection error)
         goes through :meth:`call`, which loads the script and retries; the scripts sent here
-        are safe to run twice, so re-sending after a lost reply is fine.
+        are safe to run twice, so re-sending after a lost reply is fine. A write to be
+        confirmed (rsched._durability) goes out with its WAIT on the same connection.
         """
         redis = self.redis
-        if self._cluster or redis.connection is not None or redis.single_connection_client:
-            return await self.call(name, keys, args)
-        sha = self.script(name).sha
-        data = pack_command(["EVALSHA", sha, str(len(keys)), *keys, *args], cache)
-        pool = redis.connection_pool
+        if self._cluster:  # redis-py routes it (cluster mode refuses durability: _settings)
+            return await self._call(name, keys, args)
+        durability = self._durability(name)
+        if durability is not None:
+            await durability.ready(redis)
+        if redis.connection is not None or redis.single_connection_client:
+            # One connection for every command: the WAIT follows the write on it.
+            reply = await self._call(name, keys, args)
+            if durability is not None:
+                waited = await redis.execute_command(*durability.wait_args)  # type: ignore[no-untyped-call]
+                durability.judge(name, waited)
+            return reply
+        data = pack_command(["EVALSHA", self.script(name).sha, str(len(keys)), *keys, *args], cache)
+        if durability is None:
+            try:
+                replies = await self._exchange(name, data, 1)
+            except (RedisConnectionError, RedisTimeoutError):
+                replies = None
+            return await self._call(name, keys, args) if replies is None else replies[0]
+        data += pack_command(durability.wait_args)
+        unsure = False
+        try:
+            replies = await self._exchange(name, data, 2)
+        except (RedisConnectionError, RedisTimeoutError):
+            # Sent again on a new connection: the script finds its first run's result and
+            # writes nothing, so that connection's WAIT would confirm nothing.
+            replies, unsure = None, True
+        if replies is None:
+            await self.ensure_loaded([name])
+            replies = await self._exchange(name, data, 2)
+            if replies is None:
+                raise ResponseError(f"NOSCRIPT {name} was flushed as soon as it was loaded")
+        durability.judge(name, replies[1], unsure=unsure)
+        return replies[0]
+
+    async def _exchange(self, name: str, data: bytes, count: int) -> list[Any] | None:
+        """Send ``data`` (``count`` packed commands) on one pooled connection and read their
+        replies; None when the script was not loaded. A connection error is raised after the
+        connection was closed (the caller may send again)."""
+        # On Redis Cluster: the pool of the node that owns the script's slot (a WAIT has no key
+        # to route it by; it must reach the node the write went to, on the same connection).
+        pool = self.redis.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-        fallback = False
+        replies: list[Any] = []
+        error: ResponseError | None = None
         try:
             await conn.send_packed_command(data)
-            reply = await conn.read_response()
-        except NoScriptError:
-            fallback = True
-        except (RedisConnectionError, RedisTimeoutError):
-            await conn.disconnect()
-            fallback = True
-        except ResponseError as exc:
-            _check_wrong_type(name, exc)
-            raise
+            for _ in range(count):
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:  # the next reply is still to be read
+                    error = error or exc
         except BaseException:
             # Cancelled (or failed) between send and reply: the reply would be read by the
             # connection's next user, so the connection must not go back to the pool as is.
@@ -215,9 +290,12 @@ class ScriptCaller:
         finally:
             with anyio.CancelScope(shield=True):
                 await pool.release(conn)
-        if fallback:
-            return await self.call(name, keys, args)
-        return reply
+        if isinstance(error, NoScriptError):
+            return None
+        if error is not None:
+            _check_wrong_type(name, error)
+            raise error
+        return replies
 
     async def ensure_loaded(self, names: Sequence[str]) -> list[str]:
         """Load the scripts in ``names`` the server lacks; returns those it loaded."""

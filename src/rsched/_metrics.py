@@ -323,6 +323,13 @@ class Metrics:
             "rsched_jobs_in_progress", "Handlers running in this worker now.", registry=reg
         ).set_function(lambda: self.running)
         # --- both ------------------------------------------------------------------------
+        self.writes_unreplicated = Counter(
+            "rsched_writes_unreplicated",
+            "Writes (fire batches, a worker's acks) that fewer replicas than "
+            "durability_replicas confirmed within durability_timeout_ms, by op (the script).",
+            ["op"],
+            registry=reg,
+        )
         Gauge(
             "rsched_build_info", "rsched's version (always 1).", ["version"], registry=reg
         ).labels(_version()).set(1)

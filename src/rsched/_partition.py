@@ -39,6 +39,13 @@ def partition_of(name: str, partitions: int) -> int:
     return 0 if partitions == 1 else zlib.crc32(name.encode()) % partitions
 
 
+def job_partition(execution_id: str, partitions: int) -> int:
+    """The partition of a job: a fired occurrence (``<schedule id>@<ms>``, '@' being no
+    character of an id) is in its schedule's, an enqueued job in its execution id's."""
+    schedule_id, at, _ = execution_id.rpartition("@")
+    return partition_of(schedule_id if at else execution_id, partitions)
+
+
 @cache
 def partition_tags(prefix: str, partitions: int) -> tuple[str, ...]:
     """The hash tag (what goes between the braces) of each partition.

@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 from rsched import _lua
 from rsched._cluster import is_cluster
 from rsched._codes import Code, check
+from rsched._durability import Durability
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
 from rsched._events import EventLog
 from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued, JobOptions
@@ -118,6 +119,7 @@ class QueueStore(_lua.ScriptCaller):
             runs_max_entries=settings.retention.runs_max_entries,
         )
         store.events.max_len = settings.health.events_max_len
+        store.durability = Durability.from_settings(settings)
         return store
 
     def streams(self, queue: str) -> list[str]:
@@ -144,6 +146,7 @@ class QueueStore(_lua.ScriptCaller):
         retry_jitter: float | None = None,
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
+        job_id: str | None = None,
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
 
@@ -151,14 +154,16 @@ class QueueStore(_lua.ScriptCaller):
         queue's delayed set until then (Redis time).
         With an ``execution_id`` the call is idempotent: while a job with that id waits, runs
         or finished less than ``dedup_window_s`` ago, nothing is added and the result names
-        the existing job (``created=False``). A random id (none given) skips that check.
+        the existing job (``created=False``). Without one the job gets ``job_id`` (a caller
+        that must know the job's partition makes it with new_execution_id) or a new random
+        id, and skips that check.
         """
         _job_field("task", check_name, task, "task name")
         _job_field("queue", check_name, queue, "queue name")
         level = _job_field("priority", check_priority, priority)
         dedup_ms: int | None = None
         if execution_id is None:
-            execution_id = f"job-{uuid.uuid4().hex}"
+            execution_id = job_id or new_execution_id()
             if dedup_window_s is not None:
                 _job_field("dedup_window_s", check_dedup_window, dedup_window_s)
         else:
@@ -216,14 +221,16 @@ class QueueStore(_lua.ScriptCaller):
         limit: int = 100,
         cursor: str | None = None,
         task: str | None = None,
+        inclusive: bool = False,
     ) -> tuple[list[DeadLetter], str | None]:
-        """A page of dead letters, newest first, and the cursor of the next page (or None)."""
+        """A page of dead letters, newest first, and the cursor of the next page (or None):
+        those after the entry id ``cursor`` (from it with ``inclusive``)."""
         try:
             check_page(limit)
         except ValueError as exc:
             raise InvalidArgument("limit", str(exc)) from None
         key = self.keys.dead(queue)
-        start = f"({cursor}" if cursor else "+"
+        start = (cursor if inclusive else f"({cursor}") if cursor else "+"
         out: list[DeadLetter] = []
         while True:
             want = limit - len(out) if task is None else PAGE
@@ -358,6 +365,19 @@ class QueueStore(_lua.ScriptCaller):
             head.insert(0, await self.redis.time())
         seconds, micros = head[0]
         now_ms = int(seconds) * 1000 + int(micros) // 1000
+        lanes = [(name, level) for name in names for level in PRIORITIES]
+        # Each stream's group (no stream or no group yet: an error, skipped), then the oldest
+        # pending entry of those that hold some: two round trips whatever the queues.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name, level in lanes:
+                pipe.xinfo_groups(self.keys.queue(name, level))
+            infos = await pipe.execute(raise_on_error=False)
+        groups = {lane: _group(info) for lane, info in zip(lanes, infos, strict=True)}
+        held = [lane for lane, g in groups.items() if g and int(g["pending"])]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name, level in held:
+                pipe.xpending(self.keys.queue(name, level), GROUP)
+            summaries = dict(zip(held, await pipe.execute(raise_on_error=False), strict=True))
         out: dict[str, dict[str, int | float | None]] = {}
         per = len(PRIORITIES) + 2
         for i, name in enumerate(names):
@@ -366,24 +386,17 @@ class QueueStore(_lua.ScriptCaller):
             delayed, dead = values[-2], values[-1]
             pending, consumers, oldest = 0, 0, None
             for level in PRIORITIES:
-                key = self.keys.queue(name, level)
-                try:
-                    groups = await self.redis.xinfo_groups(key)
-                    level_pending = 0
-                    for group in groups:
-                        if group.get("name") == GROUP:
-                            level_pending = int(group["pending"])
-                            if level == "normal":
-                                consumers = int(group["consumers"])
-                    pending += level_pending
-                    if level_pending:
-                        summary = await self.redis.xpending(key, GROUP)
-                        low = summary.get("min")
-                        if low:
-                            age = max(0, now_ms - int(str(low).split("-")[0]))
-                            oldest = age if oldest is None else max(oldest, age)
-                except ResponseError:
-                    pass  # no stream or no group yet
+                group = groups[(name, level)]
+                if group is None:
+                    continue
+                pending += int(group["pending"])
+                if level == "normal":
+                    consumers = int(group["consumers"])
+                summary = summaries.get((name, level))
+                low = summary.get("min") if isinstance(summary, dict) else None
+                if low:
+                    age = max(0, now_ms - int(str(low).split("-")[0]))
+                    oldest = age if oldest is None else max(oldest, age)
             out[name] = {
                 "length": sum(lengths.values()),
                 "pending": pending,
@@ -853,7 +866,7 @@ class QueueStore(_lua.ScriptCaller):
         keys += [self.keys.delayed_queue(q) for q in queues]
         if not keys:
             return None
-        res = await self.call("find_job", keys, [execution_id, JOB_SCAN_LIMIT, len(streams)])
+        res = await self.call_read("find_job", keys, [execution_id, JOB_SCAN_LIMIT, len(streams)])
         if not res:
             return None
         index, where, flat, due = int(res[0]), str(res[1]), res[2], res[3]
@@ -943,6 +956,11 @@ class QueueStore(_lua.ScriptCaller):
         return code
 
 
+def new_execution_id() -> str:
+    """A random execution id for an enqueued job given none."""
+    return f"job-{uuid.uuid4().hex}"
+
+
 def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
     """``check(*args)``, its ValueError raised as InvalidJob naming ``field``."""
     try:
@@ -953,6 +971,13 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
 
 def _dead_task(fields: dict[str, str]) -> str:
     return fields.get("task", "")
+
+
+def _group(info: Any) -> dict[str, Any] | None:
+    """The workers' consumer group among a stream's XINFO GROUPS (None: no stream or group)."""
+    if isinstance(info, BaseException):
+        return None
+    return next((g for g in info if g.get("name") == GROUP), None)
 
 
 def _as_int(value: Any) -> int:

@@ -45,7 +45,7 @@ ERROR_MAX = 200
 EVENT_STATUS = {"retry": "retried"}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_CURSOR = re.compile(r"^(\d{1,20}-\d{1,20}|\+)$")
+_CURSOR = re.compile(r"^(\d{1,20}-\d{1,20}(\.\d{1,3})?|\+)$")
 _CHUNK = 500
 
 Entry = tuple[str, dict[str, str]]
@@ -220,7 +220,7 @@ async def read_runs(
     (newest fired first), then the log's records. Raises ValueError for a bad cursor."""
     out: list[RunRecord] = []
     if cursor is None and want.status in (None, *LIVE_STATUSES):
-        live = await _live(redis, keys, want)
+        live = [record for _, record in await live_runs(redis, keys, want)]
         if len(live) >= limit:
             return Page(live[:limit], "+" if want.status is None else None)
         out = live
@@ -229,7 +229,20 @@ async def read_runs(
     if cursor is not None:
         check_cursor(cursor)
     start = "+" if cursor in (None, "+") else f"({cursor}"
+    found, stop = await log_records(
+        redis, keys, want, limit=limit - len(out), start=start, scan_max=scan_max
+    )
+    return Page(out + [record for _, record in found], stop)
+
+
+async def log_records(
+    redis: Redis, keys: Keys, want: RunFilter, *, limit: int, start: str, scan_max: int
+) -> tuple[list[tuple[str, RunRecord]], str | None]:
+    """The log's records that ``want`` keeps, newest first from ``start`` (an XREVRANGE bound),
+    with their entry ids: at most ``limit`` of them, looking at most ``scan_max`` records; and
+    the id of the last record looked at when the log may hold more (None: it does not)."""
     low = "-" if want.since_ms is None else str(want.since_ms)
+    out: list[tuple[str, RunRecord]] = []
     scanned = 0
     while True:
         count = min(_CHUNK, scan_max - scanned)
@@ -237,25 +250,26 @@ async def read_runs(
             page = cast(list[Entry], await redis.xrevrange(keys.runs, start, low, count=count))
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
-                return Page(out, None)
-            raise ValueError(f"{cursor!r} is not a cursor ({exc})") from None
+                return out, None
+            raise ValueError(f"{start.lstrip('(')!r} is not a cursor ({exc})") from None
         for entry_id, fields in page:
             record = record_of(entry_id, fields)
             if record is not None and want.keeps(record):
-                out.append(record)
+                out.append((entry_id, record))
                 if len(out) == limit:
-                    return Page(out, entry_id)
+                    return out, entry_id
         scanned += len(page)
         if len(page) < count:
-            return Page(out, None)
+            return out, None
         start = f"({page[-1][0]}"
         if scanned >= scan_max:
-            return Page(out, page[-1][0])
+            return out, page[-1][0]
 
 
-async def _live(redis: Redis, keys: Keys, want: RunFilter) -> list[RunRecord]:
+async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int, RunRecord]]:
     """Runs in progress: entries of every queue's streams (at most LIVE_MAX each), ``started``
-    when a worker holds them (pending in the group), else ``fired``; newest fired first."""
+    when a worker holds them (pending in the group), else ``fired``; newest fired first, each
+    with the ms its entry was written."""
     queues = sorted(str(q) for q in await redis.smembers(keys.queues))
     streams = [(q, keys.queue(q, level)) for q in queues for level in PRIORITIES]
     low = "-" if want.since_ms is None else str(want.since_ms)
@@ -288,4 +302,4 @@ async def _live(redis: Redis, keys: Keys, want: RunFilter) -> list[RunRecord]:
             if want.keeps(record):
                 out.append((_int(entry_id.split("-", 1)[0]) or 0, record))
     out.sort(key=lambda pair: pair[0], reverse=True)
-    return [record for _, record in out]
+    return out

@@ -34,6 +34,7 @@ from rsched._backoff import Backoff
 from rsched._cluster import subscribed
 from rsched._codes import Code
 from rsched._connection import messages
+from rsched._durability import Durability
 from rsched._errors import LostLease, RschedError
 from rsched._health_watch import HealthWatch
 from rsched._keys import Keys
@@ -112,6 +113,8 @@ class Scheduler:
         self.cfg = self.settings.scheduler
         self.keys = Keys(self.settings.prefix)
         self.store = ScheduleStore(redis, self.keys, history_limit=self.settings.history_limit)
+        # A fire cannot be taken back: a shortfall is logged and counted, never raised.
+        self.store.durability = Durability.from_settings(self.settings, raises=False)
         self.redis = redis
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.fired_total = 0

@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from rsched._connection import check_server, connect, explain, translate, warn_if_unsafe
+from rsched._durability import durability_flag
 from rsched._errors import ConfigError, InvalidSchedule, RschedError, ServerError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
@@ -47,6 +48,7 @@ _FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "log_format": (("log_format",), "RSCHED_LOG_FORMAT"),
     "metrics_port": (("metrics_port",), "RSCHED_METRICS_PORT"),
     "metrics_host": (("metrics_host",), "RSCHED_METRICS_HOST"),
+    "durability": (("durability",), "RSCHED_DURABILITY"),
 }
 
 
@@ -81,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metrics-host", metavar="HOST", help="address of --metrics-port (127.0.0.1)"
     )
+    durability_flag(parser)
     parser.add_argument(
         "--schedules", type=Path, metavar="FILE", help="sync schedules from FILE at start"
     )

@@ -6,9 +6,20 @@ setting has a default that is safe in production and a unit in its name where it
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    FilePath,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rsched._partition import MAX_PARTITIONS
@@ -31,6 +42,32 @@ DEFAULT_HISTORY_LIMIT = 30
 DEFAULT_PRIORITY_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
 # A worker's blocking read must come back this long before the socket timeout would fire.
 BLOCK_MARGIN_MS = 500
+# redis-py also takes the password as a query parameter of the URL (?password=...).
+_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (in the user part and in a ``password=``
+    query parameter), for messages, logs and reprs. Never raises, even on a malformed URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an invalid URL>"
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if at and ":" in userinfo:
+        parts = parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}")
+    if "password=" in parts.query.lower():
+        parts = parts._replace(query=_QUERY_PASSWORD.sub(r"\1***", parts.query))
+    return urlunsplit(parts)
+
+
+#: What a write rsched acknowledges waits for (docs/durability.md): nothing more than the
+#: primary's reply, that many replicas (WAIT), or their fsync and the primary's (WAITAOF).
+DurabilityLevel = Literal["async", "replicated", "replicated_fsync"]
+# A replica on the same network acknowledges a WAIT within a millisecond or two; a quarter of a
+# second rides out a replica's fork, fsync or a busy moment, and bounds what a call (and each
+# fire batch) waits when a replica is down.
+DEFAULT_DURABILITY_TIMEOUT_MS = 250
 
 
 class SchedulerSettings(BaseModel):
@@ -192,6 +229,11 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     # redis_url is one node of a Redis Cluster / Valkey cluster (docs/scaling.md).
     cluster: bool = False
+    # TLS (rediss:// URLs): the CA that signed the server's certificate (default: the system's
+    # CAs), and a client certificate and key for a server that asks for one (tls-auth-clients).
+    tls_ca_file: FilePath | None = None
+    tls_cert_file: FilePath | None = None
+    tls_key_file: FilePath | None = None
     prefix: str = Field(default="rsched", pattern=PREFIX_RE.pattern)
     # The deployment's number of partitions (docs/scaling.md): None takes what the deployment
     # stored (1 for a new one); a number must match it, or becomes it for a new deployment.
@@ -225,6 +267,11 @@ class Settings(BaseSettings):
     # signed with HMAC-SHA256 of the body when a secret is set.
     alert_webhook_url: str | None = None
     alert_webhook_secret: SecretStr | None = None
+    # Writes rsched acknowledges (client writes, fires, a worker's acks) wait for this many
+    # replicas, at most durability_timeout_ms (docs/durability.md).
+    durability: DurabilityLevel = "async"
+    durability_replicas: int = Field(default=1, ge=1, le=100)
+    durability_timeout_ms: int = Field(default=DEFAULT_DURABILITY_TIMEOUT_MS, ge=1, le=60_000)
 
     @model_validator(mode="after")
     def _block_inside_socket_timeout(self) -> Settings:
@@ -241,9 +288,36 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _wait_inside_socket_timeout(self) -> Settings:
+        limit_ms = int(self.socket_timeout_s * 1000) - BLOCK_MARGIN_MS
+        if self.durability_timeout_ms > limit_ms:
+            raise ValueError(
+                f"durability_timeout_ms ({self.durability_timeout_ms}) must be at least "
+                f"{BLOCK_MARGIN_MS} ms below socket_timeout_s ({self.socket_timeout_s:g} s), or "
+                "a write waiting for its replicas times out: lower RSCHED_DURABILITY_TIMEOUT_MS "
+                "or raise RSCHED_SOCKET_TIMEOUT_S"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _durability_without_cluster(self) -> Settings:
+        if self.cluster and self.durability != "async":
+            raise ValueError(
+                f"durability={self.durability} is not available in cluster mode yet (its WAIT "
+                "must follow the write on the connection of the slot's primary): unset "
+                "RSCHED_DURABILITY or RSCHED_CLUSTER"
+            )
+        return self
+
     @property
     def url(self) -> str:
         return self.redis_url or DEFAULT_REDIS_URL
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # repr() and str() of the settings end up in logs and tracebacks: never the password.
+        for name, value in super().__repr_args__():
+            yield name, safe_url(value) if name == "redis_url" and value else value
 
 
 def problems(exc: ValidationError) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -19,12 +19,13 @@ from redis.exceptions import ResponseError
 from rsched import _lua
 from rsched._bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._codes import Code, check, wrong_type
+from rsched._durability import Durability
 from rsched._errors import (
     InvalidSchedule,
-    InvalidSchedules,
     ScheduleExists,
     ScheduleNotFound,
     StateError,
+    WriteNotReplicated,
 )
 from rsched._keys import Keys
 from rsched._model import Schedule
@@ -58,6 +59,19 @@ BULK_WRITE_BYTES = 1_000_000
 # What a bulk write's item lost a race to (another writer came between check and write).
 _RACES = {Code.EXISTS: "exists", Code.NOT_FOUND: "not_found", Code.CONFLICT: "conflict"}
 
+
+@dataclass(slots=True)
+class Checked:
+    """What the checks of a bulk write found (ScheduleStore.check_many): the items, those to
+    send with their first run, the outcomes known already (unchanged) and the problems."""
+
+    items: Sequence[BulkItem]
+    now: int  # the Redis time the first runs were computed at (ms)
+    sends: list[tuple[BulkItem, int | None]] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+
 # The codes fire.lua returns alone, about the whole call; never the code of an item.
 WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
 
@@ -89,12 +103,14 @@ class ScheduleStore(_lua.ScriptCaller):
     ) -> ScheduleStore:
         """The store for one deployment's limits and one partition's keys (the only partition
         when ``keys`` is not given)."""
-        return cls(
+        store = cls(
             redis,
             keys or Keys(settings.prefix),
             history_limit=settings.history_limit,
             max_payload_bytes=settings.max_payload_bytes,
         )
+        store.durability = Durability.from_settings(settings)
+        return store
 
     # --- schedule writes -------------------------------------------------------------------
 
@@ -173,36 +189,17 @@ class ScheduleStore(_lua.ScriptCaller):
         check(res, script="upsert", schedule_id=schedule.id)
         return int(res[1]), bool(int(res[2]))
 
-    async def save_many(
-        self,
-        items: Sequence[BulkItem],
-        *,
-        skip_unchanged: bool = False,
-        problems: Sequence[Problem] = (),
-        total: int | None = None,
-    ) -> dict[str, str]:
-        """Check every item against Redis, then write them all; returns each id's outcome.
-
-        The checks first, for all items (one read per BULK_READ ids, Redis TIME once): an id
-        that exists (mode ``add``) or does not (``replace``), an ``at`` or ``end_at`` in the
-        past. When any fails, or ``problems`` (found by the caller) is not empty,
-        InvalidSchedules lists them all (out of ``total`` entries) and nothing is written. Then
-        upsert_many.lua writes up to BULK_WRITE items (BULK_WRITE_BYTES of spec) a call, a few
-        calls at once, each schedule atomic alone. With ``skip_unchanged`` an item whose stored
-        spec and pause state already match is not written (outcome ``unchanged``).
-
-        Outcomes: created, replaced, unchanged; for a write that lost a race with another
-        writer after the check, exists (mode add), not_found (replace) or conflict
-        (``expect_gen`` moved). Raises StateError for a key of the wrong type (a writer other
-        than rsched): before anything is written when the check finds it.
-        """
-        problems = list(problems)
+    async def check_many(
+        self, items: Sequence[BulkItem], *, skip_unchanged: bool = False
+    ) -> Checked:
+        """The checks of a bulk write (rsched._fanout.save_many), nothing written: what to send,
+        the unchanged items and the problems found, at the Redis time read after the stored
+        specs. Raises StateError for a key of the wrong type."""
         # Only the existence matters unless unchanged specs are to be recognised.
         stored = await self._read_specs([item.schedule_id for item in items], skip_unchanged)
         now = await self.time_ms()
         first_runs: dict[tuple[int, int | None, bool], int | InvalidSchedule | None] = {}
-        outcomes: dict[str, str] = {}
-        sends: list[tuple[BulkItem, int | None]] = []
+        checked = Checked(items, now)
         if None in stored:
             raise _wrong_types(
                 [i.schedule_id for i, f in zip(items, stored, strict=True) if f is None]
@@ -212,15 +209,15 @@ class ScheduleStore(_lua.ScriptCaller):
             sid = item.schedule_id
             exists = bool(found)
             if item.mode == "add" and exists:
-                problems.append(
+                checked.problems.append(
                     (item.index, sid, "id", "already exists; use upsert_many() to replace it")
                 )
                 continue
             if item.mode == "replace" and not exists:
-                problems.append((item.index, sid, "id", "does not exist"))
+                checked.problems.append((item.index, sid, "id", "does not exist"))
                 continue
             if skip_unchanged and exists and _unchanged(found, item):
-                outcomes[sid] = "unchanged"
+                checked.outcomes[sid] = "unchanged"
                 continue
             created = split_version(found.get("version", ""))[1] if exists else ""
             # An ``every`` without start_at keeps the grid of the schedule it replaces.
@@ -239,25 +236,45 @@ class ScheduleStore(_lua.ScriptCaller):
                     first_runs[key] = exc
             got = first_runs[key]
             if isinstance(got, InvalidSchedule):
-                problems.extend((item.index, sid, f, m) for f, m in got.errors)
+                checked.problems.extend((item.index, sid, f, m) for f, m in got.errors)
                 continue
-            sends.append((item, got))
-        if problems:
-            problems.sort(key=lambda p: p[0])
-            raise InvalidSchedules(problems, len(items) if total is None else total)
+            checked.sends.append((item, got))
+        return checked
+
+    async def write_many(
+        self, checked: Checked, limiter: anyio.CapacityLimiter | None = None
+    ) -> dict[str, str]:
+        """Write what :meth:`check_many` found to send: upsert_many.lua, up to BULK_WRITE items
+        (BULK_WRITE_BYTES of spec) a call, at most BULK_IN_FLIGHT calls at once (or as
+        ``limiter`` allows); returns each item's outcome (rsched._fanout.save_many)."""
+        sends, outcomes, now = checked.sends, dict(checked.outcomes), checked.now
         chunks = _chunks(sends)
         replies: list[list[str]] = [[] for _ in chunks]
 
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
-            async with limiter:
-                replies[n] = await self._write_chunk(chunk, now, cache)
+            async with bound:
+                try:
+                    replies[n] = await self._write_chunk(chunk, now, cache)
+                except WriteNotReplicated as exc:  # written: the other calls go on
+                    unconfirmed.append(exc)
 
         # The items' field names and most values repeat: pack each once per call.
         cache: dict[str, bytes] = {}
-        limiter = anyio.CapacityLimiter(BULK_IN_FLIGHT)
-        async with anyio.create_task_group() as tg:
-            for n, chunk in enumerate(chunks):
-                tg.start_soon(send, n, chunk)
+        bound = limiter or anyio.CapacityLimiter(BULK_IN_FLIGHT)
+        unconfirmed: list[WriteNotReplicated] = []
+        try:
+            async with anyio.create_task_group() as tg:
+                for n, chunk in enumerate(chunks):
+                    tg.start_soon(send, n, chunk)
+        except BaseExceptionGroup as group:
+            # A chunk's failure (a lost connection, a user the ACL refuses) is the call's: raise
+            # it as such, so that callers translate it as they do any other Redis error.
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+        if unconfirmed:
+            raise unconfirmed[0]
         wrong: list[str] = []
         for (item, _), reply in zip(sends, (r for chunk in replies for r in chunk), strict=True):
             code, _, rest = reply.partition(":")
@@ -271,7 +288,7 @@ class ScheduleStore(_lua.ScriptCaller):
             outcomes[item.schedule_id] = outcome
         if wrong:
             raise _wrong_types(wrong, written=True)
-        return {item.schedule_id: outcomes[item.schedule_id] for item in items}
+        return {item.schedule_id: outcomes[item.schedule_id] for item in checked.items}
 
     async def _read_specs(
         self, schedule_ids: Sequence[str], spec: bool
@@ -558,32 +575,15 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def index_after(self, pos: tuple[float, str] | None, n: int) -> list[tuple[str, float]]:
         """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id), in
-        index order; from the start when ``pos`` is None."""
+        index order; from the start when ``pos`` is None. The position need not be in this
+        index (another partition's schedule, or one that moved or went away): lua/index_after.lua
+        finds where it would sit."""
         key = self.keys.schedules
         if pos is None:
             return _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
         score, member = pos
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrank(key, member)
-            pipe.zscore(key, member)
-            rank, current = await pipe.execute()
-        if rank is None or current is None or float(current) != score:
-            # The cursor's entry moved or went away: find where (score, id) would sit.
-            rank = await self.redis.zcount(key, "-inf", f"({_score_arg(score)}") - 1
-            offset = 0
-            while True:
-                group = await self.redis.zrange(
-                    key, _score_arg(score), _score_arg(score), byscore=True, offset=offset, num=500
-                )
-                later = [str(m) for m in group if str(m) > member]
-                if later:
-                    rank += offset + [str(m) for m in group].index(later[0])
-                    break
-                if len(group) < 500:
-                    rank += offset + len(group)
-                    break
-                offset += 500
-        return _pairs(await self.redis.zrange(key, rank + 1, rank + n, withscores=True))
+        flat = await self.call("index_after", [key], [_score_arg(score), member, n])
+        return [(str(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
 
     # --- scheduler -------------------------------------------------------------------------
 

@@ -308,6 +308,14 @@ class SyncClient:
         """See :meth:`rsched.Client.stats`."""
         return self._run(self._client.stats)
 
+    def partitions(self) -> int:
+        """See :meth:`rsched.Client.partitions`."""
+        return self._run(self._client.partitions)
+
+    def init(self, partitions: int) -> bool:
+        """See :meth:`rsched.Client.init`."""
+        return self._run(self._client.init, partitions)
+
     def health(
         self,
         *,

@@ -32,7 +32,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import anyio
 from anyio.abc import TaskStatus
@@ -41,12 +41,13 @@ from redis.asyncio import Redis
 
 from rsched._backoff import Backoff
 from rsched._connection import connect, warn_if_unsafe
+from rsched._durability import Durability
 from rsched._errors import ConfigError
 from rsched._job import Job
 from rsched._log import get_logger
 from rsched._queues import Done, Lane, QueueStore
 from rsched._rules import check_name
-from rsched._settings import Settings, WorkerSettings, problems
+from rsched._settings import DurabilityLevel, Settings, WorkerSettings, problems
 from rsched._worker_actors import ACTOR_FAILURES, Actors
 
 log = get_logger("rsched.worker")
@@ -135,6 +136,7 @@ class Worker:
         prefix: str | None = None,
         metrics_port: int | None = None,
         metrics_host: str | None = None,
+        durability: DurabilityLevel | None = None,
         cluster: bool | None = None,
     ) -> None:
         """Override settings (the ``rsched-worker`` flags); wins over env and constructor."""
@@ -156,6 +158,12 @@ class Worker:
             self._root_overrides["metrics_port"] = metrics_port
         if metrics_host is not None:
             self._root_overrides["metrics_host"] = metrics_host
+        if durability is not None:
+            if durability not in get_args(DurabilityLevel):
+                raise ConfigError(
+                    f"--durability: async, replicated or replicated_fsync, not {durability!r}"
+                )
+            self._root_overrides["durability"] = durability
 
     def resolve_settings(self) -> Settings:
         """The effective settings: flags > RSCHED_* environment > constructor > defaults."""
@@ -247,6 +255,7 @@ class Worker:
         # and dead-letter them rather than fail on every read.
         client = connect(settings, encoding_errors="replace") if redis is None else redis
         store = QueueStore.from_settings(client, settings)
+        store.durability = Durability.from_settings(settings, raises=False)  # nobody to tell
         log.info(
             "worker.start",
             worker=self.consumer,

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import anyio
 
 from rsched._connection import check_server, connect
+from rsched._durability import durability_flag
 from rsched._errors import ConfigError, RschedError, ServerError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
@@ -75,6 +76,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
+    durability_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -140,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster=args.cluster,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            durability=args.durability,
         )
         settings = worker.resolve_settings()
         if not worker.tasks:

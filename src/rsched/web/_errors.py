@@ -21,6 +21,7 @@ from rsched import (
     ScheduleExists,
     ScheduleNotFound,
     ServerError,
+    WriteNotReplicated,
 )
 
 _STATUS: tuple[tuple[type[RschedError], int], ...] = (
@@ -35,6 +36,7 @@ _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (RedisUnavailable, 503),
     (PoolExhausted, 503),  # every connection busy: try again shortly
     (ServerError, 503),  # the server refuses rsched (password, replica, memory, cluster node)
+    (WriteNotReplicated, 503),  # written on the primary, not confirmed by replicas in time
 )
 #: InvalidJob messages start with the field they are about ("payload: must be a dict").
 _LEADING_FIELD = re.compile(r"^([a-z_]+): ")

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", help="bearer token (also accepted by the login form)")
     p.add_argument("--redis-url", help="Redis URL (env RSCHED_REDIS_URL)")
     p.add_argument("--prefix", help="key prefix (env RSCHED_PREFIX)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="number of partitions (env RSCHED_PARTITIONS; default: the stored one)",
+    )
     p.add_argument("--cluster", action="store_true", default=None, help=CLUSTER_HELP)
     return p
 
@@ -81,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.base_path and not args.base_path.startswith("/"):
         print("rsched web: error: --base-path must start with '/', e.g. /rsched", file=sys.stderr)
         return 2
-    given = {"redis_url": args.redis_url, "prefix": args.prefix, "cluster": args.cluster}
+    given = {
+        "redis_url": args.redis_url,
+        "prefix": args.prefix,
+        "partitions": args.partitions,
+        "cluster": args.cluster,
+    }
     try:
         import uvicorn
 
