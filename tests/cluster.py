@@ -11,7 +11,7 @@ run, as ``redis-cli --cluster reshard`` does).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -81,10 +81,12 @@ class Cluster(EmbeddedCluster[Server]):
         batch: int = 50,
         pause_s: float = 0.0,
         between: Callable[[], Awaitable[None]] | None = None,
+        first: Sequence[str] = (),
     ) -> int:
         """Move ``slot`` to the primary ``target`` while clients run; returns how many keys
         moved. Keys go ``batch`` at a time with MIGRATE, ``pause_s`` (and ``between()``)
-        apart, so clients meet the slot half moved (ASK, TRYAGAIN) and then moved (MOVED)."""
+        apart, so clients meet the slot half moved (ASK, TRYAGAIN) and then moved (MOVED).
+        The keys ``first`` move first, alone."""
         source = self.owner(slot)
         if source is target:
             return 0
@@ -92,7 +94,12 @@ class Cluster(EmbeddedCluster[Server]):
         await _on(target, "CLUSTER SETSLOT", slot, "IMPORTING", source_id)
         await _on(source, "CLUSTER SETSLOT", slot, "MIGRATING", target_id)
         moved = 0
-        while keys := await _on(source, "CLUSTER GETKEYSINSLOT", slot, batch):
+        batches = [list(first)] if first else []
+        while (
+            keys := batches.pop()
+            if batches
+            else await _on(source, "CLUSTER GETKEYSINSLOT", slot, batch)
+        ):
             where = ("127.0.0.1", target.port, "", 0, 5000)
             await _on(source, "MIGRATE", *where, "REPLACE", "KEYS", *keys)
             moved += len(keys)

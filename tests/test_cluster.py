@@ -65,6 +65,14 @@ async def engine(settings: Settings, worker: rsched.Worker) -> AsyncIterator[Sch
         await redis.aclose()
 
 
+def _recording(method: Any, seen: dict[str, Sequence[str]]) -> Any:
+    async def recording(self: ScriptCaller, name: str, keys: Sequence[str], *args: Any) -> Any:
+        seen.setdefault(name, list(keys))
+        return await method(self, name, keys, *args)
+
+    return recording
+
+
 def _is_deployment_key(key: str) -> bool:
     return any(part in key for part in DEPLOYMENT_KEYS)
 
@@ -75,13 +83,8 @@ async def test_every_script_runs_on_the_cluster(
     # Through the real code paths, once each at least: a script whose keys span two slots is
     # refused by the cluster client (CROSSSLOT) or the server, so this proves one slot each.
     seen: dict[str, Sequence[str]] = {}
-    call = ScriptCaller.call
-
-    async def recording(self: ScriptCaller, name: str, keys: Sequence[str], args: Any) -> Any:
-        seen.setdefault(name, list(keys))
-        return await call(self, name, keys, args)
-
-    monkeypatch.setattr(ScriptCaller, "call", recording)
+    for method in ("call", "call_packed", "call_read"):
+        monkeypatch.setattr(ScriptCaller, method, _recording(getattr(ScriptCaller, method), seen))
     settings = cluster_settings(cluster.url, prefix)
     worker = rsched.Worker(settings=settings)
     ran: list[str] = []
@@ -112,6 +115,8 @@ async def test_every_script_runs_on_the_cluster(
             await wait_until(lambda: _has_dead(client))
             await wait_until(lambda: len(ran) >= 6)
         await client.job(ran[0])
+        first = await client.list(limit=1)
+        await client.list(limit=1, cursor=first.cursor)
         await client.requeue(task="t.fail")
         await client.remove("a")
     redis = connect(settings)
@@ -305,8 +310,12 @@ async def test_a_script_on_half_migrated_keys_waits_for_the_migration(
             first_moved.set()
 
         async with anyio.create_task_group() as tg:
+            # The schedule's hash moves first: pause.lua's keys are split until the end.
+            schedule = Keys(prefix).schedule("a")
             tg.start_soon(
-                lambda: cluster.migrate_slot(slot, target, batch=1, pause_s=0.3, between=mark)
+                lambda: cluster.migrate_slot(
+                    slot, target, batch=1, pause_s=0.3, between=mark, first=[schedule]
+                )
             )
             await first_moved.wait()
             await client.pause("a")

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
 #: Scripts that only read: ``flags=no-writes`` lets them run under maxmemory and on replicas.
-READ_ONLY = frozenset({"due", "find_job", "policies"})
+READ_ONLY = frozenset({"due", "find_job", "index_after", "policies"})
 #: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.
 TRYAGAIN_LIMIT_S = 10.0
 #: What a cluster says of a call that can succeed once a slot's migration has ended.
@@ -157,17 +157,19 @@ class ScriptCaller:
             _check_wrong_type(name, exc)
             raise
 
-    async def _call_on_cluster(self, name: str, words: list[Any], numkeys: int) -> Any:
+    async def _call_on_cluster(
+        self, name: str, words: list[Any], numkeys: int, command: str = "EVALSHA"
+    ) -> Any:
         script = self.script(name)
         backoff = Backoff(initial_s=0.05, maximum_s=0.5)
         give_up = anyio.current_time() + TRYAGAIN_LIMIT_S
         while True:
             try:
                 try:
-                    return await self.redis.evalsha(script.sha, numkeys, *words)
+                    return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
                 except NoScriptError:
                     await self._load_on_primaries(script)
-                    return await self.redis.evalsha(script.sha, numkeys, *words)
+                    return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
             except (TryAgainError, ClusterError, ResponseError) as exc:
                 # redis-py follows MOVED and ASK itself, and waits out TRYAGAIN only briefly
                 # (its redirect budget, then "TTL exhausted"); a slot's migration takes longer.
@@ -194,6 +196,8 @@ class ScriptCaller:
         caller's ACL for write access to every key it names, so a read-only user (docs/security.md)
         could not run even a script that only reads. A server without EVALSHA_RO (before Redis
         7.0) gets EVALSHA."""
+        if self._cluster:
+            return await self._call_on_cluster(name, [*keys, *args], len(keys), "EVALSHA_RO")
         script = self.script(name)
         command = (script.sha, len(keys), *keys, *args)
         try:
