@@ -292,6 +292,7 @@ async def test_a_slot_migrated_under_a_herd_fires_and_runs_each_occurrence_once(
         assert steps <= {2.0}, (sid, times)  # none lost in between
 
 
+@pytest.mark.slow
 async def test_a_script_on_half_migrated_keys_waits_for_the_migration(
     make_cluster: Callable[..., Cluster], prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
