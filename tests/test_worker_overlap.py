@@ -45,6 +45,7 @@ async def events(store: ScheduleStore) -> list[dict[str, Any]]:
     return list(reversed(await store.history("s1", 1000)))  # oldest first
 
 
+@pytest.mark.cluster
 async def test_skip_never_overlaps_and_records_outcomes(redis: Redis, settings: Settings) -> None:
     worker = rsched.Worker(settings=fast_settings(settings))
     state = {"now": 0, "peak": 0, "done": 0}
@@ -92,6 +93,7 @@ async def test_allow_runs_concurrently(redis: Redis, settings: Settings) -> None
     assert not await redis.hexists(Keys(settings.prefix).schedule("s1"), "run")
 
 
+@pytest.mark.cluster
 async def test_buffer_one_releases_one_occurrence_when_the_run_ends(
     redis: Redis, settings: Settings
 ) -> None:
@@ -122,6 +124,7 @@ async def test_buffer_one_releases_one_occurrence_when_the_run_ends(
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 async def test_cancel_previous_cancels_the_running_handler_on_any_worker(
     redis: Redis, settings: Settings
 ) -> None:

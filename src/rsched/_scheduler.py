@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
+from rsched._cluster import subscribed
 from rsched._codes import Code
 from rsched._connection import messages
 from rsched._durability import Durability
@@ -235,8 +236,7 @@ class Scheduler:
         async with inbox:
             while True:
                 try:
-                    async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                        await pubsub.subscribe(self.keys.wake)
+                    async with subscribed(self.redis, self.keys.wake) as pubsub:
                         backoff.reset()
                         _offer(inbox, ("wake", 0))  # messages may have been missed meanwhile
                         async for message in messages(pubsub):

@@ -215,6 +215,10 @@ class RetentionSettings(BaseModel):
     history_batch: int = Field(default=1_000, ge=1, le=100_000)
 
 
+#: The help of every command's ``--cluster`` flag.
+CLUSTER_HELP = "the Redis URL is a node of a Redis Cluster / Valkey cluster (env RSCHED_CLUSTER)"
+
+
 class Settings(BaseSettings):
     """The root of rsched's configuration."""
 
@@ -223,6 +227,8 @@ class Settings(BaseSettings):
     )
 
     redis_url: str | None = None
+    # redis_url is one node of a Redis Cluster / Valkey cluster (docs/scaling.md).
+    cluster: bool = False
     # TLS (rediss:// URLs): the CA that signed the server's certificate (default: the system's
     # CAs), and a client certificate and key for a server that asks for one (tls-auth-clients).
     tls_ca_file: FilePath | None = None
@@ -292,6 +298,16 @@ class Settings(BaseSettings):
                 f"{BLOCK_MARGIN_MS} ms below socket_timeout_s ({self.socket_timeout_s:g} s), or "
                 "a write waiting for its replicas times out: lower RSCHED_DURABILITY_TIMEOUT_MS "
                 "or raise RSCHED_SOCKET_TIMEOUT_S"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _durability_without_cluster(self) -> Settings:
+        if self.cluster and self.durability != "async":
+            raise ValueError(
+                f"durability={self.durability} is not available in cluster mode yet (its WAIT "
+                "must follow the write on the connection of the slot's primary): unset "
+                "RSCHED_DURABILITY or RSCHED_CLUSTER"
             )
         return self
 
