@@ -25,7 +25,7 @@ from rsched._settings import Settings
 async def _serve() -> None:
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
-    redis = connect(settings.url)
+    redis = connect(settings)
     scheduler = Scheduler(redis, settings, owner="bench")
     try:
         async with anyio.create_task_group() as tg:

@@ -14,13 +14,18 @@ from types import TracebackType
 import redis
 
 from rsched._embedded import EmbeddedServer, binary_path
+from rsched._embedded_cluster import EmbeddedCluster
 from rsched._errors import ConfigError
 
 
 class BenchServer:
-    """One server process: ``with BenchServer("redis") as srv: srv.url``."""
+    """One server process: ``with BenchServer("redis") as srv: srv.url``.
 
-    def __init__(self, kind: str = "redis") -> None:
+    With ``cluster_key`` it is a local 3-primary cluster instead (``url`` its startup node):
+    ``node_url``, ``pid()`` and ``version()`` are those of the primary serving that key.
+    """
+
+    def __init__(self, kind: str = "redis", *, cluster_key: str | None = None) -> None:
         try:
             binary = binary_path(kind)
         except ConfigError:
@@ -28,29 +33,50 @@ class BenchServer:
                 raise
             kind, binary = "valkey", binary_path("valkey")
         self.kind = kind
+        self.cluster_key = cluster_key
+        self._cluster: EmbeddedCluster[EmbeddedServer] | None = None
         self._server = EmbeddedServer(appendonly=False, binary=binary)
+        if cluster_key is not None:
+            self._cluster = EmbeddedCluster(
+                lambda args: EmbeddedServer(appendonly=False, binary=binary, extra_args=args)
+            )
 
     @property
     def url(self) -> str:
-        return self._server.url
+        return self._cluster.url if self._cluster is not None else self._server.url
+
+    @property
+    def node_url(self) -> str:
+        """The URL of the server holding the benchmark's keys."""
+        return self._node().url
+
+    def _node(self) -> EmbeddedServer:
+        if self._cluster is None or self.cluster_key is None:
+            return self._server
+        return self._cluster.owner_of_key(self.cluster_key)
 
     def start(self) -> BenchServer:
-        self._server.start()
+        if self._cluster is not None:
+            self._cluster.start()
+        else:
+            self._server.start()
         return self
 
     def version(self) -> str:
-        with redis.Redis.from_url(self.url, decode_responses=True) as client:
+        with redis.Redis.from_url(self.node_url, decode_responses=True) as client:
             info = client.info("server")
         if "valkey_version" in info:
             return f"valkey {info['valkey_version']}"
         return f"redis {info['redis_version']}"
 
     def pid(self) -> int:
-        pid = self._server.pid
+        pid = self._node().pid
         assert pid is not None, "the server is not running"
         return pid
 
     def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
         self._server.stop()
 
     def __enter__(self) -> BenchServer:

@@ -29,15 +29,17 @@ from redis.asyncio import Redis
 
 from bench._servers import BenchServer
 from rsched._codes import Code
+from rsched._connection import connect
 from rsched._keys import Keys
 from rsched._lua import names as script_names
 from rsched._lua import source
 from rsched._model import Schedule
 from rsched._plan import FireItem, PlannedSpec, plan
-from rsched._settings import SchedulerSettings
+from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+PREFIX = "bench"
 CHUNK = 2_000
 DAY_MS = 86_400_000
 # A herd counts the commands that took this long or longer inside Redis (SLOWLOG).
@@ -161,19 +163,25 @@ class Ctx:
     redis: Redis
     keys: Keys
     store: ScheduleStore
+    # The server holding the keys, for what a server answers for itself (stats, SLOWLOG,
+    # FLUSHALL): ``redis`` itself, or on a cluster a plain client of the keys' primary.
+    node: Redis
     profile_dir: Path | None = None
     metrics: bool = False  # the scheduler serves /metrics (counting on)
     log_dir: Path = field(default_factory=lambda: RESULTS_DIR)
 
     @classmethod
-    def new(cls, server: BenchServer, redis: Redis, profile_dir: Path | None) -> Ctx:
-        keys = Keys("bench")
-        return cls(server, redis, keys, ScheduleStore(redis, keys), profile_dir)
+    def new(
+        cls, server: BenchServer, redis: Redis, profile_dir: Path | None, node: Redis | None = None
+    ) -> Ctx:
+        keys = Keys(PREFIX)
+        store = ScheduleStore(redis, keys)
+        return cls(server, redis, keys, store, node or redis, profile_dir)
 
     async def reset(self) -> None:
         # SYNC: Valkey frees a plain FLUSHALL lazily, which would skew the next memory reading.
-        await self.redis.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
-        await self.redis.config_resetstat()
+        await self.node.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
+        await self.node.config_resetstat()
 
     async def now_ms(self) -> int:
         return await self.store.time_ms()
@@ -188,6 +196,7 @@ class Ctx:
         """Write schedules through upsert.lua, pipelined; returns the seconds it took."""
         started = time.perf_counter()
         upsert = self.store.script("upsert")
+        await self.store.ensure_loaded(["upsert"])  # a cluster pipeline does not load it
         k = self.keys
         for start in range(0, len(ids), CHUNK):
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -206,7 +215,7 @@ class Ctx:
                         sid, "upsert", "", str(next_ms(i)), "0", "default", k.wake,
                         op_id, created_ms, *flat,
                     ]  # fmt: skip
-                    await upsert(keys=keys, args=args, client=pipe)
+                    pipe.execute_command("EVALSHA", upsert.sha, len(keys), *keys, *args)
                 for res in await pipe.execute():
                     if res[0] != Code.OK:
                         raise RuntimeError(f"upsert.lua refused a bench schedule: {res}")
@@ -217,12 +226,12 @@ class Ctx:
         return took
 
     async def used_memory(self) -> int:
-        return int((await self.redis.info("memory"))["used_memory"])
+        return int((await self.node.info("memory"))["used_memory"])
 
     async def drop_op_keys(self) -> None:
         """Replay-protection hashes expire 5 minutes after their last write; drop them now so
         memory is at rest (and give the server's incremental rehashing a moment to settle)."""
-        keys = [key async for key in self.redis.scan_iter(match=self.keys.ops("*"), count=5_000)]
+        keys = [key async for key in self.node.scan_iter(match=self.keys.ops("*"), count=5_000)]
         if keys:
             await self.redis.unlink(*keys)
         await anyio.sleep(1.0)
@@ -249,13 +258,13 @@ class Ctx:
             start = "(" + str(res[0])
 
     async def slowlog_reset(self) -> None:
-        await self.redis.config_set("slowlog-log-slower-than", SLOWLOG_US)
-        await self.redis.config_set("slowlog-max-len", 10_000)
-        await self.redis.slowlog_reset()
+        await self.node.config_set("slowlog-log-slower-than", SLOWLOG_US)
+        await self.node.config_set("slowlog-max-len", 10_000)
+        await self.node.slowlog_reset()
 
     async def slowlog(self) -> list[tuple[int, str]]:
         """(µs, command) of each SLOWLOG entry since the last reset; a script by its name."""
-        entries = await self.redis.execute_command("SLOWLOG", "GET", "10000")  # type: ignore[no-untyped-call]
+        entries = await self.node.execute_command("SLOWLOG", "GET", "10000")  # type: ignore[no-untyped-call]
         names = {hashlib.sha1(source(n).encode()).hexdigest(): n for n in script_names()}
         out = []
         for entry in entries:
@@ -276,7 +285,7 @@ class Ctx:
 
     async def evalsha_stats(self) -> tuple[int, int]:
         """(calls, server µs) of EVALSHA so far: the scripts' own time inside Redis."""
-        stats = await self.redis.info("commandstats")
+        stats = await self.node.info("commandstats")
         entry = stats.get("cmdstat_evalsha", {})
         return int(entry.get("calls", 0)), int(entry.get("usec", 0))
 
@@ -296,6 +305,7 @@ class SchedulerProc:
             "PYTHONUNBUFFERED": "1",
             "RSCHED_REDIS_URL": self.ctx.server.url,
             "RSCHED_PREFIX": self.ctx.keys.prefix,
+            "RSCHED_CLUSTER": str(self.ctx.server.cluster_key is not None).lower(),
         }
         if self.ctx.metrics:
             env["RSCHED_METRICS_PORT"] = "0"
@@ -597,6 +607,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=0, help="herd runs per size (best + median)")
     p.add_argument("--kind", choices=["redis", "valkey"], default="redis", help="server binary")
     p.add_argument(
+        "--cluster", action="store_true", help="a local 3-primary cluster (RSCHED_CLUSTER)"
+    )
+    p.add_argument(
         "--sizes", type=int, nargs="+", help="herd sizes instead of the defaults (e.g. 100000)"
     )
     p.add_argument(
@@ -624,11 +637,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     only = set(args.only or ["herd", "steady", "memory"])
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"machine": machine(), "quick": args.quick, "plan": plan.__dict__}
-    with BenchServer(args.kind) as server:
-        report["machine"]["server"] = server.version()
+    cluster_key = Keys(PREFIX).leader if args.cluster else None
+    with BenchServer(args.kind, cluster_key=cluster_key) as server:
+        report["machine"]["server"] = server.version() + (" cluster of 3" if args.cluster else "")
         redis = Redis.from_url(server.url, decode_responses=True)
+        node = redis
+        if args.cluster:
+            redis = connect(Settings(redis_url=server.url, cluster=True))
+            node = Redis.from_url(server.node_url, decode_responses=True)
         profile_dir = RESULTS_DIR if args.profile else None
-        ctx = Ctx.new(server, redis, profile_dir)
+        ctx = Ctx.new(server, redis, profile_dir, node)
         ctx.metrics = args.metrics
         try:
             print(
@@ -648,6 +666,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print("\n" + _memory_table(report["memory"]), flush=True)
         finally:
             await redis.aclose()
+            if node is not redis:
+                await node.aclose()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = RESULTS_DIR / f"engine-{stamp}.json"
     out.write_text(json.dumps(report, indent=2))

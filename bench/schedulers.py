@@ -71,7 +71,7 @@ async def one(server: BenchServer, partitions: int, schedulers: int, size: int) 
     await redis.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
     keys = Keys(PREFIX, partitions)
     await redis.hset(keys.meta, "partitions", partitions)
-    ctxs = [Ctx(server, redis, k, ScheduleStore(redis, k)) for k in keys.every_partition()]
+    ctxs = [Ctx(server, redis, k, ScheduleStore(redis, k), redis) for k in keys.every_partition()]
     ids: list[list[str]] = [[] for _ in range(partitions)]
     for i in range(size):
         sid = f"herd-{i:06d}"

@@ -61,8 +61,11 @@ end
 -- Occurrences the regular schedule (or an earlier backfill) already turned into a job.
 local done = {}
 for _, entry in ipairs(rcall('LRANGE', k.history, 0, -1)) do
-  if string.find(entry, '"event":"fired"', 1, true) or
-     string.find(entry, '"event":"buffered"', 1, true) then
+  local sched = string.match(entry, '^(%-?%w+)|')
+  if sched then -- a record (history.lua): fired (f) or buffered (b)
+    if string.find(entry, '|[fb]') then done[sid .. '@' .. int_text(num62(sched))] = true end
+  elseif string.find(entry, '"event":"fired"', 1, true) or
+         string.find(entry, '"event":"buffered"', 1, true) then -- an event of an older rsched
     local exec = string.match(entry, '"execution_id":"([^"]*)"')
     if exec then done[exec] = true end
   end
@@ -76,7 +79,7 @@ for i = 6, #ARGV do
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
     local _, run_until
     code, _, run_until = fire_job(k.hash, k.history, k.pending, k.stream, sid, sched, now,
-                                  'backfill', cap, cancel_channel, '', f, p, true, backlogs_key)
+                                  'backfill', cap, cancel_channel, nil, f, p, true, backlogs_key)
     if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end  -- FIRED, BUFFERED
     if run_until then
       rcall('HSET', k.hash, marker_pairs(exec, run_until))

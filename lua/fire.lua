@@ -191,11 +191,13 @@ for _, g in ipairs(groups) do
     else
       local history = history_prefix .. sid
       if action == 'skip' or action == 'limit' then
-        local head = '"policy":"skip"'
-        if action == 'limit' then head = '"policy":"catch_up","reason":"catch_up_limit"' end
-        if hist_first(history, cap, '{"event":"misfired",' .. head .. ',"missed":' ..
-                      missed .. ',"scheduled_at":' .. sched .. ',"at":' .. int_text(now) ..
-                      ',"late_ms":' .. int_text(now - sched_ms(sched)) .. '}') then
+        -- misfired: the misfire policy, how many occurrences, why (catch_up_limit)
+        local token = 'm' .. b62(now - sched_ms(sched)) .. ',skip,' .. b62(tonumber(missed))
+        if action == 'limit' then
+          token = 'm' .. b62(now - sched_ms(sched)) .. ',catch_up,' .. b62(tonumber(missed)) ..
+                  ',catch_up_limit'
+        end
+        if rec_first(history, cap, sched, token) then
           score = advance(hash, sched, nxt, false, true, p)
           code = 4
           if KEYS[4] then
@@ -219,13 +221,13 @@ for _, g in ipairs(groups) do
         if not stream then
           code = -6
         else
-          local origin, extra = 'schedule', ''
+          local origin, late_ones = 'schedule', nil
           if action and action ~= 'fire' then -- misfire, catch_up
-            origin, extra = 'misfire', ',"missed":' .. missed
+            origin, late_ones = 'misfire', missed
           end
           local exec, run_until
           code, exec, run_until = fire_job(hash, history, pending, stream, sid, sched, now, origin,
-                                           cap, cancel_channel, extra, f, p,
+                                           cap, cancel_channel, late_ones, f, p,
                                            action == 'catch_up', backlogs_key)
           if code > 0 then
             -- A pending occurrence counts as a run: it is queued as soon as the run ends.

@@ -34,7 +34,7 @@ if not p or not fire_job_ok(f) then return {-6} end  -- WRONG_TYPE
 local now = now_ms()
 local sched = int_text(now)
 local code, exec, run_until = fire_job(k.hash, k.history, k.pending, k.stream, ARGV[1], sched,
-                                       now, 'manual', tonumber(ARGV[2]), ARGV[3], '', f, p,
+                                       now, 'manual', tonumber(ARGV[2]), ARGV[3], nil, f, p,
                                        false, KEYS[7])
 if code > 0 and advance(k.hash, sched, '', code ~= 2, false, p, run_until and exec, run_until) then
   rcall('ZADD', KEYS[1], 'inf', ARGV[1])  -- completed (max_runs reached)

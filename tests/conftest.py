@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from cluster import Cluster
+from rsched._connection import connect
 from rsched._settings import Settings
 from servers import Server, env_kinds
 
@@ -49,7 +51,9 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
 
 
 @pytest.fixture
-def redis_url(server: Server) -> str:
+def redis_url(server: Server, topology: str, request: pytest.FixtureRequest) -> str:
+    if topology == "cluster":
+        return str(request.getfixturevalue("cluster").url)
     return server.url
 
 
@@ -66,14 +70,18 @@ async def written_keys(redis: Redis, prefix: str) -> list[str]:
 
 
 @pytest.fixture
-def settings(redis_url: str, prefix: str) -> Settings:
-    return Settings(redis_url=redis_url, prefix=prefix)
+def settings(redis_url: str, prefix: str, topology: str) -> Settings:
+    return Settings(redis_url=redis_url, prefix=prefix, cluster=topology == "cluster")
 
 
 @pytest.fixture
-async def redis(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
-    """A decoded async client; the test's keys are deleted afterwards."""
-    client = Redis.from_url(redis_url, decode_responses=True)
+async def redis(redis_url: str, prefix: str, topology: str) -> AsyncIterator[Redis]:
+    """A decoded async client (a cluster client on a cluster); the test's keys are deleted
+    afterwards."""
+    if topology == "cluster":
+        client = connect(Settings(redis_url=redis_url, cluster=True))
+    else:
+        client = Redis.from_url(redis_url, decode_responses=True)
     try:
         yield client
     finally:
@@ -81,6 +89,45 @@ async def redis(redis_url: str, prefix: str) -> AsyncIterator[Redis]:
         for start in range(0, len(keys), 1000):
             await client.delete(*keys[start : start + 1000])
         await client.aclose()
+
+
+# --- clusters (cluster.py) -------------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A test marked ``cluster`` runs on one server and on a cluster of each kind.
+    if metafunc.definition.get_closest_marker("cluster") and "topology" in metafunc.fixturenames:
+        metafunc.parametrize("topology", ["single", "cluster"], indirect=True)
+
+
+@pytest.fixture
+def topology(request: pytest.FixtureRequest) -> str:
+    """Where ``redis_url``, ``settings`` and ``redis`` point: "single" (the ``server``) or
+    "cluster" (the session's ``cluster`` of the same kind, for tests marked ``cluster``)."""
+    return str(getattr(request, "param", "single"))
+
+
+@pytest.fixture(scope="session")
+def cluster(server: Server) -> Iterator[Cluster]:
+    """Three primaries of the kind of ``server``, shared by the session (no replicas)."""
+    with Cluster(server.kind) as made:
+        yield made
+
+
+@pytest.fixture
+def make_cluster(server: Server) -> Iterator[Callable[..., Cluster]]:
+    """Factory of private clusters (kind of ``server``) for fault tests: ``replicas=True``
+    gives each primary a replica."""
+    made: list[Cluster] = []
+
+    def make(*, replicas: bool = True) -> Cluster:
+        new = Cluster(server.kind, replicas=replicas)
+        made.append(new)
+        return new.start()
+
+    yield make
+    for each in made:
+        each.close()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Sequence
 
 from rsched._embedded import SHARED_PORT, EmbeddedServer, binary_path
 from rsched._errors import ConfigError
@@ -34,8 +35,15 @@ class Server(EmbeddedServer):
     address; with ``appendonly=True`` (fsync always) the data survives a restart too.
     """
 
-    def __init__(self, kind: str, *, appendonly: bool = False) -> None:
-        super().__init__(appendonly=appendonly, appendfsync="always", binary=binary_path(kind))
+    def __init__(
+        self, kind: str, *, appendonly: bool = False, extra_args: Sequence[str] = ()
+    ) -> None:
+        super().__init__(
+            appendonly=appendonly,
+            appendfsync="always",
+            binary=binary_path(kind),
+            extra_args=extra_args,
+        )
         self.kind = kind
 
     def stop(self, timeout_s: float = 5.0, *, keep_files: bool = True) -> None:

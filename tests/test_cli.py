@@ -18,6 +18,7 @@ import orjson
 import pytest
 import redis as redis_sync
 
+from cluster import sync_client
 from conftest import Proc
 from rsched import Client, Settings, __version__
 from rsched._cli import duration_s, main
@@ -29,9 +30,10 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture
-def rsched(server: Server, redis_url: str, prefix: str) -> Iterator[Run]:
+def rsched(server: Server, redis_url: str, prefix: str, topology: str) -> Iterator[Run]:
     """Run ``rsched ARGS`` in a child process against the test's server and prefix."""
     env = {**os.environ, "RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix}
+    env["RSCHED_CLUSTER"] = str(topology == "cluster").lower()
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -44,7 +46,7 @@ def rsched(server: Server, redis_url: str, prefix: str) -> Iterator[Run]:
         )
 
     yield run
-    with redis_sync.Redis.from_url(redis_url) as raw:
+    with sync_client(redis_url, cluster=topology == "cluster") as raw:
         keys = list(raw.scan_iter(match=f"{{{prefix}}}:*", count=1000))
         if keys:
             raw.delete(*keys)
@@ -52,13 +54,16 @@ def rsched(server: Server, redis_url: str, prefix: str) -> Iterator[Run]:
 
 @pytest.fixture
 def cli(
-    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+    redis_url: str, prefix: str, topology: str, capsys: pytest.CaptureFixture[str]
 ) -> Callable[..., tuple[int, str, str]]:
     """Run ``rsched ARGS`` in this process (cheap set-up steps); returns (code, out, err)."""
+    where = ["--redis-url", redis_url, "--prefix", prefix]
+    if topology == "cluster":
+        where.append("--cluster")
 
     def run(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
-        code = main(["--redis-url", redis_url, "--prefix", prefix, *args])
+        code = main([*where, *args])
         captured = capsys.readouterr()
         return code, captured.out, captured.err
 
@@ -84,6 +89,7 @@ def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
     return orjson.loads(proc.stdout)
 
 
+@pytest.mark.cluster
 def test_add_show_ls_trigger_rm(rsched: Run, cli: Cli) -> None:
     added = rsched(
         "add", "nightly", "--task", "reports.nightly", "--cron", "0 2 * * *",
@@ -173,8 +179,11 @@ def test_sync_dry_run_then_apply(rsched: Run, cli: Cli, tmp_path: Path) -> None:
     assert "schedule[0] (id 'a').every" in invalid.stderr
 
 
-def test_stats_and_dead_letters(rsched: Run, cli: Cli, redis_url: str, prefix: str) -> None:
-    with redis_sync.Redis.from_url(redis_url, decode_responses=True) as raw:
+@pytest.mark.cluster
+def test_stats_and_dead_letters(
+    rsched: Run, cli: Cli, redis_url: str, prefix: str, topology: str
+) -> None:
+    with sync_client(redis_url, cluster=topology == "cluster") as raw:
         raw.sadd(f"{{{prefix}}}:queues", "mail")
         job = ["execution_id", "e1", "task", "emails.send", "payload", "{}", "attempt", "4"]
         entry = raw.xadd(

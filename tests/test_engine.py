@@ -72,6 +72,7 @@ async def test_a_fire_call_reports_its_time_inside_the_server(
         assert (store.fire_server_us, store.fire_timed_items) == (0, 0)
 
 
+@pytest.mark.cluster
 async def test_fires_once_and_advances(store: ScheduleStore) -> None:
     await add(store, payload={"k": 1})
     lease = await lease_of(store)
@@ -99,6 +100,7 @@ async def test_fires_once_and_advances(store: ScheduleStore) -> None:
     assert event["late_ms"] == event["at"] - item.sched >= 1_000
 
 
+@pytest.mark.cluster
 async def test_stale_lease_writes_nothing(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
@@ -174,6 +176,7 @@ async def test_paused_schedule_is_stale(store: ScheduleStore) -> None:
     assert await store.redis.zscore(store.keys.schedules, "a") == float("inf")
 
 
+@pytest.mark.cluster
 async def test_concurrent_identical_calls_fire_once(store: ScheduleStore) -> None:
     for sid in ("a", "b", "c"):
         await add(store, sid)
@@ -192,6 +195,7 @@ async def test_concurrent_identical_calls_fire_once(store: ScheduleStore) -> Non
     assert len(await jobs(store)) == 3
 
 
+@pytest.mark.cluster
 async def test_misfire_skip_records_history_only(store: ScheduleStore) -> None:
     await add(store)
     lease = await lease_of(store)
@@ -419,6 +423,7 @@ async def test_wrong_type_index_refuses_client_writes(store: ScheduleStore) -> N
     assert await jobs(store) == []
 
 
+@pytest.mark.cluster
 async def test_catch_up_chain_in_one_batch_fires_each_occurrence(store: ScheduleStore) -> None:
     # Several occurrences of one schedule in one call: each must see the index as the one
     # before it left it (the script reads the index once a batch and writes it at the end).

@@ -24,8 +24,8 @@ N = 16
 
 
 @pytest.fixture
-def psettings(redis_url: str, prefix: str) -> Settings:
-    return Settings(redis_url=redis_url, prefix=prefix, partitions=N)
+def psettings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"partitions": N})
 
 
 @pytest.fixture
@@ -42,6 +42,7 @@ def keys_of(prefix: str, partition: int) -> Keys:
     return Keys(prefix, N, partition)
 
 
+@pytest.mark.cluster
 async def test_schedules_live_in_their_partition(
     pclient: Client, redis: Redis, prefix: str
 ) -> None:
@@ -70,6 +71,7 @@ async def test_schedules_live_in_their_partition(
         await pclient.get("s007")
 
 
+@pytest.mark.cluster
 async def test_list_pages_through_every_partition_in_order(pclient: Client) -> None:
     specs = [
         Schedule(id=f"p{i:03d}", task="t" if i % 3 else "three", every=60 + i % 37)
@@ -97,6 +99,7 @@ async def test_list_pages_through_every_partition_in_order(pclient: Client) -> N
     assert three == [sid for _, sid in expected if int(sid[1:]) % 3 == 0]
 
 
+@pytest.mark.cluster
 async def test_bulk_writes_check_every_partition_first(pclient: Client) -> None:
     specs = [{"id": f"b{i:03d}", "task": "t", "cron": "0 * * * *"} for i in range(200)]
     await pclient.add(Schedule(id="b150", task="t", every=60))
@@ -112,6 +115,7 @@ async def test_bulk_writes_check_every_partition_first(pclient: Client) -> None:
     assert again.count("unchanged") == 200
 
 
+@pytest.mark.cluster
 async def test_enqueue_job_cancel_result_by_execution_id(
     pclient: Client, redis: Redis, prefix: str
 ) -> None:
@@ -147,6 +151,7 @@ async def test_enqueue_job_cancel_result_by_execution_id(
     assert (await pclient.job(fired.execution_id)).state == "queued"
 
 
+@pytest.mark.cluster
 async def test_dead_letters_merge_newest_first(pclient: Client, redis: Redis, prefix: str) -> None:
     # Entries of the same id in several partitions: ordered by partition, none lost.
     written = []
@@ -176,6 +181,7 @@ async def test_dead_letters_merge_newest_first(pclient: Client, redis: Redis, pr
     assert (await pclient.stats()).dead_letters == 0
 
 
+@pytest.mark.cluster
 async def test_runs_merge_newest_first(pclient: Client, redis: Redis, prefix: str) -> None:
     written = []
     for n in range(40):

@@ -55,6 +55,7 @@ async def test_enqueue_validates(
         await store.enqueue(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.cluster
 async def test_enqueue_writes_a_job_entry(store: QueueStore, redis: Redis) -> None:
     exec_id = await store.enqueue(
         "t", {"a": 1}, queue="q1", max_retries=0, timeout_s=5, execution_id="my-id"
@@ -69,6 +70,7 @@ async def test_enqueue_writes_a_job_entry(store: QueueStore, redis: Redis) -> No
     assert "q1" in await store.queue_names()
 
 
+@pytest.mark.cluster
 async def test_delayed_jobs_are_promoted_when_due(store: QueueStore, redis: Redis) -> None:
     await store.enqueue("t", delay_s=0.2)
     assert await redis.xlen(store.keys.queue("default")) == 0
@@ -84,6 +86,7 @@ async def test_delayed_jobs_are_promoted_when_due(store: QueueStore, redis: Redi
     assert entries[-1][1] == {"malformed": "not json"}
 
 
+@pytest.mark.cluster
 async def test_dead_letter_pages_filters_and_lookup(store: QueueStore) -> None:
     ids = await make_dead(store, ["a", "b", "a", "c", "a"])
     page, cursor = await store.dead_letters(limit=2)
@@ -107,6 +110,7 @@ async def test_dead_letter_pages_filters_and_lookup(store: QueueStore) -> None:
         await store.dead_letters(limit=0)
 
 
+@pytest.mark.cluster
 async def test_requeue_by_ids_and_by_filter(store: QueueStore, redis: Redis) -> None:
     ids = await make_dead(store, ["a", "b", "a", "c"])
     stream = store.keys.queue("default")
@@ -122,6 +126,7 @@ async def test_requeue_by_ids_and_by_filter(store: QueueStore, redis: Redis) -> 
     assert (await store.dead_letters())[0] == []
 
 
+@pytest.mark.cluster
 async def test_purge_by_ids_filter_and_all(store: QueueStore) -> None:
     ids = await make_dead(store, ["a", "b", "a", "c", "d"])
     assert await store.purge("default", [ids[0]]) == 1
@@ -132,6 +137,7 @@ async def test_purge_by_ids_filter_and_all(store: QueueStore) -> None:
     assert (await store.dead_letters())[0] == []
 
 
+@pytest.mark.cluster
 async def test_queue_stats(store: QueueStore, redis: Redis) -> None:
     await store.create_groups(["q"])
     for _ in range(3):
@@ -200,6 +206,7 @@ async def test_heartbeat_reports_entries_this_consumer_no_longer_holds(
     assert claimed[1] == []  # both were just refreshed or claimed: nothing is idle
 
 
+@pytest.mark.cluster
 async def test_take_reads_across_queues_up_to_count_and_refuses_wrong_types(
     store: QueueStore, redis: Redis
 ) -> None:

@@ -16,6 +16,7 @@ from rsched._codes import Code
 from rsched._keys import GROUP, Keys
 from rsched._plan import FireItem, FireSpec
 from rsched._queues import QueueStore
+from rsched._runs import record_of, run_record
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from test_worker import running, wait_until
@@ -273,3 +274,28 @@ async def test_cli_runs(
     code = await anyio.to_thread.run_sync(lambda: cli_main([*env, "runs", "--status", "nope"]))
     assert code != 0
     assert "status" in capsys.readouterr().err
+
+
+def test_a_scheduled_runs_record_names_its_schedule_by_its_execution_id() -> None:
+    fields = {
+        "execution_id": "nightly@1767229200000",
+        "schedule_id": "nightly",
+        "task": "t",
+        "scheduled_at": "1767229200000",
+        "fired_at": "1767229200003",
+        "attempt": "1",
+    }
+    record = run_record(fields, queue="default", status="completed", worker="w", duration_ms=47)
+    assert orjson.loads(record)[1] is None  # schedule id and scheduled ms: in the execution id
+    assert orjson.loads(record)[5] is None
+    read = record_of("1767229200051-0", {"r": record})
+    assert read is not None
+    assert read.schedule_id == "nightly"
+    assert read.scheduled_at == datetime(2026, 1, 1, 1, tzinfo=UTC)
+    older = orjson.dumps(["nightly@1767229200000", "nightly", "t", "default", "completed",
+                          1767229200000, 1767229200003, 1, "w", 47, None, None])  # fmt: skip
+    assert record_of("1767229200051-0", {"r": older.decode()}) == read
+    job = run_record({"execution_id": "job-1", "task": "t"}, queue="q", status="completed")
+    enqueued = record_of("1767229200051-0", {"r": job})
+    assert enqueued is not None
+    assert (enqueued.schedule_id, enqueued.scheduled_at) == (None, None)

@@ -30,11 +30,12 @@ DAY_MS = 86_400_000
 
 
 @pytest.fixture
-def fast(redis_url: str, prefix: str) -> Settings:
+def fast(redis_url: str, prefix: str, topology: str) -> Settings:
     """Short lease and idle periods so the tests run in well under a second each."""
     return Settings(
         redis_url=redis_url,
         prefix=prefix,
+        cluster=topology == "cluster",
         scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=500),
     )
 
@@ -47,7 +48,7 @@ def store(redis: Redis, fast: Settings) -> ScheduleStore:
 @asynccontextmanager
 async def running(settings: Settings, count: int = 1) -> AsyncIterator[list[Scheduler]]:
     """``count`` schedulers, each with its own connection, stopped (gracefully) on exit."""
-    clients = [connect(settings.url) for _ in range(count)]
+    clients = [connect(settings) for _ in range(count)]
     schedulers = [Scheduler(client, settings) for client in clients]
     try:
         async with anyio.create_task_group() as tg:
@@ -155,15 +156,11 @@ async def test_end_at_completes(store: ScheduleStore, fast: Settings) -> None:
     assert scheduled == list(range(scheduled[0], first + 301, 100))  # through the last one
 
 
-async def test_wake_on_new_earlier_schedule(
-    store: ScheduleStore, redis_url: str, prefix: str
-) -> None:
+@pytest.mark.cluster
+async def test_wake_on_new_earlier_schedule(store: ScheduleStore, fast: Settings) -> None:
     # A long idle period: only the wake notification can make this fire on time.
-    settings = Settings(
-        redis_url=redis_url,
-        prefix=prefix,
-        scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=30_000),
-    )
+    idle = SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=30_000)
+    settings = fast.model_copy(update={"scheduler": idle})
     await store.save(Schedule(id="far", task="t", cron="0 0 1 1 *"))
     async with running(settings) as (scheduler,):
         await eventually(lambda: _true(scheduler.is_leader))
@@ -178,6 +175,7 @@ async def _true(value: bool) -> bool:
     return value
 
 
+@pytest.mark.cluster
 async def test_pause_and_resume(store: ScheduleStore, fast: Settings) -> None:
     await store.save(Schedule(id="p", task="t", every=0.1, overlap="allow"))
     await store.pause("p", None)
@@ -192,6 +190,7 @@ async def test_pause_and_resume(store: ScheduleStore, fast: Settings) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 async def test_three_schedulers_fire_each_occurrence_once(
     store: ScheduleStore, fast: Settings
 ) -> None:
@@ -281,6 +280,7 @@ async def test_graceful_stop_releases_lease(store: ScheduleStore, fast: Settings
     assert await store.redis.get(store.keys.leader) is None
 
 
+@pytest.mark.cluster
 async def test_standby_takes_over(store: ScheduleStore, fast: Settings) -> None:
     await store.save(Schedule(id="h", task="t", every=0.05, overlap="allow"))
     async with running(fast, count=2) as schedulers:
@@ -340,6 +340,7 @@ async def test_misfire_run_once(store: ScheduleStore, fast: Settings) -> None:
     assert event["late_ms"] > 11 * 3_600_000
 
 
+@pytest.mark.cluster
 async def test_misfire_skip(store: ScheduleStore, fast: Settings) -> None:
     stale, latest = await outage(store, "s", days=5, misfire="skip")
     fields = await run_until_moved(store, fast, "s", stale)
@@ -350,6 +351,7 @@ async def test_misfire_skip(store: ScheduleStore, fast: Settings) -> None:
     assert (event["event"], event["missed"], event["scheduled_at"]) == ("misfired", 5, stale)
 
 
+@pytest.mark.cluster
 async def test_misfire_catch_up(store: ScheduleStore, fast: Settings) -> None:
     stale, latest = await outage(
         store, "c", days=5, misfire="catch_up", catch_up_limit=3, overlap="allow"
@@ -376,6 +378,7 @@ async def test_late_within_grace_just_runs(store: ScheduleStore, fast: Settings)
     assert event["late_ms"] >= 5_000
 
 
+@pytest.mark.cluster
 async def test_stale_lease_round_steps_down(store: ScheduleStore, fast: Settings) -> None:
     # The ticker's own view of leadership is never trusted: the fire script checks the token.
     await store.save(Schedule(id="f", task="t", cron="0 0 1 1 *"))
@@ -479,6 +482,7 @@ async def test_rounds_make_progress_past_their_planning_budget(
     assert sorted(j["schedule_id"] for j in await jobs(store)) == [f"b{i}" for i in range(5)]
 
 
+@pytest.mark.cluster
 async def test_a_herd_over_many_windows_fires_each_occurrence_once(
     store: ScheduleStore, fast: Settings
 ) -> None:

@@ -52,6 +52,7 @@ async def settled(redis: Redis, settings: Settings, queue: str = "default") -> b
     return int(await redis.xlen(key)) == 0 and int(pending["pending"]) == 0
 
 
+@pytest.mark.cluster
 async def test_runs_async_and_sync_handlers(redis: Redis, settings: Settings) -> None:
     worker = rsched.Worker(settings=fast_settings(settings))
     seen: list[rsched.Job] = []
@@ -103,6 +104,7 @@ async def test_enqueue_with_delay(redis: Redis, settings: Settings) -> None:
     assert 0.45 <= ran_at[0] - start <= 3.0
 
 
+@pytest.mark.cluster
 async def test_retries_with_backoff_then_dead_letter_then_requeue(
     redis: Redis, settings: Settings
 ) -> None:
@@ -253,6 +255,7 @@ async def test_long_job_with_heartbeats_is_not_run_twice(redis: Redis, settings:
     assert len(runs) == 1
 
 
+@pytest.mark.cluster
 async def test_entries_of_a_vanished_worker_are_reclaimed(redis: Redis, settings: Settings) -> None:
     keys = Keys(settings.prefix)
     store = store_for(redis, settings)
@@ -438,6 +441,7 @@ async def test_deleted_pending_entries_are_dropped_by_the_reclaimer(
         await wait_until(lambda: settled(redis, settings))
 
 
+@pytest.mark.cluster
 async def test_many_jobs_over_several_workers_and_queues_run_once_each(
     redis: Redis, settings: Settings
 ) -> None:

@@ -7,11 +7,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 from redis.asyncio import Redis
 
 import rsched
+from rsched._history import expand_record
 from rsched._keys import Keys
 from rsched._model import Schedule
 from rsched._scheduler import Scheduler
@@ -45,6 +45,7 @@ async def events(store: ScheduleStore) -> list[dict[str, Any]]:
     return list(reversed(await store.history("s1", 1000)))  # oldest first
 
 
+@pytest.mark.cluster
 async def test_skip_never_overlaps_and_records_outcomes(redis: Redis, settings: Settings) -> None:
     worker = rsched.Worker(settings=fast_settings(settings))
     state = {"now": 0, "peak": 0, "done": 0}
@@ -92,6 +93,7 @@ async def test_allow_runs_concurrently(redis: Redis, settings: Settings) -> None
     assert not await redis.hexists(Keys(settings.prefix).schedule("s1"), "run")
 
 
+@pytest.mark.cluster
 async def test_buffer_one_releases_one_occurrence_when_the_run_ends(
     redis: Redis, settings: Settings
 ) -> None:
@@ -122,6 +124,7 @@ async def test_buffer_one_releases_one_occurrence_when_the_run_ends(
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 async def test_cancel_previous_cancels_the_running_handler_on_any_worker(
     redis: Redis, settings: Settings
 ) -> None:
@@ -216,8 +219,10 @@ async def test_failed_and_dead_events_in_history(redis: Redis, settings: Setting
     assert dead["reason"] == "max_retries"
     assert attempts == [1, 2]
     assert not await redis.hexists(Keys(settings.prefix).schedule("s1"), "run")
-    raw = await redis.lrange(Keys(settings.prefix).history("s1"), 0, -1)
-    assert all(isinstance(orjson.loads(item), dict) for item in raw)
+    (record,) = await redis.lrange(Keys(settings.prefix).history("s1"), 0, -1)  # one per run
+    assert [e["event"] for e in expand_record(str(record), "s1")] == [
+        "fired", "running", "failed", "running", "dead",
+    ]  # fmt: skip
 
 
 async def test_schedule_removed_while_its_job_runs_stays_removed(

@@ -43,6 +43,7 @@ def start_worker(spawn: Spawn, settings: Settings, **env: str) -> Proc:
     return proc
 
 
+@pytest.mark.cluster
 async def test_sigkill_mid_job_another_worker_completes_it(
     redis: Redis, settings: Settings, spawn: Spawn
 ) -> None:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import anyio
-from redis import Redis
+from redis import Redis, RedisCluster
 
 import rsched
 
@@ -22,7 +22,8 @@ def marks_key(prefix: str) -> str:
 def _mark(job: rsched.Job, what: str) -> None:
     # Tests read these marks to see which process ran what, and when.
     url = os.environ["RSCHED_REDIS_URL"]
-    with Redis.from_url(url, decode_responses=True) as client:
+    cluster = os.environ.get("RSCHED_CLUSTER") == "true"
+    with (RedisCluster if cluster else Redis).from_url(url, decode_responses=True) as client:
         client.rpush(
             marks_key(os.environ["RSCHED_PREFIX"]),
             f"{what}:{job.execution_id}:{job.attempt}:{os.getpid()}:{time.time()}",
@@ -85,6 +86,7 @@ def fast_env(settings: rsched.Settings, **extra: str) -> dict[str, str]:
         "PYTHONPATH": os.path.dirname(__file__),
         "RSCHED_REDIS_URL": settings.url,
         "RSCHED_PREFIX": settings.prefix,
+        "RSCHED_CLUSTER": "true" if settings.cluster else "false",
         "RSCHED_WORKER__BLOCK_MS": "100",
         "RSCHED_WORKER__VISIBILITY_TIMEOUT_S": "1",
         "RSCHED_WORKER__HEARTBEAT_S": "0.2",

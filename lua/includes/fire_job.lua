@@ -1,6 +1,6 @@
 -- Include: fire_job — the one place an occurrence becomes a job. Shared by fire, trigger and
 -- backfill so that every path applies the same overlap policy and writes the same job entry.
--- Needs: common.lua, marker.lua, runs_log.lua.
+-- Needs: common.lua, marker.lua (which brings history.lua), runs_log.lua.
 --
 -- A fire runs for each of thousands of schedules in a herd, and in Redis 7.0 every Lua function
 -- call and table access here costs about as much as reading a hash field: the hot path keeps to
@@ -20,13 +20,13 @@
 --   keeps what it decoded (runs, generation) for fire_job and advance. Call it before the first
 --   write: a hash edited by hand must be refused whole rather than fail halfway, which Redis
 --   would not roll back.
--- fire_job(hash, history, pending, stream, sid, sched, now, origin, cap, cancel_channel, extra,
+-- fire_job(hash, history, pending, stream, sid, sched, now, origin, cap, cancel_channel, missed,
 --          f, p, keep, backlogs)
 --   the schedule's key names (pending: its pending set, read only when the hash holds a run
 --   marker and overlap is not allow, so it may be nil otherwise, and type-checked here where it
 --   is used; backlogs: {p}:backlogs), sched: scheduled time (ms, string), origin:
---   schedule|misfire|manual|backfill, extra: string appended inside the history JSON object
---   (e.g. ',"missed":3') or '', f: job_fields (or the state fields), p: its policy, keep: true
+--   schedule|misfire|manual|backfill, missed: how many late occurrences a misfire run stands
+--   for (decimal text) or nil, f: job_fields (or the state fields), p: its policy, keep: true
 --   for an occurrence that must run whatever the overlap policy (catch_up, backfill): with a
 --   run unfinished it waits in the pending set instead of being skipped, and the policy's
 --   limit does not apply to it.
@@ -36,8 +36,8 @@
 --   A marker that expired while occurrences were pending releases the oldest of them first
 --   (release_next; not for an on-time cancel_previous occurrence, which just runs), and this
 --   occurrence is then handled as with a run unfinished.
---   The schedule id must be one rsched accepts (letters, digits, '. _ - :'; the scheduler and
---   the SDK check): it goes into the history's JSON unescaped.
+--   The history gets one record (history.lua) of the occurrence: fired (f), buffered (b),
+--   skipped (s), or cancel_requested + fired (x, f) under cancel_previous.
 --   A skipped occurrence is also recorded in the runs log (runs_log.lua) when the calling
 --   script named it with fire_job_runs(key) (the on-time path never writes to it).
 --   Returns code, execution id, run_until: code FIRED=1, SKIPPED=2 by the overlap policy,
@@ -135,20 +135,21 @@ local function job_pairs(exec, sid, sched, at, origin, f, opts)
          'attempt', '1', 'generation', fx_gen, 'origin', origin
 end
 
--- A history event of an occurrence: `head` is the event's first fields. One concatenation per
--- event (each one costs a new string), hence the many arguments.
-local function event_json(head, sched, at, late, exec, origin, extra)
-  return '{"event":' .. head .. ',"scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
-         late .. ',"execution_id":"' .. exec .. '","origin":"' .. origin .. '"' .. extra .. '}'
-end
-
 local function fire_job(hash, history, pending, stream, sid, sched, now, origin, cap,
-                        cancel_channel, extra, f, p, keep, backlogs)
+                        cancel_channel, missed, f, p, keep, backlogs)
   local exec = sid .. '@' .. sched
   local overlap = p.overlap
   local at = INT_TEXT[now] or int_text(now)
-  local late = now - (SCHED_MS[sched] or sched_ms(sched))
-  late = INT_TEXT[late] or int_text(late)
+  local ms = SCHED_MS[sched] or sched_ms(sched)
+  local late = now - ms
+  -- The history record (history.lua): <sched>|<code><late>…, then origin and missed as fields
+  -- unless on time.
+  local key = (B62[ms] or b62(ms)) .. '|'
+  late = B62[late] or b62(late)
+  local tail = ''
+  if origin ~= 'schedule' or missed then
+    tail = hist_fields(origin ~= 'schedule' and origin, missed and b62(tonumber(missed)))
+  end
 
   -- The history push is each path's first write and checks the history key's type by itself
   -- (hist_first): a history list someone else overwrote refuses the occurrence whole (-6).
@@ -176,15 +177,14 @@ local function fire_job(hash, history, pending, stream, sid, sched, now, origin,
       if not keep and limit > 0 then held = rcall('ZCARD', pending) end
       local head
       if keep or held < limit then
-        head = '"buffered","policy":"' .. overlap .. '"'
+        head = 'b' .. late .. ',' .. overlap
       elseif limit > 0 then
-        head = '"skipped","reason":"buffer_full","policy":"' .. overlap .. '"'
+        head = 's' .. late .. ',buffer_full,' .. overlap
       elseif overlap == 'skip' then
-        head = '"skipped","reason":"overlap","policy":"skip"'
+        head = 's' .. late .. ',overlap,skip'
       end
       if head then -- (else cancel_previous: below)
-        local event = event_json(head, sched, at, late, exec, origin, extra)
-        if not hist_first(history, cap, event) then return -6, exec end
+        if not hist_first(history, cap, key .. head .. tail) then return -6, exec end
         if keep or held < limit then
           pending_push(pending, backlogs, sid, sched,
                        {job_pairs(exec, sid, sched, at, origin, f, p.opts)}, run_until)
@@ -199,14 +199,16 @@ local function fire_job(hash, history, pending, stream, sid, sched, now, origin,
     end
   end
 
-  local fired = '{"event":"fired","scheduled_at":' .. sched .. ',"at":' .. at .. ',"late_ms":' ..
-                late .. ',"execution_id":"' .. exec .. '","origin":"' .. origin .. '"' .. extra ..
-                '}'  -- event_json, inline
+  local fired = key .. 'f' .. late .. tail
   if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop
-    local event = event_json('"cancel_requested","cancelled":' .. json_str(prev), sched, at, late,
-                             exec, origin, extra)
-    if not hist_first(history, cap, event) then return -6, exec end
-    hist(history, cap, fired)
+    -- cancel_requested, then fired in the same millisecond: the cancelled run is named by its
+    -- scheduled ms less this one's.
+    local cancelled = exec_sched(prev)
+    if cancelled then cancelled = b62(cancelled - ms) else cancelled = '=' .. esc(prev) end
+    if not hist_first(history, cap, key .. 'x' .. late .. ',' .. cancelled .. tail .. '|f' ..
+                      late .. tail) then
+      return -6, exec
+    end
   else -- hist_first, inline: this is the path of nearly every fire
     local len = rpcall('LPUSH', history, fired)
     if type(len) == 'table' and wrong_type(len) then return -6, exec end

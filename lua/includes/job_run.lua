@@ -1,10 +1,15 @@
 -- Include: job_run — a job's history events and the end of a schedule's run (overlap policies).
--- Needs: common.lua, marker.lua.
+-- Needs: common.lua, marker.lua (which brings history.lua).
 --
 -- job_event(history, cap, event, exec, attempt, now, extra)
---   Push {"event":…,"execution_id":…,"attempt":…,"at":…<extra>} on the schedule's history;
---   extra is '' or a JSON fragment starting with a comma (built by the worker with a JSON
---   encoder, so it is always well formed).
+--   Record a worker's event (running, completed, cancelled, failed, timed_out, retry, dead,
+--   waiting) on the record of its run (history.lua): token `r` (running: attempt, deliveries),
+--   or an outcome's code with duration, attempt, retry_in_ms, reason, error_type, error,
+--   deliveries, by (the newer run that superseded it). extra is '' or a JSON fragment starting
+--   with a comma (built by the worker with a JSON encoder); its other fields (the worker's id)
+--   are not kept: the runs log has them. An event of another name, or of an execution id that
+--   is not <id>@<ms>, is pushed as a JSON object {"event":…,"execution_id":…,"attempt":…,
+--   "at":…<extra>}, as rsched before compact records wrote every event.
 -- schedule_keys_ok(history, hash, pending)
 --   True when the schedule's keys are absent or of rsched's types; a key someone overwrote is
 --   left alone (the job's own outcome is still recorded on the queue).
@@ -29,10 +34,66 @@
 --   An enqueued job with its own execution id ended: the id stays taken for the window its key
 --   holds (ms), counted from now. Nothing when the key is gone or of another type.
 
+local JOB_CODES = {running = 'r', completed = 'c', cancelled = 'C', failed = 'F',
+                   timed_out = 'T', retry = 'R', dead = 'D', waiting = 'W'}
+
+-- A field of the worker's extra as the record's text: a number in base 62, a string escaped.
+local function job_num(v)
+  v = tonumber(v)
+  if v then return b62(math.floor(v + 0.5)) end
+  return nil
+end
+local function job_text(v)
+  if type(v) == 'string' and v ~= '' then return esc(v) end
+  return nil
+end
+
 local function job_event(history, cap, event, exec, attempt, now, extra)
-  hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
-       ',"attempt":' .. int_text(tonumber(attempt) or 0) ..
-       ',"at":' .. int_text(now) .. extra .. '}')
+  local code, sched = JOB_CODES[event], exec_sched(exec)
+  local x = {}
+  if code and sched and extra ~= '' then
+    -- What "running" and "completed" keep, on the path of every job, without a JSON decode
+    -- (the worker encodes the fragment: its id, a host:pid:random, holds no quote).
+    local dur = code ~= 'r' and string.match(extra, '^,"duration_ms":([%d%.eE+-]+)$')
+    if code == 'r' then
+      local at = string.find(extra, '"deliveries":', 1, true)
+      x.deliveries = at and tonumber(string.match(extra, '^%d+', at + 13))
+    elseif dur then
+      x.duration_ms = tonumber(dur)
+    else
+      local ok, t = pcall(cjson.decode, '{' .. string.sub(extra, 2) .. '}')
+      if ok and type(t) == 'table' then x = t else code = nil end
+    end
+  end
+  if not (code and sched) then -- not an execution of this schedule: an event as JSON
+    hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
+         ',"attempt":' .. int_text(tonumber(attempt) or 0) ..
+         ',"at":' .. int_text(now) .. extra .. '}')
+    return
+  end
+  local a = tonumber(attempt) or 0
+  if a == 1 then a = nil else a = b62(a) end
+  if code == 'r' then
+    local deliveries = tonumber(x.deliveries)
+    if deliveries == 1 then deliveries = nil end
+    local fields = ''
+    if a or deliveries then fields = hist_fields(a, job_num(deliveries)) end
+    rec_note(history, cap, sched, code, now, nil, fields)
+    return
+  end
+  local dur = tonumber(x.duration_ms)
+  if dur then dur = math.floor(dur + 0.5) end
+  if not (x.retry_in_ms or x.reason or x.error_type or x.error or x.deliveries or x.by) then
+    local fields = '' -- a run that completed: its duration, and its attempt unless the first
+    if a then fields = ',' .. a end
+    rec_note(history, cap, sched, code, now, dur, fields)
+    return
+  end
+  local by = exec_sched(x.by)
+  if by then by = b62(by - sched) elseif x.by then by = '=' .. esc(x.by) end
+  rec_note(history, cap, sched, code, now, dur,
+           hist_fields(a, job_num(x.retry_in_ms), job_text(x.reason), job_text(x.error_type),
+                       job_text(x.error), job_num(x.deliveries), by))
 end
 
 local function schedule_keys_ok(history, hash, pending)

@@ -7,7 +7,7 @@
 --              schedule forever (a hash field has no TTL of its own on Redis 7.0)
 --   run_worker the worker running it (with run_state 'running')
 -- A marker dies with its hash: removing a schedule ends it, and a re-created schedule of the
--- same id starts without one. Needs: common.lua.
+-- same id starts without one. Needs: common.lua; brings history.lua.
 --
 -- marker_live(run, run_until, now): the execution id when the marker counts, else nil.
 -- marker_of(hash, now): marker_live of the stored marker, and the stored `run` (live or not).
@@ -36,6 +36,8 @@
 --   released execution id and its marker's expiry (text), or nil when nothing was pending.
 --   backlogs (may be nil) is updated to the new marker's expiry, or loses the schedule (sid)
 --   when nothing is left.
+
+-- @include history
 
 local MARKER = {'run', 'run_state', 'run_until', 'run_worker'}
 
@@ -108,12 +110,13 @@ local function release_next(hash, pending, stream, history, cap, now, after, bac
                                                   opts.retry_max_s))
       rcall('HSET', hash, 'run', f.execution_id, 'run_until', run_until)
       rcall('HDEL', hash, 'run_state', 'run_worker')
-      local expired = ''
-      if after == '' then expired = ',"reason":"marker_expired"' end
-      hist(history, cap, '{"event":"released","execution_id":' .. json_str(f.execution_id) ..
-           ',"scheduled_at":' .. int_text(tonumber(f.scheduled_at) or 0) ..
-           ',"at":' .. int_text(now) .. ',"origin":' .. json_str(f.origin or 'schedule') ..
-           ',"after":' .. json_str(after) .. expired .. '}')
+      -- "released": origin ('' = schedule) and the execution whose end released it, as
+      -- its scheduled ms less this one's (none: the run's marker expired).
+      local sched = exec_sched(f.execution_id) or tonumber(f.scheduled_at) or 0
+      local origin, prev = f.origin, exec_sched(after)
+      if origin == 'schedule' then origin = nil end
+      rec_note(history, cap, sched, 'e', now, nil,
+               hist_fields(origin and esc(origin), prev and b62(prev - sched)))
       if backlogs then
         if rcall('EXISTS', pending) == 1 then
           rcall('ZADD', backlogs, run_until, sid)

@@ -5,10 +5,12 @@
 -- A record is one field, 'r', holding a JSON array built by the caller (the worker encodes it
 -- with the rest of its call): [execution id, schedule id, task, queue, status, scheduled ms,
 -- fired ms, attempt, worker, duration ms, error type (a skip: its reason), error message],
--- null for what does not apply. One field rather than twelve: the script hands Redis 6
--- arguments instead of 28, which halves what a record adds to a completed run's script, and
--- Redis stores the value much as it would the twelve (names once per stream node). The entry
--- id is the record's time (the run's end, or the drop).
+-- null for what does not apply. A scheduled run's schedule id and scheduled ms are null: its
+-- execution id, <schedule id>@<scheduled ms>, names them (rsched._runs.record_of). One field
+-- rather than twelve: the script hands Redis 6 arguments instead of 28, which halves what a
+-- record adds to a completed run's script, and Redis stores the value much as it would the
+-- twelve (names once per stream node). The entry id is the record's time (the run's end, or
+-- the drop).
 --
 -- run_log(runs, cap, record)
 --   XADD runs [MAXLEN ~ cap] * r record. cap nil: no trim (the fire path's rare writes; the
@@ -22,9 +24,8 @@
 --   catch_up_limit. sched is the occurrence's ms as text (digits).
 -- run_superseded(runs, stream, exec, task, attempt, worker)
 --   The record of a job acknowledged unrun because a newer run of its schedule replaced it
---   (start.lua; status 'cancelled', reason 'superseded' in the error type's place): the
---   schedule id and scheduled time come from the execution id (<id>@<ms>), the queue from the
---   stream's name.
+--   (start.lua; status 'cancelled', reason 'superseded' in the error type's place): the queue
+--   comes from the stream's name.
 
 local runs_log_ok = nil
 
@@ -41,16 +42,15 @@ end
 
 local function run_skipped(runs, sid, task, queue, sched, reason)
   -- A priority level's stream name (q#high) names the queue q.
-  run_log(runs, nil, '[' .. json_str(sid .. '@' .. sched) .. ',' .. json_str(sid) .. ',' ..
+  run_log(runs, nil, '[' .. json_str(sid .. '@' .. sched) .. ',null,' ..
                      json_str(task or '') .. ',' .. json_str(string.match(queue, '^[^#]*')) ..
-                     ',"skipped",' .. sched .. ',null,null,null,null,"' .. reason .. '",null]')
+                     ',"skipped",null,null,null,null,null,"' .. reason .. '",null]')
 end
 
 local function run_superseded(runs, stream, exec, task, attempt, worker)
-  local sid, sched = string.match(exec, '^(.*)@(%d+)$')
   local queue = string.match(stream, '}:queue:([^#]*)') or ''
-  run_log(runs, nil, '[' .. json_str(exec) .. ',' .. json_str(sid or '') .. ',' ..
-                     json_str(task or '') .. ',' .. json_str(queue) .. ',"cancelled",' ..
-                     (sched or 'null') .. ',null,' .. (tonumber(attempt) or 'null') .. ',' ..
+  run_log(runs, nil, '[' .. json_str(exec) .. ',null,' ..
+                     json_str(task or '') .. ',' .. json_str(queue) .. ',"cancelled",null' ..
+                     ',null,' .. (tonumber(attempt) or 'null') .. ',' ..
                      json_str(worker) .. ',null,"superseded",null]')
 end

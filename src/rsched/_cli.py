@@ -41,12 +41,14 @@ _GLOBAL_ENV = {
     "--partitions": "RSCHED_PARTITIONS",
     "--durability": "RSCHED_DURABILITY",
 }
+#: The same for global options without a value.
+_GLOBAL_FLAGS = {"--cluster": "RSCHED_CLUSTER"}
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     given = {
         name: getattr(args, name, None)
-        for name in ("redis_url", "prefix", "partitions", "durability")
+        for name in ("redis_url", "prefix", "partitions", "durability", "cluster")
     }
     try:
         return Settings(**{k: v for k, v in given.items() if v is not None})
@@ -85,6 +87,9 @@ def _delegate(argv: Sequence[str]) -> int | None:
     globals_: dict[str, str] = {}
     while rest:
         name, eq, value = rest[0].partition("=")
+        if name in _GLOBAL_FLAGS:
+            globals_[name], rest = "true", rest[1:]
+            continue
         if name not in _GLOBAL_ENV:
             break
         if eq:
@@ -96,7 +101,7 @@ def _delegate(argv: Sequence[str]) -> int | None:
     if not rest or rest[0] not in DELEGATES:
         return None
     for name, value in globals_.items():
-        os.environ[_GLOBAL_ENV[name]] = value
+        os.environ[{**_GLOBAL_ENV, **_GLOBAL_FLAGS}[name]] = value
     try:
         module = importlib.import_module(DELEGATES[rest[0]][0])
     except ModuleNotFoundError as exc:  # an extra that is not installed (rsched[web])

@@ -17,6 +17,7 @@ from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, 
 from rsched._durability import durability_flag
 from rsched._model import Overlap
 from rsched._rules import PRIORITIES
+from rsched._settings import CLUSTER_HELP
 
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
@@ -49,6 +50,12 @@ def _common() -> argparse.ArgumentParser:
         metavar="N",
         help="the deployment's number of partitions (env RSCHED_PARTITIONS; default: the "
         "stored one, 1 for a new deployment)",
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=CLUSTER_HELP,
     )
     p.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"

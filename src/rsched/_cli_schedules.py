@@ -28,7 +28,7 @@ from rsched._declare import sync_file
 from rsched._errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
 from rsched._history import HistoryEvent
 from rsched._model import STATE_FIELDS, Schedule, to_ms
-from rsched._rules import check_page
+from rsched._rules import PAGE_MAX, check_page
 from rsched._timing import next_fire_times
 from rsched._tz import canonical_timezone, resolve_timezone
 
@@ -298,7 +298,7 @@ def _runs(history: list[HistoryEvent], zone: str, now: int) -> tuple[list[Any], 
 async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
     upcoming = await client.next_runs(args.id, 5)
-    history = (await client.history(args.id, limit=client.settings.history_limit)).items
+    history = (await client.history(args.id, limit=PAGE_MAX)).items  # every kept run
     now = to_ms(await client.server_time())
     zone = s.timezone
     runs = f"{s.runs}" + (f" of {s.max_runs}" if s.max_runs else "")

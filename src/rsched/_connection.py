@@ -23,16 +23,19 @@ from redis.exceptions import (
     AskError,
     AuthenticationError,
     InvalidResponse,
+    MaxConnectionsError,
     MovedError,
     NoPermissionError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched._cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
 from rsched._durability import Durability
 from rsched._errors import (
     AccessDenied,
@@ -60,7 +63,12 @@ PUBSUB_PING_S = 30.0
 _POOL_EMPTY = "No connection available"
 
 
-def connect(target: Settings | str, *, socket_timeout_s: float | None = None) -> Redis:
+def connect(
+    target: Settings | str,
+    *,
+    socket_timeout_s: float | None = None,
+    encoding_errors: str = "strict",
+) -> Redis:
     """An async client with decoded responses, bounded waits and a bounded pool.
 
     ``target`` is the settings (``redis_url``, ``socket_timeout_s``, ``max_connections``,
@@ -68,7 +76,9 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
     theirs (a probe that must answer sooner). Every script rsched sends is
     safe to run twice, so redis-py's re-send after a dropped connection cannot apply an
     operation twice. (The retry must be redis.asyncio's: the sync one would wrap only the
-    creation of each coroutine and never retry anything.) Raises ConfigError for a bad URL.
+    creation of each coroutine and never retry anything.) ``encoding_errors="replace"``
+    reads values that are not UTF-8 as U+FFFD. With ``settings.cluster`` the client is a
+    Redis Cluster client (rsched._cluster). Raises ConfigError for a bad URL.
     """
     settings = (
         target if isinstance(target, Settings) else Settings.model_construct(redis_url=target)
@@ -76,6 +86,15 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
     url = settings.url
     timeout_s = settings.socket_timeout_s if socket_timeout_s is None else socket_timeout_s
     try:
+        if settings.cluster:
+            return connect_cluster(
+                url,
+                timeout_s=timeout_s,
+                max_connections=settings.max_connections,
+                retries=CONNECT_RETRIES,
+                encoding_errors=encoding_errors,
+                **_tls_options(settings, url),
+            )
         pool = BlockingConnectionPool.from_url(
             url,
             **_tls_options(settings, url),
@@ -84,6 +103,7 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
             timeout=settings.pool_timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
+            encoding_errors=encoding_errors,
             retry=Retry(
                 ExponentialBackoff(cap=0.5, base=0.05),
                 retries=CONNECT_RETRIES,
@@ -95,7 +115,7 @@ def connect(target: Settings | str, *, socket_timeout_s: float | None = None) ->
             # No health_check_interval: a stale connection fails fast and is retried anyway, and
             # redis-py 5.3 reconnects forever on a refused AUTH when the health check is on.
         )
-    except ValueError as exc:
+    except (ValueError, RedisClusterException) as exc:
         raise ConfigError(f"redis_url {safe_url(url)!r} is invalid ({exc}); {_URL_HINT}") from None
     return Redis.from_pool(pool)
 
@@ -202,12 +222,23 @@ def translate(exc: BaseException, settings: Settings) -> RschedError:
         node = text.split()[-1]
         return WrongNode(
             f"{url} is a Redis Cluster node that does not hold the keys of prefix "
-            f"{settings.prefix!r} (MOVED to {node}): point RSCHED_REDIS_URL at redis://{node}/0"
+            f"{settings.prefix!r} (MOVED to {node}): run rsched in cluster mode (--cluster or "
+            f"RSCHED_CLUSTER=true), or point RSCHED_REDIS_URL at redis://{node}/0"
+        )
+    if NOT_A_CLUSTER in text:
+        return RedisUrlMismatch(
+            f"{url} is not a Redis Cluster node (cluster mode is off there): drop --cluster / "
+            "RSCHED_CLUSTER, or point RSCHED_REDIS_URL at a node of the cluster"
         )
     if "max number of clients reached" in text:
         return RedisUnavailable(
             f"Redis at {url} refused the connection: it has reached its maxclients; raise "
             "maxclients on the server, or lower RSCHED_MAX_CONNECTIONS or the number of processes"
+        )
+    if isinstance(exc, MaxConnectionsError):  # a cluster node's connections: no waiting there
+        return PoolExhausted(
+            f"all {settings.max_connections} connections to a node of the cluster at {url} "
+            "were busy: raise RSCHED_MAX_CONNECTIONS, or make fewer calls at once"
         )
     if _POOL_EMPTY in text:
         return PoolExhausted(
@@ -343,7 +374,8 @@ async def check_server(redis: Redis, settings: Settings, key: str) -> None:
     durability = Durability.from_settings(settings)
     try:
         await redis.exists(key)
-        role = await _role(redis)
+        # A cluster client sends writes to the primaries it learned: no role to check.
+        role = "" if is_cluster(redis) else await _role(redis)
         if durability is not None:  # replicated_fsync on a server without WAITAOF: refused
             await durability.ready(redis)
     except (RedisError, OSError) as exc:
@@ -404,17 +436,20 @@ async def warn_if_unsafe(redis: Redis, log: EventLogger) -> list[str]:
     warnings: list[str] = []
     try:
         # INFO rather than CONFIG GET: the users of docs/security.md may run INFO, never CONFIG.
-        info = await redis.info("persistence", "memory")
+        if is_cluster(redis):  # each primary answers for itself
+            infos = await per_primary(redis, "INFO", "persistence", "memory")
+        else:
+            infos = [await redis.info("persistence", "memory")]
     except RedisError as exc:  # INFO may be renamed or denied on managed services
         log.info("server.check_skipped", reason=str(exc))
         return warnings
-    policy = str(info.get("maxmemory_policy", ""))
-    if not int(info.get("aof_enabled", 0)):
+    if any(not int(info.get("aof_enabled", 0)) for info in infos):
         warnings.append(
             "appendonly is off: a server restart loses schedules and jobs written since the "
             "last snapshot (set appendonly yes)"
         )
-    if policy and policy != "noeviction":
+    policies = {str(info.get("maxmemory_policy", "")) for info in infos} - {"", "noeviction"}
+    for policy in sorted(policies):
         warnings.append(
             f"maxmemory-policy is {policy}: under memory pressure the server deletes rsched's "
             "keys (set maxmemory-policy noeviction)"

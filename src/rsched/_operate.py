@@ -47,7 +47,7 @@ async def operate_scheduler(
 ) -> None:
     """Serve the scheduler's probe, and its deployment gauges while it leads."""
     assert settings.metrics_port is not None
-    redis = connect(settings.url, socket_timeout_s=_probe.READY_TIMEOUT_S)
+    redis = connect(settings, socket_timeout_s=_probe.READY_TIMEOUT_S)
     METRICS.is_leader.set_function(lambda: float(scheduler.is_leader))
     METRICS.led_partitions.set_function(lambda: float(len(scheduler.led())))
     METRICS.partitions.set_function(lambda: float(scheduler.partitions))
@@ -70,7 +70,7 @@ async def operate_worker(
 ) -> None:
     """Serve the worker's probe."""
     assert settings.metrics_port is not None
-    redis = connect(settings.url, socket_timeout_s=_probe.READY_TIMEOUT_S)
+    redis = connect(settings, socket_timeout_s=_probe.READY_TIMEOUT_S)
     keys = Keys(settings.prefix)
 
     async def ready() -> tuple[bool, dict[str, Any]]:

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched import _lua
+from rsched._cluster import is_cluster
 from rsched._codes import Code, check
 from rsched._durability import Durability
 from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
@@ -327,7 +328,8 @@ class QueueStore(_lua.ScriptCaller):
         """
         key = self.keys.dead(queue)
         if entry_ids is None and task is None:
-            async with self.redis.pipeline(transaction=True) as pipe:
+            # Atomic on one server; a cluster pipeline (redis-py before 7) has no MULTI.
+            async with self.redis.pipeline(transaction=not is_cluster(self.redis)) as pipe:
                 pipe.xlen(key)
                 pipe.delete(key)
                 count, _ = await pipe.execute()
@@ -349,14 +351,18 @@ class QueueStore(_lua.ScriptCaller):
         length wait in those levels' streams; consumers are those of the normal stream (a worker
         reads all levels of its queues)."""
         names = await self.queue_names()
+        cluster = is_cluster(self.redis)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.time()
+            if not cluster:  # a cluster pipeline takes commands on keys only
+                pipe.time()
             for name in names:
                 for level in PRIORITIES:
                     pipe.xlen(self.keys.queue(name, level))
                 pipe.zcard(self.keys.delayed_queue(name))
                 pipe.xlen(self.keys.dead(name))
             head = await pipe.execute(raise_on_error=False)
+        if cluster:
+            head.insert(0, await self.redis.time())
         seconds, micros = head[0]
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         lanes = [(name, level) for name in names for level in PRIORITIES]

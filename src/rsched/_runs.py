@@ -122,14 +122,17 @@ def run_record(
     ``fields`` that ended with ``status``: what the worker scripts append to the log. On the
     worker's path of every job: ~2 µs."""
     get = fields.get
+    exec_id, sid, sched = get("execution_id", ""), get("schedule_id") or None, get("scheduled_at")
+    if exec_id == f"{sid}@{sched}":  # named by the execution id: left out (record_of)
+        sid = sched = None
     return orjson.dumps(
         [
-            get("execution_id", ""),
-            get("schedule_id") or None,
+            exec_id,
+            sid,
             get("task", ""),
             queue,
             EVENT_STATUS.get(status, status),
-            _num(get("scheduled_at")),
+            _num(sched),
             _num(get("fired_at")),
             _num(get("attempt")),
             worker or None,
@@ -158,6 +161,11 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
     if not isinstance(data, list) or len(data) != len(RUN_FIELDS):
         return None
     row = dict(zip(RUN_FIELDS, data, strict=True))
+    exec_id, sid, sched = _text(row["exec"]) or "", _text(row["sid"]), _whole(row["sched"])
+    if sid is None and sched is None:  # a scheduled run's record names them by its execution id
+        named, at, ms = exec_id.rpartition("@")
+        if at and ms.isdigit():
+            sid, sched = named, int(ms)
     end = _int(entry_id.split("-", 1)[0])
     dur = _whole(row["dur"])
     status = _text(row["status"]) or ""
@@ -165,12 +173,12 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
     etype = _text(row["etype"])
     reason = etype if status in ("skipped", "cancelled") else None
     return RunRecord(
-        execution_id=_text(row["exec"]) or "",
+        execution_id=exec_id,
         status=status,
         task=_text(row["task"]) or "",
         queue=_text(row["queue"]) or "",
-        schedule_id=_text(row["sid"]),
-        scheduled_at=_dt(_whole(row["sched"])),
+        schedule_id=sid,
+        scheduled_at=_dt(sched),
         fired_at=_dt(_whole(row["fired"])),
         started_at=_dt(end - dur) if end is not None and dur is not None else None,
         ended_at=_dt(end),

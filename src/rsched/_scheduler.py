@@ -41,6 +41,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
+from rsched._cluster import subscribed
 from rsched._codes import Code
 from rsched._connection import messages
 from rsched._deployment import deployment_keys
@@ -279,8 +280,7 @@ class Scheduler:
         task_status.started()
         while True:
             try:
-                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(*by_channel)
+                async with subscribed(self.redis, *by_channel) as pubsub:
                     backoff.reset()
                     for engine in self.engines:  # messages may have been missed meanwhile
                         engine.wake(0)

@@ -28,7 +28,7 @@ from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_scheduler
 from rsched._scheduler import Scheduler
-from rsched._settings import DEFAULT_REDIS_URL, Settings
+from rsched._settings import CLUSTER_HELP, DEFAULT_REDIS_URL, Settings
 from rsched._signals import two_signal_stop
 
 log = get_logger("rsched.scheduler")
@@ -42,6 +42,7 @@ _FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "redis_url": (("redis_url",), "RSCHED_REDIS_URL"),
     "prefix": (("prefix",), "RSCHED_PREFIX"),
     "partitions": (("partitions",), "RSCHED_PARTITIONS"),
+    "cluster": (("cluster",), "RSCHED_CLUSTER"),
     "lease_ttl_ms": (("scheduler", "lease_ttl_ms"), "RSCHED_SCHEDULER__LEASE_TTL_MS"),
     "lease_renew_ms": (("scheduler", "lease_renew_ms"), "RSCHED_SCHEDULER__LEASE_RENEW_MS"),
     "log_level": (("log_level",), "RSCHED_LOG_LEVEL"),
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the deployment's number of partitions (RSCHED_PARTITIONS; default: the stored one, "
         "1 for a new deployment); another number than the stored one exits with status 2",
     )
+    parser.add_argument("--cluster", action="store_true", default=None, help=CLUSTER_HELP)
     parser.add_argument("--lease-ttl-ms", type=int, help="leader lease time to live (10000)")
     parser.add_argument("--lease-renew-ms", type=int, help="lease renew period (2000)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])

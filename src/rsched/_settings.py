@@ -33,10 +33,9 @@ from rsched._rules import (
 )
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-# Events kept per schedule. Each is ~150 bytes and a run writes about three (fired, running,
-# completed), so this is the last ~10 runs for ~4.5 KB: the largest part of a busy schedule's
-# memory, hence modest by default.
-DEFAULT_HISTORY_LIMIT = 30
+# Runs kept per schedule, one compact record (~20 bytes) each: as many as keep a schedule that
+# has run 100 times within 1 KB of Redis 7.0 (hash, index entry, history; docs/keys.md).
+DEFAULT_HISTORY_LIMIT = 15
 # Sidekiq's weighted queues: of 10 reads while every level has work, high comes first 6 times,
 # normal 3, low 1; a level with nothing waiting passes its turn on, so none starves.
 DEFAULT_PRIORITY_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
@@ -208,11 +207,16 @@ class RetentionSettings(BaseModel):
     runs_max_entries: int = Field(default=500_000, ge=100, le=100_000_000)
     # Dead letters older than this are trimmed (the count cap is worker.dead_letter_max_entries).
     dead_letter_max_age_s: float = Field(default=30 * 86_400, ge=60)
-    # A schedule's history events older than this are dropped (its count cap is history_limit).
+    # A schedule's history records whose newest event is older than this are dropped (its count
+    # cap is history_limit).
     history_max_age_s: float = Field(default=30 * 86_400, ge=60)
     # How often the leader sweeps, and how many schedules' histories one sweep looks at.
     interval_s: float = Field(default=60.0, ge=0.05, le=86_400)
     history_batch: int = Field(default=1_000, ge=1, le=100_000)
+
+
+#: The help of every command's ``--cluster`` flag.
+CLUSTER_HELP = "the Redis URL is a node of a Redis Cluster / Valkey cluster (env RSCHED_CLUSTER)"
 
 
 class Settings(BaseSettings):
@@ -223,6 +227,8 @@ class Settings(BaseSettings):
     )
 
     redis_url: str | None = None
+    # redis_url is one node of a Redis Cluster / Valkey cluster (docs/scaling.md).
+    cluster: bool = False
     # TLS (rediss:// URLs): the CA that signed the server's certificate (default: the system's
     # CAs), and a client certificate and key for a server that asks for one (tls-auth-clients).
     tls_ca_file: FilePath | None = None
@@ -233,6 +239,7 @@ class Settings(BaseSettings):
     # stored (1 for a new one); a number must match it, or becomes it for a new deployment.
     partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=2, le=MAX_PAYLOAD_BYTES)
+    # Runs kept in a schedule's history (a record each; docs/keys.md, History records).
     history_limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=10_000)
     # An enqueue with its own execution id: how long the id stays taken after the job ended.
     dedup_window_s: float = Field(default=DEFAULT_DEDUP_WINDOW_S, ge=0, le=DEDUP_WINDOW_MAX_S)
@@ -291,6 +298,16 @@ class Settings(BaseSettings):
                 f"{BLOCK_MARGIN_MS} ms below socket_timeout_s ({self.socket_timeout_s:g} s), or "
                 "a write waiting for its replicas times out: lower RSCHED_DURABILITY_TIMEOUT_MS "
                 "or raise RSCHED_SOCKET_TIMEOUT_S"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _durability_without_cluster(self) -> Settings:
+        if self.cluster and self.durability != "async":
+            raise ValueError(
+                f"durability={self.durability} is not available in cluster mode yet (its WAIT "
+                "must follow the write on the connection of the slot's primary): unset "
+                "RSCHED_DURABILITY or RSCHED_CLUSTER"
             )
         return self
 

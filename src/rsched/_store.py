@@ -27,6 +27,7 @@ from rsched._errors import (
     StateError,
     WriteNotReplicated,
 )
+from rsched._history import stored_events
 from rsched._keys import Keys
 from rsched._model import Schedule
 from rsched._plan import FireItem, FireSpec
@@ -519,14 +520,10 @@ class ScheduleStore(_lua.ScriptCaller):
         await self.redis.srem(self.keys.source(source), schedule_id)
 
     async def history(self, schedule_id: str, limit: int) -> list[dict[str, Any]]:
+        """The events of the newest ``limit`` records of the schedule's history, newest first
+        (rsched._history.stored_events)."""
         raw = await self.redis.lrange(self.keys.history(schedule_id), 0, limit - 1)
-        out: list[dict[str, Any]] = []
-        for item in raw:
-            try:
-                out.append(orjson.loads(item))
-            except orjson.JSONDecodeError:
-                out.append({"event": "unreadable", "raw": item})
-        return out
+        return stored_events(raw, schedule_id)
 
     async def index_stats(self, now_ms: int) -> IndexStats:
         """Counts of the schedules index at ``now_ms`` and the lease, for ``Client.stats``."""

@@ -140,8 +140,11 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str | None = None,
         durability: DurabilityLevel | None = None,
+        cluster: bool | None = None,
     ) -> None:
         """Override settings (the ``rsched-worker`` flags); wins over env and constructor."""
+        if cluster is not None:
+            self._root_overrides["cluster"] = cluster
         if queues is not None:
             self._overrides["queues"] = list(queues)
         if concurrency is not None:
@@ -256,13 +259,9 @@ class Worker:
                 "running the worker (a worker without tasks would only turn jobs away)"
             )
         own = redis is None
-        if redis is None:
-            client = connect(settings)
-            # Entries written by others may hold bytes that are not UTF-8: read them (as U+FFFD)
-            # and dead-letter them rather than fail on every read.
-            client.connection_pool.connection_kwargs["encoding_errors"] = "replace"
-        else:
-            client = redis
+        # Entries written by others may hold bytes that are not UTF-8: read them (as U+FFFD)
+        # and dead-letter them rather than fail on every read.
+        client = connect(settings, encoding_errors="replace") if redis is None else redis
         # Partition 0's store until the deployment's number of partitions is read (_prepare).
         store = QueueStore.from_settings(client, settings)
         store.durability = Durability.from_settings(settings, raises=False)  # nobody to tell

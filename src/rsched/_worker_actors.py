@@ -38,6 +38,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from redis.exceptions import RedisError, ResponseError
 
 from rsched._backoff import Backoff
+from rsched._cluster import subscribed
 from rsched._codes import Code
 from rsched._connection import messages
 from rsched._errors import MalformedJob, Retry, StateError
@@ -963,8 +964,7 @@ class Actors:
         started = False
         while True:
             try:
-                async with self.store.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(self.store.keys.cancel)
+                async with subscribed(self.store.redis, self.store.keys.cancel) as pubsub:
                     backoff.reset()
                     if not started:
                         started = True

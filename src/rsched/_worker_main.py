@@ -23,7 +23,7 @@ from rsched._errors import ConfigError, RschedError, ServerError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_worker
-from rsched._settings import Settings
+from rsched._settings import CLUSTER_HELP, Settings
 from rsched._signals import two_signal_stop
 from rsched._worker import Worker
 
@@ -65,6 +65,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, help="jobs run at once (default 10)")
     parser.add_argument("--redis-url", help="redis://host:port/db (RSCHED_REDIS_URL)")
     parser.add_argument("--prefix", help="key prefix (RSCHED_PREFIX)")
+    parser.add_argument("--cluster", action="store_true", default=None, help=CLUSTER_HELP)
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -141,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             redis_url=args.redis_url,
             prefix=args.prefix,
+            cluster=args.cluster,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
             durability=args.durability,

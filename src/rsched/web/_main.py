@@ -15,7 +15,7 @@ import sys
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rsched._settings import Settings
+from rsched._settings import CLUSTER_HELP, Settings
 from rsched.web._security import LOOPBACK_HOSTS
 
 
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="number of partitions (env RSCHED_PARTITIONS; default: the stored one)",
     )
+    p.add_argument("--cluster", action="store_true", default=None, help=CLUSTER_HELP)
     return p
 
 
@@ -86,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.base_path and not args.base_path.startswith("/"):
         print("rsched web: error: --base-path must start with '/', e.g. /rsched", file=sys.stderr)
         return 2
-    given = {"redis_url": args.redis_url, "prefix": args.prefix, "partitions": args.partitions}
+    given = {
+        "redis_url": args.redis_url,
+        "prefix": args.prefix,
+        "partitions": args.partitions,
+        "cluster": args.cluster,
+    }
     try:
         import uvicorn
 

@@ -176,7 +176,9 @@ class _Cache:
         return value
 
 
-async def histories(sdk: Sdk, ids: Sequence[str], limit: int) -> dict[str, list[HistoryEvent]]:
+async def histories(
+    sdk: Sdk, ids: Sequence[str], limit: int | None = None
+) -> dict[str, list[HistoryEvent]]:
     """The recent events of each schedule (a few reads at a time)."""
     out: dict[str, list[HistoryEvent]] = {}
     limiter = anyio.CapacityLimiter(8)
@@ -197,7 +199,7 @@ async def histories(sdk: Sdk, ids: Sequence[str], limit: int) -> dict[str, list[
 async def _overview(sdk: Sdk) -> dict[str, Any]:
     stats = await sdk.stats()
     sample = (await sdk.list_schedules(limit=ACTIVITY_SAMPLE)).items
-    events = await histories(sdk, [s.id for s in sample], sdk.settings.history_limit)
+    events = await histories(sdk, [s.id for s in sample])
     return {
         "stats": stats,
         "activity": views.activity(events.values(), sdk.now_ms()),

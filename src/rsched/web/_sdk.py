@@ -30,6 +30,9 @@ from rsched import (
     Stats,
 )
 
+#: A page of history events large enough for a whole kept history.
+HISTORY_EVENTS = 1_000
+
 
 class Sdk:
     """The rsched calls of the web package, around one client."""
@@ -94,9 +97,9 @@ class Sdk:
     async def history(
         self, schedule_id: str, limit: int | None = None, status: str | None = None
     ) -> list[HistoryEvent]:
-        """The recent events, newest first (the first page: at most ``history_limit`` are
-        kept)."""
-        limit = limit or self.settings.history_limit
+        """The recent events, newest first: by default every event of the runs kept
+        (``history_limit`` runs of a few events each)."""
+        limit = limit or HISTORY_EVENTS
         return (await self.client.history(schedule_id, limit=limit, status=status)).items
 
     # --- queues, jobs and dead letters ------------------------------------------------------

@@ -1,0 +1,345 @@
+"""rsched on a Redis Cluster / Valkey cluster (cluster mode, one partition): every script on
+the cluster, the errors that name cluster mode, failover, and a slot migrated under load."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio.cluster import ClusterNode
+from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
+
+import rsched
+from cluster import Cluster, slot_of
+from rsched import _lua
+from rsched._cli import _delegate as delegate
+from rsched._cli import _settings as cli_settings
+from rsched._cli_parser import build_parser
+from rsched._connection import check_server, connect
+from rsched._keys import Keys
+from rsched._lua import ScriptCaller
+from rsched._queues import QueueStore
+from rsched._retention import Retention
+from rsched._scheduler import Scheduler
+from rsched._scheduler_main import _parser as scheduler_parser
+from rsched._scheduler_main import load_settings as scheduler_settings
+from rsched._settings import SchedulerSettings, Settings
+from rsched._store import ScheduleStore
+from rsched._worker_main import parse_args as worker_args
+from rsched.web._main import build_parser as web_parser
+from test_worker import settled, wait_until
+from worker_app import fast_settings
+
+#: Deployment keys (docs/keys.md): with partitions they carry another tag than a partition's.
+DEPLOYMENT_KEYS = (":meta", ":schedulers", ":workers", ":worker:")
+
+
+def cluster_settings(url: str, prefix: str) -> Settings:
+    fast = SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=200)
+    return fast_settings(Settings(redis_url=url, prefix=prefix, cluster=True, scheduler=fast))
+
+
+@asynccontextmanager
+async def engine(settings: Settings, worker: rsched.Worker) -> AsyncIterator[Scheduler]:
+    """A scheduler and ``worker`` running on their own connections."""
+    redis = connect(settings)
+    scheduler = Scheduler(redis, settings)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            await tg.start(worker.run)
+            try:
+                yield scheduler
+            finally:
+                scheduler.stop()
+                worker.stop()
+    finally:
+        await redis.aclose()
+
+
+def _recording(method: Any, seen: dict[str, Sequence[str]]) -> Any:
+    async def recording(self: ScriptCaller, name: str, keys: Sequence[str], *args: Any) -> Any:
+        seen.setdefault(name, list(keys))
+        return await method(self, name, keys, *args)
+
+    return recording
+
+
+def _is_deployment_key(key: str) -> bool:
+    return any(part in key for part in DEPLOYMENT_KEYS)
+
+
+async def test_every_script_runs_on_the_cluster(
+    cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through the real code paths, once each at least: a script whose keys span two slots is
+    # refused by the cluster client (CROSSSLOT) or the server, so this proves one slot each.
+    seen: dict[str, Sequence[str]] = {}
+    for method in ("call", "call_packed", "call_read"):
+        monkeypatch.setattr(ScriptCaller, method, _recording(getattr(ScriptCaller, method), seen))
+    settings = cluster_settings(cluster.url, prefix)
+    worker = rsched.Worker(settings=settings)
+    ran: list[str] = []
+
+    @worker.task("t.ok")
+    async def ok(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+
+    @worker.task("t.fail")
+    async def fail(job: rsched.Job) -> None:
+        if job.attempt == 1:
+            raise rsched.Retry(delay_s=0.05)
+        raise ValueError("boom")
+
+    async with rsched.Client.from_settings(settings) as client:
+        now = datetime.now(UTC)
+        await client.add({"id": "a", "task": "t.ok", "every": 0.2, "overlap": "buffer_one"})
+        await client.add_many([{"id": f"m{i}", "task": "t.ok", "every": 3600} for i in range(3)])
+        await client.pause("m0")
+        await client.resume("m0")
+        await client.trigger("m1")
+        await client.backfill("m2", now - timedelta(hours=3), now)
+        await client.enqueue("t.fail", max_retries=1)
+        await client.enqueue("t.ok", delay=0.2)
+        queued = await client.enqueue("t.ok", queue="idle")
+        await client.cancel(queued.execution_id)
+        async with engine(settings, worker):
+            await wait_until(lambda: _has_dead(client))
+            await wait_until(lambda: len(ran) >= 6)
+        await client.job(ran[0])
+        first = await client.list(limit=1)
+        await client.list(limit=1, cursor=first.cursor)
+        await client.requeue(task="t.fail")
+        await client.remove("a")
+    redis = connect(settings)
+    keys = Keys(prefix)
+    schedules, queues = ScheduleStore(redis, keys), QueueStore(redis, keys)
+    lease, _ = await schedules.lease_acquire("test", 10_000)
+    assert lease is not None
+    assert await schedules.lease_renew(lease, 10_000)
+    await schedules.release_lost(lease)
+    await Retention(redis, settings, lambda: True).sweep()
+    await queues.reclaim("default", "nobody", 0, "0-0", 10)
+    await queues.hand_back("default", "nobody", ["0-1"], 0)
+    await queues.heartbeat("default", "nobody", ["0-1"])
+    await redis.aclose()
+    for name, used in seen.items():
+        assert len({slot_of(k) for k in used}) <= 1, (name, used)
+    # With several partitions such a script would span two slots.
+    mixed = {n for n, used in seen.items() if len({_is_deployment_key(k) for k in used}) > 1}
+    assert not mixed, "scripts touching deployment and partition keys together"
+    assert set(_lua.names()) - set(seen) == set(), "scripts this test never ran"
+
+
+async def _has_dead(client: rsched.Client) -> bool:
+    return bool((await client.dead_letters()).items)
+
+
+# --- what a user pointing rsched at the wrong kind of server is told ----------------------------
+
+
+async def test_plain_mode_on_a_cluster_names_cluster_mode(cluster: Cluster, prefix: str) -> None:
+    keys = Keys(prefix)
+    other = next(n for n in cluster.primaries() if n is not cluster.owner_of_key(keys.leader))
+    settings = Settings(redis_url=other.url, prefix=prefix)
+    redis = connect(settings)
+    try:
+        with pytest.raises(rsched.WrongNode, match=r"--cluster or RSCHED_CLUSTER=true"):
+            await check_server(redis, settings, keys.leader)
+    finally:
+        await redis.aclose()
+
+
+async def test_cluster_mode_on_a_single_server_is_refused(redis_url: str, prefix: str) -> None:
+    settings = Settings(redis_url=redis_url, prefix=prefix, cluster=True)
+    redis = connect(settings)
+    try:
+        with pytest.raises(rsched.RedisUrlMismatch, match=r"not a Redis Cluster node.*--cluster"):
+            await check_server(redis, settings, Keys(prefix).leader)
+    finally:
+        await redis.aclose()
+
+
+async def test_a_script_the_primary_forgot_is_loaded_again(cluster: Cluster, prefix: str) -> None:
+    settings = cluster_settings(cluster.url, prefix)
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add({"id": "a", "task": "t", "every": 60})
+        for node in cluster.primaries():  # as on a new primary, or after a restart
+            cluster.command(node, "SCRIPT FLUSH")
+        await client.pause("a")
+        assert (await client.get("a")).paused
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+async def _jobs(redis: Any, keys: Keys) -> list[dict[str, str]]:
+    return [fields for _, fields in await redis.xrange(keys.queue("default"))]
+
+
+@pytest.mark.slow
+async def test_failover_of_the_deployments_primary_keeps_firing(
+    make_cluster: Callable[..., Cluster], prefix: str
+) -> None:
+    cluster = make_cluster(replicas=True)
+    settings = cluster_settings(cluster.url, prefix)
+    keys = Keys(prefix)
+    redis = connect(settings)
+    scheduler = Scheduler(connect(settings), settings)
+    try:
+        async with rsched.Client.from_settings(settings) as client:
+            await client.add({"id": "s", "task": "t", "every": 1, "overlap": "allow"})
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            await wait_until(lambda: _count_at_least(redis, keys, 2), timeout_s=10)
+            _, new = await anyio.to_thread.run_sync(cluster.fail_over, slot_of(keys.leader))
+            # The new primary has no scripts yet unless replication brought them: make sure.
+            cluster.command(new, "SCRIPT FLUSH")
+            failed_over = time.monotonic()
+            before = len(await _jobs(redis, keys))
+            await wait_until(lambda: _count_at_least(redis, keys, before + 3), timeout_s=15)
+            resumed_s = time.monotonic() - failed_over
+            scheduler.stop()
+        times = Counter(int(job["scheduled_at"]) for job in await _jobs(redis, keys))
+        repeated = [t for t, n in times.items() if n > 1]
+        # Asynchronous replication may lose the last writes before the failover, which fires
+        # that occurrence again; nothing else is repeated, and firing resumes within seconds.
+        assert len(repeated) <= 1, repeated
+        assert resumed_s < 10
+    finally:
+        await redis.aclose()
+        await scheduler.redis.aclose()
+
+
+async def _count_at_least(redis: Any, keys: Keys, n: int) -> bool:
+    try:
+        return int(await redis.xlen(keys.queue("default"))) >= n
+    except (RedisError, OSError):
+        return False  # the failover is under way
+
+
+@pytest.mark.slow
+async def test_a_slot_migrated_under_a_herd_fires_and_runs_each_occurrence_once(
+    make_cluster: Callable[..., Cluster], prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redirected: Counter[str] = Counter()
+    execute = ClusterNode.execute_command
+
+    async def watching(self: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await execute(self, *args, **kwargs)
+        except (AskError, MovedError, TryAgainError) as exc:
+            redirected[type(exc).__name__] += 1
+            raise
+
+    monkeypatch.setattr(ClusterNode, "execute_command", watching)
+    cluster = make_cluster(replicas=False)
+    settings = cluster_settings(cluster.url, prefix)
+    keys = Keys(prefix)
+    slot = slot_of(keys.leader)
+    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=50))
+    ran: list[tuple[str, str]] = []
+
+    @worker.task("t")
+    async def record(job: rsched.Job) -> None:
+        assert job.scheduled_at is not None
+        ran.append((str(job.schedule_id), job.scheduled_at.isoformat()))
+
+    herd = 1000
+    start = datetime.now(UTC) + timedelta(seconds=2)
+    redis = connect(settings)
+    async with rsched.Client.from_settings(settings) as client:
+        result = await client.add_many(
+            [
+                {"id": f"h{i}", "task": "t", "every": 2, "start_at": start, "overlap": "allow"}
+                for i in range(herd)
+            ]
+        )
+        assert len(result.ids("created")) == herd
+        async with engine(settings, worker) as scheduler:
+            await wait_until(lambda: len(ran) >= herd, timeout_s=20)  # the first round ran
+            moved = await cluster.migrate_slot(slot, target, batch=20, pause_s=0.01)
+            after = len(ran)
+            await wait_until(lambda: len(ran) >= after + 2 * herd, timeout_s=30)
+            scheduler.stop()
+            # Every job fired ran: nothing left in the stream, nothing pending.
+            await wait_until(lambda: settled(redis, settings), timeout_s=20)
+    await redis.aclose()
+    assert len(ran) >= scheduler.fired_total
+    assert cluster.owner(slot) is target
+    assert moved > 2 * herd
+    # The clients met the slot half moved and then moved (the counts vary from run to run).
+    assert redirected["MovedError"] > 0, redirected
+    assert redirected["AskError"] + redirected["TryAgainError"] > 0, redirected
+    counts = Counter(ran)
+    assert max(counts.values()) == 1, "an occurrence ran twice"
+    by_schedule: dict[str, list[datetime]] = {}
+    for sid, at in ran:
+        by_schedule.setdefault(sid, []).append(datetime.fromisoformat(at))
+    assert len(by_schedule) == herd
+    for sid, times in by_schedule.items():
+        times.sort()
+        steps = {(b - a).total_seconds() for a, b in itertools.pairwise(times)}
+        assert steps <= {2.0}, (sid, times)  # none lost in between
+
+
+@pytest.mark.slow
+async def test_a_script_on_half_migrated_keys_waits_for_the_migration(
+    make_cluster: Callable[..., Cluster], prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The script's keys are split between two nodes for longer than redis-py's own retries
+    # last (TRYAGAIN): the call backs off until the slot has moved, then succeeds.
+    cluster = make_cluster(replicas=False)
+    settings = cluster_settings(cluster.url, prefix)
+    slot = slot_of(Keys(prefix).leader)
+    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+    caplog.set_level("DEBUG", logger="rsched.lua")
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add({"id": "a", "task": "t", "every": 60})
+        first_moved = anyio.Event()
+
+        async def mark() -> None:
+            first_moved.set()
+
+        async with anyio.create_task_group() as tg:
+            # The schedule's hash moves first: pause.lua's keys are split until the end.
+            schedule = Keys(prefix).schedule("a")
+            tg.start_soon(
+                lambda: cluster.migrate_slot(
+                    slot, target, batch=1, pause_s=0.3, between=mark, first=[schedule]
+                )
+            )
+            await first_moved.wait()
+            await client.pause("a")
+        assert (await client.get("a")).paused
+    assert cluster.owner(slot) is target
+    assert any(r.getMessage() == "script.tryagain" for r in caplog.records)
+
+
+def test_every_command_takes_the_cluster_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RSCHED_CLUSTER", raising=False)
+    cli_args = build_parser().parse_args(["--cluster", "ls"])
+    assert cli_settings(cli_args).cluster
+    assert not cli_settings(build_parser().parse_args(["ls"])).cluster
+    assert scheduler_settings(scheduler_parser().parse_args(["--cluster"])).cluster
+    assert worker_args(["app:worker", "--cluster"]).cluster
+    assert web_parser().parse_args(["--cluster"]).cluster
+    # `rsched --cluster scheduler` hands the flag over as RSCHED_CLUSTER, and only then.
+    assert delegate(["--cluster", "ls"]) is None
+    assert "RSCHED_CLUSTER" not in os.environ
+    monkeypatch.setenv("RSCHED_CLUSTER", "true")
+    assert Settings().cluster
+
+
+def test_a_database_other_than_0_is_refused_in_cluster_mode() -> None:
+    with pytest.raises(rsched.ConfigError, match="'db' must be 0"):
+        connect(Settings(redis_url="redis://127.0.0.1:7000/3", cluster=True))
