@@ -169,6 +169,7 @@ async def test_enqueued_jobs_of_every_partition_run_and_dead_letters_requeue(
     ]
     every = [*named, *anonymous]
     assert len({job_partition(e, N) for e in every}) > 8
+    assert len({job_partition(e, N) for e in failing}) > 1  # dead letters of several partitions
 
     async def ends() -> Counter[str]:
         marks = await any_(predis).lrange(marks_key(psettings.prefix), 0, -1)
