@@ -55,6 +55,12 @@ class BenchServer:
             return self._server
         return self._cluster.owner_of_key(self.cluster_key)
 
+    def primary_urls(self) -> list[str]:
+        """Every primary's URL (the one server's when not a cluster)."""
+        if self._cluster is None:
+            return [self._server.url]
+        return [node.url for node in self._cluster.primaries()]
+
     def start(self) -> BenchServer:
         if self._cluster is not None:
             self._cluster.start()

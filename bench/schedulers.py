@@ -6,6 +6,13 @@ private server, N schedules spread over the partitions come due at one instant T
 ``rsched-scheduler`` processes sharing the partitions; reported: T until the last job is in
 its stream, then (S > 1) the seconds from a kill -9 of one scheduler until every partition is
 led again (default lease settings: ``lease_ttl_ms`` 10 s, ``lease_renew_ms`` 2 s).
+
+``--cluster`` runs it on a local cluster of three primaries (the schedulers in cluster mode).
+``--memory N`` measures instead what N schedules cost at rest: ``Client.add_many`` in chunks of
+10,000 (``every=3600``, defaults otherwise), ``used_memory`` summed over the primaries before
+and after (the replay-protection ``ops`` hashes deleted first), over N. ``--idle SECONDS``
+counts the commands the primaries serve per second for an idle deployment (no schedule due):
+S schedulers alone, then with one ``rsched-worker`` (one queue) too, default settings.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from redis.asyncio import Redis
 
 from bench._servers import BenchServer
 from bench.engine import DAY_MS, Ctx, template
+from rsched import Client, Schedule, Settings
+from rsched._connection import connect
 from rsched._keys import Keys
 from rsched._partition import partition_of
 from rsched._settings import SchedulerSettings
@@ -31,16 +40,19 @@ from rsched._store import ScheduleStore
 PREFIX = "bench"
 
 
-def spawn(url: str, partitions: int) -> subprocess.Popen[bytes]:
+def spawn(url: str, partitions: int, cluster: bool, *worker: str) -> subprocess.Popen[bytes]:
+    """A scheduler process (or, with ``worker`` arguments, a worker process)."""
     env = {
         **os.environ,
         "RSCHED_REDIS_URL": url,
+        "RSCHED_CLUSTER": str(cluster).lower(),
         "RSCHED_PREFIX": PREFIX,
         "RSCHED_PARTITIONS": str(partitions),
         "RSCHED_LOG_LEVEL": "warning",
     }
+    module = ["rsched._worker_main", *worker] if worker else ["rsched._scheduler_main"]
     return subprocess.Popen(
-        [sys.executable, "-m", "rsched._scheduler_main"],
+        [sys.executable, "-m", *module],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -66,9 +78,29 @@ async def wait_led_by(redis: Redis, keys: Keys, count: int, timeout_s: float = 6
             await anyio.sleep(0.01)
 
 
+def client(server: BenchServer) -> Redis:
+    if server.cluster_key is not None:
+        return connect(Settings(redis_url=server.url, cluster=True))
+    return Redis.from_url(server.url, decode_responses=True)
+
+
+async def on_every_primary(server: BenchServer, *command: str) -> list[Any]:
+    """One command on each primary (the one server when not a cluster), one reply each."""
+    replies = []
+    for url in server.primary_urls():
+        async with Redis.from_url(url, decode_responses=True) as node:
+            replies.append(await node.execute_command(*command))  # type: ignore[no-untyped-call]
+    return replies
+
+
+async def used_memory(server: BenchServer) -> int:
+    infos = await on_every_primary(server, "INFO", "memory")
+    return sum(int(info["used_memory"]) for info in infos)
+
+
 async def one(server: BenchServer, partitions: int, schedulers: int, size: int) -> dict[str, Any]:
-    redis = Redis.from_url(server.url, decode_responses=True)
-    await redis.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
+    redis = client(server)
+    await on_every_primary(server, "FLUSHALL", "SYNC")
     keys = Keys(PREFIX, partitions)
     await redis.hset(keys.meta, "partitions", partitions)
     ctxs = [Ctx(server, redis, k, ScheduleStore(redis, k), redis) for k in keys.every_partition()]
@@ -80,7 +112,8 @@ async def one(server: BenchServer, partitions: int, schedulers: int, size: int) 
     now = await ctxs[0].now_ms()
     for ctx, part in zip(ctxs, ids, strict=True):
         await ctx.create(part, lambda i: spec, lambda i: now + DAY_MS, now)
-    procs = [spawn(server.url, partitions) for _ in range(schedulers)]
+    cluster = server.cluster_key is not None
+    procs = [spawn(server.url, partitions, cluster) for _ in range(schedulers)]
     try:
         await wait_led_by(redis, keys, min(schedulers, partitions))
         await anyio.sleep(0.5)
@@ -101,6 +134,7 @@ async def one(server: BenchServer, partitions: int, schedulers: int, size: int) 
             takeover_s = await wait_led_by(redis, keys, min(schedulers - 1, partitions))
         return {
             "partitions": partitions,
+            "cluster": cluster,
             "schedulers": schedulers,
             "size": size,
             "herd_s": round(herd_s, 3),
@@ -114,8 +148,88 @@ async def one(server: BenchServer, partitions: int, schedulers: int, size: int) 
         await redis.aclose()
 
 
+async def at_rest(server: BenchServer, partitions: int, size: int) -> dict[str, Any]:
+    await on_every_primary(server, "FLUSHALL", "SYNC")
+    redis = client(server)
+    settings = Settings(
+        redis_url=server.url,
+        prefix=PREFIX,
+        partitions=partitions,
+        cluster=server.cluster_key is not None,
+    )
+    started = time.perf_counter()
+    async with Client(redis, settings) as sdk:
+        await sdk.init(partitions)
+        before = await used_memory(server)
+        for start in range(0, size, 10_000):
+            chunk = range(start, min(start + 10_000, size))
+            await sdk.add_many(
+                Schedule(id=f"mem-{i:07d}", task="bench.t", every=3600, payload={"n": i})
+                for i in chunk
+            )
+        took = time.perf_counter() - started
+        for key in [key async for key in redis.scan_iter(match="*:ops:*", count=1000)]:
+            await redis.delete(key)
+        await anyio.sleep(1)
+        after = await used_memory(server)
+    return {
+        "partitions": partitions,
+        "cluster": server.cluster_key is not None,
+        "schedules": size,
+        "add_many_s": round(took, 1),
+        "bytes_per_schedule": round((after - before) / size),
+    }
+
+
+async def commands_per_s(server: BenchServer, seconds: float) -> tuple[float, dict[str, int]]:
+    """Commands per second the primaries served over ``seconds``, and the most called."""
+    await on_every_primary(server, "CONFIG", "RESETSTAT")
+    await anyio.sleep(seconds)
+    calls: dict[str, int] = {}
+    for stats in await on_every_primary(server, "INFO", "commandstats"):
+        for name, value in stats.items():
+            command = name.removeprefix("cmdstat_")
+            calls[command] = calls.get(command, 0) + int(value["calls"])
+    calls.pop("info", None)  # this reading's own
+    top = dict(sorted(calls.items(), key=lambda kv: -kv[1])[:6])
+    return round(sum(calls.values()) / seconds, 1), top
+
+
+async def idle(server: BenchServer, partitions: int, schedulers: int, seconds: float) -> None:
+    await on_every_primary(server, "FLUSHALL", "SYNC")
+    redis = client(server)
+    keys = Keys(PREFIX, partitions)
+    await redis.hset(keys.meta, "partitions", partitions)
+    cluster = server.cluster_key is not None
+    procs = [spawn(server.url, partitions, cluster) for _ in range(schedulers)]
+    try:
+        await wait_led_by(redis, keys, min(schedulers, partitions))
+        await anyio.sleep(3)
+        per_s, top = await commands_per_s(server, seconds)
+        print({"partitions": partitions, "schedulers": schedulers, "workers": 0,
+               "commands_per_s": per_s, "top": top}, flush=True)  # fmt: skip
+        app = ["bench.worker:worker", "--queues", "bench"]
+        procs.append(spawn(server.url, partitions, cluster, *app))
+        await anyio.sleep(5)
+        per_s, top = await commands_per_s(server, seconds)
+        print({"partitions": partitions, "schedulers": schedulers, "workers": 1,
+               "commands_per_s": per_s, "top": top}, flush=True)  # fmt: skip
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(15)
+        await redis.aclose()
+
+
 async def run(args: argparse.Namespace) -> None:
-    with BenchServer(args.kind).start() as server:
+    cluster_key = Keys(PREFIX).leader if args.cluster else None
+    with BenchServer(args.kind, cluster_key=cluster_key) as server:
+        if args.idle:
+            await idle(server, args.partitions, args.schedulers[0], args.idle)
+            return
+        if args.memory:
+            print(await at_rest(server, args.partitions, args.memory), flush=True)
+            return
         for count in args.schedulers:
             for _ in range(args.repeat):
                 print(await one(server, args.partitions, count, args.size), flush=True)
@@ -128,6 +242,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--kind", default="redis", choices=["redis", "valkey"])
+    parser.add_argument("--cluster", action="store_true", help="a local 3-primary cluster")
+    parser.add_argument("--memory", type=int, default=0, help="N schedules at rest instead")
+    parser.add_argument("--idle", type=float, default=0, help="commands/s of an idle deployment")
     anyio.run(run, parser.parse_args())
 
 

@@ -95,3 +95,21 @@ def fast_env(settings: rsched.Settings, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+@worker.task("app.pass")
+async def pass_(job: rsched.Job) -> None:
+    """Does nothing: a herd's jobs, counted through the runs log."""
+
+
+@worker.task("app.fail_first")
+def fail_first(job: rsched.Job) -> None:
+    # Fails the first run of each execution id (a dead letter with max_retries=0), then passes:
+    # a requeued dead letter completes.
+    url = os.environ["RSCHED_REDIS_URL"]
+    cluster = os.environ.get("RSCHED_CLUSTER") == "true"
+    with (RedisCluster if cluster else Redis).from_url(url, decode_responses=True) as client:
+        first = client.sadd("{" + os.environ["RSCHED_PREFIX"] + "}:test-failed", job.execution_id)
+    if first:
+        raise RuntimeError("first run fails")
+    _mark(job, "end")
