@@ -254,6 +254,7 @@ async def test_a_client_configured_for_another_number_refuses(
 
 
 def test_web_api_lists_and_counts_every_partition(psettings: Settings, prefix: str) -> None:
+    pytest.importorskip("uvicorn", reason="the web extra is not installed")
     from web_support import serve
 
     with rsched.SyncClient(psettings.url, prefix=prefix, partitions=N) as c:
