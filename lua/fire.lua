@@ -14,9 +14,19 @@ holds another type; the run marker lives in the hash, see marker.lua.)
 KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
 KEYS[3] backlogs    ZSET of schedules holding pending occurrences (marker.lua)
-KEYS[4] runs        optional: the runs log {p}:runs, where skipped occurrences (overlap,
+KEYS[4] runs        the runs log {p}:runs, where skipped occurrences (overlap,
                     misfire=skip, catch_up_limit) are recorded (runs_log.lua); on-time fires
-                    never write to it
+                    never write to it. Optional with exactly 3 KEYS (a caller of an older rsched)
+On a cluster every key the script touches is declared, so that a live migration of the slot
+answers ASK / TRYAGAIN for the whole call (rather than failing it half-way, or reading a key
+not moved yet as absent). The caller then passes, after KEYS[4] (required then):
+KEYS[5..4+P]        the stream of each policy of ARGV[9..8+P], in that order (its queue's
+                    stream: the prefix ARGV[7] and the policy's queue)
+KEYS[5+P..]         3 keys per item, in item order: its hash, history and pending set (the
+                    prefixes ARGV[4..6] followed by its id)
+so #KEYS = 4 + P + 3 x items. The script still builds every name from the prefixes (on a single
+server, where no slot moves, the batch carries no names: they would cost the herd's fires more
+than noise) and refuses the call as BAD_ARGS when a declared name is not the one it builds.
 
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
@@ -26,7 +36,7 @@ ARGV[4..7]          key prefixes of a schedule's hash, history, pending set, and
                     an item's keys are the prefix followed by its id (its policy's queue for
                     the stream). Passing prefixes instead of four names per item
                     halves what a batch carries; every key keeps the hash tag of KEYS, so the
-                    script still touches a single slot.
+                    script still touches a single slot (and declares them all on a cluster).
 ARGV[8]             P, the number of policies that follow
 ARGV[9..8+P]        the policies of the batch's items, one string each:
                     "<overlap> <queue> <max_runs> <buffer_limit> <opts>" (max_runs '' = none,
@@ -67,7 +77,8 @@ The codes:
   WRONG_TYPE=-6 a key of this schedule has the wrong type, or its hash lacks a task or holds a
     state field (runs, run_until) that is not a number (left untouched)
 or a single code for the whole call, nothing written: NOT_LEADER=-1 the lease is not the
-caller's; BAD_ARGS=-7 malformed arguments (an item or a policy); BAD_INDEX=-8 the schedules
+caller's; BAD_ARGS=-7 malformed arguments (an item, a policy, or a declared key that is not
+the one the script builds); BAD_INDEX=-8 the schedules
 index is not a sorted set.
 ]]
 -- @include common
@@ -82,7 +93,10 @@ local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local hash_prefix, history_prefix, pending_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
   ARGV[7]
 local npolicies = tonumber(ARGV[8])
-if #KEYS < 3 or #KEYS > 4 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies then return '-7' end
+if #KEYS < 3 or not cap or cap < 1 or not npolicies or #ARGV < 8 + npolicies then return '-7' end
+-- Declared keys (cluster): the position of the first item's, else nil.
+local declared = nil
+if #KEYS > 4 then declared = 5 + npolicies end
 local HEAD = 8 + npolicies
 local ACTIONS = {fire = true, misfire = true, catch_up = true, skip = true, limit = true}
 local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = true,
@@ -126,7 +140,7 @@ for i = 1, npolicies do
   -- Keyed by the position as items write it: looking a string up costs less than tonumber.
   local p = policy_of(overlap, queue, max_runs ~= '' and max_runs, opts ~= '' and opts,
                       limit ~= '' and limit)
-  if not p then return '-7' end
+  if not p or (declared and KEYS[4 + i] ~= stream_prefix .. queue) then return '-7' end
   policies[tostring(i)] = p
 end
 -- The groups in order (their header fields and where their items start), and every item's id
@@ -146,12 +160,21 @@ while j <= last do
   end
   groups[#groups + 1] = g
   for k = g.first, g.last, 2 do
-    if ARGV[k] == '' then return '-7' end
+    local sid = ARGV[k]
+    if sid == '' then return '-7' end
+    if declared then
+      local d = declared + 3 * n
+      if KEYS[d] ~= hash_prefix .. sid or KEYS[d + 1] ~= history_prefix .. sid
+         or KEYS[d + 2] ~= pending_prefix .. sid then
+        return '-7'
+      end
+    end
     n = n + 1
-    sids[n] = ARGV[k]
+    sids[n] = sid
   end
   j = g.last + 1
 end
+if declared and #KEYS ~= declared - 1 + 3 * n then return '-7' end
 if n == 0 then return '' end
 if rcall('GET', leader_key) ~= lease then return '-1' end
 if not key_is(schedules_key, 'zset') then return '-8' end

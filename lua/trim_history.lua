@@ -7,25 +7,23 @@ newest event (a run is dropped whole, once it has ended long enough ago), an eve
 rsched (a JSON object) by its "at" (ms). Anything else (written by hand) stops the trim of that
 list. A key of another type is skipped.
 
-KEYS[1] schedules   {p}:schedules (ZSET of every schedule id)
-ARGV[1] history key prefix ("{p}:history:"): a schedule's history is the prefix and its id,
-        with the hash tag of KEYS[1], so the script touches a single slot
-ARGV[2] cutoff (ms): records (events) last written before it are dropped
-ARGV[3] start rank in the index   ARGV[4] how many schedules to look at
+The caller walks the schedules index by rank (ZRANGE) and declares the history of each schedule
+of the slice: a cluster decides ASK / TRYAGAIN from the declared keys only, so a live migration
+of the slot holds the whole call back instead of failing it half-way.
 
-Returns {records removed, next start rank (0 when the walk went round the whole index)}: two
-counts, no code.
+KEYS[1..n] histories  {p}:history:<id> of the schedules to trim (absent ones are skipped)
+ARGV[1] cutoff (ms): records (events) last written before it are dropped
+
+Returns the number of records removed (a count, no code).
 ]]
 -- @include common
 -- @include history
 
-local schedules, prefix = KEYS[1], ARGV[1]
-local cutoff, start, count = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local removed, nxt = 0, 0
-if not key_is(schedules, 'zset') then return {removed, nxt} end  -- someone else's key: nothing
-local ids = rcall('ZRANGE', schedules, start, start + count - 1)
-for i = 1, #ids do
-  local history = prefix .. ids[i]
+local cutoff = tonumber(ARGV[1])
+local removed = 0
+if not cutoff then return removed end
+for i = 1, #KEYS do
+  local history = KEYS[i]
   if key_is(history, 'list') then
     while true do
       local last = rcall('LINDEX', history, -1)
@@ -44,5 +42,4 @@ for i = 1, #ids do
     end
   end
 end
-if #ids == count then nxt = start + count end
-return {removed, nxt}
+return removed

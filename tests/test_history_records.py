@@ -344,9 +344,7 @@ async def test_retention_trims_records_by_their_newest_event(
     await redis.rpush(key, still_running, ended_long_ago)
     await redis.rpush(key, fired_json(now - 41 * day, now - 41 * day))
     caller = ScriptCaller(redis)
-    removed, _ = await caller.call(
-        "trim_history", [runs.keys.schedules], [runs.keys.history(""), now - 30 * day, 0, 100]
-    )
+    removed = await caller.call("trim_history", [key], [now - 30 * day])
     assert removed == 2
     assert await runs.raw() == [still_running]
 

@@ -443,11 +443,16 @@ async def test_a_release_goes_to_the_queue_of_the_current_spec(
     worker = rsched.Worker(queues=["qa", "qb"], settings=fast_settings(settings))
     ran: list[tuple[str, str]] = []
     gate = anyio.Event()
+    key = store.keys.schedule("q")
 
     @worker.task("t")
     async def handler(job: rsched.Job) -> None:
         ran.append((job.queue, job.execution_id))
         await gate.wait()
+
+    async def marker_expired() -> bool:
+        until = await redis.hget(key, "run_until")
+        return until is not None and int(until) <= await store.time_ms()
 
     await add(store, "q", queue="qa", overlap="buffer_all")
     async with running(worker, redis):
@@ -458,8 +463,33 @@ async def test_a_release_goes_to_the_queue_of_the_current_spec(
         code, second = await store.trigger("q", "qb")
         assert code == Code.BUFFERED
         gate.set()
-        await wait_until(lambda: len(ran) == 2)
-    assert ran[1] == ("qb", second)
+        # The end of the run on qa leaves the release to whoever names qb's stream: its marker
+        # expired, the occurrence still pending.
+        await wait_until(marker_expired)
+        assert len(await pending(store, "q")) == 1
+        # The schedule's next fire releases it first (the sweep would, at the marker's expiry).
+        code, third = await store.trigger("q", "qb")
+        assert code == Code.BUFFERED
+        await wait_until(lambda: len(ran) == 3)
+    assert ran[1:] == [("qb", second), ("qb", third)]
+
+
+async def test_the_sweep_leaves_a_schedule_whose_stream_changed_since_its_read(
+    store: ScheduleStore,
+) -> None:
+    await add(store, overlap="buffer_all")
+    assert await trigger(store) == Code.FIRED
+    assert await trigger(store) == Code.BUFFERED
+    await store.redis.hset(store.keys.schedule("a"), "run_until", "1")
+    await store.redis.zadd(store.keys.backlogs, {"a": 1})
+    lease = await lease_of(store)
+    k = store.keys
+    declared = [k.schedule("a"), k.history("a"), k.pending("a"), k.queue("other")]
+    args = [lease, store.history_limit, "a"]
+    assert await store.call("release", [k.leader, k.backlogs, *declared], args) == 0
+    assert len(await pending(store)) == 1
+    assert await store.redis.zscore(k.backlogs, "a") == 1  # for the next sweep
+    assert await store.release_lost(lease) == 1
 
 
 async def test_a_running_scheduler_releases_the_backlog_of_a_lost_run(

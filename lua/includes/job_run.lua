@@ -21,10 +21,16 @@
 --   The run of `exec` is over (success, dead letter or cancellation; not between retries):
 --   clear the schedule's run marker when it still names `exec` (a cancel_previous successor
 --   keeps its own), then, unless another run holds the marker, release the oldest pending
---   occurrence (marker.lua) into the stream of the schedule's queue and priority under a fresh
---   marker. Returns 1 when one was released. A removed schedule (no hash, no pending set) gets
---   nothing written. The scheduler's index of backlogs is left for its sweep to bring up to
---   date (release.lua): worker scripts keep their keys.
+--   occurrence (marker.lua) into `stream` under a fresh marker. Returns 1 when one was
+--   released. A removed schedule (no hash, no pending set) gets nothing written. The
+--   scheduler's index of backlogs is left for its sweep to bring up to date (release.lua):
+--   worker scripts keep their keys.
+--   `stream` is the ending job's, the only stream the caller declares. When the spec moved the
+--   schedule to another queue or priority while the job ran, what is pending belongs in the
+--   new spec's stream, which this script may not touch (undeclared, it may be on another node
+--   while the slot migrates): the marker is then left expired rather than cleared, so the
+--   schedule's next fire (fire_job), or else the scheduler's sweep once the marker's own
+--   expiry comes (release.lua), releases it into the right stream. Returns 0 then.
 -- decode_fields(text)
 --   A job's fields from a JSON list (delayed members, dead letters), or nil when malformed.
 -- stream_of(fields, normal, high, low)
@@ -107,19 +113,24 @@ end
 local function finish_run(hash, pending, stream, history, cap, exec, now)
   local owner, stored = marker_of(hash, now)
   if owner and owner ~= exec then return 0 end
-  if stored then marker_clear(hash) end
-  if rcall('EXISTS', pending) == 0 then return 0 end
-  -- Into the stream of the schedule's queue and priority, which is the ending job's unless the
-  -- spec moved it while the job ran (what is pending is of the new spec: an update drops the
-  -- rest).
-  local target = stream
+  if rcall('EXISTS', pending) == 0 then
+    if stored then marker_clear(hash) end
+    return 0
+  end
+  -- What is pending is of the current spec (an update drops the rest): its stream is the ending
+  -- job's unless the spec moved the schedule meanwhile.
   local prefix = string.match(stream, '^(.-}:queue:)')
   if prefix then
     local spec = rcall('HMGET', hash, 'queue', 'priority')
-    target = schedule_stream(prefix, spec[1], spec[2])
-    if target ~= stream and not key_is(target, 'stream') then return 0 end
+    if schedule_stream(prefix, spec[1], spec[2]) ~= stream then
+      -- (A marker, even expired, is what makes a fire look at the pending set.)
+      rcall('HSET', hash, 'run', stored or exec, 'run_until', int_text(now))
+      rcall('HDEL', hash, 'run_state', 'run_worker')
+      return 0
+    end
   end
-  if release_next(hash, pending, target, history, cap, now, exec, nil, nil) then return 1 end
+  if stored then marker_clear(hash) end
+  if release_next(hash, pending, stream, history, cap, now, exec, nil, nil) then return 1 end
   return 0
 end
 

@@ -49,6 +49,12 @@ TRYAGAIN_LIMIT_S = 10.0
 _MIGRATING = ("TTL exhausted", "non local key")
 
 
+def migrating(exc: BaseException) -> bool:
+    """True for an error a cluster gives a call while its slot migrates (TRYAGAIN, or redis-py's
+    redirects exhausted): the call can succeed once the migration has ended."""
+    return isinstance(exc, TryAgainError) or any(w in str(exc) for w in _MIGRATING)
+
+
 def lua_dir() -> Path:
     """lua/ inside the installed package, or the repository's top-level lua/ in a checkout."""
     here = Path(__file__).resolve().parent

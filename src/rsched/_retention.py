@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from rsched import _lua
 from rsched._backoff import Backoff
@@ -78,6 +78,23 @@ class Retention(_lua.ScriptCaller):
                     log.warning("redis.error", actor="retention", error=str(exc), retry_s=delay)
             await anyio.sleep(delay)
 
+    async def _trim_histories(self, cutoff: int) -> int:
+        """Trim the histories of the next slice of the schedules index (by rank), naming each
+        history key to the script (lua/trim_history.lua); returns the records removed."""
+        k, start, count = self.keys, self._history_rank, self.cfg.history_batch
+        try:
+            ids = [
+                str(sid) for sid in await self.redis.zrange(k.schedules, start, start + count - 1)
+            ]
+        except ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            ids = []  # someone else's key: nothing of rsched's to trim
+        self._history_rank = start + count if len(ids) == count else 0
+        if not ids:
+            return 0
+        return int(await self.call("trim_history", [k.history(sid) for sid in ids], [cutoff]))
+
     async def sweep(self) -> Sweep:
         """Trim once (whatever the lease); returns and logs what was removed."""
         k, cfg = self.keys, self.cfg
@@ -98,18 +115,7 @@ class Retention(_lua.ScriptCaller):
                     pipe.xtrim(k.dead(queue), maxlen=cap, approximate=True)
                 trimmed = await pipe.execute(raise_on_error=False)
             done.dead_letters = sum(n for n in trimmed if isinstance(n, int))
-        removed, self._history_rank = await self.call(
-            "trim_history",
-            [k.schedules],
-            [
-                k.history(""),
-                now - round(cfg.history_max_age_s * 1000),
-                self._history_rank,
-                cfg.history_batch,
-            ],
-        )
-        done.history = int(removed)
-        self._history_rank = int(self._history_rank)
+        done.history = await self._trim_histories(now - round(cfg.history_max_age_s * 1000))
         log.info(
             "retention.sweep",
             runs=done.runs,

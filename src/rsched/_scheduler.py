@@ -50,6 +50,7 @@ from rsched._errors import LostLease, RschedError
 from rsched._health_watch import HealthWatch
 from rsched._keys import Keys
 from rsched._log import get_logger
+from rsched._lua import migrating
 from rsched._membership import Membership
 from rsched._metrics import METRICS
 from rsched._plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
@@ -743,8 +744,10 @@ class PartitionEngine:
                     codes = await self.store.fire(lease, flat)
                     self._measured(len(flat), sent, time.perf_counter())
             except ResponseError as exc:
-                if str(exc).startswith(_SERVER_CONDITIONS):
-                    failures.append(exc)  # the server cannot take writes: retry with backoff
+                if str(exc).startswith(_SERVER_CONDITIONS) or migrating(exc):
+                    # The server cannot take writes, or the slot is still migrating past the
+                    # call's own retries: the round is tried again with backoff.
+                    failures.append(exc)
                     return
                 # The script failed on something it did not foresee. Find the schedule that
                 # causes it (one call per schedule) and set it aside; the others still fire.

@@ -93,6 +93,9 @@ class ScheduleStore(_lua.ScriptCaller):
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
         self.lease_holder: str | None = None  # the lease value a refused lease_acquire saw
+        # fire.lua names every item's keys where a slot can migrate (lua/fire.lua): on a single
+        # server the names would cost a herd's fires more than noise.
+        self.declare_keys = self._cluster
         # What fire calls took inside the server, in total (see fire): the scheduler sizes its
         # batches by it.
         self.fire_server_us = 0
@@ -674,6 +677,12 @@ class ScheduleStore(_lua.ScriptCaller):
         for header, group in groups:
             args.append(f"{len(group) // 2} {header}")
             args.extend(group)
+        if self.declare_keys:
+            # Every key declared, so that a migration of the slot holds the call back whole.
+            keys += (k.queue(spec.queue, spec.priority) for spec in positions)
+            for item in items:
+                sid = item.schedule_id
+                keys += (k.schedule(sid), k.history(sid), k.pending(sid))
         reply, _, took = str(await self.call_packed("fire", keys, args)).partition(";")
         codes = [int(c) for c in reply.split(",")] if reply else []
         # Per-item codes are never NOT_LEADER, BAD_ARGS or BAD_INDEX: a lone one of those is
@@ -689,21 +698,37 @@ class ScheduleStore(_lua.ScriptCaller):
     async def release_lost(self, lease: str, limit: int = 100) -> int | None:
         """Release the next pending occurrence of each schedule (at most ``limit``) whose
         unfinished run's marker expired (lua/release.lua); returns how many were released, None
-        when not leader."""
+        when not leader (0, unchecked, when none is due).
+
+        The due ids and each one's queue and priority are read first, so that the script
+        declares every key it touches (its stream included); it checks again what it relies on.
+        """
         k = self.keys
-        res = await self.call(
-            "release",
-            [k.leader, k.backlogs],
-            [
-                lease, self.history_limit, limit,
-                k.schedule(""), k.history(""), k.pending(""), k.queue(""),
-            ],
-        )  # fmt: skip
-        if int(res) == Code.NOT_LEADER:
+        now = await self.time_ms()
+        ids = [
+            str(sid)
+            for sid in await self.redis.zrange(
+                k.backlogs, "-inf", now, byscore=True, offset=0, num=limit
+            )
+        ]
+        if not ids:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sid in ids:
+                pipe.hmget(k.schedule(sid), ["queue", "priority"])
+            specs = await pipe.execute(raise_on_error=False)
+        keys = [k.leader, k.backlogs]
+        for sid, spec in zip(ids, specs, strict=True):
+            queue, priority = spec if isinstance(spec, list) else (None, None)
+            level: Priority = priority if priority in PRIORITIES else "normal"
+            stream = k.queue(str(queue or "default"), level)
+            keys += (k.schedule(sid), k.history(sid), k.pending(sid), stream)
+        res = int(await self.call("release", keys, [lease, self.history_limit, *ids]))
+        if res == Code.NOT_LEADER:
             return None
-        if int(res) < 0:
-            check(int(res), script="release")
-        return int(res)
+        if res < 0:
+            check(res, script="release")
+        return res
 
     async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
         """(lease value "<token>:<owner>" when acquired else None, ms until the holder's expiry);
