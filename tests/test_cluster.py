@@ -124,6 +124,7 @@ async def test_every_script_runs_on_the_cluster(
     lease, _ = await schedules.lease_acquire("test", 10_000)
     assert lease is not None
     assert await schedules.lease_renew(lease, 10_000)
+    await redis.zadd(keys.backlogs, {"a": 1})  # a backlog the sweep finds gone
     await schedules.release_lost(lease)
     await Retention(redis, settings, lambda: True).sweep()
     await queues.reclaim("default", "nobody", 0, "0-0", 10)
@@ -322,6 +323,119 @@ async def test_a_script_on_half_migrated_keys_waits_for_the_migration(
         assert (await client.get("a")).paused
     assert cluster.owner(slot) is target
     assert any(r.getMessage() == "script.tryagain" for r in caplog.records)
+
+
+@pytest.mark.slow
+async def test_a_slot_migrated_under_runs_and_pending_occurrences_runs_each_once(
+    make_cluster: Callable[..., Cluster], prefix: str
+) -> None:
+    # Runs take longer than the period (buffer_all): while the slot moves, fires meet run
+    # markers and add pending occurrences, and each run's end releases the next one.
+    cluster = make_cluster(replicas=False)
+    settings = cluster_settings(cluster.url, prefix)
+    keys = Keys(prefix)
+    slot = slot_of(keys.leader)
+    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=100))
+    ran: list[tuple[str, str]] = []
+
+    @worker.task("t")
+    async def slow(job: rsched.Job) -> None:
+        assert job.scheduled_at is not None
+        ran.append((str(job.schedule_id), job.scheduled_at.isoformat()))
+        await anyio.sleep(1.3)
+
+    herd = 60
+    ids = [f"b{i}" for i in range(herd)]
+    start = datetime.now(UTC) + timedelta(seconds=1)
+    redis = connect(settings)
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add_many(
+            [
+                {"id": sid, "task": "t", "every": 1, "start_at": start, "overlap": "buffer_all"}
+                for sid in ids
+            ]
+        )
+        async with engine(settings, worker) as scheduler:
+            await wait_until(lambda: _any_pending(redis, keys, ids), timeout_s=15)
+            moved = await cluster.migrate_slot(slot, target, batch=10, pause_s=0.1)
+            after = len(ran)
+            await wait_until(lambda: len(ran) >= after + 2 * herd, timeout_s=30)
+            scheduler.stop()
+            # What was fired or pending runs to the end.
+            await wait_until(lambda: _drained(redis, keys, ids), timeout_s=30)
+        assert moved > herd
+        assert cluster.owner(slot) is target
+        # No index entry was lost: every schedule still has its next run.
+        scores = await redis.zmscore(keys.schedules, ids)
+        assert None not in scores
+    await redis.aclose()
+    counts = Counter(ran)
+    assert max(counts.values()) == 1, "an occurrence ran twice"
+    for sid in ids:
+        times = sorted(datetime.fromisoformat(at) for s, at in ran if s == sid)
+        steps = {(b - a).total_seconds() for a, b in itertools.pairwise(times)}
+        assert steps == {1.0}, (sid, times)  # none lost in between
+
+
+async def _any_pending(redis: Any, keys: Keys, ids: Sequence[str]) -> bool:
+    async with redis.pipeline(transaction=False) as pipe:
+        for sid in ids:
+            pipe.exists(keys.pending(sid))
+        return any(await pipe.execute())
+
+
+async def _drained(redis: Any, keys: Keys, ids: Sequence[str]) -> bool:
+    """Nothing pending, and every job acknowledged."""
+    if await _any_pending(redis, keys, ids):
+        return False
+    stream = keys.queue("default")
+    pending = await redis.xpending(stream, "rsched")
+    return int(await redis.xlen(stream)) == 0 and int(pending["pending"]) == 0
+
+
+@pytest.mark.slow
+async def test_fires_held_back_past_their_retries_by_a_migration_fire_after_it(
+    make_cluster: Callable[..., Cluster],
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The slot moves key by key for longer than a call retries TRYAGAIN (shortened here): the
+    # scheduler backs off and tries again, sets no schedule aside, and fires once it has moved.
+    monkeypatch.setattr(_lua, "TRYAGAIN_LIMIT_S", 0.3)
+    cluster = make_cluster(replicas=False)
+    settings = cluster_settings(cluster.url, prefix)
+    keys = Keys(prefix)
+    slot = slot_of(keys.leader)
+    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+    caplog.set_level("INFO", logger="rsched.scheduler")
+    redis = connect(settings)
+    scheduler = Scheduler(connect(settings), settings)
+    try:
+        async with rsched.Client.from_settings(settings) as client:
+            for sid in ("a", "b", "c"):
+                await client.add({"id": sid, "task": "t", "every": 0.2, "overlap": "allow"})
+            async with anyio.create_task_group() as tg:
+                await tg.start(scheduler.run)
+                await wait_until(lambda: _count_at_least(redis, keys, 6))
+                # The schedules index moves first: every fire is split until the end.
+                await cluster.migrate_slot(
+                    slot, target, batch=1, pause_s=0.25, first=[keys.schedules]
+                )
+                moved_at = len(await _jobs(redis, keys))
+                await wait_until(lambda: _count_at_least(redis, keys, moved_at + 6), timeout_s=5)
+                scheduler.stop()
+        jobs = await _jobs(redis, keys)
+    finally:
+        await redis.aclose()
+        await scheduler.redis.aclose()
+    messages = [r.getMessage() for r in caplog.records]
+    assert "redis.error" in messages  # a round gave up on the migration and was tried again
+    assert "schedule.fire_failed" not in messages
+    assert {job["schedule_id"] for job in jobs[moved_at:]} == {"a", "b", "c"}
+    times = Counter((job["schedule_id"], job["scheduled_at"]) for job in jobs)
+    assert max(times.values()) == 1
 
 
 def test_rsched_web_takes_the_cluster_flag() -> None:
