@@ -17,9 +17,10 @@ KEYS[3] backlogs    ZSET of schedules holding pending occurrences (marker.lua)
 KEYS[4] runs        the runs log {p}:runs, where skipped occurrences (overlap,
                     misfire=skip, catch_up_limit) are recorded (runs_log.lua); on-time fires
                     never write to it. Optional with exactly 3 KEYS (a caller of an older rsched)
-On a cluster every key the script touches is declared, so that a live migration of the slot
-answers ASK / TRYAGAIN for the whole call (rather than failing it half-way, or reading a key
-not moved yet as absent). The caller then passes, after KEYS[4] (required then):
+With 3 or 4 KEYS, that is all (a single server). On a cluster every key the script touches is
+declared, so that a live migration of the slot answers ASK / TRYAGAIN for the whole call
+(rather than failing it half-way, or reading a key not moved yet as absent): more than 4 KEYS,
+KEYS[4] the runs log, then:
 KEYS[5..4+P]        the stream of each policy of ARGV[9..8+P], in that order (its queue's
                     stream: the prefix ARGV[7] and the policy's queue)
 KEYS[5+P..]         3 keys per item, in item order: its hash, history and pending set (the

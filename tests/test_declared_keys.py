@@ -234,8 +234,9 @@ async def test_every_script_declares_every_key_it_touches(
         await client.trigger("c")
         # A cancelled job releases what waits; one whose spec moved it to another queue leaves
         # the release to the schedule's next fire.
-        await client.add({"id": "x", "task": "t.ok", "every": 3600, "overlap": "buffer_all",
-                          "queue": "idle"})  # fmt: skip
+        await client.add(
+            {"id": "x", "task": "t.ok", "every": 3600, "overlap": "buffer_all", "queue": "idle"}
+        )
         first = (await client.trigger("x")).execution_id
         await client.trigger("x")
         await client.cancel(first)
@@ -248,8 +249,9 @@ async def test_every_script_declares_every_key_it_touches(
         queued = await client.enqueue("t.ok", queue="idle")
         await client.cancel(queued.execution_id)
         # A lost run's backlog, released by the leader's sweep.
-        await client.add({"id": "r", "task": "t.ok", "every": 3600, "overlap": "buffer_all",
-                          "queue": "idle"})  # fmt: skip
+        await client.add(
+            {"id": "r", "task": "t.ok", "every": 3600, "overlap": "buffer_all", "queue": "idle"}
+        )
         await client.trigger("r")
         await client.trigger("r")
         await redis.hset(keys.schedule("r"), "run_until", "1")
@@ -265,6 +267,8 @@ async def test_every_script_declares_every_key_it_touches(
                 await tg.start(worker.run)
                 await wait_until(lambda: _has_dead(client))
                 await wait_until(lambda: len(ran) >= 8)
+                # the occurrence the end on "idle" left pending, released into "gated"
+                await wait_until(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()
                 scheduler.stop()
                 worker.stop()
