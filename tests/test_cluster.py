@@ -76,17 +76,20 @@ def _is_deployment_key(key: str) -> bool:
     return any(part in key for part in DEPLOYMENT_KEYS)
 
 
-async def test_every_script_runs_on_the_cluster(
-    cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Through the real code paths, once each at least: a script whose keys span two slots is
-    # refused by the cluster client (CROSSSLOT) or the server, so this proves one slot each.
-    seen: dict[str, Sequence[str]] = {}
-    for method in ("call", "call_packed", "call_read"):
-        monkeypatch.setattr(ScriptCaller, method, _recording(getattr(ScriptCaller, method), seen))
-    settings = cluster_settings(cluster.url, prefix)
-    worker = rsched.Worker(settings=settings)
-    ran: list[str] = []
+async def some_schedules(client: rsched.Client) -> None:
+    """Schedules through the client's writes: ``a`` (t.ok every 0.2 s, buffer_one), ``m0``..``m2``
+    (hourly; ``m0`` paused and resumed, ``m2`` backfilled over the last 3 hours)."""
+    now = datetime.now(UTC)
+    await client.add({"id": "a", "task": "t.ok", "every": 0.2, "overlap": "buffer_one"})
+    await client.add_many([{"id": f"m{i}", "task": "t.ok", "every": 3600} for i in range(3)])
+    await client.pause("m0")
+    await client.resume("m0")
+    await client.backfill("m2", now - timedelta(hours=3), now)
+
+
+def ok_and_failing_tasks(worker: rsched.Worker, ran: list[str]) -> None:
+    """Tasks ``t.ok`` (records its execution id in ``ran``) and ``t.fail`` (retried once, then
+    a dead letter)."""
 
     @worker.task("t.ok")
     async def ok(job: rsched.Job) -> None:
@@ -98,14 +101,23 @@ async def test_every_script_runs_on_the_cluster(
             raise rsched.Retry(delay_s=0.05)
         raise ValueError("boom")
 
+
+async def test_every_script_runs_on_the_cluster(
+    cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through the real code paths, once each at least: a script whose keys span two slots is
+    # refused by the cluster client (CROSSSLOT) or the server, so this proves one slot each.
+    seen: dict[str, Sequence[str]] = {}
+    for method in ("call", "call_packed", "call_read"):
+        monkeypatch.setattr(ScriptCaller, method, _recording(getattr(ScriptCaller, method), seen))
+    settings = cluster_settings(cluster.url, prefix)
+    worker = rsched.Worker(settings=settings)
+    ran: list[str] = []
+    ok_and_failing_tasks(worker, ran)
+
     async with rsched.Client.from_settings(settings) as client:
-        now = datetime.now(UTC)
-        await client.add({"id": "a", "task": "t.ok", "every": 0.2, "overlap": "buffer_one"})
-        await client.add_many([{"id": f"m{i}", "task": "t.ok", "every": 3600} for i in range(3)])
-        await client.pause("m0")
-        await client.resume("m0")
+        await some_schedules(client)
         await client.trigger("m1")
-        await client.backfill("m2", now - timedelta(hours=3), now)
         await client.enqueue("t.fail", max_retries=1)
         await client.enqueue("t.ok", delay=0.2)
         queued = await client.enqueue("t.ok", queue="idle")
@@ -226,6 +238,42 @@ async def _count_at_least(redis: Any, keys: Keys, n: int) -> bool:
         return False  # the failover is under way
 
 
+def _slot_and_target(cluster: Cluster, keys: Keys) -> tuple[int, Any]:
+    """The slot of the deployment's keys, and a primary that does not serve it."""
+    slot = slot_of(keys.leader)
+    return slot, next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+
+
+def _recording_worker(
+    settings: Settings, *, concurrency: int, run_s: float = 0.0
+) -> tuple[rsched.Worker, list[tuple[str, str]]]:
+    """A worker whose task ``t`` records (schedule id, scheduled time) and takes ``run_s``."""
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=concurrency))
+    ran: list[tuple[str, str]] = []
+
+    @worker.task("t")
+    async def record(job: rsched.Job) -> None:
+        assert job.scheduled_at is not None
+        ran.append((str(job.schedule_id), job.scheduled_at.isoformat()))
+        await anyio.sleep(run_s)
+
+    return worker, ran
+
+
+def _each_ran_once_every(ran: Sequence[tuple[str, str]], step_s: float) -> set[str]:
+    """Checks that no occurrence (schedule id, scheduled time) ran twice and none was lost in
+    between (each schedule's runs are ``step_s`` apart); returns the schedule ids."""
+    assert max(Counter(ran).values()) == 1, "an occurrence ran twice"
+    by_schedule: dict[str, list[datetime]] = {}
+    for sid, at in ran:
+        by_schedule.setdefault(sid, []).append(datetime.fromisoformat(at))
+    for sid, times in by_schedule.items():
+        times.sort()
+        steps = {(b - a).total_seconds() for a, b in itertools.pairwise(times)}
+        assert steps <= {step_s}, (sid, times)
+    return set(by_schedule)
+
+
 @pytest.mark.slow
 async def test_a_slot_migrated_under_a_herd_fires_and_runs_each_occurrence_once(
     make_cluster: Callable[..., Cluster], prefix: str, monkeypatch: pytest.MonkeyPatch
@@ -244,15 +292,8 @@ async def test_a_slot_migrated_under_a_herd_fires_and_runs_each_occurrence_once(
     cluster = make_cluster(replicas=False)
     settings = cluster_settings(cluster.url, prefix)
     keys = Keys(prefix)
-    slot = slot_of(keys.leader)
-    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
-    worker = rsched.Worker(settings=fast_settings(settings, concurrency=50))
-    ran: list[tuple[str, str]] = []
-
-    @worker.task("t")
-    async def record(job: rsched.Job) -> None:
-        assert job.scheduled_at is not None
-        ran.append((str(job.schedule_id), job.scheduled_at.isoformat()))
+    slot, target = _slot_and_target(cluster, keys)
+    worker, ran = _recording_worker(settings, concurrency=50)
 
     herd = 1000
     start = datetime.now(UTC) + timedelta(seconds=2)
@@ -280,16 +321,7 @@ async def test_a_slot_migrated_under_a_herd_fires_and_runs_each_occurrence_once(
     # The clients met the slot half moved and then moved (the counts vary from run to run).
     assert redirected["MovedError"] > 0, redirected
     assert redirected["AskError"] + redirected["TryAgainError"] > 0, redirected
-    counts = Counter(ran)
-    assert max(counts.values()) == 1, "an occurrence ran twice"
-    by_schedule: dict[str, list[datetime]] = {}
-    for sid, at in ran:
-        by_schedule.setdefault(sid, []).append(datetime.fromisoformat(at))
-    assert len(by_schedule) == herd
-    for sid, times in by_schedule.items():
-        times.sort()
-        steps = {(b - a).total_seconds() for a, b in itertools.pairwise(times)}
-        assert steps <= {2.0}, (sid, times)  # none lost in between
+    assert len(_each_ran_once_every(ran, 2.0)) == herd
 
 
 @pytest.mark.slow
@@ -334,16 +366,8 @@ async def test_a_slot_migrated_under_runs_and_pending_occurrences_runs_each_once
     cluster = make_cluster(replicas=False)
     settings = cluster_settings(cluster.url, prefix)
     keys = Keys(prefix)
-    slot = slot_of(keys.leader)
-    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
-    worker = rsched.Worker(settings=fast_settings(settings, concurrency=100))
-    ran: list[tuple[str, str]] = []
-
-    @worker.task("t")
-    async def slow(job: rsched.Job) -> None:
-        assert job.scheduled_at is not None
-        ran.append((str(job.schedule_id), job.scheduled_at.isoformat()))
-        await anyio.sleep(1.3)
+    slot, target = _slot_and_target(cluster, keys)
+    worker, ran = _recording_worker(settings, concurrency=100, run_s=1.3)
 
     herd = 60
     ids = [f"b{i}" for i in range(herd)]
@@ -370,12 +394,7 @@ async def test_a_slot_migrated_under_runs_and_pending_occurrences_runs_each_once
         scores = await redis.zmscore(keys.schedules, ids)
         assert None not in scores
     await redis.aclose()
-    counts = Counter(ran)
-    assert max(counts.values()) == 1, "an occurrence ran twice"
-    for sid in ids:
-        times = sorted(datetime.fromisoformat(at) for s, at in ran if s == sid)
-        steps = {(b - a).total_seconds() for a, b in itertools.pairwise(times)}
-        assert steps == {1.0}, (sid, times)  # none lost in between
+    assert _each_ran_once_every(ran, 1.0) == set(ids)
 
 
 async def _any_pending(redis: Any, keys: Keys, ids: Sequence[str]) -> bool:
@@ -407,8 +426,7 @@ async def test_fires_held_back_past_their_retries_by_a_migration_fire_after_it(
     cluster = make_cluster(replicas=False)
     settings = cluster_settings(cluster.url, prefix)
     keys = Keys(prefix)
-    slot = slot_of(keys.leader)
-    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+    slot, target = _slot_and_target(cluster, keys)
     caplog.set_level("INFO", logger="rsched.scheduler")
     redis = connect(settings)
     scheduler = Scheduler(connect(settings), settings)

@@ -11,7 +11,6 @@ on the cluster, where it declares them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -33,6 +32,7 @@ from rsched._retention import Retention
 from rsched._scheduler import Scheduler
 from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
+from test_cluster import ok_and_failing_tasks, some_schedules
 from test_history_records import int_b62
 from test_worker import wait_until
 from worker_app import fast_settings
@@ -201,29 +201,15 @@ async def test_every_script_declares_every_key_it_touches(
     worker = rsched.Worker(settings=settings, queues=["default", "gated"])
     ran: list[str] = []
     gate = anyio.Event()
-
-    @worker.task("t.ok")
-    async def ok(job: rsched.Job) -> None:
-        ran.append(job.execution_id)
+    ok_and_failing_tasks(worker, ran)
 
     @worker.task("t.gated")
     async def gated(job: rsched.Job) -> None:
         ran.append(job.execution_id)
         await gate.wait()
 
-    @worker.task("t.fail")
-    async def fail(job: rsched.Job) -> None:
-        if job.attempt == 1:
-            raise rsched.Retry(delay_s=0.05)
-        raise ValueError("boom")
-
     async with rsched.Client.from_settings(settings) as client:
-        now = datetime.now(UTC)
-        await client.add({"id": "a", "task": "t.ok", "every": 0.2, "overlap": "buffer_one"})
-        await client.add_many([{"id": f"m{i}", "task": "t.ok", "every": 3600} for i in range(3)])
-        await client.pause("m0")
-        await client.resume("m0")
-        await client.backfill("m2", now - timedelta(hours=3), now)
+        await some_schedules(client)
         # A run that ends dead releases the occurrence waiting behind it.
         await client.add({"id": "d", "task": "t.fail", "every": 3600, "overlap": "buffer_one"})
         await client.trigger("d")
