@@ -41,7 +41,8 @@ pytestmark = pytest.mark.cluster
 
 HOUR_MS = 3_600_000
 
-# Commands that name no key, and those whose every argument is a key.
+# Shadows `redis` for the script after it: a call's key arguments (the first; every argument of
+# DEL and EXISTS; the streams of XREADGROUP; none of TIME and PUBLISH) must be in KEYS.
 _PRELUDE = """
 local redis = (function(real, lenient)
   local declared = {}
