@@ -126,7 +126,7 @@ async def test_every_script_runs_on_the_cluster(
     assert await schedules.lease_renew(lease, 10_000)
     await schedules.release_lost(lease)
     await Retention(redis, settings, lambda: True).sweep()
-    await queues.reclaim("default", "nobody", 0, "0-0", 10)
+    await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
     await redis.aclose()
