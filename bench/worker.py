@@ -41,7 +41,7 @@ import rsched
 from bench._servers import BenchServer
 from rsched._keys import GROUP, Keys
 from rsched._model import Schedule, from_ms
-from rsched._plan import FireItem
+from rsched._plan import FireItem, FireSpec
 from rsched._rules import PRIORITIES, Priority
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
@@ -156,12 +156,17 @@ async def _fire_schedules(url: str, prefix: str, n: int) -> None:
         lease, _ = await store.lease_acquire("bench-worker", 3_600_000)
         assert lease is not None
         k = store.keys
-        version = str(await redis.hget(k.schedule(ids[0]), "version"))
         sched = await store.time_ms() - 3  # due a few ms ago: an on-time fire
+        spec = FireSpec(queue="bench")
         await redis.zadd(k.schedules, dict.fromkeys(ids, sched))
         for start in range(0, n, 500):
-            items = [FireItem(sid, version, sched, sched, sched + 3_600_000, "fire")
-                     for sid in ids[start : start + 500]]  # fmt: skip
+            chunk = ids[start : start + 500]
+            async with redis.pipeline(transaction=False) as pipe:
+                for sid in chunk:
+                    pipe.hget(k.schedule(sid), "version")
+                versions = await pipe.execute()
+            items = [FireItem(sid, str(version), sched, sched, sched + 3_600_000, "fire", spec=spec)
+                     for sid, version in zip(chunk, versions, strict=True)]  # fmt: skip
             codes = await store.fire(lease, items)
             assert codes is not None
             assert set(codes) == {1}, codes
