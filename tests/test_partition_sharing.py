@@ -37,6 +37,18 @@ TTL_MS, RENEW_MS = 1000, 200
 Spawn = Callable[..., Proc]
 
 
+def noting_worker(settings: Settings) -> tuple[rsched.Worker, list[rsched.Job]]:
+    """A worker whose task t.work notes each job it runs, and that list."""
+    seen: list[rsched.Job] = []
+    worker = rsched.Worker(settings=settings)
+
+    @worker.task("t.work")
+    async def work(job: rsched.Job) -> None:
+        seen.append(job)
+
+    return worker, seen
+
+
 @pytest.fixture
 def parted(redis_url: str, prefix: str) -> Settings:
     """A deployment of 16 partitions with a short lease."""
@@ -252,12 +264,7 @@ async def test_worker_runs_and_reclaims_jobs_of_every_partition(
     for store in stores:
         for i in range(5):
             await store.enqueue("t.work", {"i": i})
-    seen: list[rsched.Job] = []
-    worker = rsched.Worker(settings=settings)
-
-    @worker.task("t.work")
-    async def work(job: rsched.Job) -> None:
-        seen.append(job)
+    worker, seen = noting_worker(settings)
 
     async with working(worker, redis):
         await wait_until(lambda: len(seen) >= 6 * N)
@@ -284,12 +291,7 @@ async def test_worker_honours_priorities_in_every_partition(clean: Redis, parted
         for _i in range(4):
             await store.enqueue("t.work", {"level": "low"}, priority="low")
         await store.enqueue("t.work", {"level": "high"}, priority="high")
-    order: list[rsched.Job] = []
-    worker = rsched.Worker(settings=settings)
-
-    @worker.task("t.work")
-    async def work(job: rsched.Job) -> None:
-        order.append(job)
+    worker, order = noting_worker(settings)
 
     async with working(worker, redis):
         await wait_until(lambda: len(order) == 5 * N)
@@ -429,12 +431,7 @@ async def test_idle_worker_of_partitions_only_blocks_and_promotes_past_a_broken_
 
     monkeypatch.setattr(QueueStore, "take", counted_take)
     monkeypatch.setattr(QueueStore, "promote", counted_promote)
-    seen: list[rsched.Job] = []
-    worker = rsched.Worker(settings=settings)
-
-    @worker.task("t.work")
-    async def work(job: rsched.Job) -> None:
-        seen.append(job)
+    worker, seen = noting_worker(settings)
 
     async with working(worker, redis):
         await wait_until(lambda: len(promoted) >= 2 * N)
