@@ -85,7 +85,13 @@ def _cpu_s(pid: int) -> float:
 
 
 def _spawn_worker(
-    url: str, prefix: str, concurrency: int, log_level: str, *, metrics: bool = False
+    url: str,
+    prefix: str,
+    concurrency: int,
+    log_level: str,
+    *,
+    metrics: bool = False,
+    cluster: bool = False,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -93,6 +99,8 @@ def _spawn_worker(
         "RSCHED_PREFIX": prefix,
         "PYTHONPATH": str(ROOT),
     }
+    if cluster:
+        env["RSCHED_CLUSTER"] = "true"
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
     return subprocess.Popen(
