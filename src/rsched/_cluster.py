@@ -25,7 +25,7 @@ from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError, RedisClusterException, RedisError
+from redis.exceptions import MovedError, NoPermissionError, RedisClusterException, RedisError
 
 from rsched._log import get_logger
 
@@ -51,11 +51,22 @@ def _keys_of(command: str, args: Sequence[Any]) -> Sequence[Any] | None:
         return None
     at = 3 if name == "XREADGROUP" else 0  # after GROUP <group> <consumer>
     while at < len(args):
-        word = str(args[at]).upper()
+        arg = args[at]  # redis-py passes its own words as bytes
+        word = (arg.decode() if isinstance(arg, bytes) else str(arg)).upper()
         if word == "STREAMS":
             rest = args[at + 1 :]
             return rest[: len(rest) // 2]
         at += 2 if word in ("COUNT", "BLOCK") else 1
+    return None
+
+
+def _denial(exc: BaseException) -> NoPermissionError | None:
+    """The ACL refusal (NOPERM) among the causes of ``exc``, if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, NoPermissionError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
     return None
 
 
@@ -78,6 +89,11 @@ class _Cluster(RedisCluster):
         try:
             await super().initialize(*args, **kwargs)
         except RedisClusterException as exc:
+            # redis-py takes any refusal of CLUSTER SLOTS for a node without cluster mode; a
+            # user whose ACL lacks it is told so (docs/security.md).
+            denied = _denial(exc)
+            if denied is not None:
+                raise denied from exc
             raise RedisConnectionError(str(exc)) from exc
         if self.scripts:
             await self._load_scripts()
