@@ -93,6 +93,23 @@ def test_demo_runs_on_the_embedded_server_and_stops_by_itself(
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.usefixtures("no_redis_env")
+def test_demo_runs_on_an_embedded_cluster_and_stops_it(spawn: Callable[..., Proc]) -> None:
+    proc = spawn("rsched._demo", "--cluster", "--duration", "8")
+    proc.wait_for("fired ", timeout_s=30)
+    nodes = [pid for pid, cmd in _children(proc.proc.pid).items() if "valkey-server" in cmd]
+    assert len(nodes) == 3, _children(proc.proc.pid)
+    assert proc.wait(60) == 0, proc.output()
+    out = proc.output()
+    _check_story(out)
+    assert "an embedded cluster of three Valkey" in out
+    assert "RSCHED_CLUSTER=true" in out
+    assert out.rstrip().endswith("embedded cluster stopped")
+    assert all(_wait_gone(pid) for pid in nodes), "a node outlived the demo"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.usefixtures("no_redis_env")
 def test_ctrl_c_stops_everything_and_the_embedded_server(spawn: Callable[..., Proc]) -> None:
     proc = spawn("rsched._demo")
     proc.wait_for("fired ", timeout_s=30)
