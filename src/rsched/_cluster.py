@@ -82,7 +82,7 @@ class _Cluster(RedisCluster):
     def __init__(self, *args: Any, scripts: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.scripts = tuple(scripts)
-        self._scripts_on: set[str] = set()  # the primaries that have them
+        self._scripts_tried: set[str] = set()  # the primaries they were loaded on (or not)
         self._scripts_lock = anyio.Lock()
 
     async def initialize(self, *args: Any, **kwargs: Any) -> RedisCluster:
@@ -100,21 +100,20 @@ class _Cluster(RedisCluster):
         return self
 
     async def _load_scripts(self) -> None:
-        loaded = self._scripts_on
-        if not {node.name for node in self.get_primaries()} - loaded:
+        tried = self._scripts_tried
+        if not {node.name for node in self.get_primaries()} - tried:
             return
         async with self._scripts_lock:
             for node in self.get_primaries():
-                if node.name in loaded:
+                if node.name in tried:
                     continue
+                tried.add(node.name)  # once: a node that failed is not waited for again
                 try:
                     await load_on(node, self.scripts)
                 except (RedisError, OSError) as exc:
                     # Not loaded (down, or a user without SCRIPT LOAD): a call there loads its
                     # script after its NOSCRIPT, as on a primary that lost them.
                     log.debug("scripts.not_loaded", node=node.name, error=str(exc))
-                    continue
-                loaded.add(node.name)
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         keys = _keys_of(command, args)
@@ -209,10 +208,11 @@ async def slot_primary(redis: Redis, key: str) -> ClusterNode:
     """The primary serving the slot of ``key``."""
     cluster = _as_cluster(redis)
     await cluster.initialize()
-    node = cluster.get_node_from_key(key)
-    if node is None:
-        raise RedisConnectionError(f"no node of the cluster serves the slot of {key}")
-    return node
+    try:
+        # The slot map's lookup, which applies a MOVED :func:`learn_moved` noted (redis-py 5).
+        return cluster.nodes_manager.get_node_from_slot(cluster.keyslot(key))
+    except RedisClusterException as exc:  # not served (yet) by any node
+        raise RedisConnectionError(str(exc)) from exc
 
 
 async def on_slot_primary(redis: Redis, key: str, *command: Any) -> Any:
