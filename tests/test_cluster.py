@@ -442,7 +442,6 @@ async def test_reads_with_movable_keys_go_to_their_slot_without_asking_for_their
         (("XREADGROUP", b"GROUP", "g", "c", b"BLOCK", 0, b"NOACK", b"STREAMS", "a", "0"), ["a"]),
         (("XREAD", "COUNT", 2, "STREAMS", "k", "0-0"), ["k"]),
         (("EVALSHA_RO", "sha", 2, "k1", "k2", "arg"), ["k1", "k2"]),
-        (("FCALL", "fn", 0, "arg"), []),
         (("XREAD", "BLOCK", 5), None),
         (("GET", "k"), None),
     ],

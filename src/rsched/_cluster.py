@@ -33,12 +33,12 @@ log = get_logger("rsched.cluster")
 
 #: redis-py's words for a start-up node that is not in cluster mode.
 NOT_A_CLUSTER = "Cluster mode is not enabled on this node"
-#: Commands whose keys redis-py's table cannot place (``movablekeys``): it asks the server
-#: (``COMMAND GETKEYS``, on another node, twice per command in redis-py 8) before each one.
-#: Each maps to where its keys are: after the word STREAMS (half of what follows), or after a
+#: The commands rsched sends whose keys redis-py's table cannot place (``movablekeys``): it
+#: asks the server (``COMMAND GETKEYS``, on another node, twice per command in redis-py 8)
+#: before each one. Their keys are after the word STREAMS (half of what follows), or after a
 #: count of keys in the second argument.
 _STREAMS_KEYS = frozenset({"XREAD", "XREADGROUP"})
-_COUNTED_KEYS = frozenset({"EVALSHA_RO", "EVAL_RO", "FCALL", "FCALL_RO"})
+_COUNTED_KEYS = frozenset({"EVALSHA_RO"})
 
 
 def _keys_of(command: str, args: Sequence[Any]) -> Sequence[Any] | None:
