@@ -488,3 +488,28 @@ async def test_cluster_a_write_during_a_migration_waits_where_it_went(
     stats = cluster.command(target, "INFO", "commandstats")
     assert int(stats["cmdstat_asking"]["calls"]) > asking
     assert await on_replica(cluster, target, "EXISTS", keys.dedup("job-1")) == 1
+
+
+async def test_cluster_a_write_sent_again_after_a_lost_reply_is_not_confirmed(
+    replicated_cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops after the write and its WAIT went out: the write goes again through
+    the cluster client (a no-op: its request id), and is reported as not confirmed."""
+    real = ScriptCaller._exchange_on_slot
+    dropped: list[str] = []
+
+    async def reply_lost(self: ScriptCaller, name: str, *args: Any) -> Any:
+        replies = await real(self, name, *args)
+        if not dropped:
+            dropped.append(name)
+            raise RedisConnectionError("Connection closed by server.")
+        return replies
+
+    monkeypatch.setattr(ScriptCaller, "_exchange_on_slot", reply_lost)
+    cluster = replicated_cluster
+    async with rsched.Client.from_settings(cluster_replicated(cluster, prefix)) as client:
+        with pytest.raises(rsched.WriteNotReplicated):
+            await client.enqueue("t")
+    assert dropped == ["enqueue"]
+    queue = Keys(prefix).queue("default")
+    assert await on_replica(cluster, cluster.owner_of_key(queue), "XLEN", queue) == 1
