@@ -405,6 +405,19 @@ async def test_every_primary_has_the_scripts_once_a_client_connects(
     shas = [ScriptCaller(redis).script(name).sha for name in _lua.names()]
     for node in cluster.primaries():
         assert all(cluster.command(node, "SCRIPT EXISTS", *shas)), node.port
+    # The next process finds them there: it sends none of their sources.
+    loads = _script_loads(cluster)
+    again = connect(cluster_settings(cluster.url, prefix))
+    try:
+        await again.exists(Keys(prefix).meta)
+    finally:
+        await again.aclose()
+    assert _script_loads(cluster) == loads
+
+
+def _script_loads(cluster: Cluster) -> int:
+    stats = [cluster.command(node, "INFO", "commandstats") for node in cluster.primaries()]
+    return sum(int(s.get("cmdstat_script|load", {}).get("calls", 0)) for s in stats)
 
 
 def _getkeys_calls(cluster: Cluster) -> int:

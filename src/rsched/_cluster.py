@@ -14,6 +14,7 @@ outside its RedisError hierarchy.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
@@ -81,7 +82,7 @@ class _Cluster(RedisCluster):
 
     def __init__(self, *args: Any, scripts: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.scripts = tuple(scripts)
+        self.scripts = {hashlib.sha1(s.encode()).hexdigest(): s for s in scripts}
         self._scripts_tried: set[str] = set()  # the primaries they were loaded on (or not)
         self._scripts_lock = anyio.Lock()
 
@@ -188,18 +189,29 @@ async def per_primary(redis: Redis, command: str, *args: Any) -> list[Any]:
     ]
 
 
-async def load_on(node: ClusterNode, scripts: Sequence[str]) -> None:
-    """SCRIPT LOAD of each of ``scripts`` on ``node``, in one round trip."""
+async def load_on(node: ClusterNode, scripts: dict[str, str]) -> None:
+    """Load on ``node`` those of ``scripts`` (source by SHA1) it lacks: two round trips, and
+    only the missing sources travel (all of lua/ is some 500 kB)."""
     async with held_connection(node) as conn:
-        await conn.send_packed_command(
-            conn.pack_commands([("SCRIPT", "LOAD", source) for source in scripts])
-        )
-        failure: RedisError | None = None
-        for _ in scripts:
-            try:
-                await conn.read_response()
-            except RedisError as exc:  # every reply must be read before the connection is reused
-                failure = failure or exc
+        try:
+            await conn.send_command("SCRIPT", "EXISTS", *scripts)
+            there = await conn.read_response()
+            missing = [s for s, has in zip(scripts.values(), there, strict=True) if not int(has)]
+            if missing:
+                await conn.send_packed_command(
+                    conn.pack_commands([("SCRIPT", "LOAD", source) for source in missing])
+                )
+            failure: RedisError | None = None
+            for _ in missing:
+                try:
+                    await conn.read_response()
+                except RedisError as exc:  # every reply is read before the connection is reused
+                    failure = failure or exc
+        except BaseException:
+            # Interrupted before every reply was read: its next user would read them.
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+            raise
         if failure is not None:
             raise failure
 
