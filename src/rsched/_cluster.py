@@ -76,14 +76,14 @@ class _Cluster(RedisCluster):
     is a RedisError like any other connection failure, so every actor's retry and every
     caller's translation handles it (redis-py raises a bare Exception subclass).
 
-    ``scripts`` (their sources) are loaded on each primary the client learns of, when it first
-    learns of it: a call finds its script there, instead of paying a NOSCRIPT and a load on its
+    ``scripts`` (their sources) are loaded on each primary the client learns of, those it
+    lacks, when it first learns of it: a call finds its script there, instead of paying a NOSCRIPT and a load on its
     first use of each node (the NOSCRIPT path stays for a primary that lost its scripts)."""
 
     def __init__(self, *args: Any, scripts: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.scripts = {hashlib.sha1(s.encode()).hexdigest(): s for s in scripts}
-        self._scripts_tried: set[str] = set()  # the primaries they were loaded on (or not)
+        self._scripts_tried: set[str] = set()  # the primaries where loading them was tried
         self._scripts_lock = anyio.Lock()
 
     async def initialize(self, *args: Any, **kwargs: Any) -> RedisCluster:

@@ -79,8 +79,8 @@ def connect(
     operation twice. (The retry must be redis.asyncio's: the sync one would wrap only the
     creation of each coroutine and never retry anything.) ``encoding_errors="replace"``
     reads values that are not UTF-8 as U+FFFD. With ``settings.cluster`` the client is a
-    Redis Cluster client (rsched._cluster), which loads every script of lua/ on each primary it
-    learns of. Raises ConfigError for a bad URL.
+    Redis Cluster client (rsched._cluster), which loads the scripts of lua/ each primary it
+    learns of lacks. Raises ConfigError for a bad URL.
     """
     settings = (
         target if isinstance(target, Settings) else Settings.model_construct(redis_url=target)

@@ -8,7 +8,7 @@ on a cluster a script touching a key outside its declared keys' slot fails inste
 another node's data.
 
 On a cluster (rsched._cluster) a script runs on the primary of its keys' slot. The client loads
-every script on each primary it learns of; a NOSCRIPT all the same (a primary that lost them, or
+the scripts each primary it learns of lacks; a NOSCRIPT all the same (a primary that lost them, or
 one met through a MOVED) loads the script on every primary and retries once, and a TRYAGAIN (its
 keys half migrated) is retried with backoff for up to :data:`TRYAGAIN_LIMIT_S`. A write to be
 confirmed goes with its WAIT on a connection of that primary held for both, and a MOVED or ASK
