@@ -77,8 +77,9 @@ class _Cluster(RedisCluster):
     caller's translation handles it (redis-py raises a bare Exception subclass).
 
     ``scripts`` (their sources) are loaded on each primary the client learns of, those it
-    lacks, when it first learns of it: a call finds its script there, instead of paying a NOSCRIPT and a load on its
-    first use of each node (the NOSCRIPT path stays for a primary that lost its scripts)."""
+    lacks, when it first learns of it: a call finds its script there, instead of paying a
+    NOSCRIPT and a load on its first use of each node (the NOSCRIPT path stays for a primary
+    that lost its scripts)."""
 
     def __init__(self, *args: Any, scripts: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
