@@ -90,7 +90,13 @@ def _cpu_s(pid: int) -> float:
 
 
 def _spawn_worker(
-    url: str, prefix: str, concurrency: int, log_level: str, *, metrics: bool = False
+    url: str,
+    prefix: str,
+    concurrency: int,
+    log_level: str,
+    *,
+    metrics: bool = False,
+    cluster: bool = False,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -99,6 +105,8 @@ def _spawn_worker(
         # An inherited PYTHONPATH (another tree's src) stays first: its rsched is measured.
         "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
     }
+    if cluster:
+        env["RSCHED_CLUSTER"] = "true"
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
     return subprocess.Popen(

@@ -361,10 +361,11 @@ class QueueStore(_lua.ScriptCaller):
                 pipe.zcard(self.keys.delayed_queue(name))
                 pipe.xlen(self.keys.dead(name))
             head = await pipe.execute(raise_on_error=False)
-        if cluster:
-            head.insert(0, await self.redis.time())
-        seconds, micros = head[0]
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        if cluster:  # the clock of the partition's node
+            now_ms = await self.time_ms()
+        else:
+            seconds, micros = head.pop(0)
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
         lanes = [(name, level) for name in names for level in PRIORITIES]
         # Each stream's group (no stream or no group yet: an error, skipped), then the oldest
         # pending entry of those that hold some: two round trips whatever the queues.
@@ -381,7 +382,7 @@ class QueueStore(_lua.ScriptCaller):
         out: dict[str, dict[str, int | float | None]] = {}
         per = len(PRIORITIES) + 2
         for i, name in enumerate(names):
-            values = [_as_int(v) for v in head[1 + i * per : 1 + (i + 1) * per]]
+            values = [_as_int(v) for v in head[i * per : (i + 1) * per]]
             lengths = dict(zip(PRIORITIES, values, strict=False))
             delayed, dead = values[-2], values[-1]
             pending, consumers, oldest = 0, 0, None
