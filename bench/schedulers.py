@@ -12,7 +12,8 @@ led again (default lease settings: ``lease_ttl_ms`` 10 s, ``lease_renew_ms`` 2 s
 10,000 (``every=3600``, defaults otherwise), ``used_memory`` summed over the primaries before
 and after (the replay-protection ``ops`` hashes deleted first), over N. ``--idle SECONDS``
 counts the commands the primaries serve per second for an idle deployment (no schedule due):
-S schedulers alone, then with one ``rsched-worker`` (one queue) too, default settings.
+S schedulers alone, then with one ``rsched-worker`` (``--queues K`` queues) too, default
+settings; ``--schedulers 0`` measures the worker alone.
 """
 
 from __future__ import annotations
@@ -191,11 +192,13 @@ async def commands_per_s(server: BenchServer, seconds: float) -> tuple[float, di
             command = name.removeprefix("cmdstat_")
             calls[command] = calls.get(command, 0) + int(value["calls"])
     calls.pop("info", None)  # this reading's own
-    top = dict(sorted(calls.items(), key=lambda kv: -kv[1])[:6])
+    top = dict(sorted(calls.items(), key=lambda kv: -kv[1])[:10])
     return round(sum(calls.values()) / seconds, 1), top
 
 
-async def idle(server: BenchServer, partitions: int, schedulers: int, seconds: float) -> None:
+async def idle(
+    server: BenchServer, partitions: int, schedulers: int, seconds: float, queues: int
+) -> None:
     await on_every_primary(server, "FLUSHALL", "SYNC")
     redis = client(server)
     keys = Keys(PREFIX, partitions)
@@ -203,16 +206,18 @@ async def idle(server: BenchServer, partitions: int, schedulers: int, seconds: f
     cluster = server.cluster_key is not None
     procs = [spawn(server.url, partitions, cluster) for _ in range(schedulers)]
     try:
-        await wait_led_by(redis, keys, min(schedulers, partitions))
-        await anyio.sleep(3)
-        per_s, top = await commands_per_s(server, seconds)
-        print({"partitions": partitions, "schedulers": schedulers, "workers": 0,
-               "commands_per_s": per_s, "top": top}, flush=True)  # fmt: skip
-        app = ["bench.worker:worker", "--queues", "bench"]
+        if schedulers:
+            await wait_led_by(redis, keys, min(schedulers, partitions))
+            await anyio.sleep(3)
+            per_s, top = await commands_per_s(server, seconds)
+            print({"partitions": partitions, "schedulers": schedulers, "workers": 0,
+                   "commands_per_s": per_s, "top": top}, flush=True)  # fmt: skip
+        names = ",".join(["bench", *(f"bench{i}" for i in range(2, queues + 1))])
+        app = ["bench.worker:worker", "--queues", names]
         procs.append(spawn(server.url, partitions, cluster, *app))
         await anyio.sleep(5)
         per_s, top = await commands_per_s(server, seconds)
-        print({"partitions": partitions, "schedulers": schedulers, "workers": 1,
+        print({"partitions": partitions, "schedulers": schedulers, "workers": 1, "queues": queues,
                "commands_per_s": per_s, "top": top}, flush=True)  # fmt: skip
     finally:
         for proc in procs:
@@ -225,7 +230,7 @@ async def run(args: argparse.Namespace) -> None:
     cluster_key = Keys(PREFIX).leader if args.cluster else None
     with BenchServer(args.kind, cluster_key=cluster_key) as server:
         if args.idle:
-            await idle(server, args.partitions, args.schedulers[0], args.idle)
+            await idle(server, args.partitions, args.schedulers[0], args.idle, args.queues)
             return
         if args.memory:
             print(await at_rest(server, args.partitions, args.memory), flush=True)
@@ -245,6 +250,7 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="a local 3-primary cluster")
     parser.add_argument("--memory", type=int, default=0, help="N schedules at rest instead")
     parser.add_argument("--idle", type=float, default=0, help="commands/s of an idle deployment")
+    parser.add_argument("--queues", type=int, default=1, help="--idle: the worker's queues")
     anyio.run(run, parser.parse_args())
 
 

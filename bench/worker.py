@@ -5,15 +5,19 @@
    acknowledged (the stream is empty and nothing is pending). Run with per-job log lines on
    (``info``) and off (``warning``), and with priorities in use: the same jobs spread evenly
    over the high, normal and low streams, so that every read goes through the weighted turns
-   (``--priorities`` runs only that pair, best of 3, in turns).
+   (``--priorities`` runs only that pair, best of 3, in turns). ``--scheduled`` makes the jobs
+   occurrences of as many schedules, each fired once before the worker starts, so that the
+   worker's start and complete also keep the runs' markers and history records.
 2. Latency: an in-process Scheduler fires schedules spread over time (an idle system: a few
    fires per second) and a worker process runs them; each handler notes, before anything else,
    how long after the fire (``fired_at``, Redis TIME in the fire script, ms) and after the
    occurrence's scheduled time it started. p50/p99/max are printed.
 
 ``python -m bench.worker [--quick] [--jobs N] [--concurrency N] [--seconds S] [--kind K]
-[--priorities]``
-Every run uses a private server (bench._servers); port 6379 is never touched.
+[--priorities] [--scheduled]``
+Every run uses a private server (bench._servers); port 6379 is never touched. With
+``PYTHONPATH=<another tree>/src`` the benchmark and its worker run that tree's rsched (a
+comparison with another commit).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import rsched
 from bench._servers import BenchServer
 from rsched._keys import GROUP, Keys
 from rsched._model import Schedule, from_ms
+from rsched._plan import FireItem, FireSpec
 from rsched._rules import PRIORITIES, Priority
 from rsched._scheduler import Scheduler
 from rsched._settings import Settings
@@ -85,14 +90,23 @@ def _cpu_s(pid: int) -> float:
 
 
 def _spawn_worker(
-    url: str, prefix: str, concurrency: int, log_level: str, *, metrics: bool = False
+    url: str,
+    prefix: str,
+    concurrency: int,
+    log_level: str,
+    *,
+    metrics: bool = False,
+    cluster: bool = False,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "RSCHED_REDIS_URL": url,
         "RSCHED_PREFIX": prefix,
-        "PYTHONPATH": str(ROOT),
+        # An inherited PYTHONPATH (another tree's src) stays first: its rsched is measured.
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
     }
+    if cluster:
+        env["RSCHED_CLUSTER"] = "true"
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
     return subprocess.Popen(
@@ -133,6 +147,41 @@ async def _fill(redis: Redis, stream: str, n: int) -> None:
             await pipe.execute()
 
 
+async def _fire_schedules(url: str, prefix: str, n: int) -> None:
+    """``n`` schedules of bench.noop on the bench queue, each fired once: their jobs are in the
+    stream, each with its run marker and its history record."""
+    settings = Settings(redis_url=url, prefix=prefix)
+    redis = Redis.from_url(url, decode_responses=True)
+    try:
+        ids = [f"bench-{i}" for i in range(n)]
+        async with rsched.Client(redis, settings) as client:
+            for start in range(0, n, 5000):
+                chunk = ids[start : start + 5000]
+                specs = [Schedule(id=sid, task="bench.noop", queue="bench", every=3600)
+                         for sid in chunk]  # fmt: skip
+                await client.add_many(specs)
+        store = ScheduleStore.from_settings(redis, settings)
+        lease, _ = await store.lease_acquire("bench-worker", 3_600_000)
+        assert lease is not None
+        k = store.keys
+        sched = await store.time_ms() - 3  # due a few ms ago: an on-time fire
+        spec = FireSpec(queue="bench")
+        await redis.zadd(k.schedules, dict.fromkeys(ids, sched))
+        for start in range(0, n, 500):
+            chunk = ids[start : start + 500]
+            async with redis.pipeline(transaction=False) as pipe:
+                for sid in chunk:
+                    pipe.hget(k.schedule(sid), "version")
+                versions = await pipe.execute()
+            items = [FireItem(sid, str(version), sched, sched, sched + 3_600_000, "fire", spec=spec)
+                     for sid, version in zip(chunk, versions, strict=True)]  # fmt: skip
+            codes = await store.fire(lease, items)
+            assert codes is not None
+            assert set(codes) == {1}, codes
+    finally:
+        await redis.aclose()
+
+
 async def throughput(
     server: BenchServer,
     jobs: int,
@@ -141,6 +190,7 @@ async def throughput(
     *,
     priorities: bool = False,
     metrics: bool = False,
+    scheduled: bool = False,
 ) -> dict[str, Any]:
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
@@ -148,8 +198,11 @@ async def throughput(
     streams = [keys.queue("bench", level) for level in levels]
     redis = Redis.from_url(server.url, decode_responses=True)
     try:
-        for i, stream in enumerate(streams):
-            await _fill(redis, stream, jobs // len(streams) + (i < jobs % len(streams)))
+        if scheduled:
+            await _fire_schedules(server.url, prefix, jobs)
+        else:
+            for i, stream in enumerate(streams):
+                await _fill(redis, stream, jobs // len(streams) + (i < jobs % len(streams)))
         proc = _spawn_worker(server.url, prefix, concurrency, log_level, metrics=metrics)
         try:
             first: float | None = None
@@ -177,6 +230,7 @@ async def throughput(
                 "log_level": log_level,
                 "priorities": "high/normal/low" if priorities else "normal",
                 "metrics": "on" if metrics else "off",
+                "origin": "schedules" if scheduled else "enqueued",
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
                 "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
@@ -275,6 +329,13 @@ async def _main(args: argparse.Namespace) -> None:
         if args.priorities:
             await _priorities(server, args)
             return
+        if args.scheduled:
+            for _ in range(args.repeat):
+                row = await throughput(
+                    server, args.jobs, args.concurrency, "warning", scheduled=True
+                )
+                print(_table([row], list(row)), flush=True)
+            return
         rows = []
         for level in ("warning", "info"):
             rows.append(
@@ -307,6 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--metrics", action="store_true", help="the worker serves /metrics")
     parser.add_argument("--only-throughput", action="store_true", help="skip the latency run")
+    parser.add_argument(
+        "--scheduled", action="store_true", help="only throughput, jobs fired from schedules"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="--scheduled: runs")
     args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
     if args.quick:
         args.jobs, args.seconds = min(args.jobs, 10_000), min(args.seconds, 8.0)

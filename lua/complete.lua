@@ -56,8 +56,9 @@ for i = 1, #items do
   if rcall('XACK', stream, group, id) == 1 then
     rcall('XDEL', stream, id)
     if dedup then dedup_finish(dedup) end
-    if sid ~= '' and schedule_keys_ok(history, hash, pending) and schedule_exists(hash) then
-      job_event(history, cap, event, exec, attempt, now, extra)
+    -- The history's type is checked by its first write (job_event), before finish_run's.
+    if sid ~= '' and schedule_live(hash) and key_is(pending, 'zset')
+       and job_event(history, cap, event, exec, attempt, now, extra) then
       finish_run(hash, pending, stream, history, cap, exec, now)
     end
     if runs and it[8] then run_log(runs, runs_cap, it[8]) end

@@ -1,4 +1,5 @@
---[[ promote — move a queue's delayed jobs that are due (by Redis TIME) into its stream.
+--[[ promote — move the delayed jobs that are due (by Redis TIME) of one or more queues of a
+partition into their streams, and say when the next one is due.
 
 Guarantees: each due member is moved exactly once (XADD and ZREM in one script; running it
 again only moves what is due then). A member that is not a JSON list of strings (written by
@@ -6,40 +7,69 @@ someone else) is still moved, as a single 'malformed' field, so that a worker de
 instead of it blocking the set forever.
 
 A member goes to the stream of its priority level (its 'priority' field; the normal stream
-when it has none or the caller gave no stream for that level), so that a retry keeps its level.
+when it has none), so that a retry keeps its level.
 
-KEYS[1] delayed  {p}:delayed:<queue>
-KEYS[2] stream   {p}:queue:<queue>         (normal level)
-KEYS[3] high     {p}:queue:<queue>#high    optional
-KEYS[4] low      {p}:queue:<queue>#low     optional
-ARGV[1] limit    most members moved by one call
+Cost: a worker calls it once per partition every promote_interval_ms for all its queues, so
+the call with nothing due is kept small: one ZRANGE per queue (which also checks the delayed
+set's type), TIME only when some delayed set holds a member, and the streams' types only for a
+queue with something due.
+
+KEYS     4 per queue: delayed  {p}:delayed:<queue>
+                      stream   {p}:queue:<queue>         (normal level)
+                      high     {p}:queue:<queue>#high
+                      low      {p}:queue:<queue>#low
+ARGV[1] limit    most members moved by one call (over all its queues)
 
 Returns {moved, ms until the next member is due (-1 when none is left)} | {WRONG_TYPE=-6} a
-key has the wrong type.
+key has the wrong type (nothing moved).
 ]]
 -- @include common
 -- @include marker
 -- @include job_run
 
-local delayed, stream, high, low = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local limit = tonumber(ARGV[1])
-if not (key_is(delayed, 'zset') and key_is(stream, 'stream')) then return {-6} end  -- WRONG_TYPE
-if (high and not key_is(high, 'stream')) or (low and not key_is(low, 'stream')) then
-  return {-6}  -- WRONG_TYPE
+local now = nil
+local wait = -1
+local function note_next(score)
+  local ms = math.max(0, tonumber(score) - now)
+  if wait < 0 or ms < wait then wait = ms end
 end
 
-local now = now_ms()
-local due = rcall('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
-for _, member in ipairs(due) do
-  local fields = decode_fields(member)
-  if fields then
-    rcall('XADD', stream_of(fields, stream, high, low), '*', unpack(fields))
-  else
-    rcall('XADD', stream, '*', 'malformed', member)
+-- Look at every queue before the first write: a wrong type anywhere moves nothing.
+local due = {}
+for q = 1, #KEYS, 4 do
+  local head = pcall_read('ZRANGE', KEYS[q], 0, 0, 'WITHSCORES')
+  if not head then return {-6} end  -- WRONG_TYPE
+  if head[2] then
+    now = now or now_ms()
+    if tonumber(head[2]) <= now then
+      for i = q + 1, q + 3 do
+        if not key_is(KEYS[i], 'stream') then return {-6} end  -- WRONG_TYPE
+      end
+      due[#due + 1] = q
+    else
+      note_next(head[2])
+    end
   end
-  rcall('ZREM', delayed, member)
 end
-local nxt = rcall('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-local wait = -1
-if nxt[2] then wait = math.max(0, tonumber(nxt[2]) - now) end
-return {#due, wait}
+
+local moved = 0
+for _, q in ipairs(due) do
+  local delayed, stream, high, low = KEYS[q], KEYS[q + 1], KEYS[q + 2], KEYS[q + 3]
+  if moved < limit then
+    local members = rcall('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit - moved)
+    for _, member in ipairs(members) do
+      local fields = decode_fields(member)
+      if fields then
+        rcall('XADD', stream_of(fields, stream, high, low), '*', unpack(fields))
+      else
+        rcall('XADD', stream, '*', 'malformed', member)
+      end
+      rcall('ZREM', delayed, member)
+    end
+    moved = moved + #members
+  end
+  local nxt = rcall('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if nxt[2] then note_next(nxt[2]) end
+end
+return {moved, wait}

@@ -34,21 +34,23 @@ for i = 0, n - 1 do
   local id, exec, attempt, extra = ARGV[4 + i * 4], ARGV[5 + i * 4], ARGV[6 + i * 4],
                                    ARGV[7 + i * 4]
   local code = 5  -- OK
-  if key_is(history, 'list') and key_is(hash, 'hash') and schedule_exists(hash) then
+  if schedule_live(hash) then
     local owner = marker_of(hash, now)
     if owner and owner ~= exec then
-      if rcall('XACK', stream, group, id) == 1 then  -- recorded once, even if re-sent
-        rcall('XDEL', stream, id)
-        job_event(history, cap, 'cancelled', exec, attempt, now,
-                  ',"reason":"superseded","by":' .. json_str(owner))
-        if runs then
-          run_superseded(runs, stream, exec, rcall('HGET', hash, 'task'), attempt, worker)
+      if key_is(history, 'list') then
+        if rcall('XACK', stream, group, id) == 1 then  -- recorded once, even if re-sent
+          rcall('XDEL', stream, id)
+          job_event(history, cap, 'cancelled', exec, attempt, now,
+                    ',"reason":"superseded","by":' .. json_str(owner))
+          if runs then
+            run_superseded(runs, stream, exec, rcall('HGET', hash, 'task'), attempt, worker)
+          end
         end
+        code = -11  -- SUPERSEDED
       end
-      code = -11  -- SUPERSEDED
-    else
-      if owner then rcall('HSET', hash, 'run_state', 'running', 'run_worker', worker) end
-      job_event(history, cap, 'running', exec, attempt, now, extra)
+    -- The history's type is checked by its first write, before the marker's.
+    elseif job_event(history, cap, 'running', exec, attempt, now, extra) and owner then
+      rcall('HSET', hash, 'run_state', 'running', 'run_worker', worker)
     end
   end
   out[#out + 1] = code

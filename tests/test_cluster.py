@@ -19,11 +19,12 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 
 import rsched
 from cluster import Cluster, slot_of
-from rsched import _lua
+from rsched import _cluster, _lua
 from rsched._cli import _delegate as delegate
 from rsched._cli import _settings as cli_settings
 from rsched._cli_parser import build_parser
 from rsched._connection import check_server, connect
+from rsched._health import HealthReader
 from rsched._keys import Keys
 from rsched._lua import ScriptCaller
 from rsched._queues import QueueStore
@@ -139,7 +140,7 @@ async def test_every_script_runs_on_the_cluster(
     await redis.zadd(keys.backlogs, {"a": 1})  # a backlog the sweep finds gone
     await schedules.release_lost(lease)
     await Retention(redis, settings, lambda: True).sweep()
-    await queues.reclaim("default", "nobody", 0, "0-0", 10)
+    await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
     await redis.aclose()
@@ -480,3 +481,116 @@ def test_every_command_takes_the_cluster_flag(monkeypatch: pytest.MonkeyPatch) -
 def test_a_database_other_than_0_is_refused_in_cluster_mode() -> None:
     with pytest.raises(rsched.ConfigError, match="'db' must be 0"):
         connect(Settings(redis_url="redis://127.0.0.1:7000/3", cluster=True))
+
+
+# --- what the client sends to which node --------------------------------------------------------
+
+
+def _recording_nodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    """(port, command) of every command a cluster client sends to a node, from now on."""
+    sent: list[tuple[int, str]] = []
+    execute = ClusterNode.execute_command
+
+    async def recording(self: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        sent.append((int(self.port), str(args[0]).upper()))
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClusterNode, "execute_command", recording)
+    return sent
+
+
+async def test_time_comes_from_the_node_of_the_partition(
+    cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scripts compare with their own node's clock: so does every read of TIME made for a
+    partition (the stores, health, queue statistics), however many primaries there are."""
+    settings = cluster_settings(cluster.url, prefix).model_copy(update={"partitions": 16})
+    every = Keys(prefix, 16).every_partition()
+    owners = {cluster.owner_of_key(k.tag).port for k in every}
+    assert len(owners) == 3
+    redis = connect(settings)
+    try:
+        await redis.exists(Keys(prefix).meta)  # the topology is known
+        sent = _recording_nodes(monkeypatch)
+        for keys in every:
+            owner = cluster.owner_of_key(keys.tag).port
+            await ScheduleStore(redis, keys).time_ms()
+            await HealthReader(redis, settings, keys).now_ms()
+            await QueueStore(redis, keys).queue_stats()
+            times = [port for port, command in sent if command == "TIME"]
+            assert times == [owner] * 3, (keys.partition, times)
+            sent.clear()
+    finally:
+        await redis.aclose()
+
+
+async def test_every_primary_has_the_scripts_once_a_client_connects(
+    cluster: Cluster, prefix: str
+) -> None:
+    for node in cluster.primaries():
+        cluster.command(node, "SCRIPT FLUSH")
+    redis = connect(cluster_settings(cluster.url, prefix))
+    try:
+        await redis.exists(Keys(prefix).meta)  # the first command: the client learns the nodes
+    finally:
+        await redis.aclose()
+    shas = [ScriptCaller(redis).script(name).sha for name in _lua.names()]
+    for node in cluster.primaries():
+        assert all(cluster.command(node, "SCRIPT EXISTS", *shas)), node.port
+    # The next process finds them there: it sends none of their sources.
+    loads = _script_loads(cluster)
+    again = connect(cluster_settings(cluster.url, prefix))
+    try:
+        await again.exists(Keys(prefix).meta)
+    finally:
+        await again.aclose()
+    assert _script_loads(cluster) == loads
+
+
+def _script_loads(cluster: Cluster) -> int:
+    stats = [cluster.command(node, "INFO", "commandstats") for node in cluster.primaries()]
+    return sum(int(s.get("cmdstat_script|load", {}).get("calls", 0)) for s in stats)
+
+
+def _getkeys_calls(cluster: Cluster) -> int:
+    stats = [cluster.command(node, "INFO", "commandstats") for node in cluster.primaries()]
+    return sum(int(s.get("cmdstat_command|getkeys", {}).get("calls", 0)) for s in stats)
+
+
+async def test_reads_with_movable_keys_go_to_their_slot_without_asking_for_their_keys(
+    cluster: Cluster, prefix: str
+) -> None:
+    """XREADGROUP, XREAD and EVALSHA_RO: redis-py's table cannot place their keys and would
+    ask a node (COMMAND GETKEYS) before each one; rsched reads their keys itself."""
+    settings = cluster_settings(cluster.url, prefix)
+    async with rsched.Client.from_settings(settings) as client:
+        job = await client.enqueue("t")
+        before = _getkeys_calls(cluster)
+        redis = connect(settings)
+        try:
+            queues = QueueStore(redis, Keys(prefix))
+            await queues.create_groups(["default"])
+            taken = await queues.read([("default", "normal")], "reader", 10, 10)
+            assert [entry for _, entries in taken for entry in entries]
+            await redis.xread({Keys(prefix).events: "0-0"}, count=1)
+            assert (await client.job(job.execution_id)).execution_id == job.execution_id
+        finally:
+            await redis.aclose()
+    assert _getkeys_calls(cluster) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "keys"),
+    [
+        (("XREADGROUP", "GROUP", "g", "streams", "COUNT", 1, "STREAMS", "a", "b", ">", ">"),
+         ["a", "b"]),
+        (("XREADGROUP", b"GROUP", "g", "c", b"BLOCK", 0, b"NOACK", b"STREAMS", "a", "0"), ["a"]),
+        (("XREAD", "COUNT", 2, "STREAMS", "k", "0-0"), ["k"]),
+        (("EVALSHA_RO", "sha", 2, "k1", "k2", "arg"), ["k1", "k2"]),
+        (("XREAD", "BLOCK", 5), None),
+        (("GET", "k"), None),
+    ],
+)  # fmt: skip
+def test_keys_of_commands_redis_py_cannot_place(args: tuple[Any, ...], keys: Any) -> None:
+    found = _cluster._keys_of(args[0], args[1:])
+    assert (None if found is None else list(found)) == keys

@@ -77,17 +77,36 @@ def _check_story(out: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.usefixtures("no_redis_env")
-def test_demo_runs_on_the_embedded_server_and_stops_by_itself(
-    spawn: Callable[..., Proc],
+@pytest.mark.parametrize(
+    ("args", "servers", "shown", "stopped"),
+    [
+        ((), 1, ["redis-cli -p "], "embedded server stopped"),
+        (
+            ("--cluster",),
+            3,
+            ["an embedded cluster of three Valkey", "RSCHED_CLUSTER=true", "redis-cli -p "],
+            "embedded cluster stopped",
+        ),
+    ],
+    ids=["server", "cluster"],
+)
+def test_demo_runs_on_its_embedded_servers_and_stops_by_itself(
+    spawn: Callable[..., Proc], args: tuple[str, ...], servers: int, shown: list[str], stopped: str
 ) -> None:
-    proc = spawn("rsched._demo", "--duration", "8")
+    proc = spawn("rsched._demo", *args, "--duration", "8")
+    proc.wait_for("fired ", timeout_s=30)
+    nodes = [pid for pid, cmd in _children(proc.proc.pid).items() if "valkey-server" in cmd]
+    assert len(nodes) == servers, _children(proc.proc.pid)
     assert proc.wait(60) == 0, proc.output()
     out = proc.output()
     _check_story(out)
-    assert "redis-cli -p " in out
+    for text in shown:
+        assert text in out, text
     assert "stopped cleanly" in out
-    assert out.rstrip().endswith("embedded server stopped")
+    assert out.rstrip().endswith(stopped)
+    assert all(_wait_gone(pid) for pid in nodes), "an embedded server outlived the demo"
 
 
 @pytest.mark.slow

@@ -5,8 +5,9 @@ by the client and counted by the scheduler and worker, and what a failover does 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,16 +20,20 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import rsched
+from cluster import Cluster, slot_of
 from rsched import _cli, _scheduler_main, _worker_main
 from rsched._connection import check_server, connect
 from rsched._durability import CONFIRMED, Durability
 from rsched._keys import Keys
 from rsched._lua import ScriptCaller, names
 from rsched._metrics import METRICS
+from rsched._partition import partition_of
 from rsched._settings import SchedulerSettings, Settings
 from servers import Server
+from test_cluster import engine
 from test_scheduler import running
 from test_worker import wait_until
+from worker_app import fast_settings
 
 TIMEOUT_MS = 200
 
@@ -316,3 +321,195 @@ async def test_failover_repeats_a_fire_and_loses_an_enqueue(pair: Pair, prefix: 
     async with rsched.Client.from_settings(promoted) as client:
         with pytest.raises(rsched.JobNotFound):
             await client.job(job.execution_id)
+
+
+# --- on a cluster: the WAIT goes with the write to the primary serving its slot -----------------
+
+
+@pytest.fixture(scope="module")
+def replicated_cluster(server: Server) -> Iterator[Cluster]:
+    """Three primaries of the kind of ``server``, each with a replica, for this module."""
+    with Cluster(server.kind, replicas=True) as made:
+        yield made
+
+
+def replica_of(cluster: Cluster, primary: Server) -> Server:
+    for node in cluster.alive():
+        role = cluster.command(node, "ROLE")
+        if role[0] == "slave" and int(role[2]) == primary.port:
+            return node
+    raise LookupError(f"no replica follows the primary on port {primary.port}")
+
+
+async def on_replica(cluster: Cluster, primary: Server, *command: Any) -> Any:
+    """``command`` answered by the replica of ``primary`` (READONLY lets it serve reads)."""
+    node = replica_of(cluster, primary)
+    r: Any = Redis(port=node.port, decode_responses=True, single_connection_client=True)
+    async with r:
+        await r.execute_command("READONLY")
+        return await r.execute_command(*command)
+
+
+def wait_calls(cluster: Cluster) -> dict[int, int]:
+    """WAIT calls so far, by primary port."""
+    calls = {}
+    for node in cluster.primaries():
+        stats = cluster.command(node, "INFO", "commandstats")
+        calls[node.port] = int(stats.get("cmdstat_wait", {}).get("calls", 0))
+    return calls
+
+
+def cluster_replicated(cluster: Cluster, prefix: str, **fields: Any) -> Settings:
+    return replicated(cluster.primaries()[0], prefix).model_copy(
+        update={"redis_url": cluster.url, "cluster": True, **fields}
+    )
+
+
+async def test_cluster_writes_wait_for_the_replica_of_their_slots_primary(
+    replicated_cluster: Cluster, prefix: str
+) -> None:
+    cluster = replicated_cluster
+    settings = cluster_replicated(cluster, prefix, partitions=3)
+    before = wait_calls(cluster)
+    ids = [f"s{n}" for n in range(12)]
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add_many([{"id": sid, "task": "t", "every": "1h"} for sid in ids])
+        await client.pause(ids[0])
+        job = await client.enqueue("t")
+    # The three partitions are on the three primaries: each waited for its own replica, and
+    # what it confirmed is there at once, no polling.
+    after = wait_calls(cluster)
+    assert all(after[port] > calls for port, calls in before.items()), (before, after)
+    for sid in ids:
+        key = Keys(prefix, 3, partition_of(sid, 3)).schedule(sid)
+        assert await on_replica(cluster, cluster.owner_of_key(key), "EXISTS", key) == 1
+    queue = Keys(prefix, 3, partition_of(job.execution_id, 3)).queue("default")
+    assert await on_replica(cluster, cluster.owner_of_key(queue), "XLEN", queue) == 1
+
+
+async def test_cluster_paused_replica_raises_write_not_replicated(
+    replicated_cluster: Cluster, prefix: str
+) -> None:
+    cluster = replicated_cluster
+    replica = replica_of(cluster, cluster.owner_of_key(Keys(prefix).schedules))
+    async with rsched.Client.from_settings(cluster_replicated(cluster, prefix)) as client:
+        await client.add({"id": "one", "task": "t", "every": "1h"})
+        replica.pause()
+        try:
+            with pytest.raises(rsched.WriteNotReplicated) as caught:
+                await client.add({"id": "two", "task": "t", "every": "1h"})
+            assert (caught.value.op, caught.value.confirmed) == ("upsert", 0)
+            with pytest.raises(rsched.WriteNotReplicated):
+                await client.enqueue("t", execution_id="job-1")
+        finally:
+            replica.resume()
+        assert (await client.get("two")).id == "two"  # on the primary all the same
+        assert not (await client.enqueue("t", execution_id="job-1")).created
+
+
+async def test_cluster_scheduler_and_worker_count_unreplicated_writes(
+    replicated_cluster: Cluster, prefix: str
+) -> None:
+    cluster = replicated_cluster
+    settings = fast_settings(cluster_replicated(cluster, prefix))
+    worker = rsched.Worker(settings=settings)
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        pass
+
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add({"id": "tick", "task": "t", "every": "1s", "overlap": "allow"})
+    replica = replica_of(cluster, cluster.owner_of_key(Keys(prefix).schedules))
+    fired, completed = counted("fire"), counted("complete")
+    replica.pause()
+    try:
+        async with engine(settings, worker):
+            await wait_until(lambda: _counted_more(fired, completed), timeout_s=15)
+    finally:
+        replica.resume()
+
+
+async def _counted_more(fired: float, completed: float) -> bool:
+    return counted("fire") > fired and counted("complete") > completed
+
+
+async def test_cluster_a_moved_write_waits_where_it_went(
+    replicated_cluster: Cluster, prefix: str
+) -> None:
+    """The client's slot map names the wrong primary: the write and its WAIT are sent there,
+    get MOVED, and go again, together, to the slot's primary."""
+    cluster = replicated_cluster
+    key = Keys(prefix).schedules
+    owner = cluster.owner_of_key(key)
+    other = next(n for n in cluster.primaries() if n is not owner)
+    settings = cluster_replicated(cluster, prefix)
+    redis: Any = connect(settings)
+    async with rsched.Client(redis, settings) as client:
+        await client.add({"id": "one", "task": "t", "every": "1h"})
+        wrong = redis.get_node(host="127.0.0.1", port=other.port)
+        redis.nodes_manager.slots_cache[slot_of(key)] = [wrong]
+        before = wait_calls(cluster)
+        await client.pause("one")
+        assert redis.get_node_from_key(key).port == owner.port  # the map was patched
+    after = wait_calls(cluster)
+    assert after[owner.port] == before[owner.port] + 1
+    schedule = Keys(prefix).schedule("one")
+    assert await on_replica(cluster, owner, "HGET", schedule, "status") == "paused"
+
+
+async def test_cluster_a_write_during_a_migration_waits_where_it_went(
+    replicated_cluster: Cluster, prefix: str
+) -> None:
+    """The write's slot is being migrated: its primary answers ASK, the importing node (sent
+    ASKING, the write and its WAIT together) TRYAGAIN, as none of the write's keys is there
+    yet; once the slot has moved, MOVED: the pair goes there and its replica confirms."""
+    cluster = replicated_cluster
+    keys = Keys(prefix)
+    slot = slot_of(keys.leader)
+    target = next(n for n in cluster.primaries() if n is not cluster.owner(slot))
+    asking = int(
+        cluster.command(target, "INFO", "commandstats").get("cmdstat_asking", {}).get("calls", 0)
+    )
+    async with rsched.Client.from_settings(cluster_replicated(cluster, prefix)) as client:
+        await client.list()  # the deployment is known: what follows is the enqueue alone
+        migrating = anyio.Event()
+
+        async def started() -> None:
+            migrating.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                functools.partial(cluster.migrate_slot, slot, target, pause_s=0.5, between=started)
+            )
+            await migrating.wait()
+            await client.enqueue("t", execution_id="job-1")
+    assert cluster.owner(slot) is target
+    stats = cluster.command(target, "INFO", "commandstats")
+    assert int(stats["cmdstat_asking"]["calls"]) > asking
+    assert await on_replica(cluster, target, "EXISTS", keys.dedup("job-1")) == 1
+
+
+async def test_cluster_a_write_sent_again_after_a_lost_reply_is_not_confirmed(
+    replicated_cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops after the write and its WAIT went out: the write goes again through
+    the cluster client (a no-op: its request id), and is reported as not confirmed."""
+    real = ScriptCaller._exchange_on_slot
+    dropped: list[str] = []
+
+    async def reply_lost(self: ScriptCaller, name: str, *args: Any) -> Any:
+        replies = await real(self, name, *args)
+        if not dropped:
+            dropped.append(name)
+            raise RedisConnectionError("Connection closed by server.")
+        return replies
+
+    monkeypatch.setattr(ScriptCaller, "_exchange_on_slot", reply_lost)
+    cluster = replicated_cluster
+    async with rsched.Client.from_settings(cluster_replicated(cluster, prefix)) as client:
+        with pytest.raises(rsched.WriteNotReplicated):
+            await client.enqueue("t")
+    assert dropped == ["enqueue"]
+    queue = Keys(prefix).queue("default")
+    assert await on_replica(cluster, cluster.owner_of_key(queue), "XLEN", queue) == 1

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 from redis.asyncio import Redis
 
 from rsched import Client, Schedule, Settings
+from rsched._codes import Code
 from rsched._history import expand_record, stored_events
 from rsched._keys import Keys
 from rsched._lua import ScriptCaller
@@ -47,6 +49,9 @@ class Runs:
     async def fire(self, late_ms: int = 3) -> int:
         """Fire the schedule's occurrence of ``late_ms`` ago, on time; returns its code."""
         now = await self.store.time_ms()
+        while now <= self.last:  # runs faster than a ms: the next occurrence must not be ahead
+            await anyio.sleep(0.001)
+            now = await self.store.time_ms()
         sched = max(now - late_ms, self.last + 1)  # two occurrences never share a time
         self.last = sched
         await self.redis.zadd(self.keys.schedules, {self.sid: sched})
@@ -400,3 +405,24 @@ async def test_error_text_is_escaped_and_cut_whole(redis: Redis, settings: Setti
     assert dead["error"] == message[: len(dead["error"])]
     assert len(dead["error"].encode()) <= 200
     assert dead["error"].endswith("é")  # cut between two characters, not inside one
+
+
+async def test_worker_scripts_leave_a_history_of_another_type_alone(
+    redis: Redis, settings: Settings
+) -> None:
+    """The job runs and is acknowledged; nothing is written for its schedule (its history
+    someone overwrote, nor its run marker)."""
+    runs = await Runs(redis, settings).setup()
+    k = runs.keys
+    assert await runs.fire() == Code.FIRED
+    eid, f = await runs.take()
+    await redis.delete(k.history(runs.sid))
+    await redis.set(k.history(runs.sid), "not a list")
+    item = (eid, f["execution_id"], runs.sid, 1, fragment({"worker": WORKER, "deliveries": 1}))
+    assert await runs.queues.start("default", WORKER, [item]) == [Code.OK]
+    marker = await redis.hgetall(k.schedule(runs.sid))
+    assert marker["run"] == f["execution_id"]
+    assert "run_state" not in marker
+    await runs.end((eid, f))
+    assert await redis.get(k.history(runs.sid)) == "not a list"
+    assert await redis.hgetall(k.schedule(runs.sid)) == marker

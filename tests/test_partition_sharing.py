@@ -37,6 +37,18 @@ TTL_MS, RENEW_MS = 1000, 200
 Spawn = Callable[..., Proc]
 
 
+def noting_worker(settings: Settings) -> tuple[rsched.Worker, list[rsched.Job]]:
+    """A worker whose task t.work notes each job it runs, and that list."""
+    seen: list[rsched.Job] = []
+    worker = rsched.Worker(settings=settings)
+
+    @worker.task("t.work")
+    async def work(job: rsched.Job) -> None:
+        seen.append(job)
+
+    return worker, seen
+
+
 @pytest.fixture
 def parted(redis_url: str, prefix: str) -> Settings:
     """A deployment of 16 partitions with a short lease."""
@@ -252,12 +264,7 @@ async def test_worker_runs_and_reclaims_jobs_of_every_partition(
     for store in stores:
         for i in range(5):
             await store.enqueue("t.work", {"i": i})
-    seen: list[rsched.Job] = []
-    worker = rsched.Worker(settings=settings)
-
-    @worker.task("t.work")
-    async def work(job: rsched.Job) -> None:
-        seen.append(job)
+    worker, seen = noting_worker(settings)
 
     async with working(worker, redis):
         await wait_until(lambda: len(seen) >= 6 * N)
@@ -284,12 +291,7 @@ async def test_worker_honours_priorities_in_every_partition(clean: Redis, parted
         for _i in range(4):
             await store.enqueue("t.work", {"level": "low"}, priority="low")
         await store.enqueue("t.work", {"level": "high"}, priority="high")
-    order: list[rsched.Job] = []
-    worker = rsched.Worker(settings=settings)
-
-    @worker.task("t.work")
-    async def work(job: rsched.Job) -> None:
-        order.append(job)
+    worker, order = noting_worker(settings)
 
     async with working(worker, redis):
         await wait_until(lambda: len(order) == 5 * N)
@@ -402,3 +404,47 @@ async def test_a_paused_scheduler_is_fenced_per_partition(
     jobs = await fired(redis, prefix)
     once_each(jobs, 100)
     assert zombie.output().count("leader.partitions") >= changes + 2  # none led, then its share
+
+
+async def test_idle_worker_of_partitions_only_blocks_and_promotes_past_a_broken_one(
+    clean: Redis, parted: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle, the worker's only reads are the watchers' blocking ones (no take), and its
+    promoter makes one call per partition for all its queues; a partition whose delayed set
+    someone overwrote moves nothing, and holds back no other partition."""
+    redis, prefix = clean, parted.prefix
+    settings = fast_settings(parted, queues=["default", "other"])
+    stores = [QueueStore(redis, k) for k in Keys(prefix, N).every_partition()]
+    broken = stores[3]
+    await redis.set(broken.keys.delayed_queue("other"), "x")
+    takes: list[int] = []
+    promoted: list[tuple[str, ...]] = []
+    take, promote = QueueStore.take, QueueStore.promote
+
+    async def counted_take(self: QueueStore, *args: Any, **kwargs: Any) -> Any:
+        takes.append(1)
+        return await take(self, *args, **kwargs)
+
+    async def counted_promote(self: QueueStore, queues: Any, *args: Any) -> Any:
+        promoted.append(tuple(queues))
+        return await promote(self, queues, *args)
+
+    monkeypatch.setattr(QueueStore, "take", counted_take)
+    monkeypatch.setattr(QueueStore, "promote", counted_promote)
+    worker, seen = noting_worker(settings)
+
+    async with working(worker, redis):
+        await wait_until(lambda: len(promoted) >= 2 * N)
+        await anyio.sleep(0.1)
+        takes.clear()
+        await anyio.sleep(0.5)  # five block_ms: idle, the watchers' reads cover every stream
+        assert takes == []
+        assert set(promoted) == {("default", "other")}
+        for store in stores:
+            await store.enqueue("t.work", {"delayed": True}, delay_s=0.1)
+            await store.enqueue("t.work", queue="default" if store is broken else "other")
+        await wait_until(lambda: len(seen) == 2 * N - 1)
+        await anyio.sleep(0.3)
+    assert len(seen) == 2 * N - 1
+    assert sum(1 for j in seen if j.payload.get("delayed")) == N - 1
+    assert await redis.zcard(broken.keys.delayed_queue("default")) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -74,16 +75,46 @@ async def test_enqueue_writes_a_job_entry(store: QueueStore, redis: Redis) -> No
 async def test_delayed_jobs_are_promoted_when_due(store: QueueStore, redis: Redis) -> None:
     await store.enqueue("t", delay_s=0.2)
     assert await redis.xlen(store.keys.queue("default")) == 0
-    moved, wait_ms = await store.promote("default")
+    moved, wait_ms = await store.promote(["default"])
     assert moved == 0
     assert wait_ms is not None
     assert 0 < wait_ms <= 200
     # A member someone else wrote still moves (as a malformed entry), never blocks the set.
     await redis.zadd(store.keys.delayed_queue("default"), {"not json": 0})
-    moved, _ = await store.promote("default")
+    moved, _ = await store.promote(["default"])
     assert moved == 1
     entries = await any_(redis).xrange(store.keys.queue("default"))
     assert entries[-1][1] == {"malformed": "not json"}
+
+
+@pytest.mark.cluster
+async def test_one_promote_call_covers_every_queue_and_level(
+    store: QueueStore, redis: Redis
+) -> None:
+    k = store.keys
+    await redis.zadd(k.delayed_queue("a"), {orjson.dumps(["execution_id", "a1"]).decode(): 0})
+    high = orjson.dumps(["execution_id", "b1", "priority", "high"]).decode()
+    await redis.zadd(k.delayed_queue("b"), {high: 0})
+    await store.enqueue("t", queue="c", delay_s=60)
+    moved, wait_ms = await store.promote(["a", "b", "c"], limit=1)  # the limit spans queues
+    assert moved == 1
+    moved, wait_ms = await store.promote(["a", "b", "c"])
+    assert moved == 1
+    assert await redis.xlen(k.queue("a")) == 1
+    assert await redis.xlen(k.queue("b", "high")) == 1  # a retry keeps its level
+    assert wait_ms is not None
+    assert 50_000 < wait_ms <= 60_000
+    assert await store.promote([]) == (0, None)
+    # A key of the wrong type in one queue: nothing moves in any.
+    await redis.zadd(k.delayed_queue("a"), {orjson.dumps(["execution_id", "a2"]).decode(): 0})
+    await redis.zadd(k.delayed_queue("b"), {orjson.dumps(["execution_id", "b2"]).decode(): 0})
+    await redis.set(k.queue("b", "low"), "x")
+    with pytest.raises(rsched.StateError, match="queue 'a,b'"):
+        await store.promote(["a", "b"])
+    assert await redis.zcard(k.delayed_queue("a")) == 1
+    await redis.set(k.delayed_queue("c"), "x")
+    with pytest.raises(rsched.StateError):
+        await store.promote(["c"])
 
 
 @pytest.mark.cluster
@@ -202,8 +233,34 @@ async def test_heartbeat_reports_entries_this_consumer_no_longer_holds(
     mine, taken = entries[0][0], entries[1][0]
     await any_(redis).xclaim(store.keys.queue("default"), GROUP, "c2", 0, [taken])
     assert await store.heartbeat("default", "c1", [mine, taken, "1-1"]) == [taken, "1-1"]
-    claimed = await store.reclaim("default", "c3", 60_000, "0-0", 10)
-    assert claimed[1] == []  # both were just refreshed or claimed: nothing is idle
+    [(_, claimed)] = await store.reclaim([(("default", "normal"), "0-0")], "c3", 60_000, 10)
+    assert claimed == []  # both were just refreshed or claimed: nothing is idle
+
+
+@pytest.mark.cluster
+async def test_reclaim_takes_over_several_streams_within_one_count(
+    store: QueueStore, redis: Redis
+) -> None:
+    await store.create_groups(["a", "b"])
+    for queue in ("a", "b"):
+        for _ in range(2):
+            await store.enqueue("t", queue=queue)
+        await store.read([(queue, "normal")], "gone", 10, 100)  # a worker that died
+    await redis.set(store.keys.queue("c"), "x")
+    a: Lane = ("a", "normal")
+    b: Lane = ("b", "normal")
+    c: Lane = ("c", "normal")  # not a stream: nothing to reclaim
+    d: Lane = ("d", "high")  # no stream, no group: nothing either
+    late: Lane = ("b", "high")  # past the count: keeps its start id
+    got = await store.reclaim([(c, "0-0"), (d, "0-0"), (a, "0-0"), (b, "0-0"), (late, "7-7")],
+                              "me", 0, 3)  # fmt: skip
+    assert [len(claimed) for _, claimed in got] == [0, 0, 2, 1, 0]
+    assert [cursor for cursor, _ in got][:2] == ["0-0", "0-0"]
+    assert got[4][0] == "7-7"
+    assert {deliveries for _, claimed in got for _, _, deliveries in claimed} == {2}
+    [(_, rest)] = await store.reclaim([(b, got[3][0])], "me", 0, 10)  # from b's cursor on
+    assert len(rest) == 1
+    assert rest[0][0] != got[3][1][0][0]
 
 
 @pytest.mark.cluster

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 import rsched
+from cluster import Cluster
 from conftest import Proc
 from rsched._connection import connect, warn_if_unsafe
 from rsched._embedded import free_port
@@ -47,6 +48,7 @@ from secure_servers import (
     user_url,
 )
 from servers import Server, env_kinds
+from worker_app import fast_settings
 
 Spawn = Callable[..., Proc]
 MakeServer = Callable[..., Server]
@@ -447,6 +449,140 @@ def web_support() -> Any:
     import web_support
 
     return web_support
+
+
+# --- the same users on a cluster (ACL SETUSER on every node) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def acl_cluster(server: Server) -> Iterator[Cluster]:
+    """Three primaries of the kind of ``server``, for this module's cluster tests."""
+    with Cluster(server.kind) as made:
+        yield made
+
+
+@pytest.fixture
+def cluster_users(acl_cluster: Cluster, prefix: str) -> Cluster:
+    """``acl_cluster`` with the documented users for ``prefix`` on every node."""
+    for node in acl_cluster.nodes:
+        load_users(node, prefix)
+    return acl_cluster
+
+
+def cluster_settings(cluster: Cluster, user: str, prefix: str) -> Settings:
+    """A deployment of 3 partitions, one on each primary, as ``user``."""
+    url = user_url(cluster.primaries()[0], user)
+    return Settings(redis_url=url, prefix=prefix, cluster=True, partitions=3)
+
+
+def cluster_denials(cluster: Cluster) -> list[str]:
+    return [f"{node.port} {denial}" for node in cluster.nodes for denial in denials(node)]
+
+
+async def test_every_role_of_the_sdk_under_its_user_on_a_cluster(
+    cluster_users: Cluster, prefix: str
+) -> None:
+    cluster = cluster_users
+    settings = {user: cluster_settings(cluster, user, prefix) for user in ROLES}
+    worker = rsched.Worker(queues=["default"], settings=fast_settings(settings["rsched-worker"]))
+    ran: list[str] = []
+
+    @worker.task("sec.ok")
+    async def ok(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+
+    async with rsched.Client.from_settings(settings["rsched-client"]) as client:
+        await client.add_many([{**SPEC, "id": f"s{n}"} for n in range(6)])
+        await client.pause("s0")
+        await client.resume("s0")
+        await client.trigger("s1")
+        ids = [(await client.enqueue("sec.ok")).execution_id for _ in range(6)]
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, None)
+            with anyio.fail_after(20):
+                while len(ran) < len(ids) + 1:  # noqa: ASYNC110 - the handler appends
+                    await anyio.sleep(0.05)
+            worker.stop()
+    async with rsched.Client.from_settings(settings["rsched-readonly"]) as readonly:
+        assert len((await readonly.list()).items) == 6
+        assert (await readonly.job(ids[0])).state == "completed"
+        await readonly.stats()
+        await readonly.health()
+        await readonly.runs()
+        await readonly.jobs()
+    assert cluster_denials(cluster) == []
+
+
+async def test_a_user_without_cluster_slots_is_told_so(cluster_users: Cluster, prefix: str) -> None:
+    for node in cluster_users.nodes:
+        admin(node).execute_command("ACL", "SETUSER", "rsched-readonly", "-cluster|slots")
+    settings = cluster_settings(cluster_users, "rsched-readonly", prefix)
+    async with rsched.Client.from_settings(settings) as client:
+        with pytest.raises(rsched.AccessDenied, match=r"NOPERM.*cluster\|slots"):
+            await client.list()
+
+
+@pytest.mark.slow
+def test_scheduler_worker_and_cli_under_their_users_on_a_cluster(
+    cluster_users: Cluster, spawn: Spawn, prefix: str, tmp_path: Path
+) -> None:
+    cluster = cluster_users
+    node = cluster.primaries()[0]
+    on_cluster = {"RSCHED_CLUSTER": "true", "RSCHED_PARTITIONS": "3"}
+    client = user_url(node, "rsched-client")
+    added = run_cli(
+        client, prefix, "add", "tick", "--every", "1s", "--task", "sec.ok", **on_cluster
+    )
+    assert added.returncode == 0, added.stderr
+    schedules = tmp_path / "schedules.toml"
+    schedules.write_text('[[schedule]]\nid = "from-file"\ntask = "sec.ok"\nevery = "1h"\n')
+    scheduler = spawn(
+        "rsched._scheduler_main",
+        *FAST_SCHEDULER,
+        *("--schedules", str(schedules)),
+        env=role_env(user_url(node, "rsched-scheduler"), prefix, **on_cluster, **BUSY_LEADER),
+    )
+    worker = spawn(
+        "rsched._worker_main",
+        "secure_servers:worker",
+        env=role_env(user_url(node, "rsched-worker"), prefix, **on_cluster, **FAST_WORKER),
+    )
+    enqueued = run_cli(client, prefix, "enqueue", "sec.ok", "--id", "one-off", **on_cluster)
+    assert enqueued.returncode == 0, enqueued.stderr
+
+    def shown(*argv: str, user: str = "rsched-client") -> str:
+        done = run_cli(user_url(node, user), prefix, *argv, **on_cluster)
+        assert done.returncode == 0, (argv, done.stderr)
+        return done.stdout
+
+    eventually(lambda: "completed" in shown("job", "one-off"), what="the enqueued job to run")
+    eventually(lambda: "from-file" in shown("ls"), what="the schedules file's sync")
+    eventually(lambda: "tick" in shown("runs"), what="a fired run")
+    assert "tick" in shown("ls", user="rsched-readonly")
+    shown("stats", user="rsched-readonly")
+    for proc in (scheduler, worker):
+        proc.signal(signal.SIGTERM)
+        assert proc.wait() == 0, proc.output()[-2000:]
+    assert cluster_denials(cluster) == []
+    assert "server.check_skipped" not in scheduler.output() + worker.output()
+    assert "retention.sweep" in scheduler.output()
+
+
+async def test_the_read_only_dashboard_under_its_user_on_a_cluster(
+    cluster_users: Cluster, prefix: str
+) -> None:
+    serve = web_support().serve
+    cluster = cluster_users
+    async with rsched.Client.from_settings(cluster_settings(cluster, "rsched-client", prefix)) as c:
+        await c.add(SPEC)
+        await c.enqueue("sec.ok", execution_id="waiting", delay="1h")
+    with serve(cluster_settings(cluster, "rsched-readonly", prefix), read_only=True) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            for path in ("/", "/schedules", "/schedules/nightly", "/queues", "/workers", "/runs",
+                         "/api/v1/stats", "/api/v1/jobs/waiting"):  # fmt: skip
+                got = await http.get(path)
+                assert got.status_code == 200, (path, got.text[:300])
+    assert cluster_denials(cluster) == []
 
 
 # --- TLS ------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@
 --   (ms): rewritten in place (LSET) when it is the head or among the next HIST_DEPTH records
 --   (overlapping runs), else pushed as a new record (its first event trimmed away, or a
 --   record written by an older rsched). dur (ms, rounded) is the outcome's duration or nil,
---   fields the token's text after the duration (hist_fields()).
+--   fields the token's text after the duration (hist_fields()). Returns false when the key
+--   holds another type (nothing written: the read of the head doubles as the type check).
 -- exec_sched(exec): the scheduled ms of an execution id (<id>@<ms>), or nil.
 
 local HIST_DEPTH = 5
@@ -114,7 +115,8 @@ local function rec_note(history, cap, sched, code, at, dur, fields)
   local key = b62(sched) .. '|'
   local n = #key
   local index, rec = nil, nil
-  local head = rcall('LINDEX', history, '0')
+  local head = pcall_read('LINDEX', history, '0')
+  if head == nil then return false end -- another type (an empty list reads as false)
   if head and string.sub(head, 1, n) == key then
     index, rec = 0, head
   elseif head then
@@ -138,6 +140,7 @@ local function rec_note(history, cap, sched, code, at, dur, fields)
   else
     hist(history, cap, key .. token)
   end
+  return true
 end
 
 local function exec_sched(exec)

@@ -9,10 +9,14 @@
 --   with a comma (built by the worker with a JSON encoder); its other fields (the worker's id)
 --   are not kept: the runs log has them. An event of another name, or of an execution id that
 --   is not <id>@<ms>, is pushed as a JSON object {"event":…,"execution_id":…,"attempt":…,
---   "at":…<extra>}, as rsched before compact records wrote every event.
+--   "at":…<extra>}, as rsched before compact records wrote every event. Returns false when the
+--   history key holds another type (nothing written), so a caller need not check it first.
 -- schedule_keys_ok(history, hash, pending)
 --   True when the schedule's keys are absent or of rsched's types; a key someone overwrote is
 --   left alone (the job's own outcome is still recorded on the queue).
+-- schedule_live(hash)
+--   True while the schedule exists and its key is a hash: schedule_exists and the hash's part of
+--   schedule_keys_ok in one command (the worker scripts run it for every job).
 -- schedule_exists(hash)
 --   True while the schedule exists. A job that ends (or starts) after its schedule was removed
 --   writes nothing under the schedule's id: its history would otherwise come back as a key
@@ -72,10 +76,9 @@ local function job_event(history, cap, event, exec, attempt, now, extra)
     end
   end
   if not (code and sched) then -- not an execution of this schedule: an event as JSON
-    hist(history, cap, '{"event":"' .. event .. '","execution_id":' .. json_str(exec) ..
-         ',"attempt":' .. int_text(tonumber(attempt) or 0) ..
-         ',"at":' .. int_text(now) .. extra .. '}')
-    return
+    return hist_first(history, cap, '{"event":"' .. event .. '","execution_id":' ..
+                      json_str(exec) .. ',"attempt":' .. int_text(tonumber(attempt) or 0) ..
+                      ',"at":' .. int_text(now) .. extra .. '}')
   end
   local a = tonumber(attempt) or 0
   if a == 1 then a = nil else a = b62(a) end
@@ -84,26 +87,29 @@ local function job_event(history, cap, event, exec, attempt, now, extra)
     if deliveries == 1 then deliveries = nil end
     local fields = ''
     if a or deliveries then fields = hist_fields(a, job_num(deliveries)) end
-    rec_note(history, cap, sched, code, now, nil, fields)
-    return
+    return rec_note(history, cap, sched, code, now, nil, fields)
   end
   local dur = tonumber(x.duration_ms)
   if dur then dur = math.floor(dur + 0.5) end
   if not (x.retry_in_ms or x.reason or x.error_type or x.error or x.deliveries or x.by) then
     local fields = '' -- a run that completed: its duration, and its attempt unless the first
     if a then fields = ',' .. a end
-    rec_note(history, cap, sched, code, now, dur, fields)
-    return
+    return rec_note(history, cap, sched, code, now, dur, fields)
   end
   local by = exec_sched(x.by)
   if by then by = b62(by - sched) elseif x.by then by = '=' .. esc(x.by) end
-  rec_note(history, cap, sched, code, now, dur,
-           hist_fields(a, job_num(x.retry_in_ms), job_text(x.reason), job_text(x.error_type),
-                       job_text(x.error), job_num(x.deliveries), by))
+  return rec_note(history, cap, sched, code, now, dur,
+                  hist_fields(a, job_num(x.retry_in_ms), job_text(x.reason),
+                              job_text(x.error_type), job_text(x.error), job_num(x.deliveries),
+                              by))
 end
 
 local function schedule_keys_ok(history, hash, pending)
   return key_is(history, 'list') and key_is(hash, 'hash') and key_is(pending, 'zset')
+end
+
+local function schedule_live(hash)
+  return rcall('TYPE', hash)['ok'] == 'hash'
 end
 
 local function schedule_exists(hash)

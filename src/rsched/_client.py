@@ -529,8 +529,9 @@ class Client:
         A paused schedule shows when it would fire if resumed now.
         """
         _argument("n", check_page, n)
-        schedule = await (await self._store(schedule_id)).load(schedule_id)
-        now = await self._clock.time_ms()
+        store = await self._store(schedule_id)
+        schedule = await store.load(schedule_id)
+        now = await store.time_ms()  # the clock its scripts read (on a cluster, its node's)
         return next_fire_times(schedule, from_ms(now), n)
 
     @_redis_errors

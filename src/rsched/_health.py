@@ -35,6 +35,7 @@ from rsched._format import duration
 from rsched._history import stored_events
 from rsched._job import DEFAULT_TIMEOUT_S
 from rsched._keys import GROUP, Keys
+from rsched._lua import server_time_ms
 from rsched._queues import QueueStore
 from rsched._rules import NAME_RE, PRIORITIES
 from rsched._settings import HealthSettings, Settings
@@ -308,8 +309,7 @@ class HealthReader:
         self._queues = QueueStore.from_settings(redis, settings, self.keys)
 
     async def now_ms(self) -> int:
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return await server_time_ms(self.redis, self.keys)
 
     # --- schedules -----------------------------------------------------------------------------
 

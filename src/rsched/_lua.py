@@ -7,10 +7,12 @@ maxmemory (never half-applied), a read-only one (:data:`READ_ONLY`) declares ``n
 on a cluster a script touching a key outside its declared keys' slot fails instead of reaching
 another node's data.
 
-On a cluster (rsched._cluster) a script runs on the primary of its keys' slot: a NOSCRIPT
-there (a new primary after a failover, or the target of a slot being migrated) loads the
-script on every primary and retries once, and a TRYAGAIN (its keys half migrated) is retried
-with backoff for up to :data:`TRYAGAIN_LIMIT_S`.
+On a cluster (rsched._cluster) a script runs on the primary of its keys' slot. The client loads
+the scripts each primary it learns of lacks; a NOSCRIPT all the same (a primary that lost them, or
+one met through a MOVED) loads the script on every primary and retries once, and a TRYAGAIN (its
+keys half migrated) is retried with backoff for up to :data:`TRYAGAIN_LIMIT_S`. A write to be
+confirmed goes with its WAIT on a connection of that primary held for both, and a MOVED or ASK
+sends the pair again where it points.
 """
 
 from __future__ import annotations
@@ -18,20 +20,39 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import Connection
 from redis.commands.core import AsyncScript
-from redis.exceptions import ClusterError, NoScriptError, RedisError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched._backoff import Backoff
-from rsched._cluster import is_cluster, primaries
+from rsched._cluster import (
+    held_connection,
+    is_cluster,
+    learn_moved,
+    node_at,
+    on_slot_primary,
+    primaries,
+    slot_primary,
+)
 from rsched._errors import StateError
+from rsched._keys import Keys
 from rsched._log import get_logger
 
 log = get_logger("rsched.lua")
@@ -47,6 +68,10 @@ READ_ONLY = frozenset({"due", "find_job", "index_after", "policies"})
 TRYAGAIN_LIMIT_S = 10.0
 #: What a cluster says of a call that can succeed once a slot's migration has ended.
 _MIGRATING = ("TTL exhausted", "non local key")
+#: Redirects (MOVED, ASK) one write and its WAIT follow before the call counts as migrating.
+_REDIRECTS = 16
+
+T = TypeVar("T")
 
 
 def migrating(exc: BaseException) -> bool:
@@ -122,10 +147,63 @@ def _text(arg: Any) -> str:
     return arg.decode() if isinstance(arg, bytes) else str(arg)
 
 
+async def server_time_ms(redis: Redis, keys: Keys | None) -> int:
+    """Redis TIME in epoch ms. On a cluster, the clock of the primary serving the partition of
+    ``keys``: the one its scripts read (each node has its own clock)."""
+    if keys is None or not is_cluster(redis):
+        seconds, micros = await redis.time()
+    else:
+        seconds, micros = await on_slot_primary(redis, keys.tag, "TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def _check_wrong_type(name: str, exc: ResponseError) -> None:
     # A key of the wrong type can only come from a writer other than rsched.
     if "WRONGTYPE" in str(exc):
         raise StateError(f"{name}: a key holds the wrong type of value ({exc})") from exc
+
+
+#: ASKING in the Redis protocol: what lets the next command on a connection reach a slot being
+#: imported by that node.
+_ASKING = pack_command(["ASKING"])
+
+
+def _flushed(name: str) -> ResponseError:
+    return ResponseError(f"NOSCRIPT {name} was flushed as soon as it was loaded")
+
+
+async def _talk(
+    conn: Connection, data: bytes, count: int
+) -> tuple[list[Any], ResponseError | None]:
+    """Send ``data`` (``count`` packed commands) on ``conn`` and read every reply: the replies
+    that were not errors, and the first error."""
+    replies: list[Any] = []
+    error: ResponseError | None = None
+    try:
+        await conn.send_packed_command(data)
+        for _ in range(count):
+            try:
+                replies.append(await conn.read_response())
+            except ResponseError as exc:  # the next reply is still to be read
+                error = error or exc
+    except BaseException:
+        # Cancelled (or failed) between send and reply: the reply would be read by the
+        # connection's next user, so the connection must not go back to the pool as is.
+        with anyio.CancelScope(shield=True):
+            await conn.disconnect()
+        raise
+    return replies, error
+
+
+def _replies(name: str, replies: list[Any], error: ResponseError | None) -> list[Any] | None:
+    """What :func:`_talk` read, for the callers of scripts: None when the script was not
+    loaded, a raised error for any other error."""
+    if isinstance(error, NoScriptError):
+        return None
+    if error is not None:
+        _check_wrong_type(name, error)
+        raise error
+    return replies
 
 
 class ScriptCaller:
@@ -137,6 +215,8 @@ class ScriptCaller:
 
     #: Writes to confirm with WAIT (rsched._durability); the stores set it from the settings.
     durability: Durability | None = None
+    #: The partition whose keys the scripts touch (the subclasses set it): whose clock counts.
+    keys: Keys
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -167,15 +247,24 @@ class ScriptCaller:
         self, name: str, words: list[Any], numkeys: int, command: str = "EVALSHA"
     ) -> Any:
         script = self.script(name)
+
+        async def attempt() -> Any:
+            try:
+                return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
+            except NoScriptError:
+                await self._load_on_primaries(script)
+                return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
+
+        return await self._while_migrating(name, attempt)
+
+    async def _while_migrating(self, name: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()``, again with backoff while the cluster says the keys' slot is being
+        migrated, for up to :data:`TRYAGAIN_LIMIT_S`."""
         backoff = Backoff(initial_s=0.05, maximum_s=0.5)
         give_up = anyio.current_time() + TRYAGAIN_LIMIT_S
         while True:
             try:
-                try:
-                    return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
-                except NoScriptError:
-                    await self._load_on_primaries(script)
-                    return await self.redis.execute_command(command, script.sha, numkeys, *words)  # type: ignore[no-untyped-call]
+                return await attempt()
             except (TryAgainError, ClusterError, ResponseError) as exc:
                 # redis-py follows MOVED and ASK itself, and waits out TRYAGAIN only briefly
                 # (its redirect budget, then "TTL exhausted"); a slot's migration takes longer.
@@ -239,9 +328,11 @@ class ScriptCaller:
         confirmed (rsched._durability) goes out with its WAIT on the same connection.
         """
         redis = self.redis
-        if self._cluster:  # redis-py routes it (cluster mode refuses durability: _settings)
-            return await self._call(name, keys, args)
         durability = self._durability(name)
+        if self._cluster:
+            if durability is None:  # redis-py routes it
+                return await self._call(name, keys, args)
+            return await self._confirmed_on_cluster(name, keys, args, durability, cache)
         if durability is not None:
             await durability.ready(redis)
         if redis.connection is not None or redis.single_connection_client:
@@ -270,42 +361,83 @@ class ScriptCaller:
             await self.ensure_loaded([name])
             replies = await self._exchange(name, data, 2)
             if replies is None:
-                raise ResponseError(f"NOSCRIPT {name} was flushed as soon as it was loaded")
+                raise _flushed(name)
         durability.judge(name, replies[1], unsure=unsure)
         return replies[0]
+
+    async def _confirmed_on_cluster(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        durability: Durability,
+        cache: dict[str, bytes] | None,
+    ) -> Any:
+        """A write and its WAIT together on a connection of the primary serving the keys'
+        slot, whose replicas must confirm it (a WAIT routed by redis-py, which has no key to
+        route it by, would reach any node)."""
+        await durability.ready(self.redis)
+        script = self.script(name)
+        data = pack_command(["EVALSHA", script.sha, str(len(keys)), *keys, *args], cache)
+        data += pack_command(durability.wait_args)
+
+        async def attempt() -> list[Any]:
+            replies = await self._exchange_on_slot(name, data, 2, keys[0])
+            if replies is None:
+                await self._load_on_primaries(script)
+                replies = await self._exchange_on_slot(name, data, 2, keys[0])
+                if replies is None:
+                    raise _flushed(name)
+            return replies
+
+        try:
+            reply, waited = await self._while_migrating(name, attempt)
+        except (RedisConnectionError, RedisTimeoutError):
+            # Sent again through the client, which learns the topology anew (a failover): the
+            # script finds its first run's result, and no WAIT can confirm that run there.
+            reply = await self._call(name, keys, args)
+            durability.judge(name, None, unsure=True)
+            return reply
+        durability.judge(name, waited)
+        return reply
 
     async def _exchange(self, name: str, data: bytes, count: int) -> list[Any] | None:
         """Send ``data`` (``count`` packed commands) on one pooled connection and read their
         replies; None when the script was not loaded. A connection error is raised after the
         connection was closed (the caller may send again)."""
-        # On Redis Cluster: the pool of the node that owns the script's slot (a WAIT has no key
-        # to route it by; it must reach the node the write went to, on the same connection).
         pool = self.redis.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-        replies: list[Any] = []
-        error: ResponseError | None = None
         try:
-            await conn.send_packed_command(data)
-            for _ in range(count):
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:  # the next reply is still to be read
-                    error = error or exc
-        except BaseException:
-            # Cancelled (or failed) between send and reply: the reply would be read by the
-            # connection's next user, so the connection must not go back to the pool as is.
-            with anyio.CancelScope(shield=True):
-                await conn.disconnect()
-            raise
+            replies, error = await _talk(conn, data, count)
         finally:
             with anyio.CancelScope(shield=True):
                 await pool.release(conn)
-        if isinstance(error, NoScriptError):
-            return None
-        if error is not None:
-            _check_wrong_type(name, error)
-            raise error
-        return replies
+        return _replies(name, replies, error)
+
+    async def _exchange_on_slot(
+        self, name: str, data: bytes, count: int, key: str
+    ) -> list[Any] | None:
+        """:meth:`_exchange` on a connection of the primary serving the slot of ``key``,
+        following MOVED (the slot map is patched) and ASK (ASKING goes first, on the same
+        connection); the commands are sent again whole to where the redirect points."""
+        asking: ClusterNode | None = None
+        for _ in range(_REDIRECTS):
+            node = asking or await slot_primary(self.redis, key)
+            sent, expected = (_ASKING + data, count + 1) if asking else (data, count)
+            async with held_connection(node) as conn:
+                replies, error = await _talk(conn, sent, expected)
+            if asking is not None:
+                replies, asking = replies[1:], None  # ASKING's OK
+            if isinstance(error, MovedError):  # (a kind of AskError)
+                await learn_moved(self.redis, error)
+                continue
+            if isinstance(error, AskError):
+                asking = node_at(self.redis, error.host, error.port)
+                if asking is None:
+                    raise TryAgainError(f"ASK to {error.host}:{error.port}, an unknown node")
+                continue
+            return _replies(name, replies, error)
+        raise ClusterError("TTL exhausted: the keys' slot kept moving")
 
     async def ensure_loaded(self, names: Sequence[str]) -> list[str]:
         """Load the scripts in ``names`` the server lacks; returns those it loaded."""
@@ -317,6 +449,6 @@ class ScriptCaller:
         return [name for name, _ in missing]
 
     async def time_ms(self) -> int:
-        """Redis TIME in epoch ms: decisions about time never use a client's clock."""
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        """Redis TIME in epoch ms, of the node whose scripts touch :attr:`keys` (see
+        :func:`server_time_ms`): decisions about time never use a client's clock."""
+        return await server_time_ms(self.redis, self.keys)

@@ -361,10 +361,11 @@ class QueueStore(_lua.ScriptCaller):
                 pipe.zcard(self.keys.delayed_queue(name))
                 pipe.xlen(self.keys.dead(name))
             head = await pipe.execute(raise_on_error=False)
-        if cluster:
-            head.insert(0, await self.redis.time())
-        seconds, micros = head[0]
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        if cluster:  # the clock of the partition's node
+            now_ms = await self.time_ms()
+        else:
+            seconds, micros = head.pop(0)
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
         lanes = [(name, level) for name in names for level in PRIORITIES]
         # Each stream's group (no stream or no group yet: an error, skipped), then the oldest
         # pending entry of those that hold some: two round trips whatever the queues.
@@ -381,7 +382,7 @@ class QueueStore(_lua.ScriptCaller):
         out: dict[str, dict[str, int | float | None]] = {}
         per = len(PRIORITIES) + 2
         for i, name in enumerate(names):
-            values = [_as_int(v) for v in head[1 + i * per : 1 + (i + 1) * per]]
+            values = [_as_int(v) for v in head[i * per : (i + 1) * per]]
             lengths = dict(zip(PRIORITIES, values, strict=False))
             delayed, dead = values[-2], values[-1]
             pending, consumers, oldest = 0, 0, None
@@ -647,35 +648,32 @@ class QueueStore(_lua.ScriptCaller):
         return [str(x) for x in lost]
 
     async def reclaim(
-        self,
-        queue: str,
-        consumer: str,
-        min_idle_ms: int,
-        start: str,
-        count: int,
-        priority: Priority = "normal",
-    ) -> tuple[str, list[tuple[str, dict[str, str], int]]]:
-        """Claim idle entries of one level's stream: (next start id, [(entry id, fields,
-        deliveries)]). A reclaimed job stays in its stream, so it keeps its level."""
-        nxt, found = await self.call(
-            "reclaim",
-            [self.keys.queue(queue, priority)],
-            [GROUP, consumer, min_idle_ms, start, count],
-        )
+        self, starts: Sequence[tuple[Lane, str]], consumer: str, min_idle_ms: int, count: int
+    ) -> list[tuple[str, list[tuple[str, dict[str, str], int]]]]:
+        """Claim idle entries of the streams of ``starts`` ((queue, level), start id), at most
+        ``count`` in all, in that order, in one call: per stream (next start id, [(entry id,
+        fields, deliveries)]). A reclaimed job stays in its stream, so it keeps its level."""
+        keys = [self.keys.queue(queue, level) for (queue, level), _ in starts]
+        args = [GROUP, consumer, min_idle_ms, count, *(start for _, start in starts)]
         out = []
-        for entry_id, flat, deliveries in found:
-            fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
-            out.append((str(entry_id), fields, int(deliveries)))
-        return str(nxt), out
+        for nxt, found in await self.call("reclaim", keys, args):
+            claimed = []
+            for entry_id, flat, deliveries in found:
+                fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+                claimed.append((str(entry_id), fields, int(deliveries)))
+            out.append((str(nxt), claimed))
+        return out
 
-    async def promote(self, queue: str, limit: int = 1000) -> tuple[int, int | None]:
-        """Move due delayed jobs into the stream of their level: (moved, ms until the next is
-        due or None)."""
-        res = await self.call(
-            "promote", [self.keys.delayed_queue(queue), *self.streams(queue)], [limit]
-        )
+    async def promote(self, queues: Sequence[str], limit: int = 1000) -> tuple[int, int | None]:
+        """Move the due delayed jobs of ``queues`` into the streams of their levels, in one
+        call: (moved, ms until the next is due or None). ``limit`` bounds the moves of one call
+        (all queues together): a caller that moved ``limit`` calls again."""
+        keys: list[str] = []
+        for queue in queues:
+            keys += [self.keys.delayed_queue(queue), *self.streams(queue)]
+        res = await self.call("promote", keys, [limit])
         if int(res[0]) < 0:
-            check(res, script="promote", queue=queue)
+            check(res, script="promote", queue=",".join(queues))
         wait = int(res[1])
         return int(res[0]), (wait if wait >= 0 else None)
 

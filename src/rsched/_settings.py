@@ -301,16 +301,6 @@ class Settings(BaseSettings):
             )
         return self
 
-    @model_validator(mode="after")
-    def _durability_without_cluster(self) -> Settings:
-        if self.cluster and self.durability != "async":
-            raise ValueError(
-                f"durability={self.durability} is not available in cluster mode yet (its WAIT "
-                "must follow the write on the connection of the slot's primary): unset "
-                "RSCHED_DURABILITY or RSCHED_CLUSTER"
-            )
-        return self
-
     @property
     def url(self) -> str:
         return self.redis_url or DEFAULT_REDIS_URL

@@ -61,6 +61,8 @@ jobs_log = get_logger("rsched.worker.jobs")
 ACTOR_FAILURES = (RedisError, OSError, StateError, UnicodeDecodeError)
 
 ACK_BATCH = 1_000
+# Most delayed jobs one promote call moves (a call that moved this many is followed by another).
+PROMOTE_BATCH = 1_000
 CONSUMER_IDLE_FORGET_MS = 3_600_000
 MAX_RETRY_DELAY_S = 365 * 86_400.0
 # A registry record lives this many heartbeats: a worker that misses them is gone.
@@ -204,7 +206,8 @@ class Actors:
         # Entries of jobs cancelled by a forced stop (no outcome): handed back on the way out.
         self.abandoned: set[Held] = set()
         # Set while the reader of a deployment of several partitions found nothing: the
-        # watchers block on their partitions then, and set found when one got an entry.
+        # watchers block on their partitions then, and set found when one got an entry (or
+        # failed: the reader then looks itself).
         self._idle = anyio.Event()
         self._found = anyio.Event()
         self.started_ms = time.time_ns() // 1_000_000
@@ -283,12 +286,12 @@ class Actors:
         return got
 
     async def _wait_found(self) -> None:
-        """Idle with several partitions: let the watchers block, until one found an entry (or
-        block_ms passed: then the reader looks itself, in case a watcher is backing off)."""
+        """Idle with several partitions: let the watchers block, until one found an entry or
+        failed (then the reader looks itself, in case that watcher backs off for a while).
+        Without a failure the reader never polls: the watchers' reads cover every stream."""
         self._found = anyio.Event()
         self._idle.set()
-        with anyio.move_on_after(self.cfg.block_ms / 1000):
-            await self._found.wait()
+        await self._found.wait()
         self._idle = anyio.Event()
 
     async def _watch(self, partition: int, every: list[Lane]) -> None:
@@ -305,9 +308,11 @@ class Actors:
             try:
                 got = await store.read(every, self.consumer, 1, self.cfg.block_ms)
             except ResponseError as exc:
+                self._found.set()
                 await self._read_refused(exc, backoff)
                 continue
             except ACTOR_FAILURES as exc:
+                self._found.set()
                 await _back_off(backoff, "reader", exc)
                 continue
             backoff.reset()
@@ -853,12 +858,12 @@ class Actors:
     # --- reclaimer ---------------------------------------------------------------------------
 
     async def reclaimer(self) -> None:
+        """Every ``reclaim_interval_s``, take over the entries of the worker's streams idle past
+        the visibility timeout (a dead worker's): one call per partition for all its streams,
+        as many as there are idle slots."""
         partitions = len(self.stores)
-        queues = self.cfg.queues
-        streams: list[Stream] = [
-            (p, q, level) for p in range(partitions) for level in PRIORITIES for q in queues
-        ]
-        cursors = dict.fromkeys(streams, "0-0")
+        lanes: list[Lane] = [(q, level) for level in PRIORITIES for q in self.cfg.queues]
+        cursors = [dict.fromkeys(lanes, "0-0") for _ in range(partitions)]
         visibility_ms = math.ceil(self.cfg.visibility_timeout_s * 1000)
         rounds = 0
         while True:
@@ -866,41 +871,50 @@ class Actors:
             rounds += 1
             # Each round starts with the next partition: a budget of idle slots used up by one
             # partition's stalled entries leaves the others their turn in the next rounds.
-            lead = rounds % partitions * len(streams) // partitions
-            for stream in streams[lead:] + streams[:lead]:
-                partition, queue, level = stream
+            for step in range(partitions):
+                partition = (rounds + step) % partitions
                 n = min(self.slots.idle(), self.cfg.read_batch)
                 if n == 0:
                     break
+                at = cursors[partition]
                 try:
-                    cursor, claimed = await self.stores[partition].reclaim(
-                        queue, self.consumer, visibility_ms, cursors[stream], n, level
+                    found = await self.stores[partition].reclaim(
+                        [(lane, at[lane]) for lane in lanes], self.consumer, visibility_ms, n
                     )
                 except ACTOR_FAILURES as exc:
                     log.warning("redis.error", actor="reclaimer", error=str(exc))
                     continue
-                cursors[stream] = cursor
-                fresh = [c for c in claimed if (partition, queue, level, c[0]) not in self.inflight]
-                self.slots.take(len(fresh))
-                if METRICS.on and fresh:
-                    METRICS.reclaims.labels(queue).inc(len(fresh))
-                runnable = []
-                for entry_id, fields, deliveries in fresh:
-                    log.warning(
-                        "job.reclaimed",
-                        entry_id=entry_id,
-                        queue=queue,
-                        execution_id=fields.get("execution_id", ""),
-                        deliveries=deliveries,
-                    )
-                    if deliveries > self.cfg.max_deliveries:
-                        await self._poison(stream, entry_id, fields, deliveries)
-                    else:
-                        runnable.append((entry_id, fields, deliveries))
-                if runnable:
-                    await self.dispatch((queue, level), runnable, partition)
+                for lane, (cursor, claimed) in zip(lanes, found, strict=True):
+                    at[lane] = cursor
+                    if claimed:
+                        await self._reclaimed((partition, *lane), claimed)
             if rounds % 100 == 1:
                 await self._forget_consumers()
+
+    async def _reclaimed(
+        self, stream: Stream, claimed: list[tuple[str, dict[str, str], int]]
+    ) -> None:
+        """Run the entries the reclaimer took over from one stream (or bury the poison)."""
+        partition, queue, level = stream
+        fresh = [c for c in claimed if (partition, queue, level, c[0]) not in self.inflight]
+        self.slots.take(len(fresh))
+        if METRICS.on and fresh:
+            METRICS.reclaims.labels(queue).inc(len(fresh))
+        runnable = []
+        for entry_id, fields, deliveries in fresh:
+            log.warning(
+                "job.reclaimed",
+                entry_id=entry_id,
+                queue=queue,
+                execution_id=fields.get("execution_id", ""),
+                deliveries=deliveries,
+            )
+            if deliveries > self.cfg.max_deliveries:
+                await self._poison(stream, entry_id, fields, deliveries)
+            else:
+                runnable.append((entry_id, fields, deliveries))
+        if runnable:
+            await self.dispatch((queue, level), runnable, partition)
 
     async def _poison(
         self, stream: Stream, entry_id: str, fields: dict[str, str], deliveries: int
@@ -934,28 +948,43 @@ class Actors:
     # --- promoter ----------------------------------------------------------------------------
 
     async def promoter(self) -> None:
-        backoff = Backoff()
+        """Move due delayed jobs (retries, delayed enqueues) into their streams: one call per
+        partition for all the worker's queues, then sleep until the next is due, at most
+        ``promote_interval_ms`` (others add delayed jobs without telling this worker), or until
+        this worker schedules a retry due sooner (promote_wake). A partition that fails is
+        left alone for its backoff; the others go on."""
+        partitions = len(self.stores)
+        backoffs = [Backoff() for _ in range(partitions)]
+        retry_at = [0.0] * partitions  # anyio.current_time() a failed partition is tried again
         interval_s = self.cfg.promote_interval_ms / 1000
+        queues = list(self.cfg.queues)
         while True:
+            # Replaced before the round: a retry scheduled while it runs wakes the next one.
+            wake = self.promote_wake = anyio.Event()
             wait_s = interval_s
-            try:
-                for store in self.stores:
-                    for queue in self.cfg.queues:
-                        while True:
-                            moved, next_ms = await store.promote(queue)
-                            if moved < 1000:
-                                break
-                        if next_ms is not None:
-                            wait_s = min(wait_s, next_ms / 1000)
-                backoff.reset()
-            except ACTOR_FAILURES as exc:
-                wait_s = backoff.next()
-                log.warning(
-                    "redis.error", actor="promoter", error=str(exc), retry_s=round(wait_s, 2)
-                )
-            self.promote_wake = anyio.Event()
+            for partition, store in enumerate(self.stores):
+                left_s = retry_at[partition] - anyio.current_time()
+                if left_s > 0:
+                    wait_s = min(wait_s, left_s)
+                    continue
+                try:
+                    while True:
+                        moved, next_ms = await store.promote(queues, PROMOTE_BATCH)
+                        if moved < PROMOTE_BATCH:
+                            break
+                except ACTOR_FAILURES as exc:
+                    delay = backoffs[partition].next()
+                    retry_at[partition] = anyio.current_time() + delay
+                    wait_s = min(wait_s, delay)
+                    log.warning(
+                        "redis.error", actor="promoter", error=str(exc), retry_s=round(delay, 2)
+                    )
+                    continue
+                backoffs[partition].reset()
+                if next_ms is not None:
+                    wait_s = min(wait_s, next_ms / 1000)
             with anyio.move_on_after(max(wait_s, 0.005)):
-                await self.promote_wake.wait()
+                await wake.wait()
 
     # --- cancel listener ---------------------------------------------------------------------
 
