@@ -269,7 +269,7 @@ async def test_every_script_declares_every_key_it_touches(
     old = f"{int_b62(await store.time_ms() - 400 * 86_400_000)}|f5|c2,1"
     await redis.rpush(keys.history("m1"), old)
     assert (await Retention(redis, settings, lambda: True).sweep()).history >= 1
-    await queues.reclaim("default", "nobody", 0, "0-0", 10)
+    await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
     assert set(_lua.names()) - strict.ran == set(), "scripts this test never ran"
