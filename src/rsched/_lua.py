@@ -330,9 +330,7 @@ class ScriptCaller:
         redis = self.redis
         durability = self._durability(name)
         if self._cluster:
-            if durability is None:  # redis-py routes it
-                return await self._call(name, keys, args)
-            return await self._confirmed_on_cluster(name, keys, args, durability, cache)
+            return await self._packed_on_cluster(name, keys, args, durability, cache)
         if durability is not None:
             await durability.ready(redis)
         if redis.connection is not None or redis.single_connection_client:
@@ -365,41 +363,49 @@ class ScriptCaller:
         durability.judge(name, replies[1], unsure=unsure)
         return replies[0]
 
-    async def _confirmed_on_cluster(
+    async def _packed_on_cluster(
         self,
         name: str,
         keys: Sequence[str],
         args: Sequence[str],
-        durability: Durability,
+        durability: Durability | None,
         cache: dict[str, bytes] | None,
     ) -> Any:
-        """A write and its WAIT together on a connection of the primary serving the keys'
-        slot, whose replicas must confirm it (a WAIT routed by redis-py, which has no key to
-        route it by, would reach any node)."""
-        await durability.ready(self.redis)
+        """:meth:`call_packed` on a cluster: the command packed here and sent on a connection of
+        the primary serving the keys' slot (redis-py would encode each argument and hash each
+        key again), with its WAIT when the write is to be confirmed: the replicas of that
+        primary must confirm it (a WAIT routed by redis-py, which has no key to route it by,
+        would reach any node)."""
+        if durability is not None:
+            await durability.ready(self.redis)
         script = self.script(name)
         data = pack_command(["EVALSHA", script.sha, str(len(keys)), *keys, *args], cache)
-        data += pack_command(durability.wait_args)
+        count = 1
+        if durability is not None:
+            data += pack_command(durability.wait_args)
+            count = 2
 
         async def attempt() -> list[Any]:
-            replies = await self._exchange_on_slot(name, data, 2, keys[0])
+            replies = await self._exchange_on_slot(name, data, count, keys[0])
             if replies is None:
                 await self._load_on_primaries(script)
-                replies = await self._exchange_on_slot(name, data, 2, keys[0])
+                replies = await self._exchange_on_slot(name, data, count, keys[0])
                 if replies is None:
                     raise _flushed(name)
             return replies
 
         try:
-            reply, waited = await self._while_migrating(name, attempt)
+            replies = await self._while_migrating(name, attempt)
         except (RedisConnectionError, RedisTimeoutError):
             # Sent again through the client, which learns the topology anew (a failover): the
             # script finds its first run's result, and no WAIT can confirm that run there.
             reply = await self._call(name, keys, args)
-            durability.judge(name, None, unsure=True)
+            if durability is not None:
+                durability.judge(name, None, unsure=True)
             return reply
-        durability.judge(name, waited)
-        return reply
+        if durability is not None:
+            durability.judge(name, replies[1])
+        return replies[0]
 
     async def _exchange(self, name: str, data: bytes, count: int) -> list[Any] | None:
         """Send ``data`` (``count`` packed commands) on one pooled connection and read their
