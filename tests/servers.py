@@ -42,7 +42,8 @@ class Server(EmbeddedServer):
             appendonly=appendonly,
             appendfsync="always",
             binary=binary_path(kind),
-            extra_args=extra_args,
+            # A new replica syncs at once, not after the default 5 s wait for more replicas.
+            extra_args=["--repl-diskless-sync-delay", "0", *extra_args],
         )
         self.kind = kind
 
@@ -71,6 +72,9 @@ class Server(EmbeddedServer):
             self.proc.send_signal(sig)
 
     def close(self) -> None:
+        """Gone for good: killed (its data is thrown away, so a graceful shutdown, which waits
+        for lagging replicas, would only cost time), its directory deleted."""
+        self.kill()
         super().stop(keep_files=False)
 
 

@@ -68,6 +68,24 @@ def one_line_error(stderr: str, *needles: str) -> str:
     return lines[0]
 
 
+def _wait_connected(port: int, timeout_s: float = 30.0) -> None:
+    """Wait until some client holds a TCP connection to 127.0.0.1:``port`` (a paused server's
+    kernel still accepts them)."""
+    deadline = time.monotonic() + timeout_s
+    while not _connected(port):
+        assert time.monotonic() < deadline, f"nothing connected to port {port}"
+        time.sleep(0.05)
+
+
+def _connected(port: int) -> bool:
+    # /proc/net/tcp: "sl local_address rem_address st ...", addresses as HEXIP:HEXPORT, st 01 is
+    # ESTABLISHED.
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(
+        int(f[2].split(":")[1], 16) == port and f[3] == "01" for f in (ln.split() for ln in lines)
+    )
+
+
 def admin(server: Server, password: str | None = None) -> Any:
     """A plain client of ``server`` (untyped: redis-py types replies as unions)."""
     return redis_sync.Redis(port=server.port, password=password, decode_responses=True)
@@ -254,7 +272,9 @@ async def test_the_scheduler_stops_on_sigterm_while_redis_hangs_at_start_up(
             prefix,
             env={"RSCHED_SOCKET_TIMEOUT_S": "30"},
         )
-        await anyio.sleep(1.5)  # started and waiting on the server
+        # Signals are handled before the first connection: once connected, the process is
+        # started and waiting on the server, however long its start took.
+        await anyio.to_thread.run_sync(_wait_connected, srv.port)
         started = time.monotonic()
         proc.signal(signal.SIGTERM)
         code = await anyio.to_thread.run_sync(proc.wait, 20.0)

@@ -92,7 +92,7 @@ def refused(proc: subprocess.CompletedProcess[str]) -> str:
     return one_line(proc, "may not do what rsched needs here", "NOPERM", "docs/security.md")
 
 
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0, what: str = "") -> Any:
+def eventually(check: Callable[[], Any], timeout_s: float = 60.0, what: str = "") -> Any:
     deadline = time.monotonic() + timeout_s
     while not (result := check()):
         assert time.monotonic() < deadline, f"timed out waiting for {what or check}"

@@ -58,7 +58,9 @@ from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright  
 from web_support import make_dead_letters, publish_event, serve, worker_thread  # noqa: E402
 from worker_app import fast_env  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# One browser at a time: under pytest-xdist (make test) these tests share one worker, and so
+# one Chromium, instead of starting one per worker and competing for the cores.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 Web = Callable[..., str]
 
 
