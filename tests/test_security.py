@@ -408,6 +408,20 @@ async def test_a_worker_that_may_enqueue_still_cannot_change_schedules(
         assert (await client.enqueue("sec.ok")).created
 
 
+async def test_a_client_user_with_durability_has_its_writes_judged_without_info(
+    users: Server, prefix: str
+) -> None:
+    # The client user may not run INFO, which the durability check reads: the check is skipped
+    # and the write's own WAIT still tells (this server has no replica).
+    url = user_url(users, "rsched-client")
+    async with rsched.Client.from_url(
+        url, prefix=prefix, durability="replicated", durability_timeout_ms=20
+    ) as client:
+        with pytest.raises(rsched.WriteNotReplicated):
+            await client.add({"id": "judged", "task": "sec.ok", "every": "1m"})
+        assert (await client.get("judged")).id == "judged"
+
+
 async def test_the_read_only_user_writes_nothing(users: Server, prefix: str) -> None:
     every_write = SCHEDULE_WRITES | {"enqueue", "cancel", "requeue", "purge"}
     await refused_writes(users, prefix, "rsched-readonly", every_write)
