@@ -92,9 +92,12 @@ MIN_BATCH = 8
 # estimate (the server's process was descheduled for a moment, say).
 ITEM_US_UP, ITEM_US_DOWN, SAMPLE_MAX_RATIO = 0.5, 0.2, 4.0
 # Batches are sized for an item costing its mean plus DEV_WEIGHT times the mean deviation of the
-# measurements (a moving average, following at DEV_RATE): the budget bounds the dearer calls too,
-# not only the typical one (per-item costs of one herd's calls spread 2-3x on a busy VM).
-DEV_WEIGHT, DEV_RATE = 2.0, 0.25
+# measurements (a moving average, following at DEV_RATE), and at least HEADROOM times the mean:
+# the budget bounds the dearer calls too, not only the typical one. Costs rise faster than
+# replies come back to show it: while Redis rehashes its keyspace (a herd's first fires create
+# as many history keys as it has schedules, and the table doubles at each power of two) an item
+# costs 2-2.5 times as much for dozens of calls, already sized and in flight.
+DEV_WEIGHT, DEV_RATE, HEADROOM = 2.0, 0.25, 1.5
 # A round's first batch: this many items, so that it goes out at the due instant, planned at once
 # (the rest of the round is planned while it fires).
 FIRST_BATCH = MIN_BATCH
@@ -508,8 +511,9 @@ class PartitionEngine:
                 self._prefetched = (0, 0)
 
     def item_cost_us(self) -> float:
-        """What an item is taken to cost when sizing a call: the estimate plus its spread."""
-        return self._item_us + DEV_WEIGHT * self._item_dev
+        """What an item is taken to cost when sizing a call: the estimate plus its spread, and
+        some headroom above the estimate."""
+        return max(self._item_us + DEV_WEIGHT * self._item_dev, self._item_us * HEADROOM)
 
     def batch_size(self) -> int:
         """Items per fire call: as many as fit in the time budget, at most batch_size."""
