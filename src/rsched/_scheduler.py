@@ -101,11 +101,13 @@ DEV_WEIGHT, DEV_RATE, HEADROOM = 2.0, 0.25, 1.5
 # A round's first batch: this many items, so that it goes out at the due instant, planned at once
 # (the rest of the round is planned while it fires).
 FIRST_BATCH = MIN_BATCH
-# A due entry costs due.lua about this share of what a fired item costs fire.lua (0.5-0.7 µs
-# against 8-12 µs, both measured in a 100k herd on one VM, with a margin), and reading one
-# schedule's planning fields (policies.lua) this share: the due reads' and spec reads' sizes
-# follow the budget too.
-DUE_ENTRY_SHARE = 1 / 10
+# A due entry costs due.lua about this share of what a fired item costs fire.lua on average
+# (0.5-0.7 µs against 7-9 µs, both measured in a 100k herd on one VM), and reading one
+# schedule's planning fields (policies.lua) this share of what an item is taken to cost: the due
+# reads' and spec reads' sizes follow the budget too. A due read re-reads the entries still
+# queued to fire (left out by id), so it is sized from the average cost, without headroom:
+# a smaller one would be mostly those.
+DUE_ENTRY_SHARE = 1 / 12
 LOAD_SHARE = 1 / 2
 # While rounds keep finding a full window (a herd), each reads twice as many due entries as the
 # last, up to this multiple of window_size: fewer rounds, so fewer pauses between them.
@@ -530,7 +532,7 @@ class PartitionEngine:
 
     def due_limit(self) -> int:
         """Due entries per read: the round's window, as far as the time budget allows."""
-        fit = int(self.cfg.fire_budget_ms * 1000 / (self.item_cost_us() * DUE_ENTRY_SHARE))
+        fit = int(self.cfg.fire_budget_ms * 1000 / (self._item_us * DUE_ENTRY_SHARE))
         return max(self.batch_size(), min(self._window, fit))
 
     def load_chunk(self) -> int:
