@@ -14,7 +14,7 @@ Actors (each one task owning its state):
   partition, renews it well inside its TTL, gives it back when another scheduler became the
   owner; while it holds the lease it runs the partition's
   - ticker: reads what is due by Redis TIME, plans each schedule's occurrences (misfire
-    policies) and fires them in batches sized so that each call holds Redis for about
+    policies) and fires them in batches sized so that each call holds Redis for at most
     fire_budget_ms; then sleeps until the earliest next run;
   - retention (_retention.py) and health watch (_health_watch.py) of the partition's data;
   all cancelled when the lease is lost or given back (a round in flight finishes first).
