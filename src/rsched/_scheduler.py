@@ -72,8 +72,8 @@ ROUND_TIMEOUT_S = 30.0
 CHAIN_S = 10.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
-# A full round's next due read goes out with this many full-size batches (batch_size items
-# each) still to run (see _chain).
+# A full round's next due read goes out with this many batches (as the budget sizes them)
+# still to run (see _chain).
 READ_AHEAD_BATCHES = 8
 # A due read leaves out the ids of the reads this many back too: with batches sized by time,
 # what is in flight can span more than one read.
