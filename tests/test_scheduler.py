@@ -504,6 +504,15 @@ async def test_a_herd_over_many_windows_fires_each_occurrence_once(
     assert fired == Counter(ids)
 
 
+async def make_due(store: ScheduleStore, ids: list[str]) -> None:
+    """Hourly schedules ``ids``, all due a second ago (a herd)."""
+    for sid in ids:
+        await store.save(Schedule(id=sid, task="t", every=3600))
+    due_at = await store.time_ms() - 1_000
+    for sid in ids:
+        await set_next_run(store, sid, due_at)
+
+
 async def test_batches_are_sized_by_the_time_budget(
     store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -522,11 +531,7 @@ async def test_batches_are_sized_by_the_time_budget(
 
     monkeypatch.setattr(ScheduleStore, "fire", fire)
     ids = [f"h{i:03d}" for i in range(40)]
-    for sid in ids:
-        await store.save(Schedule(id=sid, task="t", every=3600))
-    due_at = await store.time_ms() - 1_000
-    for sid in ids:
-        await set_next_run(store, sid, due_at)
+    await make_due(store, ids)
     async with running(tight):
         await eventually(await count_jobs(store, len(ids)))
     assert Counter(j["schedule_id"] for j in await jobs(store)) == Counter(ids)
@@ -534,21 +539,70 @@ async def test_batches_are_sized_by_the_time_budget(
     assert max(sizes) <= scheduler_module.MIN_BATCH
 
 
+async def test_a_herds_first_batch_goes_out_first_and_small(
+    store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first read of a herd is full: the next read follows, but only once a first batch,
+    # planned at once, is on its way (a read sent before it would delay the first job).
+    small = fast.model_copy(
+        update={"scheduler": fast.scheduler.model_copy(update={"batch_size": 20})}
+    )
+    calls: list[tuple[str, int]] = []
+    real_fire, real_due = ScheduleStore.fire, ScheduleStore.due
+
+    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
+        calls.append(("fire", len(items)))
+        return await real_fire(self, lease, items)
+
+    async def due(self: ScheduleStore, limit: int) -> Any:
+        calls.append(("due", limit))
+        return await real_due(self, limit)
+
+    monkeypatch.setattr(ScheduleStore, "fire", fire)
+    monkeypatch.setattr(ScheduleStore, "due", due)
+    ids = [f"h{i:03d}" for i in range(60)]
+    await make_due(store, ids)
+    async with running(small):
+        await eventually(await count_jobs(store, len(ids)))
+    first_fire = next(i for i, (name, _) in enumerate(calls) if name == "fire")
+    assert [name for name, _ in calls[: first_fire + 1]] == ["due", "fire"]
+    assert calls[first_fire][1] <= scheduler_module.FIRST_BATCH
+
+
 async def test_batch_size_follows_the_measured_cost(store: ScheduleStore, fast: Settings) -> None:
     scheduler = Scheduler(store.redis, fast).engines[0]
     start = scheduler.batch_size()
-    # Items that cost 5 µs inside Redis: more fit in the budget (up to batch_size).
-    for _ in range(20):
+    # Items that cost 5 µs inside Redis: more fit in the budget (up to batch_size), with the
+    # headroom, once the spread of the first measurements against the initial guess died down.
+    for _ in range(60):
         store_of = scheduler.store
         store_of.fire_server_us += 100 * 5
         store_of.fire_timed_items += 100
         scheduler._measured(100, 0.0, 0.0)
-    assert scheduler.batch_size() == min(fast.scheduler.batch_size, 3_000 // 5) > start
+    fit = min(fast.scheduler.batch_size, int(3_000 / (5 * scheduler_module.HEADROOM)))
+    assert fit - 1 <= scheduler.batch_size() <= fit  # the estimate converges within rounding
+    assert scheduler.batch_size() > start
     # Dearer again (a slow minute): the batch shrinks at once, not over many calls.
     store_of.fire_server_us += 100 * 60
     store_of.fire_timed_items += 100
     scheduler._measured(100, 0.0, 0.0)
     assert scheduler.batch_size() < 3_000 // 5 // 2
+
+
+async def test_a_spread_of_costs_makes_batches_smaller(
+    store: ScheduleStore, fast: Settings
+) -> None:
+    # The same mean cost, steady or spread: a spread is sized for its dearer calls.
+    def settled(costs: list[int]) -> int:
+        engine = Scheduler(store.redis, fast).engines[0]
+        for _ in range(40):
+            for us in costs:
+                engine.store.fire_server_us += 100 * us
+                engine.store.fire_timed_items += 100
+                engine._measured(100, 0.0, 0.0)
+        return engine.batch_size()
+
+    assert settled([6, 14]) < settled([10, 10])
 
 
 async def test_batches_are_bounded_and_keep_chains_whole() -> None:
@@ -563,6 +617,13 @@ async def test_batches_are_bounded_and_keep_chains_whole() -> None:
     assert [[g[0].schedule_id for g in batch] for batch in batches] == [
         ["a", "b"],
         ["c"],
+        ["d", "e"],
+    ]
+    # A small first batch (a round's, out at once), then the usual size.
+    batches = [b async for b in scheduler_module._batches(groups(), 4, first=1)]
+    assert [[g[0].schedule_id for g in batch] for batch in batches] == [
+        ["a"],
+        ["b", "c"],
         ["d", "e"],
     ]
 

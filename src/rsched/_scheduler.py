@@ -14,7 +14,7 @@ Actors (each one task owning its state):
   partition, renews it well inside its TTL, gives it back when another scheduler became the
   owner; while it holds the lease it runs the partition's
   - ticker: reads what is due by Redis TIME, plans each schedule's occurrences (misfire
-    policies) and fires them in batches sized so that each call holds Redis for about
+    policies) and fires them in batches sized so that each call holds Redis for at most
     fire_budget_ms; then sleeps until the earliest next run;
   - retention (_retention.py) and health watch (_health_watch.py) of the partition's data;
   all cancelled when the lease is lost or given back (a round in flight finishes first).
@@ -31,6 +31,7 @@ import os
 import socket
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Container
 
 import anyio
@@ -71,9 +72,12 @@ ROUND_TIMEOUT_S = 30.0
 CHAIN_S = 10.0
 NOT_DUE_PAUSE_S = 0.01
 PLAN_BUDGET_S = 2.0
-# A full round's next due read goes out with this many full-size batches (batch_size items
-# each) still to run (see _chain).
+# A full round's next due read goes out with this many batches (as the budget sizes them)
+# still to run (see _chain).
 READ_AHEAD_BATCHES = 8
+# A due read leaves out the ids of the reads this many back too: with batches sized by time,
+# what is in flight can span more than one read.
+READS_EXCLUDED = 3
 # Calls in flight at most, however small the time budget makes batches (see in_flight).
 IN_FLIGHT_MAX = 32
 # Batches are sized by time (settings fire_budget_ms) from the server µs each fired item cost in
@@ -87,10 +91,23 @@ MIN_BATCH = 8
 # a bound), slowly when cheaper; one measurement counts for at most SAMPLE_MAX_RATIO times the
 # estimate (the server's process was descheduled for a moment, say).
 ITEM_US_UP, ITEM_US_DOWN, SAMPLE_MAX_RATIO = 0.5, 0.2, 4.0
-# A due entry costs due.lua about this share of what a fired item costs fire.lua (0.3 µs against
-# 27 µs, both measured on one VM, with a margin), and reading one schedule's planning fields
-# (policies.lua) this share: the due reads' and spec reads' sizes follow the budget too.
-DUE_ENTRY_SHARE = 1 / 30
+# Batches are sized for an item costing its mean plus DEV_WEIGHT times the mean deviation of the
+# measurements (a moving average, following at DEV_RATE), and at least HEADROOM times the mean:
+# the budget bounds the dearer calls too, not only the typical one. Costs rise faster than
+# replies come back to show it: while Redis rehashes its keyspace (a herd's first fires create
+# as many history keys as it has schedules, and the table doubles at each power of two) an item
+# costs 2-2.5 times as much for dozens of calls, already sized and in flight.
+DEV_WEIGHT, DEV_RATE, HEADROOM = 2.0, 0.25, 1.5
+# A round's first batch: this many items, so that it goes out at the due instant, planned at once
+# (the rest of the round is planned while it fires).
+FIRST_BATCH = MIN_BATCH
+# A due entry costs due.lua about this share of what a fired item costs fire.lua on average
+# (0.5-0.7 µs against 7-9 µs, both measured in a 100k herd on one VM), and reading one
+# schedule's planning fields (policies.lua) this share of what an item is taken to cost: the due
+# reads' and spec reads' sizes follow the budget too. A due read re-reads the entries still
+# queued to fire (left out by id), so it is sized from the average cost, without headroom:
+# a smaller one would be mostly those.
+DUE_ENTRY_SHARE = 1 / 12
 LOAD_SHARE = 1 / 2
 # While rounds keep finding a full window (a herd), each reads twice as many due entries as the
 # last, up to this multiple of window_size: fewer rounds, so fewer pauses between them.
@@ -321,6 +338,7 @@ class PartitionEngine:
         self._window = self.cfg.window_size
         # Server µs per fired item (moving estimate), and when the last fire reply arrived.
         self._item_us = ITEM_US_START
+        self._item_dev = 0.0  # mean deviation of the measurements from the estimate
         self._last_reply = 0.0
         self._seen_us = self._seen_items = 0  # the store's fire totals when last measured
         self._warm: str | None = None  # the lease under which the fire path was warmed up
@@ -494,9 +512,14 @@ class PartitionEngine:
                     break
                 self._prefetched = (0, 0)
 
+    def item_cost_us(self) -> float:
+        """What an item is taken to cost when sizing a call: the estimate plus its spread, and
+        some headroom above the estimate."""
+        return max(self._item_us + DEV_WEIGHT * self._item_dev, self._item_us * HEADROOM)
+
     def batch_size(self) -> int:
         """Items per fire call: as many as fit in the time budget, at most batch_size."""
-        fit = int(self.cfg.fire_budget_ms * 1000 / self._item_us)
+        fit = int(self.cfg.fire_budget_ms * 1000 / self.item_cost_us())
         return max(MIN_BATCH, min(self.cfg.batch_size, fit))
 
     def in_flight(self) -> int:
@@ -514,7 +537,7 @@ class PartitionEngine:
 
     def load_chunk(self) -> int:
         """Specs per policies.lua call: as many as fit in the time budget, at most LOAD_CHUNK."""
-        fit = int(self.cfg.fire_budget_ms * 1000 / (self._item_us * LOAD_SHARE))
+        fit = int(self.cfg.fire_budget_ms * 1000 / (self.item_cost_us() * LOAD_SHARE))
         return max(MIN_BATCH, min(LOAD_CHUNK, fit))
 
     def _measured(self, items: int, sent: float, replied: float) -> None:
@@ -536,6 +559,7 @@ class PartitionEngine:
             return
         sample = min(server_us / items, self._item_us * SAMPLE_MAX_RATIO)
         rate = ITEM_US_UP if sample > self._item_us else ITEM_US_DOWN
+        self._item_dev += DEV_RATE * (abs(sample - self._item_us) - self._item_dev)
         self._item_us += rate * (sample - self._item_us)
 
     async def _round(self, lease: str) -> float:
@@ -638,19 +662,21 @@ class PartitionEngine:
         (the budget bounds each read), and going through a round's end, where every batch in
         flight has to finish before the next round plans its first, left Redis idle a few ms
         each time. Each next read goes out while READ_AHEAD_BATCHES full batches are still to run
-        (``read_next``, given the ids to leave out: those of this read and the one before,
-        which may still be in flight), and is taken up as soon as it is back."""
+        (``read_next``, given the ids to leave out: those of this read and the READS_EXCLUDED
+        before it, which may still be in flight), and is taken up as soon as it is back."""
         chain_end = time.monotonic() + CHAIN_S
-        before: set[str] = set()
+        recent: deque[set[str]] = deque(maxlen=READS_EXCLUDED)
         while True:
             ids = {sid for sid, _ in ready}
-            read_after = len(ready) - READ_AHEAD_BATCHES * self.cfg.batch_size
+            before: set[str] = set().union(*recent)
+            read_after = len(ready) - READ_AHEAD_BATCHES * self.batch_size()
             done: anyio.Event | None = None
             count = 0
             async for group in self._plan(ready, now):
                 yield group
                 count += 1
-                if full and done is None and count >= read_after:
+                # Never before the round's first batch is out: the read would go first.
+                if full and done is None and count >= max(read_after, FIRST_BATCH):
                     done = read_next(ids | before)
             if not full:
                 return
@@ -667,7 +693,7 @@ class PartitionEngine:
             self._window = min(self._window * 2, base * WINDOW_GROWTH_MAX) if full else base
             wall = time.monotonic()
             ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
-            before = ids
+            recent.append(ids)
 
     async def _plan(self, ready: list[tuple[str, int]], now: int) -> AsyncIterator[list[FireItem]]:
         """The fire items of each ready schedule, as a group per schedule. Lazy, a chunk of
@@ -798,7 +824,7 @@ class PartitionEngine:
                 tg.start_soon(read_next, exclude, done)
                 return done
 
-            async for batch in _batches(groups_of(launch), self.batch_size):
+            async for batch in _batches(groups_of(launch), self.batch_size, FIRST_BATCH):
                 limiter.total_tokens = self.in_flight()
                 tg.start_soon(send, batch)
                 sent += 1
@@ -909,14 +935,15 @@ def _offer(inbox: MemoryObjectSendStream[object], message: object) -> None:
 
 
 async def _batches(
-    groups: AsyncIterable[list[FireItem]], size: int | Callable[[], int]
+    groups: AsyncIterable[list[FireItem]], size: int | Callable[[], int], first: int = 0
 ) -> AsyncIterator[list[list[FireItem]]]:
     """Cut into batches of about ``size`` items (a callable is asked again for each batch: the
-    scheduler's follows what the calls before took), never splitting one schedule's chain."""
+    scheduler's follows what the calls before took), never splitting one schedule's chain; the
+    first batch of about ``first`` items when given (out as soon as that much is planned)."""
     if isinstance(size, int):
         size = _constant(size)
     batch: list[list[FireItem]] = []
-    items, limit = 0, size()
+    items, limit = 0, min(first, size()) if first else size()
     async for group in groups:
         batch.append(group)
         items += len(group)

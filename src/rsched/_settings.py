@@ -75,7 +75,7 @@ class SchedulerSettings(BaseModel):
     lease_ttl_ms: int = Field(default=10_000, ge=500)
     lease_renew_ms: int = Field(default=2_000, ge=100)
     batch_size: int = Field(default=500, ge=1, le=5_000)
-    # Each fire call (and due read) is sized to take about this long inside Redis, which runs
+    # Each fire call (and due read) is sized to take at most this long inside Redis, which runs
     # one command at a time: every other client of the server waits for it. batch_size caps it.
     fire_budget_ms: float = Field(default=3.0, gt=0, le=1_000)
     window_size: int = Field(default=10_000, ge=1, le=100_000)
