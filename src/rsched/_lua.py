@@ -329,11 +329,9 @@ class ScriptCaller:
         """
         redis = self.redis
         durability = self._durability(name)
-        if self._cluster:
-            return await self._packed_on_cluster(name, keys, args, durability, cache)
         if durability is not None:
             await durability.ready(redis)
-        if redis.connection is not None or redis.single_connection_client:
+        if not self._cluster and (redis.connection is not None or redis.single_connection_client):
             # One connection for every command: the WAIT follows the write on it.
             reply = await self._call(name, keys, args)
             if durability is not None:
@@ -341,13 +339,18 @@ class ScriptCaller:
                 durability.judge(name, waited)
             return reply
         data = pack_command(["EVALSHA", self.script(name).sha, str(len(keys)), *keys, *args], cache)
+        count = 1
+        if durability is not None:
+            data += pack_command(durability.wait_args)
+            count = 2
+        if self._cluster:
+            return await self._packed_on_cluster(name, keys, args, data, count, durability)
         if durability is None:
             try:
                 replies = await self._exchange(name, data, 1)
             except (RedisConnectionError, RedisTimeoutError):
                 replies = None
             return await self._call(name, keys, args) if replies is None else replies[0]
-        data += pack_command(durability.wait_args)
         unsure = False
         try:
             replies = await self._exchange(name, data, 2)
@@ -368,27 +371,20 @@ class ScriptCaller:
         name: str,
         keys: Sequence[str],
         args: Sequence[str],
+        data: bytes,
+        count: int,
         durability: Durability | None,
-        cache: dict[str, bytes] | None,
     ) -> Any:
-        """:meth:`call_packed` on a cluster: the command packed here and sent on a connection of
-        the primary serving the keys' slot (redis-py would encode each argument and hash each
-        key again), with its WAIT when the write is to be confirmed: the replicas of that
-        primary must confirm it (a WAIT routed by redis-py, which has no key to route it by,
-        would reach any node)."""
-        if durability is not None:
-            await durability.ready(self.redis)
-        script = self.script(name)
-        data = pack_command(["EVALSHA", script.sha, str(len(keys)), *keys, *args], cache)
-        count = 1
-        if durability is not None:
-            data += pack_command(durability.wait_args)
-            count = 2
+        """:meth:`call_packed` on a cluster: ``data`` (the script call, then its WAIT when the
+        write is to be confirmed: ``count`` commands) sent on a connection of the primary
+        serving the keys' slot. redis-py would encode each argument and hash each key again,
+        and route a WAIT, which has no key, to any node: the replicas of that primary must
+        confirm the write."""
 
         async def attempt() -> list[Any]:
             replies = await self._exchange_on_slot(name, data, count, keys[0])
             if replies is None:
-                await self._load_on_primaries(script)
+                await self._load_on_primaries(self.script(name))
                 replies = await self._exchange_on_slot(name, data, count, keys[0])
                 if replies is None:
                     raise _flushed(name)
