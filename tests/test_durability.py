@@ -43,17 +43,23 @@ async def replicating(primary: Server, replica: Server) -> AsyncIterator[Any]:
     """``replica`` follows ``primary`` (link up); yields a client of the replica (typed Any:
     redis-py's stubs make each reply a union)."""
     client: Any = Redis.from_url(replica.url, decode_responses=True)
+    source: Any = Redis.from_url(primary.url, decode_responses=True)
     try:
         await client.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
 
         async def linked() -> bool:
+            # The replica sees its link up before the primary counts it (after a diskless
+            # sync, at its first acknowledgement): only then does WAIT see it.
             info = await client.info("replication")
-            return bool(info.get("master_link_status") == "up")
+            if info.get("master_link_status") != "up":
+                return False
+            return int(await source.execute_command("WAIT", 1, 100)) >= 1
 
         await wait_until(linked)
         yield client
     finally:
         await client.aclose()
+        await source.aclose()
 
 
 @dataclass
