@@ -28,6 +28,7 @@ import anyio.abc
 from redis.asyncio import Redis
 
 from bench._servers import BenchServer
+from rsched import _parking
 from rsched._codes import Code
 from rsched._connection import connect
 from rsched._keys import Keys
@@ -42,6 +43,10 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 PREFIX = "bench"
 CHUNK = 2_000
 DAY_MS = 86_400_000
+# Where bench schedules wait before a herd is set up: far enough ahead that none fires, near
+# enough that the scheduler does not park them (rsched._parking: beyond 15 minutes), which would
+# leave them where the bench's retime does not look.
+SETUP_AHEAD_MS = 10 * 60_000
 # A herd counts the commands that took this long or longer inside Redis (SLOWLOG).
 SLOWLOG_US = 5_000
 HOUR_MS = 3_600_000
@@ -210,6 +215,7 @@ class Ctx:
                         k.pending(sid),
                         k.queues,
                         op_key,
+                        k.parked_of(sid),
                     ]
                     args: list[str | int] = [
                         sid, "upsert", "", str(next_ms(i)), "0", "default", k.wake,
@@ -357,7 +363,7 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
     ids = [f"herd-{kind}-{i:06d}" for i in range(n)]
     spec = template(kind)
     now = await ctx.now_ms()
-    create_s = await ctx.create(ids, lambda i: spec, lambda i: now + DAY_MS, now)
+    create_s = await ctx.create(ids, lambda i: spec, lambda i: now + SETUP_AHEAD_MS, now)
     await ctx.drop_op_keys()
     async with SchedulerProc(ctx, f"herd-{kind}-{n}") as sched:
         await anyio.sleep(0.3)  # idle and leading, as a scheduler is before a herd
@@ -436,7 +442,7 @@ async def steady(ctx: Ctx, n: int, duration_s: float, warmup_s: float) -> dict[s
     def spec(i: int) -> dict[str, str]:
         return {**base, "start_at": str(anchors[i])}
 
-    await ctx.create(ids, spec, lambda i: now + DAY_MS, now)
+    await ctx.create(ids, spec, lambda i: now + SETUP_AHEAD_MS, now)
     await ctx.drop_op_keys()
     async with SchedulerProc(ctx, f"steady-{n}") as sched:
         await anyio.sleep(0.3)
@@ -467,6 +473,36 @@ async def steady(ctx: Ctx, n: int, duration_s: float, warmup_s: float) -> dict[s
         "lag_max_ms": float(lags[-1]) if lags else 0.0,
         "scheduler_cpu_pct": round(100 * (cpu1 - cpu0) / wall, 1),
         "redis_cpu_pct": round(100 * (rcpu1 - rcpu0) / wall, 1),
+    }
+
+
+async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
+    """Bytes per schedule at rest once parked: N ``every=3600`` schedules an hour before their
+    next run, parked the way the leading scheduler parks them (rsched._parking.park under a
+    lease, MOVE_LIMIT at a time), in two halves as memory_and_ceiling does."""
+    await ctx.reset()
+    ids = [f"mem-{i:06d}" for i in range(n)]
+    spec = template("every", payload={"report": "daily", "n": 1})
+    lease, _ = await ctx.store.lease_acquire("bench-parking", 600_000)
+    assert lease is not None
+    used0 = await ctx.used_memory()
+    now = await ctx.now_ms()
+
+    async def create_and_park(some: list[str]) -> int:
+        await ctx.create(some, lambda i: spec, lambda i: now + HOUR_MS, now)
+        while await _parking.park(ctx.store, lease):
+            pass
+        await ctx.drop_op_keys()
+        return await ctx.used_memory()
+
+    half = n // 2
+    used_half = await create_and_park(ids[:half])
+    used1 = await create_and_park(ids[half:])
+    return {
+        "parked_bytes_per_schedule": round((used1 - used0) / n, 1),
+        "parked_marginal_bytes_per_schedule": round((used1 - used_half) / (n - half), 1),
+        "parked_index_left": int(await ctx.redis.zcard(ctx.keys.schedules)),
+        "parked_buckets": int(await ctx.redis.zcard(ctx.keys.parked)),
     }
 
 
@@ -663,6 +699,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(_steady_table(report["steady"]), flush=True)
             if "memory" in only:
                 report["memory"] = await memory_and_ceiling(ctx, plan.memory_n)
+                report["memory"].update(await parked_memory(ctx, plan.memory_n))
                 print("\n" + _memory_table(report["memory"]), flush=True)
         finally:
             await redis.aclose()
@@ -740,6 +777,8 @@ def _memory_table(r: dict[str, Any]) -> str:
             ["  per added schedule (slope from N/2 to N)", r["marginal_bytes_per_schedule"]],
             ["  MEMORY USAGE of one schedule hash", r["hash_bytes"]],
             ["  index zset / schedule", r["index_bytes_per_schedule"]],
+            ["parked (next run > 15 min away), at rest / schedule", r["parked_bytes_per_schedule"]],
+            ["  per added schedule (slope from N/2 to N)", r["parked_marginal_bytes_per_schedule"]],
             ["after one fire, excluding the stream / schedule", r["after_fire_bytes_per_schedule"]],
             ["  history list after one fire", r["history_bytes_one_fire"]],
             ["  schedule hash after one fire (run state)", r["hash_after_fire_bytes"]],

@@ -30,7 +30,7 @@ import anyio
 from redis.asyncio import Redis
 
 from bench._servers import BenchServer
-from bench.engine import DAY_MS, Ctx, template
+from bench.engine import SETUP_AHEAD_MS, Ctx, template
 from rsched import Client, Schedule, Settings
 from rsched._connection import connect
 from rsched._keys import Keys
@@ -112,7 +112,7 @@ async def one(server: BenchServer, partitions: int, schedulers: int, size: int) 
     spec = template("every")
     now = await ctxs[0].now_ms()
     for ctx, part in zip(ctxs, ids, strict=True):
-        await ctx.create(part, lambda i: spec, lambda i: now + DAY_MS, now)
+        await ctx.create(part, lambda i: spec, lambda i: now + SETUP_AHEAD_MS, now)
     cluster = server.cluster_key is not None
     procs = [spawn(server.url, partitions, cluster) for _ in range(schedulers)]
     try:

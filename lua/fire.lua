@@ -125,11 +125,12 @@ end
 
 -- A stale item whose index entry disagrees with its hash (hash deleted or edited by hand) would
 -- come due again at once, forever: make the index agree with the hash instead. An active
--- schedule's next run lives only in the index, so that entry is left as it is.
+-- schedule's next run lives only in the index, so that entry is left as it is; one with no
+-- entry (parked since it was read) is left alone.
 local function heal_index(sid, exists, status, score)
   if not exists then
     if score then move(sid, false) end
-  elseif status and score ~= 'inf' then
+  elseif status and score and score ~= 'inf' then
     move(sid, 'inf')
   end
 end

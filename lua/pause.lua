@@ -1,7 +1,7 @@
 --[[ pause — stop a schedule from firing until it is resumed. Occurrences that come due while
 paused are not misfires: resume starts again from the next occurrence after resuming.
 
-KEYS[1] schedules  KEYS[2] hash  KEYS[3] op
+KEYS[1] schedules  KEYS[2] hash  KEYS[3] op  KEYS[4] parked bucket ({p}:parked:<n>, see park.lua)
 ARGV[1] id         ARGV[2] note ('' for none)   ARGV[3] op_id (request id)
 
 Returns {OK=5} paused (or already paused) | {NOT_FOUND=-2} | {COMPLETED=-4} (cannot pause) |
@@ -11,7 +11,9 @@ Returns {OK=5} paused (or already paused) | {NOT_FOUND=-2} | {COMPLETED=-4} (can
 
 local replay = op_replay(KEYS[3], ARGV[3])
 if replay then return replay end
-if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash')) then return {-6} end  -- WRONG_TYPE
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')) then
+  return {-6}  -- WRONG_TYPE
+end  -- WRONG_TYPE
 local status = rcall('HMGET', KEYS[2], 'version', 'status')
 if not status[1] then return {-2} end  -- NOT_FOUND
 if status[2] == 'completed' then return {-4} end  -- COMPLETED
@@ -19,4 +21,5 @@ rcall('HSET', KEYS[2], 'status', 'paused', 'updated_at', int_text(now_ms()))
 if ARGV[2] ~= '' then rcall('HSET', KEYS[2], 'pause_note', ARGV[2])
 else rcall('HDEL', KEYS[2], 'pause_note') end
 rcall('ZADD', KEYS[1], 'inf', ARGV[1])
+rcall('ZREM', KEYS[4], ARGV[1])
 return op_store(KEYS[3], ARGV[3], {5})  -- OK

@@ -11,6 +11,7 @@ KEYS[2] hash       {p}:schedule:<id>
 KEYS[3] pending    {p}:pending:<id>
 KEYS[4] queues     SET of queue names
 KEYS[5] op         {p}:ops:<minute> (replay protection)
+KEYS[6] parked     {p}:parked:<n>, the schedule's parked bucket (it leaves it: see park.lua)
 ARGV[1] id
 ARGV[2] mode       'add' (fail if it exists) | 'upsert' | 'replace' (fail if it does not exist)
 ARGV[3] expect_gen generation the caller read ('0' = must not exist yet), or '' for any
@@ -31,14 +32,15 @@ arguments
 -- @include marker
 -- @include upsert_one
 
-local schedules_key, hash_key, pending_key, queues_key, op_key = KEYS[1], KEYS[2], KEYS[3],
-    KEYS[4], KEYS[5]
+local schedules_key, hash_key, pending_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2],
+    KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, mode, expect_gen, next_ms, paused = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local queue, wake, op_id, created_ms = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
-if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')) then
+if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
+        and key_is(parked_key, 'zset')) then
   return {-6}  -- WRONG_TYPE
 end
 if op_id == '' then return {-7} end  -- BAD_ARGS
@@ -51,6 +53,7 @@ local reply, score = upsert_one({
 })
 if not score then return reply end  -- nothing written: nothing to remember for a replay
 rcall('ZADD', schedules_key, score, id)
+rcall('ZREM', parked_key, id)
 rcall('SADD', queues_key, queue)
 if earlier_than_head(score, head) then rcall('PUBLISH', wake, score) end
 return op_store(op_key, op_id, reply)

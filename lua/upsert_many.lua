@@ -10,7 +10,10 @@ call.
 KEYS[1] schedules  ZSET of schedules by next run
 KEYS[2] queues     SET of queue names
 KEYS[3] op         {p}:ops:<minute> (replay protection)
-KEYS[4..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>
+KEYS[4] parked     {p}:parked (see park.lua): when it exists, each schedule written leaves its
+                   bucket
+KEYS[5..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>,
+                   {p}:parked:<n> (its parked bucket)
 ARGV[1] wake       pub/sub channel
 ARGV[2] op_id      request id of this call
 ARGV[3] created_ms creation time the client computed next runs with (new schedules)
@@ -28,42 +31,45 @@ arguments of any item: every item is checked before the first write).
 -- @include marker
 -- @include upsert_one
 
-local schedules_key, queues_key, op_key = KEYS[1], KEYS[2], KEYS[3]
+local schedules_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, op_id, created_ms = ARGV[1], ARGV[2], ARGV[3]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
-if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')) then
+if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
+        and key_is(parked_key, 'zset')) then
   return '-6'  -- WRONG_TYPE
 end
 if op_id == '' or not tonumber(created_ms) then return '-7' end  -- BAD_ARGS
 
 -- Every item parsed before the first write: malformed arguments write nothing at all.
 local items = {}
-local a, k = 4, 4
+local a, k = 4, 5
 while a <= #ARGV do
   local n = tonumber(ARGV[a + 6] or '')
-  if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 1 > #KEYS
+  if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 2 > #KEYS
       or not UPSERT_MODES[ARGV[a + 1]] or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
     return '-7'  -- BAD_ARGS
   end
   items[#items + 1] = {
-    hash = KEYS[k], pending = KEYS[k + 1], id = ARGV[a], mode = ARGV[a + 1],
+    hash = KEYS[k], pending = KEYS[k + 1], parked = KEYS[k + 2], id = ARGV[a], mode = ARGV[a + 1],
     expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
     created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n,
   }
-  a, k = a + 7 + n, k + 2
+  a, k = a + 7 + n, k + 3
 end
 if k ~= #KEYS + 1 then return '-7' end  -- BAD_ARGS
 
 -- A bulk create's schedules are all new: one EXISTS over the call's hashes then spares each
 -- one its read (upsert_one's ``absent``).
 local hashes = {}
-for i = 4, #KEYS, 2 do hashes[#hashes + 1] = KEYS[i] end
+for i = 5, #KEYS, 3 do hashes[#hashes + 1] = KEYS[i] end
 -- (unpack has a stack limit: a larger call reads each hash.)
 local all_absent = #hashes > 0 and #hashes <= 4000 and rcall('EXISTS', unpack(hashes)) == 0
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
+-- Most calls find nothing parked at all: a bulk create then spares each schedule its ZREM.
+local any_parked = rcall('EXISTS', parked_key) == 1
 local earliest = nil
 local out, index, queues = {}, {}, {}
 local written = {}
@@ -81,6 +87,7 @@ for i, item in ipairs(items) do
       index = {}
     end
     queues[item.queue] = true
+    if any_parked and key_is(item.parked, 'zset') then rcall('ZREM', item.parked, item.id) end
     if score ~= 'inf' and (not earliest or tonumber(score) < tonumber(earliest)) then
       earliest = score
     end

@@ -19,7 +19,7 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 
 import rsched
 from cluster import Cluster, slot_of
-from rsched import _cluster, _lua
+from rsched import _cluster, _lua, _parking
 from rsched._cli import _delegate as delegate
 from rsched._cli import _settings as cli_settings
 from rsched._cli_parser import build_parser
@@ -88,6 +88,19 @@ async def some_schedules(client: rsched.Client) -> None:
     await client.backfill("m2", now - timedelta(hours=3), now)
 
 
+async def park_and_bring_back(store: ScheduleStore, lease: str) -> None:
+    """Park the schedules due far off (the hourly ``m`` ones of :func:`some_schedules`), list
+    them, and bring back one whose bucket's bound is made due (nothing in it is due yet)."""
+    keys = store.keys
+    assert await _parking.park(store, lease)
+    parked = await _parking.buckets(store.redis, keys)
+    assert parked
+    listed = [sid for sid, _ in await _parking.after(store, None, 100)]
+    assert {"m0", "m1", "m2"} <= set(listed)
+    await store.redis.zadd(keys.parked, {parked[0].rsplit(":", 1)[1]: 0})
+    assert await _parking.unpark(store, lease) == (0, None)
+
+
 def ok_and_failing_tasks(worker: rsched.Worker, ran: list[str]) -> None:
     """Tasks ``t.ok`` (records its execution id in ``ran``) and ``t.fail`` (retried once, then
     a dead letter)."""
@@ -137,6 +150,7 @@ async def test_every_script_runs_on_the_cluster(
     lease, _ = await schedules.lease_acquire("test", 10_000)
     assert lease is not None
     assert await schedules.lease_renew(lease, 10_000)
+    await park_and_bring_back(schedules, lease)
     await redis.zadd(keys.backlogs, {"a": 1})  # a backlog the sweep finds gone
     await schedules.release_lost(lease)
     await Retention(redis, settings, lambda: True).sweep()

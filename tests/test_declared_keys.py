@@ -32,7 +32,7 @@ from rsched._retention import Retention
 from rsched._scheduler import Scheduler
 from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
-from test_cluster import ok_and_failing_tasks, some_schedules
+from test_cluster import ok_and_failing_tasks, park_and_bring_back, some_schedules
 from test_history_records import int_b62
 from test_worker import wait_until
 from worker_app import fast_settings
@@ -244,6 +244,7 @@ async def test_every_script_declares_every_key_it_touches(
         await redis.hset(keys.schedule("r"), "run_until", "1")
         await redis.zadd(keys.backlogs, {"r": 1})
         lease = await _lease(store)
+        await park_and_bring_back(store, lease)
         assert await store.release_lost(lease) == 1
         assert await store.lease_renew(lease, 1000)
         assert await store.lease_release(lease)

@@ -40,6 +40,7 @@ async def cmd_where(client: Client, args: argparse.Namespace) -> None:
             "tag": schedule.tag,
             "hash": schedule.schedule(sid),
             "index": schedule.schedules,
+            "parked": schedule.parked_of(sid),
             "history": schedule.history(sid),
             "pending": schedule.pending(sid),
             "queue": schedule.queue("<queue>"),
@@ -61,6 +62,7 @@ async def cmd_where(client: Client, args: argparse.Namespace) -> None:
             f"as a schedule id: partition {schedule.partition} of {n}, tag {schedule.tag}",
             f"  redis-cli HGETALL '{schedule.schedule(sid)}'",
             f"  redis-cli ZSCORE '{schedule.schedules}' {sid}       (next run, ms)",
+            f"  redis-cli ZSCORE '{schedule.parked_of(sid)}' {sid}   (instead, when parked)",
             f"  redis-cli LRANGE '{schedule.history(sid)}' 0 9",
             f"  its jobs: '{schedule.queue('<queue>')}'",
         ]

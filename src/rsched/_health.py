@@ -30,6 +30,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from rsched import _parking
 from rsched._fanout import gather
 from rsched._format import duration
 from rsched._history import stored_events
@@ -345,10 +346,15 @@ class HealthReader:
         """Ids due before now, oldest first (at most ``max_schedules``); paused and completed
         ones sit at +inf and are never among them."""
         limit = self.cfg.max_schedules
-        ids = await self.redis.zrangebyscore(
-            self.keys.schedules, "-inf", f"({now_ms}", start=0, num=limit + 1
+        found: list[tuple[str, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
+            self.keys.schedules, "-inf", f"({now_ms}", start=0, num=limit + 1, withscores=True
         )
-        names = [str(s) for s in ids]
+        # Parked ones are due only when no scheduler brought them back (rsched._parking).
+        parked = await _parking.due_ids(self.redis, self.keys, now_ms, limit + 1)
+        entries = sorted(
+            [(float(score), str(sid)) for sid, score in found] + [(s, m) for m, s in parked]
+        )
+        names = [sid for _, sid in entries]
         return names[:limit], len(names) > limit
 
     async def failing_candidates(self, cursors: dict[str, str] | None = None) -> list[str]:
@@ -433,9 +439,14 @@ class HealthReader:
             for sid in ids:
                 pipe.hmget(k.schedule(sid), fields)
                 pipe.zscore(k.schedules, sid)
+                pipe.zscore(k.parked_of(sid), sid)
             replies = await pipe.execute(raise_on_error=False)
         out: dict[str, _Facts] = {}
-        for sid, values, score in zip(ids, replies[::2], replies[1::2], strict=True):
+        for sid, values, score, parked in zip(
+            ids, replies[::3], replies[1::3], replies[2::3], strict=True
+        ):
+            if not isinstance(score, float):
+                score = parked
             if isinstance(values, Exception) or not values or values[0] is None:
                 continue  # gone, or not a hash rsched wrote
             _, status, grace, run, run_state, opts = values
@@ -492,11 +503,15 @@ class HealthReader:
             pipe.zcount(k.schedules, "-inf", f"({now_ms}")
             pipe.zrangebyscore(k.schedules, "-inf", f"({now_ms}", start=0, num=1, withscores=True)
             leader, due, oldest = await pipe.execute()
+        first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
+        parked = await _parking.counts(self.redis, self.keys, now_ms - 1)
+        if parked.oldest and (first is None or parked.oldest[::-1] < first[::-1]):
+            first = parked.oldest
         schedules, truncated = await self.schedules(now_ms)
         return _Found(
             owner=str(leader).partition(":")[2] if leader else None,
-            due=int(due),
-            oldest=(str(oldest[0][0]), float(oldest[0][1])) if oldest else None,
+            due=int(due) + parked.due,
+            oldest=first,
             queues=await self._queue_facts(),
             schedules=schedules,
             truncated=truncated,

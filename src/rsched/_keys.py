@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 
 from rsched._partition import check_partitions, partition_tags
@@ -18,6 +19,19 @@ from rsched._rules import Priority, check_prefix
 
 # Worker consumer group name on every queue stream.
 GROUP = "rsched"
+
+#: Buckets of parked schedules per partition. Up to ~100k schedules a partition, a bucket holds
+#: fewer than Redis's ``zset-max-listpack-entries`` (128 by default), so Redis keeps it as a
+#: listpack: ~28 bytes an entry where the index's skiplist costs ~110.
+PARKED_BITS = 10
+PARKED_BUCKETS = 1 << PARKED_BITS
+
+
+def parked_bucket(schedule_id: str) -> int:
+    """The parked bucket of a schedule id: the top 10 bits of the CRC-32 of its bytes. The
+    partition is that CRC-32 modulo N (its low bits): with the same bits, a partition of N=16
+    would use only 64 of its buckets."""
+    return zlib.crc32(schedule_id.encode()) >> (32 - PARKED_BITS)
 
 
 def stream_name(queue: str, priority: Priority = "normal") -> str:
@@ -73,8 +87,25 @@ class Keys:
 
     @property
     def schedules(self) -> str:
-        """ZSET of every schedule id, scored by next run (ms); +inf when it has none."""
+        """ZSET of the schedule ids not parked, scored by next run (ms); +inf when it has none.
+        Those whose next run is far off are parked in buckets (:meth:`parked_at`)."""
         return f"{self.tag}:schedules"
+
+    @property
+    def parked(self) -> str:
+        """ZSET of parked bucket numbers, each scored at or below the earliest next run in it
+        (a lower bound: removals from a bucket leave it as it is)."""
+        return f"{self.tag}:parked"
+
+    def parked_at(self, bucket: int | str) -> str:
+        """ZSET, one bucket of parked schedules: ids whose next run was far off when the
+        scheduler moved them out of :attr:`schedules`, scored by next run (ms; +inf when none).
+        A schedule is in the index or in its bucket, never both."""
+        return f"{self.tag}:parked:{bucket}"
+
+    def parked_of(self, schedule_id: str) -> str:
+        """The bucket a schedule is parked in when it is parked."""
+        return self.parked_at(parked_bucket(schedule_id))
 
     def schedule(self, schedule_id: str) -> str:
         """HASH: a schedule's spec (non-default fields) and engine state."""

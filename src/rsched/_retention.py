@@ -23,7 +23,7 @@ from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from rsched import _lua
+from rsched import _lua, _parking
 from rsched._backoff import Backoff
 from rsched._errors import RschedError
 from rsched._keys import Keys
@@ -34,6 +34,9 @@ from rsched._settings import Settings
 log = get_logger("rsched.retention")
 
 KINDS = ("runs", "dead_letters", "history")
+# Parked buckets whose histories one sweep trims, past the end of the index (~100 ids a bucket
+# at 100k schedules).
+PARKED_BUCKETS_READ = 8
 
 
 @dataclass
@@ -61,7 +64,9 @@ class Retention(_lua.ScriptCaller):
         self.cfg = settings.retention
         self.keys = keys or Keys(settings.prefix)  # the partition swept
         self.is_leader = is_leader
-        self._history_rank = 0  # where the next history slice starts in the schedules index
+        # Where the next history slice starts: a rank in the schedules index, or past its end,
+        # -1 - the number of the parked bucket (rsched._parking).
+        self._history_rank = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         backoff = Backoff()
@@ -81,16 +86,23 @@ class Retention(_lua.ScriptCaller):
     async def _trim_histories(self, cutoff: int) -> int:
         """Trim the histories of the next slice of the schedules index (by rank), naming each
         history key to the script (lua/trim_history.lua); returns the records removed."""
-        k, start, count = self.keys, self._history_rank, self.cfg.history_batch
-        try:
-            ids = [
-                str(sid) for sid in await self.redis.zrange(k.schedules, start, start + count - 1)
-            ]
-        except ResponseError as exc:
-            if "WRONGTYPE" not in str(exc):
-                raise
-            ids = []  # someone else's key: nothing of rsched's to trim
-        self._history_rank = start + count if len(ids) == count else 0
+        k, rank, count = self.keys, self._history_rank, self.cfg.history_batch
+        ids: list[str] = []
+        if rank >= 0:
+            try:
+                ids = [
+                    str(sid) for sid in await self.redis.zrange(k.schedules, rank, rank + count - 1)
+                ]
+            except ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                # someone else's key: nothing of rsched's to trim
+            rank = rank + count if len(ids) == count else -1
+        if rank < 0 and len(ids) < count:  # past the index's end: the parked buckets
+            more, after = await _parking.bucket_ids(self.redis, k, -1 - rank, PARKED_BUCKETS_READ)
+            ids += more
+            rank = -1 - after if after else 0
+        self._history_rank = rank
         if not ids:
             return 0
         return int(await self.call("trim_history", [k.history(sid) for sid in ids], [cutoff]))

@@ -41,6 +41,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
+from rsched import _parking
 from rsched._backoff import Backoff
 from rsched._cluster import subscribed
 from rsched._codes import Code
@@ -121,6 +122,14 @@ LOAD_CHUNK = 1_000
 # How often the leader looks for pending occurrences whose run was lost (its marker expired):
 # markers live for hours, so a few seconds late is nothing; release.lua, at most this many a call.
 RELEASE_EVERY_S = 5.0
+# Parked schedules (rsched._parking): brought back every PARK_EVERY_S, at most UNPARK_CALLS
+# calls of MOVE_LIMIT each time (a herd of 100k parked is back in ~25 s, minutes before it is
+# due); parked only in an idle stretch of PARK_IDLE_MS or more, PARK_CALLS calls at a time, so
+# that parking never holds up a fire.
+PARK_EVERY_S = 1.0
+UNPARK_CALLS = 8
+PARK_CALLS = 8
+PARK_IDLE_MS = 200
 RELEASE_BATCH = 100
 # Error replies about the server's state, not about one schedule's data.
 _SERVER_CONDITIONS = (
@@ -346,6 +355,7 @@ class PartitionEngine:
         # The next round's due read, made while this round's last batches fire (see _fire).
         self._read_ahead: tuple[float, int, list[tuple[str, int]], int | None, bool] | None = None
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
+        self._park_at = 0.0  # monotonic time of the next look at parked schedules
         self._retention = Retention(self.redis, self.settings, self._leads, keys=keys)
 
     def _leads(self) -> bool:
@@ -576,6 +586,14 @@ class PartitionEngine:
         ready = [(sid, score) for sid, score in due if self._quarantine.get(sid, 0) <= wall]
         if not ready:
             await self._release_lost(lease)
+            idle_ms = next_ms - now if next_ms is not None else math.inf
+            back, more = await self._tidy_index(lease, idle_ms)
+            if back is not None:  # brought back from the parked buckets: maybe due before next_ms
+                self._prefetched = (0, 0)
+                next_ms = back if next_ms is None else min(next_ms, back)
+            if more:  # look again in PARK_EVERY_S, not max_idle_ms
+                soon = now + int(PARK_EVERY_S * 1000)
+                next_ms = soon if next_ms is None else min(next_ms, soon)
             await self._warm_up(lease)
             # From when the read was sent: Redis read its clock after that, so waking at this
             # time is never late by the read's way back (at worst early by it: one more read).
@@ -599,6 +617,7 @@ class PartitionEngine:
         )
         if self._read_ahead is None:  # between herds' rounds it would hold the next one up
             await self._release_lost(lease)
+            await self._tidy_index(lease, 0)  # brings back only: a herd may go on
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
         return NOT_DUE_PAUSE_S if counts.get(Code.NOT_DUE) else 0.0
@@ -634,6 +653,38 @@ class PartitionEngine:
             raise LostLease
         if released:
             log.warning("backlog.released", released=released, reason="marker_expired")
+
+    async def _tidy_index(self, lease: str, idle_ms: float) -> tuple[int | None, bool]:
+        """Every PARK_EVERY_S, bring back the parked schedules due soon, and when the next run
+        is ``idle_ms`` or more away, park those due far off (rsched._parking; with
+        ``scheduler.park`` off, bring everything back and park nothing). Returns the earliest
+        next run brought back (None when none was), and whether more is left to move."""
+        if time.monotonic() < self._park_at:
+            return None, False
+        self._park_at = time.monotonic() + PARK_EVERY_S
+        park = self.cfg.park
+        earliest: int | None = None
+        for _ in range(UNPARK_CALLS):
+            back = await _parking.unpark(self.store, lease, everything=not park)
+            if back is None:
+                raise LostLease
+            moved, first = back
+            if first is not None and (earliest is None or first < earliest):
+                earliest = first
+            if moved < _parking.MOVE_LIMIT:
+                break
+        else:
+            return earliest, True
+        if park and idle_ms >= PARK_IDLE_MS:
+            for _ in range(PARK_CALLS):
+                parked = await _parking.park(self.store, lease)
+                if parked is None:
+                    raise LostLease
+                if parked < _parking.MOVE_LIMIT:
+                    break
+            else:
+                return earliest, True
+        return earliest, False
 
     async def _read_due(
         self, exclude: Container[str], limit: int | None = None
@@ -834,11 +885,12 @@ class PartitionEngine:
             self._read_ahead = None
         if not sent:
             return counts
+        # Batches that fired before one was refused (the lease moved on) or failed count too.
+        self.fired_total += counts.get(Code.FIRED, 0)
         if lost:
             raise LostLease
         if failures:
             raise failures[0]
-        self.fired_total += counts.get(Code.FIRED, 0)
         log.info(
             "fired",
             fired=counts.get(Code.FIRED, 0),

@@ -16,7 +16,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rsched import _lua
+from rsched import _lua, _parking
 from rsched._bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._codes import Code, check, wrong_type
 from rsched._durability import Durability
@@ -176,6 +176,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.pending(schedule.id),
                 k.queues,
                 op_key,
+                k.parked_of(schedule.id),
             ],
             [
                 schedule.id,
@@ -329,10 +330,11 @@ class ScheduleStore(_lua.ScriptCaller):
         """One upsert_many.lua call; its reply per item (see the script's header)."""
         k = self.keys
         op_key, op_id = k.new_op()
-        keys = [k.schedules, k.queues, op_key]
+        keys = [k.schedules, k.queues, op_key, k.parked]
         args = [k.wake, op_id, str(created_ms)]
         for item, next_ms in chunk:
-            keys += (k.schedule(item.schedule_id), k.pending(item.schedule_id))
+            sid = item.schedule_id
+            keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid))
             args += (
                 item.schedule_id,
                 item.mode,
@@ -365,6 +367,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.history(schedule_id),
                 k.pending(schedule_id),
                 op_key,
+                k.parked_of(schedule_id),
                 k.backfilled(schedule_id),
             ],
             [schedule_id, op_id],
@@ -378,7 +381,7 @@ class ScheduleStore(_lua.ScriptCaller):
         op_key, op_id = k.new_op()
         res = await self.call(
             "pause",
-            [k.schedules, k.schedule(schedule_id), op_key],
+            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id)],
             [schedule_id, note or "", op_id],
         )
         check(res, script="pause", schedule_id=schedule_id)
@@ -388,7 +391,7 @@ class ScheduleStore(_lua.ScriptCaller):
         op_key, op_id = k.new_op()
         res = await self.call(
             "resume",
-            [k.schedules, k.schedule(schedule_id), op_key],
+            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id)],
             [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, op_id],
         )
         check(res, script="resume", schedule_id=schedule_id)
@@ -417,6 +420,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.queue(queue, level),
                 op_key,
                 k.backlogs,
+                k.parked_of(schedule_id),
                 k.runs,
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
@@ -466,16 +470,21 @@ class ScheduleStore(_lua.ScriptCaller):
     async def read_hashes(self, schedule_ids: Sequence[str]) -> list[dict[str, str] | None]:
         """Like :meth:`fields`, with None for a key of the wrong type instead of raising.
 
-        An active schedule's ``next_run`` is stored only as its score in the index, so it is
-        read from there (one ZSCORE in the same round trip) and added to the fields.
+        An active schedule's ``next_run`` is stored only as its score in the index or in its
+        parked bucket, so it is read from there (two ZSCOREs in the same round trip) and added
+        to the fields.
         """
+        k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             for sid in schedule_ids:
-                pipe.hgetall(self.keys.schedule(sid))
-                pipe.zscore(self.keys.schedules, sid)
+                pipe.hgetall(k.schedule(sid))
+                pipe.zscore(k.schedules, sid)
+                pipe.zscore(k.parked_of(sid), sid)
             results = await pipe.execute(raise_on_error=False)
         out: list[dict[str, str] | None] = []
-        for result, score in zip(results[::2], results[1::2], strict=True):
+        for result, score, parked in zip(results[::3], results[1::3], results[2::3], strict=True):
+            if score is None or isinstance(score, Exception):
+                score = parked
             if isinstance(result, ResponseError) and "WRONGTYPE" in str(result):
                 out.append(None)
             elif isinstance(result, Exception):
@@ -540,12 +549,16 @@ class ScheduleStore(_lua.ScriptCaller):
             pipe.pttl(k.leader)
             pipe.get(k.leader_ttl)
             total, active, due, oldest, leader, pttl, lease_ttl = await pipe.execute()
+        parked = await _parking.counts(self.redis, self.keys, now_ms)
+        first = (str(oldest[0][0]), oldest[0][1]) if oldest else None
+        if parked.oldest and (first is None or parked.oldest[::-1] < first[::-1]):
+            first = parked.oldest
         return IndexStats(
-            total=int(total),
-            active=int(active),
+            total=int(total) + parked.total,
+            active=int(active) + parked.active,
             paused=await self._count_paused(),
-            due=int(due),
-            oldest=(str(oldest[0][0]), int(oldest[0][1])) if oldest else None,
+            due=int(due) + parked.due,
+            oldest=(first[0], int(first[1])) if first else None,
             leader=str(leader) if leader else None,
             lease_left_ms=int(pttl),
             lease_ttl_ms=int(lease_ttl) if str(lease_ttl or "").isdigit() else None,
@@ -553,11 +566,13 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def count_due_before(self, before_ms: int) -> int:
         """Schedules whose next run is at or before ``before_ms`` (the metrics' late count)."""
-        return int(await self.redis.zcount(self.keys.schedules, "-inf", before_ms))
+        parked = await _parking.counts(self.redis, self.keys, before_ms)
+        return int(await self.redis.zcount(self.keys.schedules, "-inf", before_ms)) + parked.due
 
     async def _count_paused(self) -> int:
         """Paused and completed schedules both sit at +inf in the index: tell them apart."""
         key, paused, offset = self.keys.schedules, 0, 0
+        parked = await _parking.ids_at_inf(self.redis, self.keys)
         while True:
             ids = [
                 str(m)
@@ -565,13 +580,15 @@ class ScheduleStore(_lua.ScriptCaller):
                     key, "+inf", "+inf", byscore=True, offset=offset, num=1000
                 )
             ]
+            offset += len(ids)
+            if not ids:
+                ids, parked = parked[:1000], parked[1000:]
             if not ids:
                 return paused
             async with self.redis.pipeline(transaction=False) as pipe:
                 for sid in ids:
                     pipe.hget(self.keys.schedule(sid), "status")
                 paused += sum(1 for s in await pipe.execute() if s == "paused")
-            offset += len(ids)
 
     async def index_after(self, pos: tuple[float, str] | None, n: int) -> list[tuple[str, float]]:
         """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id), in
@@ -580,10 +597,17 @@ class ScheduleStore(_lua.ScriptCaller):
         finds where it would sit."""
         key = self.keys.schedules
         if pos is None:
-            return _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
-        score, member = pos
-        flat = await self.call("index_after", [key], [_score_arg(score), member, n])
-        return [(str(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+            page = _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
+        else:
+            args = [_parking.score_arg(pos[0]), pos[1], n]
+            flat = await self.call_read("index_after", [key], args)
+            page = [(str(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+        # Parked entries come in where they sort: only those at or before the page's last one
+        # can, when the page is full.
+        parked = await _parking.after(self, pos, n, page[-1][1] if len(page) == n else math.inf)
+        if not parked:
+            return page
+        return sorted(page + parked, key=lambda e: (e[1], e[0]))[:n]
 
     # --- scheduler -------------------------------------------------------------------------
 
@@ -785,10 +809,6 @@ def _unchanged(stored: dict[str, str], item: BulkItem) -> bool:
 
 def _pairs(raw: Any) -> list[tuple[str, float]]:
     return [(str(m), float(s)) for m, s in raw]
-
-
-def _score_arg(score: float) -> str:
-    return "+inf" if math.isinf(score) and score > 0 else str(int(score))
 
 
 def split_version(version: str) -> tuple[str, str]:

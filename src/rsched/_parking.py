@@ -1,0 +1,191 @@
+"""Parked schedules: the far end of the schedules index, kept in small buckets.
+
+A sorted-set entry in the index costs ~110 bytes (skiplist node, dict entry, member); in a
+bucket of a hundred or so, which Redis keeps as a listpack, ~28. The leading scheduler parks
+what is due more than PARK_AFTER_MS from now (lua/park.lua), paused and completed schedules
+too, and brings entries back UNPARK_WITHIN_MS before they are due (lua/unpark.lua), so due
+reads and fires only ever look at the index. Writers of a schedule (upsert, pause, resume,
+trigger, remove) put it back in the index and out of its bucket; readers that need every
+schedule (a schedule's next run, list pages, counts, health, retention) read both, here.
+docs/keys.md documents the keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from rsched._codes import Code, check
+from rsched._keys import Keys, parked_bucket
+from rsched._lua import ScriptCaller
+
+#: Park what is due later than this from now: an hourly schedule spends 45 minutes of each
+#: hour parked, a daily one nearly all day.
+PARK_AFTER_MS = 15 * 60_000
+#: Bring back what is due within this from now: well before it is due, so a scheduler that
+#: brings back a herd of 100k (~0.3 s of Redis in bounded calls) is done long before it fires.
+UNPARK_WITHIN_MS = 5 * 60_000
+#: Entries a park or unpark call moves at most: ~1-3 ms of Redis.
+MOVE_LIMIT = 500
+#: Buckets read per pipeline or script call by the readers below.
+READ_BUCKETS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedCounts:
+    """What the parked buckets hold, for Client.stats and health."""
+
+    total: int = 0
+    active: int = 0  # with a next run (not at +inf)
+    due: int = 0  # due at or before the time asked about (a scheduler that stopped bringing
+    # them back: none while one leads)
+    oldest: tuple[str, float] | None = None  # the earliest due one and its next run
+
+
+async def park(store: ScriptCaller, lease: str, limit: int = MOVE_LIMIT) -> int | None:
+    """Park up to ``limit`` schedules due later than PARK_AFTER_MS from now; returns how many
+    were parked, None when ``lease`` is no longer held."""
+    k = store.keys
+    now = await store.time_ms()
+    ids = await store.redis.zrange(
+        k.schedules, f"({now + PARK_AFTER_MS}", "+inf", byscore=True, offset=0, num=limit
+    )
+    if not ids:
+        return 0
+    groups: dict[int, list[str]] = {}
+    for sid in ids:
+        groups.setdefault(parked_bucket(str(sid)), []).append(str(sid))
+    keys = [k.leader, k.schedules, k.parked, *(k.parked_at(n) for n in groups)]
+    args = [lease, PARK_AFTER_MS, *(f"{n} {' '.join(some)}" for n, some in groups.items())]
+    res = int(await store.call("park", keys, args))
+    if res == Code.NOT_LEADER:
+        return None
+    if res < 0:
+        check(res, script="park")
+    return res
+
+
+async def unpark(
+    store: ScriptCaller, lease: str, limit: int = MOVE_LIMIT, *, everything: bool = False
+) -> tuple[int, int | None] | None:
+    """Bring back up to ``limit`` parked schedules due within UNPARK_WITHIN_MS (``everything``:
+    whenever due, +inf included); returns (how many, the earliest next run among them), None
+    when ``lease`` is no longer held."""
+    k = store.keys
+    now = await store.time_ms()
+    top: int | str = "+inf" if everything else now + UNPARK_WITHIN_MS
+    numbers = [
+        str(n)
+        for n in await store.redis.zrange(
+            k.parked, "-inf", top, byscore=True, offset=0, num=READ_BUCKETS
+        )
+    ]
+    if not numbers:
+        return 0, None
+    keys = [k.leader, k.schedules, k.parked, *(k.parked_at(n) for n in numbers)]
+    within = "inf" if everything else UNPARK_WITHIN_MS
+    res = await store.call("unpark", keys, [lease, within, limit, *numbers])
+    if int(res[0]) == Code.NOT_LEADER:
+        return None
+    if int(res[0]) < 0:
+        check(int(res[0]), script="unpark")
+    return int(res[0]), int(float(res[1])) if res[1] else None
+
+
+async def buckets(redis: Redis, k: Keys, up_to: float = math.inf) -> list[str]:
+    """The keys of the parked buckets whose lower bound is at or before ``up_to``."""
+    top = "+inf" if math.isinf(up_to) else int(up_to)
+    return [k.parked_at(str(n)) for n in await redis.zrange(k.parked, "-inf", top, byscore=True)]
+
+
+async def after(
+    store: ScriptCaller, pos: tuple[float, str] | None, n: int, up_to: float = math.inf
+) -> list[tuple[str, float]]:
+    """Up to ``n`` parked (id, score) entries after ``pos`` in index order, from the buckets
+    that may hold one at or before ``up_to`` (lua/parked_after.lua merges each group)."""
+    keys = await buckets(store.redis, store.keys, up_to)
+    score, member = ("-inf", "") if pos is None else (score_arg(pos[0]), pos[1])
+    merged: list[tuple[float, str]] = []
+    for start in range(0, len(keys), READ_BUCKETS):
+        flat = await store.call_read(
+            "parked_after", keys[start : start + READ_BUCKETS], [score, member, n]
+        )
+        merged += ((float(flat[i + 1]), str(flat[i])) for i in range(0, len(flat) - 1, 2))
+    if len(keys) > READ_BUCKETS:
+        merged.sort()
+    return [(sid, s) for s, sid in merged[:n]]
+
+
+async def counts(redis: Redis, k: Keys, now_ms: int) -> ParkedCounts:
+    """How many are parked, with a next run, and due by ``now_ms``; the earliest due."""
+    keys = await buckets(redis, k)
+    if not keys:
+        return ParkedCounts()
+    total = active = due = 0
+    oldest: tuple[str, float] | None = None
+    for start in range(0, len(keys), READ_BUCKETS):
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + READ_BUCKETS]:
+                pipe.zcard(key)
+                pipe.zcount(key, "-inf", "(inf")
+                pipe.zrange(key, "-inf", now_ms, byscore=True, offset=0, num=1, withscores=True)
+                pipe.zcount(key, "-inf", now_ms)
+            got = await pipe.execute(raise_on_error=False)
+        for i in range(0, len(got), 4):
+            card, live, first, late = got[i : i + 4]
+            if isinstance(card, Exception):
+                continue  # someone else's key of another type: not rsched's
+            total, active, due = total + int(card), active + int(live), due + int(late)
+            if first and (oldest is None or (first[0][1], str(first[0][0])) < oldest[::-1]):
+                oldest = (str(first[0][0]), float(first[0][1]))
+    return ParkedCounts(total, active, due, oldest)
+
+
+async def ids_at_inf(redis: Redis, k: Keys) -> list[str]:
+    """The parked schedules without a next run (paused or completed)."""
+    out: list[str] = []
+    keys = await buckets(redis, k)
+    for start in range(0, len(keys), READ_BUCKETS):
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + READ_BUCKETS]:
+                pipe.zrange(key, "+inf", "+inf", byscore=True)
+            got = await pipe.execute(raise_on_error=False)
+        out += (str(sid) for some in got if isinstance(some, list) for sid in some)
+    return out
+
+
+async def due_ids(redis: Redis, k: Keys, before_ms: int, limit: int) -> list[tuple[str, float]]:
+    """Up to ``limit`` parked (id, score) entries due before ``before_ms``, oldest first."""
+    keys = await buckets(redis, k, before_ms)
+    found: list[tuple[float, str]] = []
+    for start in range(0, len(keys), READ_BUCKETS):
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + READ_BUCKETS]:
+                pipe.zrange(
+                    key, "-inf", f"({before_ms}", byscore=True, offset=0, num=limit,
+                    withscores=True,
+                )  # fmt: skip
+            got = await pipe.execute(raise_on_error=False)
+        found += ((float(s), str(m)) for some in got if isinstance(some, list) for m, s in some)
+    found.sort()
+    return [(sid, s) for s, sid in found[:limit]]
+
+
+async def bucket_ids(redis: Redis, k: Keys, first: int, count: int) -> tuple[list[str], int]:
+    """The ids in up to ``count`` parked buckets numbered ``first`` or more, in number order,
+    and the number to go on from (0 when the last bucket was read): retention walks them."""
+    numbers = sorted(int(str(n)) for n in await redis.zrange(k.parked, 0, -1) if str(n).isdigit())
+    chosen = [n for n in numbers if n >= first][:count]
+    async with redis.pipeline(transaction=False) as pipe:
+        for n in chosen:
+            pipe.zrange(k.parked_at(n), 0, -1)
+        got = await pipe.execute(raise_on_error=False)
+    ids = [str(sid) for some in got if isinstance(some, list) for sid in some]
+    return ids, chosen[-1] + 1 if len(chosen) == count else 0
+
+
+def score_arg(score: float) -> str:
+    """A score as a script argument: whole ms, or +inf."""
+    return "+inf" if math.isinf(score) and score > 0 else str(int(score))

@@ -1,0 +1,281 @@
+"""Parked schedules (rsched._parking): a schedule whose next run is far off leaves the index for a
+small bucket, reads as before everywhere, is back in the index before it is due, and every write
+of it takes it out of its bucket again. A schedule is in the index or in its bucket, never both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from rsched import Client, Schedule, _parking
+from rsched import _scheduler as scheduler_module
+from rsched._keys import Keys, parked_bucket
+from rsched._model import to_ms
+from rsched._retention import Retention
+from rsched._settings import SchedulerSettings, Settings
+from rsched._store import ScheduleStore
+from test_history_records import int_b62
+from test_scheduler import eventually, jobs, running
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+def fast(redis_url: str, prefix: str, topology: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setattr(scheduler_module, "PARK_EVERY_S", 0.05)
+    return Settings(
+        redis_url=redis_url,
+        prefix=prefix,
+        cluster=topology == "cluster",
+        scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=300),
+    )
+
+
+@pytest.fixture
+def store(redis: Redis, fast: Settings) -> ScheduleStore:
+    return ScheduleStore(redis, Keys(fast.prefix))
+
+
+async def where(store: ScheduleStore, sid: str) -> tuple[float | None, float | None]:
+    """(score in the index, score in its parked bucket) of one schedule."""
+    k = store.keys
+    return await store.redis.zscore(k.schedules, sid), await store.redis.zscore(
+        k.parked_of(sid), sid
+    )
+
+
+async def parked_ids(store: ScheduleStore) -> set[str]:
+    k = store.keys
+    out: set[str] = set()
+    for key in await _parking.buckets(store.redis, k):
+        out |= {str(m) for m in await store.redis.zrange(key, 0, -1)}
+    return out
+
+
+async def lease(store: ScheduleStore) -> str:
+    got, _ = await store.lease_acquire("test", 60_000)
+    assert got is not None
+    return got
+
+
+def listed(page: list[Schedule]) -> list[tuple[str, Any]]:
+    return [(s.id, s.next_run) for s in page]
+
+
+def _ms(s: Schedule) -> float:
+    assert s.next_run is not None
+    return float(to_ms(s.next_run))
+
+
+async def everything(client: Client, page_size: int = 7) -> list[Schedule]:
+    return [s async for s in client.iter_schedules(page_size=page_size)]
+
+
+@pytest.mark.cluster
+async def test_the_leader_parks_what_is_due_far_off_and_every_reader_sees_it_as_before(
+    fast: Settings, store: ScheduleStore
+) -> None:
+    async with Client.from_settings(fast) as client:
+        await client.add({"id": "minutely", "task": "t", "every": 60})
+        await client.add({"id": "hourly", "task": "t", "every": 3600})
+        await client.add({"id": "daily", "task": "t", "cron": "0 3 * * *"})
+        await client.add({"id": "held", "task": "t", "every": 3600})
+        await client.pause("held")
+        got = {sid: await client.get(sid) for sid in ("minutely", "hourly", "daily", "held")}
+        page, stats = await everything(client), await client.stats()
+
+        async with running(fast):
+            await eventually(lambda: _parked(store, {"hourly", "daily", "held"}))
+
+        assert await store.redis.zrange(store.keys.schedules, 0, -1) == ["minutely"]
+        for sid in ("hourly", "daily", "held"):
+            index, bucket = await where(store, sid)
+            assert index is None
+            assert bucket is not None
+        assert {sid: await client.get(sid) for sid in got} == got
+        assert listed(await everything(client)) == listed(page)
+        assert (await client.stats()).schedules == stats.schedules
+        assert (await client.stats()).due == 0
+        assert not (await client.health()).schedules
+
+
+async def _parked(store: ScheduleStore, ids: set[str]) -> bool:
+    return ids <= await parked_ids(store)
+
+
+async def test_a_parked_schedule_is_back_before_it_is_due_and_fires_on_time(
+    fast: Settings, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_parking, "PARK_AFTER_MS", 1_500)
+    monkeypatch.setattr(_parking, "UNPARK_WITHIN_MS", 800)
+    async with Client.from_settings(fast) as client:
+        await client.add({"id": "x", "task": "t", "every": 4})
+        async with running(fast):
+            await eventually(lambda: _parked(store, {"x"}))
+            await eventually(lambda: _has_job(store), timeout_s=8)
+            # Back in its bucket once fired: its next run is 4 s away again.
+            await eventually(lambda: _parked(store, {"x"}))
+    (job,) = await jobs(store)
+    assert int(job["fired_at"]) - int(job["scheduled_at"]) < 250
+
+
+async def _has_job(store: ScheduleStore) -> bool:
+    return bool(await jobs(store))
+
+
+@pytest.mark.cluster
+async def test_every_write_of_a_parked_schedule_takes_it_out_of_its_bucket(
+    fast: Settings, store: ScheduleStore
+) -> None:
+    held = await lease(store)
+    async with Client.from_settings(fast) as client:
+
+        async def park(sid: str) -> None:
+            assert await _parking.park(store, held) == 1
+            assert await where(store, sid) == (None, float(_ms(await client.get(sid))))
+
+        await client.add({"id": "a", "task": "t", "every": 3600})
+        await park("a")
+        await client.update("a", every=7200)
+        index, bucket = await where(store, "a")
+        assert bucket is None
+        assert index is not None
+        assert index == _ms(await client.get("a"))
+        await park("a")
+        await client.pause("a")
+        assert await where(store, "a") == (float("inf"), None)
+        assert await _parking.park(store, held) == 1  # paused: at +inf, parked too
+        assert await where(store, "a") == (None, float("inf"))
+        assert (await client.stats()).schedules["paused"] == 1
+        await client.resume("a")
+        index, bucket = await where(store, "a")
+        assert bucket is None
+        assert index is not None
+        await park("a")
+        await client.trigger("a")  # its next run stays: so does its place
+        assert (await where(store, "a"))[1] is not None
+        await client.upsert_many([{"id": "a", "task": "t2", "every": 3600}])
+        index, bucket = await where(store, "a")
+        assert bucket is None
+        assert index is not None
+        await park("a")
+        await client.remove("a")
+        assert await where(store, "a") == (None, None)
+
+
+async def test_parking_and_bringing_back_need_the_lease(store: ScheduleStore) -> None:
+    await store.save(Schedule(id="a", task="t", every=3600))
+    held = await lease(store)
+    assert await _parking.park(store, "1:someone-else") is None
+    assert await where(store, "a") != (None, None)
+    assert (await where(store, "a"))[1] is None
+    assert await _parking.park(store, held) == 1
+    await store.redis.zadd(store.keys.parked, {str(parked_bucket("a")): 0})
+    assert await _parking.unpark(store, "1:someone-else") is None
+    assert (await where(store, "a"))[0] is None
+
+
+async def test_a_parked_schedule_overdue_while_no_scheduler_ran_is_late_then_fired(
+    fast: Settings, store: ScheduleStore
+) -> None:
+    async with Client.from_settings(fast) as client:
+        await client.add({"id": "a", "task": "t", "every": 3600, "misfire_grace_s": 10})
+        held = await lease(store)
+        assert await _parking.park(store, held) == 1
+        # As if every scheduler had been down since the run came due a minute ago.
+        due = await store.time_ms() - 60_000
+        await store.redis.zadd(store.keys.parked_of("a"), {"a": due})
+        await store.redis.zadd(store.keys.parked, {str(parked_bucket("a")): due})
+        assert await store.lease_release(held)
+        stats = await client.stats()
+        assert stats.due == 1
+        assert stats.oldest_overdue is not None
+        assert stats.oldest_overdue["id"] == "a"
+        assert [s.id for s in (await client.health()).schedules] == ["a"]
+        async with running(fast):
+            await eventually(lambda: _has_job(store))
+    (job,) = await jobs(store)
+    assert int(job["scheduled_at"]) == due
+
+
+async def test_list_pages_merge_the_index_and_many_buckets_in_order(
+    fast: Settings, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_parking, "READ_BUCKETS", 5)  # several script calls per page
+    start = datetime.now(UTC) + timedelta(hours=1)
+    specs: list[dict[str, Any]] = []
+    for i in range(240):
+        spec: dict[str, Any] = {"id": f"s{i:03d}", "task": "t"}
+        if i % 3 == 0:
+            spec["every"] = 60 + i  # soon: stays in the index
+        elif i % 7 == 0:
+            spec["cron"] = "0 3 * * *"  # herds of one score
+        else:
+            spec["every"] = 3600 + 60 * (i % 11)
+            spec["start_at"] = start
+        specs.append(spec)
+    async with Client.from_settings(fast) as client:
+        await client.add_many(specs)
+        for sid in ("s001", "s002", "s004"):
+            await client.pause(sid)
+        before = listed(await everything(client, page_size=9))
+        held = await lease(store)
+        while await _parking.park(store, held):
+            pass
+        assert len(await parked_ids(store)) > 100
+        assert len(await _parking.buckets(store.redis, store.keys)) > 5
+        for size in (1, 9, 100, 500):
+            assert listed(await everything(client, page_size=size)) == before
+        filtered = [s.id async for s in client.iter_schedules(paused=True, page_size=2)]
+        assert filtered == ["s001", "s002", "s004"]
+
+
+async def test_retention_trims_the_histories_of_parked_schedules(
+    fast: Settings, store: ScheduleStore
+) -> None:
+    await store.save(Schedule(id="a", task="t", every=3600))
+    assert await _parking.park(store, await lease(store)) == 1
+    old = f"{int_b62(await store.time_ms() - 400 * 86_400_000)}|f5|c2,1"
+    await store.redis.rpush(store.keys.history("a"), old)
+    retention = Retention(store.redis, fast, lambda: True, keys=store.keys)
+    assert (await retention.sweep()).history == 1
+    assert not await store.redis.exists(store.keys.history("a"))
+
+
+def test_the_bucket_of_an_id_never_changes() -> None:
+    # Stored layout: another bucket for the same id would leave its entry where no writer looks.
+    assert parked_bucket("a") == 930
+    assert Keys("rsched").parked_of("a") == "{rsched}:parked:930"
+    assert Keys("rsched", 4, 2).parked_of("a").endswith(":parked:930")
+
+
+async def test_with_parking_off_the_leader_brings_every_parked_schedule_back(
+    fast: Settings, store: ScheduleStore
+) -> None:
+    async with Client.from_settings(fast) as client:
+        await client.add({"id": "hourly", "task": "t", "every": 3600})
+        await client.add({"id": "held", "task": "t", "every": 3600})
+        await client.pause("held")
+        held = await lease(store)
+        assert await _parking.park(store, held) == 2
+        assert await store.lease_release(held)
+        off = fast.scheduler.model_copy(update={"park": False})
+        async with running(fast.model_copy(update={"scheduler": off})):
+            await eventually(_nothing_parked(store))
+            await anyio.sleep(0.3)  # idle: it would have parked them again by now
+        assert not await parked_ids(store)
+        assert await store.redis.zscore(store.keys.schedules, "held") == float("inf")
+        assert await store.redis.zscore(store.keys.schedules, "hourly") is not None
+
+
+def _nothing_parked(store: ScheduleStore) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return not await parked_ids(store)
+
+    return check
