@@ -504,13 +504,12 @@ class HealthReader:
             pipe.zrangebyscore(k.schedules, "-inf", f"({now_ms}", start=0, num=1, withscores=True)
             leader, due, oldest = await pipe.execute()
         first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
-        parked = await _parking.counts(self.redis, self.keys, now_ms - 1)
-        if parked.oldest and (first is None or parked.oldest[::-1] < first[::-1]):
-            first = parked.oldest
+        parked, parked_oldest = await _parking.due(self.redis, self.keys, now_ms - 1)
+        first = _parking.earliest(first, parked_oldest)
         schedules, truncated = await self.schedules(now_ms)
         return _Found(
             owner=str(leader).partition(":")[2] if leader else None,
-            due=int(due) + parked.due,
+            due=int(due) + parked,
             oldest=first,
             queues=await self._queue_facts(),
             schedules=schedules,

@@ -13,7 +13,6 @@ docs/keys.md documents the keys.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
@@ -31,17 +30,6 @@ UNPARK_WITHIN_MS = 5 * 60_000
 MOVE_LIMIT = 500
 #: Buckets read per pipeline or script call by the readers below.
 READ_BUCKETS = 128
-
-
-@dataclass(frozen=True, slots=True)
-class ParkedCounts:
-    """What the parked buckets hold, for Client.stats and health."""
-
-    total: int = 0
-    active: int = 0  # with a next run (not at +inf)
-    due: int = 0  # due at or before the time asked about (a scheduler that stopped bringing
-    # them back: none while one leads)
-    oldest: tuple[str, float] | None = None  # the earliest due one and its next run
 
 
 async def park(store: ScriptCaller, lease: str, limit: int = MOVE_LIMIT) -> int | None:
@@ -118,29 +106,41 @@ async def after(
     return [(sid, s) for s, sid in merged[:n]]
 
 
-async def counts(redis: Redis, k: Keys, now_ms: int) -> ParkedCounts:
-    """How many are parked, with a next run, and due by ``now_ms``; the earliest due."""
+async def counts(redis: Redis, k: Keys) -> tuple[int, int]:
+    """How many schedules are parked, and how many of them have a next run (not at +inf)."""
     keys = await buckets(redis, k)
-    if not keys:
-        return ParkedCounts()
-    total = active = due = 0
-    oldest: tuple[str, float] | None = None
+    total = active = 0
     for start in range(0, len(keys), READ_BUCKETS):
         async with redis.pipeline(transaction=False) as pipe:
             for key in keys[start : start + READ_BUCKETS]:
                 pipe.zcard(key)
                 pipe.zcount(key, "-inf", "(inf")
-                pipe.zrange(key, "-inf", now_ms, byscore=True, offset=0, num=1, withscores=True)
-                pipe.zcount(key, "-inf", now_ms)
             got = await pipe.execute(raise_on_error=False)
-        for i in range(0, len(got), 4):
-            card, live, first, late = got[i : i + 4]
-            if isinstance(card, Exception):
-                continue  # someone else's key of another type: not rsched's
-            total, active, due = total + int(card), active + int(live), due + int(late)
-            if first and (oldest is None or (first[0][1], str(first[0][0])) < oldest[::-1]):
-                oldest = (str(first[0][0]), float(first[0][1]))
-    return ParkedCounts(total, active, due, oldest)
+        for card, live in zip(got[::2], got[1::2], strict=True):
+            if isinstance(card, int) and isinstance(live, int):  # else not rsched's key
+                total, active = total + card, active + live
+    return total, active
+
+
+async def due(redis: Redis, k: Keys, up_to_ms: int) -> tuple[int, tuple[str, float] | None]:
+    """How many parked schedules are due at or before ``up_to_ms``, and the earliest (id, next
+    run): none while a scheduler leads, which brings them back minutes before they are due."""
+    keys = await buckets(redis, k, up_to_ms)
+    count, oldest = 0, None
+    for start in range(0, len(keys), READ_BUCKETS):
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in keys[start : start + READ_BUCKETS]:
+                pipe.zcount(key, "-inf", up_to_ms)
+                pipe.zrange(key, "-inf", up_to_ms, byscore=True, offset=0, num=1, withscores=True)
+            got = await pipe.execute(raise_on_error=False)
+        for late, first in zip(got[::2], got[1::2], strict=True):
+            if not isinstance(late, int) or not first:
+                continue
+            count += late
+            sid, score = str(first[0][0]), float(first[0][1])
+            if oldest is None or (score, sid) < (oldest[1], oldest[0]):
+                oldest = (sid, score)
+    return count, oldest
 
 
 async def ids_at_inf(redis: Redis, k: Keys) -> list[str]:
@@ -184,6 +184,13 @@ async def bucket_ids(redis: Redis, k: Keys, first: int, count: int) -> tuple[lis
         got = await pipe.execute(raise_on_error=False)
     ids = [str(sid) for some in got if isinstance(some, list) for sid in some]
     return ids, chosen[-1] + 1 if len(chosen) == count else 0
+
+
+def earliest(a: tuple[str, float] | None, b: tuple[str, float] | None) -> tuple[str, float] | None:
+    """The earlier of two (id, score) entries in index order (score, then id)."""
+    if a is None or b is None:
+        return a or b
+    return min(a, b, key=lambda e: (e[1], e[0]))
 
 
 def score_arg(score: float) -> str:

@@ -549,15 +549,15 @@ class ScheduleStore(_lua.ScriptCaller):
             pipe.pttl(k.leader)
             pipe.get(k.leader_ttl)
             total, active, due, oldest, leader, pttl, lease_ttl = await pipe.execute()
-        parked = await _parking.counts(self.redis, self.keys, now_ms)
-        first = (str(oldest[0][0]), oldest[0][1]) if oldest else None
-        if parked.oldest and (first is None or parked.oldest[::-1] < first[::-1]):
-            first = parked.oldest
+        parked, parked_active = await _parking.counts(self.redis, k)
+        parked_due, parked_oldest = await _parking.due(self.redis, k, now_ms)
+        first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
+        first = _parking.earliest(first, parked_oldest)
         return IndexStats(
-            total=int(total) + parked.total,
-            active=int(active) + parked.active,
+            total=int(total) + parked,
+            active=int(active) + parked_active,
             paused=await self._count_paused(),
-            due=int(due) + parked.due,
+            due=int(due) + parked_due,
             oldest=(first[0], int(first[1])) if first else None,
             leader=str(leader) if leader else None,
             lease_left_ms=int(pttl),
@@ -566,29 +566,25 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def count_due_before(self, before_ms: int) -> int:
         """Schedules whose next run is at or before ``before_ms`` (the metrics' late count)."""
-        parked = await _parking.counts(self.redis, self.keys, before_ms)
-        return int(await self.redis.zcount(self.keys.schedules, "-inf", before_ms)) + parked.due
+        parked, _ = await _parking.due(self.redis, self.keys, before_ms)
+        return int(await self.redis.zcount(self.keys.schedules, "-inf", before_ms)) + parked
 
     async def _count_paused(self) -> int:
-        """Paused and completed schedules both sit at +inf in the index: tell them apart."""
-        key, paused, offset = self.keys.schedules, 0, 0
-        parked = await _parking.ids_at_inf(self.redis, self.keys)
-        while True:
-            ids = [
-                str(m)
-                for m in await self.redis.zrange(
-                    key, "+inf", "+inf", byscore=True, offset=offset, num=1000
-                )
-            ]
-            offset += len(ids)
-            if not ids:
-                ids, parked = parked[:1000], parked[1000:]
-            if not ids:
-                return paused
+        """Paused and completed schedules both sit at +inf (in the index or parked): tell them
+        apart."""
+        key, ids = self.keys.schedules, list[str]()
+        while some := await self.redis.zrange(
+            key, "+inf", "+inf", byscore=True, offset=len(ids), num=1000
+        ):
+            ids += [str(m) for m in some]
+        ids += await _parking.ids_at_inf(self.redis, self.keys)
+        paused = 0
+        for start in range(0, len(ids), 1000):
             async with self.redis.pipeline(transaction=False) as pipe:
-                for sid in ids:
+                for sid in ids[start : start + 1000]:
                     pipe.hget(self.keys.schedule(sid), "status")
                 paused += sum(1 for s in await pipe.execute() if s == "paused")
+        return paused
 
     async def index_after(self, pos: tuple[float, str] | None, n: int) -> list[tuple[str, float]]:
         """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id), in
