@@ -263,8 +263,8 @@ class Ctx:
                 return out
             start = "(" + str(res[0])
 
-    async def slowlog_reset(self) -> None:
-        await self.node.config_set("slowlog-log-slower-than", SLOWLOG_US)
+    async def slowlog_reset(self, slower_than_us: int = SLOWLOG_US) -> None:
+        await self.node.config_set("slowlog-log-slower-than", slower_than_us)
         await self.node.config_set("slowlog-max-len", 10_000)
         await self.node.slowlog_reset()
 
@@ -479,7 +479,9 @@ async def steady(ctx: Ctx, n: int, duration_s: float, warmup_s: float) -> dict[s
 async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
     """Bytes per schedule at rest once parked: N ``every=3600`` schedules an hour before their
     next run, parked the way the leading scheduler parks them (rsched._parking.park under a
-    lease, MOVE_LIMIT at a time), in two halves as memory_and_ceiling does."""
+    lease, MOVE_LIMIT at a time), in two halves as memory_and_ceiling does. Then what parking
+    and bringing back cost: each call's time inside Redis (SLOWLOG from 0.2 ms: each call, not the
+    commands inside it)."""
     await ctx.reset()
     ids = [f"mem-{i:06d}" for i in range(n)]
     spec = template("every", payload={"report": "daily", "n": 1})
@@ -487,22 +489,44 @@ async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
     assert lease is not None
     used0 = await ctx.used_memory()
     now = await ctx.now_ms()
+    park_us: list[int] = []
 
     async def create_and_park(some: list[str]) -> int:
         await ctx.create(some, lambda i: spec, lambda i: now + HOUR_MS, now)
+        await ctx.slowlog_reset(200)
         while await _parking.park(ctx.store, lease):
             pass
+        park_us.extend(us for us, name in await ctx.slowlog() if name == "EVALSHA park")
         await ctx.drop_op_keys()
         return await ctx.used_memory()
 
     half = n // 2
     used_half = await create_and_park(ids[:half])
     used1 = await create_and_park(ids[half:])
+    index_left = int(await ctx.redis.zcard(ctx.keys.schedules))
+    buckets = int(await ctx.redis.zcard(ctx.keys.parked))
+    await ctx.slowlog_reset(200)
+    started = time.perf_counter()
+    while True:
+        back = await _parking.unpark(ctx.store, lease, everything=True)
+        if not back or not back[0]:
+            break
+    unpark_s = time.perf_counter() - started
+    unpark_us = [us for us, name in await ctx.slowlog() if name == "EVALSHA unpark"]
+    if await ctx.redis.zcard(ctx.keys.schedules) != n:
+        raise RuntimeError("not every parked schedule came back")
     return {
         "parked_bytes_per_schedule": round((used1 - used0) / n, 1),
         "parked_marginal_bytes_per_schedule": round((used1 - used_half) / (n - half), 1),
-        "parked_index_left": int(await ctx.redis.zcard(ctx.keys.schedules)),
-        "parked_buckets": int(await ctx.redis.zcard(ctx.keys.parked)),
+        "parked_index_left": index_left,
+        "parked_buckets": buckets,
+        "park_calls": len(park_us),
+        "park_server_s": round(sum(park_us) / 1e6, 3),
+        "park_slowest_ms": round(max(park_us, default=0) / 1000, 2),
+        "unpark_s": round(unpark_s, 3),
+        "unpark_calls": len(unpark_us),
+        "unpark_server_s": round(sum(unpark_us) / 1e6, 3),
+        "unpark_slowest_ms": round(max(unpark_us, default=0) / 1000, 2),
     }
 
 
@@ -779,6 +803,15 @@ def _memory_table(r: dict[str, Any]) -> str:
             ["  index zset / schedule", r["index_bytes_per_schedule"]],
             ["parked (next run > 15 min away), at rest / schedule", r["parked_bytes_per_schedule"]],
             ["  per added schedule (slope from N/2 to N)", r["parked_marginal_bytes_per_schedule"]],
+            [
+                "  parking them: calls / Redis s / slowest call ms",
+                f"{r['park_calls']} / {r['park_server_s']} / {r['park_slowest_ms']}",
+            ],
+            [
+                "  bringing all back: s / calls / Redis s / slowest call ms",
+                f"{r['unpark_s']} / {r['unpark_calls']} / {r['unpark_server_s']} / "
+                f"{r['unpark_slowest_ms']}",
+            ],
             ["after one fire, excluding the stream / schedule", r["after_fire_bytes_per_schedule"]],
             ["  history list after one fire", r["history_bytes_one_fire"]],
             ["  schedule hash after one fire (run state)", r["hash_after_fire_bytes"]],

@@ -14,8 +14,8 @@ ARGV[1] lease     the caller's lease (fencing token and owner)
 ARGV[2] after_ms  park what is due later than now + after_ms
 ARGV[3..] groups  one per bucket: "<n> <id> <id> …" (rsched ids hold no space)
 
-Returns how many were parked | NOT_LEADER=-1 | WRONG_TYPE=-6 (the index, the parked set or a
-bucket holds another type) | BAD_ARGS=-7
+Returns how many were parked | NOT_LEADER=-1 | WRONG_TYPE=-6 (the index or the parked set holds
+another type; a bucket that does keeps its ids in the index) | BAD_ARGS=-7
 ]]
 -- @include common
 
@@ -32,29 +32,37 @@ for g = 3, #ARGV do
 end
 if rcall('GET', leader_key) ~= ARGV[1] then return -1 end  -- NOT_LEADER
 if not (key_is(schedules_key, 'zset') and key_is(parked_key, 'zset')) then return -6 end
-for _, g in ipairs(groups) do
-  if not key_is(g.key, 'zset') then return -6 end  -- WRONG_TYPE
-end
 
 local horizon = now_ms() + after
-local parked = 0
+-- One read and one removal from the index for the whole call, one ZADD per bucket, and the
+-- buckets' bounds in one ZADD LT (per element): a bucket's four commands cost twice as much.
+local ids = {}
 for _, g in ipairs(groups) do
-  local scores = rcall('ZMSCORE', schedules_key, unpack(g.ids))
-  local moves, gone, low = {}, {}, nil
-  for i, sid in ipairs(g.ids) do
+  for _, sid in ipairs(g.ids) do ids[#ids + 1] = sid end
+end
+local scores = rcall('ZMSCORE', schedules_key, unpack(ids))
+local gone, bounds = {}, {}
+local i = 0
+for _, g in ipairs(groups) do
+  local moves, moved, low = {}, {}, nil
+  for _, sid in ipairs(g.ids) do
+    i = i + 1
     local score = scores[i]
     local value = score and (score == 'inf' and math.huge or tonumber(score))
     if value and value > horizon then
       moves[#moves + 1], moves[#moves + 2] = score, sid
-      gone[#gone + 1] = sid
+      moved[#moved + 1] = sid
       if not low or value < low[1] then low = {value, score} end
     end
   end
-  if low then
-    rcall('ZADD', g.key, unpack(moves))
-    rcall('ZREM', schedules_key, unpack(gone))
-    rcall('ZADD', parked_key, 'LT', low[2], g.n)
-    parked = parked + #gone
+  -- A bucket key of another type (not rsched's) refuses the ZADD: its ids stay in the index.
+  if low and type(redis.pcall('ZADD', g.key, unpack(moves))) == 'number' then
+    for _, sid in ipairs(moved) do gone[#gone + 1] = sid end
+    bounds[#bounds + 1], bounds[#bounds + 2] = low[2], g.n
   end
 end
-return parked
+if #gone > 0 then
+  rcall('ZREM', schedules_key, unpack(gone))
+  rcall('ZADD', parked_key, 'LT', unpack(bounds))
+end
+return #gone

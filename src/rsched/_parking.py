@@ -26,8 +26,9 @@ PARK_AFTER_MS = 15 * 60_000
 #: Bring back what is due within this from now: well before it is due, so a scheduler that
 #: brings back a herd of 100k (~0.3 s of Redis in bounded calls) is done long before it fires.
 UNPARK_WITHIN_MS = 5 * 60_000
-#: Entries a park or unpark call moves at most: ~1-3 ms of Redis.
-MOVE_LIMIT = 500
+#: Entries a park or unpark call moves at most: ~1-2 ms of Redis (a park call writes to as many
+#: buckets as it moves entries, nearly).
+MOVE_LIMIT = 250
 #: Buckets read per pipeline or script call by the readers below.
 READ_BUCKETS = 128
 

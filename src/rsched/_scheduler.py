@@ -122,15 +122,15 @@ LOAD_CHUNK = 1_000
 # How often the leader looks for pending occurrences whose run was lost (its marker expired):
 # markers live for hours, so a few seconds late is nothing; release.lua, at most this many a call.
 RELEASE_EVERY_S = 5.0
+RELEASE_BATCH = 100
 # Parked schedules (rsched._parking): brought back every PARK_EVERY_S, at most UNPARK_CALLS
-# calls of MOVE_LIMIT each time (a herd of 100k parked is back in ~25 s, minutes before it is
+# calls of MOVE_LIMIT each time (a herd of 100k parked is back in ~50 s, minutes before it is
 # due); parked only in an idle stretch of PARK_IDLE_MS or more, PARK_CALLS calls at a time, so
 # that parking never holds up a fire.
 PARK_EVERY_S = 1.0
 UNPARK_CALLS = 8
 PARK_CALLS = 8
 PARK_IDLE_MS = 200
-RELEASE_BATCH = 100
 # Error replies about the server's state, not about one schedule's data.
 _SERVER_CONDITIONS = (
     "OOM",
