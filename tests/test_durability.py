@@ -48,11 +48,14 @@ async def replicating(primary: Server, replica: Server) -> AsyncIterator[Any]:
         await client.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
 
         async def linked() -> bool:
-            # The replica sees its link up before the primary counts it (after a diskless
-            # sync, at its first acknowledgement): only then does WAIT see it.
+            # The replica sees its link up before the primary streams to it (after a diskless
+            # sync, from the replica's first acknowledgement, up to a second later): only a
+            # write it confirms shows that it follows. A WAIT with no write of its own before
+            # it confirms nothing (the offset it waits for is 0).
             info = await client.info("replication")
             if info.get("master_link_status") != "up":
                 return False
+            await source.incr("replication-check")
             return int(await source.execute_command("WAIT", 1, 100)) >= 1
 
         await wait_until(linked)
