@@ -97,6 +97,7 @@ async def park_and_bring_back(store: ScheduleStore, lease: str) -> None:
     assert parked
     listed = [sid for sid, _ in await _parking.after(store, None, 100)]
     assert {"m0", "m1", "m2"} <= set(listed)
+    assert (await _parking.counts(store, await store.time_ms())).total >= 3
     await store.redis.zadd(keys.parked, {parked[0].rsplit(":", 1)[1]: 0})
     assert await _parking.unpark(store, lease) == (0, None)
 

@@ -63,7 +63,9 @@ if TYPE_CHECKING:
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
 #: Scripts that only read: ``flags=no-writes`` lets them run under maxmemory and on replicas.
-READ_ONLY = frozenset({"due", "find_job", "index_after", "parked_after", "policies"})
+READ_ONLY = frozenset(
+    {"due", "find_job", "index_after", "parked_after", "parked_counts", "policies"}
+)
 #: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.
 TRYAGAIN_LIMIT_S = 10.0
 #: What a cluster says of a call that can succeed once a slot's migration has ended.

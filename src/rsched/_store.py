@@ -549,15 +549,14 @@ class ScheduleStore(_lua.ScriptCaller):
             pipe.pttl(k.leader)
             pipe.get(k.leader_ttl)
             total, active, due, oldest, leader, pttl, lease_ttl = await pipe.execute()
-        parked, parked_active = await _parking.counts(self.redis, k)
-        parked_due, parked_oldest = await _parking.due(self.redis, k, now_ms)
+        parked = await _parking.counts(self, now_ms)
         first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
-        first = _parking.earliest(first, parked_oldest)
+        first = _parking.earliest(first, parked.oldest)
         return IndexStats(
-            total=int(total) + parked,
-            active=int(active) + parked_active,
-            paused=await self._count_paused(),
-            due=int(due) + parked_due,
+            total=int(total) + parked.total,
+            active=int(active) + parked.active,
+            paused=await self._count_paused(parked.idle),
+            due=int(due) + parked.due,
             oldest=(first[0], int(first[1])) if first else None,
             leader=str(leader) if leader else None,
             lease_left_ms=int(pttl),
@@ -569,15 +568,15 @@ class ScheduleStore(_lua.ScriptCaller):
         parked, _ = await _parking.due(self.redis, self.keys, before_ms)
         return int(await self.redis.zcount(self.keys.schedules, "-inf", before_ms)) + parked
 
-    async def _count_paused(self) -> int:
-        """Paused and completed schedules both sit at +inf (in the index or parked): tell them
-        apart."""
+    async def _count_paused(self, parked: list[str]) -> int:
+        """Paused and completed schedules both sit at +inf (in the index, or ``parked``): tell
+        them apart."""
         key, ids = self.keys.schedules, list[str]()
         while some := await self.redis.zrange(
             key, "+inf", "+inf", byscore=True, offset=len(ids), num=1000
         ):
             ids += [str(m) for m in some]
-        ids += await _parking.ids_at_inf(self.redis, self.keys)
+        ids += parked
         paused = 0
         for start in range(0, len(ids), 1000):
             async with self.redis.pipeline(transaction=False) as pipe:
