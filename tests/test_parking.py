@@ -18,10 +18,10 @@ from rsched import _scheduler as scheduler_module
 from rsched._keys import Keys, parked_bucket
 from rsched._model import to_ms
 from rsched._retention import Retention
-from rsched._settings import SchedulerSettings, Settings
+from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from test_history_records import int_b62
-from test_scheduler import eventually, jobs, running
+from test_scheduler import eventually, jobs, quick, running
 
 HOUR_MS = 3_600_000
 
@@ -29,12 +29,7 @@ HOUR_MS = 3_600_000
 @pytest.fixture
 def fast(redis_url: str, prefix: str, topology: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setattr(scheduler_module, "PARK_EVERY_S", 0.05)
-    return Settings(
-        redis_url=redis_url,
-        prefix=prefix,
-        cluster=topology == "cluster",
-        scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=300),
-    )
+    return quick(redis_url, prefix, topology)
 
 
 @pytest.fixture
@@ -73,6 +68,13 @@ def _ms(s: Schedule) -> float:
     return float(to_ms(s.next_run))
 
 
+async def hourly_and_held(client: Client) -> None:
+    """``hourly`` (every hour) and ``held`` (every hour, paused): both parked by a leader."""
+    await client.add({"id": "hourly", "task": "t", "every": 3600})
+    await client.add({"id": "held", "task": "t", "every": 3600})
+    await client.pause("held")
+
+
 async def everything(client: Client, page_size: int = 7) -> list[Schedule]:
     return [s async for s in client.iter_schedules(page_size=page_size)]
 
@@ -83,10 +85,8 @@ async def test_the_leader_parks_what_is_due_far_off_and_every_reader_sees_it_as_
 ) -> None:
     async with Client.from_settings(fast) as client:
         await client.add({"id": "minutely", "task": "t", "every": 60})
-        await client.add({"id": "hourly", "task": "t", "every": 3600})
         await client.add({"id": "daily", "task": "t", "cron": "0 3 * * *"})
-        await client.add({"id": "held", "task": "t", "every": 3600})
-        await client.pause("held")
+        await hourly_and_held(client)
         got = {sid: await client.get(sid) for sid in ("minutely", "hourly", "daily", "held")}
         page, stats = await everything(client), await client.stats()
 
@@ -259,9 +259,7 @@ async def test_with_parking_off_the_leader_brings_every_parked_schedule_back(
     fast: Settings, store: ScheduleStore
 ) -> None:
     async with Client.from_settings(fast) as client:
-        await client.add({"id": "hourly", "task": "t", "every": 3600})
-        await client.add({"id": "held", "task": "t", "every": 3600})
-        await client.pause("held")
+        await hourly_and_held(client)
         held = await lease(store)
         assert await _parking.park(store, held) == 2
         assert await store.lease_release(held)

@@ -29,8 +29,7 @@ from rsched._timing import first_run_ms
 DAY_MS = 86_400_000
 
 
-@pytest.fixture
-def fast(redis_url: str, prefix: str, topology: str) -> Settings:
+def quick(redis_url: str, prefix: str, topology: str) -> Settings:
     """Short lease and idle periods so the tests run in well under a second each."""
     return Settings(
         redis_url=redis_url,
@@ -38,6 +37,11 @@ def fast(redis_url: str, prefix: str, topology: str) -> Settings:
         cluster=topology == "cluster",
         scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=500),
     )
+
+
+@pytest.fixture
+def fast(redis_url: str, prefix: str, topology: str) -> Settings:
+    return quick(redis_url, prefix, topology)
 
 
 @pytest.fixture
