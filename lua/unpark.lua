@@ -14,7 +14,8 @@ ARGV[3] limit     how many entries to move at most
 ARGV[4..] n       the bucket numbers
 
 Returns {moved, earliest} (earliest: the smallest score moved, '' when none) | {NOT_LEADER=-1} |
-{WRONG_TYPE=-6} | {BAD_ARGS=-7}
+{WRONG_TYPE=-6} (the index or the parked set holds another type; a bucket that does is dropped
+from the parked set) | {BAD_ARGS=-7}
 ]]
 -- @include common
 
@@ -28,18 +29,17 @@ for g = 4, #ARGV do
 end
 if rcall('GET', leader_key) ~= ARGV[1] then return {-1} end  -- NOT_LEADER
 if not (key_is(schedules_key, 'zset') and key_is(parked_key, 'zset')) then return {-6} end
-for g = 4, #KEYS do
-  if not key_is(KEYS[g], 'zset') then return {-6} end  -- WRONG_TYPE
-end
 
 local until_ms = within == math.huge and '+inf' or int_text(now_ms() + within)
 local moved, earliest = 0, nil
 for g = 4, #KEYS do
   if moved >= limit then break end
   local bucket = KEYS[g]
-  local due = rcall('ZRANGE', bucket, '-inf', until_ms, 'BYSCORE', 'LIMIT', 0, limit - moved,
-                    'WITHSCORES')
-  if #due > 0 then
+  local due = redis.pcall('ZRANGE', bucket, '-inf', until_ms, 'BYSCORE', 'LIMIT', 0,
+                          limit - moved, 'WITHSCORES')
+  if due.err then
+    due = {}  -- a key of another type (not rsched's): nothing to bring back, no bound to keep
+  elseif #due > 0 then
     local adds, ids = {}, {}
     for i = 1, #due, 2 do
       adds[#adds + 1], adds[#adds + 2] = due[i + 1], due[i]
@@ -52,7 +52,7 @@ for g = 4, #KEYS do
       earliest = due[2]
     end
   end
-  local head = rcall('ZRANGE', bucket, 0, 0, 'WITHSCORES')
+  local head = redis.pcall('ZRANGE', bucket, 0, 0, 'WITHSCORES')
   if head[2] then
     rcall('ZADD', parked_key, head[2], ARGV[g])
   else
