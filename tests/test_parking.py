@@ -277,3 +277,15 @@ def _nothing_parked(store: ScheduleStore) -> Callable[[], Awaitable[bool]]:
         return not await parked_ids(store)
 
     return check
+
+
+async def test_a_bucket_key_of_another_type_is_left_alone(store: ScheduleStore) -> None:
+    await store.save(Schedule(id="a", task="t", every=3600))
+    await store.redis.set(store.keys.parked_of("a"), "not rsched's")
+    held = await lease(store)
+    assert await _parking.park(store, held) == 0
+    assert await store.redis.zscore(store.keys.schedules, "a") is not None  # still in the index
+    await store.redis.zadd(store.keys.parked, {str(parked_bucket("a")): 0})
+    assert await _parking.unpark(store, held) == (0, None)
+    assert await store.redis.zcard(store.keys.parked) == 0
+    assert await store.redis.get(store.keys.parked_of("a")) == "not rsched's"
