@@ -80,6 +80,11 @@ class BenchServer:
         assert pid is not None, "the server is not running"
         return pid
 
+    def pids(self) -> list[int]:
+        """Every server process: the one server's, or each node's of a cluster."""
+        nodes = [self._server] if self._cluster is None else self._cluster.alive()
+        return [pid for pid in (node.pid for node in nodes) if pid is not None]
+
     def close(self) -> None:
         if self._cluster is not None:
             self._cluster.close()

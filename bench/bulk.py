@@ -21,8 +21,9 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
+from bench._os import proc_cpu_s
 from bench._servers import BenchServer
-from bench.engine import RESULTS_DIR, Ctx, machine, proc_cpu_s, table
+from bench.engine import RESULTS_DIR, Ctx, machine, table
 from rsched import Client, Schedule, Settings
 from rsched._bulk import Validator
 from rsched._connection import connect

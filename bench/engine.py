@@ -27,6 +27,7 @@ import anyio
 import anyio.abc
 from redis.asyncio import Redis
 
+from bench._os import SchedReading, affinity, pin, proc_cpu_s, realtime
 from bench._servers import BenchServer
 from rsched import _parking
 from rsched._codes import Code
@@ -50,7 +51,6 @@ SETUP_AHEAD_MS = 10 * 60_000
 # A herd counts the commands that took this long or longer inside Redis (SLOWLOG).
 SLOWLOG_US = 5_000
 HOUR_MS = 3_600_000
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Reads (scheduled_at, fired_at - scheduled_at) pairs straight out of a job stream, so that 100k
 # entries do not have to travel to Python field by field. Read-only.
@@ -111,13 +111,6 @@ def pct(sorted_values: Sequence[float], q: float) -> float:
     if not sorted_values:
         return 0.0
     return float(sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))])
-
-
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, from /proc (no psutil)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def machine() -> dict[str, Any]:
@@ -268,8 +261,9 @@ class Ctx:
         await self.node.config_set("slowlog-max-len", 10_000)
         await self.node.slowlog_reset()
 
-    async def slowlog(self) -> list[tuple[int, str]]:
-        """(µs, command) of each SLOWLOG entry since the last reset; a script by its name."""
+    async def slowlog(self) -> list[tuple[int, str, int]]:
+        """(µs, command, unix time s) of each SLOWLOG entry since the last reset, oldest first;
+        a script by its name."""
         entries = await self.node.execute_command("SLOWLOG", "GET", "10000")  # type: ignore[no-untyped-call]
         names = {hashlib.sha1(source(n).encode()).hexdigest(): n for n in script_names()}
         out = []
@@ -278,8 +272,8 @@ class Ctx:
             name = args[0].upper()
             if name == "EVALSHA" and len(args) > 1:
                 name = f"EVALSHA {names.get(args[1], args[1][:8])}"
-            out.append((int(entry[2]), name))
-        return out
+            out.append((int(entry[2]), name, int(entry[1])))
+        return out[::-1]
 
     async def first_entry_ms(self) -> int | None:
         """The millisecond part of the default queue stream's first entry id."""
@@ -326,6 +320,11 @@ class SchedulerProc:
                     raise RuntimeError(f"bench scheduler exited: {self.log.read_text()[-2000:]}")
                 await anyio.sleep(0.02)
         return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
     def cpu_s(self) -> float:
         assert self.proc is not None
@@ -376,9 +375,12 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
         await ctx.retime(ids, lambda i: t_ms)
         await ctx.redis.publish(ctx.keys.wake, str(t_ms))
         await ctx.slowlog_reset()  # from here on, every slow command is the scheduler's
+        redis_pid = ctx.server.pid()
+        redis_os0, sched_os0 = SchedReading.of(redis_pid), SchedReading.of(sched.pid)
         # Until T the scheduler reads the specs it will need (prefetch); from T on it fires.
         await anyio.sleep(max(0.0, (t_ms - await ctx.now_ms()) / 1000))
         cpu_t, rcpu_t = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
+        redis_os_t, load_t = SchedReading.of(redis_pid), os.getloadavg()[0]
         calls_t, usec_t = await ctx.evalsha_stats()
         seen_ms = 0
         with anyio.move_on_after(timeout_s):
@@ -387,8 +389,10 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
                 await anyio.sleep(0.002)
             seen_ms = int(time.time() * 1000)
         cpu1, rcpu1 = sched.cpu_s(), proc_cpu_s(ctx.server.pid())
+        redis_os1, sched_os1 = SchedReading.of(redis_pid), SchedReading.of(sched.pid)
         calls1, usec1 = await ctx.evalsha_stats()
         slow = await ctx.slowlog()
+        cpus = {"server": affinity(redis_pid), "scheduler": affinity(sched.pid)}
     first_ms = await ctx.first_entry_ms()
     lags = sorted(lag for _, lag in await ctx.lags())
     fired = len(lags)
@@ -408,12 +412,19 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
         "first_job_ms": first_ms - t_ms if first_ms is not None else None,
         # Commands of SLOWLOG_US or more inside Redis from T on (the scheduler's alone).
         "slow_commands": len(slow),
-        "slowest_command_ms": round(max((us for us, _ in slow), default=0) / 1000, 2),
-        "slow_command_names": sorted({name for _, name in slow}),
+        "slowest_command_ms": round(max((us for us, _, _ in slow), default=0) / 1000, 2),
+        "slow_command_names": sorted({name for _, name, _ in slow}),
         "slow_by_command": {
-            name: [sum(1 for _, n in slow if n == name), max(us for us, n in slow if n == name)]
-            for name in sorted({name for _, name in slow})
+            name: [
+                sum(1 for _, n, _ in slow if n == name),
+                max(us for us, n, _ in slow if n == name),
+            ]
+            for name in sorted({name for _, name, _ in slow})
         },
+        # Each slow command as [unix time s, µs, command], and T (ms, the server's clock), to
+        # place them beside other records of the machine (a kernel trace).
+        "slowlog": [[at, us, name] for us, name, at in slow],
+        "t_unix_ms": t_ms,
         # Before T: setting the herd up (the bench's retime) and the scheduler's prefetch.
         "before_t_scheduler_cpu_s": round(cpu_t - cpu0, 3),
         "before_t_redis_cpu_s": round(rcpu_t - rcpu0, 3),
@@ -423,6 +434,13 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
         "redis_cpu_s": round(rcpu1 - rcpu_t, 3),
         "script_calls": calls1 - calls_t,
         "script_server_s": round((usec1 - usec_t) / 1e6, 3),
+        # What the OS did to the server and the scheduler over the SLOWLOG's window (from its
+        # reset until all jobs were seen): time runnable but waiting for a CPU, preemptions.
+        "redis_os": redis_os1.since(redis_os0),
+        "redis_os_from_t": redis_os1.since(redis_os_t),
+        "scheduler_os": sched_os1.since(sched_os0),
+        "load_avg_1m": round(load_t, 2),
+        "cpus": cpus,
     }
 
 
@@ -496,7 +514,7 @@ async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
         await ctx.slowlog_reset(200)
         while await _parking.park(ctx.store, lease):
             pass
-        park_us.extend(us for us, name in await ctx.slowlog() if name == "EVALSHA park")
+        park_us.extend(us for us, name, _ in await ctx.slowlog() if name == "EVALSHA park")
         await ctx.drop_op_keys()
         return await ctx.used_memory()
 
@@ -512,7 +530,7 @@ async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
         if not back or not back[0]:
             break
     unpark_s = time.perf_counter() - started
-    unpark_us = [us for us, name in await ctx.slowlog() if name == "EVALSHA unpark"]
+    unpark_us = [us for us, name, _ in await ctx.slowlog() if name == "EVALSHA unpark"]
     if await ctx.redis.zcard(ctx.keys.schedules) != n:
         raise RuntimeError("not every parked schedule came back")
     return {
@@ -680,6 +698,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--profile", action="store_true", help="cProfile the scheduler process")
     p.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server alone on one CPU, the bench and scheduler on the others",
+    )
+    p.add_argument(
+        "--server-fifo",
+        action="store_true",
+        help="run the server in SCHED_FIFO, above every ordinary process (root)",
+    )
+    p.add_argument(
         "--metrics", action="store_true", help="the scheduler serves /metrics (its cost)"
     )
     return p
@@ -700,6 +728,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     cluster_key = Keys(PREFIX).leader if args.cluster else None
     with BenchServer(args.kind, cluster_key=cluster_key) as server:
         report["machine"]["server"] = server.version() + (" cluster of 3" if args.cluster else "")
+        if args.pin:
+            report["machine"]["pinned"] = pin_apart(server)
+        if args.server_fifo:
+            for pid in server.pids():
+                realtime(pid)
+            report["machine"]["server_sched"] = "SCHED_FIFO 1"
         redis = Redis.from_url(server.url, decode_responses=True)
         node = redis
         if args.cluster:
@@ -715,6 +749,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"load {report['machine']['load_avg_1m']}",
                 flush=True,
             )
+            if args.pin:
+                pinned = report["machine"]["pinned"]
+                print(
+                    f"pinned: server on CPU {pinned['server']}, bench and scheduler on CPU "
+                    f"{pinned['bench']}",
+                    flush=True,
+                )
+            if args.server_fifo:
+                print("server: SCHED_FIFO priority 1 (no ordinary process preempts it)")
             if "herd" in only:
                 report["herd"] = await _herds(ctx, plan)
             if "steady" in only:
@@ -736,6 +779,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def pin_apart(server: BenchServer) -> dict[str, list[int]]:
+    """The server's processes on one CPU, this process (and so the scheduler processes it
+    starts from now on) on the others: the OS then has no reason to preempt the server for
+    them. Other processes on the machine are left where they are."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit(f"--pin needs at least 2 CPUs, this process may use {cpus}")
+    server_cpu, rest = {cpus[-1]}, set(cpus[:-1])
+    for pid in server.pids():
+        pin(pid, server_cpu)
+    pin(os.getpid(), rest)
+    return {"server": sorted(server_cpu), "bench": sorted(rest)}
+
+
 async def _herds(ctx: Ctx, plan: Plan) -> list[dict[str, Any]]:
     rows: list[list[Any]] = []
     summary: list[dict[str, Any]] = []
@@ -750,6 +807,8 @@ async def _herds(ctx: Ctx, plan: Plan) -> list[dict[str, Any]]:
                 kind, n, best, median, mid["last_fire_s"], mid["lag_p50_ms"], mid["lag_p99_ms"],
                 mid["lag_max_ms"], mid["first_job_ms"], max(r["slow_commands"] for r in runs),
                 max(r["slowest_command_ms"] for r in runs),
+                max(r["redis_os"]["run_delay_ms"] for r in runs),
+                max(r["redis_os"]["involuntary_switches"] for r in runs),
                 round(n / median) if median and median > 0 else "-",
                 mid["scheduler_cpu_s"], mid["redis_cpu_s"], mid["script_server_s"],
                 mid["before_t_scheduler_cpu_s"], mid["before_t_script_server_s"],
@@ -760,18 +819,23 @@ async def _herds(ctx: Ctx, plan: Plan) -> list[dict[str, Any]]:
                 f"{', '.join(str(r['first_job_ms']) for r in runs)} ms; commands >= 5 ms "
                 f"{', '.join(str(r['slow_commands']) for r in runs)} (slowest "
                 f"{max(r['slowest_command_ms'] for r in runs)} ms, "
-                f"{', '.join(sorted({c for r in runs for c in r['slow_command_names']}))})",
+                f"{', '.join(sorted({c for r in runs for c in r['slow_command_names']}))}); "
+                f"server run delay "
+                f"{', '.join(str(r['redis_os']['run_delay_ms']) for r in runs)} ms, preempted "
+                f"{', '.join(str(r['redis_os']['involuntary_switches']) for r in runs)} times; "
+                f"load {', '.join(str(r['load_avg_1m']) for r in runs)}",
                 flush=True,
             )
     print(
         "\n"
         + table(
-            f"Herd: N recurring schedules all due at T (best/median of {plan.repeat}; other "
-            "columns from the median run)",
+            f"Herd: N recurring schedules all due at T (best/median of {plan.repeat}; slow "
+            "commands, run delay and preemptions: the most of any run; other columns from the "
+            "median run)",
             [
                 "trigger", "N", "best s", "median s", "last fire s", "lag p50 ms",
                 "lag p99 ms", "lag max ms", "first job ms", "cmds >= 5 ms", "slowest cmd ms",
-                "jobs/s", "sched CPU s", "redis CPU s",
+                "redis run delay ms", "redis preempted", "jobs/s", "sched CPU s", "redis CPU s",
                 "script s", "prefetch sched CPU s", "prefetch script s", "",
             ],
             rows,
