@@ -1,17 +1,21 @@
 --[[ pause — stop a schedule from firing until it is resumed. Occurrences that come due while
 paused are not misfires: resume starts again from the next occurrence after resuming.
 
-KEYS[1] schedules  KEYS[2] hash  KEYS[3] op  KEYS[4] parked bucket ({p}:parked:<n>, see park.lua)
+KEYS[1] schedules  KEYS[2] hash  KEYS[3] op  KEYS[4] its parked bucket ({p}:parked:<n>, see
+park.lua)  KEYS[5] parked ({p}:parked)
 ARGV[1] id         ARGV[2] note ('' for none)   ARGV[3] op_id (request id)
+ARGV[4] park       '1': the paused schedule goes to its parked bucket, '' to the index
 
 Returns {OK=5} paused (or already paused) | {NOT_FOUND=-2} | {COMPLETED=-4} (cannot pause) |
 {WRONG_TYPE=-6} a key has the wrong type
 ]]
 -- @include common
+-- @include placement
 
 local replay = op_replay(KEYS[3], ARGV[3])
 if replay then return replay end
-if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')) then
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')
+        and key_is(KEYS[5], 'zset')) then
   return {-6}  -- WRONG_TYPE
 end  -- WRONG_TYPE
 local status = rcall('HMGET', KEYS[2], 'version', 'status')
@@ -20,6 +24,5 @@ if status[2] == 'completed' then return {-4} end  -- COMPLETED
 rcall('HSET', KEYS[2], 'status', 'paused', 'updated_at', int_text(now_ms()))
 if ARGV[2] ~= '' then rcall('HSET', KEYS[2], 'pause_note', ARGV[2])
 else rcall('HDEL', KEYS[2], 'pause_note') end
-rcall('ZADD', KEYS[1], 'inf', ARGV[1])
-rcall('ZREM', KEYS[4], ARGV[1])
+place(KEYS[1], KEYS[4], KEYS[5], ARGV[1], 'inf', ARGV[4] == '1' and 0 or nil)
 return op_store(KEYS[3], ARGV[3], {5})  -- OK

@@ -11,7 +11,8 @@ KEYS[2] hash       {p}:schedule:<id>
 KEYS[3] pending    {p}:pending:<id>
 KEYS[4] queues     SET of queue names
 KEYS[5] op         {p}:ops:<minute> (replay protection)
-KEYS[6] parked     {p}:parked:<n>, the schedule's parked bucket (it leaves it: see park.lua)
+KEYS[6] bucket     {p}:parked:<n>, the schedule's parked bucket (see park.lua)
+KEYS[7] parked     {p}:parked
 ARGV[1] id
 ARGV[2] mode       'add' (fail if it exists) | 'upsert' | 'replace' (fail if it does not exist)
 ARGV[3] expect_gen generation the caller read ('0' = must not exist yet), or '' for any
@@ -21,7 +22,9 @@ ARGV[6] queue      queue name (for the queues set)
 ARGV[7] wake       pub/sub channel told when the schedule is due earlier than any before
 ARGV[8] op_id      request id of this call
 ARGV[9] created_ms creation time the client computed next_ms with (used for a new schedule)
-ARGV[10..] spec    field, value, field, value, … (non-default spec fields only)
+ARGV[10] park_after_ms the entry goes to the schedule's parked bucket when its next run is later
+                   than now + this (paused and completed ones too), else to the index; '' never
+ARGV[11..] spec    field, value, field, value, … (non-default spec fields only)
 
 Returns {OK=5, generation, created(0/1)} | {EXISTS=-9} (add) | {NOT_FOUND=-2} (replace) |
 {CONFLICT=-3, generation} the generation moved since the caller read it | {WRONG_TYPE=-6} a key
@@ -31,16 +34,18 @@ arguments
 -- @include common
 -- @include marker
 -- @include upsert_one
+-- @include placement
 
-local schedules_key, hash_key, pending_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2],
-    KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local schedules_key, hash_key, pending_key, queues_key, op_key, bucket_key, parked_key = KEYS[1],
+    KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, mode, expect_gen, next_ms, paused = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local queue, wake, op_id, created_ms = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local park_after = tonumber(ARGV[10])
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
-        and key_is(parked_key, 'zset')) then
+        and key_is(bucket_key, 'zset') and key_is(parked_key, 'zset')) then
   return {-6}  -- WRONG_TYPE
 end
 if op_id == '' then return {-7} end  -- BAD_ARGS
@@ -48,12 +53,11 @@ if op_id == '' then return {-7} end  -- BAD_ARGS
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
 local reply, score = upsert_one({
   hash = hash_key, pending = pending_key, mode = mode, expect_gen = expect_gen,
-  next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 10,
+  next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 11,
   to = #ARGV,
 })
 if not score then return reply end  -- nothing written: nothing to remember for a replay
-rcall('ZADD', schedules_key, score, id)
-rcall('ZREM', parked_key, id)
+place(schedules_key, bucket_key, parked_key, id, score, park_after and now_ms() + park_after)
 rcall('SADD', queues_key, queue)
 if earlier_than_head(score, head) then rcall('PUBLISH', wake, score) end
 return op_store(op_key, op_id, reply)

@@ -10,14 +10,15 @@ call.
 KEYS[1] schedules  ZSET of schedules by next run
 KEYS[2] queues     SET of queue names
 KEYS[3] op         {p}:ops:<minute> (replay protection)
-KEYS[4] parked     {p}:parked (see park.lua): when it exists, each schedule written leaves its
-                   bucket
+KEYS[4] parked     {p}:parked (see park.lua)
 KEYS[5..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>,
                    {p}:parked:<n> (its parked bucket)
 ARGV[1] wake       pub/sub channel
 ARGV[2] op_id      request id of this call
 ARGV[3] created_ms creation time the client computed next runs with (new schedules)
-ARGV[4..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
+ARGV[4] park_after_ms a schedule goes to its parked bucket when its next run is later than now +
+                   this (paused and completed ones too), else to the index; '' never
+ARGV[5..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
                    spec strings (field, value, …): each as upsert.lua's arguments of that name
 
 Returns one string: a reply per item, comma-separated, in order: "5:<generation>:<created 0/1>"
@@ -33,6 +34,7 @@ arguments of any item: every item is checked before the first write).
 
 local schedules_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, op_id, created_ms = ARGV[1], ARGV[2], ARGV[3]
+local park_after = tonumber(ARGV[4])
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
@@ -44,7 +46,7 @@ if op_id == '' or not tonumber(created_ms) then return '-7' end  -- BAD_ARGS
 
 -- Every item parsed before the first write: malformed arguments write nothing at all.
 local items = {}
-local a, k = 4, 5
+local a, k = 5, 5
 while a <= #ARGV do
   local n = tonumber(ARGV[a + 6] or '')
   if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 2 > #KEYS
@@ -66,35 +68,56 @@ local hashes = {}
 for i = 5, #KEYS, 3 do hashes[#hashes + 1] = KEYS[i] end
 -- (unpack has a stack limit: a larger call reads each hash.)
 local all_absent = #hashes > 0 and #hashes <= 4000 and rcall('EXISTS', unpack(hashes)) == 0
+local written = {}
+-- An id twice in one call: the second reads what the first wrote.
+local function written_before(item)
+  local seen = written[item.hash]
+  written[item.hash] = true
+  return seen
+end
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
--- Most calls find nothing parked at all: a bulk create then spares each schedule its ZREM.
+local horizon = park_after and now_ms() + park_after
+-- Most calls find nothing parked: a schedule they put in the index then has no bucket to leave.
 local any_parked = rcall('EXISTS', parked_key) == 1
 local earliest = nil
-local out, index, queues = {}, {}, {}
-local written = {}
+local out, index, queues, unindexed, bounds = {}, {}, {}, {}, {}
+
+-- Writes of the whole call in one command each where they can be (in bounded groups: unpack has
+-- a stack limit): index entries, ids out of the index, buckets' bounds.
+local function flush(cmd, key, args, opt)
+  for first = 1, #args, 2000 do
+    local last = math.min(#args, first + 1999)
+    if opt then rcall(cmd, key, opt, unpack(args, first, last))
+    else rcall(cmd, key, unpack(args, first, last)) end
+  end
+end
+
 for i, item in ipairs(items) do
-  item.absent = all_absent and not written[item.hash]  -- an id twice: the second reads it
-  written[item.hash] = true
+  item.absent = all_absent and not written_before(item)
   local reply, score = upsert_one(item)
   if score then
-    -- Index entries and queue names of the whole call in one command each (in bounded
-    -- groups: unpack has a stack limit).
-    index[#index + 1] = score
-    index[#index + 1] = item.id
-    if #index >= 2000 then
-      rcall('ZADD', schedules_key, unpack(index))
-      index = {}
-    end
     queues[item.queue] = true
-    if any_parked and key_is(item.parked, 'zset') then rcall('ZREM', item.parked, item.id) end
-    if score ~= 'inf' and (not earliest or tonumber(score) < tonumber(earliest)) then
-      earliest = score
+    local value = score == 'inf' and math.huge or tonumber(score)
+    -- A bucket key of another type (not rsched's) refuses the entry: the index takes it.
+    if horizon and value > horizon
+        and type(redis.pcall('ZADD', item.parked, score, item.id)) == 'number' then
+      unindexed[#unindexed + 1] = item.id
+      local n = string.match(item.parked, '([0-9]+)$')
+      if not bounds[n] or value < bounds[n][1] then bounds[n] = {value, score} end
+    else
+      index[#index + 1], index[#index + 2] = score, item.id
+      if any_parked then redis.pcall('ZREM', item.parked, item.id) end
+      if score ~= 'inf' and (not earliest or value < tonumber(earliest)) then earliest = score end
     end
   end
   out[i] = table.concat(reply, ':')
 end
-if #index > 0 then rcall('ZADD', schedules_key, unpack(index)) end
+flush('ZADD', schedules_key, index)
+flush('ZREM', schedules_key, unindexed)
+local lows = {}
+for n, low in pairs(bounds) do lows[#lows + 1], lows[#lows + 2] = low[2], n end
+flush('ZADD', parked_key, lows, 'LT')
 for queue in pairs(queues) do rcall('SADD', queues_key, queue) end
 if earliest and earlier_than_head(earliest, head) then rcall('PUBLISH', wake, earliest) end
 return op_store(op_key, op_id, table.concat(out, ','))

@@ -22,6 +22,7 @@ from rsched import (
 from rsched._bulk import Validator
 from rsched._keys import Keys
 from rsched._store import ScheduleStore, _chunks
+from test_parking import indexed_ids
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ async def test_add_many_lists_every_problem_and_writes_nothing(
     assert "[3] s-1: id: repeats entry [1]" in text
     assert "[0] s-0: id: already exists" in text
     assert ("[4] bad id: id", exc.errors[[p[0] for p in exc.problems].index(4)][1]) in exc.errors
-    assert await redis.zcard(f"{{{prefix}}}:schedules") == 1  # only s-0, from before
+    assert await indexed_ids(redis, Keys(prefix)) == {"s-0"}  # only s-0, from before
 
 
 async def test_a_long_list_of_problems_is_shortened_in_the_message(client: Client) -> None:
@@ -182,7 +183,7 @@ async def test_many_schedules_in_several_script_calls(
     # Once per script call at most, and only when it brings the head forward: the calls run a
     # few at once, so which of them does depends on their order.
     assert 1 <= len(wakes) <= 3
-    assert await redis.zcard(f"{{{prefix}}}:schedules") == 50
+    assert len(await indexed_ids(redis, Keys(prefix))) == 50
     now = datetime.now(UTC)
     s = await client.get("s-49")
     assert s.next_run is not None
@@ -195,27 +196,27 @@ async def test_upsert_many_script_replays_and_refuses_bad_input(redis: Redis, pr
     keys = [k.schedules, k.queues, k.ops(1), k.parked, k.schedule("a"), k.pending("a")]
     keys.append(k.parked_of("a"))
     item = ["a", "add", "", "4000000000000", "0", "default", "2", "task", "t.x"]
-    args = [k.wake, "op-1", "1000", *item]
+    args = [k.wake, "op-1", "1000", "", *item]
     assert await store.call("upsert_many", keys, args) == "5:1:1"
     assert await store.call("upsert_many", keys, args) == "5:1:1"  # replayed, not re-run
-    assert await store.call("upsert_many", keys, [k.wake, "op-2", "1000", *item]) == "-9"
+    assert await store.call("upsert_many", keys, [k.wake, "op-2", "1000", "", *item]) == "-9"
     # The same id twice in one call: the second is a replace of the first.
     twice = [*keys[:4], *[k.schedule("d"), k.pending("d"), k.parked_of("d")] * 2]
     d = ["d", "upsert", "", "4000000000000", "0", "default", "2", "task", "t.x"]
-    reply = await store.call("upsert_many", twice, [k.wake, "op-5", "1000", *d, *d])
+    reply = await store.call("upsert_many", twice, [k.wake, "op-5", "1000", "", *d, *d])
     assert reply == "5:1:1,5:2:0"
     # Malformed: the second item's field count runs past the arguments. Nothing written.
     bad = [*keys[:4], k.schedule("b"), k.pending("b"), k.parked_of("b")]
     bad += (k.schedule("c"), k.pending("c"), k.parked_of("c"))
     b = ["b", "upsert", "", "4000000000000", "0", "default", "0"]
     c = ["c", "upsert", "", "4000000000000", "0", "default", "4", "task", "t.x"]
-    assert await store.call("upsert_many", bad, [k.wake, "op-3", "1000", *b, *c]) == "-7"
+    assert await store.call("upsert_many", bad, [k.wake, "op-3", "1000", "", *b, *c]) == "-7"
     assert not await redis.exists(k.schedule("b"))
     # One item's key of the wrong type: that item only.
     await redis.set(k.schedule("c"), "x")
     c[-1:] = ["t.x"]
     c[6] = "2"
-    reply = await store.call("upsert_many", bad, [k.wake, "op-4", "1000", *b, *c])
+    reply = await store.call("upsert_many", bad, [k.wake, "op-4", "1000", "", *b, *c])
     assert reply == "5:1:1,-6"
     with pytest.raises(StateError):
         await Client(redis, Settings(prefix=prefix)).add_many([{"id": "c", "task": "t.x",

@@ -53,6 +53,13 @@ async def parked_ids(store: ScheduleStore) -> set[str]:
     return out
 
 
+async def indexed_ids(redis: Redis, keys: Keys) -> set[str]:
+    """Every schedule id of a partition, in the index or parked."""
+    return {str(m) for m in await redis.zrange(keys.schedules, 0, -1)} | await parked_ids(
+        ScheduleStore(redis, keys)
+    )
+
+
 async def lease(store: ScheduleStore) -> str:
     got, _ = await store.lease_acquire("test", 60_000)
     assert got is not None
@@ -83,10 +90,13 @@ async def everything(client: Client, page_size: int = 7) -> list[Schedule]:
 async def test_the_leader_parks_what_is_due_far_off_and_every_reader_sees_it_as_before(
     fast: Settings, store: ScheduleStore
 ) -> None:
-    async with Client.from_settings(fast) as client:
+    # Written into the index, as an earlier rsched (or a write with parking off) left them.
+    off = fast.model_copy(update={"scheduler": fast.scheduler.model_copy(update={"park": False})})
+    async with Client.from_settings(off) as client:
         await client.add({"id": "minutely", "task": "t", "every": 60})
         await client.add({"id": "daily", "task": "t", "cron": "0 3 * * *"})
         await hourly_and_held(client)
+        assert not await parked_ids(store)
         got = {sid: await client.get(sid) for sid in ("minutely", "hourly", "daily", "held")}
         page, stats = await everything(client), await client.stats()
 
@@ -130,46 +140,46 @@ async def _has_job(store: ScheduleStore) -> bool:
 
 
 @pytest.mark.cluster
-async def test_every_write_of_a_parked_schedule_takes_it_out_of_its_bucket(
+async def test_every_write_puts_a_schedule_where_its_next_run_says(
     fast: Settings, store: ScheduleStore
 ) -> None:
+    """Writes park what is due far off themselves (the leader parks what a fire moved out
+    there); a write that brings a schedule due soon puts it back in the index."""
     held = await lease(store)
     async with Client.from_settings(fast) as client:
 
-        async def park(sid: str) -> None:
-            assert await _parking.park(store, held) == 1
-            assert await where(store, sid) == (None, float(_ms(await client.get(sid))))
+        async def parked(sid: str, score: float | None = None) -> None:
+            want = score if score is not None else _ms(await client.get(sid))
+            assert await where(store, sid) == (None, want)
+
+        async def indexed(sid: str) -> None:
+            assert await where(store, sid) == (_ms(await client.get(sid)), None)
 
         await client.add({"id": "a", "task": "t", "every": 3600})
-        await park("a")
+        await parked("a")
+        await client.update("a", every=60)  # due within a minute: back in the index
+        await indexed("a")
         await client.update("a", every=7200)
-        index, bucket = await where(store, "a")
-        assert bucket is None
-        assert index is not None
-        assert index == _ms(await client.get("a"))
-        await park("a")
+        await parked("a")
         await client.pause("a")
-        assert await where(store, "a") == (float("inf"), None)
-        assert await _parking.park(store, held) == 1  # paused: at +inf, parked too
-        assert await where(store, "a") == (None, float("inf"))
+        await parked("a", float("inf"))
         assert (await client.stats()).schedules["paused"] == 1
-        await client.resume("a")
-        index, bucket = await where(store, "a")
-        assert bucket is None
-        assert index is not None
-        await park("a")
+        await client.resume("a")  # resume and trigger write the index; the leader parks
+        await indexed("a")
+        assert await _parking.park(store, held) == 1
+        await parked("a")
         await client.trigger("a")  # its next run stays: so does its place
-        assert (await where(store, "a"))[1] is not None
+        await parked("a")
+        await client.upsert_many([{"id": "a", "task": "t2", "every": 30}])
+        await indexed("a")
         await client.upsert_many([{"id": "a", "task": "t2", "every": 3600}])
-        index, bucket = await where(store, "a")
-        assert bucket is None
-        assert index is not None
-        await park("a")
+        await parked("a")
         await client.remove("a")
         assert await where(store, "a") == (None, None)
 
 
 async def test_parking_and_bringing_back_need_the_lease(store: ScheduleStore) -> None:
+    store.park_after_ms = None  # written to the index, as an earlier rsched wrote it
     await store.save(Schedule(id="a", task="t", every=3600))
     held = await lease(store)
     assert await _parking.park(store, "1:someone-else") is None
@@ -187,7 +197,7 @@ async def test_a_parked_schedule_overdue_while_no_scheduler_ran_is_late_then_fir
     async with Client.from_settings(fast) as client:
         await client.add({"id": "a", "task": "t", "every": 3600, "misfire_grace_s": 10})
         held = await lease(store)
-        assert await _parking.park(store, held) == 1
+        assert await parked_ids(store) == {"a"}
         # As if every scheduler had been down since the run came due a minute ago.
         due = await store.time_ms() - 60_000
         await store.redis.zadd(store.keys.parked_of("a"), {"a": due})
@@ -239,8 +249,8 @@ async def test_list_pages_merge_the_index_and_many_buckets_in_order(
 async def test_retention_trims_the_histories_of_parked_schedules(
     fast: Settings, store: ScheduleStore
 ) -> None:
-    await store.save(Schedule(id="a", task="t", every=3600))
-    assert await _parking.park(store, await lease(store)) == 1
+    await store.save(Schedule(id="a", task="t", every=3600))  # parked by the write
+    assert (await where(store, "a"))[1] is not None
     old = f"{int_b62(await store.time_ms() - 400 * 86_400_000)}|f5|c2,1"
     await store.redis.rpush(store.keys.history("a"), old)
     retention = Retention(store.redis, fast, lambda: True, keys=store.keys)
@@ -261,7 +271,7 @@ async def test_with_parking_off_the_leader_brings_every_parked_schedule_back(
     async with Client.from_settings(fast) as client:
         await hourly_and_held(client)
         held = await lease(store)
-        assert await _parking.park(store, held) == 2
+        assert await parked_ids(store) == {"hourly", "held"}  # by the writes
         assert await store.lease_release(held)
         off = fast.scheduler.model_copy(update={"park": False})
         async with running(fast.model_copy(update={"scheduler": off})):
@@ -280,6 +290,7 @@ def _nothing_parked(store: ScheduleStore) -> Callable[[], Awaitable[bool]]:
 
 
 async def test_a_bucket_key_of_another_type_is_left_alone(store: ScheduleStore) -> None:
+    store.park_after_ms = None  # written to the index, as an earlier rsched wrote it
     await store.save(Schedule(id="a", task="t", every=3600))
     await store.redis.set(store.keys.parked_of("a"), "not rsched's")
     held = await lease(store)

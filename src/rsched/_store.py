@@ -93,6 +93,9 @@ class ScheduleStore(_lua.ScriptCaller):
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
         self.lease_holder: str | None = None  # the lease value a refused lease_acquire saw
+        # Writes put a schedule due later than this from now in its parked bucket (None: never;
+        # scheduler.park off), as the leader would park it (rsched._parking).
+        self.park_after_ms: int | None = _parking.PARK_AFTER_MS
         # fire.lua names every item's keys where a slot can migrate (lua/fire.lua): on a single
         # server the names would cost a herd's fires more than noise.
         self.declare_keys = self._cluster
@@ -114,6 +117,8 @@ class ScheduleStore(_lua.ScriptCaller):
             max_payload_bytes=settings.max_payload_bytes,
         )
         store.durability = Durability.from_settings(settings)
+        if not settings.scheduler.park:
+            store.park_after_ms = None
         return store
 
     # --- schedule writes -------------------------------------------------------------------
@@ -177,6 +182,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.queues,
                 op_key,
                 k.parked_of(schedule.id),
+                k.parked,
             ],
             [
                 schedule.id,
@@ -188,11 +194,15 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.wake,
                 op_id,
                 created_ms,
+                self._park_after_arg(),
                 *flat,
             ],
         )
         check(res, script="upsert", schedule_id=schedule.id)
         return int(res[1]), bool(int(res[2]))
+
+    def _park_after_arg(self) -> str:
+        return "" if self.park_after_ms is None else str(self.park_after_ms)
 
     async def check_many(
         self, items: Sequence[BulkItem], *, skip_unchanged: bool = False
@@ -331,7 +341,7 @@ class ScheduleStore(_lua.ScriptCaller):
         k = self.keys
         op_key, op_id = k.new_op()
         keys = [k.schedules, k.queues, op_key, k.parked]
-        args = [k.wake, op_id, str(created_ms)]
+        args = [k.wake, op_id, str(created_ms), self._park_after_arg()]
         for item, next_ms in chunk:
             sid = item.schedule_id
             keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid))
@@ -381,8 +391,8 @@ class ScheduleStore(_lua.ScriptCaller):
         op_key, op_id = k.new_op()
         res = await self.call(
             "pause",
-            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id)],
-            [schedule_id, note or "", op_id],
+            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id), k.parked],
+            [schedule_id, note or "", op_id, "" if self.park_after_ms is None else "1"],
         )
         check(res, script="pause", schedule_id=schedule_id)
 
