@@ -6,24 +6,26 @@ queued or running is not touched (its job entry stays in the queue stream); when
 worker scripts record it in the runs log only, and bring back none of the schedule's keys.
 
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] op
-KEYS[6] parked bucket ({p}:parked:<n>, see park.lua)
-KEYS[7] backfilled (optional: {p}:backfilled:<id>, the execution ids backfills fired)
+KEYS[6] parked bucket ({p}:parked:<n>, see park.lua)  KEYS[7] parked ({p}:parked)
+KEYS[8] backfilled (optional: {p}:backfilled:<id>, the execution ids backfills fired)
 ARGV[1] id         ARGV[2] op_id (request id)
 
 Returns {OK=5} removed | {NOT_FOUND=-2} | {WRONG_TYPE=-6} a key has the wrong type (nothing
 removed)
 ]]
 -- @include common
+-- @include placement
 
 local replay = op_replay(KEYS[5], ARGV[2])
 if replay then return replay end
-if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[6], 'zset')) then
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[6], 'zset')
+        and key_is(KEYS[7], 'zset')) then
   return {-6}  -- WRONG_TYPE
 end
 if rcall('EXISTS', KEYS[2]) == 0 then return {-2} end  -- NOT_FOUND
 rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
-if KEYS[7] then rcall('DEL', KEYS[7]) end
+if KEYS[8] then rcall('DEL', KEYS[8]) end
 rcall('ZREM', KEYS[1], ARGV[1])
-rcall('ZREM', KEYS[6], ARGV[1])
+unpark_one(KEYS[6], KEYS[7], ARGV[1])
 -- {p}:backlogs may keep the id until the scheduler's sweep finds its pending set gone.
 return op_store(KEYS[5], ARGV[2], {5})  -- OK

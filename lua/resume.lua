@@ -1,6 +1,7 @@
 --[[ resume — let a paused schedule fire again from its next occurrence after now.
 
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] op  KEYS[4] parked bucket ({p}:parked:<n>, see park.lua)
+KEYS[5] parked ({p}:parked)
 ARGV[1] id
 ARGV[2] expect_gen  generation the client computed next_ms from
 ARGV[3] next_ms     next occurrence after now (client, from Redis TIME), '' when none is left
@@ -12,10 +13,12 @@ changed since the client read it (read again and retry) | {COMPLETED=-4} | {WRON
 has the wrong type | {BAD_ARGS=-7} next_ms is not a number
 ]]
 -- @include common
+-- @include placement
 
 local replay = op_replay(KEYS[3], ARGV[5])
 if replay then return replay end
-if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')) then
+if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')
+        and key_is(KEYS[5], 'zset')) then
   return {-6}  -- WRONG_TYPE
 end
 if not (ARGV[3] == '' or tonumber(ARGV[3])) then return {-7} end  -- BAD_ARGS
@@ -27,7 +30,7 @@ if st[2] == 'completed' then return {-4} end  -- COMPLETED
 if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {5}) end  -- OK
 rcall('HDEL', KEYS[2], 'pause_note', 'status')
 rcall('HSET', KEYS[2], 'updated_at', int_text(now_ms()))
-rcall('ZREM', KEYS[4], ARGV[1])
+unpark_one(KEYS[4], KEYS[5], ARGV[1])
 if ARGV[3] == '' then
   rcall('HSET', KEYS[2], 'status', 'completed')
   rcall('ZADD', KEYS[1], 'inf', ARGV[1])

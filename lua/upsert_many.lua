@@ -107,7 +107,10 @@ for i, item in ipairs(items) do
       if not bounds[n] or value < bounds[n][1] then bounds[n] = {value, score} end
     else
       index[#index + 1], index[#index + 2] = score, item.id
-      if any_parked then redis.pcall('ZREM', item.parked, item.id) end
+      if any_parked and redis.pcall('ZREM', item.parked, item.id) == 1
+          and rcall('EXISTS', item.parked) == 0 then
+        rcall('ZREM', parked_key, string.match(item.parked, '([0-9]+)$'))
+      end
       if score ~= 'inf' and (not earliest or value < tonumber(earliest)) then earliest = score end
     end
   end

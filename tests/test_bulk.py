@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from placement import indexed_ids
 from rsched import (
     BulkResult,
     Client,
@@ -22,7 +23,6 @@ from rsched import (
 from rsched._bulk import Validator
 from rsched._keys import Keys
 from rsched._store import ScheduleStore, _chunks
-from test_parking import indexed_ids
 
 
 @pytest.fixture

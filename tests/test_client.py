@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 import rsched
 from conftest import written_keys
+from placement import move_to
 from rsched import (
     Client,
     InvalidArgument,
@@ -23,6 +24,7 @@ from rsched import (
     ScheduleNotFound,
     Settings,
 )
+from rsched._keys import Keys
 
 
 @pytest.fixture
@@ -262,7 +264,7 @@ async def test_stats(client: Client, redis: Redis, prefix: str) -> None:
     await client.add(Schedule(id="done", task="t", every=60, max_runs=1, overlap="allow"))
     await client.trigger("done")
     # Make one overdue by hand, as after a scheduler outage.
-    await redis.zadd(f"{{{prefix}}}:schedules", {"nightly": 1000})
+    await move_to(redis, Keys(prefix), "nightly", 1000)
     await redis.set(f"{{{prefix}}}:leader", "7:host:1:abc", px=10_000)
     stats = await client.stats()
     assert stats.schedules == {"total": 3, "active": 1, "paused": 1, "completed": 1}

@@ -9,6 +9,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from placement import move_to, next_score
 from rsched import Schedule, StateError
 from rsched._codes import Code
 from rsched._connection import connect
@@ -31,7 +32,7 @@ async def due_item(
     """Move the schedule's next run ``late_ms`` into the past and return the item firing it."""
     now = await store.time_ms()
     sched = now - late_ms
-    await store.redis.zadd(store.keys.schedules, {sid: sched})
+    await move_to(store.redis, store.keys, sid, sched)
     (fields,) = await store.fields([sid])
     spec = FireSpec.from_hash(fields)
     return FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, action, 1, spec)
@@ -173,7 +174,7 @@ async def test_paused_schedule_is_stale(store: ScheduleStore) -> None:
     await store.pause("a", "maintenance")
     assert await fire(store, lease, item) == [Code.STALE]
     assert await jobs(store) == []
-    assert await store.redis.zscore(store.keys.schedules, "a") == float("inf")
+    assert await next_score(store.redis, store.keys, "a") == float("inf")
 
 
 @pytest.mark.cluster
@@ -229,7 +230,7 @@ async def test_last_occurrence_completes(store: ScheduleStore) -> None:
     fields = await store.redis.hgetall(store.keys.schedule("a"))
     assert fields["status"] == "completed"
     assert "next_run" not in fields
-    assert await store.redis.zscore(store.keys.schedules, "a") == float("inf")
+    assert await next_score(store.redis, store.keys, "a") == float("inf")
     # No next occurrence at all also completes (an `at` one-off, or the end of the window).
     await add(store, "b")
     item = await due_item(store, "b")

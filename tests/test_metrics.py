@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 import rsched
 from conftest import Proc
+from placement import move_to
 from rsched import _lua
 from rsched._codes import Code
 from rsched._job import Job
@@ -318,7 +319,8 @@ async def test_read_deployment_counts_late_and_states(redis: Redis, settings: Se
     store = ScheduleStore(redis, Keys(settings.prefix))
     now = await store.time_ms()
     # No scheduler runs: "a" is two minutes overdue (late), "b" just due (not late yet).
-    await redis.zadd(Keys(settings.prefix).schedules, {"a": now - 120_000, "b": now - 1_000})
+    for sid, ms in (("a", now - 120_000), ("b", now - 1_000)):
+        await move_to(redis, Keys(settings.prefix), sid, ms)
     # The health watch found "b" failing (what it keeps in {p}:health).
     await redis.hset(Keys(settings.prefix).health, "b", "failing")
     got = await read_deployment([store], [QueueStore(redis, Keys(settings.prefix))], 60.0)
@@ -336,7 +338,7 @@ async def test_misfire_counted(redis: Redis, settings: Settings) -> None:
         rsched.Schedule(id="late", task="t", cron="0 0 1 1 *", queue=queue, misfire_grace_s=1)
     )
     store = ScheduleStore(redis, Keys(cfg.prefix))
-    await redis.zadd(Keys(cfg.prefix).schedules, {"late": await store.time_ms() - 60_000})
+    await move_to(redis, Keys(cfg.prefix), "late", await store.time_ms() - 60_000)
     before = parse_registry(METRICS.registry)
     async with scheduler_with_probe(redis, cfg) as port:
 

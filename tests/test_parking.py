@@ -13,6 +13,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from placement import parked_ids
 from rsched import Client, Schedule, _parking
 from rsched import _scheduler as scheduler_module
 from rsched._keys import Keys, parked_bucket
@@ -42,21 +43,6 @@ async def where(store: ScheduleStore, sid: str) -> tuple[float | None, float | N
     k = store.keys
     return await store.redis.zscore(k.schedules, sid), await store.redis.zscore(
         k.parked_of(sid), sid
-    )
-
-
-async def parked_ids(store: ScheduleStore) -> set[str]:
-    k = store.keys
-    out: set[str] = set()
-    for key in await _parking.buckets(store.redis, k):
-        out |= {str(m) for m in await store.redis.zrange(key, 0, -1)}
-    return out
-
-
-async def indexed_ids(redis: Redis, keys: Keys) -> set[str]:
-    """Every schedule id of a partition, in the index or parked."""
-    return {str(m) for m in await redis.zrange(keys.schedules, 0, -1)} | await parked_ids(
-        ScheduleStore(redis, keys)
     )
 
 

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from placement import move_to, next_score
 from rsched import Schedule, Scheduler, next_fire_times
 from rsched import _scheduler as scheduler_module
 from rsched._connection import connect
@@ -86,7 +87,7 @@ async def count_jobs(store: ScheduleStore, at_least: int) -> Callable[[], Awaita
 
 async def set_next_run(store: ScheduleStore, sid: str, ms: int) -> None:
     """Put a schedule's next run (its index score) where an outage would have left it."""
-    await store.redis.zadd(store.keys.schedules, {sid: ms})
+    await move_to(store.redis, store.keys, sid, ms)
 
 
 def soon(seconds: float) -> datetime:
@@ -122,7 +123,7 @@ async def test_one_off_at_completes(store: ScheduleStore, fast: Settings) -> Non
         await anyio.sleep(0.3)
     (job,) = await jobs(store)
     assert job["scheduled_at"] == str(int(at.timestamp() * 1000))
-    assert await store.redis.zscore(store.keys.schedules, "once") == float("inf")
+    assert await next_score(store.redis, store.keys, "once") == float("inf")
     loaded = await store.load("once")
     assert loaded.runs == 1
     assert loaded.next_run is None
@@ -311,7 +312,7 @@ async def outage(store: ScheduleStore, sid: str, days: int, **spec: Any) -> tupl
     Returns (stale next run, latest missed occurrence).
     """
     await store.save(Schedule(id=sid, task="t", cron=daily_far_from_now(), **spec))
-    upcoming = int(await store.redis.zscore(store.keys.schedules, sid) or 0)
+    upcoming = int(await next_score(store.redis, store.keys, sid) or 0)
     latest = upcoming - DAY_MS
     stale = latest - (days - 1) * DAY_MS
     await set_next_run(store, sid, stale)
@@ -324,7 +325,7 @@ async def run_until_moved(
     async with running(fast):
 
         async def moved() -> bool:
-            nxt = await store.redis.zscore(store.keys.schedules, sid)
+            nxt = await next_score(store.redis, store.keys, sid)
             return nxt is not None and nxt > stale + DAY_MS * 2
 
         await eventually(moved)

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from placement import next_score
 from rsched import (
     InvalidSchedule,
     Schedule,
@@ -62,7 +63,7 @@ async def test_write_and_load(store: ScheduleStore) -> None:
     assert fields["version"] == f"1:{to_ms(loaded.created_at)}"
     assert loaded.updated_at == loaded.created_at  # stored only once the schedule changes
     # The next run lives in the index only, and reads take it from there.
-    score = await store.redis.zscore(store.keys.schedules, "r")
+    score = await next_score(store.redis, store.keys, "r")
     assert score == loaded.next_run.timestamp() * 1000
     gen, created = await store.save(Schedule(id="r", task="reports.nightly", cron="0 3 * * *"))
     assert (gen, created) == (2, False)
@@ -93,11 +94,11 @@ async def test_modes(store: ScheduleStore) -> None:
 async def test_every_anchor_and_window(store: ScheduleStore) -> None:
     now = await store.time_ms()
     await store.save(Schedule(id="e", task="t", every=30))
-    nxt = int(await store.redis.zscore(store.keys.schedules, "e") or 0)
+    nxt = int(await next_score(store.redis, store.keys, "e") or 0)
     assert now + 30_000 <= nxt < now + 31_000
     start = datetime.now(UTC) + timedelta(hours=1)
     await store.save(Schedule(id="w", task="t", every=30, start_at=start))
-    assert await store.redis.zscore(store.keys.schedules, "w") == int(start.timestamp() * 1000)
+    assert await next_score(store.redis, store.keys, "w") == int(start.timestamp() * 1000)
 
 
 @pytest.mark.parametrize(
@@ -250,7 +251,7 @@ async def test_pause_and_resume(store: ScheduleStore) -> None:
     loaded = await store.load("p")
     assert loaded.paused
     assert loaded.pause_note == "deploy in progress"
-    assert await store.redis.zscore(store.keys.schedules, "p") == float("inf")
+    assert await next_score(store.redis, store.keys, "p") == float("inf")
     now = await store.time_ms()
     nxt = first_run_ms(loaded, now, created_ms=now, creating=False)
     with pytest.raises(Conflict):
@@ -259,7 +260,7 @@ async def test_pause_and_resume(store: ScheduleStore) -> None:
     resumed = await store.load("p")
     assert not resumed.paused
     assert resumed.pause_note is None
-    assert await store.redis.zscore(store.keys.schedules, "p") == nxt
+    assert await next_score(store.redis, store.keys, "p") == nxt
     with pytest.raises(ScheduleNotFound):
         await store.pause("nope", None)
 
@@ -273,7 +274,7 @@ async def test_wake_published_when_a_schedule_becomes_the_earliest(store: Schedu
         await store.save(Schedule(id="first", task="t", every=600))
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
         assert message is not None
-        score = await store.redis.zscore(store.keys.schedules, "first")
+        score = await next_score(store.redis, store.keys, "first")
         assert message["data"] == str(int(score or 0))
         await store.save(Schedule(id="later", task="t", every=900))  # not earlier: no wake
         assert await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2) is None

@@ -1,6 +1,14 @@
 -- Include: where a schedule's entry goes, the index or its parked bucket (docs/keys.md, "Parked
 -- schedules"). Needs: common.
--- Defines: place(index, bucket, parked, id, score, horizon).
+-- Defines: unpark_one(bucket, parked, id), place(index, bucket, parked, id, score, horizon).
+
+-- Take `id` out of its bucket; a bucket left empty leaves the parked set too (a bound of a bucket
+-- that is gone would only send the leader to look at nothing).
+local function unpark_one(bucket, parked, id)
+  if rcall('ZREM', bucket, id) == 1 and rcall('EXISTS', bucket) == 0 then
+    rcall('ZREM', parked, string.match(bucket, '([0-9]+)$'))
+  end
+end
 
 -- The entry of `id` with `score` ('inf' or whole ms as text) goes to the index when it is due by
 -- `horizon` (ms; nil: never parked), else to its bucket `bucket` ({p}:parked:<n>: its number is
@@ -14,6 +22,6 @@ local function place(index, bucket, parked, id, score, horizon)
     return true
   end
   rcall('ZADD', index, score, id)
-  rcall('ZREM', bucket, id)
+  unpark_one(bucket, parked, id)
   return false
 end

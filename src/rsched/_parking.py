@@ -33,6 +33,8 @@ MOVE_LIMIT = 250
 #: Buckets read per script call or pipeline by the readers below (a script call of 256 takes
 #: ~1-2 ms of Redis).
 READ_BUCKETS = 256
+#: Buckets read per pipeline where a few will do (the retention sweep's slice).
+READ_PIPELINE = 8
 
 
 async def park(store: ScriptCaller, lease: str, limit: int = MOVE_LIMIT) -> int | None:
@@ -171,17 +173,25 @@ async def due_ids(redis: Redis, k: Keys, before_ms: int, limit: int) -> list[tup
     return [(sid, s) for s, sid in found[:limit]]
 
 
-async def bucket_ids(redis: Redis, k: Keys, first: int, count: int) -> tuple[list[str], int]:
-    """The ids in up to ``count`` parked buckets numbered ``first`` or more, in number order,
-    and the number to go on from (0 when the last bucket was read): retention walks them."""
+async def bucket_ids(redis: Redis, k: Keys, first: int, want: int) -> tuple[list[str], int]:
+    """The ids of whole parked buckets, in bucket number order from ``first``, until there are
+    ``want`` or more, and the number to go on from (0 once the last bucket was read): the
+    retention sweep walks them a slice at a time."""
     numbers = sorted(int(str(n)) for n in await redis.zrange(k.parked, 0, -1) if str(n).isdigit())
-    chosen = [n for n in numbers if n >= first][:count]
-    async with redis.pipeline(transaction=False) as pipe:
-        for n in chosen:
-            pipe.zrange(k.parked_at(n), 0, -1)
-        got = await pipe.execute(raise_on_error=False)
-    ids = [str(sid) for some in got if isinstance(some, list) for sid in some]
-    return ids, chosen[-1] + 1 if len(chosen) == count else 0
+    numbers = [n for n in numbers if n >= first]
+    ids: list[str] = []
+    for start in range(0, len(numbers), READ_PIPELINE):
+        chosen = numbers[start : start + READ_PIPELINE]
+        async with redis.pipeline(transaction=False) as pipe:
+            for n in chosen:
+                pipe.zrange(k.parked_at(n), 0, -1)
+            got = await pipe.execute(raise_on_error=False)
+        for n, some in zip(chosen, got, strict=True):
+            if isinstance(some, list):
+                ids += (str(sid) for sid in some)
+            if len(ids) >= want:
+                return ids, n + 1
+    return ids, 0
 
 
 def earliest(a: tuple[str, float] | None, b: tuple[str, float] | None) -> tuple[str, float] | None:

@@ -34,9 +34,6 @@ from rsched._settings import Settings
 log = get_logger("rsched.retention")
 
 KINDS = ("runs", "dead_letters", "history")
-# Parked buckets whose histories one sweep trims, past the end of the index (~100 ids a bucket
-# at 100k schedules).
-PARKED_BUCKETS_READ = 8
 
 
 @dataclass
@@ -84,8 +81,9 @@ class Retention(_lua.ScriptCaller):
             await anyio.sleep(delay)
 
     async def _trim_histories(self, cutoff: int) -> int:
-        """Trim the histories of the next slice of the schedules index (by rank), naming each
-        history key to the script (lua/trim_history.lua); returns the records removed."""
+        """Trim the histories of the next slice of schedules (``history_batch`` of them: by rank
+        in the index, then whole parked buckets), naming each history key to the script
+        (lua/trim_history.lua); returns the records removed."""
         k, rank, count = self.keys, self._history_rank, self.cfg.history_batch
         ids: list[str] = []
         if rank >= 0:
@@ -99,7 +97,7 @@ class Retention(_lua.ScriptCaller):
                 # someone else's key: nothing of rsched's to trim
             rank = rank + count if len(ids) == count else -1
         if rank < 0 and len(ids) < count:  # past the index's end: the parked buckets
-            more, after = await _parking.bucket_ids(self.redis, k, -1 - rank, PARKED_BUCKETS_READ)
+            more, after = await _parking.bucket_ids(self.redis, k, -1 - rank, count - len(ids))
             ids += more
             rank = -1 - after if after else 0
         self._history_rank = rank

@@ -378,6 +378,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 k.pending(schedule_id),
                 op_key,
                 k.parked_of(schedule_id),
+                k.parked,
                 k.backfilled(schedule_id),
             ],
             [schedule_id, op_id],
@@ -401,7 +402,7 @@ class ScheduleStore(_lua.ScriptCaller):
         op_key, op_id = k.new_op()
         res = await self.call(
             "resume",
-            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id)],
+            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id), k.parked],
             [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, op_id],
         )
         check(res, script="resume", schedule_id=schedule_id)
@@ -431,6 +432,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 op_key,
                 k.backlogs,
                 k.parked_of(schedule_id),
+                k.parked,
                 k.runs,
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
