@@ -17,7 +17,7 @@ if replay then return replay end
 if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')
         and key_is(KEYS[5], 'zset')) then
   return {-6}  -- WRONG_TYPE
-end  -- WRONG_TYPE
+end
 local status = rcall('HMGET', KEYS[2], 'version', 'status')
 if not status[1] then return {-2} end  -- NOT_FOUND
 if status[2] == 'completed' then return {-4} end  -- COMPLETED
