@@ -4,7 +4,8 @@ paused are not misfires: resume starts again from the next occurrence after resu
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] op  KEYS[4] its parked bucket ({p}:parked:<n>, see
 park.lua)  KEYS[5] parked ({p}:parked)
 ARGV[1] id         ARGV[2] note ('' for none)   ARGV[3] op_id (request id)
-ARGV[4] park       '1': the paused schedule goes to its parked bucket, '' to the index
+ARGV[4] park_after_ms as upsert.lua's: a paused schedule (at +inf) goes to its parked bucket
+                   unless it is '' (never park)
 
 Returns {OK=5} paused (or already paused) | {NOT_FOUND=-2} | {COMPLETED=-4} (cannot pause) |
 {WRONG_TYPE=-6} a key has the wrong type
@@ -24,5 +25,6 @@ if status[2] == 'completed' then return {-4} end  -- COMPLETED
 rcall('HSET', KEYS[2], 'status', 'paused', 'updated_at', int_text(now_ms()))
 if ARGV[2] ~= '' then rcall('HSET', KEYS[2], 'pause_note', ARGV[2])
 else rcall('HDEL', KEYS[2], 'pause_note') end
-place(KEYS[1], KEYS[4], KEYS[5], ARGV[1], 'inf', ARGV[4] == '1' and 0 or nil)
+local park_after = tonumber(ARGV[4])
+place(KEYS[1], KEYS[4], KEYS[5], ARGV[1], 'inf', park_after and now_ms() + park_after)
 return op_store(KEYS[3], ARGV[3], {5})  -- OK

@@ -31,6 +31,7 @@ arguments of any item: every item is checked before the first write).
 -- @include common
 -- @include marker
 -- @include upsert_one
+-- @include placement
 
 local schedules_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, op_id, created_ms = ARGV[1], ARGV[2], ARGV[3]
@@ -107,10 +108,7 @@ for i, item in ipairs(items) do
       if not bounds[n] or value < bounds[n][1] then bounds[n] = {value, score} end
     else
       index[#index + 1], index[#index + 2] = score, item.id
-      if any_parked and redis.pcall('ZREM', item.parked, item.id) == 1
-          and rcall('EXISTS', item.parked) == 0 then
-        rcall('ZREM', parked_key, string.match(item.parked, '([0-9]+)$'))
-      end
+      if any_parked then unpark_one(item.parked, parked_key, item.id) end
       if score ~= 'inf' and (not earliest or value < tonumber(earliest)) then earliest = score end
     end
   end

@@ -3,9 +3,10 @@
 -- Defines: unpark_one(bucket, parked, id), place(index, bucket, parked, id, score, horizon).
 
 -- Take `id` out of its bucket; a bucket left empty leaves the parked set too (a bound of a bucket
--- that is gone would only send the leader to look at nothing).
+-- that is gone would only send the leader to look at nothing). A bucket key of another type (not
+-- rsched's) holds nothing of rsched's to take out.
 local function unpark_one(bucket, parked, id)
-  if rcall('ZREM', bucket, id) == 1 and rcall('EXISTS', bucket) == 0 then
+  if redis.pcall('ZREM', bucket, id) == 1 and rcall('EXISTS', bucket) == 0 then
     rcall('ZREM', parked, string.match(bucket, '([0-9]+)$'))
   end
 end

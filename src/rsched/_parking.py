@@ -1,21 +1,24 @@
 """Parked schedules: the far end of the schedules index, kept in small buckets.
 
 A sorted-set entry in the index costs ~110 bytes (skiplist node, dict entry, member); in a
-bucket of a hundred or so, which Redis keeps as a listpack, ~28. The leading scheduler parks
-what is due more than PARK_AFTER_MS from now (lua/park.lua), paused and completed schedules
-too, and brings entries back UNPARK_WITHIN_MS before they are due (lua/unpark.lua), so due
-reads and fires only ever look at the index. Writers of a schedule (upsert, pause, resume,
-trigger, remove) put it back in the index and out of its bucket; readers that need every
-schedule (a schedule's next run, list pages, counts, health, retention) read both, here.
-docs/keys.md documents the keys.
+bucket of a hundred or so, which Redis keeps as a listpack, ~28. What is due more than
+PARK_AFTER_MS from now, paused and completed schedules too, is parked: by the write that makes it
+so (upsert, upsert_many, pause: lua/includes/placement.lua), or by the leading scheduler for
+what a fire, resume or trigger left there (lua/park.lua). The leader brings entries back
+UNPARK_WITHIN_MS before they are due (lua/unpark.lua), so due reads and fires only ever look at
+the index. Readers that need every schedule (a schedule's next run, list pages, counts, health,
+retention) read both, here. docs/keys.md documents the keys.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from rsched._codes import Code, check
 from rsched._keys import Keys, parked_bucket
@@ -138,39 +141,47 @@ async def counts(store: ScriptCaller, up_to_ms: int) -> Counts:
 async def due(redis: Redis, k: Keys, up_to_ms: int) -> tuple[int, tuple[str, float] | None]:
     """How many parked schedules are due at or before ``up_to_ms``, and the earliest (id, next
     run): none while a scheduler leads, which brings them back minutes before they are due."""
-    keys = await buckets(redis, k, up_to_ms)
+    got = await _each_bucket(
+        redis,
+        await buckets(redis, k, up_to_ms),
+        lambda pipe, key: (
+            pipe.zcount(key, "-inf", up_to_ms),
+            pipe.zrange(key, "-inf", up_to_ms, byscore=True, offset=0, num=1, withscores=True),
+        ),
+    )
     count, oldest = 0, None
-    for start in range(0, len(keys), READ_BUCKETS):
-        async with redis.pipeline(transaction=False) as pipe:
-            for key in keys[start : start + READ_BUCKETS]:
-                pipe.zcount(key, "-inf", up_to_ms)
-                pipe.zrange(key, "-inf", up_to_ms, byscore=True, offset=0, num=1, withscores=True)
-            got = await pipe.execute(raise_on_error=False)
-        for late, first in zip(got[::2], got[1::2], strict=True):
-            if not isinstance(late, int) or not first:
-                continue
+    for late, first in zip(got[::2], got[1::2], strict=True):
+        if isinstance(late, int) and first:
             count += late
-            sid, score = str(first[0][0]), float(first[0][1])
-            if oldest is None or (score, sid) < (oldest[1], oldest[0]):
-                oldest = (sid, score)
+            oldest = earliest(oldest, (str(first[0][0]), float(first[0][1])))
     return count, oldest
 
 
 async def due_ids(redis: Redis, k: Keys, before_ms: int, limit: int) -> list[tuple[str, float]]:
     """Up to ``limit`` parked (id, score) entries due before ``before_ms``, oldest first."""
-    keys = await buckets(redis, k, before_ms)
-    found: list[tuple[float, str]] = []
+    got = await _each_bucket(
+        redis,
+        await buckets(redis, k, before_ms),
+        lambda pipe, key: pipe.zrange(
+            key, "-inf", f"({before_ms}", byscore=True, offset=0, num=limit, withscores=True
+        ),
+    )
+    found = sorted((float(s), str(m)) for some in got if isinstance(some, list) for m, s in some)
+    return [(sid, s) for s, sid in found[:limit]]
+
+
+async def _each_bucket(
+    redis: Redis, keys: list[str], read: Callable[[Pipeline, str], object]
+) -> list[Any]:
+    """The replies of ``read``'s commands for each bucket key, READ_BUCKETS to a pipeline
+    (errors in place: a key of another type is not rsched's)."""
+    out: list[Any] = []
     for start in range(0, len(keys), READ_BUCKETS):
         async with redis.pipeline(transaction=False) as pipe:
             for key in keys[start : start + READ_BUCKETS]:
-                pipe.zrange(
-                    key, "-inf", f"({before_ms}", byscore=True, offset=0, num=limit,
-                    withscores=True,
-                )  # fmt: skip
-            got = await pipe.execute(raise_on_error=False)
-        found += ((float(s), str(m)) for some in got if isinstance(some, list) for m, s in some)
-    found.sort()
-    return [(sid, s) for s, sid in found[:limit]]
+                read(pipe, key)
+            out += await pipe.execute(raise_on_error=False)
+    return out
 
 
 async def bucket_ids(redis: Redis, k: Keys, first: int, want: int) -> tuple[list[str], int]:

@@ -393,7 +393,7 @@ class ScheduleStore(_lua.ScriptCaller):
         res = await self.call(
             "pause",
             [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id), k.parked],
-            [schedule_id, note or "", op_id, "" if self.park_after_ms is None else "1"],
+            [schedule_id, note or "", op_id, self._park_after_arg()],
         )
         check(res, script="pause", schedule_id=schedule_id)
 
