@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,13 @@ def make_server(server: Server) -> Iterator[Callable[..., Server]]:
     yield make
     for srv in made:
         srv.close()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server a test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class Proc:

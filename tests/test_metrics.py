@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 import rsched
-from conftest import Proc
+from conftest import Proc, free_port
 from placement import move_to
 from rsched import _lua
 from rsched._codes import Code
@@ -83,12 +83,6 @@ def fast(settings: Settings, **fields: Any) -> Settings:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @asynccontextmanager
 async def scheduler_with_probe(redis: Redis, settings: Settings) -> AsyncIterator[int]:
     scheduler = Scheduler(redis, settings)
@@ -120,6 +114,7 @@ def test_bulk_histogram_counts_many_at_once() -> None:
 
 def test_fire_batch_counted_from_codes() -> None:
     m = Metrics(CollectorRegistry())
+    m.serve("scheduler")
     now = int(time.time() * 1000)
     m.redis_now(now)
     spec = FireSpec(overlap="buffer_one", queue="q1")
@@ -149,6 +144,7 @@ def test_fire_batch_counted_from_codes() -> None:
 
 def test_all_fired_batch_grouped_by_queue_origin_and_time() -> None:
     m = Metrics(CollectorRegistry())
+    m.serve("scheduler")
     now = int(time.time() * 1000)
     m.redis_now(now)
     a, b = FireSpec(queue="qa"), FireSpec(queue="qb")
@@ -167,6 +163,7 @@ def test_all_fired_batch_grouped_by_queue_origin_and_time() -> None:
 
 def test_job_outcomes() -> None:
     m = Metrics(CollectorRegistry())
+    m.serve("worker", tasks=["t"], queues=["q"])
     first = Job("e1", "t", "q", attempt=1)
     last = Job("e2", "t", "q", attempt=99)
     m.job_started(first)
@@ -184,6 +181,46 @@ def test_job_outcomes() -> None:
     assert value(s, "rsched_job_duration_seconds_count", task="t") == 6
     assert value(s, "rsched_jobs_in_progress") == 1  # started once; the runner decrements
     assert value(s, "rsched_build_info", version=rsched.__version__) == 1
+
+
+def test_each_process_exports_what_it_knows() -> None:
+    def names(m: Metrics) -> set[str]:
+        return {name for name, _ in parse_registry(m.registry)}
+
+    scheduler, worker = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
+    scheduler.serve("scheduler")
+    worker.serve("worker", tasks=["a", "b"], queues=["q"])
+    assert "rsched_is_leader" in names(scheduler)
+    for name in ("rsched_is_leader", "rsched_partitions", "rsched_leader_changes_total"):
+        assert name not in names(worker), name
+    assert "rsched_jobs_in_progress" not in names(scheduler)
+    for m in (scheduler, worker):  # every process: Redis reachable, the deployment gauges
+        assert {"rsched_redis_up", "rsched_build_info"} <= names(m)
+    # Each labelled counter an alert reads with increase() is there at 0 from the start.
+    s = parse_registry(scheduler.registry)
+    for policy, action in [("run_once", "run"), ("skip", "skip"), ("catch_up", "run")]:
+        assert value(s, "rsched_misfires_total", policy=policy, action=action) == 0
+    assert value(s, "rsched_writes_unreplicated_total", op="fire") == 0
+    s = parse_registry(worker.registry)
+    for task in ("a", "b"):
+        assert value(s, "rsched_jobs_total", task=task, outcome="failed") == 0
+        assert value(s, "rsched_retries_total", task=task) == 0
+    assert value(s, "rsched_reclaims_total", queue="q") == 0
+    assert value(s, "rsched_writes_unreplicated_total", op="complete") == 0
+
+
+def test_misfires_counted_per_occurrence() -> None:
+    m = Metrics(CollectorRegistry())
+    m.serve("scheduler")
+    m.misfire("run_once", "misfire", 85)  # one late run stands for 85 missed occurrences
+    m.misfire("catch_up", "catch_up", 1)
+    m.misfire("catch_up", "limit", 40)  # past catch_up_limit: skipped
+    m.misfire("skip", "skip", 3)
+    s = parse_registry(m.registry)
+    assert value(s, "rsched_misfires_total", policy="run_once", action="run") == 85
+    assert value(s, "rsched_misfires_total", policy="catch_up", action="run") == 1
+    assert value(s, "rsched_misfires_total", policy="catch_up", action="skip") == 40
+    assert value(s, "rsched_misfires_total", policy="skip", action="skip") == 3
 
 
 def parse_registry(registry: CollectorRegistry) -> Samples:
@@ -323,11 +360,16 @@ async def test_read_deployment_counts_late_and_states(redis: Redis, settings: Se
         await move_to(redis, Keys(settings.prefix), sid, ms)
     # The health watch found "b" failing (what it keeps in {p}:health).
     await redis.hset(Keys(settings.prefix).health, "b", "failing")
-    got = await read_deployment([store], [QueueStore(redis, Keys(settings.prefix))], 60.0)
+    cfg = settings.model_copy(update={"metrics_late_after_s": 60.0})
+    got = await read_deployment(redis, cfg, Keys(settings.prefix), states=True)
     assert got.due_backlog == 2
     assert got.unhealthy == {"late": 1, "stuck": 0, "failing": 1}
     assert got.schedules == {"active": 2, "paused": 1, "completed": 0}
     assert 119 < got.due_oldest_age_s < 180
+    # What every process reads, the leader's schedules by state aside.
+    assert (
+        await read_deployment(redis, cfg, Keys(settings.prefix), states=False)
+    ).schedules is None
 
 
 async def test_misfire_counted(redis: Redis, settings: Settings) -> None:
@@ -486,18 +528,21 @@ CONTRACT = {
     "rsched_queue_pending", "rsched_queue_delayed", "rsched_queue_dead", "rsched_jobs_total",
     "rsched_job_duration_seconds", "rsched_job_start_lag_seconds", "rsched_retries_total",
     "rsched_reclaims_total", "rsched_jobs_in_progress", "rsched_workers", "rsched_build_info",
+    "rsched_redis_up",
 }  # fmt: skip
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def exported_names() -> set[str]:
     m = Metrics(CollectorRegistry())
+    m.serve("scheduler")
+    m.serve("worker")
     m.deployment.current = Deployment(
         1,
         1.0,
-        {"active": 1},
         {"late": 0},
         {"q": dict.fromkeys(("length", "pending", "delayed", "dead", "workers"), 0)},
+        {"active": 1},
     )
     names: set[str] = set()
     for family in m.registry.collect():

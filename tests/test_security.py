@@ -321,6 +321,9 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
             for path in ("/readyz", "/metrics"):
                 got = await http.get(path, timeout=10)
                 assert got.status_code == 200, (path, got.text[:300])
+            # The deployment gauges were read under the process's own user.
+            assert "rsched_redis_up 1.0" in got.text
+            assert "rsched_due_backlog" in got.text
         proc.signal(signal.SIGTERM)
         assert proc.wait() == 0, proc.output()[-2000:]
     assert denials(users) == []

@@ -3,6 +3,12 @@
 The names and labels are part of rsched's contract. No label carries a schedule id: labels are
 queues, task names (only registered tasks run), policies and outcomes, all bounded.
 
+A process exports only what it knows: a scheduler the scheduler's series, a worker the worker's
+(:meth:`Metrics.serve`, called when the process starts serving its metrics), and both the
+series every process exports (the deployment gauges each reads for itself, ``rsched_redis_up``,
+``rsched_build_info``). A labelled counter that an alert reads with ``increase()`` is exported at
+0 from the start for every label set known then: a series born at 3 would hide its first 3.
+
 Counting is off until the process serves its metrics (``METRICS.on``, set by rsched._probe), so
 a process without ``--metrics-port`` pays one attribute test per batch or job. The fire path
 counts a whole batch at once from the codes the fire script returns (:meth:`Metrics.fired`):
@@ -25,6 +31,7 @@ import operator
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from prometheus_client import (
     CollectorRegistry,
@@ -56,7 +63,22 @@ DURATION_BUCKETS = (
     10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0,
 )  # fmt: skip
 
+Role = Literal["scheduler", "worker"]
+
 FIRED, STALE = Code.FIRED, Code.STALE
+# The labels (policy, action) of rsched_misfires_total, by the misfire policy and the action of
+# its fire item (rsched._plan): a late run stands for missed occurrences or runs one of them;
+# the others are recorded as skipped.
+MISFIRE_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("run_once", "misfire"): ("run_once", "run"),
+    ("skip", "skip"): ("skip", "skip"),
+    ("catch_up", "catch_up"): ("catch_up", "run"),
+    ("catch_up", "limit"): ("catch_up", "skip"),
+}
+# The (policy, action) label sets of rsched_overlap_total.
+OVERLAP_ACTIONS = (("skip", "skipped"), ("buffer_one", "buffered"), ("buffer_all", "buffered"))
+RETENTION_KINDS = ("runs", "dead_letters", "history")
+OUTCOMES = ("completed", "failed", "timed_out", "cancelled", "retry")
 # What fire.lua did with an occurrence the overlap policy held back, by its code.
 _OVERLAP_ACTIONS: dict[int, str] = {Code.SKIPPED: "skipped", Code.BUFFERED: "buffered"}
 # A fire item's (spec, action, scheduled time), by a C-level getter.
@@ -153,18 +175,19 @@ class LoopCounter(Collector):
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """The state of the whole deployment, as the leading scheduler last read it."""
+    """The state of the whole deployment, as this process last read it."""
 
     due_backlog: int
     due_oldest_age_s: float
-    schedules: dict[str, int]  # state -> count (active, paused, completed)
-    unhealthy: dict[str, int]  # reason -> count (late)
+    unhealthy: dict[str, int]  # reason -> count (late, stuck, failing)
     queues: dict[str, dict[str, int]] = field(default_factory=dict)  # queue -> field -> count
+    # state -> count (active, paused, completed): read by the leader of partition 0 only.
+    schedules: dict[str, int] | None = None
 
 
 class DeploymentGauges(Collector):
-    """The gauges of the whole deployment: exported only by the scheduler that computed them
-    (the leader), so a sum or max over schedulers counts every schedule once."""
+    """The gauges of the whole deployment, as this process last read them (every process reads
+    them, so they outlive any one process: aggregate them with max(), never sum())."""
 
     def __init__(self) -> None:
         self.current: Deployment | None = None
@@ -181,7 +204,10 @@ class DeploymentGauges(Collector):
             "How long the most overdue schedule has been due (0 when none is).",
             value=now.due_oldest_age_s,
         )
-        yield _labelled("rsched_schedules", "Schedules by state.", "state", now.schedules.items())
+        if now.schedules is not None:
+            yield _labelled(
+                "rsched_schedules", "Schedules by state.", "state", now.schedules.items()
+            )
         yield _labelled(
             "rsched_schedules_unhealthy",
             "Schedules that need an operator, by reason (late: due and not fired past the "
@@ -216,11 +242,14 @@ def _labelled(
 
 
 class Metrics:
-    """Every series of rsched on one registry; one instance per process (:data:`METRICS`)."""
+    """Every series of rsched; one instance per process (:data:`METRICS`). The series of every
+    process are on :attr:`registry` from the start, a scheduler's and a worker's from
+    :meth:`serve`."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.on = False
         reg = self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.served: set[Role] = set()
         # Wall clock minus Redis TIME (ms), learnt from the scheduler's due reads: fire lag is
         # measured on the clock the scheduled times come from.
         self.clock_offset_ms = 0.0
@@ -230,60 +259,58 @@ class Metrics:
             "Occurrences fired into a queue, by queue and origin (schedule: on time or within "
             "the misfire grace; misfire: a late run the misfire policy made).",
             ["queue", "origin"],
-            registry=reg,
+            registry=None,
         )
         self.fire_lag = BulkHistogram(
             "rsched_fire_lag_seconds",
             "Fire time minus scheduled time of each occurrence fired.",
             LAG_BUCKETS,
         )
-        reg.register(self.fire_lag)
         self.misfires = Counter(
             "rsched_misfires",
-            "Late occurrences the misfire policy handled, by policy and action (run: a late "
-            "run stands for them; skip: recorded as skipped).",
+            "Occurrences that came due while no scheduler could fire them in time, by misfire "
+            "policy and action (run: a late run stands for them or runs them; skip: recorded "
+            "as skipped).",
             ["policy", "action"],
-            registry=reg,
+            registry=None,
         )
         self.overlap = Counter(
             "rsched_overlap",
             "Occurrences the overlap policy held back because a run was unfinished, by policy "
             "and action (skipped, buffered).",
             ["policy", "action"],
-            registry=reg,
+            registry=None,
         )
         self.stale_refused = Counter(
             "rsched_stale_fires_refused",
             "Fires refused by the lease or version check: double fires that did not happen.",
-            registry=reg,
+            registry=None,
         )
         self.is_leader = Gauge(
             "rsched_is_leader",
             "1 while this scheduler holds a lease (of at least one partition).",
-            registry=reg,
+            registry=None,
         )
         self.led_partitions = Gauge(
             "rsched_led_partitions",
             "Partitions whose lease this scheduler holds (summed over schedulers: the led ones).",
-            registry=reg,
+            registry=None,
         )
         self.partitions = Gauge(
-            "rsched_partitions", "The deployment's number of partitions.", registry=reg
+            "rsched_partitions", "The deployment's number of partitions.", registry=None
         )
         self.leader_changes = Counter(
             "rsched_leader_changes",
             "Times this scheduler acquired a partition's lease (summed over schedulers: leader "
             "changes).",
-            registry=reg,
+            registry=None,
         )
         self.retention_removed = Counter(
             "rsched_retention_removed",
             "Entries the leader's retention sweep removed, by kind (runs, dead_letters, history).",
             ["kind"],
-            registry=reg,
+            registry=None,
         )
-        self.deployment = DeploymentGauges()
-        reg.register(self.deployment)
         # --- worker ----------------------------------------------------------------------
         # Runs ended and start lags not counted yet: a job's bookkeeping is an append, and the
         # series are brought up to date in bulk (at a scrape, or every JOBS_FLUSH runs).
@@ -311,29 +338,38 @@ class Metrics:
             LAG_BUCKETS,
             before_collect=self.flush_jobs,
         )
-
-        for collector in (self.jobs, self.job_duration, self.job_start_lag):
-            reg.register(collector)
         self.job_timeout = Gauge(
             "rsched_job_timeout_seconds",
             "The timeout of the task's latest job (to compare durations with).",
             ["task"],
-            registry=reg,
+            registry=None,
         )
         self.retries = Counter(
-            "rsched_retries", "Attempts scheduled for a retry, by task.", ["task"], registry=reg
+            "rsched_retries", "Attempts scheduled for a retry, by task.", ["task"], registry=None
         )
         self.reclaims = Counter(
             "rsched_reclaims",
             "Entries this worker took over from another (idle past the visibility timeout).",
             ["queue"],
-            registry=reg,
+            registry=None,
         )
         self.running = 0
-        Gauge(
-            "rsched_jobs_in_progress", "Handlers running in this worker now.", registry=reg
-        ).set_function(lambda: self.running)
-        # --- both ------------------------------------------------------------------------
+        in_progress = Gauge(
+            "rsched_jobs_in_progress", "Handlers running in this worker now.", registry=None
+        )
+        in_progress.set_function(lambda: self.running)
+        self._series: dict[Role, tuple[Collector, ...]] = {
+            "scheduler": (
+                self.fires, self.fire_lag, self.misfires, self.overlap, self.stale_refused,
+                self.is_leader, self.led_partitions, self.partitions, self.leader_changes,
+                self.retention_removed,
+            ),
+            "worker": (
+                self.jobs, self.job_duration, self.job_start_lag, self.job_timeout,
+                self.retries, self.reclaims, in_progress,
+            ),
+        }  # fmt: skip
+        # --- every process ---------------------------------------------------------------
         self.writes_unreplicated = Counter(
             "rsched_writes_unreplicated",
             "Writes (fire batches, a worker's acks) that fewer replicas than "
@@ -341,11 +377,45 @@ class Metrics:
             ["op"],
             registry=reg,
         )
+        self.redis_up = Gauge(
+            "rsched_redis_up",
+            "1 when this process's last read of the deployment gauges reached Redis, else 0.",
+            registry=reg,
+        )
+        self.deployment = DeploymentGauges()
+        reg.register(self.deployment)
         Gauge(
             "rsched_build_info", "rsched's version (always 1).", ["version"], registry=reg
         ).labels(_version()).set(1)
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
+
+    def serve(self, role: Role, *, tasks: Iterable[str] = (), queues: Iterable[str] = ()) -> None:
+        """Export the series of a scheduler or a worker (``role``) from now on, each labelled
+        counter that alerts read at 0 for every label set known now: a worker's ``tasks`` and
+        ``queues``. Serving a role twice (two in one process, as the tests do) adds only the
+        new label sets."""
+        if role not in self.served:
+            self.served.add(role)
+            for collector in self._series[role]:
+                self.registry.register(collector)
+        if role == "scheduler":
+            for policy, action in MISFIRE_ACTIONS.values():
+                self.misfires.labels(policy, action)
+            for policy, action in OVERLAP_ACTIONS:
+                self.overlap.labels(policy, action)
+            for kind in RETENTION_KINDS:
+                self.retention_removed.labels(kind)
+            self.writes_unreplicated.labels("fire")
+            return
+        for task in tasks:
+            self.retries.labels(task)
+            for outcome in OUTCOMES:
+                self.jobs.values.setdefault((task, outcome), 0)
+        for queue in queues:
+            self.reclaims.labels(queue)
+        for op in ("complete", "retry", "dead"):
+            self.writes_unreplicated.labels(op)
 
     # --- scheduler -------------------------------------------------------------------------
 
@@ -397,9 +467,10 @@ class Metrics:
         if stale:
             self.stale_refused.inc(stale)
 
-    def misfire(self, policy: str, action: str) -> None:
-        """One late occurrence planned by the misfire policy (``action``: misfire or skip)."""
-        self.misfires.labels(policy, "run" if action == "misfire" else "skip").inc()
+    def misfire(self, policy: str, action: str, occurrences: int) -> None:
+        """Late occurrences a fire item of the misfire policy stands for (its ``action``:
+        misfire, skip, catch_up or limit; ``occurrences``: how many it runs or skips)."""
+        self.misfires.labels(*MISFIRE_ACTIONS[policy, action]).inc(occurrences)
 
     # --- worker ----------------------------------------------------------------------------
 

@@ -1,16 +1,21 @@
-"""What an operator sees of a running scheduler or worker: readiness, the deployment gauges (read
-by the leader of partition 0 over every partition, so exported once), and the probe that serves
-them with the metrics (``--metrics-port``).
+"""What an operator sees of a running scheduler or worker: readiness, the deployment gauges and
+the probe that serves them with the metrics (``--metrics-port``).
+
+Every process, scheduler or worker, leading or not, reads the deployment gauges for itself every
+``metrics_interval_s`` (a few cheap reads per partition and queue): an alert on late schedules
+or on jobs that no worker reads must not need the leader to be alive, since its death is one of
+the outages they are for. Only the schedules by state, whose count reads every paused one, come
+from the leader of partition 0 alone.
 
 The mains start :func:`operate_scheduler` / :func:`operate_worker` in their task groups. Each
-opens its own small Redis client, so a readiness check never queues behind the process's own
-traffic (a worker's blocking reads), and reports what that client sees.
+opens its own small Redis client, so a readiness check or a gauge read never queues behind the
+process's own traffic (a worker's blocking reads), and reports what that client sees.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -48,6 +53,7 @@ async def operate_scheduler(
     """Serve the scheduler's probe, and its deployment gauges while it leads."""
     assert settings.metrics_port is not None
     redis = connect(settings, socket_timeout_s=_probe.READY_TIMEOUT_S)
+    METRICS.serve("scheduler")
     METRICS.is_leader.set_function(lambda: float(scheduler.is_leader))
     METRICS.led_partitions.set_function(lambda: float(len(scheduler.led())))
     METRICS.partitions.set_function(lambda: float(scheduler.partitions))
@@ -57,7 +63,13 @@ async def operate_scheduler(
 
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(deployment_gauges, scheduler, settings)
+            tg.start_soon(
+                watch_deployment,
+                redis,
+                settings,
+                lambda: scheduler.keys,
+                lambda: scheduler.leads(0),
+            )
             port = await tg.start(_probe.serve, settings.metrics_host, settings.metrics_port, ready)
             task_status.started(port)
     finally:
@@ -72,14 +84,22 @@ async def operate_worker(
     assert settings.metrics_port is not None
     redis = connect(settings, socket_timeout_s=_probe.READY_TIMEOUT_S)
     keys = Keys(settings.prefix)
+    METRICS.serve("worker", tasks=worker.tasks, queues=settings.worker.queues)
 
     async def ready() -> tuple[bool, dict[str, Any]]:
         return await worker_readiness(worker, redis, keys, settings.worker.queues)
 
     try:
-        await _probe.serve(
-            settings.metrics_host, settings.metrics_port, ready, task_status=task_status
-        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                watch_deployment,
+                redis,
+                settings,
+                lambda: Keys(settings.prefix, worker.partitions),
+                lambda: False,
+            )
+            port = await tg.start(_probe.serve, settings.metrics_host, settings.metrics_port, ready)
+            task_status.started(port)
     finally:
         with anyio.CancelScope(shield=True):
             await redis.aclose()
@@ -178,26 +198,31 @@ async def _redis_and_scripts(redis: Redis, names: Sequence[str]) -> dict[str, An
     return None
 
 
-# --- the leader's gauges of the whole deployment ----------------------------------------------
+# --- the gauges of the whole deployment --------------------------------------------------------
 
 
-async def deployment_gauges(scheduler: Scheduler, settings: Settings) -> None:
-    """Every ``metrics_interval_s``, while this scheduler leads partition 0, read the
-    deployment's counts over every partition (the same cheap reads as ``rsched stats``) into the
-    gauges; the other schedulers export none, so the gauges come from one scheduler."""
+async def watch_deployment(
+    redis: Redis,
+    settings: Settings,
+    keys: Callable[[], Keys],
+    leads: Callable[[], bool],
+) -> None:
+    """Every ``metrics_interval_s``, read the deployment's gauges over every partition of
+    ``keys()`` (the schedules by state too while ``leads()``: the leader of partition 0) and
+    whether Redis answered (``rsched_redis_up``). While Redis does not answer, the deployment
+    gauges are not exported: this process cannot know them."""
+    up: bool | None = None
     try:
         while True:
-            current = None
-            if scheduler.leads(0):
-                engines = scheduler.engines
-                try:
-                    current = await read_deployment(
-                        [e.store for e in engines],
-                        [QueueStore.from_settings(e.redis, settings, e.keys) for e in engines],
-                        settings.metrics_late_after_s,
-                    )
-                except (RedisError, OSError) as exc:
+            try:
+                current = await read_deployment(redis, settings, keys(), states=leads())
+            except (RedisError, OSError) as exc:
+                current = None
+                if up is not False:
                     log.warning("redis.error", actor="metrics", error=str(exc))
+            if up is not (current is not None):
+                up = current is not None
+                METRICS.redis_up.set(1 if up else 0)
             METRICS.deployment.current = current
             await anyio.sleep(settings.metrics_interval_s)
     finally:
@@ -205,29 +230,27 @@ async def deployment_gauges(scheduler: Scheduler, settings: Settings) -> None:
 
 
 async def read_deployment(
-    stores: Sequence[ScheduleStore], queue_stores: Sequence[QueueStore], late_after_s: float
+    redis: Redis, settings: Settings, keys: Keys, *, states: bool
 ) -> Deployment:
-    """The deployment's counts now (by Redis TIME), summed over the partitions of ``stores`` and
-    ``queue_stores`` (one store of each kind per partition)."""
+    """The deployment's gauges now (by Redis TIME), summed over the partitions of ``keys``; the
+    schedules by state only with ``states`` (it reads every paused or completed schedule)."""
     started = time.perf_counter()
+    every = keys.every_partition()
+    stores = [ScheduleStore(redis, k) for k in every]
     now = await stores[0].time_ms()
-    due = active = paused = total = late = 0
+    late_before = now - round(settings.metrics_late_after_s * 1000)
+    due = late = 0
     oldest: int | None = None
     unhealthy: dict[str, int] = {}
     for store in stores:
-        index = await store.index_stats(now)
-        due, active, paused, total = (
-            due + index.due,
-            active + index.active,
-            paused + index.paused,
-            total + index.total,
-        )
-        if index.oldest and (oldest is None or index.oldest[1] < oldest):
-            oldest = index.oldest[1]
-        late += await store.count_due_before(now - round(late_after_s * 1000))
-        for state, count in (await announced_counts(store.redis, store.keys)).items():
+        summary = await store.due_summary(now, late_before)
+        due, late = due + summary.due, late + summary.late
+        if summary.oldest_ms is not None and (oldest is None or summary.oldest_ms < oldest):
+            oldest = summary.oldest_ms
+        for state, count in (await announced_counts(redis, store.keys)).items():
             unhealthy[state] = unhealthy.get(state, 0) + count
     unhealthy["late"] = late
+    queue_stores = [QueueStore.from_settings(redis, settings, k) for k in every]
     queues: dict[str, dict[str, int]] = {}
     for queue_store in queue_stores:
         for name, fields in (await queue_store.queue_stats()).items():
@@ -240,16 +263,20 @@ async def read_deployment(
     deployment = Deployment(
         due_backlog=due,
         due_oldest_age_s=max(0, now - oldest) / 1000 if oldest is not None else 0.0,
-        schedules={
-            "active": active,
-            "paused": paused,
-            "completed": max(0, total - active - paused),
-        },
         unhealthy=unhealthy,
         queues=queues,
+        schedules=await _schedule_states(stores, now) if states else None,
     )
     log.debug("metrics.deployment", took_ms=round((time.perf_counter() - started) * 1000, 1))
     return deployment
+
+
+async def _schedule_states(stores: Sequence[ScheduleStore], now: int) -> dict[str, int]:
+    active = paused = total = 0
+    for store in stores:
+        index = await store.index_stats(now)
+        active, paused, total = active + index.active, paused + index.paused, total + index.total
+    return {"active": active, "paused": paused, "completed": max(0, total - active - paused)}
 
 
 _QUEUE_FIELDS = ("length", "pending", "delayed", "dead", "workers")

@@ -29,8 +29,8 @@ from rsched._model import Overlap
 from rsched._rules import NAME_RE, Priority, check_priority
 from rsched._timing import Timing
 
-# Counting missed occurrences is for the history record only ("missed" is at most this): never
-# let it cost unbounded time.
+# Counting missed occurrences (for the history record and rsched_misfires_total, "missed" is at
+# most this per late run) must never cost unbounded time.
 MISSED_COUNT_CAP = 1_000
 
 OVERLAPS = frozenset(get_args(Overlap))

@@ -28,12 +28,10 @@ from rsched._backoff import Backoff
 from rsched._errors import RschedError
 from rsched._keys import Keys
 from rsched._log import get_logger
-from rsched._metrics import METRICS
+from rsched._metrics import METRICS, RETENTION_KINDS
 from rsched._settings import Settings
 
 log = get_logger("rsched.retention")
-
-KINDS = ("runs", "dead_letters", "history")
 
 
 @dataclass
@@ -133,7 +131,7 @@ class Retention(_lua.ScriptCaller):
             history=done.history,
         )
         if METRICS.on:
-            for kind in KINDS:
+            for kind in RETENTION_KINDS:
                 count = getattr(done, kind)
                 if count:
                     METRICS.retention_removed.labels(kind).inc(count)

@@ -782,7 +782,7 @@ class PartitionEngine:
             for item in items:
                 if item.action != "fire":
                     if METRICS.on:
-                        METRICS.misfire(spec.misfire, item.action)
+                        METRICS.misfire(spec.misfire, item.action, item.missed)
                     log.info(
                         "misfire",
                         schedule=sid,

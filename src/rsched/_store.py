@@ -50,6 +50,15 @@ class IndexStats:
     lease_ttl_ms: int | None = None  # the TTL the leader uses (None: an older scheduler)
 
 
+@dataclass(frozen=True, slots=True)
+class DueSummary:
+    """What is due in a partition now (ScheduleStore.due_summary)."""
+
+    due: int
+    oldest_ms: int | None  # the next run of the most overdue schedule
+    late: int  # due at or before the "late" bound
+
+
 #: Ids read per call of the bulk check, and schedules written per upsert_many.lua call (a call
 #: blocks the server: ~10 ms at 1,000; bench/README.md), BULK_IN_FLIGHT calls at once.
 BULK_READ = 5_000
@@ -575,10 +584,26 @@ class ScheduleStore(_lua.ScriptCaller):
             lease_ttl_ms=int(lease_ttl) if str(lease_ttl or "").isdigit() else None,
         )
 
-    async def count_due_before(self, before_ms: int) -> int:
-        """Schedules whose next run is at or before ``before_ms`` (the metrics' late count)."""
-        parked, _ = await _parking.due(self.redis, self.keys, before_ms)
-        return int(await self.redis.zcount(self.keys.schedules, "-inf", before_ms)) + parked
+    async def due_summary(self, now_ms: int, late_before_ms: int) -> DueSummary:
+        """What is due at ``now_ms`` (parked schedules too: they stay parked while no scheduler
+        leads): how many, the most overdue, and how many are due at or before
+        ``late_before_ms``. A few O(log n) reads: every process of the deployment makes them
+        for its metrics."""
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcount(k.schedules, "-inf", now_ms)
+            pipe.zrange(k.schedules, "-inf", now_ms, byscore=True, offset=0, num=1, withscores=True)
+            pipe.zcount(k.schedules, "-inf", late_before_ms)
+            due, oldest, late = await pipe.execute()
+        parked_due, parked_oldest = await _parking.due(self.redis, k, now_ms)
+        parked_late, _ = await _parking.due(self.redis, k, late_before_ms)
+        first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
+        first = _parking.earliest(first, parked_oldest)
+        return DueSummary(
+            due=int(due) + parked_due,
+            oldest_ms=int(first[1]) if first else None,
+            late=int(late) + parked_late,
+        )
 
     async def _count_paused(self, parked: list[str]) -> int:
         """Paused and completed schedules both sit at +inf (in the index, or ``parked``): tell
