@@ -1,8 +1,10 @@
 """``rsched-worker module:attribute``: load a :class:`rsched.Worker` and run it until signalled.
 
-SIGTERM or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish;
-the rest are cancelled and left unacknowledged for another worker; the exit status is 0. A
-second signal cancels everything at once (exit status 1).
+At start it waits for a Redis that is down, silent, loading or full (rsched._startup). SIGTERM
+or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish; the rest
+are cancelled and left unacknowledged for another worker; the exit status is 0. A second signal
+cancels everything at once (exit status 1). A wrong password or server exits 1; bad settings
+exit 2.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import anyio
 from rsched._connection import check_server, connect
 from rsched._deployment import deployment_keys
 from rsched._durability import durability_flag
-from rsched._errors import ConfigError, RschedError, ServerError
+from rsched._errors import ConfigError, RschedError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_worker
 from rsched._settings import CLUSTER_HELP, Settings
 from rsched._signals import two_signal_stop
+from rsched._startup import wait_for_server
 from rsched._worker import Worker
 
 log = get_logger("rsched.worker")
@@ -82,13 +85,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 async def check_start(settings: Settings) -> None:
-    """Fail at once, in one line, when the server can never serve this worker (a wrong URL,
-    password or server; another number of partitions than the deployment's:
-    PartitionMismatch); a server that is down or slow is waited for by the worker itself."""
+    """Wait until the server can serve this worker (one that is down, silent, loading or full
+    is waited for); fail at once, in one line, when it never can (a wrong URL, password or
+    server; another number of partitions than the deployment's: PartitionMismatch)."""
     redis = connect(settings)
-    try:
+
+    async def check() -> None:
         await check_server(redis, settings, Keys(settings.prefix).leader)
         await deployment_keys(redis, settings)
+
+    try:
+        await wait_for_server(check, settings, log)
     finally:
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             await redis.aclose()
@@ -96,9 +103,9 @@ async def check_start(settings: Settings) -> None:
 
 async def serve(worker: Worker, settings: Settings | None = None) -> int:
     """Run ``worker`` until SIGTERM/SIGINT; returns the exit status. With ``settings``, the
-    server is checked first (:func:`check_start`; raises its ServerError)."""
+    server is waited for and checked first (:func:`check_start`; raises its RschedError)."""
     status = 0
-    failed: ServerError | ConfigError | None = None
+    failed: RschedError | None = None
     start_up = anyio.CancelScope()  # a stop during the check does not wait for the server
     async with anyio.create_task_group() as tg:
 
@@ -116,13 +123,13 @@ async def serve(worker: Worker, settings: Settings | None = None) -> int:
 
         await tg.start(two_signal_stop, graceful, immediate)
         resolved = settings or worker.resolve_settings()
-        if resolved.metrics_port is not None:
+        if resolved.metrics_port is not None:  # /livez answers while Redis is waited for
             await tg.start(operate_worker, worker, resolved)
         with start_up:
             try:
                 if settings is not None:
                     await check_start(settings)
-            except (ServerError, ConfigError) as exc:  # raised below, outside the task group
+            except RschedError as exc:  # raised below, outside the task group
                 failed = exc
         if failed is None and not worker.stopping:
             await worker.run()
