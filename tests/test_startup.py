@@ -1,6 +1,7 @@
 """Starting the processes: ``rsched-scheduler`` and ``rsched-worker`` started before their Redis
 wait for it (a ``redis.waiting`` line every few seconds at most, ``/livez`` up, ``/readyz`` 503)
-and then start as usual; what waiting cannot fix stops them at once."""
+and then start as usual; what waiting cannot fix stops them at once; a ``--metrics-port`` in use
+is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import itertools
 import os
 import re
 import signal
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -73,6 +75,13 @@ def error_line(output: str, program: str) -> str:
     lines = [line for line in output.splitlines() if line.startswith(f"{program}: ")]
     assert len(lines) == 1, output
     return lines[0]
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port something else listens on."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        yield int(sock.getsockname()[1])
 
 
 # --- Redis absent at start ---------------------------------------------------------------------
@@ -165,3 +174,27 @@ def test_a_service_that_is_not_redis_stops_them_at_once(
     program = "rsched-scheduler" if main == SCHEDULER else "rsched-worker"
     assert "does not speak the Redis protocol" in error_line(proc.output(), program)
     assert "redis.waiting" not in proc.output()
+
+
+# --- a port in use -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "program"),
+    [
+        (SCHEDULER, "rsched-scheduler"),
+        (("rsched._cli", "scheduler", *SCHEDULER[1:]), "rsched-scheduler"),
+        (WORKER, "rsched-worker"),
+    ],
+    ids=["scheduler", "rsched-scheduler", "worker"],
+)
+def test_a_metrics_port_in_use_is_one_line_and_exit_2(
+    spawn: Spawn, prefix: str, taken_port: int, argv: tuple[str, ...], program: str
+) -> None:
+    # Redis is not even waited for: the port is taken before the first connection.
+    env = env_for(unreachable(), prefix)
+    proc = spawn(*argv, "--metrics-port", str(taken_port), env=env)
+    assert proc.wait(timeout_s=30) == 2
+    line = error_line(proc.output(), program)
+    assert f"--metrics-port / RSCHED_METRICS_PORT: cannot listen on 127.0.0.1:{taken_port}" in line
+    assert "in use" in line

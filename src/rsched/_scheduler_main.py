@@ -4,7 +4,7 @@ Settings come from ``RSCHED_*`` environment variables, overridden by the flags g
 waits for a Redis that is down, silent, loading or full (rsched._startup). Exit codes: 0 after a
 clean stop (SIGTERM/SIGINT: the batch in flight finishes and the lease is released), 1 on a
 fatal error (a wrong password or server, ...) or a forced stop (a second signal), 2 for bad
-settings or a bad schedules file.
+settings (a --metrics-port in use among them) or a bad schedules file.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from rsched._operate import operate_scheduler
 from rsched._scheduler import Scheduler
 from rsched._settings import CLUSTER_HELP, DEFAULT_REDIS_URL, Settings
 from rsched._signals import two_signal_stop
-from rsched._startup import wait_for_server
+from rsched._startup import sole, wait_for_server
 
 log = get_logger("rsched.scheduler")
 
@@ -187,7 +187,8 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
 
             # Signals are handled from the very start, so a stop during start-up is clean too.
             await tg.start(two_signal_stop, graceful, immediate)
-            if settings.metrics_port is not None:  # /livez answers while Redis is waited for
+            # /livez answers while Redis is waited for too; a port in use stops us (exit 2).
+            if settings.metrics_port is not None:
                 await tg.start(operate_scheduler, scheduler, settings)
             with start_up:
                 try:
@@ -225,25 +226,30 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     try:
         return anyio.run(_serve, settings, args.schedules)
-    except (ConfigError, InvalidSchedule) as exc:
-        log.error("scheduler.config_error", error=str(exc))
-        print(f"rsched-scheduler: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except RschedError as exc:  # e.g. a wrong password: one line that names the fix
-        log.error("scheduler.failed", error=str(exc))
-        print(f"rsched-scheduler: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
         return EXIT_ERROR
-    except RedisError as exc:
-        error = translate(exc, settings)
+    except Exception as exc:
+        return _failed(exc, settings)
+
+
+def _failed(exc: Exception, settings: Settings) -> int:
+    """Report what stopped the scheduler; returns the exit code. An error rsched or Redis
+    explains is one line naming the fix (also when a task group wrapped it); anything else is
+    an actor that crashed: one line, then the traceback."""
+    error = sole(exc)
+    if isinstance(error, RedisError):
+        error = translate(error, settings)
+    if isinstance(error, ConfigError | InvalidSchedule):
+        log.error("scheduler.config_error", error=str(error))
+        print(f"rsched-scheduler: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(error, RschedError):  # e.g. a wrong password
         log.error("scheduler.failed", error=str(error))
         print(f"rsched-scheduler: {error}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        return EXIT_ERROR
-    except Exception as exc:  # an actor crashed: say so in one line, then the traceback
-        log.error("scheduler.crashed", error=repr(exc))
-        traceback.print_exc()
-        return EXIT_ERROR
+    log.error("scheduler.crashed", error=repr(exc))
+    traceback.print_exception(exc)
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """A process's start (``rsched-scheduler``, ``rsched-worker``): waiting for Redis until it serves
-the process.
+the process, and the one error that stopped a main, for the one line it prints.
 
 A pod may start before its Redis: the process waits as it does after start when Redis goes
 away (with backoff), instead of exiting and being restarted in a loop. Waiting cannot fix a
@@ -59,3 +59,12 @@ async def wait_for_server(
                     "redis.waiting", reason=str(error), attempt=attempt, retry_s=round(delay, 1)
                 )
         await anyio.sleep(delay)
+
+
+def sole(exc: BaseException) -> BaseException:
+    """``exc``, or the one error inside it when it is an exception group of one (nested or not):
+    a task group wraps what one of its tasks raised (a probe port in use, a mismatch found at
+    start), and the main reports that error in one line like any other."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -4,7 +4,7 @@ At start it waits for a Redis that is down, silent, loading or full (rsched._sta
 or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish; the rest
 are cancelled and left unacknowledged for another worker; the exit status is 0. A second signal
 cancels everything at once (exit status 1). A wrong password or server exits 1; bad settings
-exit 2.
+(a --metrics-port in use among them) exit 2.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_worker
 from rsched._settings import CLUSTER_HELP, Settings
 from rsched._signals import two_signal_stop
-from rsched._startup import wait_for_server
+from rsched._startup import sole, wait_for_server
 from rsched._worker import Worker
 
 log = get_logger("rsched.worker")
@@ -123,7 +123,8 @@ async def serve(worker: Worker, settings: Settings | None = None) -> int:
 
         await tg.start(two_signal_stop, graceful, immediate)
         resolved = settings or worker.resolve_settings()
-        if resolved.metrics_port is not None:  # /livez answers while Redis is waited for
+        # /livez answers while Redis is waited for too; a port in use stops us (exit 2).
+        if resolved.metrics_port is not None:
             await tg.start(operate_worker, worker, resolved)
         with start_up:
             try:
@@ -166,16 +167,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level or settings.log_level, args.log_format or settings.log_format)
     try:
         status = anyio.run(serve, worker, settings)
-    except ConfigError as exc:  # e.g. PartitionMismatch: bad settings, like the ones above
-        log.error("worker.config_error", error=str(exc))
-        print(f"rsched-worker: {exc}", file=sys.stderr)
-        status = 2
-    except RschedError as exc:  # e.g. a wrong password: one line that names the fix
-        log.error("worker.failed", error=str(exc))
-        print(f"rsched-worker: {exc}", file=sys.stderr)
-        status = 1
     except KeyboardInterrupt:
         status = 1
+    except Exception as exc:
+        # A task group wraps what its task raised (a --metrics-port in use, a mismatch found as
+        # the worker starts): an error rsched explains is one line all the same.
+        error = sole(exc)
+        if not isinstance(error, RschedError):
+            raise
+        if isinstance(error, ConfigError):  # e.g. PartitionMismatch: bad settings, like above
+            log.error("worker.config_error", error=str(error))
+            status = 2
+        else:  # e.g. a wrong password: one line that names the fix
+            log.error("worker.failed", error=str(error))
+            status = 1
+        print(f"rsched-worker: {error}", file=sys.stderr)
     log.info("worker.exit", status=status)
     if any(
         t.is_alive() and not t.daemon
