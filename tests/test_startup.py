@@ -1,7 +1,7 @@
 """Starting the processes: ``rsched-scheduler`` and ``rsched-worker`` started before their Redis
 wait for it (a ``redis.waiting`` line every few seconds at most, ``/livez`` up, ``/readyz`` 503)
-and then start as usual; what waiting cannot fix stops them at once; a ``--metrics-port`` in use
-is one line and exit 2."""
+and then start as usual; what waiting cannot fix stops them at once; a port in use is one line
+and exit 2, for them and for ``rsched web``, which says "serving" only once it listens."""
 
 from __future__ import annotations
 
@@ -198,3 +198,28 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(
     line = error_line(proc.output(), program)
     assert f"--metrics-port / RSCHED_METRICS_PORT: cannot listen on 127.0.0.1:{taken_port}" in line
     assert "in use" in line
+
+
+def test_a_web_port_in_use_is_one_line_and_exit_2(
+    spawn: Spawn, prefix: str, taken_port: int
+) -> None:
+    proc = spawn(
+        "rsched._cli", "web", "--port", str(taken_port), env=env_for(unreachable(), prefix)
+    )
+    assert proc.wait(timeout_s=30) == 2
+    out = proc.output()
+    assert "serving" not in out
+    line = error_line(out, "rsched web")
+    assert f"--host / --port: cannot listen on 127.0.0.1:{taken_port}" in line
+    assert "in use" in line
+
+
+@pytest.mark.slow
+def test_web_says_serving_once_it_listens(spawn: Spawn, prefix: str) -> None:
+    proc = spawn("rsched._cli", "web", "--port", "0", env=env_for(unreachable(), prefix))
+    proc.wait_for("rsched web: serving", timeout_s=30)
+    found = re.search(r"serving http://127\.0\.0\.1:(\d+)/", proc.output())
+    assert found, proc.output()  # the port it listens on, not the 0 it was given
+    # No retry: the first connection is accepted and answered.
+    r = httpx.get(f"http://127.0.0.1:{found.group(1)}/static/rsched.css", timeout=30)
+    assert r.status_code == 200
