@@ -766,7 +766,7 @@ def test_no_output_shows_the_password(make_server: MakeServer, spawn: Spawn, pre
         done = run_cli(good, prefix, *argv, RSCHED_REDIS_URL=good)
         outputs.append(done.stdout + done.stderr)
     outputs.append(run_processes(spawn, with_secret(wrong.port), prefix, "failed", "error"))
-    outputs.append(run_processes(spawn, unreachable, prefix, "redis.error", "redis.error"))
+    outputs.append(run_processes(spawn, unreachable, prefix, "redis.waiting", "redis.waiting"))
     outputs.append(run_processes(spawn, good, prefix, "leader.acquired", "worker.start"))
     serve = web_support().serve
     settings = Settings(redis_url=good, prefix=prefix)

@@ -1,13 +1,16 @@
 """``rsched-scheduler``: the scheduler process (settings, logging, signals, exit codes).
 
-Settings come from ``RSCHED_*`` environment variables, overridden by the flags given. Exit codes:
-0 after a clean stop (SIGTERM/SIGINT: the batch in flight finishes and the lease is released),
-1 on a fatal error or a forced stop (a second signal), 2 for bad settings or a bad schedules file.
+Settings come from ``RSCHED_*`` environment variables, overridden by the flags given. At start it
+waits for a Redis that is down, silent, loading or full (rsched._startup). Exit codes: 0 after a
+clean stop (SIGTERM/SIGINT: the batch in flight finishes and the lease is released), 1 on a
+fatal error (a wrong password or server, ...) or a forced stop (a second signal), 2 for bad
+settings (a --metrics-port in use among them) or a bad schedules file.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -21,15 +24,16 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._connection import check_server, connect, explain, translate, warn_if_unsafe
+from rsched._connection import check_server, connect, translate, warn_if_unsafe
 from rsched._durability import durability_flag
-from rsched._errors import ConfigError, InvalidSchedule, RschedError, ServerError
+from rsched._errors import ConfigError, InvalidSchedule, RschedError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_scheduler
 from rsched._scheduler import Scheduler
 from rsched._settings import CLUSTER_HELP, DEFAULT_REDIS_URL, Settings
 from rsched._signals import two_signal_stop
+from rsched._startup import sole, wait_for_server
 
 log = get_logger("rsched.scheduler")
 
@@ -141,13 +145,14 @@ async def _sync_schedules(redis: Redis, settings: Settings, path: Path) -> None:
 
 
 async def _start_up(scheduler: Scheduler, settings: Settings, schedules: Path | None) -> None:
-    """Check the server (a wrong URL, password or server stops us here, in one line), warn
-    about unsafe server settings, learn the deployment's number of partitions (another one
-    configured: PartitionMismatch) and sync the schedules file."""
+    """Check the server (a wrong URL, password or server stops us here, in one line), learn the
+    deployment's number of partitions (another one configured: PartitionMismatch), warn about
+    unsafe server settings and sync the schedules file. Raises redis' errors: the caller waits
+    for a server that is down and tries again."""
     redis = scheduler.redis
     await check_server(redis, settings, Keys(settings.prefix).leader)
-    await warn_if_unsafe(redis, log)
     await scheduler.resolve()
+    await warn_if_unsafe(redis, log)  # once the server answered: one that is down is no warning
     if schedules is not None:
         await _sync_schedules(redis, settings, schedules)
 
@@ -182,15 +187,15 @@ async def _serve(settings: Settings, schedules: Path | None) -> int:
 
             # Signals are handled from the very start, so a stop during start-up is clean too.
             await tg.start(two_signal_stop, graceful, immediate)
-            if settings.metrics_port is not None:  # /livez answers during start-up too
+            # /livez answers while Redis is waited for too; a port in use stops us (exit 2).
+            if settings.metrics_port is not None:
                 await tg.start(operate_scheduler, scheduler, settings)
             with start_up:
                 try:
-                    await _start_up(scheduler, settings, schedules)
-                except (ConfigError, ServerError) as exc:  # raised below, outside the group
+                    start = functools.partial(_start_up, scheduler, settings, schedules)
+                    await wait_for_server(start, settings, log)
+                except RschedError as exc:  # raised below, outside the group
                     failed = exc
-                except RedisError as exc:  # e.g. Redis down while syncing the schedules file
-                    failed = await explain(exc, settings)
             if failed is not None or stopping:
                 tg.cancel_scope.cancel()
             else:
@@ -221,25 +226,30 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     try:
         return anyio.run(_serve, settings, args.schedules)
-    except (ConfigError, InvalidSchedule) as exc:
-        log.error("scheduler.config_error", error=str(exc))
-        print(f"rsched-scheduler: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except RschedError as exc:  # e.g. a wrong password: one line that names the fix
-        log.error("scheduler.failed", error=str(exc))
-        print(f"rsched-scheduler: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
         return EXIT_ERROR
-    except RedisError as exc:
-        error = translate(exc, settings)
+    except Exception as exc:
+        return _failed(exc, settings)
+
+
+def _failed(exc: Exception, settings: Settings) -> int:
+    """Report what stopped the scheduler; returns the exit code. An error rsched or Redis
+    explains is one line naming the fix (also when a task group wrapped it); anything else is
+    an actor that crashed: one line, then the traceback."""
+    error = sole(exc)
+    if isinstance(error, RedisError):
+        error = translate(error, settings)
+    if isinstance(error, ConfigError | InvalidSchedule):
+        log.error("scheduler.config_error", error=str(error))
+        print(f"rsched-scheduler: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(error, RschedError):  # e.g. a wrong password
         log.error("scheduler.failed", error=str(error))
         print(f"rsched-scheduler: {error}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        return EXIT_ERROR
-    except Exception as exc:  # an actor crashed: say so in one line, then the traceback
-        log.error("scheduler.crashed", error=repr(exc))
-        traceback.print_exc()
-        return EXIT_ERROR
+    log.error("scheduler.crashed", error=repr(exc))
+    traceback.print_exception(exc)
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """``rsched-worker module:attribute``: load a :class:`rsched.Worker` and run it until signalled.
 
-SIGTERM or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish;
-the rest are cancelled and left unacknowledged for another worker; the exit status is 0. A
-second signal cancels everything at once (exit status 1).
+At start it waits for a Redis that is down, silent, loading or full (rsched._startup). SIGTERM
+or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish; the rest
+are cancelled and left unacknowledged for another worker; the exit status is 0. A second signal
+cancels everything at once (exit status 1). A wrong password or server exits 1; bad settings
+(a --metrics-port in use among them) exit 2.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import anyio
 from rsched._connection import check_server, connect
 from rsched._deployment import deployment_keys
 from rsched._durability import durability_flag
-from rsched._errors import ConfigError, RschedError, ServerError
+from rsched._errors import ConfigError, RschedError
 from rsched._keys import Keys
 from rsched._log import configure_logging, get_logger
 from rsched._operate import operate_worker
 from rsched._settings import CLUSTER_HELP, Settings
 from rsched._signals import two_signal_stop
+from rsched._startup import sole, wait_for_server
 from rsched._worker import Worker
 
 log = get_logger("rsched.worker")
@@ -82,13 +85,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 async def check_start(settings: Settings) -> None:
-    """Fail at once, in one line, when the server can never serve this worker (a wrong URL,
-    password or server; another number of partitions than the deployment's:
-    PartitionMismatch); a server that is down or slow is waited for by the worker itself."""
+    """Wait until the server can serve this worker (one that is down, silent, loading or full
+    is waited for); fail at once, in one line, when it never can (a wrong URL, password or
+    server; another number of partitions than the deployment's: PartitionMismatch)."""
     redis = connect(settings)
-    try:
+
+    async def check() -> None:
         await check_server(redis, settings, Keys(settings.prefix).leader)
         await deployment_keys(redis, settings)
+
+    try:
+        await wait_for_server(check, settings, log)
     finally:
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
             await redis.aclose()
@@ -96,9 +103,9 @@ async def check_start(settings: Settings) -> None:
 
 async def serve(worker: Worker, settings: Settings | None = None) -> int:
     """Run ``worker`` until SIGTERM/SIGINT; returns the exit status. With ``settings``, the
-    server is checked first (:func:`check_start`; raises its ServerError)."""
+    server is waited for and checked first (:func:`check_start`; raises its RschedError)."""
     status = 0
-    failed: ServerError | ConfigError | None = None
+    failed: RschedError | None = None
     start_up = anyio.CancelScope()  # a stop during the check does not wait for the server
     async with anyio.create_task_group() as tg:
 
@@ -116,13 +123,14 @@ async def serve(worker: Worker, settings: Settings | None = None) -> int:
 
         await tg.start(two_signal_stop, graceful, immediate)
         resolved = settings or worker.resolve_settings()
+        # /livez answers while Redis is waited for too; a port in use stops us (exit 2).
         if resolved.metrics_port is not None:
             await tg.start(operate_worker, worker, resolved)
         with start_up:
             try:
                 if settings is not None:
                     await check_start(settings)
-            except (ServerError, ConfigError) as exc:  # raised below, outside the task group
+            except RschedError as exc:  # raised below, outside the task group
                 failed = exc
         if failed is None and not worker.stopping:
             await worker.run()
@@ -159,16 +167,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level or settings.log_level, args.log_format or settings.log_format)
     try:
         status = anyio.run(serve, worker, settings)
-    except ConfigError as exc:  # e.g. PartitionMismatch: bad settings, like the ones above
-        log.error("worker.config_error", error=str(exc))
-        print(f"rsched-worker: {exc}", file=sys.stderr)
-        status = 2
-    except RschedError as exc:  # e.g. a wrong password: one line that names the fix
-        log.error("worker.failed", error=str(exc))
-        print(f"rsched-worker: {exc}", file=sys.stderr)
-        status = 1
     except KeyboardInterrupt:
         status = 1
+    except Exception as exc:
+        # A task group wraps what its task raised (a --metrics-port in use, a mismatch found as
+        # the worker starts): an error rsched explains is one line all the same.
+        error = sole(exc)
+        if not isinstance(error, RschedError):
+            raise
+        if isinstance(error, ConfigError):  # e.g. PartitionMismatch: bad settings, like above
+            log.error("worker.config_error", error=str(error))
+            status = 2
+        else:  # e.g. a wrong password: one line that names the fix
+            log.error("worker.failed", error=str(error))
+            status = 1
+        print(f"rsched-worker: {error}", file=sys.stderr)
     log.info("worker.exit", status=status)
     if any(
         t.is_alive() and not t.daemon

@@ -2,14 +2,17 @@
 
 Binds 127.0.0.1 by default. Any other address needs authentication (``--auth user:password``
 or ``--token``, or RSCHED_WEB_AUTH / RSCHED_WEB_TOKEN); without it the command refuses to
-start (exit 2). Without authentication only loopback host names are answered.
+start (exit 2). Without authentication only loopback host names are answered. It listens
+before it says "serving": an address or port it cannot listen on is one line and exit 2.
 Exit codes: 0 stopped, 1 error, 2 usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
+import socket
 import sys
 
 from pydantic import SecretStr
@@ -68,6 +71,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (0 picks a free port); raises OSError."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn decides
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen()
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -113,11 +130,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"rsched web: error: {exc}", file=sys.stderr)
         return 2
-    where = f"http://{args.host}:{args.port}{args.base_path.rstrip('/')}/"
+    try:
+        sock = listen(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"rsched web: error: --host / --port: cannot listen on {args.host}:{args.port} "
+            f"({exc.strerror or exc}); choose a free --port (or another --host)",
+            file=sys.stderr,
+        )
+        return 2
+    port = sock.getsockname()[1]
+    where = f"http://{args.host}:{port}{args.base_path.rstrip('/')}/"
     mode = " (read-only)" if args.read_only else ""
     print(f"rsched web: serving {where}{mode}; Ctrl-C stops", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", server_header=False)
-    return 0
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
+    with contextlib.suppress(KeyboardInterrupt):  # the SIGINT uvicorn raises once it stopped
+        server.run(sockets=[sock])
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":
