@@ -291,8 +291,8 @@ async def test_readyz_loads_scripts_the_server_forgot(redis: Redis, settings: Se
     scheduler = Scheduler(redis, settings)
     await redis.script_flush()  # as after a restart without persistence
     ok, details = await scheduler_readiness(scheduler, redis)
-    assert not ok  # no leader: nothing runs
-    assert "no leader" in details["reason"]
+    assert not ok  # not started
+    assert "starting" in details["reason"]
     sha = _lua.ScriptCaller(redis).script("fire").sha
     assert await redis.script_exists(sha) == [True]
 
@@ -336,12 +336,21 @@ async def test_scheduler_series_and_readiness(redis: Redis, settings: Settings) 
         assert ready.status_code == 200, ready.text
         assert ready.json()["role"] == "leader"
 
-        # A second scheduler stands by with the leader in view.
+        # A second scheduler is not ready while it starts, then stands by with the leader in
+        # view.
         standby = Scheduler(redis, cfg)
         ok, details = await scheduler_readiness(standby, redis)
-        assert ok, details
-        assert details["role"] == "standby"
-    # Stopped: the lease is released, and a scheduler that does not lead is not ready.
+        assert not ok
+        assert details["role"] == "starting"
+        async with anyio.create_task_group() as tg:
+            await tg.start(standby.run)
+            ok, details = await scheduler_readiness(standby, redis)
+            assert ok, details
+            assert details["role"] == "standby"
+            standby.stop()
+    # Stopped: the lease is released; a running scheduler that sees no leader is not ready (as
+    # between the lease's expiry and the next renewal that takes it).
+    standby.running = True
     ok, details = await scheduler_readiness(standby, redis)
     assert not ok
     assert "no leader" in details["reason"]

@@ -109,12 +109,15 @@ async def operate_worker(
 
 
 async def scheduler_readiness(scheduler: Scheduler, redis: Redis) -> tuple[bool, dict[str, Any]]:
-    """Ready when Redis answers, the scripts are loaded and the scheduler leads with a fresh
-    lease or stands by with a live leader in view (with several partitions: every lease it
-    believes it holds is its own and live)."""
+    """Ready when Redis answers, the scripts are loaded, the scheduler runs (its start-up, which
+    may wait for Redis and sync a schedules file, is over) and it leads with a fresh lease or
+    stands by with a live leader in view (with several partitions: every lease it believes it
+    holds is its own and live)."""
     failed = await _redis_and_scripts(redis, SCHEDULER_SCRIPTS)
     if failed is not None:
         return False, failed
+    if not scheduler.running:
+        return False, {"role": "starting", "reason": "starting (waiting for Redis, or syncing)"}
     if scheduler.partitions > 1:
         return await _partitions_readiness(scheduler, redis)
     keys = scheduler.keys

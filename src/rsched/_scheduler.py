@@ -162,6 +162,7 @@ class Scheduler:
         self.keys = Keys(self.settings.prefix)
         self.engines = [PartitionEngine(self, self.keys)]
         self._resolved = False
+        self.running = False  # from run()'s start (its actors started) until it returns
         self._stop = anyio.Event()
         self._led_changed = anyio.Event()
         self.membership = self._membership()
@@ -262,10 +263,12 @@ class Scheduler:
                 tg.start_soon(self._report_led)
                 for engine in self.engines:
                     tg.start_soon(engine.run)
+                self.running = True
                 task_status.started()
                 await self._stop.wait()
                 tg.cancel_scope.cancel()
         finally:
+            self.running = False
             # Each engine gave its lease back on the way out; now the others own its partitions.
             with anyio.CancelScope(shield=True), anyio.move_on_after(LEAVE_S):
                 await self.membership.leave()
