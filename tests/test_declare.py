@@ -329,6 +329,61 @@ every = 60
     assert not any(w.startswith("schedule[2]") for w in where)
 
 
+async def test_every_kind_of_problem_in_one_pass_in_file_order(
+    tmp_path: Path, redis: Redis, settings: Settings, prefix: str
+) -> None:
+    # Each entry also fails a field check, which used to hide the problems found after it.
+    path = write(
+        tmp_path,
+        """
+[[schedule]]
+id = "a"
+task = "t"
+every = "often"
+
+[[schedule]]
+id = "a"
+task = "t"
+every = 60
+
+[[schedule]]
+id = "b"
+task = "t"
+every = 60
+at = 2030-01-01T00:00:00Z
+max_retries = "x"
+
+[[schedule]]
+id = "c"
+task = "t"
+at = 2001-01-01T00:00:00Z
+retry_jitter = 7
+
+[[schedule]]
+id = "d"
+task = "t"
+every = 60
+start_at = 2031-01-01T00:00:00Z
+end_at = 2030-01-01T00:00:00Z
+timeout_s = "never"
+""",
+    )
+    with pytest.raises(ScheduleFileError) as err:
+        await sync_file(redis, settings, path)
+    assert [(w, m.split(" ")[0]) for w, m in err.value.errors] == [
+        ("schedule[0] (id 'a').every", "'often'"),
+        ("schedule[1] (id 'a').id", "duplicate"),
+        ("schedule[2] (id 'b').max_retries", "Input"),
+        ("schedule[2] (id 'b')", "give"),
+        ("schedule[3] (id 'c').retry_jitter", "must"),
+        ("schedule[3] (id 'c').at", "2001-01-01T00:00:00+00:00"),
+        ("schedule[4] (id 'd').timeout_s", "'never'"),
+        ("schedule[4] (id 'd')", "end_at"),
+    ]
+    assert "(given: every, at)" in err.value.errors[3][1]
+    assert await written_keys(redis, prefix) == []
+
+
 async def test_a_large_file_syncs_in_a_few_round_trips(
     tmp_path: Path, redis: Redis, settings: Settings
 ) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import tomllib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from rsched._errors import (
 )
 from rsched._fanout import Partitions, gather, save_many
 from rsched._log import EventLogger, get_logger
-from rsched._model import STATE_FIELDS, Schedule
+from rsched._model import STATE_FIELDS, Schedule, passed_part
 from rsched._partition import partition_of
 from rsched._rules import check_name, encode_payload
 from rsched._settings import Settings
@@ -68,6 +69,7 @@ T = TypeVar("T")
 
 _log = get_logger("rsched.sync")
 _TOP_LEVEL = {"source", "defaults", "schedule"}
+_ENTRY = re.compile(r"^schedule\[(\d+)\]")
 #: Operator-owned fields: a file that does not set them leaves them as they are.
 _OPERATOR_FIELDS = frozenset({"paused", "pause_note"})
 _NOT_IN_FILE = STATE_FIELDS | {"source"}
@@ -160,6 +162,9 @@ class ParsedFile:
     schedules: list[Schedule] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
     where: dict[str, str] = field(default_factory=dict)
+    #: Each invalid entry's valid part (``where`` and the schedule the fields that passed
+    #: make), so that the checks against Redis (an ``at`` in the past) also reach it.
+    partial: list[tuple[str, Schedule]] = field(default_factory=list)
 
 
 def load_file(path: str | Path) -> tuple[str, list[Schedule]]:
@@ -218,22 +223,28 @@ def read_file(path: str | Path) -> ParsedFile:
             errors.append((f"schedule[{index}]", "write each schedule as a [[schedule]] table"))
             continue
         where = f"schedule[{index}]" + (f" (id {entry['id']!r})" if "id" in entry else "")
-        s = _check_entry(where, {**defaults, **entry}, source, errors)
-        if s is None:
+        # By the id as written, so that a repeat is named whether or not either entry is valid.
+        raw_id = entry.get("id")
+        first = seen.setdefault(raw_id, index) if isinstance(raw_id, str) else index
+        repeated = first != index
+        if repeated:
+            errors.append((f"{where}.id", f"duplicate id, also used by schedule[{first}]"))
+        s = _check_entry(where, {**defaults, **entry}, source, parsed)
+        if s is not None and repeated:
+            parsed.partial.append((where, s))
+        if s is None or repeated:
             continue
-        if s.id in seen:
-            errors.append((f"{where}.id", f"duplicate id, also used by schedule[{seen[s.id]}]"))
-            continue
-        seen[s.id] = index
         parsed.where[s.id] = where
         parsed.schedules.append(s)
     return parsed
 
 
 def _check_entry(
-    where: str, spec: dict[str, Any], source: str, errors: list[tuple[str, str]]
+    where: str, spec: dict[str, Any], source: str, parsed: ParsedFile
 ) -> Schedule | None:
-    """The entry as a schedule, or None after adding each of its problems to ``errors``."""
+    """The entry as a schedule, or None after adding each of its problems to ``parsed.errors``
+    (and its valid part to ``parsed.partial``)."""
+    errors = parsed.errors
     before = len(errors)
     for name in sorted(set(spec) & _NOT_IN_FILE):
         errors.append((f"{where}.{name}", "is maintained by rsched; remove it from the file"))
@@ -243,6 +254,9 @@ def _check_entry(
         s = Schedule(**spec)
     except InvalidSchedule as exc:
         errors.extend((f"{where}.{f}" if f else where, msg) for f, msg in exc.errors)
+        part = passed_part(spec, {f.split(".")[0] for f, _ in exc.errors if f})
+        if part is not None:
+            parsed.partial.append((where, part))
         return None
     return s if len(errors) == before else None
 
@@ -284,11 +298,14 @@ async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = Fals
     plan = SyncPlan(path=path, source=source)
     owned = await _source_ids(parts, source)
     wanted = {s.id: s for s in parsed.schedules}
-    ids = sorted(set(wanted) | owned)
+    ids = sorted(set(wanted) | owned | {s.id for _, s in parsed.partial})
     stored = await _per_partition(parts, ids, lambda store, some: store.fields(some))
     store = parts.schedules[0]
     now = await store.time_ms()
     errors = list(parsed.errors)
+    for where, part in parsed.partial:
+        if not stored[part.id]:
+            errors += _first_run_errors(where, part, now)
     for sid, new in wanted.items():
         where = parsed.where.get(sid, f"schedule {sid!r}")
         try:
@@ -297,10 +314,7 @@ async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = Fals
             errors.append((f"{where}.payload", str(exc)))
         found = stored[sid]
         if not found:
-            try:
-                first_run_ms(new, now, creating=True)
-            except InvalidSchedule as exc:
-                errors.extend((f"{where}.{f}", m) for f, m in exc.errors)
+            errors += _first_run_errors(where, new, now)
             plan.changes.append(Change("add", sid, new))
             continue
         old = Schedule.from_hash(sid, found)
@@ -328,8 +342,23 @@ async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = Fals
             plan.changes.append(Change("remove", sid))
     errors += await _crossing(store, parsed, plan)
     if errors:
-        raise ScheduleFileError(path, errors)
+        raise ScheduleFileError(path, sorted(errors, key=_position))
     return plan
+
+
+def _first_run_errors(where: str, new: Schedule, now: int) -> list[tuple[str, str]]:
+    """What keeps a new schedule from being created now (an ``at`` or ``end_at`` past)."""
+    try:
+        first_run_ms(new, now, creating=True)
+    except InvalidSchedule as exc:
+        return [(f"{where}.{f}", m) for f, m in exc.errors]
+    return []
+
+
+def _position(error: tuple[str, str]) -> int:
+    """The entry an error is about (-1: the file as a whole), to list them in file order."""
+    found = _ENTRY.match(error[0])
+    return int(found.group(1)) if found else -1
 
 
 async def _crossing(
