@@ -6,6 +6,7 @@ Most checks go through ``python -m rsched._cli`` in a subprocess; a few cheap on
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -20,9 +21,10 @@ import redis as redis_sync
 
 from cluster import sync_client
 from conftest import Proc
-from rsched import Client, Settings, __version__
+from rsched import Settings, __version__
 from rsched._cli import duration_s, main
-from rsched._cli_common import SDK_COMMANDS
+from rsched._cli_common import CLI_WORDS
+from rsched._cli_parser import build_parser
 from servers import Server
 from worker_app import fast_env
 
@@ -326,7 +328,7 @@ def test_update_changes_only_the_fields_given(
     assert "'task' cannot be cleared; give one of: queue, payload" in bogus.stderr
     invalid = here("update", "poll", "--max-runs", "0")
     assert invalid.returncode == 1
-    assert "max_runs" in invalid.stderr
+    assert "--max-runs: Input should be greater than or equal to 1" in invalid.stderr
     ghost = here("update", "ghost", "--every", "1h")
     assert ghost.returncode == 1
     assert "schedule 'ghost' does not exist" in ghost.stderr
@@ -427,8 +429,52 @@ def test_errors_name_commands_and_flags_not_sdk_calls(here: Run, cli: Cli, tmp_p
     assert "--prefix / RSCHED_PREFIX: String should match pattern" in prefix.stderr
     for proc in (exists, past, count, unknown, prefix):
         assert "()" not in proc.stderr, proc.stderr
-    # Every SDK call the rewording knows is one the client has.
-    assert all(callable(getattr(Client, name, None)) for name in SDK_COMMANDS)
+
+
+def _flags(*command: str) -> set[str]:
+    """The option strings of ``rsched COMMAND``."""
+    parser = build_parser()
+    for name in command:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def test_messages_name_the_flags_each_rule_is_given_by(here: Run, cli: Cli, tmp_path: Path) -> None:
+    # The words are real flags of the commands that take the fields.
+    assert set(CLI_WORDS.fields.values()) - {"--note"} <= _flags("add")
+    assert "--note" in _flags("pause")
+    assert {"--delay", "--id"} <= _flags("enqueue")
+    spec = ("add", "y", "--task", "t")
+    two = tmp_path / "two.json"
+    two.write_text('{"every": 300, "at": "2030-01-01T00:00:00Z"}')
+    cases = [
+        (
+            (*spec, "--file", str(two), "--max-runs", "0"),
+            "give exactly one trigger: --cron '0 2 * * *', --every 5m or --at 2030-01-01T09:00 "
+            "(given: --every, --at)",
+        ),
+        ((*spec, "--every", "soon"), "--every: 'soon' is not a duration; give seconds (300) or"),
+        ((*spec, "--every", "1h", "--retry-base", "2h"), "--retry-max must be at least --retry-"),
+        ((*spec, "--every", "1h", "--buffer-limit", "0"), "held back by --overlap buffer_all"),
+        (
+            (*spec, "--every", "1h", "--start-at", "2031-01-01", "--end-at", "2030-01-01"),
+            "--end-at must be later than --start-at",
+        ),
+        ((*spec, "--at", "2001-01-01T00:00"), "use rsched enqueue to run a job now"),
+        ((*spec, "--every", "1h", "--payload", "{}", "--queue", "a b"), "--queue: 'a b' is not"),
+        (("enqueue", "t", "--max-retries", "5000"), "--max-retries: must be a whole number"),
+        (("enqueue", "a b"), "TASK: 'a b' is not a valid task name"),
+        (("enqueue", "t", "--id", "a b"), "--id: 'a b' is not a valid execution id"),
+        (("pause", "x", "--note", "n" * 501), "--note: at most 500 characters"),
+    ]
+    assert cli("add", "x", "--task", "t", "--every", "1h")[0] == 0
+    for args, message in cases:
+        proc = here(*args)
+        assert proc.returncode == 1, (args, proc.stdout)
+        assert message in proc.stderr, proc.stderr
+        for python in ("()", "timedelta", "a dict", "='", "=<", "rsched.Schedule"):
+            assert python not in proc.stderr, proc.stderr
 
 
 def test_cron_previews_fire_times_with_dst_marked(capsys: pytest.CaptureFixture[str]) -> None:
@@ -539,7 +585,7 @@ def test_buffer_all_from_the_command_line(cli: Cli) -> None:
     assert (shown["overlap"], shown["buffer_limit"]) == ("buffer_all", 5)
     code, _, err = cli("add", "bad", "--task", "t", "--every", "60", "--buffer-limit", "0")
     assert code == 1
-    assert "buffer_limit" in err
+    assert "--buffer-limit: give a whole number from 1" in err
     assert "ba" in cli("ls")[1]
     assert "bad" not in cli("ls")[1]
 

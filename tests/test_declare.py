@@ -384,6 +384,36 @@ timeout_s = "never"
     assert await written_keys(redis, prefix) == []
 
 
+def test_messages_name_the_keys_of_the_file(tmp_path: Path) -> None:
+    text = """
+[[schedule]]
+id = "a"
+task = "t"
+every = 60
+at = 2030-01-01T00:00:00Z
+buffer_limit = 0
+
+[[schedule]]
+id = "b"
+task = "t"
+every = "soon"
+colour = "red"
+payload = 3
+"""
+    with pytest.raises(ScheduleFileError) as err:
+        load_file(write(tmp_path, text))
+    said = dict(err.value.errors)
+    assert said["schedule[0] (id 'a')"] == (
+        'give exactly one trigger: cron = "0 2 * * *", every = "5m" or at = '
+        "2030-01-01T09:00:00Z (given: every, at)"
+    )
+    assert 'held back by overlap = "buffer_all"' in said["schedule[0] (id 'a').buffer_limit"]
+    assert 'give seconds (300) or text such as "90s"' in said["schedule[1] (id 'b').every"]
+    assert "a schedule's keys are at, buffer_limit," in said["schedule[1] (id 'b').colour"]
+    assert 'a table, e.g. payload = { kind = "sales" }' in said["schedule[1] (id 'b').payload"]
+    assert "timedelta" not in str(err.value)
+
+
 async def test_a_large_file_syncs_in_a_few_round_trips(
     tmp_path: Path, redis: Redis, settings: Settings
 ) -> None:

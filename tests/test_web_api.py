@@ -101,6 +101,38 @@ async def test_schedule_create_read_change_delete(web: Web) -> None:
         error(await http.delete("/schedules/a"), 404, "ScheduleNotFound")
 
 
+async def test_messages_name_json_fields_and_endpoints(web: Web, client: rsched.Client) -> None:
+    base = web() + "/api/v1"
+    cases = [
+        (
+            spec("b", cron=None, every=300, at="2030-01-01T00:00:00Z", max_runs=0),
+            'give exactly one trigger: "cron": "0 2 * * *", "every": 300 or "at": '
+            '"2030-01-01T09:00:00Z" (given: every, at)',
+        ),
+        (spec("b", every="soon", cron=None), 'give seconds (300) or text such as "90s", "5m"'),
+        (spec("b", buffer_limit=0), 'held back by "overlap": "buffer_all"'),
+        (spec("b", retry_base_s="2h", retry_max_s="1h"), "retry_max_s must be at least"),
+        (spec("b", at="2001-01-01T00:00:00Z", cron=None), "use POST /api/v1/jobs to run a job"),
+        (spec("b", colour=1), "check the spelling against the Schedule schema"),
+        (spec("b", payload=[1]), "payload: must be a JSON object, got list"),
+        (spec("a"), "use PUT /api/v1/schedules/a to replace its whole spec or PATCH"),
+    ]
+    async with httpx.AsyncClient(base_url=base) as http:
+        assert (await http.post("/schedules", json=spec("a"))).status_code == 201
+        for body, message in cases:
+            r = await http.post("/schedules", json=body)
+            assert r.status_code in (409, 422), r.text
+            assert message in r.json()["message"], r.json()
+            for python in ("()", "timedelta", "a dict", "='", "=<", "rsched.Schedule"):
+                assert python not in r.json()["message"], r.json()
+        r = await http.post("/jobs", json={"task": "t", "max_retries": 5000})
+        error(r, 422, "InvalidJob", "max_retries")
+        assert r.json()["message"].startswith("max_retries: must be a whole number")
+    # The SDK in the same process keeps its own words.
+    with pytest.raises(rsched.ScheduleExists, match=r"use upsert\(\) to replace it"):
+        await client.add(spec("a"))
+
+
 async def test_list_pages_filters_and_search(web: Web, client: rsched.Client) -> None:
     for i in range(7):
         await client.add(spec(f"job-{i}", queue="mail" if i % 2 else "default"))

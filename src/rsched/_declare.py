@@ -64,6 +64,7 @@ from rsched._rules import check_name, encode_payload
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
+from rsched._words import Words, speaking
 
 T = TypeVar("T")
 
@@ -74,6 +75,17 @@ _ENTRY = re.compile(r"^schedule\[(\d+)\]")
 _OPERATOR_FIELDS = frozenset({"paused", "pause_note"})
 _NOT_IN_FILE = STATE_FIELDS | {"source"}
 APPLY_ATTEMPTS = 5
+#: A schedules file's messages name its keys and show TOML (``_words``).
+FILE_WORDS = Words(
+    setting='{name} = "{value}"',
+    one_trigger='cron = "0 2 * * *", every = "5m" or at = 2030-01-01T09:00:00Z',
+    durations='seconds (300) or text such as "90s", "5m", "1h30m" or "2d"',
+    exists="rename it in the file, or sync with --adopt to take it over",
+    run_now="use rsched enqueue to run a job now",
+    unknown_field="check the spelling; a schedule's keys are "
+    + ", ".join(sorted(set(Schedule.model_fields) - _NOT_IN_FILE)),
+    json_object='a table, e.g. payload = { kind = "sales" }',
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +199,11 @@ def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, s
 def read_file(path: str | Path) -> ParsedFile:
     """Read a schedules file and check every entry and every field of it, collecting every
     problem. Raises ScheduleFileError only when the file cannot be read or is not TOML."""
+    with speaking(FILE_WORDS):
+        return _read_file(str(path))
+
+
+def _read_file(path: str) -> ParsedFile:
     p = Path(path)
     try:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -206,7 +223,7 @@ def read_file(path: str | Path) -> ParsedFile:
     except ValueError as exc:
         errors.append(("source", str(exc)))
         source = default_source(p)
-    parsed = ParsedFile(str(path), str(p.resolve()), source, explicit, errors=errors)
+    parsed = ParsedFile(path, str(p.resolve()), source, explicit, errors=errors)
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         errors.append(("defaults", "must be a table: [defaults]"))
@@ -294,6 +311,11 @@ async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = Fals
     """Compare the file with Redis. Raises ScheduleFileError listing the file's own problems
     plus conflicts, payloads over this deployment's limit, entries that cannot be created (an
     ``at`` in the past) and changes that would cross into a same-named file's schedules."""
+    with speaking(FILE_WORDS):
+        return await _plan_sync(parts, parsed, adopt)
+
+
+async def _plan_sync(parts: Partitions, parsed: ParsedFile, adopt: bool) -> SyncPlan:
     source, path = parsed.source, parsed.path
     plan = SyncPlan(path=path, source=source)
     owned = await _source_ids(parts, source)

@@ -50,6 +50,7 @@ from rsched._rules import (
     parse_duration_s,
 )
 from rsched._tz import canonical_timezone, resolve_timezone
+from rsched._words import words
 
 Overlap = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_previous"]
 Misfire = Literal["run_once", "skip", "catch_up"]
@@ -237,7 +238,8 @@ class Schedule(BaseModel):
             if value is not None and value.tzinfo is None:
                 object.__setattr__(self, name, value.replace(tzinfo=tz))
         if self.start_at and self.end_at and self.end_at <= self.start_at:
-            raise ValueError("end_at must be later than start_at")
+            w = words()
+            raise ValueError(f"{w.field('end_at')} must be later than {w.field('start_at')}")
         check_retry_window(self.retry_base_s, self.retry_max_s)
         return self
 
@@ -339,9 +341,10 @@ def _encode(value: Any) -> str:
 
 
 def _one_trigger(given: list[str]) -> str:
+    w = words()
     return (
-        f"give exactly one trigger: cron='0 2 * * *', every=300 or at=<datetime> "
-        f"(given: {', '.join(given) or 'none'})"
+        f"give exactly one trigger: {w.one_trigger} "
+        f"(given: {', '.join(w.field(name) for name in given) or 'none'})"
     )
 
 
@@ -395,7 +398,7 @@ def invalid(data: Mapping[str, Any], exc: ValidationError) -> InvalidSchedule:
         field = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field; check the spelling against rsched.Schedule's fields"
+            msg = f"unknown field; {words().unknown_field}"
         elif err["type"] == "missing":
             msg = "required"
         errors.append((field, msg))

@@ -172,20 +172,17 @@ class QueueStore(_lua.ScriptCaller):
             dedup_ms = round(_job_field("dedup_window_s", check_dedup_window, window) * 1000)
         limit = self.max_payload_bytes
         body = _job_field("payload", encode_payload, {} if payload is None else payload, limit)
-        try:
-            options = JobOptions.checked(
-                max_retries=max_retries,
-                timeout_s=timeout_s,
-                retry_base_s=retry_base_s,
-                retry_multiplier=retry_multiplier,
-                retry_max_s=retry_max_s,
-                retry_jitter=retry_jitter,
-            )
-        except ValueError as exc:
-            raise InvalidJob(str(exc)) from None
+        options = JobOptions.checked(
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+            retry_base_s=retry_base_s,
+            retry_multiplier=retry_multiplier,
+            retry_max_s=retry_max_s,
+            retry_jitter=retry_jitter,
+        )
         delay = _job_field("delay_s", functools.partial(parse_duration_s, allow_zero=True), delay_s)
         if delay > 10 * 365 * 86400:
-            raise InvalidJob(f"delay_s: at most 10 years, got {delay:g} s")
+            raise InvalidJob("delay_s", f"at most 10 years, got {delay:g} s")
         fields = [
             "execution_id", execution_id,
             "task", task,
@@ -964,7 +961,7 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
     try:
         return check(*args)
     except ValueError as exc:
-        raise InvalidJob(f"{field}: {exc}") from None
+        raise InvalidJob(field, str(exc)) from None
 
 
 def _dead_task(fields: dict[str, str]) -> str:

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rsched import DeadLetter, InvalidArgument, InvalidJob, Schedule, Stats
 from rsched.web import _views as views
+from rsched.web._errors import http_words
 from rsched.web._listing import State, find
 from rsched.web._sdk import Sdk
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(http_words)])
 
 
 def sdk(request: Request) -> Sdk:
@@ -302,7 +303,7 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "body"
-        raise InvalidJob(f"{field}: {err['msg']}") from None
+        raise InvalidJob(field, err["msg"]) from None
     done = await sdk.enqueue(
         job.task,
         job.payload,
