@@ -431,6 +431,52 @@ def test_errors_name_commands_and_flags_not_sdk_calls(here: Run, cli: Cli, tmp_p
         assert "()" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ls", "--limit", "x"], "-n/--limit: 'x' is not a whole number, e.g. 20"),
+        (["--partitions", "x", "ls"], "--partitions: 'x' is not a whole number"),
+        (["add", "a", "--task", "t", "--max-runs", "1.5"], "--max-runs: '1.5' is not a whole"),
+        (["add", "a", "--task", "t", "--retry-jitter", "lots"], "--retry-jitter: 'lots' is not a"),
+        (["add", "a", "--task", "t", "--overlap", "never"], "--overlap: invalid choice: 'never'"),
+        (["add", "a", "--task", "t", "--payload", "[1]"], "--payload: must be a JSON object"),
+        (["add", "a", "--at", "tomorrow"], "--at: 'tomorrow' is not an ISO 8601 time"),
+        (["enqueue", "t", "--priority", "urgent"], "--priority: invalid choice: 'urgent'"),
+        (["enqueue", "t", "--max-retries", "x"], "--max-retries: 'x' is not a whole number"),
+        (["enqueue", "t", "--timeout", "never"], "--timeout: 'never' is not a duration; give"),
+        (["enqueue", "t", "--delay", "-5m"], "--delay: -5m is negative"),
+        (["jobs", "--state", "weird"], "--state: invalid choice: 'weird'"),
+        (["monitor", "--interval", "0"], "--interval: 0 is zero"),
+        (["health", "--max-due", "-1"], "--max-due: give a whole number ≥ 0, got '-1'"),
+        (["runs", "-n", "many"], "-n/--limit: 'many' is not a whole number"),
+        (["backfill", "x", "--start", "2026-01-01"], "the following arguments are required: --end"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_flag(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Rejected while parsing: no Redis is reached (nothing listens at this URL).
+    offline = ["--redis-url", "redis://127.0.0.1:1/0"]
+    assert main([*offline, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rsched: error: {message}"), err
+    assert err.count("\n") == 1, err  # no usage block
+    assert "--help)" in err
+    assert main([*offline, "--json", *args]) == 2
+    doc = orjson.loads(capsys.readouterr().err)
+    assert doc["error"] == "UsageError"
+    assert doc["message"].startswith(message)
+
+
+def test_a_bad_worker_setting_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "worker_app:worker", "--concurrency", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "rsched-worker: invalid worker settings: --concurrency / RSCHED_WORKER__CONCURRENCY: "
+        "Input should be greater than or equal to 1\n"
+    )
+
+
 def _flags(*command: str) -> set[str]:
     """The option strings of ``rsched COMMAND``."""
     parser = build_parser()

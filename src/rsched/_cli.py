@@ -120,11 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     delegated = _delegate(argv)
     if delegated is not None:
         return delegated
+    with speaking(CLI_WORDS):
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it
+    except SystemExit as exc:  # --help or --version: argparse printed it
         return int(exc.code or 0)
+    except UsageError as exc:  # a bad flag or value, before --json could be parsed
+        return _fail(argparse.Namespace(json="--json" in argv), exc, EXIT_USAGE)
     handler: Handler | None = getattr(args, "handler", None)
     local: LocalHandler | None = getattr(args, "local", None)  # needs no Redis
     if handler is None and local is None:
@@ -134,12 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     configure_logging("warning")
     try:
-        with speaking(CLI_WORDS):
-            if local is not None:
-                local(args)
-            elif handler is not None:
-                settings = _settings(args)
-                anyio.run(_run, handler, args, settings)
+        if local is not None:
+            local(args)
+        elif handler is not None:
+            settings = _settings(args)
+            anyio.run(_run, handler, args, settings)
     except UsageError as exc:
         return _fail(args, exc, EXIT_USAGE)
     except RschedError as exc:

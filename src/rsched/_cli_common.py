@@ -41,6 +41,22 @@ def duration_s(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def whole(text: str) -> int:
+    """A whole number (its range is the rule's to check, naming the flag)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, e.g. 20") from None
+
+
+def number(text: str) -> float:
+    """A number such as 0.5 (its range is the rule's to check, naming the flag)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number, e.g. 0.5") from None
+
+
 def json_object(text: str) -> dict[str, Any]:
     try:
         value = orjson.loads(text)
