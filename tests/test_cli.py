@@ -209,6 +209,42 @@ def test_stats_and_dead_letters(
     assert requeued == {"requeued": 1}
 
 
+def test_dead_ls_lists_every_queue(here: Run, cli: Cli, redis_url: str, prefix: str) -> None:
+    with redis_sync.Redis.from_url(redis_url, decode_responses=True) as raw:
+        raw.sadd(f"{{{prefix}}}:queues", "mail", "default", "empty")
+        for n in range(3):
+            for queue in ("mail", "default"):
+                fields = {"reason": "poison", "execution_id": f"{queue}-{n}", "task": f"t.{queue}"}
+                raw.xadd(f"{{{prefix}}}:dead:{queue}", fields)
+    listed = here("dead", "ls")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[:3] == ["QUEUE", "ENTRY", "TASK"]
+    assert sorted(row.split()[0] for row in rows) == ["default"] * 3 + ["mail"] * 3
+    narrowed = orjson.loads(cli("--json", "dead", "ls", "--queue", "mail")[1])["dead_letters"]
+    assert [d["execution_id"] for d in narrowed] == ["mail-2", "mail-1", "mail-0"]
+    first = orjson.loads(cli("--json", "dead", "ls", "-n", "4")[1])["cursor"]
+    assert f"more: rsched dead ls --cursor '{first}'" in cli("dead", "ls", "-n", "4")[1]
+    # Pages over every queue: each dead letter once, newest first, the queue in each.
+    seen: list[tuple[str, str]] = []
+    cursor: str | None = None
+    while True:
+        more = ["--cursor", cursor] if cursor else []
+        page = orjson.loads(cli("--json", "dead", "ls", "-n", "4", *more)[1])
+        seen += [(d["queue"], d["execution_id"]) for d in page["dead_letters"]]
+        cursor = page["cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted((q, f"{q}-{n}") for n in range(3) for q in ("default", "mail"))
+    for queue in ("default", "mail"):
+        assert [e for q, e in seen if q == queue] == [f"{queue}-{n}" for n in (2, 1, 0)]
+    only = orjson.loads(cli("--json", "dead", "ls", "--task", "t.mail")[1])["dead_letters"]
+    assert {d["queue"] for d in only} == {"mail"}
+    bad = here("dead", "ls", "--cursor", "1-0")
+    assert bad.returncode == 2
+    assert "--cursor: '1-0' is not a cursor of rsched dead ls over every queue" in bad.stderr
+
+
 def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     top = capsys.readouterr().out

@@ -402,11 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(
         dsubs,
         "ls",
-        "List dead letters, newest first",
+        "List dead letters of every queue, newest first",
         "  rsched dead ls\n  rsched dead ls --queue mail --task emails.send",
         queues.cmd_dead_ls,
     )
-    p.add_argument("--queue", default="default")
+    p.add_argument("--queue", help="only this queue (default: every queue)")
     p.add_argument("--task")
     _limit(p, 50, "page size (default 50)")
     p.add_argument("--cursor", help="continue from a previous page")
