@@ -369,6 +369,14 @@ def test_update_changes_only_the_fields_given(
     assert ghost.returncode == 1
     assert "schedule 'ghost' does not exist" in ghost.stderr
     assert orjson.loads(cli("show", "poll", "--json")[1])["schedule"]["generation"] == 4
+    # A change to what already holds writes nothing: no new generation, no new next run.
+    before = orjson.loads(cli("show", "poll", "--json")[1])["schedule"]
+    same = here("update", "poll", "--no-end-at", "--queue", "feeds")
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.startswith("poll unchanged (generation 4): the fields given already hold")
+    doc = as_json(here("--json", "update", "poll", "--no-start-at", "--clear", "start-at"))
+    assert (doc["written"], doc["changed"]) == (False, [])
+    assert orjson.loads(cli("show", "poll", "--json")[1])["schedule"] == before
 
 
 def test_upsert_says_which_fields_went_back_to_defaults(here: Run, cli: Cli) -> None:

@@ -93,6 +93,8 @@ async def test_schedule_create_read_change_delete(web: Web) -> None:
         r = await http.patch("/schedules/a", json={"description": "<b>hi</b>"})
         assert r.json()["description"] == "<b>hi</b>"
         assert r.json()["every"] == 60
+        same = await http.patch("/schedules/a", json={"description": "<b>hi</b>", "every": "1m"})
+        assert same.json() == r.json()  # nothing to change: nothing written
         error(await http.patch("/schedules/a", json={"every": -1}), 422, "InvalidSchedule", "every")
         error(await http.patch("/schedules/a", json={"runs": 3}), 422, "InvalidSchedule", "runs")
         error(await http.patch("/schedules/zz", json={"every": 5}), 404, "ScheduleNotFound")

@@ -167,7 +167,7 @@ async def cmd_update(client: Client, args: argparse.Namespace) -> None:
     if changes.pop("id", args.id) != args.id:
         raise UsageError(f"--file {args.file} names another schedule than {args.id!r}")
     changes.update(_given(args))
-    for name in args.clear or ():
+    for name in dict.fromkeys(args.clear or ()):  # --no-x and --clear x may say it twice
         if name in changes:
             raise UsageError(f"--clear {name} and a new {name} given together; give one of them")
         changes[name] = Schedule.model_fields[name].get_default(call_default_factory=True)
@@ -179,14 +179,18 @@ async def cmd_update(client: Client, args: argparse.Namespace) -> None:
     s = await client.update(args.id, **changes)
     now = to_ms(await client.server_time())
     changed = _changed(old, s)
-    what = (
-        "; ".join(
-            f"{f} {_shown(getattr(old, f), f)} -> {_shown(getattr(s, f), f)}" for f in changed
-        )
-        or "no field changed"
-    )
-    text = f"updated {s.id} (generation {s.generation}): {what}; next run {_next_run(s, now)}"
-    out(args, {"schedule": s.public_dict(), "changed": changed}, text)
+    written = s.generation != old.generation
+    if written:
+        what = (
+            "; ".join(
+                f"{f} {_shown(getattr(old, f), f)} -> {_shown(getattr(s, f), f)}" for f in changed
+            )
+            or "its source"
+        )  # the one field written that is not listed
+        text = f"updated {s.id} (generation {s.generation}): {what}; next run {_next_run(s, now)}"
+    else:
+        text = f"{s.id} unchanged (generation {s.generation}): the fields given already hold"
+    out(args, {"schedule": s.public_dict(), "changed": changed, "written": written}, text)
 
 
 async def cmd_rm(client: Client, args: argparse.Namespace) -> None:

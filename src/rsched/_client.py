@@ -26,7 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._bulk import BulkResult, Validator
+from rsched._bulk import BulkResult, Validator, hash_fields
 from rsched._codes import Code
 from rsched._connection import connect, explain
 from rsched._deployment import init_deployment
@@ -371,7 +371,8 @@ class Client:
     async def update(self, schedule_id: str, **changes: Any) -> Schedule:
         """Change some fields of a schedule; the merged spec is validated again.
 
-        Setting one trigger (``cron``, ``every`` or ``at``) clears the others. Raises
+        Setting one trigger (``cron``, ``every`` or ``at``) clears the others. A change that
+        leaves the spec as it is writes nothing (the generation and next run stay). Raises
         ScheduleNotFound, or InvalidSchedule naming each bad field (nothing written).
         """
         readonly = sorted(set(changes) & (STATE_FIELDS | {"id"}))
@@ -388,7 +389,10 @@ class Client:
             if any(changes.get(t) is not None for t in _TRIGGERS):
                 data.update(dict.fromkeys(_TRIGGERS))
             data.update(changes)
-            await store.save(_parse(data), mode="replace", expect_gen=old.generation)
+            new = _parse(data)
+            if new.paused == old.paused and hash_fields(new) == hash_fields(old):
+                return  # the same spec: a write would only bump the generation
+            await store.save(new, mode="replace", expect_gen=old.generation)
 
         await _until_no_conflict(write)
         return await store.load(schedule_id)
