@@ -314,9 +314,15 @@ async def test_queues_dead_letters_and_jobs(web: Web, settings: Settings) -> Non
         error(await http.post(path + "/requeue", json={}), 400, "InvalidArgument", "entry_ids")
         r = await http.post(path + "/requeue", json={"entry_ids": ["1-0"], "all": True})
         error(r, 400, "InvalidArgument", "all")
-        r = await http.post(path + "/requeue", json={"entry_ids": [letter["entry_id"]]})
-        assert r.json() == {"requeued": 1}
-        assert (await http.post(path + "/purge", json={"all": True})).json() == {"purged": 2}
+        r = await http.post(path + "/requeue", json={"entry_ids": ["1-1", "2-2"]})
+        error(r, 404, "DeadLetterNotFound", "entry_id")
+        assert r.json()["message"] == "dead letters '1-1', '2-2' do not exist in queue 'default'"
+        r = await http.post(path + "/requeue", json={"entry_ids": [letter["entry_id"], "1-1"]})
+        assert r.json() == {"requeued": 1, "not_found": ["1-1"]}
+        r = await http.post(path + "/purge", json={"entry_ids": ["1-1"]})
+        error(r, 404, "DeadLetterNotFound", "entry_id")
+        r = await http.post(path + "/purge", json={"all": True})
+        assert r.json() == {"purged": 2, "not_found": []}
         assert (await http.get(path)).json()["items"] == []
 
         stats = (await http.get("/stats")).json()

@@ -233,14 +233,19 @@ class InvalidJob(RschedError, ValueError):
 
 
 class DeadLetterNotFound(RschedError, KeyError):
-    """Raised when a dead-letter entry id does not exist in that queue's dead-letter stream."""
+    """Raised when a dead-letter entry id (or each of several, ``entry_ids``) does not exist in
+    that queue's dead-letter stream."""
 
-    def __init__(self, queue: str, entry_id: str) -> None:
+    def __init__(self, queue: str, entry_id: str, *more: str) -> None:
         self.queue = queue
         self.entry_id = entry_id
+        self.entry_ids = [entry_id, *more]
         super().__init__(entry_id)
 
     def __str__(self) -> str:
+        if len(self.entry_ids) > 1:
+            ids = ", ".join(repr(one) for one in self.entry_ids)
+            return f"dead letters {ids} do not exist in queue {self.queue!r}"
         return f"dead letter {self.entry_id!r} does not exist in queue {self.queue!r}"
 
 
