@@ -10,6 +10,7 @@ from typing import Any
 
 from rsched import _format as fmt
 from rsched._cli_common import each, out, report
+from rsched._cli_workers import warn_if_no_worker_has
 from rsched._client import Client
 from rsched._errors import UsageError
 from rsched._job import DeadLetter
@@ -47,6 +48,7 @@ async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
     else:
         text = f"{done.execution_id} enqueued on {where}"
     out(args, {"execution_id": done.execution_id, "created": done.created}, text)
+    await warn_if_no_worker_has(client, args.task, args.queue)
 
 
 def _letter(d: DeadLetter) -> dict[str, Any]:

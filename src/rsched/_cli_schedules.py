@@ -128,7 +128,7 @@ async def cmd_add(client: Client, args: argparse.Namespace) -> None:
     now = to_ms(await client.server_time())
     text = f"added {s.id} (generation {s.generation}); next run {_next_run(s, now)}"
     out(args, s.public_dict(), text)
-    await warn_if_no_worker_has(client, s.task)
+    await warn_if_no_worker_has(client, s.task, s.queue)
 
 
 async def cmd_upsert(client: Client, args: argparse.Namespace) -> None:

@@ -770,17 +770,19 @@ class QueueStore(_lua.ScriptCaller):
         skip: int,
     ) -> tuple[list[JobInfo], bool]:
         """Jobs that run, wait or are delayed, queue by queue (running, then queued by level,
-        then delayed by due time); the ``skip`` first are left out. Returns (jobs, more)."""
+        then delayed by due time), each waiting one with why it waits; the ``skip`` first are
+        left out. Returns (jobs, more)."""
         want = skip + limit + 1
         found: list[JobInfo] = []
+        live = await self.workers() if {"queued", "delayed"} & set(states) else []
         for queue in queues:
             if "running" in states or "queued" in states:
                 for level in PRIORITIES:
-                    found += await self._stream_jobs(queue, level, states, want - len(found))
+                    found += await self._stream_jobs(queue, level, states, want - len(found), live)
                     if len(found) >= want:
                         break
             if "delayed" in states and len(found) < want:
-                found += await self._delayed_jobs(queue, want - len(found))
+                found += await self._delayed_jobs(queue, want - len(found), live)
             if len(found) >= want:
                 break
         if "running" in states and "queued" in states:
@@ -789,7 +791,12 @@ class QueueStore(_lua.ScriptCaller):
         return page, len(found) > skip + limit
 
     async def _stream_jobs(
-        self, queue: str, level: Priority, states: Sequence[str], most: int
+        self,
+        queue: str,
+        level: Priority,
+        states: Sequence[str],
+        most: int,
+        live: Sequence[WorkerInfo],
     ) -> list[JobInfo]:
         key = self.keys.queue(queue, level)
         out: list[JobInfo] = []
@@ -826,7 +833,12 @@ class QueueStore(_lua.ScriptCaller):
                     if entry_id not in held:
                         out.append(
                             job_from_fields(
-                                "queued", queue, fields, priority=level, entry_id=entry_id
+                                "queued",
+                                queue,
+                                fields,
+                                priority=level,
+                                entry_id=entry_id,
+                                workers=live,
                             )
                         )
                         if len(out) >= most:
@@ -836,7 +848,9 @@ class QueueStore(_lua.ScriptCaller):
                 start = f"({page[-1][0]}"
         return out
 
-    async def _delayed_jobs(self, queue: str, most: int) -> list[JobInfo]:
+    async def _delayed_jobs(
+        self, queue: str, most: int, live: Sequence[WorkerInfo]
+    ) -> list[JobInfo]:
         members = cast(
             list[tuple[str, float]],
             await self.redis.zrange(self.keys.delayed_queue(queue), 0, most - 1, withscores=True),
@@ -848,14 +862,18 @@ class QueueStore(_lua.ScriptCaller):
             except orjson.JSONDecodeError:
                 continue
             if isinstance(flat, list):
-                out.append(job_from_fields("delayed", queue, fields_of(flat), due_ms=int(score)))
+                fields = fields_of(flat)
+                out.append(
+                    job_from_fields("delayed", queue, fields, due_ms=int(score), workers=live)
+                )
         return out
 
     async def find_job(
         self, execution_id: str, queues: Sequence[str]
     ) -> tuple[JobInfo, str] | None:
-        """Where a job waits or runs (a scan bounded by JOB_SCAN_LIMIT per key): the job and
-        its stream entry id or delayed member; None when not found."""
+        """Where a job waits or runs (a scan bounded by JOB_SCAN_LIMIT per key), a waiting one
+        with why it waits: the job and its stream entry id or delayed member; None when not
+        found."""
         streams = [(q, level) for q in queues for level in PRIORITIES]
         keys = [self.keys.queue(q, level) for q, level in streams]
         keys += [self.keys.delayed_queue(q) for q in queues]
@@ -884,10 +902,16 @@ class QueueStore(_lua.ScriptCaller):
                     deliveries=int(p[0]["times_delivered"]),
                 )
             else:
-                job = job_from_fields("queued", queue, fields, priority=level, entry_id=where)
+                live = await self.workers()
+                job = job_from_fields(
+                    "queued", queue, fields, priority=level, entry_id=where, workers=live
+                )
             return job, where
         queue = queues[index - len(streams) - 1]
-        return job_from_fields("delayed", queue, fields, due_ms=int(float(due))), where
+        live = await self.workers()
+        return job_from_fields(
+            "delayed", queue, fields, due_ms=int(float(due)), workers=live
+        ), where
 
     async def cancel_running(self, execution_id: str, reason: str = "cancelled") -> int:
         """Ask the workers to cancel a running job (``<execution id> <reason>`` on the cancel
