@@ -558,6 +558,7 @@ class Client:
         _argument("limit", check_page, limit)
         if status is not None:
             _argument("status", check_history_status, status)
+            status = check_history_status(status)
         store = await self._store(schedule_id)
         stored = await store.history(schedule_id, self.settings.history_limit)
         if not stored and not await store.exists(schedule_id):

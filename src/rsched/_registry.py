@@ -293,7 +293,7 @@ def state_from_history(events: list[HistoryEvent]) -> JobState | None:
     for event in events:
         if event.event in _ENDS:
             return _ENDS[event.event]
-        if event.event in ("running", "retry", "fired", "released"):
+        if event.event in ("running", "retried", "fired", "released"):
             return None
     return None
 

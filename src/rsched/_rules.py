@@ -45,7 +45,7 @@ SECONDS_OPTIONS = frozenset({"retry_base_s", "retry_max_s", "timeout_s"})
 #: closed, so that a typo is an error instead of an empty answer.
 HISTORY_STATUSES = (
     "fired", "skipped", "buffered", "misfired", "released", "cancel_requested", "running",
-    "completed", "failed", "timed_out", "retry", "dead", "cancelled",
+    "completed", "failed", "timed_out", "retried", "dead", "cancelled",
 )  # fmt: skip
 #: A job's priority level: workers take ``high`` first, with a weighted share for the others.
 Priority = Literal["high", "normal", "low"]
@@ -212,7 +212,10 @@ def check_pause_note(note: str) -> str:
 
 
 def check_history_status(value: object) -> str:
-    """A history event name to filter on (one of HISTORY_STATUSES)."""
+    """A history event name to filter on (one of HISTORY_STATUSES; ``retry``, its older name,
+    reads as ``retried``)."""
+    if value == "retry":
+        return "retried"
     if value not in HISTORY_STATUSES:
         raise ValueError(
             f"{value!r} is not a history status; give one of {', '.join(HISTORY_STATUSES)}"
