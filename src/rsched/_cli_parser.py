@@ -501,7 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(
         subs,
         "runs",
-        "Runs across every schedule and job, newest first (in progress, ended, skipped)",
+        "Runs across every schedule and job: those in progress first, then by when they ended "
+        "(or were skipped), newest first",
         "  rsched runs\n  rsched runs --status dead --since 1h\n"
         "  rsched runs --schedule nightly -n 50 --json",
         runs.cmd_runs,
