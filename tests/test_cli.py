@@ -245,6 +245,32 @@ def test_dead_ls_lists_every_queue(here: Run, cli: Cli, redis_url: str, prefix: 
     assert "--cursor: '1-0' is not a cursor of rsched dead ls over every queue" in bad.stderr
 
 
+def test_ls_by_id_prefix_show_retries_stats_times(
+    here: Run, cli: Cli, redis_url: str, prefix: str
+) -> None:
+    for sid in ("nightly.a", "nightly.b", "nightly.c", "hourly"):
+        assert cli("add", sid, "--task", "t", "--every", "1h", "--max-retries", "1")[0] == 0
+    listed = orjson.loads(cli("--json", "ls", "--id-prefix", "nightly.")[1])["schedules"]
+    assert sorted(s["id"] for s in listed) == ["nightly.a", "nightly.b", "nightly.c"]
+    first = here("ls", "--id-prefix", "nightly.", "--queue", "default", "-n", "2")
+    more = first.stdout.splitlines()[-1]
+    assert more.startswith("more: rsched ls --queue default --id-prefix nightly. --cursor '")
+    rest = here(
+        "ls", *more.removeprefix("more: rsched ls ").split(" (or")[0].replace("'", "").split()
+    )
+    assert [line.split()[0] for line in rest.stdout.splitlines()[1:]] == ["nightly.c"]
+    shown = here("show", "hourly").stdout
+    assert "retries:     1 retry, backoff 30s x2 up to 1h\n" in shown
+    with redis_sync.Redis.from_url(redis_url, decode_responses=True) as raw:
+        raw.zadd(f"{{{prefix}}}:schedules", {"hourly": 1000})  # overdue: no scheduler runs
+    stats = orjson.loads(cli("--json", "stats")[1])
+    assert "now_ms" not in stats
+    assert datetime.fromisoformat(stats["now"]).tzinfo is not None
+    overdue = stats["oldest_overdue"]
+    assert (overdue["id"], overdue["next_run"]) == ("hourly", "1970-01-01T00:00:01+00:00")
+    assert overdue["late_ms"] > 0
+
+
 def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     top = capsys.readouterr().out

@@ -76,7 +76,7 @@ async def test_update_remove_and_sdk_schedules_left_alone(
         ["poll"],
         ["nightly"],
     )
-    assert "every: 300.0 -> 600.0" in "\n".join(dry.lines())
+    assert "every: 5m -> 10m" in "\n".join(dry.lines())
     assert "sync.remove" in caplog.text
     assert (await client.get("poll")).every == 300  # dry run: nothing written
     plan = await sync_file(redis, settings, path)

@@ -130,6 +130,9 @@ async def test_messages_name_json_fields_and_endpoints(web: Web, client: rsched.
         r = await http.post("/jobs", json={"task": "t", "max_retries": 5000})
         error(r, 422, "InvalidJob", "max_retries")
         assert r.json()["message"].startswith("max_retries: must be a whole number")
+        # The dashboard words a schedule's retries as rsched show does.
+        page = (await http.get(base.removesuffix("/api/v1") + "/schedules/a")).text
+        assert "3 retries, backoff 30s x2 up to 1h" in page
     # The SDK in the same process keeps its own words.
     with pytest.raises(rsched.ScheduleExists, match=r"use upsert\(\) to replace it"):
         await client.add(spec("a"))

@@ -333,11 +333,17 @@ def build_parser() -> argparse.ArgumentParser:
         subs,
         "ls",
         "List schedules in next-run order",
-        "  rsched ls\n  rsched ls --queue reports --paused\n  rsched ls --all --json",
+        "  rsched ls\n  rsched ls --queue reports --paused\n  rsched ls --id-prefix nightly.\n"
+        "  rsched ls --all --json",
         schedules.cmd_ls,
     )
-    p.add_argument("--queue")
-    p.add_argument("--task")
+    p.add_argument("--queue", help="only this queue's")
+    p.add_argument("--task", help="only this task's")
+    p.add_argument(
+        "--id-prefix",
+        metavar="TEXT",
+        help="only ids that start with TEXT, e.g. nightly. (--prefix is the key prefix)",
+    )
     state = p.add_mutually_exclusive_group()
     state.add_argument("--paused", action="store_true", default=None, help="only paused ones")
     state.add_argument(

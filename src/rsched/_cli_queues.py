@@ -11,10 +11,10 @@ from typing import Any
 from rsched import _format as fmt
 from rsched._cli_common import each, out, report
 from rsched._cli_workers import warn_if_no_worker_has
-from rsched._client import Client
+from rsched._client import Client, Stats
 from rsched._errors import UsageError
 from rsched._job import DeadLetter
-from rsched._model import to_ms
+from rsched._model import from_ms, to_ms
 from rsched._rules import parse_duration_s
 
 
@@ -241,4 +241,20 @@ async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
             "live workers: registered workers reading the queue now; consumers: names in its "
             "consumer group (dead workers' linger until they hold nothing for an hour)",
         ]
-    out(args, st.as_dict(), "\n".join(lines))
+    out(args, _stats_json(st), "\n".join(lines))
+
+
+def _stats_json(st: Stats) -> dict[str, Any]:
+    """``Stats.as_dict`` with its moments in ISO 8601, as every ``--json`` of the CLI gives times
+    (``now``, ``oldest_overdue.next_run``); durations stay in ms (``late_ms``, ``lease_age_ms``)."""
+    data = st.as_dict()
+    data = {"now": from_ms(data.pop("now_ms")).isoformat(), **data}
+    overdue = data["oldest_overdue"]
+    if overdue is not None:
+        next_ms = overdue.pop("next_run_ms")
+        data["oldest_overdue"] = {
+            "id": overdue.pop("id"),
+            "next_run": from_ms(next_ms).isoformat(),
+            **overdue,
+        }
+    return data

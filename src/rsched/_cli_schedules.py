@@ -237,7 +237,12 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
     cursor = args.cursor
     while True:
         page = await client.list(
-            queue=args.queue, task=args.task, paused=args.paused, limit=args.limit, cursor=cursor
+            queue=args.queue,
+            task=args.task,
+            paused=args.paused,
+            id_prefix=args.id_prefix,
+            limit=args.limit,
+            cursor=cursor,
         )
         schedules += page.items
         cursor = page.cursor
@@ -260,7 +265,10 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
     headers = ("ID", "TASK", "QUEUE", "TRIGGER", "STATUS", "NEXT RUN", "LAST RUN", "RUNS")
     text = fmt.table(headers, rows) if schedules else "no schedules"
     if cursor:
-        text += f"\nmore: rsched ls --cursor '{cursor}' (or --all)"
+        same = [f"--{n.replace('_', '-')} {v}" for n in ("queue", "task", "id_prefix")
+                if (v := getattr(args, n)) is not None]  # fmt: skip
+        same += [] if args.paused is None else ["--paused" if args.paused else "--active"]
+        text += f"\nmore: rsched ls {' '.join([*same, ''])}--cursor '{cursor}' (or --all)"
     out(args, {"schedules": [s.public_dict() for s in schedules], "cursor": cursor}, text)
 
 
@@ -322,11 +330,7 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
         ("overlap", s.overlap),
         ("priority", s.priority),
         ("misfire", f"{s.misfire} (grace {fmt.duration(s.misfire_grace_s * 1000)})"),
-        (
-            "retries",
-            f"{s.max_retries}, backoff {s.retry_base_s:g}s x{s.retry_multiplier:g} up to "
-            f"{s.retry_max_s:g}s",
-        ),
+        ("retries", fmt.retries(s.max_retries, s.retry_base_s, s.retry_multiplier, s.retry_max_s)),
         ("timeout", fmt.duration(s.timeout_s * 1000)),
         ("source", s.source or "sdk/cli"),
         ("created", when(s.created_at, zone, now)),

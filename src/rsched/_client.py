@@ -1057,13 +1057,19 @@ class Client:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        id_prefix: str | None = None,
         page_size: int = 100,
     ) -> AsyncIterator[Schedule]:
         """Every schedule of :meth:`list` (same filters, next-run order), read a page at a
         time."""
         return every_item(
             lambda cursor: self.list(
-                queue=queue, task=task, paused=paused, limit=page_size, cursor=cursor
+                queue=queue,
+                task=task,
+                paused=paused,
+                id_prefix=id_prefix,
+                limit=page_size,
+                cursor=cursor,
             )
         )
 
@@ -1074,10 +1080,12 @@ class Client:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        id_prefix: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Schedule]:
-        """One page of schedules in next-run order (paused and completed ones last).
+        """One page of schedules in next-run order (paused and completed ones last), of
+        ``queue``, ``task``, ``paused`` and ids starting with ``id_prefix`` when given.
 
         Pass the returned ``cursor`` to get the next page; None means this was the last (with
         a filter, a page may also end with a cursor that finds nothing more). Uses ranges of
@@ -1087,7 +1095,7 @@ class Client:
         _argument("limit", check_page, limit)
         pos = _decode_cursor(cursor)
         parts = await self._partitions()
-        filtered = queue is not None or task is not None or paused is not None
+        filtered = any(f is not None for f in (queue, task, paused, id_prefix))
         out: _Schedules = []
         while True:
             # One more than needed tells whether anything follows the page.
@@ -1099,6 +1107,7 @@ class Client:
                     (queue is None or s.queue == queue)
                     and (task is None or s.task == task)
                     and (paused is None or s.paused == paused)
+                    and (id_prefix is None or s.id.startswith(id_prefix))
                 ):
                     if len(out) < limit:
                         pos = (score, sid)

@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 import anyio
 from redis.asyncio import Redis
 
+from rsched import _format as fmt
 from rsched._bulk import item_of
 from rsched._errors import (
     Conflict,
@@ -58,7 +59,7 @@ from rsched._errors import (
 )
 from rsched._fanout import Partitions, gather, save_many
 from rsched._log import EventLogger, get_logger
-from rsched._model import STATE_FIELDS, Schedule, passed_part
+from rsched._model import DURATION_FIELDS, STATE_FIELDS, Schedule, passed_part
 from rsched._partition import partition_of
 from rsched._rules import check_name, encode_payload
 from rsched._settings import Settings
@@ -107,7 +108,7 @@ class Change:
             return "no longer in the file"
         if self.action == "add" and self.schedule is not None:
             return _summary(self.schedule)
-        parts = [f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in self.diff.items()]
+        parts = [f"{k}: {_show(old, k)} -> {_show(new, k)}" for k, (old, new) in self.diff.items()]
         return "; ".join(parts) or "source only"
 
 
@@ -512,12 +513,16 @@ async def sync_file(
 
 
 def _summary(s: Schedule) -> str:
-    trigger = f"cron {s.cron!r}" if s.cron else f"every {s.every:g}s" if s.every else f"at {s.at}"
+    every = f"every {fmt.duration(s.every * 1000)}" if s.every else ""
+    trigger = f"cron {s.cron!r}" if s.cron else every or f"at {s.at}"
     zone = f" {s.timezone}" if s.timezone != "UTC" else ""
     return f"{trigger}{zone} -> {s.task} (queue {s.queue})"
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, name: str) -> str:
+    """A field's value in a plan line: a duration as 5m, anything else as its JSON value."""
+    if name in DURATION_FIELDS and isinstance(value, int | float):
+        return fmt.duration(value * 1000)
     return repr(_json(value))
 
 

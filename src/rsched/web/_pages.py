@@ -25,6 +25,7 @@ from jinja2 import pass_context
 from jinja2.runtime import Context
 
 from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
+from rsched import _format as fmt
 from rsched._model import STATE_FIELDS
 from rsched._rules import RUN_STATUSES
 from rsched.web import _views as views
@@ -80,7 +81,7 @@ def _when(ctx: Context, value: datetime | int | str | None, own: str = "UTC") ->
     return views.moment(value, ctx["tz"], own, ctx["now"])
 
 
-templates.env.globals.update(when=_when, duration=views.duration)
+templates.env.globals.update(when=_when, duration=views.duration, retries=fmt.retries)
 templates.env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).decode()
 
 
