@@ -6,6 +6,7 @@ Most checks go through ``python -m rsched._cli`` in a subprocess; a few cheap on
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -20,9 +21,10 @@ import redis as redis_sync
 
 from cluster import sync_client
 from conftest import Proc
-from rsched import Client, Settings, __version__
+from rsched import Settings, __version__
 from rsched._cli import duration_s, main
-from rsched._cli_common import SDK_COMMANDS
+from rsched._cli_common import CLI_WORDS
+from rsched._cli_parser import build_parser
 from servers import Server
 from worker_app import fast_env
 
@@ -207,6 +209,68 @@ def test_stats_and_dead_letters(
     assert requeued == {"requeued": 1}
 
 
+def test_dead_ls_lists_every_queue(here: Run, cli: Cli, redis_url: str, prefix: str) -> None:
+    with redis_sync.Redis.from_url(redis_url, decode_responses=True) as raw:
+        raw.sadd(f"{{{prefix}}}:queues", "mail", "default", "empty")
+        for n in range(3):
+            for queue in ("mail", "default"):
+                fields = {"reason": "poison", "execution_id": f"{queue}-{n}", "task": f"t.{queue}"}
+                raw.xadd(f"{{{prefix}}}:dead:{queue}", fields)
+    listed = here("dead", "ls")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[:3] == ["QUEUE", "ENTRY", "TASK"]
+    assert sorted(row.split()[0] for row in rows) == ["default"] * 3 + ["mail"] * 3
+    narrowed = orjson.loads(cli("--json", "dead", "ls", "--queue", "mail")[1])["dead_letters"]
+    assert [d["execution_id"] for d in narrowed] == ["mail-2", "mail-1", "mail-0"]
+    first = orjson.loads(cli("--json", "dead", "ls", "-n", "4")[1])["cursor"]
+    assert f"more: rsched dead ls --cursor '{first}'" in cli("dead", "ls", "-n", "4")[1]
+    # Pages over every queue: each dead letter once, newest first, the queue in each.
+    seen: list[tuple[str, str]] = []
+    cursor: str | None = None
+    while True:
+        more = ["--cursor", cursor] if cursor else []
+        page = orjson.loads(cli("--json", "dead", "ls", "-n", "4", *more)[1])
+        seen += [(d["queue"], d["execution_id"]) for d in page["dead_letters"]]
+        cursor = page["cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted((q, f"{q}-{n}") for n in range(3) for q in ("default", "mail"))
+    for queue in ("default", "mail"):
+        assert [e for q, e in seen if q == queue] == [f"{queue}-{n}" for n in (2, 1, 0)]
+    only = orjson.loads(cli("--json", "dead", "ls", "--task", "t.mail")[1])["dead_letters"]
+    assert {d["queue"] for d in only} == {"mail"}
+    bad = here("dead", "ls", "--cursor", "1-0")
+    assert bad.returncode == 2
+    assert "--cursor: '1-0' is not a cursor of rsched dead ls over every queue" in bad.stderr
+
+
+def test_ls_by_id_prefix_show_retries_stats_times(
+    here: Run, cli: Cli, redis_url: str, prefix: str
+) -> None:
+    for sid in ("nightly.a", "nightly.b", "nightly.c", "hourly"):
+        assert cli("add", sid, "--task", "t", "--every", "1h", "--max-retries", "1")[0] == 0
+    listed = orjson.loads(cli("--json", "ls", "--id-prefix", "nightly.")[1])["schedules"]
+    assert sorted(s["id"] for s in listed) == ["nightly.a", "nightly.b", "nightly.c"]
+    first = here("ls", "--id-prefix", "nightly.", "--queue", "default", "-n", "2")
+    more = first.stdout.splitlines()[-1]
+    assert more.startswith("more: rsched ls --queue default --id-prefix nightly. --cursor '")
+    rest = here(
+        "ls", *more.removeprefix("more: rsched ls ").split(" (or")[0].replace("'", "").split()
+    )
+    assert [line.split()[0] for line in rest.stdout.splitlines()[1:]] == ["nightly.c"]
+    shown = here("show", "hourly").stdout
+    assert "retries:     1 retry, backoff 30s x2 up to 1h\n" in shown
+    with redis_sync.Redis.from_url(redis_url, decode_responses=True) as raw:
+        raw.zadd(f"{{{prefix}}}:schedules", {"hourly": 1000})  # overdue: no scheduler runs
+    stats = orjson.loads(cli("--json", "stats")[1])
+    assert "now_ms" not in stats
+    assert datetime.fromisoformat(stats["now"]).tzinfo is not None
+    overdue = stats["oldest_overdue"]
+    assert (overdue["id"], overdue["next_run"]) == ("hourly", "1970-01-01T00:00:01+00:00")
+    assert overdue["late_ms"] > 0
+
+
 def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     top = capsys.readouterr().out
@@ -326,11 +390,19 @@ def test_update_changes_only_the_fields_given(
     assert "'task' cannot be cleared; give one of: queue, payload" in bogus.stderr
     invalid = here("update", "poll", "--max-runs", "0")
     assert invalid.returncode == 1
-    assert "max_runs" in invalid.stderr
+    assert "--max-runs: Input should be greater than or equal to 1" in invalid.stderr
     ghost = here("update", "ghost", "--every", "1h")
     assert ghost.returncode == 1
     assert "schedule 'ghost' does not exist" in ghost.stderr
     assert orjson.loads(cli("show", "poll", "--json")[1])["schedule"]["generation"] == 4
+    # A change to what already holds writes nothing: no new generation, no new next run.
+    before = orjson.loads(cli("show", "poll", "--json")[1])["schedule"]
+    same = here("update", "poll", "--no-end-at", "--queue", "feeds")
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.startswith("poll unchanged (generation 4): the fields given already hold")
+    doc = as_json(here("--json", "update", "poll", "--no-start-at", "--clear", "start-at"))
+    assert (doc["written"], doc["changed"]) == (False, [])
+    assert orjson.loads(cli("show", "poll", "--json")[1])["schedule"] == before
 
 
 def test_upsert_says_which_fields_went_back_to_defaults(here: Run, cli: Cli) -> None:
@@ -427,8 +499,98 @@ def test_errors_name_commands_and_flags_not_sdk_calls(here: Run, cli: Cli, tmp_p
     assert "--prefix / RSCHED_PREFIX: String should match pattern" in prefix.stderr
     for proc in (exists, past, count, unknown, prefix):
         assert "()" not in proc.stderr, proc.stderr
-    # Every SDK call the rewording knows is one the client has.
-    assert all(callable(getattr(Client, name, None)) for name in SDK_COMMANDS)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ls", "--limit", "x"], "-n/--limit: 'x' is not a whole number, e.g. 20"),
+        (["--partitions", "x", "ls"], "--partitions: 'x' is not a whole number"),
+        (["add", "a", "--task", "t", "--max-runs", "1.5"], "--max-runs: '1.5' is not a whole"),
+        (["add", "a", "--task", "t", "--retry-jitter", "lots"], "--retry-jitter: 'lots' is not a"),
+        (["add", "a", "--task", "t", "--overlap", "never"], "--overlap: invalid choice: 'never'"),
+        (["add", "a", "--task", "t", "--payload", "[1]"], "--payload: must be a JSON object"),
+        (["add", "a", "--at", "tomorrow"], "--at: 'tomorrow' is not an ISO 8601 time"),
+        (["enqueue", "t", "--priority", "urgent"], "--priority: invalid choice: 'urgent'"),
+        (["enqueue", "t", "--max-retries", "x"], "--max-retries: 'x' is not a whole number"),
+        (["enqueue", "t", "--timeout", "never"], "--timeout: 'never' is not a duration; give"),
+        (["enqueue", "t", "--delay", "-5m"], "--delay: -5m is negative"),
+        (["jobs", "--state", "weird"], "--state: invalid choice: 'weird'"),
+        (["monitor", "--interval", "0"], "--interval: 0 is zero"),
+        (["health", "--max-due", "-1"], "--max-due: give a whole number ≥ 0, got '-1'"),
+        (["runs", "-n", "many"], "-n/--limit: 'many' is not a whole number"),
+        (["backfill", "x", "--start", "2026-01-01"], "the following arguments are required: --end"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_flag(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Rejected while parsing: no Redis is reached (nothing listens at this URL).
+    offline = ["--redis-url", "redis://127.0.0.1:1/0"]
+    assert main([*offline, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rsched: error: {message}"), err
+    assert err.count("\n") == 1, err  # no usage block
+    assert "--help)" in err
+    assert main([*offline, "--json", *args]) == 2
+    doc = orjson.loads(capsys.readouterr().err)
+    assert doc["error"] == "UsageError"
+    assert doc["message"].startswith(message)
+
+
+def test_a_bad_worker_setting_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "worker_app:worker", "--concurrency", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "rsched-worker: invalid worker settings: --concurrency / RSCHED_WORKER__CONCURRENCY: "
+        "Input should be greater than or equal to 1\n"
+    )
+
+
+def _flags(*command: str) -> set[str]:
+    """The option strings of ``rsched COMMAND``."""
+    parser = build_parser()
+    for name in command:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def test_messages_name_the_flags_each_rule_is_given_by(here: Run, cli: Cli, tmp_path: Path) -> None:
+    # The words are real flags of the commands that take the fields.
+    assert set(CLI_WORDS.fields.values()) - {"--note"} <= _flags("add")
+    assert "--note" in _flags("pause")
+    assert {"--delay", "--id"} <= _flags("enqueue")
+    spec = ("add", "y", "--task", "t")
+    two = tmp_path / "two.json"
+    two.write_text('{"every": 300, "at": "2030-01-01T00:00:00Z"}')
+    cases = [
+        (
+            (*spec, "--file", str(two), "--max-runs", "0"),
+            "give exactly one trigger: --cron '0 2 * * *', --every 5m or --at 2030-01-01T09:00 "
+            "(given: --every, --at)",
+        ),
+        ((*spec, "--every", "soon"), "--every: 'soon' is not a duration; give seconds (300) or"),
+        ((*spec, "--every", "1h", "--retry-base", "2h"), "--retry-max must be at least --retry-"),
+        ((*spec, "--every", "1h", "--buffer-limit", "0"), "held back by --overlap buffer_all"),
+        (
+            (*spec, "--every", "1h", "--start-at", "2031-01-01", "--end-at", "2030-01-01"),
+            "--end-at must be later than --start-at",
+        ),
+        ((*spec, "--at", "2001-01-01T00:00"), "use rsched enqueue to run a job now"),
+        ((*spec, "--every", "1h", "--payload", "{}", "--queue", "a b"), "--queue: 'a b' is not"),
+        (("enqueue", "t", "--max-retries", "5000"), "--max-retries: must be a whole number"),
+        (("enqueue", "a b"), "TASK: 'a b' is not a valid task name"),
+        (("enqueue", "t", "--id", "a b"), "--id: 'a b' is not a valid execution id"),
+        (("pause", "x", "--note", "n" * 501), "--note: at most 500 characters"),
+    ]
+    assert cli("add", "x", "--task", "t", "--every", "1h")[0] == 0
+    for args, message in cases:
+        proc = here(*args)
+        assert proc.returncode == 1, (args, proc.stdout)
+        assert message in proc.stderr, proc.stderr
+        for python in ("()", "timedelta", "a dict", "='", "=<", "rsched.Schedule"):
+            assert python not in proc.stderr, proc.stderr
 
 
 def test_cron_previews_fire_times_with_dst_marked(capsys: pytest.CaptureFixture[str]) -> None:
@@ -539,7 +701,7 @@ def test_buffer_all_from_the_command_line(cli: Cli) -> None:
     assert (shown["overlap"], shown["buffer_limit"]) == ("buffer_all", 5)
     code, _, err = cli("add", "bad", "--task", "t", "--every", "60", "--buffer-limit", "0")
     assert code == 1
-    assert "buffer_limit" in err
+    assert "--buffer-limit: give a whole number from 1" in err
     assert "ba" in cli("ls")[1]
     assert "bad" not in cli("ls")[1]
 

@@ -46,13 +46,13 @@ def test_add_takes_durations_in_every_form(cli: Cli) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--every", "-5m"], "every: -5m is negative; give a positive duration such as 5m"),
-        (["--every", "0"], "every: 0 is zero; give a positive duration such as 5m"),
-        (["--every", "soon"], "every: 'soon' is not a duration"),
-        (["--every", "5m", "--timeout", "-1h"], "timeout_s: -1h is negative"),
-        (["--every", "5m", "--retry-base", "0s"], "retry_base_s: 0s is zero"),
-        (["--every", "5m", "--tz", "EST"], "timezone: 'EST' is a time zone abbreviation"),
-        (["--every", "5m", "--tz", "PST8PDT"], "timezone: 'PST8PDT' is a time zone abbreviation"),
+        (["--every", "-5m"], "--every: -5m is negative; give a positive duration such as 5m"),
+        (["--every", "0"], "--every: 0 is zero; give a positive duration such as 5m"),
+        (["--every", "soon"], "--every: 'soon' is not a duration"),
+        (["--every", "5m", "--timeout", "-1h"], "--timeout: -1h is negative"),
+        (["--every", "5m", "--retry-base", "0s"], "--retry-base: 0s is zero"),
+        (["--every", "5m", "--tz", "EST"], "--tz: 'EST' is a time zone abbreviation"),
+        (["--every", "5m", "--tz", "PST8PDT"], "--tz: 'PST8PDT' is a time zone abbreviation"),
     ],
 )
 def test_add_refuses_bad_durations_and_zones(cli: Cli, args: list[str], message: str) -> None:

@@ -117,6 +117,8 @@ async def test_update_merges_and_revalidates(client: Client) -> None:
     with pytest.raises(ScheduleNotFound, match="schedule 'nope' does not exist"):
         await client.update("nope", every=5)
     assert (await client.get("nightly")).generation == 2
+    same = await client.update("nightly", every="1h", payload={"kind": "sales"}, paused=False)
+    assert same == updated  # the fields already held: nothing written, the next run kept
 
 
 async def test_remove(client: Client, redis: Redis, prefix: str) -> None:

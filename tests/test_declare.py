@@ -76,7 +76,7 @@ async def test_update_remove_and_sdk_schedules_left_alone(
         ["poll"],
         ["nightly"],
     )
-    assert "every: 300.0 -> 600.0" in "\n".join(dry.lines())
+    assert "every: 5m -> 10m" in "\n".join(dry.lines())
     assert "sync.remove" in caplog.text
     assert (await client.get("poll")).every == 300  # dry run: nothing written
     plan = await sync_file(redis, settings, path)
@@ -327,6 +327,91 @@ every = 60
     assert "schedule_extra" in where
     assert "defaults.id" in where
     assert not any(w.startswith("schedule[2]") for w in where)
+
+
+async def test_every_kind_of_problem_in_one_pass_in_file_order(
+    tmp_path: Path, redis: Redis, settings: Settings, prefix: str
+) -> None:
+    # Each entry also fails a field check, which used to hide the problems found after it.
+    path = write(
+        tmp_path,
+        """
+[[schedule]]
+id = "a"
+task = "t"
+every = "often"
+
+[[schedule]]
+id = "a"
+task = "t"
+every = 60
+
+[[schedule]]
+id = "b"
+task = "t"
+every = 60
+at = 2030-01-01T00:00:00Z
+max_retries = "x"
+
+[[schedule]]
+id = "c"
+task = "t"
+at = 2001-01-01T00:00:00Z
+retry_jitter = 7
+
+[[schedule]]
+id = "d"
+task = "t"
+every = 60
+start_at = 2031-01-01T00:00:00Z
+end_at = 2030-01-01T00:00:00Z
+timeout_s = "never"
+""",
+    )
+    with pytest.raises(ScheduleFileError) as err:
+        await sync_file(redis, settings, path)
+    assert [(w, m.split(" ")[0]) for w, m in err.value.errors] == [
+        ("schedule[0] (id 'a').every", "'often'"),
+        ("schedule[1] (id 'a').id", "duplicate"),
+        ("schedule[2] (id 'b').max_retries", "Input"),
+        ("schedule[2] (id 'b')", "give"),
+        ("schedule[3] (id 'c').retry_jitter", "must"),
+        ("schedule[3] (id 'c').at", "2001-01-01T00:00:00+00:00"),
+        ("schedule[4] (id 'd').timeout_s", "'never'"),
+        ("schedule[4] (id 'd')", "end_at"),
+    ]
+    assert "(given: every, at)" in err.value.errors[3][1]
+    assert await written_keys(redis, prefix) == []
+
+
+def test_messages_name_the_keys_of_the_file(tmp_path: Path) -> None:
+    text = """
+[[schedule]]
+id = "a"
+task = "t"
+every = 60
+at = 2030-01-01T00:00:00Z
+buffer_limit = 0
+
+[[schedule]]
+id = "b"
+task = "t"
+every = "soon"
+colour = "red"
+payload = 3
+"""
+    with pytest.raises(ScheduleFileError) as err:
+        load_file(write(tmp_path, text))
+    said = dict(err.value.errors)
+    assert said["schedule[0] (id 'a')"] == (
+        'give exactly one trigger: cron = "0 2 * * *", every = "5m" or at = '
+        "2030-01-01T09:00:00Z (given: every, at)"
+    )
+    assert 'held back by overlap = "buffer_all"' in said["schedule[0] (id 'a').buffer_limit"]
+    assert 'give seconds (300) or text such as "90s"' in said["schedule[1] (id 'b').every"]
+    assert "a schedule's keys are at, buffer_limit," in said["schedule[1] (id 'b').colour"]
+    assert 'a table, e.g. payload = { kind = "sales" }' in said["schedule[1] (id 'b').payload"]
+    assert "timedelta" not in str(err.value)
 
 
 async def test_a_large_file_syncs_in_a_few_round_trips(

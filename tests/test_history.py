@@ -154,13 +154,27 @@ async def test_client_history_pages(redis: Redis, settings: Settings) -> None:
     assert every == seen
 
 
+async def test_a_retry_reads_as_retried_as_in_the_runs_log(
+    redis: Redis, settings: Settings
+) -> None:
+    client = Client(redis, settings)
+    await client.add(Schedule(id="s", task="t", every=3600))
+    # An older rsched stored the word "retry" in a JSON event.
+    old = {"event": "retry", "at": T0, "execution_id": "s@1", "attempt": 1, "retry_in_ms": 5}
+    await redis.lpush(Keys(settings.prefix).history("s"), orjson.dumps(old))
+    (event,) = (await client.history("s")).items
+    assert (event.event, event.attempt) == ("retried", 1)
+    for word in ("retried", "retry"):  # the older word still filters
+        assert [e.event for e in await client.history("s", status=word)] == ["retried"]
+
+
 async def test_client_history_errors(redis: Redis, settings: Settings) -> None:
     client = Client(redis, settings)
     await client.add(Schedule(id="s", task="t", every=3600))
     assert (await client.history("s")).items == []
     with pytest.raises(InvalidArgument, match=re.escape("status: 'bogus' is not a history status")):
         await client.history("s", status="bogus")
-    with pytest.raises(InvalidArgument, match=r"give one of fired, skipped, .*, retry, dead"):
+    with pytest.raises(InvalidArgument, match=r"give one of fired, skipped, .*, retried, dead"):
         await client.history("s", status="bogus")
     with pytest.raises(InvalidArgument, match="cursor: 'x' is not a cursor"):
         await client.history("s", cursor="x")

@@ -170,7 +170,7 @@ async def test_retries_timeouts_and_dead_letters_in_one_record(
         {"event": "failed", "execution_id": exec_id, "attempt": 1, "retry_in_ms": 0,
          "duration_ms": 21.0, "error_type": "ValueError", "error": "bad | input, 100%"},
         {"event": "running", "execution_id": exec_id, "attempt": 2, "deliveries": 2},
-        {"event": "retry", "execution_id": exec_id, "attempt": 2, "retry_in_ms": 0,
+        {"event": "retried", "execution_id": exec_id, "attempt": 2, "retry_in_ms": 0,
          "duration_ms": 3.0, "reason": "later, please"},
         {"event": "running", "execution_id": exec_id, "attempt": 3, "deliveries": 1},
         {"event": "timed_out", "execution_id": exec_id, "attempt": 3, "duration_ms": 1000.0,

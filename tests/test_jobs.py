@@ -289,10 +289,10 @@ async def test_retry_is_its_own_outcome_and_counts_toward_max_retries(
             assert worker.retried_total == 2
         history = await client.history("s", limit=20)
         events = [e.event for e in history]
-        retry_event = next(e for e in history if e.event == "retry")
+        retry_event = next(e for e in history if e.event == "retried")
         letters = (await client.dead_letters()).items
     assert attempts == [1, 2, 3]
-    assert events[:6] == ["dead", "running", "retry", "running", "retry", "running"]
+    assert events[:6] == ["dead", "running", "retried", "running", "retried", "running"]
     assert retry_event.reason == "not ready"
     assert retry_event.attempt == 2
     letter = letters[0]

@@ -3,7 +3,7 @@ kept results, cancelling a queued, delayed or running job; the CLI commands over
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import anyio
@@ -250,10 +250,94 @@ async def test_add_warns_when_no_live_worker_has_the_task(
     worker, _, _ = _blocking_worker(settings)
     code, _, err = await in_thread(cli, "add", "a", "--task", "t.block", "--every", "1h")
     assert code == 0
-    assert "warning: no live worker has registered task 't.block'" in err
+    assert "warning: no live worker reads queue 'default' (none is live)" in err
     async with running(worker, redis):
         code, _, err = await in_thread(cli, "add", "b", "--task", "t.block", "--every", "1h")
         assert (code, err) == (0, "")
+
+
+async def test_why_a_job_waits_from_enqueue_to_every_view(
+    redis: Redis, settings: Settings, cli: Cli
+) -> None:
+    pytest.importorskip("fastapi")
+    import httpx
+
+    from web_support import serve
+
+    client = rsched.Client(redis, settings)
+    worker, _, _ = _blocking_worker(settings)  # reads queue default, has task t.block only
+    async with running(worker, redis):
+        await wait_until(lambda: _live(client))
+        code, out, err = await in_thread(cli, "enqueue", "t.other", "--id", "lost")
+        assert code == 0, err
+        assert out.strip() == "lost enqueued on queue default"
+        assert _warnings(err) == ["no live worker of queue 'default' has task 't.other' (1 live"]
+        code, _, err = await in_thread(cli, "enqueue", "t.block", "--id", "later", "--delay", "1h")
+        assert (code, _warnings(err)) == (0, [])
+        code, _, err = await in_thread(cli, "enqueue", "t.block", "--queue", "nobody")
+        assert _warnings(err) == ["no live worker reads queue 'nobody' (1 live"]
+
+        # The worker takes it back every few seconds to look again: between a take and its
+        # return it runs for a moment, so each view is read until it shows the job waiting.
+        seen: list[rsched.JobInfo] = []
+
+        async def held_back() -> bool:
+            seen.append(await client.job("lost"))
+            return "holds it back" in (seen[-1].waiting or "")
+
+        await wait_until(held_back)
+        waiting = seen[-1].waiting
+        assert waiting is not None
+        assert waiting.startswith(
+            "no live worker of queue 'default' has task 't.other': a worker of queue 'default' "
+            "without task 't.other' holds it back since "
+        )
+        assert waiting.endswith(
+            "dead-letters it (unknown_task) once worker.unknown_task_grace_s (10m by default) "
+            "has passed"
+        )
+        assert (await client.job("later")).waiting == "enqueued with a delay"
+
+        async def shown(*args: str) -> str:
+            return (await in_thread(cli, *args))[1]
+
+        await wait_until(lambda: _has(shown("job", "lost"), f"waiting:       {waiting}\n"))
+        await wait_until(lambda: _has(shown("jobs", "--queue", "default"), waiting[:60]))
+        head = (await shown("jobs", "--queue", "default")).splitlines()[0]
+        assert head.split()[-1] == "WAITING"
+        listed = orjson.loads(await shown("--json", "jobs"))["jobs"]
+        reasons = {j["execution_id"]: j["waiting"] for j in listed}
+        assert reasons["later"] == "enqueued with a delay"
+        assert "no live worker reads queue 'nobody'; it waits until one does" in reasons.values()
+        with serve(settings) as url:
+            async with httpx.AsyncClient(base_url=url) as http:
+
+                async def api() -> str:
+                    return str((await http.get("/api/v1/jobs/lost")).json()["waiting"])
+
+                async def page() -> str:
+                    return (await http.get("/queues/default")).text
+
+                await wait_until(lambda: _has(api(), waiting))
+                await wait_until(lambda: _has(page(), "holds it back since"))
+                assert "enqueued with a delay" in await page()
+
+
+async def _has(text: Awaitable[str], part: str) -> bool:
+    return part in await text
+
+
+async def _live(client: rsched.Client) -> bool:
+    return len(await client.workers()) == 1
+
+
+def _warnings(err: str) -> list[str]:
+    """The start of each warning the CLI wrote (the in-process worker logs there too)."""
+    return [
+        line.removeprefix("warning: ").split(" worker(s)")[0]
+        for line in err.splitlines()
+        if line.startswith("warning: ")
+    ]
 
 
 async def test_web_pages_show_live_workers_and_a_queues_jobs(

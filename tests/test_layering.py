@@ -18,7 +18,7 @@ MODULES = sorted(p.stem for p in SRC.glob("*.py") if p.stem != "__init__")
 # the planner or the model can never start a round trip by accident.
 PURE = {
     "_plan", "_timing", "_cron", "_tz", "_model", "_job", "_format", "_codes", "_errors",
-    "_keys", "_rules", "_page", "_history", "_bulk", "_registry", "_partition",
+    "_keys", "_rules", "_page", "_history", "_bulk", "_registry", "_partition", "_words",
 }  # fmt: skip
 # What a pure module may import from rsched besides other pure modules.
 PURE_MAY_IMPORT = {"_settings"}

@@ -65,6 +65,24 @@ def test_parse_names_each_field() -> None:
     assert sorted(field for field, _ in caught.value.errors) == ["cron", "id", "timezone"]
 
 
+def test_checks_across_fields_run_beside_failed_fields() -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        Schedule.parse({"id": "a", "task": "t", "every": 60, "at": "2030-01-01", "max_runs": 0})
+    assert [f for f, _ in caught.value.errors] == ["max_runs", ""]
+    assert "(given: every, at)" in caught.value.errors[1][1]
+    with pytest.raises(InvalidSchedule) as caught:
+        Schedule.parse(
+            {"id": "a b", "task": "t", "cron": "* * * * *", "retry_base_s": "2h",
+             "retry_max_s": "1h", "retry_jitter": 5}
+        )  # fmt: skip
+    assert [f for f, _ in caught.value.errors] == ["id", "retry_jitter", ""]
+    assert "retry_max_s must be at least retry_base_s" in caught.value.errors[2][1]
+    # A failed trigger is not echoed as a missing one.
+    with pytest.raises(InvalidSchedule) as caught:
+        Schedule.parse({"id": "a", "task": "t", "every": "soon"})
+    assert [f for f, _ in caught.value.errors] == ["every"]
+
+
 def test_messages_suggest_the_fix() -> None:
     with pytest.raises(InvalidSchedule, match="America/Los_Angeles"):
         Schedule(id="a", task="t", every=1, timezone="PST")

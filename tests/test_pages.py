@@ -49,6 +49,9 @@ async def test_iter_schedules_with_filters(redis: Redis, settings: Settings) -> 
     active_t1 = [s.id async for s in client.iter_schedules(task="t1", paused=False)]
     assert active_t1 == ["s1", "s7"]
     assert [s.id async for s in client.iter_schedules(paused=True)] == ["s4"]
+    await client.add(Schedule(id="s10", task="t", every=3600))
+    prefixed = [s.id async for s in client.iter_schedules(id_prefix="s1", page_size=1)]
+    assert prefixed == ["s1", "s10"]
     # A filtered page that matched everything the index holds says it is the last.
     evens = await client.list(queue="even", limit=5)
     assert ([s.id for s in evens], evens.cursor) == (["s0", "s2", "s6", "s8", "s4"], None)

@@ -3,6 +3,9 @@ progress read from the queue streams, filters, cursors, and the ``rsched runs`` 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -268,12 +271,23 @@ async def test_cli_runs(
     )
     out = capsys.readouterr().out
     assert code == 0
+    header, row = out.splitlines()
+    assert header.split()[:3] == ["STARTED", "ENDED", "STATUS"]  # ordered by the end
+    assert re.match(r"^(now|\S+ ago) +(now|\S+ ago) +dead +- +t\.boom ", row), row
     assert "t.boom" in out
-    assert "dead" in out
     assert "t.ok" not in out
+    assert main_help_of("runs").count("then by when they ended") == 1
     code = await anyio.to_thread.run_sync(lambda: cli_main([*env, "runs", "--status", "nope"]))
     assert code != 0
     assert "status" in capsys.readouterr().err
+
+
+def main_help_of(command: str) -> str:
+    """``rsched COMMAND --help`` as printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        cli_main([command, "--help"])
+    return " ".join(out.getvalue().split())
 
 
 def test_a_scheduled_runs_record_names_its_schedule_by_its_execution_id() -> None:

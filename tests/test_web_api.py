@@ -93,12 +93,49 @@ async def test_schedule_create_read_change_delete(web: Web) -> None:
         r = await http.patch("/schedules/a", json={"description": "<b>hi</b>"})
         assert r.json()["description"] == "<b>hi</b>"
         assert r.json()["every"] == 60
+        same = await http.patch("/schedules/a", json={"description": "<b>hi</b>", "every": "1m"})
+        assert same.json() == r.json()  # nothing to change: nothing written
         error(await http.patch("/schedules/a", json={"every": -1}), 422, "InvalidSchedule", "every")
         error(await http.patch("/schedules/a", json={"runs": 3}), 422, "InvalidSchedule", "runs")
         error(await http.patch("/schedules/zz", json={"every": 5}), 404, "ScheduleNotFound")
 
         assert (await http.delete("/schedules/a")).status_code == 204
         error(await http.delete("/schedules/a"), 404, "ScheduleNotFound")
+
+
+async def test_messages_name_json_fields_and_endpoints(web: Web, client: rsched.Client) -> None:
+    base = web() + "/api/v1"
+    cases = [
+        (
+            spec("b", cron=None, every=300, at="2030-01-01T00:00:00Z", max_runs=0),
+            'give exactly one trigger: "cron": "0 2 * * *", "every": 300 or "at": '
+            '"2030-01-01T09:00:00Z" (given: every, at)',
+        ),
+        (spec("b", every="soon", cron=None), 'give seconds (300) or text such as "90s", "5m"'),
+        (spec("b", buffer_limit=0), 'held back by "overlap": "buffer_all"'),
+        (spec("b", retry_base_s="2h", retry_max_s="1h"), "retry_max_s must be at least"),
+        (spec("b", at="2001-01-01T00:00:00Z", cron=None), "use POST /api/v1/jobs to run a job"),
+        (spec("b", colour=1), "check the spelling against the Schedule schema"),
+        (spec("b", payload=[1]), "payload: must be a JSON object, got list"),
+        (spec("a"), "use PUT /api/v1/schedules/a to replace its whole spec or PATCH"),
+    ]
+    async with httpx.AsyncClient(base_url=base) as http:
+        assert (await http.post("/schedules", json=spec("a"))).status_code == 201
+        for body, message in cases:
+            r = await http.post("/schedules", json=body)
+            assert r.status_code in (409, 422), r.text
+            assert message in r.json()["message"], r.json()
+            for python in ("()", "timedelta", "a dict", "='", "=<", "rsched.Schedule"):
+                assert python not in r.json()["message"], r.json()
+        r = await http.post("/jobs", json={"task": "t", "max_retries": 5000})
+        error(r, 422, "InvalidJob", "max_retries")
+        assert r.json()["message"].startswith("max_retries: must be a whole number")
+        # The dashboard words a schedule's retries as rsched show does.
+        page = (await http.get(base.removesuffix("/api/v1") + "/schedules/a")).text
+        assert "3 retries, backoff 30s x2 up to 1h" in page
+    # The SDK in the same process keeps its own words.
+    with pytest.raises(rsched.ScheduleExists, match=r"use upsert\(\) to replace it"):
+        await client.add(spec("a"))
 
 
 async def test_list_pages_filters_and_search(web: Web, client: rsched.Client) -> None:
@@ -280,9 +317,15 @@ async def test_queues_dead_letters_and_jobs(web: Web, settings: Settings) -> Non
         error(await http.post(path + "/requeue", json={}), 400, "InvalidArgument", "entry_ids")
         r = await http.post(path + "/requeue", json={"entry_ids": ["1-0"], "all": True})
         error(r, 400, "InvalidArgument", "all")
-        r = await http.post(path + "/requeue", json={"entry_ids": [letter["entry_id"]]})
-        assert r.json() == {"requeued": 1}
-        assert (await http.post(path + "/purge", json={"all": True})).json() == {"purged": 2}
+        r = await http.post(path + "/requeue", json={"entry_ids": ["1-1", "2-2"]})
+        error(r, 404, "DeadLetterNotFound", "entry_id")
+        assert r.json()["message"] == "dead letters '1-1', '2-2' do not exist in queue 'default'"
+        r = await http.post(path + "/requeue", json={"entry_ids": [letter["entry_id"], "1-1"]})
+        assert r.json() == {"requeued": 1, "not_found": ["1-1"]}
+        r = await http.post(path + "/purge", json={"entry_ids": ["1-1"]})
+        error(r, 404, "DeadLetterNotFound", "entry_id")
+        r = await http.post(path + "/purge", json={"all": True})
+        assert r.json() == {"purged": 2, "not_found": []}
         assert (await http.get(path)).json()["items"] == []
 
         stats = (await http.get("/stats")).json()

@@ -5,9 +5,9 @@ default, ``--json`` for scripts. ``rsched scheduler`` and ``rsched worker`` run 
 processes (the same as ``rsched-scheduler`` and ``rsched-worker``), ``rsched demo`` the demo,
 ``rsched web`` the dashboard. The parser is in rsched._cli_parser, the commands in
 rsched._cli_schedules, rsched._cli_queues, rsched._cli_health, rsched._cli_workers and
-rsched._cli_runs. A command with a ``local`` handler (``rsched cron``) needs no Redis. The
-SDK's errors are reworded at this boundary (rsched._cli_common.cli_words): they name commands
-and flags, not SDK calls.
+rsched._cli_runs. A command with a ``local`` handler (``rsched cron``) needs no Redis. Messages
+are built in the command line's words (rsched._cli_common.CLI_WORDS): they name commands and
+flags, not SDK calls.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ import orjson
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from rsched._cli_common import Handler, LocalHandler, cli_words, duration_s
+from rsched._cli_common import CLI_WORDS, Handler, LocalHandler, duration_s
 from rsched._cli_parser import DELEGATES, build_parser
 from rsched._client import Client
 from rsched._connection import explain
 from rsched._errors import RschedError, UsageError
 from rsched._log import configure_logging
 from rsched._settings import Settings
+from rsched._words import speaking
 
 __all__ = ("EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "duration_s", "main")
 
@@ -65,19 +66,8 @@ async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -
     async with Client.from_settings(settings) as client:
         try:
             await handler(client, args)
-        except RschedError as exc:  # reworded for the command line: "use rsched upsert"
-            cli_words(exc)
-            raise
         except RedisError as exc:  # a command that talks to Redis beside the Client (sync)
             raise (await explain(exc, settings)) from exc
-
-
-def _local(local: LocalHandler, args: argparse.Namespace) -> None:
-    try:
-        local(args)
-    except RschedError as exc:
-        cli_words(exc)
-        raise
 
 
 def _delegate(argv: Sequence[str]) -> int | None:
@@ -130,11 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     delegated = _delegate(argv)
     if delegated is not None:
         return delegated
+    with speaking(CLI_WORDS):
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it
+    except SystemExit as exc:  # --help or --version: argparse printed it
         return int(exc.code or 0)
+    except UsageError as exc:  # a bad flag or value, before --json could be parsed
+        return _fail(argparse.Namespace(json="--json" in argv), exc, EXIT_USAGE)
     handler: Handler | None = getattr(args, "handler", None)
     local: LocalHandler | None = getattr(args, "local", None)  # needs no Redis
     if handler is None and local is None:
@@ -145,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("warning")
     try:
         if local is not None:
-            _local(local, args)
+            local(args)
         elif handler is not None:
             settings = _settings(args)
             anyio.run(_run, handler, args, settings)

@@ -1,9 +1,9 @@
-"""What the ``rsched`` command's parser and handlers share: argument types, output, errors."""
+"""What the ``rsched`` command's parser and handlers share: argument types, output, errors and
+the words its messages use (flags and commands, not SDK calls)."""
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,15 +16,14 @@ from rsched import _format as fmt
 from rsched._client import Client
 from rsched._errors import (
     DeadLetterNotFound,
-    InvalidArgument,
     PartialFailure,
     RschedError,
     ScheduleCompleted,
-    ScheduleExists,
     ScheduleNotFound,
 )
 from rsched._model import Schedule, to_ms
 from rsched._rules import parse_duration_s
+from rsched._words import Words
 
 Handler = Callable[[Client, argparse.Namespace], Awaitable[Any]]
 #: A command that needs no Redis (``rsched cron``).
@@ -40,6 +39,22 @@ def duration_s(text: str) -> float:
         return parse_duration_s(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def whole(text: str) -> int:
+    """A whole number (its range is the rule's to check, naming the flag)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, e.g. 20") from None
+
+
+def number(text: str) -> float:
+    """A number such as 0.5 (its range is the rule's to check, naming the flag)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number, e.g. 0.5") from None
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -90,68 +105,42 @@ def when(dt: datetime | None, zone: str, now: int) -> str:
     return fmt.when(to_ms(dt) if dt is not None else None, zone, now)
 
 
-# --- errors in the command line's words -------------------------------------------------------
+# --- the command line's words ------------------------------------------------------------------
 
-#: SDK methods named in the SDK's messages, and the command that does the same.
-SDK_COMMANDS = {
-    "add": "rsched add",
-    "upsert": "rsched upsert",
-    "update": "rsched update",
-    "remove": "rsched rm",
-    "pause": "rsched pause",
-    "resume": "rsched resume",
-    "trigger": "rsched trigger",
-    "backfill": "rsched backfill",
-    "enqueue": "rsched enqueue",
-    "get": "rsched show",
-    "list": "rsched ls",
-    "next_runs": "rsched next",
-    "history": "rsched history",
-    "requeue": "rsched dead requeue",
-    "purge": "rsched dead purge",
-}
-_CALL = re.compile(r"\b(" + "|".join(SDK_COMMANDS) + r")\(\)")
-_PHRASES = {
-    "rsched.Schedule's fields": "the fields rsched add --help lists",
-    # An `at` in the past: the schedule does not exist yet, so there is nothing to trigger.
-    "use trigger() to run a job now": "use rsched enqueue to run a job now",
-}
-#: SDK arguments named by InvalidArgument, and the flag a command takes for them.
-_FLAGS = {
-    "limit": "-n/--limit",
-    "n": "-n/--limit",
-    "cursor": "--cursor",
-    "start": "--start",
-    "end": "--end",
-    "status": "--status",
-    "after": "--after",
-    "note": "--note",
-    "pause_note": "--note",
-    "timezone": "--tz",
-    "expression": "cron",
-}
-
-
-def cli_words(exc: RschedError) -> RschedError:
-    """Put ``exc``'s message in the command line's words (``use rsched upsert`` instead of
-    ``use upsert()``, flags instead of argument names); returns it. The message is rewritten in
-    place so that the class stays what it was: ``--json`` names it, ``main`` catches it."""
-    if isinstance(exc, ScheduleNotFound | DeadLetterNotFound):
-        return exc  # their own __str__, already neutral
-    text = str(exc)
-    if isinstance(exc, ScheduleExists):
-        sid = exc.schedule_id
-        text = (
-            f"schedule {sid!r} already exists; use rsched upsert {sid} … to replace its whole "
-            f"spec or rsched update {sid} … to change some fields"
-        )
-    if isinstance(exc, InvalidArgument) and exc.field in _FLAGS:
-        text = f"{_FLAGS[exc.field]}: {text.removeprefix(exc.field + ': ')}"
-    for sdk, cli in _PHRASES.items():
-        text = text.replace(sdk, cli)
-    text = _CALL.sub(lambda m: SDK_COMMANDS[m.group(1)], text)
-    exc.args = (text,)
-    return exc
+#: Messages name the flags and commands of ``rsched`` (``_words``): a schedule's fields and job
+#: options by the flag of add / upsert / update / enqueue, a read's arguments by theirs.
+CLI_WORDS = Words(
+    fields={
+        "task": "--task", "cron": "--cron", "every": "--every", "at": "--at",
+        "timezone": "--tz", "queue": "--queue", "priority": "--priority",
+        "payload": "--payload", "start_at": "--start-at", "end_at": "--end-at",
+        "max_runs": "--max-runs", "max_retries": "--max-retries", "retry_base_s": "--retry-base",
+        "retry_multiplier": "--retry-multiplier", "retry_max_s": "--retry-max",
+        "retry_jitter": "--retry-jitter", "timeout_s": "--timeout", "overlap": "--overlap",
+        "buffer_limit": "--buffer-limit", "misfire": "--misfire",
+        "catch_up_limit": "--catch-up-limit", "misfire_grace_s": "--misfire-grace",
+        "description": "--description", "paused": "--paused", "pause_note": "--note",
+    },
+    job_fields={"task": "TASK", "delay_s": "--delay", "execution_id": "--id"},
+    arguments={
+        "limit": "-n/--limit", "n": "-n/--limit", "cursor": "--cursor", "start": "--start",
+        "end": "--end", "status": "--status", "after": "--after", "note": "--note",
+        "timezone": "--tz", "expression": "cron", "since": "--since",
+        "schedule_id": "--schedule", "task": "--task", "state": "--state", "queue": "--queue",
+        "max_due": "--max-due", "max_overdue_s": "--max-overdue",
+        "dead_letter_window_s": "--dead-letter-window", "partitions": "--partitions",
+    },
+    setting="{name} {value}",
+    one_trigger="--cron '0 2 * * *', --every 5m or --at 2030-01-01T09:00",
+    durations="seconds (300) or text such as 90s, 5m, 1h30m or 2d",
+    exists=(
+        "use rsched upsert {id} … to replace its whole spec or rsched update {id} … to change "
+        "some fields"
+    ),
+    run_now="use rsched enqueue to run a job now",
+    unknown_field="check the spelling against the fields rsched add --help lists",
+    json_object="a JSON object",
+)  # fmt: skip
 
 
 def error_line(exc: BaseException) -> str:
@@ -186,7 +175,7 @@ async def each(ids: Sequence[str], act: Callable[[str], Awaitable[tuple[str, Any
         except PER_ID as exc:
             if len(unique) == 1:
                 raise
-            outcomes.failed.append((one, cli_words(exc)))
+            outcomes.failed.append((one, exc))
         else:
             outcomes.done.append((one, line, data))
     return outcomes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from importlib import metadata
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 
 from rsched import _cli_health as health
 from rsched import _cli_partitions as partitions
@@ -13,8 +13,17 @@ from rsched import _cli_queues as queues
 from rsched import _cli_runs as runs
 from rsched import _cli_schedules as schedules
 from rsched import _cli_workers as workers
-from rsched._cli_common import Handler, LocalHandler, duration_s, iso_datetime, json_object
+from rsched._cli_common import (
+    Handler,
+    LocalHandler,
+    duration_s,
+    iso_datetime,
+    json_object,
+    number,
+    whole,
+)
 from rsched._durability import durability_flag
+from rsched._errors import UsageError
 from rsched._model import Overlap
 from rsched._rules import PRIORITIES
 from rsched._settings import CLUSTER_HELP
@@ -32,6 +41,14 @@ DELEGATES = {
 _NEGATIVE_VALUE = re.compile(r"^-\.?\d[\w.]*$")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad value reported as one line naming the flag (UsageError, which
+    ``--json`` prints as JSON) instead of the whole usage before the message."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message.removeprefix('argument ')} (see {self.prog} --help)")
+
+
 def _common() -> argparse.ArgumentParser:
     # SUPPRESS defaults let the options stand before or after the subcommand.
     p = argparse.ArgumentParser(add_help=False)
@@ -45,7 +62,7 @@ def _common() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--partitions",
-        type=int,
+        type=whole,
         default=argparse.SUPPRESS,
         metavar="N",
         help="the deployment's number of partitions (env RSCHED_PARTITIONS; default: the "
@@ -74,7 +91,7 @@ def version() -> str:
 
 def _limit(p: argparse.ArgumentParser, default: int, what: str) -> None:
     """``-n N`` / ``--limit N``: how many to show, the same two spellings on every command."""
-    p.add_argument("-n", "--limit", type=int, default=default, metavar="N", help=what)
+    p.add_argument("-n", "--limit", type=whole, default=default, metavar="N", help=what)
 
 
 def _sub(
@@ -114,19 +131,19 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
     p.add_argument("--start-at", type=iso_datetime, help="first possible run (ISO 8601)")
     p.add_argument("--end-at", type=iso_datetime, help="last possible run (ISO 8601)")
-    p.add_argument("--max-runs", type=int, help="complete after this many runs")
-    p.add_argument("--max-retries", type=int, help="retries after a failure (default 3)")
+    p.add_argument("--max-runs", type=whole, help="complete after this many runs")
+    p.add_argument("--max-retries", type=whole, help="retries after a failure (default 3)")
     p.add_argument("--retry-base", dest="retry_base_s", help="first delay (30s)")
-    p.add_argument("--retry-multiplier", type=float, help="delay factor per retry (2; 1 = fixed)")
+    p.add_argument("--retry-multiplier", type=number, help="delay factor per retry (2; 1 = fixed)")
     p.add_argument("--retry-max", dest="retry_max_s", help="delay cap (1h)")
-    p.add_argument("--retry-jitter", type=float, help="random share of each delay, 0-1 (0.2)")
+    p.add_argument("--retry-jitter", type=number, help="random share of each delay, 0-1 (0.2)")
     p.add_argument("--timeout", dest="timeout_s", help="job timeout (1h)")
     p.add_argument("--overlap", choices=list(get_args(Overlap)))
     p.add_argument(
-        "--buffer-limit", type=int, help="occurrences --overlap buffer_all holds back (100)"
+        "--buffer-limit", type=whole, help="occurrences --overlap buffer_all holds back (100)"
     )
     p.add_argument("--misfire", choices=["run_once", "skip", "catch_up"])
-    p.add_argument("--catch-up-limit", type=int)
+    p.add_argument("--catch-up-limit", type=whole)
     p.add_argument(
         "--misfire-grace", dest="misfire_grace_s", help="lateness that is no misfire (60s)"
     )
@@ -197,7 +214,7 @@ def _workers_and_jobs(subs: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rsched",
         description="Manage rsched schedules, jobs and dead letters in Redis.",
         epilog=(
@@ -316,11 +333,17 @@ def build_parser() -> argparse.ArgumentParser:
         subs,
         "ls",
         "List schedules in next-run order",
-        "  rsched ls\n  rsched ls --queue reports --paused\n  rsched ls --all --json",
+        "  rsched ls\n  rsched ls --queue reports --paused\n  rsched ls --id-prefix nightly.\n"
+        "  rsched ls --all --json",
         schedules.cmd_ls,
     )
-    p.add_argument("--queue")
-    p.add_argument("--task")
+    p.add_argument("--queue", help="only this queue's")
+    p.add_argument("--task", help="only this task's")
+    p.add_argument(
+        "--id-prefix",
+        metavar="TEXT",
+        help="only ids that start with TEXT, e.g. nightly. (--prefix is the key prefix)",
+    )
     state = p.add_mutually_exclusive_group()
     state.add_argument("--paused", action="store_true", default=None, help="only paused ones")
     state.add_argument(
@@ -385,11 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(
         dsubs,
         "ls",
-        "List dead letters, newest first",
+        "List dead letters of every queue, newest first",
         "  rsched dead ls\n  rsched dead ls --queue mail --task emails.send",
         queues.cmd_dead_ls,
     )
-    p.add_argument("--queue", default="default")
+    p.add_argument("--queue", help="only this queue (default: every queue)")
     p.add_argument("--task")
     _limit(p, 50, "page size (default 50)")
     p.add_argument("--cursor", help="continue from a previous page")
@@ -449,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="normal",
         help="workers take high first, low last (default: normal)",
     )
-    p.add_argument("--max-retries", type=int, default=3, help="retries after a failure (3)")
+    p.add_argument("--max-retries", type=whole, default=3, help="retries after a failure (3)")
     p.add_argument(
         "--timeout", dest="timeout_s", type=duration_s, default=3600, help="job timeout (1h)"
     )
@@ -484,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(
         subs,
         "runs",
-        "Runs across every schedule and job, newest first (in progress, ended, skipped)",
+        "Runs across every schedule and job: those in progress first, then by when they ended "
+        "(or were skipped), newest first",
         "  rsched runs\n  rsched runs --status dead --since 1h\n"
         "  rsched runs --schedule nightly -n 50 --json",
         runs.cmd_runs,
@@ -519,7 +543,10 @@ def _health_commands(subs: Any) -> None:
     )
     p.add_argument("--watch", action="store_true", help="refresh every few seconds")
     p.add_argument(
-        "--interval", type=float, default=health.WATCH_S, help="seconds between refreshes"
+        "--interval",
+        type=duration_s,
+        default=health.WATCH_S,
+        help="time between refreshes: 3, 10s, 1m (default 3s)",
     )
     p = _sub(
         subs,

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import heapq
+import itertools
 from typing import Any
 
 from rsched import _format as fmt
 from rsched._cli_common import each, out, report
-from rsched._client import Client
+from rsched._cli_workers import warn_if_no_worker_has
+from rsched._client import Client, Stats
 from rsched._errors import UsageError
 from rsched._job import DeadLetter
-from rsched._model import to_ms
+from rsched._model import from_ms, to_ms
 from rsched._rules import parse_duration_s
 
 
@@ -45,6 +48,7 @@ async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
     else:
         text = f"{done.execution_id} enqueued on {where}"
     out(args, {"execution_id": done.execution_id, "created": done.created}, text)
+    await warn_if_no_worker_has(client, args.task, args.queue)
 
 
 def _letter(d: DeadLetter) -> dict[str, Any]:
@@ -54,30 +58,76 @@ def _letter(d: DeadLetter) -> dict[str, Any]:
     return data
 
 
+def _queue_cursors(cursor: str) -> dict[str, str]:
+    """``rsched dead ls``'s cursor over every queue: ``queue=entry id`` of each queue with more
+    to show (an empty id: from its newest), comma-separated; queue names and entry ids hold
+    neither ``,`` nor ``=``."""
+    pairs = [part.partition("=") for part in cursor.split(",")]
+    if not all(queue and eq for queue, eq, _ in pairs):
+        raise UsageError(
+            f"--cursor: {cursor!r} is not a cursor of rsched dead ls over every queue; pass the "
+            "one it printed (a --queue listing's cursor goes with that --queue)"
+        )
+    return {queue: after for queue, _, after in pairs}
+
+
+async def _every_queue(
+    client: Client, args: argparse.Namespace
+) -> tuple[list[DeadLetter], str | None]:
+    """A page of the dead letters of every queue, newest first, and the cursor of the next."""
+    if args.cursor:
+        cursors = _queue_cursors(args.cursor)
+    else:
+        stats = await client.stats()
+        cursors = {q: "" for q, counts in sorted(stats.queues.items()) if counts.get("dead")}
+    pages = {
+        q: await client.dead_letters(q, limit=args.limit, cursor=after or None, task=args.task)
+        for q, after in cursors.items()
+    }
+    # A merge keeps each queue's order, so what a page shows of a queue is the start of its page.
+    merged = heapq.merge(*(p.items for p in pages.values()), key=lambda d: d.dead_at, reverse=True)
+    shown = list(itertools.islice(merged, args.limit))
+    left = {}
+    for q, page in pages.items():
+        taken = [d.entry_id for d in shown if d.queue == q]
+        if len(taken) < len(page.items):  # more of this page to show: after the last one taken
+            left[q] = taken[-1] if taken else cursors[q]
+        elif page.cursor is not None:
+            left[q] = page.cursor
+    return shown, ",".join(f"{q}={after}" for q, after in left.items()) or None
+
+
 async def cmd_dead_ls(client: Client, args: argparse.Namespace) -> None:
-    page = await client.dead_letters(
-        args.queue, limit=args.limit, cursor=args.cursor, task=args.task
-    )
-    letters, cursor = page.items, page.cursor
+    if args.queue is None:
+        letters, cursor = await _every_queue(client, args)
+    else:
+        page = await client.dead_letters(
+            args.queue, limit=args.limit, cursor=args.cursor, task=args.task
+        )
+        letters, cursor = page.items, page.cursor
     now = to_ms(await client.server_time())
     rows = [
         (
+            d.queue,
             d.entry_id,
             d.task,
             d.reason,
-            f"{d.error_type}: {d.error_message}"[:80],
+            f"{d.error_type}: {d.error_message}".strip(": ")[:80] or "-",
             d.attempt,
             fmt.relative(to_ms(d.dead_at), now),
         )
         for d in letters
     ]
+    where = f"queue {args.queue}" if args.queue else "any queue"
     text = (
-        fmt.table(("ENTRY", "TASK", "REASON", "ERROR", "ATTEMPT", "DIED"), rows)
+        fmt.table(("QUEUE", "ENTRY", "TASK", "REASON", "ERROR", "ATTEMPT", "DIED"), rows)
         if rows
-        else f"no dead letters in queue {args.queue}"
+        else f"no dead letters in {where}"
     )
     if cursor:
-        text += f"\nmore: rsched dead ls --queue {args.queue} --cursor {cursor}"
+        narrow = f" --queue {args.queue}" if args.queue else ""
+        narrow += f" --task {args.task}" if args.task else ""
+        text += f"\nmore: rsched dead ls{narrow} --cursor '{cursor}'"
     out(args, {"dead_letters": [_letter(d) for d in letters], "cursor": cursor}, text)
 
 
@@ -191,4 +241,20 @@ async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
             "live workers: registered workers reading the queue now; consumers: names in its "
             "consumer group (dead workers' linger until they hold nothing for an hour)",
         ]
-    out(args, st.as_dict(), "\n".join(lines))
+    out(args, _stats_json(st), "\n".join(lines))
+
+
+def _stats_json(st: Stats) -> dict[str, Any]:
+    """``Stats.as_dict`` with its moments in ISO 8601, as every ``--json`` of the CLI gives times
+    (``now``, ``oldest_overdue.next_run``); durations stay in ms (``late_ms``, ``lease_age_ms``)."""
+    data = st.as_dict()
+    data = {"now": from_ms(data.pop("now_ms")).isoformat(), **data}
+    overdue = data["oldest_overdue"]
+    if overdue is not None:
+        next_ms = overdue.pop("next_run_ms")
+        data["oldest_overdue"] = {
+            "id": overdue.pop("id"),
+            "next_run": from_ms(next_ms).isoformat(),
+            **overdue,
+        }
+    return data

@@ -1,19 +1,18 @@
-"""``rsched runs``: the runs log across schedules and enqueued jobs, newest first."""
+"""``rsched runs``: the runs log across schedules and enqueued jobs: the runs in progress
+first, then the others by when they ended, newest first (the log's own order)."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 
 from rsched import _format as fmt
 from rsched._cli_common import out
 from rsched._client import Client
 from rsched._model import to_ms
-from rsched._runs import RunRecord
 
 
-def _ms(record: RunRecord) -> int | None:
-    """When the record happened: its end, else its fire."""
-    moment = record.ended_at or record.fired_at
+def _ms(moment: datetime | None) -> int | None:
     return to_ms(moment) if moment is not None else None
 
 
@@ -35,7 +34,8 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> None:
         error = f"{r.error_type or ''}: {r.error or ''}".strip(": ")
         rows.append(
             (
-                fmt.relative(_ms(r), now),
+                fmt.relative(_ms(r.started_at), now),
+                fmt.relative(_ms(r.ended_at), now),
                 r.status,
                 r.schedule_id or "-",
                 r.task,
@@ -46,7 +46,10 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> None:
                 error[:60] or "-",
             )
         )
-    headers = ("WHEN", "STATUS", "SCHEDULE", "TASK", "QUEUE", "ATT", "TOOK", "EXECUTION", "ERROR")
+    headers = (
+        "STARTED", "ENDED", "STATUS", "SCHEDULE", "TASK", "QUEUE", "ATT", "TOOK", "EXECUTION",
+        "ERROR",
+    )  # fmt: skip
     text = fmt.table(headers, rows) if rows else "no runs"
     if page.cursor:
         text += f"\nmore: rsched runs --cursor {page.cursor} (with the same filters)"

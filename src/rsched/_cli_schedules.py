@@ -128,7 +128,7 @@ async def cmd_add(client: Client, args: argparse.Namespace) -> None:
     now = to_ms(await client.server_time())
     text = f"added {s.id} (generation {s.generation}); next run {_next_run(s, now)}"
     out(args, s.public_dict(), text)
-    await warn_if_no_worker_has(client, s.task)
+    await warn_if_no_worker_has(client, s.task, s.queue)
 
 
 async def cmd_upsert(client: Client, args: argparse.Namespace) -> None:
@@ -167,7 +167,7 @@ async def cmd_update(client: Client, args: argparse.Namespace) -> None:
     if changes.pop("id", args.id) != args.id:
         raise UsageError(f"--file {args.file} names another schedule than {args.id!r}")
     changes.update(_given(args))
-    for name in args.clear or ():
+    for name in dict.fromkeys(args.clear or ()):  # --no-x and --clear x may say it twice
         if name in changes:
             raise UsageError(f"--clear {name} and a new {name} given together; give one of them")
         changes[name] = Schedule.model_fields[name].get_default(call_default_factory=True)
@@ -179,14 +179,18 @@ async def cmd_update(client: Client, args: argparse.Namespace) -> None:
     s = await client.update(args.id, **changes)
     now = to_ms(await client.server_time())
     changed = _changed(old, s)
-    what = (
-        "; ".join(
-            f"{f} {_shown(getattr(old, f), f)} -> {_shown(getattr(s, f), f)}" for f in changed
-        )
-        or "no field changed"
-    )
-    text = f"updated {s.id} (generation {s.generation}): {what}; next run {_next_run(s, now)}"
-    out(args, {"schedule": s.public_dict(), "changed": changed}, text)
+    written = s.generation != old.generation
+    if written:
+        what = (
+            "; ".join(
+                f"{f} {_shown(getattr(old, f), f)} -> {_shown(getattr(s, f), f)}" for f in changed
+            )
+            or "its source"
+        )  # the one field written that is not listed
+        text = f"updated {s.id} (generation {s.generation}): {what}; next run {_next_run(s, now)}"
+    else:
+        text = f"{s.id} unchanged (generation {s.generation}): the fields given already hold"
+    out(args, {"schedule": s.public_dict(), "changed": changed, "written": written}, text)
 
 
 async def cmd_rm(client: Client, args: argparse.Namespace) -> None:
@@ -233,7 +237,12 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
     cursor = args.cursor
     while True:
         page = await client.list(
-            queue=args.queue, task=args.task, paused=args.paused, limit=args.limit, cursor=cursor
+            queue=args.queue,
+            task=args.task,
+            paused=args.paused,
+            id_prefix=args.id_prefix,
+            limit=args.limit,
+            cursor=cursor,
         )
         schedules += page.items
         cursor = page.cursor
@@ -256,7 +265,10 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
     headers = ("ID", "TASK", "QUEUE", "TRIGGER", "STATUS", "NEXT RUN", "LAST RUN", "RUNS")
     text = fmt.table(headers, rows) if schedules else "no schedules"
     if cursor:
-        text += f"\nmore: rsched ls --cursor '{cursor}' (or --all)"
+        same = [f"--{n.replace('_', '-')} {v}" for n in ("queue", "task", "id_prefix")
+                if (v := getattr(args, n)) is not None]  # fmt: skip
+        same += [] if args.paused is None else ["--paused" if args.paused else "--active"]
+        text += f"\nmore: rsched ls {' '.join([*same, ''])}--cursor '{cursor}' (or --all)"
     out(args, {"schedules": [s.public_dict() for s in schedules], "cursor": cursor}, text)
 
 
@@ -318,11 +330,7 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
         ("overlap", s.overlap),
         ("priority", s.priority),
         ("misfire", f"{s.misfire} (grace {fmt.duration(s.misfire_grace_s * 1000)})"),
-        (
-            "retries",
-            f"{s.max_retries}, backoff {s.retry_base_s:g}s x{s.retry_multiplier:g} up to "
-            f"{s.retry_max_s:g}s",
-        ),
+        ("retries", fmt.retries(s.max_retries, s.retry_base_s, s.retry_multiplier, s.retry_max_s)),
         ("timeout", fmt.duration(s.timeout_s * 1000)),
         ("source", s.source or "sdk/cli"),
         ("created", when(s.created_at, zone, now)),

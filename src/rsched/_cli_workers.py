@@ -12,7 +12,7 @@ from rsched import _format as fmt
 from rsched._cli_common import out
 from rsched._client import Client
 from rsched._model import to_ms
-from rsched._registry import JobInfo
+from rsched._registry import JobInfo, no_worker_for
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -59,12 +59,14 @@ async def cmd_jobs(client: Client, args: argparse.Namespace) -> None:
             fmt.relative(_ms(j.due_at), now)
             if j.state == "delayed"
             else fmt.relative(_ms(j.enqueued_at), now),
+            j.waiting or "-",
         )
         for j in page.items
     ]
     what = f"{args.state} jobs" if args.state else "queued, running or delayed jobs"
+    headers = ("EXECUTION", "QUEUE", "STATE", "TASK", "ATTEMPT", "WORKER", "SINCE/DUE", "WAITING")
     text = (
-        fmt.table(("EXECUTION", "QUEUE", "STATE", "TASK", "ATTEMPT", "WORKER", "SINCE/DUE"), rows)
+        fmt.table(headers, rows)
         if rows
         else f"no {what}" + (f" in queue {args.queue}" if args.queue else "")
     )
@@ -90,6 +92,8 @@ def _job_text(job: JobInfo, now: int) -> str:
         ("schedule", job.schedule_id or "-"),
         ("worker", job.worker or "-"),
     ]
+    if job.waiting:
+        pairs.insert(2, ("waiting", job.waiting))
     for name, value in (
         ("enqueued", job.enqueued_at),
         ("started", job.started_at),
@@ -132,12 +136,15 @@ async def cmd_cancel(client: Client, args: argparse.Namespace) -> None:
     out(args, {"execution_id": args.execution_id, "was": state}, text)
 
 
-async def warn_if_no_worker_has(client: Client, task: str) -> None:
-    """``rsched add``'s note (stderr, not an error) when no live worker registered ``task``."""
+async def warn_if_no_worker_has(client: Client, task: str, queue: str) -> None:
+    """``rsched add``'s and ``enqueue``'s note (stderr, not an error) when no live worker would
+    run ``task`` from ``queue``."""
     workers = await client.workers()
-    if not any(task in w.tasks for w in workers):
+    missing = no_worker_for(queue, task, workers)
+    if missing is not None:
         sys.stderr.write(
-            f"warning: no live worker has registered task {task!r} "
-            f"({len(workers)} live worker(s)); its jobs wait until one does "
-            "(rsched workers lists them)\n"
+            f"warning: {missing} ({len(workers)} live worker(s)); its jobs wait until one does, "
+            "and a worker of the queue without the task dead-letters them (unknown_task) after "
+            "its worker.unknown_task_grace_s (rsched workers lists them; rsched job ID says "
+            "why a job waits)\n"
         )

@@ -26,7 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._bulk import BulkResult, Validator
+from rsched._bulk import BulkResult, Validator, hash_fields
 from rsched._codes import Code
 from rsched._connection import connect, explain
 from rsched._deployment import init_deployment
@@ -371,7 +371,8 @@ class Client:
     async def update(self, schedule_id: str, **changes: Any) -> Schedule:
         """Change some fields of a schedule; the merged spec is validated again.
 
-        Setting one trigger (``cron``, ``every`` or ``at``) clears the others. Raises
+        Setting one trigger (``cron``, ``every`` or ``at``) clears the others. A change that
+        leaves the spec as it is writes nothing (the generation and next run stay). Raises
         ScheduleNotFound, or InvalidSchedule naming each bad field (nothing written).
         """
         readonly = sorted(set(changes) & (STATE_FIELDS | {"id"}))
@@ -388,7 +389,10 @@ class Client:
             if any(changes.get(t) is not None for t in _TRIGGERS):
                 data.update(dict.fromkeys(_TRIGGERS))
             data.update(changes)
-            await store.save(_parse(data), mode="replace", expect_gen=old.generation)
+            new = _parse(data)
+            if new.paused == old.paused and hash_fields(new) == hash_fields(old):
+                return  # the same spec: a write would only bump the generation
+            await store.save(new, mode="replace", expect_gen=old.generation)
 
         await _until_no_conflict(write)
         return await store.load(schedule_id)
@@ -554,6 +558,7 @@ class Client:
         _argument("limit", check_page, limit)
         if status is not None:
             _argument("status", check_history_status, status)
+            status = check_history_status(status)
         store = await self._store(schedule_id)
         stored = await store.history(schedule_id, self.settings.history_limit)
         if not stored and not await store.exists(schedule_id):
@@ -1052,13 +1057,19 @@ class Client:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        id_prefix: str | None = None,
         page_size: int = 100,
     ) -> AsyncIterator[Schedule]:
         """Every schedule of :meth:`list` (same filters, next-run order), read a page at a
         time."""
         return every_item(
             lambda cursor: self.list(
-                queue=queue, task=task, paused=paused, limit=page_size, cursor=cursor
+                queue=queue,
+                task=task,
+                paused=paused,
+                id_prefix=id_prefix,
+                limit=page_size,
+                cursor=cursor,
             )
         )
 
@@ -1069,10 +1080,12 @@ class Client:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        id_prefix: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Schedule]:
-        """One page of schedules in next-run order (paused and completed ones last).
+        """One page of schedules in next-run order (paused and completed ones last), of
+        ``queue``, ``task``, ``paused`` and ids starting with ``id_prefix`` when given.
 
         Pass the returned ``cursor`` to get the next page; None means this was the last (with
         a filter, a page may also end with a cursor that finds nothing more). Uses ranges of
@@ -1082,7 +1095,7 @@ class Client:
         _argument("limit", check_page, limit)
         pos = _decode_cursor(cursor)
         parts = await self._partitions()
-        filtered = queue is not None or task is not None or paused is not None
+        filtered = any(f is not None for f in (queue, task, paused, id_prefix))
         out: _Schedules = []
         while True:
             # One more than needed tells whether anything follows the page.
@@ -1094,6 +1107,7 @@ class Client:
                     (queue is None or s.queue == queue)
                     and (task is None or s.task == task)
                     and (paused is None or s.paused == paused)
+                    and (id_prefix is None or s.id.startswith(id_prefix))
                 ):
                     if len(out) < limit:
                         pos = (score, sid)

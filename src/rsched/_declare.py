@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import tomllib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from typing import Any, TypeVar
 import anyio
 from redis.asyncio import Redis
 
+from rsched import _format as fmt
 from rsched._bulk import item_of
 from rsched._errors import (
     Conflict,
@@ -57,21 +59,34 @@ from rsched._errors import (
 )
 from rsched._fanout import Partitions, gather, save_many
 from rsched._log import EventLogger, get_logger
-from rsched._model import STATE_FIELDS, Schedule
+from rsched._model import DURATION_FIELDS, STATE_FIELDS, Schedule, passed_part
 from rsched._partition import partition_of
 from rsched._rules import check_name, encode_payload
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._timing import first_run_ms
+from rsched._words import Words, speaking
 
 T = TypeVar("T")
 
 _log = get_logger("rsched.sync")
 _TOP_LEVEL = {"source", "defaults", "schedule"}
+_ENTRY = re.compile(r"^schedule\[(\d+)\]")
 #: Operator-owned fields: a file that does not set them leaves them as they are.
 _OPERATOR_FIELDS = frozenset({"paused", "pause_note"})
 _NOT_IN_FILE = STATE_FIELDS | {"source"}
 APPLY_ATTEMPTS = 5
+#: A schedules file's messages name its keys and show TOML (``_words``).
+FILE_WORDS = Words(
+    setting='{name} = "{value}"',
+    one_trigger='cron = "0 2 * * *", every = "5m" or at = 2030-01-01T09:00:00Z',
+    durations='seconds (300) or text such as "90s", "5m", "1h30m" or "2d"',
+    exists="rename it in the file, or sync with --adopt to take it over",
+    run_now="use rsched enqueue to run a job now",
+    unknown_field="check the spelling; a schedule's keys are "
+    + ", ".join(sorted(set(Schedule.model_fields) - _NOT_IN_FILE)),
+    json_object='a table, e.g. payload = { kind = "sales" }',
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +108,7 @@ class Change:
             return "no longer in the file"
         if self.action == "add" and self.schedule is not None:
             return _summary(self.schedule)
-        parts = [f"{k}: {_show(old)} -> {_show(new)}" for k, (old, new) in self.diff.items()]
+        parts = [f"{k}: {_show(old, k)} -> {_show(new, k)}" for k, (old, new) in self.diff.items()]
         return "; ".join(parts) or "source only"
 
 
@@ -160,6 +175,9 @@ class ParsedFile:
     schedules: list[Schedule] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
     where: dict[str, str] = field(default_factory=dict)
+    #: Each invalid entry's valid part (``where`` and the schedule the fields that passed
+    #: make), so that the checks against Redis (an ``at`` in the past) also reach it.
+    partial: list[tuple[str, Schedule]] = field(default_factory=list)
 
 
 def load_file(path: str | Path) -> tuple[str, list[Schedule]]:
@@ -182,6 +200,11 @@ def parse_file(path: str | Path) -> tuple[str, list[Schedule], list[tuple[str, s
 def read_file(path: str | Path) -> ParsedFile:
     """Read a schedules file and check every entry and every field of it, collecting every
     problem. Raises ScheduleFileError only when the file cannot be read or is not TOML."""
+    with speaking(FILE_WORDS):
+        return _read_file(str(path))
+
+
+def _read_file(path: str) -> ParsedFile:
     p = Path(path)
     try:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -201,7 +224,7 @@ def read_file(path: str | Path) -> ParsedFile:
     except ValueError as exc:
         errors.append(("source", str(exc)))
         source = default_source(p)
-    parsed = ParsedFile(str(path), str(p.resolve()), source, explicit, errors=errors)
+    parsed = ParsedFile(path, str(p.resolve()), source, explicit, errors=errors)
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         errors.append(("defaults", "must be a table: [defaults]"))
@@ -218,22 +241,28 @@ def read_file(path: str | Path) -> ParsedFile:
             errors.append((f"schedule[{index}]", "write each schedule as a [[schedule]] table"))
             continue
         where = f"schedule[{index}]" + (f" (id {entry['id']!r})" if "id" in entry else "")
-        s = _check_entry(where, {**defaults, **entry}, source, errors)
-        if s is None:
+        # By the id as written, so that a repeat is named whether or not either entry is valid.
+        raw_id = entry.get("id")
+        first = seen.setdefault(raw_id, index) if isinstance(raw_id, str) else index
+        repeated = first != index
+        if repeated:
+            errors.append((f"{where}.id", f"duplicate id, also used by schedule[{first}]"))
+        s = _check_entry(where, {**defaults, **entry}, source, parsed)
+        if s is not None and repeated:
+            parsed.partial.append((where, s))
+        if s is None or repeated:
             continue
-        if s.id in seen:
-            errors.append((f"{where}.id", f"duplicate id, also used by schedule[{seen[s.id]}]"))
-            continue
-        seen[s.id] = index
         parsed.where[s.id] = where
         parsed.schedules.append(s)
     return parsed
 
 
 def _check_entry(
-    where: str, spec: dict[str, Any], source: str, errors: list[tuple[str, str]]
+    where: str, spec: dict[str, Any], source: str, parsed: ParsedFile
 ) -> Schedule | None:
-    """The entry as a schedule, or None after adding each of its problems to ``errors``."""
+    """The entry as a schedule, or None after adding each of its problems to ``parsed.errors``
+    (and its valid part to ``parsed.partial``)."""
+    errors = parsed.errors
     before = len(errors)
     for name in sorted(set(spec) & _NOT_IN_FILE):
         errors.append((f"{where}.{name}", "is maintained by rsched; remove it from the file"))
@@ -243,6 +272,9 @@ def _check_entry(
         s = Schedule(**spec)
     except InvalidSchedule as exc:
         errors.extend((f"{where}.{f}" if f else where, msg) for f, msg in exc.errors)
+        part = passed_part(spec, {f.split(".")[0] for f, _ in exc.errors if f})
+        if part is not None:
+            parsed.partial.append((where, part))
         return None
     return s if len(errors) == before else None
 
@@ -280,15 +312,23 @@ async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = Fals
     """Compare the file with Redis. Raises ScheduleFileError listing the file's own problems
     plus conflicts, payloads over this deployment's limit, entries that cannot be created (an
     ``at`` in the past) and changes that would cross into a same-named file's schedules."""
+    with speaking(FILE_WORDS):
+        return await _plan_sync(parts, parsed, adopt)
+
+
+async def _plan_sync(parts: Partitions, parsed: ParsedFile, adopt: bool) -> SyncPlan:
     source, path = parsed.source, parsed.path
     plan = SyncPlan(path=path, source=source)
     owned = await _source_ids(parts, source)
     wanted = {s.id: s for s in parsed.schedules}
-    ids = sorted(set(wanted) | owned)
+    ids = sorted(set(wanted) | owned | {s.id for _, s in parsed.partial})
     stored = await _per_partition(parts, ids, lambda store, some: store.fields(some))
     store = parts.schedules[0]
     now = await store.time_ms()
     errors = list(parsed.errors)
+    for where, part in parsed.partial:
+        if not stored[part.id]:
+            errors += _first_run_errors(where, part, now)
     for sid, new in wanted.items():
         where = parsed.where.get(sid, f"schedule {sid!r}")
         try:
@@ -297,10 +337,7 @@ async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = Fals
             errors.append((f"{where}.payload", str(exc)))
         found = stored[sid]
         if not found:
-            try:
-                first_run_ms(new, now, creating=True)
-            except InvalidSchedule as exc:
-                errors.extend((f"{where}.{f}", m) for f, m in exc.errors)
+            errors += _first_run_errors(where, new, now)
             plan.changes.append(Change("add", sid, new))
             continue
         old = Schedule.from_hash(sid, found)
@@ -328,8 +365,23 @@ async def plan_sync(parts: Partitions, parsed: ParsedFile, *, adopt: bool = Fals
             plan.changes.append(Change("remove", sid))
     errors += await _crossing(store, parsed, plan)
     if errors:
-        raise ScheduleFileError(path, errors)
+        raise ScheduleFileError(path, sorted(errors, key=_position))
     return plan
+
+
+def _first_run_errors(where: str, new: Schedule, now: int) -> list[tuple[str, str]]:
+    """What keeps a new schedule from being created now (an ``at`` or ``end_at`` past)."""
+    try:
+        first_run_ms(new, now, creating=True)
+    except InvalidSchedule as exc:
+        return [(f"{where}.{f}", m) for f, m in exc.errors]
+    return []
+
+
+def _position(error: tuple[str, str]) -> int:
+    """The entry an error is about (-1: the file as a whole), to list them in file order."""
+    found = _ENTRY.match(error[0])
+    return int(found.group(1)) if found else -1
 
 
 async def _crossing(
@@ -461,12 +513,16 @@ async def sync_file(
 
 
 def _summary(s: Schedule) -> str:
-    trigger = f"cron {s.cron!r}" if s.cron else f"every {s.every:g}s" if s.every else f"at {s.at}"
+    every = f"every {fmt.duration(s.every * 1000)}" if s.every else ""
+    trigger = f"cron {s.cron!r}" if s.cron else every or f"at {s.at}"
     zone = f" {s.timezone}" if s.timezone != "UTC" else ""
     return f"{trigger}{zone} -> {s.task} (queue {s.queue})"
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, name: str) -> str:
+    """A field's value in a plan line: a duration as 5m, anything else as its JSON value."""
+    if name in DURATION_FIELDS and isinstance(value, int | float):
+        return fmt.duration(value * 1000)
     return repr(_json(value))
 
 

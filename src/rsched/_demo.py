@@ -180,7 +180,7 @@ _RANK = {
     "started": 0,
     "completed": 2,
     "failed": 2,
-    "retry": 2,
+    "retried": 2,
     "timed out": 2,
     "dead": 3,
     "skipped": 2,
@@ -223,11 +223,11 @@ def describe(event: dict[str, Any], dead_stream: str = "the dead-letter stream")
         nxt = f" -> retry in {_seconds(retry)}" if retry is not None else ""
         what = "timed out" if kind == "timed_out" else (error or "failed")
         return "failed" if kind == "failed" else "timed out", f"attempt {attempt}: {what}{nxt}"
-    if kind == "retry":  # the handler raised rsched.Retry: not a failure
+    if kind == "retried":  # the handler raised rsched.Retry: not a failure
         retry = event.get("retry_in_ms")
         why = f" ({event['reason']})" if event.get("reason") else ""
         nxt = f" -> again in {_seconds(retry)}" if retry is not None else ""
-        return "retry", f"attempt {attempt}: asked for another attempt{why}{nxt}"
+        return "retried", f"attempt {attempt}: asked for another attempt{why}{nxt}"
     if kind == "dead":
         reason = str(event.get("reason", ""))
         why = _DEAD_REASONS.get(reason, reason)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rsched._words import words
+
 
 class RschedError(Exception):
     """Base class of every error rsched raises on purpose."""
@@ -40,7 +42,10 @@ class InvalidSchedule(RschedError, ValueError):
         self.schedule_id = schedule_id
         self.errors = list(errors)
         who = f"schedule {schedule_id!r}" if schedule_id else "schedule"
-        lines = "; ".join(f"{field}: {msg}" if field else msg for field, msg in self.errors)
+        w = words()
+        lines = "; ".join(
+            f"{w.field(field)}: {msg}" if field else msg for field, msg in self.errors
+        )
         super().__init__(f"invalid {who}: {lines}")
 
 
@@ -91,10 +96,8 @@ class ScheduleExists(RschedError):
 
     def __init__(self, schedule_id: str) -> None:
         self.schedule_id = schedule_id
-        super().__init__(
-            f"schedule {schedule_id!r} already exists; use upsert() to replace it "
-            "or update() to change fields"
-        )
+        how = words().exists.format(id=schedule_id)
+        super().__init__(f"schedule {schedule_id!r} already exists; {how}")
 
 
 class ScheduleCompleted(RschedError):
@@ -201,7 +204,7 @@ class InvalidArgument(RschedError, ValueError):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{words().argument(field)}: {message}")
 
 
 class ScheduleFileError(RschedError, ValueError):
@@ -219,18 +222,30 @@ class ScheduleFileError(RschedError, ValueError):
 
 
 class InvalidJob(RschedError, ValueError):
-    """Raised when a job to enqueue fails validation (task, queue, payload, options)."""
+    """Raised when a job to enqueue fails validation (task, queue, payload, options).
+
+    ``field`` names the field; nothing was written.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{words().job_field(field)}: {message}")
 
 
 class DeadLetterNotFound(RschedError, KeyError):
-    """Raised when a dead-letter entry id does not exist in that queue's dead-letter stream."""
+    """Raised when a dead-letter entry id (or each of several, ``entry_ids``) does not exist in
+    that queue's dead-letter stream."""
 
-    def __init__(self, queue: str, entry_id: str) -> None:
+    def __init__(self, queue: str, entry_id: str, *more: str) -> None:
         self.queue = queue
         self.entry_id = entry_id
+        self.entry_ids = [entry_id, *more]
         super().__init__(entry_id)
 
     def __str__(self) -> str:
+        if len(self.entry_ids) > 1:
+            ids = ", ".join(repr(one) for one in self.entry_ids)
+            return f"dead letters {ids} do not exist in queue {self.queue!r}"
         return f"dead letter {self.entry_id!r} does not exist in queue {self.queue!r}"
 
 

@@ -12,6 +12,16 @@ from rsched._tz import resolve_timezone
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s"))
 
 
+def retries(count: int, base_s: float, multiplier: float, max_s: float) -> str:
+    """A schedule's retry policy in one phrase (``rsched show``, the dashboard):
+    ``3 retries, backoff 30s x2 up to 1h``."""
+    if count == 0:
+        return "no retries"
+    times = "1 retry" if count == 1 else f"{count} retries"
+    growth = "fixed" if multiplier == 1 else f"x{multiplier:g} up to {duration(max_s * 1000)}"
+    return f"{times}, backoff {duration(base_s * 1000)} {growth}"
+
+
 def duration(ms: float) -> str:
     """``1d2h``, ``3m``, ``5m30s``, ``250ms``: the largest unit and the next one when not 0."""
     rest = abs(int(ms))

@@ -56,7 +56,7 @@ class HistoryEvent:
 
     ``event`` names what happened: ``fired``, ``skipped``, ``buffered``, ``misfired``,
     ``released``, ``cancel_requested`` (the scheduler), ``running``, ``completed``,
-    ``failed``, ``timed_out``, ``retry``, ``dead``, ``cancelled`` (workers), or a name a newer
+    ``failed``, ``timed_out``, ``retried``, ``dead``, ``cancelled`` (workers), or a name a newer
     rsched records. ``at`` is when it was recorded (Redis time); ``scheduled_at`` the
     occurrence's time and ``late_ms`` how late it fired; ``origin`` (schedule, trigger,
     backfill, misfire, ...) how it came to run; ``reason`` why it was skipped or dead-lettered.
@@ -177,8 +177,10 @@ _RECORD = re.compile(r"^-?[0-9a-zA-Z]+\|")
 _CODES = {
     "f": "fired", "b": "buffered", "s": "skipped", "x": "cancel_requested", "e": "released",
     "m": "misfired", "r": "running", "c": "completed", "C": "cancelled", "F": "failed",
-    "T": "timed_out", "R": "retry", "D": "dead", "W": "waiting",
+    "T": "timed_out", "R": "retried", "D": "dead", "W": "waiting",
 }  # fmt: skip
+#: Names an older rsched stored for an event, and the name it is read by (the runs log's).
+_OLD_NAMES = {"retry": "retried"}
 #: The fields of an occurrence's token, after its delta (origin '' = schedule).
 _OCCURRENCE_FIELDS = {
     "f": ("origin", "missed"),
@@ -285,8 +287,12 @@ def stored_events(items: Iterable[str | bytes], schedule_id: str) -> list[Any]:
             out.extend(reversed(expand_record(text, schedule_id)))
             continue
         try:
-            out.append(orjson.loads(text))
+            event = orjson.loads(text)
         except orjson.JSONDecodeError:
             out.append({"event": "unreadable", "raw": text})
+            continue
+        if isinstance(event, dict) and event.get("event") in _OLD_NAMES:
+            event["event"] = _OLD_NAMES[event["event"]]
+        out.append(event)
     out.sort(key=_newest_first)  # stable: a record's events and equal times keep their order
     return out

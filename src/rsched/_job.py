@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from rsched._errors import MalformedJob
+from rsched._errors import InvalidJob, MalformedJob
 from rsched._rules import NAME_RE, Priority, check_option, check_retry_window
 
 DEFAULT_MAX_RETRIES = 3
@@ -47,7 +47,7 @@ class JobOptions:
     @classmethod
     def checked(cls, **given: object) -> JobOptions:
         """Options given by a user (absent or None: the default), checked by the rules of
-        rsched._rules; raises ValueError naming the option."""
+        rsched._rules; raises InvalidJob naming the option."""
         values: dict[str, float] = {}
         for name in sorted(OPTION_NAMES):
             value = given.get(name)
@@ -55,9 +55,12 @@ class JobOptions:
                 try:
                     values[name] = check_option(name, value)
                 except ValueError as exc:
-                    raise ValueError(f"{name}: {exc}") from None
+                    raise InvalidJob(name, str(exc)) from None
         options = cls(**values)  # type: ignore[arg-type]
-        check_retry_window(options.retry_base_s, options.retry_max_s)
+        try:
+            check_retry_window(options.retry_base_s, options.retry_max_s)
+        except ValueError as exc:
+            raise InvalidJob("retry_max_s", str(exc)) from None
         return options
 
     @classmethod

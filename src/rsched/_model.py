@@ -8,6 +8,7 @@ Times in the hash are epoch milliseconds; the payload is JSON text.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -49,6 +50,7 @@ from rsched._rules import (
     parse_duration_s,
 )
 from rsched._tz import canonical_timezone, resolve_timezone
+from rsched._words import words
 
 Overlap = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_previous"]
 Misfire = Literal["run_once", "skip", "catch_up"]
@@ -65,6 +67,8 @@ DURATION_FIELDS = frozenset(
 )
 #: The shortest interval ``every`` may give.
 MIN_EVERY_S = 0.001
+#: A schedule gives exactly one of them.
+TRIGGERS = ("cron", "every", "at")
 
 #: Fields the engine maintains; ignored when a schedule is written.
 STATE_FIELDS = frozenset(
@@ -156,7 +160,7 @@ class Schedule(BaseModel):
                 data, self_instance=self, context={"max_payload_bytes": _payload_limit.get()}
             )
         except ValidationError as exc:
-            raise invalid(data.get("id"), exc) from None
+            raise invalid(data, exc) from None
 
     @field_validator("id")
     @classmethod
@@ -225,20 +229,17 @@ class Schedule(BaseModel):
 
     @model_validator(mode="after")
     def _whole(self) -> Schedule:
-        triggers = [name for name in ("cron", "every", "at") if getattr(self, name) is not None]
+        triggers = [name for name in TRIGGERS if getattr(self, name) is not None]
         if len(triggers) != 1:
-            given = ", ".join(triggers) or "none"
-            raise ValueError(
-                f"give exactly one trigger: cron='0 2 * * *', every=300 or at=<datetime> "
-                f"(given: {given})"
-            )
+            raise ValueError(_one_trigger(triggers))
         tz = resolve_timezone(self.timezone)
         for name in _TIME_FIELDS | _TIME_FIELDS_STATE:
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
                 object.__setattr__(self, name, value.replace(tzinfo=tz))
         if self.start_at and self.end_at and self.end_at <= self.start_at:
-            raise ValueError("end_at must be later than start_at")
+            w = words()
+            raise ValueError(f"{w.field('end_at')} must be later than {w.field('start_at')}")
         check_retry_window(self.retry_base_s, self.retry_max_s)
         return self
 
@@ -339,15 +340,69 @@ def _encode(value: Any) -> str:
     return str(value)
 
 
-def invalid(schedule_id: Any, exc: ValidationError) -> InvalidSchedule:
-    """Translate pydantic's error into InvalidSchedule with one (field, message) per problem."""
+def _one_trigger(given: list[str]) -> str:
+    w = words()
+    return (
+        f"give exactly one trigger: {w.one_trigger} "
+        f"(given: {', '.join(w.field(name) for name in given) or 'none'})"
+    )
+
+
+def _passed_fields(data: Mapping[str, Any], failed: Collection[str]) -> dict[str, Any] | None:
+    """The fields of ``data`` outside ``failed`` (a placeholder for a failed or missing id or
+    task, which every schedule needs); None when its trigger is among the failed ones."""
+    if any(name in failed for name in TRIGGERS):
+        return None
+    rest = {k: v for k, v in data.items() if k not in failed}
+    for name in ("id", "task"):
+        if name in failed or name not in rest:
+            rest[name] = "invalid"
+    return rest
+
+
+def passed_part(data: Mapping[str, Any], failed: Collection[str]) -> Schedule | None:
+    """The schedule the fields of ``data`` that passed make (``failed`` left out), for the
+    checks a whole schedule needs (a schedules file's ``at`` in the past) on a spec that failed;
+    None when there is none (its trigger failed, or the rest fails a check across fields)."""
+    rest = _passed_fields(data, failed)
+    if rest is None:
+        return None
+    try:
+        return Schedule(**rest)
+    except InvalidSchedule:
+        return None
+
+
+def _across_fields(data: Mapping[str, Any], failed: Collection[str]) -> list[tuple[str, str]]:
+    """The checks across fields (one trigger, end_at after start_at, the retry window) of a spec
+    some of whose fields failed: pydantic runs them only once every field passed, and one pass
+    should name every problem."""
+    given = [name for name in TRIGGERS if data.get(name) is not None]
+    if len(given) != 1:
+        return [("", _one_trigger(given))]
+    rest = _passed_fields(data, failed)
+    if rest is None:
+        return []
+    try:
+        Schedule(**rest)
+    except InvalidSchedule as exc:
+        return exc.errors
+    return []
+
+
+def invalid(data: Mapping[str, Any], exc: ValidationError) -> InvalidSchedule:
+    """Translate pydantic's error into InvalidSchedule with one (field, message) per problem,
+    the checks across fields included."""
     errors: list[tuple[str, str]] = []
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field; check the spelling against rsched.Schedule's fields"
+            msg = f"unknown field; {words().unknown_field}"
         elif err["type"] == "missing":
             msg = "required"
         errors.append((field, msg))
+    if all(err["loc"] for err in exc.errors()):  # only fields failed: the whole was not checked
+        errors += _across_fields(data, {str(err["loc"][0]) for err in exc.errors()})
+    schedule_id = data.get("id")
     return InvalidSchedule(schedule_id if isinstance(schedule_id, str) else None, errors)

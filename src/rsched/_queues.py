@@ -172,20 +172,17 @@ class QueueStore(_lua.ScriptCaller):
             dedup_ms = round(_job_field("dedup_window_s", check_dedup_window, window) * 1000)
         limit = self.max_payload_bytes
         body = _job_field("payload", encode_payload, {} if payload is None else payload, limit)
-        try:
-            options = JobOptions.checked(
-                max_retries=max_retries,
-                timeout_s=timeout_s,
-                retry_base_s=retry_base_s,
-                retry_multiplier=retry_multiplier,
-                retry_max_s=retry_max_s,
-                retry_jitter=retry_jitter,
-            )
-        except ValueError as exc:
-            raise InvalidJob(str(exc)) from None
+        options = JobOptions.checked(
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+            retry_base_s=retry_base_s,
+            retry_multiplier=retry_multiplier,
+            retry_max_s=retry_max_s,
+            retry_jitter=retry_jitter,
+        )
         delay = _job_field("delay_s", functools.partial(parse_duration_s, allow_zero=True), delay_s)
         if delay > 10 * 365 * 86400:
-            raise InvalidJob(f"delay_s: at most 10 years, got {delay:g} s")
+            raise InvalidJob("delay_s", f"at most 10 years, got {delay:g} s")
         fields = [
             "execution_id", execution_id,
             "task", task,
@@ -773,17 +770,19 @@ class QueueStore(_lua.ScriptCaller):
         skip: int,
     ) -> tuple[list[JobInfo], bool]:
         """Jobs that run, wait or are delayed, queue by queue (running, then queued by level,
-        then delayed by due time); the ``skip`` first are left out. Returns (jobs, more)."""
+        then delayed by due time), each waiting one with why it waits; the ``skip`` first are
+        left out. Returns (jobs, more)."""
         want = skip + limit + 1
         found: list[JobInfo] = []
+        live = await self.workers() if {"queued", "delayed"} & set(states) else []
         for queue in queues:
             if "running" in states or "queued" in states:
                 for level in PRIORITIES:
-                    found += await self._stream_jobs(queue, level, states, want - len(found))
+                    found += await self._stream_jobs(queue, level, states, want - len(found), live)
                     if len(found) >= want:
                         break
             if "delayed" in states and len(found) < want:
-                found += await self._delayed_jobs(queue, want - len(found))
+                found += await self._delayed_jobs(queue, want - len(found), live)
             if len(found) >= want:
                 break
         if "running" in states and "queued" in states:
@@ -792,7 +791,12 @@ class QueueStore(_lua.ScriptCaller):
         return page, len(found) > skip + limit
 
     async def _stream_jobs(
-        self, queue: str, level: Priority, states: Sequence[str], most: int
+        self,
+        queue: str,
+        level: Priority,
+        states: Sequence[str],
+        most: int,
+        live: Sequence[WorkerInfo],
     ) -> list[JobInfo]:
         key = self.keys.queue(queue, level)
         out: list[JobInfo] = []
@@ -829,7 +833,12 @@ class QueueStore(_lua.ScriptCaller):
                     if entry_id not in held:
                         out.append(
                             job_from_fields(
-                                "queued", queue, fields, priority=level, entry_id=entry_id
+                                "queued",
+                                queue,
+                                fields,
+                                priority=level,
+                                entry_id=entry_id,
+                                workers=live,
                             )
                         )
                         if len(out) >= most:
@@ -839,7 +848,9 @@ class QueueStore(_lua.ScriptCaller):
                 start = f"({page[-1][0]}"
         return out
 
-    async def _delayed_jobs(self, queue: str, most: int) -> list[JobInfo]:
+    async def _delayed_jobs(
+        self, queue: str, most: int, live: Sequence[WorkerInfo]
+    ) -> list[JobInfo]:
         members = cast(
             list[tuple[str, float]],
             await self.redis.zrange(self.keys.delayed_queue(queue), 0, most - 1, withscores=True),
@@ -851,14 +862,18 @@ class QueueStore(_lua.ScriptCaller):
             except orjson.JSONDecodeError:
                 continue
             if isinstance(flat, list):
-                out.append(job_from_fields("delayed", queue, fields_of(flat), due_ms=int(score)))
+                fields = fields_of(flat)
+                out.append(
+                    job_from_fields("delayed", queue, fields, due_ms=int(score), workers=live)
+                )
         return out
 
     async def find_job(
         self, execution_id: str, queues: Sequence[str]
     ) -> tuple[JobInfo, str] | None:
-        """Where a job waits or runs (a scan bounded by JOB_SCAN_LIMIT per key): the job and
-        its stream entry id or delayed member; None when not found."""
+        """Where a job waits or runs (a scan bounded by JOB_SCAN_LIMIT per key), a waiting one
+        with why it waits: the job and its stream entry id or delayed member; None when not
+        found."""
         streams = [(q, level) for q in queues for level in PRIORITIES]
         keys = [self.keys.queue(q, level) for q, level in streams]
         keys += [self.keys.delayed_queue(q) for q in queues]
@@ -887,10 +902,16 @@ class QueueStore(_lua.ScriptCaller):
                     deliveries=int(p[0]["times_delivered"]),
                 )
             else:
-                job = job_from_fields("queued", queue, fields, priority=level, entry_id=where)
+                live = await self.workers()
+                job = job_from_fields(
+                    "queued", queue, fields, priority=level, entry_id=where, workers=live
+                )
             return job, where
         queue = queues[index - len(streams) - 1]
-        return job_from_fields("delayed", queue, fields, due_ms=int(float(due))), where
+        live = await self.workers()
+        return job_from_fields(
+            "delayed", queue, fields, due_ms=int(float(due)), workers=live
+        ), where
 
     async def cancel_running(self, execution_id: str, reason: str = "cancelled") -> int:
         """Ask the workers to cancel a running job (``<execution id> <reason>`` on the cancel
@@ -964,7 +985,7 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
     try:
         return check(*args)
     except ValueError as exc:
-        raise InvalidJob(f"{field}: {exc}") from None
+        raise InvalidJob(field, str(exc)) from None
 
 
 def _dead_task(fields: dict[str, str]) -> str:

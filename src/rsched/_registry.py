@@ -8,7 +8,8 @@ schedule's history, the runs log and its kept result say how).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -163,9 +164,12 @@ class JobInfo:
     read by execution id after it ended, ``completed``, ``failed`` (its last attempt failed and
     the next is not written yet), ``dead`` or ``cancelled`` (from its schedule's history, the
     runs log, or its kept result). ``enqueued_at`` is when its current attempt entered the stream.
-    ``history`` holds the events of this execution (newest first) when it belongs to a
-    schedule; ``result`` what its handler returned (kept ``result_ttl_s``; None when nothing
-    was kept). Datetimes are aware UTC. Since 0.1.0.
+    ``waiting`` says why a queued or delayed job waits, when rsched can tell (no live worker
+    reads its queue or has its task, a worker without the task holds it back, a retry's
+    backoff, a delayed enqueue); None for one that just waits its turn. ``history`` holds the
+    events of this execution (newest first) when it belongs to a schedule; ``result`` what its
+    handler returned (kept ``result_ttl_s``; None when nothing was kept). Datetimes are aware
+    UTC. Since 0.1.0.
     """
 
     execution_id: str
@@ -180,6 +184,7 @@ class JobInfo:
     enqueued_at: datetime | None = None
     started_at: datetime | None = None
     due_at: datetime | None = None
+    waiting: str | None = None
     deliveries: int | None = None
     payload: dict[str, Any] | None = None
     result: Any = None
@@ -208,8 +213,10 @@ def job_from_fields(
     worker: str | None = None,
     due_ms: int | None = None,
     deliveries: int | None = None,
+    workers: Sequence[WorkerInfo] | None = None,
 ) -> JobInfo:
-    """A :class:`JobInfo` from a job's stored fields (stream entry or delayed member)."""
+    """A :class:`JobInfo` from a job's stored fields (stream entry or delayed member); with
+    the live ``workers``, why it waits."""
     try:
         payload = orjson.loads(fields.get("payload") or "{}")
     except orjson.JSONDecodeError:
@@ -221,7 +228,7 @@ def job_from_fields(
     enqueued = None
     if entry_id and entry_id.split("-")[0].isdigit():
         enqueued = at_ms(int(entry_id.split("-")[0]))
-    return JobInfo(
+    job = JobInfo(
         execution_id=fields.get("execution_id", ""),
         state=state,
         queue=queue,
@@ -236,6 +243,49 @@ def job_from_fields(
         deliveries=deliveries,
         payload=payload if isinstance(payload, dict) else None,
     )
+    if workers is None:
+        return job
+    return dataclasses.replace(job, waiting=waiting_reason(job, fields, workers))
+
+
+def no_worker_for(queue: str, task: str, workers: Sequence[WorkerInfo]) -> str | None:
+    """Why no live worker would run a job of ``task`` on ``queue`` now; None when one would."""
+    readers = [w for w in workers if queue in w.queues]
+    if not readers:
+        return f"no live worker reads queue {queue!r}" + ("" if workers else " (none is live)")
+    if not any(task in w.tasks for w in readers):
+        return f"no live worker of queue {queue!r} has task {task!r}"
+    return None
+
+
+def waiting_reason(
+    job: JobInfo, fields: Mapping[str, str], workers: Sequence[WorkerInfo]
+) -> str | None:
+    """Why a queued or delayed job waits, as far as its fields and the live workers tell."""
+    if job.state not in ("queued", "delayed") or job.queue is None or job.task is None:
+        return None
+    missing = no_worker_for(job.queue, job.task, workers)
+    since = fields.get("unknown_since", "")
+    if since.isdigit():  # read by a worker without the task (rsched._worker_actors)
+        held = (
+            f"a worker of queue {job.queue!r} without task {job.task!r} holds it back since "
+            f"{at_ms(int(since)).isoformat(timespec='seconds')}"
+        )
+        if missing:
+            return (
+                f"{missing}: {held}, and dead-letters it (unknown_task) once "
+                "worker.unknown_task_grace_s (10m by default) has passed"
+            )
+        return f"{held}; a live worker has the task now"
+    if missing:
+        return f"{missing}; it waits until one does"
+    if job.state == "delayed":
+        return (
+            "a retry, after its attempt failed"
+            if (job.attempt or 1) > 1
+            else "enqueued with a delay"
+        )
+    return None
 
 
 def state_from_history(events: list[HistoryEvent]) -> JobState | None:
@@ -243,7 +293,7 @@ def state_from_history(events: list[HistoryEvent]) -> JobState | None:
     for event in events:
         if event.event in _ENDS:
             return _ENDS[event.event]
-        if event.event in ("running", "retry", "fired", "released"):
+        if event.event in ("running", "retried", "fired", "released"):
             return None
     return None
 

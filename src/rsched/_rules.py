@@ -16,6 +16,8 @@ from typing import Literal, get_args
 
 import orjson
 
+from rsched._words import words
+
 # Letters, digits and '. _ - :' only: readable in redis-cli, no glob ('*?[') or hash-tag ('{}')
 # characters, so a name can never escape its key or its slot.
 NAME_MAX_CHARS = 200
@@ -35,7 +37,6 @@ BUFFER_LIMIT_MAX = 100_000
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION_FORMS = "seconds (300), text such as 90s, 5m, 1h30m or 2d, or a timedelta"
 #: A job option that is a duration (the others are counts and fractions).
 SECONDS_OPTIONS = frozenset({"retry_base_s", "retry_max_s", "timeout_s"})
 
@@ -44,7 +45,7 @@ SECONDS_OPTIONS = frozenset({"retry_base_s", "retry_max_s", "timeout_s"})
 #: closed, so that a typo is an error instead of an empty answer.
 HISTORY_STATUSES = (
     "fired", "skipped", "buffered", "misfired", "released", "cancel_requested", "running",
-    "completed", "failed", "timed_out", "retry", "dead", "cancelled",
+    "completed", "failed", "timed_out", "retried", "dead", "cancelled",
 )  # fmt: skip
 #: A job's priority level: workers take ``high`` first, with a weighted share for the others.
 Priority = Literal["high", "normal", "low"]
@@ -114,7 +115,7 @@ def encode_payload(payload: object, limit: float) -> bytes:
     """The payload as the JSON a job carries; it must be a JSON object of at most ``limit``
     bytes encoded."""
     if not isinstance(payload, dict):
-        raise ValueError(f"must be a JSON object (a dict), got {type(payload).__name__}")
+        raise ValueError(f"must be {words().json_object}, got {type(payload).__name__}")
     try:
         body = orjson.dumps(payload)
     except TypeError as exc:
@@ -138,7 +139,7 @@ def _duration_text(text: str) -> float:
         parts = _DURATION_PART.findall(body)
         if parts and "".join(n + u for n, u in parts) == body:
             return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
-    raise ValueError(f"{text!r} is not a duration; give {_DURATION_FORMS}")
+    raise ValueError(f"{text!r} is not a duration; give {words().durations}")
 
 
 def parse_duration_s(value: object, *, allow_zero: bool = False) -> float:
@@ -151,7 +152,7 @@ def parse_duration_s(value: object, *, allow_zero: bool = False) -> float:
     caller names the field.
     """
     if isinstance(value, bool) or not isinstance(value, int | float | str | timedelta):
-        raise ValueError(f"{value!r} is not a duration; give {_DURATION_FORMS}")
+        raise ValueError(f"{value!r} is not a duration; give {words().durations}")
     if isinstance(value, str):
         shown = value.strip()
         seconds = _duration_text(shown)
@@ -161,7 +162,7 @@ def parse_duration_s(value: object, *, allow_zero: bool = False) -> float:
         seconds = float(value)
         shown = f"{seconds:g}"
     if not math.isfinite(seconds):
-        raise ValueError(f"{shown} is not a finite duration; give {_DURATION_FORMS}")
+        raise ValueError(f"{shown} is not a finite duration; give {words().durations}")
     if seconds < 0:
         raise ValueError(f"{shown} is negative; give a positive duration such as 5m")
     if seconds == 0 and not allow_zero:
@@ -200,7 +201,8 @@ def check_option(name: str, value: object) -> float:
 
 def check_retry_window(retry_base_s: float, retry_max_s: float) -> None:
     if retry_max_s < retry_base_s:
-        raise ValueError("retry_max_s must be at least retry_base_s")
+        w = words()
+        raise ValueError(f"{w.field('retry_max_s')} must be at least {w.field('retry_base_s')}")
 
 
 def check_pause_note(note: str) -> str:
@@ -210,7 +212,10 @@ def check_pause_note(note: str) -> str:
 
 
 def check_history_status(value: object) -> str:
-    """A history event name to filter on (one of HISTORY_STATUSES)."""
+    """A history event name to filter on (one of HISTORY_STATUSES; ``retry``, its older name,
+    reads as ``retried``)."""
+    if value == "retry":
+        return "retried"
     if value not in HISTORY_STATUSES:
         raise ValueError(
             f"{value!r} is not a history status; give one of {', '.join(HISTORY_STATUSES)}"
@@ -248,7 +253,7 @@ def check_buffer_limit(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BUFFER_LIMIT_MAX:
         raise ValueError(
             f"give a whole number from 1 to {BUFFER_LIMIT_MAX} (occurrences held back by "
-            f"overlap='buffer_all'), got {value!r}"
+            f"{words().set_to('overlap', 'buffer_all')}), got {value!r}"
         )
     return value
 

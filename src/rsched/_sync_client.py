@@ -347,12 +347,18 @@ class SyncClient:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        id_prefix: str | None = None,
         page_size: int = 100,
     ) -> Iterator[Schedule]:
         """See :meth:`rsched.Client.iter_schedules`."""
         return every_item_sync(
             lambda cursor: self.list(
-                queue=queue, task=task, paused=paused, limit=page_size, cursor=cursor
+                queue=queue,
+                task=task,
+                paused=paused,
+                id_prefix=id_prefix,
+                limit=page_size,
+                cursor=cursor,
             )
         )
 
@@ -363,12 +369,19 @@ class SyncClient:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        id_prefix: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Schedule]:
         """See :meth:`rsched.Client.list`."""
         return self._run(
-            self._client.list, queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
+            self._client.list,
+            queue=queue,
+            task=task,
+            paused=paused,
+            id_prefix=id_prefix,
+            limit=limit,
+            cursor=cursor,
         )
 
 

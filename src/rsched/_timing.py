@@ -16,6 +16,7 @@ from rsched._cron import Cron
 from rsched._errors import InvalidSchedule
 from rsched._model import Schedule, from_ms, to_ms
 from rsched._tz import resolve_timezone
+from rsched._words import words
 
 
 # The schedules of a herd share their expression, zone and due time: the next run is computed
@@ -232,7 +233,7 @@ def first_run_ms(
             "at",
             (
                 f"{schedule.at.isoformat()} is in the past (it is now {now}); give a future time, "
-                "or use trigger() to run a job now"
+                f"or {words().run_now}"
             ),
         )
     elif schedule.end_at is not None and to_ms(schedule.end_at) <= now_ms:
@@ -240,15 +241,15 @@ def first_run_ms(
             "end_at",
             (
                 f"{schedule.end_at.isoformat()} is in the past (it is now {now}), so the schedule "
-                "would never fire; give a later end_at or none"
+                f"would never fire; give a later {words().field('end_at')} or none"
             ),
         )
     else:
         field, message = (
             "end_at",
             (
-                "no occurrence falls between start_at and end_at, so the schedule would never "
-                "fire; widen the window"
+                f"no occurrence falls between {words().field('start_at')} and "
+                f"{words().field('end_at')}, so the schedule would never fire; widen the window"
             ),
         )
     raise InvalidSchedule(schedule.id, [(field, message)])

@@ -186,8 +186,8 @@ class Worker:
         worker.update(self._overrides)
         try:
             cfg = WorkerSettings.model_validate(worker)
-        except ValueError as exc:
-            raise ConfigError(f"invalid worker settings: {exc}") from None
+        except ValidationError as exc:
+            raise ConfigError(f"invalid worker settings: {_worker_problems(exc)}") from None
         if not cfg.queues:
             raise ConfigError("queues: give at least one queue (e.g. --queues default)")
         for queue in cfg.queues:
@@ -383,3 +383,15 @@ class Worker:
                 with anyio.move_on_after(ACK_FLUSH_S):
                     await acker_done.wait()
             services.cancel_scope.cancel()
+
+
+def _worker_problems(exc: ValidationError) -> str:
+    """One line: each problem after the flag (when ``rsched-worker`` has one) and the variable
+    that set it."""
+    parts = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"])
+        flag = f"--{name} / " if name in ("queues", "concurrency") else ""
+        given = f"{flag}RSCHED_WORKER__{name.upper()}"
+        parts.append(f"{given}: {err['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)

@@ -17,12 +17,13 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rsched import DeadLetter, InvalidArgument, InvalidJob, Schedule, Stats
+from rsched import DeadLetter, DeadLetterNotFound, InvalidArgument, InvalidJob, Schedule, Stats
 from rsched.web import _views as views
+from rsched.web._errors import http_words
 from rsched.web._listing import State, find
 from rsched.web._sdk import Sdk
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(http_words)])
 
 
 def sdk(request: Request) -> Sdk:
@@ -270,16 +271,38 @@ async def list_dead_letters(
     return DeadLetterPage(items=page.items, cursor=page.cursor)
 
 
+async def _existing(sdk: Sdk, queue: str, body: Selection) -> tuple[list[str] | None, list[str]]:
+    """The selection's ids of dead letters that exist in the queue (None: not by ids), and
+    those that do not; raises DeadLetterNotFound naming every id when none does."""
+    ids = body.ids()
+    if ids is None:
+        return None, []
+    found, missing = [], []
+    for entry_id in dict.fromkeys(ids):
+        try:
+            await sdk.dead_letter(queue, entry_id)
+        except DeadLetterNotFound:
+            missing.append(entry_id)
+        else:
+            found.append(entry_id)
+    if not found:
+        raise DeadLetterNotFound(queue, *missing)
+    return found, missing
+
+
 @router.post("/queues/{queue}/dead-letters/requeue", tags=["queues"])
-async def requeue_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[str, int]:
-    """Put dead letters back on their queue as attempt 1."""
-    return {"requeued": await sdk.requeue(queue, body.ids(), task=body.task)}
+async def requeue_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[str, Any]:
+    """Put dead letters back on their queue as attempt 1: ``{"requeued": n, "not_found":
+    [entry ids given that do not exist]}``; 404 DeadLetterNotFound when none of them does."""
+    ids, missing = await _existing(sdk, queue, body)
+    return {"requeued": await sdk.requeue(queue, ids, task=body.task), "not_found": missing}
 
 
 @router.post("/queues/{queue}/dead-letters/purge", tags=["queues"])
-async def purge_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[str, int]:
-    """Delete dead letters for good."""
-    return {"purged": await sdk.purge(queue, body.ids(), task=body.task)}
+async def purge_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[str, Any]:
+    """Delete dead letters for good: ``{"purged": n, "not_found": [...]}`` as requeue."""
+    ids, missing = await _existing(sdk, queue, body)
+    return {"purged": await sdk.purge(queue, ids, task=body.task), "not_found": missing}
 
 
 @router.post(
@@ -302,7 +325,7 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "body"
-        raise InvalidJob(f"{field}: {err['msg']}") from None
+        raise InvalidJob(field, err["msg"]) from None
     done = await sdk.enqueue(
         job.task,
         job.payload,

@@ -1,12 +1,12 @@
-"""rsched's errors as HTTP answers: one table from exception class to status code.
+"""rsched's errors as HTTP answers: one table from exception class to status code, and the
+words their messages use.
 
 The body is ``{"error": <class name>, "message": <the SDK's message>, "field": <field or null>}``;
-the dashboard shows the same message.
+the dashboard shows the same message. Messages are built in the API's words (``HTTP_WORDS``):
+JSON fields and endpoints, not SDK calls.
 """
 
 from __future__ import annotations
-
-import re
 
 from rsched import (
     DeadLetterNotFound,
@@ -23,6 +23,29 @@ from rsched import (
     ServerError,
     WriteNotReplicated,
 )
+from rsched._words import Words, speak
+
+#: The API's words (and the dashboard's, whose editor takes the same JSON): JSON fields and
+#: endpoints.
+HTTP_WORDS = Words(
+    arguments={"schedule_id": "schedule"},
+    setting='"{name}": "{value}"',
+    one_trigger='"cron": "0 2 * * *", "every": 300 or "at": "2030-01-01T09:00:00Z"',
+    durations='seconds (300) or text such as "90s", "5m", "1h30m" or "2d"',
+    exists=(
+        "use PUT /api/v1/schedules/{id} to replace its whole spec or PATCH "
+        "/api/v1/schedules/{id} to change some fields"
+    ),
+    run_now="use POST /api/v1/jobs to run a job now",
+    unknown_field="check the spelling against the Schedule schema of /api/v1/openapi.json",
+    json_object="a JSON object",
+)
+
+
+async def http_words() -> None:
+    """Build this request's messages in the API's words (a dependency of every route)."""
+    speak(HTTP_WORDS)
+
 
 _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (InvalidArgument, 400),
@@ -38,8 +61,6 @@ _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (ServerError, 503),  # the server refuses rsched (password, replica, memory, cluster node)
     (WriteNotReplicated, 503),  # written on the primary, not confirmed by replicas in time
 )
-#: InvalidJob messages start with the field they are about ("payload: must be a dict").
-_LEADING_FIELD = re.compile(r"^([a-z_]+): ")
 
 
 def status_of(exc: RschedError) -> int:
@@ -51,7 +72,7 @@ def status_of(exc: RschedError) -> int:
 
 
 def field_of(exc: RschedError) -> str | None:
-    if isinstance(exc, InvalidArgument):
+    if isinstance(exc, InvalidArgument | InvalidJob):
         return exc.field
     if isinstance(exc, InvalidSchedule):
         return exc.errors[0][0] or None if exc.errors else None
@@ -61,9 +82,6 @@ def field_of(exc: RschedError) -> str | None:
         return "entry_id"
     if isinstance(exc, JobNotFound):
         return "execution_id"
-    if isinstance(exc, InvalidJob):
-        match = _LEADING_FIELD.match(str(exc))
-        return match.group(1) if match else None
     return None
 
 

@@ -18,17 +18,18 @@ from urllib.parse import parse_qs, quote
 
 import anyio
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import pass_context
 from jinja2.runtime import Context
 
 from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
+from rsched import _format as fmt
 from rsched._model import STATE_FIELDS
 from rsched._rules import RUN_STATUSES
 from rsched.web import _views as views
-from rsched.web._errors import error_body
+from rsched.web._errors import error_body, http_words
 from rsched.web._listing import SCAN_BUDGET, State, find
 from rsched.web._sdk import Sdk
 from rsched.web._security import (
@@ -42,7 +43,7 @@ from rsched.web._security import (
     new_token,
 )
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, dependencies=[Depends(http_words)])
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TZ_COOKIE = "rsched_tz"
 FLASH_COOKIE = "rsched_flash"
@@ -80,7 +81,7 @@ def _when(ctx: Context, value: datetime | int | str | None, own: str = "UTC") ->
     return views.moment(value, ctx["tz"], own, ctx["now"])
 
 
-templates.env.globals.update(when=_when, duration=views.duration)
+templates.env.globals.update(when=_when, duration=views.duration, retries=fmt.retries)
 templates.env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).decode()
 
 
