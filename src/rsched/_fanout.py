@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -266,12 +266,18 @@ def merge_queue_stats(
 
 
 async def jobs_across(
-    parts: Partitions, queues: Sequence[str], states: Sequence[str], limit: int, skip: int
+    parts: Partitions,
+    queues: Sequence[str],
+    states: Sequence[str],
+    limit: int,
+    skip: int,
+    live: Collection[str] | None = None,
 ) -> tuple[list[JobInfo], bool]:
     """QueueStore.jobs over the partitions: each reads as many as the page needs, and the
     merge keeps the order of one partition's (queue by queue; running, then queued by level
     and entry, then delayed by due time)."""
-    found = await parts.each(lambda k: parts.queues[k].jobs(queues, states, skip + limit + 1, 0))
+    want = skip + limit + 1
+    found = await parts.each(lambda k: parts.queues[k].jobs(queues, states, want, 0, live))
     order = {q: n for n, q in enumerate(queues)}
     levels: dict[str, int] = {level: n for n, level in enumerate(PRIORITIES)}
     states_order = {"running": 0, "queued": 1, "delayed": 2}

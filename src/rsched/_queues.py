@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar, cast
@@ -771,15 +771,20 @@ class QueueStore(_lua.ScriptCaller):
         states: Sequence[str],
         limit: int,
         skip: int,
+        live: Collection[str] | None = None,
     ) -> tuple[list[JobInfo], bool]:
         """Jobs that run, wait or are delayed, queue by queue (running, then queued by level,
-        then delayed by due time); the ``skip`` first are left out. Returns (jobs, more)."""
+        then delayed by due time); the ``skip`` first are left out. Returns (jobs, more).
+
+        ``live``: the ids of the live workers (None: every worker that holds an entry runs it).
+        An entry held by another worker waits to be taken over: it is listed as queued."""
         want = skip + limit + 1
         found: list[JobInfo] = []
         for queue in queues:
             if "running" in states or "queued" in states:
                 for level in PRIORITIES:
-                    found += await self._stream_jobs(queue, level, states, want - len(found))
+                    most = want - len(found)
+                    found += await self._stream_jobs(queue, level, states, most, live)
                     if len(found) >= want:
                         break
             if "delayed" in states and len(found) < want:
@@ -792,7 +797,12 @@ class QueueStore(_lua.ScriptCaller):
         return page, len(found) > skip + limit
 
     async def _stream_jobs(
-        self, queue: str, level: Priority, states: Sequence[str], most: int
+        self,
+        queue: str,
+        level: Priority,
+        states: Sequence[str],
+        most: int,
+        live: Collection[str] | None,
     ) -> list[JobInfo]:
         key = self.keys.queue(queue, level)
         out: list[JobInfo] = []
@@ -803,35 +813,23 @@ class QueueStore(_lua.ScriptCaller):
         except ResponseError:
             pending = []  # no stream or group yet
         held = {str(p["message_id"]): p for p in pending}
-        if "running" in states and held:
+        running = {i: p for i, p in held.items() if _runs_on(p, live)}
+        if "running" in states and running:
+            now_ms = await self.time_ms()
             async with self.redis.pipeline(transaction=False) as pipe:
-                for entry_id in held:
+                for entry_id in running:
                     pipe.xrange(key, entry_id, entry_id)
                 hits: list[list[Entry]] = await pipe.execute()
-            for (entry_id, p), hit in zip(held.items(), hits, strict=True):
+            for (entry_id, p), hit in zip(running.items(), hits, strict=True):
                 if hit:
-                    out.append(
-                        job_from_fields(
-                            "running",
-                            queue,
-                            hit[0][1],
-                            priority=level,
-                            entry_id=entry_id,
-                            worker=str(p["consumer"]),
-                            deliveries=int(p["times_delivered"]),
-                        )
-                    )
+                    out.append(_running_job(queue, level, entry_id, hit[0][1], p, now_ms))
         if "queued" in states and len(out) < most:
             start = "-"
             while len(out) < most:
                 page = cast(list[Entry], await self.redis.xrange(key, start, "+", count=PAGE))
                 for entry_id, fields in page:
-                    if entry_id not in held:
-                        out.append(
-                            job_from_fields(
-                                "queued", queue, fields, priority=level, entry_id=entry_id
-                            )
-                        )
+                    if entry_id not in running:
+                        out.append(_queued_job(queue, level, entry_id, fields, held.get(entry_id)))
                         if len(out) >= most:
                             break
                 if len(page) < PAGE:
@@ -855,10 +853,11 @@ class QueueStore(_lua.ScriptCaller):
         return out
 
     async def find_job(
-        self, execution_id: str, queues: Sequence[str]
+        self, execution_id: str, queues: Sequence[str], live: Collection[str] | None = None
     ) -> tuple[JobInfo, str] | None:
         """Where a job waits or runs (a scan bounded by JOB_SCAN_LIMIT per key): the job and
-        its stream entry id or delayed member; None when not found."""
+        its stream entry id or delayed member; None when not found. ``live`` as for
+        :meth:`jobs`."""
         streams = [(q, level) for q in queues for level in PRIORITIES]
         keys = [self.keys.queue(q, level) for q, level in streams]
         keys += [self.keys.delayed_queue(q) for q in queues]
@@ -876,18 +875,10 @@ class QueueStore(_lua.ScriptCaller):
                 p = await self.redis.xpending_range(key, GROUP, where, where, 1)
             except ResponseError:
                 p = []
-            if p:
-                job = job_from_fields(
-                    "running",
-                    queue,
-                    fields,
-                    priority=level,
-                    entry_id=where,
-                    worker=str(p[0]["consumer"]),
-                    deliveries=int(p[0]["times_delivered"]),
-                )
+            if p and _runs_on(p[0], live):
+                job = _running_job(queue, level, where, fields, p[0], await self.time_ms())
             else:
-                job = job_from_fields("queued", queue, fields, priority=level, entry_id=where)
+                job = _queued_job(queue, level, where, fields, p[0] if p else None)
             return job, where
         queue = queues[index - len(streams) - 1]
         return job_from_fields("delayed", queue, fields, due_ms=int(float(due))), where
@@ -965,6 +956,41 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
         return check(*args)
     except ValueError as exc:
         raise InvalidJob(f"{field}: {exc}") from None
+
+
+def _runs_on(pending: Any, live: Collection[str] | None) -> bool:
+    """Whether the worker an entry is pending under (an XPENDING item) is one of ``live``
+    (every worker when None)."""
+    return live is None or str(pending["consumer"]) in live
+
+
+def _running_job(
+    queue: str, level: Priority, entry_id: str, fields: dict[str, str], pending: Any, now_ms: int
+) -> JobInfo:
+    """A job its worker runs: it started when its entry was delivered, as long as no
+    heartbeat has refreshed the entry since (the worker's registry record, rewritten right
+    after each heartbeat, says when afterwards: Client.job and Client.jobs read it)."""
+    return job_from_fields(
+        "running",
+        queue,
+        fields,
+        priority=level,
+        entry_id=entry_id,
+        worker=str(pending["consumer"]),
+        deliveries=int(pending["times_delivered"]),
+        started_ms=now_ms - int(pending["time_since_delivered"]),
+    )
+
+
+def _queued_job(
+    queue: str, level: Priority, entry_id: str, fields: dict[str, str], pending: Any
+) -> JobInfo:
+    """A job that waits in its stream: not read yet, or (``pending``, an XPENDING item) read
+    by a worker that is gone, until another worker takes it over."""
+    deliveries = int(pending["times_delivered"]) if pending is not None else None
+    return job_from_fields(
+        "queued", queue, fields, priority=level, entry_id=entry_id, deliveries=deliveries
+    )
 
 
 def _dead_task(fields: dict[str, str]) -> str:
