@@ -1003,6 +1003,9 @@ class Actors:
                             # "<execution id>" (cancel_previous) or "<execution id> <reason>"
                             execution_id, _, reason = str(message["data"]).partition(" ")
                             self._cancel(execution_id, reason or "cancel_previous")
+                        elif message.get("type") == "subscribe":
+                            # Nothing keeps a cancel: one published meanwhile is lost.
+                            log.warning("cancel.resubscribed", running=len(self.running))
             except ACTOR_FAILURES as exc:
                 if not started:
                     started = True
