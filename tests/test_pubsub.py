@@ -14,6 +14,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import rsched
@@ -103,7 +104,7 @@ async def test_a_pubsub_listener_notices_a_server_that_stopped_answering(
         await redis.aclose()
 
 
-async def test_a_subscription_redis_py_made_again_is_told(
+async def test_a_dropped_subscription_is_never_silent(
     make_server: Callable[..., Server], protocol: int
 ) -> None:
     srv = make_server()
@@ -115,10 +116,13 @@ async def test_a_subscription_redis_py_made_again_is_told(
             await redis.publish("chan", "first")
             with anyio.fail_after(5):
                 assert (await anext(got))["data"] == "first"
-            # The connection drops: redis-py connects and subscribes again by itself.
             await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # type: ignore[no-untyped-call]
-            with anyio.fail_after(5):
-                again = await anext(got)
+            try:
+                with anyio.fail_after(5):
+                    again = await anext(got)
+            except RedisConnectionError:
+                return  # redis-py before 8 leaves the reconnect to the listener: told as well
+            # redis-py 8 connected and subscribed again by itself.
             assert (again["type"], again["channel"]) == ("subscribe", "chan")
             await redis.publish("chan", "after")
             with anyio.fail_after(5):
