@@ -52,5 +52,5 @@ if has_history and schedule_keys_ok(history, hash, pending) and schedule_exists(
   job_event(history, cap, 'cancelled', exec, attempt, now, extra)
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
-if KEYS[7] then run_log(KEYS[7], tonumber(ARGV[9]), ARGV[10]) end
+if KEYS[7] then run_log(KEYS[7], tonumber(ARGV[9]), ARGV[10], level_of(stream)) end
 return 5  -- OK

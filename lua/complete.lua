@@ -37,6 +37,7 @@ if not ok or type(items) ~= 'table' then return -7 end  -- BAD_ARGS
 -- The runs log is the last key, given together with its cap.
 local runs_cap = tonumber(ARGV[4])
 local runs = runs_cap and KEYS[#KEYS]
+local level = level_of(stream)
 local now = now_ms()
 local recorded = 0
 local k = 2
@@ -61,7 +62,7 @@ for i = 1, #items do
        and job_event(history, cap, event, exec, attempt, now, extra) then
       finish_run(hash, pending, stream, history, cap, exec, now)
     end
-    if runs and it[8] then run_log(runs, runs_cap, it[8]) end
+    if runs and it[8] then run_log(runs, runs_cap, it[8], level) end
     recorded = recorded + 1
   end
 end

@@ -56,5 +56,5 @@ if has_schedule and schedule_keys_ok(history, hash, pending) and schedule_exists
   job_event(history, cap, 'dead', exec, attempt, now, extra)
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
-if runs then run_log(runs, runs_cap, run) end
+if runs then run_log(runs, runs_cap, run, level_of(stream)) end
 return {5, dead_id}  -- OK

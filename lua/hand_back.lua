@@ -8,7 +8,7 @@ consumer or no longer pending are left alone. Safe to run any number of times.
 KEYS[1] stream  {p}:queue:<queue> (or a priority level's stream)
 ARGV[1] group   ARGV[2] consumer   ARGV[3] idle ms   ARGV[4..] entry ids
 
-Returns the number of entries handed back.
+Returns the number of entries handed back (claimed with the new idle time).
 ]]
 -- @include common
 
@@ -21,7 +21,12 @@ if key_is(stream, 'stream') then
     if p[1] and p[1][2] == consumer then mine[#mine + 1] = ARGV[i] end
   end
 end
-if #mine > 0 then
-  rcall('XCLAIM', stream, group, consumer, 0, unpack(mine), 'IDLE', idle, 'JUSTID')
+local n, handed = #mine, 0
+if n > 0 then
+  -- unpack() spreads its values only as the last argument (elsewhere it gives the first one):
+  -- the options follow the ids inside the table.
+  mine[n + 1], mine[n + 2], mine[n + 3] = 'IDLE', idle, 'JUSTID'
+  -- XCLAIM answers with the ids it claimed (not one deleted from the stream meanwhile).
+  handed = #rcall('XCLAIM', stream, group, consumer, 0, unpack(mine))
 end
-return #mine
+return handed

@@ -24,6 +24,9 @@ for i = 3, #ARGV do
   end
 end
 if #mine > 0 then
-  rcall('XCLAIM', stream, group, consumer, 0, unpack(mine), 'JUSTID')
+  -- unpack() spreads its values only as the last argument (elsewhere it gives the first one):
+  -- the option follows the ids inside the table.
+  mine[#mine + 1] = 'JUSTID'
+  rcall('XCLAIM', stream, group, consumer, 0, unpack(mine))
 end
 return lost

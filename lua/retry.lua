@@ -55,5 +55,5 @@ if has_history and key_is(history, 'list') and (not hash or schedule_exists(hash
   job_event(history, cap, event, exec, attempt, now,
             ',"retry_in_ms":' .. int_text(due - now) .. extra)
 end
-if runs then run_log(runs, tonumber(ARGV[11]), ARGV[12]) end
+if runs then run_log(runs, tonumber(ARGV[11]), ARGV[12], level_of(stream)) end
 return {5, int_text(due)}  -- OK

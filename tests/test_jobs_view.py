@@ -4,7 +4,7 @@ kept results, cancelling a queued, delayed or running job; the CLI commands over
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import orjson
@@ -13,7 +13,8 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched._cli import main
-from rsched._keys import Keys
+from rsched._keys import GROUP, Keys
+from rsched._rules import Priority
 from rsched._settings import Settings
 from test_worker import running, settled, wait_until
 from worker_app import fast_settings
@@ -380,3 +381,131 @@ def test_sync_client_reads_and_cancels_jobs(redis_url: str, prefix: str) -> None
         assert client.job("sync-1").state == "cancelled"  # from the runs log
         with pytest.raises(rsched.JobNotFound):
             client.cancel("sync-1")
+
+
+# --- priority and start of one job, in every state -----------------------------------------
+
+LEVELS: tuple[Priority, ...] = ("high", "normal", "low")
+
+
+async def test_job_says_priority_and_start_in_every_state(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    # Heartbeats far apart: a running job's start comes from its entry's delivery until the
+    # worker's record lists it.
+    worker = rsched.Worker(
+        settings=fast_settings(settings, concurrency=20, heartbeat_s=30, visibility_timeout_s=60)
+    )
+    release = anyio.Event()
+    began: dict[str, datetime] = {}
+
+    @worker.task("t.block")
+    async def block(job: rsched.Job) -> None:
+        began[job.execution_id] = datetime.now(UTC)
+        await release.wait()
+
+    @worker.task("t.ok")
+    async def ok(job: rsched.Job) -> None:
+        began[job.execution_id] = datetime.now(UTC)
+
+    @worker.task("t.boom")
+    async def boom(job: rsched.Job) -> None:
+        began[job.execution_id] = datetime.now(UTC)
+        raise RuntimeError("no")
+
+    @worker.task("t.later")
+    async def later(job: rsched.Job) -> None:
+        raise rsched.Retry(delay_s=3600)
+
+    fired: dict[str, str] = {}
+    for p in LEVELS:
+        await client.enqueue("t.ok", queue="idle", execution_id=f"queued-{p}", priority=p)
+        await client.enqueue("t.ok", execution_id=f"delayed-{p}", priority=p, delay=3600)
+        await client.enqueue("t.ok", queue="idle", execution_id=f"cancelled-{p}", priority=p)
+        assert await client.cancel(f"cancelled-{p}") == "queued"
+        await client.add({"id": f"every-{p}", "task": "t.ok", "every": 3600, "priority": p})
+    async with running(worker, redis):
+        for p in LEVELS:
+            await client.enqueue("t.block", execution_id=f"running-{p}", priority=p)
+            await client.enqueue("t.ok", execution_id=f"completed-{p}", priority=p)
+            await client.enqueue("t.boom", execution_id=f"dead-{p}", priority=p, max_retries=0)
+            await client.enqueue("t.later", execution_id=f"retrying-{p}", priority=p)
+            fired[p] = (await client.trigger(f"every-{p}")).execution_id
+
+        async def all_ran() -> bool:
+            retrying = [await client.job(f"retrying-{p}") for p in LEVELS]
+            return len(began) == 12 and all(j.attempt == 2 for j in retrying)
+
+        await wait_until(all_ran)
+        for p in LEVELS:
+            for name in ("queued", "delayed", "cancelled", "retrying"):
+                job = await client.job(f"{name}-{p}")
+                assert (job.state, job.priority, job.started_at) == (
+                    "cancelled" if name == "cancelled" else "delayed" if name != "queued"
+                    else "queued", p, None,
+                ), job  # fmt: skip
+            job = await client.job(f"running-{p}")
+            assert (job.state, job.priority) == ("running", p)
+            assert job.started_at is not None
+            assert abs(job.started_at - began[job.execution_id]).total_seconds() < 2
+            for eid, state in ((f"completed-{p}", "completed"), (f"dead-{p}", "dead"),
+                               (fired[p], "completed")):  # fmt: skip
+                job = await client.job(eid)
+                assert (job.state, job.priority, job.queue) == (state, p, "default"), job
+                assert job.started_at is not None
+                assert abs(job.started_at - began[eid]).total_seconds() < 2
+        listed = {j.execution_id: j for j in (await client.jobs(state="running")).items}
+        assert {eid: j.priority for eid, j in listed.items()} == {f"running-{p}": p for p in LEVELS}
+        for eid, job in listed.items():
+            assert job.started_at is not None
+            assert abs(job.started_at - began[eid]).total_seconds() < 2
+        release.set()
+
+
+async def test_a_running_jobs_start_holds_across_heartbeats(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    worker, release, events = _blocking_worker(settings)  # heartbeats every 0.2 s
+    await client.enqueue("t.block", execution_id="long", priority="low")
+    async with running(worker, redis):
+        await wait_until(lambda: "start:long" in events)
+        first = await client.job("long")  # from the entry's delivery: not heartbeated yet
+        assert first.started_at is not None
+
+        async def heartbeated() -> bool:  # the entry's delivery time moved on past the start
+            stream = Keys(settings.prefix).queue("default", "low")
+            (entry,) = await redis.xpending_range(stream, GROUP, "-", "+", 1)
+            idle = timedelta(milliseconds=int(entry["time_since_delivered"]))
+            return (datetime.now(UTC) - idle - first_start).total_seconds() > 1
+
+        first_start = first.started_at
+        await wait_until(heartbeated)
+        again = await client.job("long")  # from the worker's record
+        assert (again.state, again.priority) == ("running", "low")
+        assert again.started_at is not None
+        assert abs((again.started_at - first_start).total_seconds()) < 0.5
+        release.set()
+        await wait_until(lambda: settled(redis, settings))
+    done = await client.job("long")
+    assert (done.state, done.priority) == ("completed", "low")
+    assert done.started_at is not None
+    assert abs((done.started_at - again.started_at).total_seconds()) < 0.05
+
+
+async def test_an_ended_scheduled_job_trimmed_from_the_runs_log_keeps_its_start(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    worker, release, _ = _blocking_worker(settings)
+    release.set()
+    await client.add({"id": "hourly", "task": "t.block", "every": 3600})
+    async with running(worker, redis):
+        fired = await client.trigger("hourly")
+        await wait_until(lambda: settled(redis, settings))
+    recorded = await client.job(fired.execution_id)
+    assert recorded.started_at is not None
+    await redis.delete(Keys(settings.prefix).runs)  # the history alone knows it now
+    job = await client.job(fired.execution_id)
+    assert job.state == "completed"
+    assert job.started_at is not None  # its running event; the record's is its end less its run
+    assert abs((job.started_at - recorded.started_at).total_seconds()) < 0.01

@@ -237,6 +237,28 @@ async def test_heartbeat_reports_entries_this_consumer_no_longer_holds(
     assert claimed == []  # both were just refreshed or claimed: nothing is idle
 
 
+async def test_heartbeat_and_hand_back_reach_every_entry(store: QueueStore, redis: Redis) -> None:
+    await store.create_groups(["default"])
+    for _ in range(3):
+        await store.enqueue("t")
+    [(_, entries)] = await store.read([("default", "normal")], "c1", 3, 100)
+    ids = [entry_id for entry_id, _ in entries]
+    stream = store.keys.queue("default")
+
+    async def idle_ms() -> list[int]:
+        pending = await redis.xpending_range(stream, GROUP, "-", "+", 10)
+        return [int(p["time_since_delivered"]) for p in pending]
+
+    await any_(redis).xclaim(stream, GROUP, "c1", 0, ids, idle=120_000, justid=True)
+    assert await store.heartbeat("default", "c1", ids) == []
+    assert all(ms < 60_000 for ms in await idle_ms())  # every one refreshed, not the first only
+    year_ms = 365 * 86_400_000
+    assert await store.hand_back("default", "c1", ids, 10 * year_ms) == 3
+    assert all(ms > year_ms for ms in await idle_ms())
+    [(_, claimed)] = await store.reclaim([(("default", "normal"), "0-0")], "c2", 60_000, 10)
+    assert [entry_id for entry_id, _, _ in claimed] == ids
+
+
 @pytest.mark.cluster
 async def test_reclaim_takes_over_several_streams_within_one_count(
     store: QueueStore, redis: Redis

@@ -23,7 +23,7 @@ from rsched._runs import record_of, run_record
 from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from test_worker import running, wait_until
-from worker_app import fast_settings
+from worker_app import any_, fast_settings
 
 
 def _worker(settings: Settings) -> rsched.Worker:
@@ -89,6 +89,36 @@ async def test_ended_runs_are_logged_with_their_outcome(redis: Redis, settings: 
     times = [r.ended_at or r.fired_at for r in (await client.runs(limit=100)).items]
     assert None not in times
     assert times == sorted(times, reverse=True)  # type: ignore[type-var]
+
+
+async def test_records_name_the_level_of_their_job(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    await client.enqueue("t.ok", execution_id="waits", queue="idle", priority="low")
+    async with running(_worker(settings), redis):
+        for level in ("high", "normal", "low"):
+            await client.enqueue("t.ok", execution_id=f"ok-{level}", priority=level)
+            await client.enqueue("t.boom", execution_id=f"dead-{level}", priority=level,
+                                 max_retries=0)  # fmt: skip
+
+        async def ended() -> bool:
+            return len((await client.runs(limit=100, status="completed")).items) >= 3
+
+        await wait_until(ended)
+        await wait_until(lambda: _dead_count(client, 3))
+    got = {r.execution_id: r.priority for r in await client.runs(limit=100)}
+    assert got == {
+        "waits": "low",  # in progress: from its stream
+        **{
+            f"{end}-{level}": level for end in ("ok", "dead") for level in ("high", "normal", "low")
+        },
+    }
+    assert (await client.runs(limit=1)).items[0].as_dict()["priority"] == "low"
+    fields = await any_(redis).xrange(Keys(settings.prefix).runs)  # normal adds no field
+    assert sorted(f.get("p", "-") for _, f in fields) == ["-", "-", "high", "high", "low", "low"]
+
+
+async def _dead_count(client: rsched.Client, n: int) -> bool:
+    return len((await client.runs(limit=100, status="dead")).items) >= n
 
 
 async def test_runs_in_progress_come_from_the_queue_streams(

@@ -170,3 +170,43 @@ async def _enqueue_ok(store: QueueStore) -> bool:
     except Exception:
         return False
     return True
+
+
+async def test_a_forced_stop_hands_every_running_job_to_another_worker(
+    redis: Redis, settings: Settings, spawn: Spawn
+) -> None:
+    """Two async jobs and a sync one: the second signal hands all three back, no job is shown
+    running on the worker that left, and the next worker starts each within seconds although
+    the visibility timeout is a minute."""
+    client = rsched.Client(redis, settings)
+    env = {
+        "RSCHED_WORKER__VISIBILITY_TIMEOUT_S": "60",
+        "RSCHED_WORKER__SHUTDOWN_GRACE_PERIOD_S": "60",
+    }
+    first = start_worker(spawn, settings, **env)
+    ids = {
+        (await client.enqueue("app.sleep", {"s": 60})).execution_id,
+        (await client.enqueue("app.sleep", {"s": 60})).execution_id,
+        (await client.enqueue("app.sync_sleep", {"s": 60})).execution_id,
+    }
+    await wait_until(lambda: _count(redis, settings, "start", 3))
+    first.signal(signal.SIGTERM)
+    first.wait_for("event=worker.draining")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 1
+    assert "handed_back=3" in first.output()
+    waiting = (await client.jobs()).items
+    assert {(j.execution_id, j.state, j.worker) for j in waiting} == {
+        (i, "queued", None) for i in ids
+    }
+    assert (await client.job(min(ids))).state == "queued"
+    second = start_worker(spawn, settings, **env)
+    started = time.monotonic()
+    await wait_until(lambda: _count(redis, settings, "start", 6), timeout_s=30)
+    assert time.monotonic() - started < 10
+    got = await marks(redis, settings)
+    assert {m[1] for m in got[3:]} == ids
+    assert {m[3] for m in got[3:]} == {str(second.proc.pid)}
+    running = (await client.jobs(state="running")).items
+    assert {j.execution_id for j in running} == ids
+    assert all(j.worker and j.worker in second.output() for j in running)

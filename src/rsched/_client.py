@@ -811,37 +811,30 @@ class Client:
         parts = await self._partitions()
         queues = [queue] if queue is not None else await parts.queue_names()
         states = [state] if state is not None else list(LISTED_STATES)
+        workers = await self._registry.workers()
         if parts.count == 1:
-            items, more = await parts.queues[0].jobs(queues, states, limit, skip)
+            items, more = await parts.queues[0].jobs(queues, states, limit, skip, workers)
         else:
-            items, more = await jobs_across(parts, queues, states, limit, skip)
+            items, more = await jobs_across(parts, queues, states, limit, skip, workers)
+        items = [
+            (_listed(job, job.execution_id, workers) or job) if job.state == "running" else job
+            for job in items
+        ]
         return Page(items, str(skip + limit) if more else None)
 
     @_redis_errors
     async def job(self, execution_id: str) -> JobInfo:
         """One job by its execution id: where it is (queued, running and on which worker,
-        delayed until when) or how it ended, its schedule's history of this execution, and
-        its result while kept. A waiting job is looked for among the first 10,000 entries of
-        each stream and delayed set, an ended one in its schedule's history and the runs log's
-        last 10,000 records (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
+        delayed until when) or how it ended, its priority, when its attempt started, its
+        schedule's history of this execution, and its result while kept. A waiting job is
+        looked for among the first 10,000 entries of each stream and delayed set, an ended one
+        in the runs log's last 10,000 records, its schedule's history and its kept result
+        (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
         _argument("execution_id", check_execution_id, execution_id)
         store = await self._queues(execution_id)
-        found = await store.find_job(execution_id, await store.queue_names())
+        workers = await self._registry.workers()
+        found = await store.find_job(execution_id, await store.queue_names(), workers)
         job = found[0] if found else None
-        if job is None or job.state == "running":
-            for worker in await self._registry.workers():
-                for run in worker.jobs:
-                    if run.execution_id == execution_id:
-                        job = dataclasses.replace(
-                            job or JobInfo(execution_id, "running", queue=run.queue),
-                            state="running",
-                            task=run.task,
-                            priority=run.priority,
-                            attempt=run.attempt,
-                            entry_id=run.entry_id,
-                            worker=worker.id,
-                            started_at=run.started_at,
-                        )
         sid = job.schedule_id if job else _schedule_of(execution_id)
         history: tuple[HistoryEvent, ...] = ()
         if sid:
@@ -851,38 +844,60 @@ class Client:
             history = tuple(e for e in events if e.execution_id == execution_id)
         kept, result = await store.result(execution_id)
         if job is None:
-            state = state_from_history(list(history))
-            ended = None
-            if state is None:  # an enqueued job, or one whose history was trimmed: its record
-                newest = await read_runs(
-                    self._redis,
-                    store.keys,
-                    RunFilter(execution_id=execution_id),
-                    limit=1,
-                    cursor="+",  # records only: it is not waiting or running
-                )
-                ended = newest.items[0] if newest.items else None
-                state = _RUN_ENDS.get(ended.status) if ended else None
-            state = state or ("completed" if kept else None)
-            if state is None:
-                raise JobNotFound(
-                    execution_id,
-                    "it does not wait, run or have a kept outcome (finished jobs are known by "
-                    "their schedule's history, the runs log's last 10,000 records and their "
-                    "kept result)",
-                )
-            last = history[0] if history else None
-            job = JobInfo(
+            job = await self._ended(store, execution_id, sid, history, kept)
+        if job is None or job.state == "running":
+            # The registry record of its worker says when it started; a job no lookup found
+            # may run deeper in its stream than the lookup reads.
+            job = _listed(job, execution_id, workers)
+        if job is None:
+            raise JobNotFound(
                 execution_id,
-                state,
-                queue=ended.queue if ended else None,
-                task=ended.task if ended else None,
-                schedule_id=sid if history else (ended.schedule_id if ended else None),
-                attempt=last.attempt if last else (ended.attempt if ended else None),
-                worker=ended.worker if ended else None,
-                started_at=ended.started_at if ended else None,
+                "it does not wait, run or have a kept outcome (finished jobs are known by "
+                "their schedule's history, the runs log's last 10,000 records and their "
+                "kept result)",
             )
         return dataclasses.replace(job, history=history, result=result)
+
+    async def _ended(
+        self,
+        store: QueueStore,
+        execution_id: str,
+        sid: str | None,
+        history: tuple[HistoryEvent, ...],
+        kept: bool,
+    ) -> JobInfo | None:
+        """A job that neither waits nor runs, as its newest runs log record (queue, task,
+        priority, worker and start of its last attempt), its schedule's history and its kept
+        result tell; None when none of them knows it."""
+        newest = await read_runs(
+            self._redis,
+            store.keys,
+            RunFilter(execution_id=execution_id),
+            limit=1,
+            cursor="+",  # records only: it is not waiting or running
+        )
+        ended = newest.items[0] if newest.items else None
+        state = state_from_history(list(history)) or (
+            _RUN_ENDS.get(ended.status) if ended else None
+        )
+        state = state or ("completed" if kept else None)
+        if state is None:
+            return None
+        last = history[0] if history else None
+        attempt = last.attempt if last else (ended.attempt if ended else None)
+        # A record trimmed from the log: the history's running event of that attempt.
+        began = next((e for e in history if e.event == "running" and e.attempt == attempt), None)
+        return JobInfo(
+            execution_id,
+            state,
+            queue=ended.queue if ended else None,
+            task=ended.task if ended else None,
+            priority=ended.priority if ended else "normal",
+            schedule_id=sid if history else (ended.schedule_id if ended else None),
+            attempt=attempt,
+            worker=ended.worker if ended else None,
+            started_at=ended.started_at if ended else (began.at if began else None),
+        )
 
     @_redis_errors
     async def result(self, execution_id: str) -> Any:
@@ -1120,6 +1135,28 @@ class Client:
                 return Page(out, None)
             if len(out) == limit:  # whether one matches further on is another read away
                 return Page(out, _encode_cursor(pos))
+
+
+def _listed(job: JobInfo | None, execution_id: str, workers: list[WorkerInfo]) -> JobInfo | None:
+    """``job`` (running) as the registry record of its worker lists it (its exact start), or
+    a job no lookup found (None) as a live worker's record lists it; else ``job`` itself."""
+    holder = job.worker if job is not None and job.state == "running" else None
+    for worker in workers:
+        if holder is not None and worker.id != holder:
+            continue
+        for run in worker.jobs:
+            if run.execution_id == execution_id:
+                return dataclasses.replace(
+                    job or JobInfo(execution_id, "running", queue=run.queue),
+                    state="running",
+                    task=run.task,
+                    priority=run.priority,
+                    attempt=run.attempt,
+                    entry_id=run.entry_id,
+                    worker=worker.id,
+                    started_at=run.started_at,
+                )
+    return job
 
 
 def _schedule_of(execution_id: str) -> str | None:

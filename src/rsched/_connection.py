@@ -402,32 +402,62 @@ async def _role(redis: Redis) -> str:
 
 
 async def messages(
-    pubsub: PubSub, *, ping_after_s: float = PUBSUB_PING_S
+    pubsub: PubSub, *, ping_after_s: float | None = None
 ) -> AsyncIterator[dict[str, Any]]:
     """The messages of a subscribed ``pubsub``, until its connection fails.
 
     ``pubsub.listen()`` of redis-py before 8.1 reads under the socket timeout, so a channel
     silent for ``socket_timeout_s`` raised TimeoutError (and the listener lost messages while
     it subscribed again); short reads that may find nothing behave the same on every version.
-    After ``ping_after_s`` of silence a PING checks that the server is still there: with no
-    answer within the socket timeout this raises redis' TimeoutError, so the caller reconnects
-    instead of waiting forever on a dead connection.
+    After ``ping_after_s`` (default :data:`PUBSUB_PING_S`) of silence a PING checks that the
+    server is still there: any reply is an answer, whatever its shape (``["pong", ""]`` on
+    RESP2, ``"PONG"`` on RESP3, which redis-py's ``get_message`` drops); with none within the
+    socket timeout this raises redis' TimeoutError, so the caller reconnects instead of waiting
+    forever on a dead connection.
+
+    redis-py reconnects a dropped pub/sub connection and subscribes again by itself: what was
+    published in between is lost. That is yielded too, as the repeated confirmation (type
+    ``subscribe``), so that a listener can make up for what it may have missed.
     """
+    quiet_s = PUBSUB_PING_S if ping_after_s is None else ping_after_s
     answer_s = pubsub.connection_pool.connection_kwargs.get("socket_timeout") or 5.0
     heard = anyio.current_time()
     pinged: float | None = None
+    confirmed: set[str] = set()
     while True:
-        message = await pubsub.get_message(timeout=LISTEN_POLL_S)
+        # What get_message reads, before it hands the reply to handle_message.
+        reply = await pubsub.parse_response(block=False, timeout=LISTEN_POLL_S)
         now = anyio.current_time()
-        if message is not None:
+        if reply is not None:
             heard, pinged = now, None
-            if message.get("type") != "pong":
-                yield message
+            kind = _reply_kind(reply)
+            if kind == "subscribe":
+                channel = _text(reply[1])
+                if channel in confirmed:
+                    yield {"type": kind, "pattern": None, "channel": channel, "data": reply[2]}
+                confirmed.add(channel)
+            elif kind != "pong":
+                message = await pubsub.handle_message(reply)  # type: ignore[no-untyped-call]
+                if message is not None:
+                    yield message
         elif pinged is not None and now - pinged > answer_s:
             raise RedisTimeoutError(f"no answer to PING on pub/sub within {answer_s:g} s")
-        elif pinged is None and now - heard >= ping_after_s:
+        elif pinged is None and now - heard >= quiet_s:
             await pubsub.ping()
             pinged = now
+
+
+def _reply_kind(reply: Any) -> str:
+    """What a reply read on a subscribed connection is: ``pong`` (a PING's answer: a list
+    ``["pong", data]`` on RESP2; on RESP3, where everything else is pushed as a list, a plain
+    string), or the type a list names (``message``, ``subscribe``, ...)."""
+    if not isinstance(reply, list):
+        return "pong"
+    return _text(reply[0]).lower() if reply else ""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def warn_if_unsafe(redis: Redis, log: EventLogger) -> list[str]:

@@ -30,7 +30,7 @@ from rsched._keys import Keys
 from rsched._page import Page
 from rsched._partition import job_partition, partition_of
 from rsched._queues import QueueStore
-from rsched._registry import JobInfo
+from rsched._registry import JobInfo, WorkerInfo
 from rsched._rules import PAGE_MAX, PRIORITIES
 from rsched._runs import LIVE_STATUSES, SCAN_MAX, RunFilter, RunRecord, live_runs, log_records
 from rsched._settings import Settings
@@ -266,12 +266,18 @@ def merge_queue_stats(
 
 
 async def jobs_across(
-    parts: Partitions, queues: Sequence[str], states: Sequence[str], limit: int, skip: int
+    parts: Partitions,
+    queues: Sequence[str],
+    states: Sequence[str],
+    limit: int,
+    skip: int,
+    workers: Sequence[WorkerInfo] | None = None,
 ) -> tuple[list[JobInfo], bool]:
     """QueueStore.jobs over the partitions: each reads as many as the page needs, and the
     merge keeps the order of one partition's (queue by queue; running, then queued by level
     and entry, then delayed by due time)."""
-    found = await parts.each(lambda k: parts.queues[k].jobs(queues, states, skip + limit + 1, 0))
+    want = skip + limit + 1
+    found = await parts.each(lambda k: parts.queues[k].jobs(queues, states, want, 0, workers))
     order = {q: n for n, q in enumerate(queues)}
     levels: dict[str, int] = {level: n for n, level in enumerate(PRIORITIES)}
     states_order = {"running": 0, "queued": 1, "delayed": 2}

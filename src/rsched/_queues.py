@@ -768,17 +768,22 @@ class QueueStore(_lua.ScriptCaller):
         states: Sequence[str],
         limit: int,
         skip: int,
+        workers: Sequence[WorkerInfo] | None = None,
     ) -> tuple[list[JobInfo], bool]:
         """Jobs that run, wait or are delayed, queue by queue (running, then queued by level,
         then delayed by due time), each waiting one with why it waits; the ``skip`` first are
-        left out. Returns (jobs, more)."""
+        left out. Returns (jobs, more).
+
+        ``workers``: the live workers' records (read from the registry when None). An entry
+        held by a worker not among them waits to be taken over: it is listed as queued."""
         want = skip + limit + 1
         found: list[JobInfo] = []
-        live = await self.workers() if {"queued", "delayed"} & set(states) else []
+        live = await self.workers() if workers is None else workers
         for queue in queues:
             if "running" in states or "queued" in states:
                 for level in PRIORITIES:
-                    found += await self._stream_jobs(queue, level, states, want - len(found), live)
+                    most = want - len(found)
+                    found += await self._stream_jobs(queue, level, states, most, live)
                     if len(found) >= want:
                         break
             if "delayed" in states and len(found) < want:
@@ -796,7 +801,7 @@ class QueueStore(_lua.ScriptCaller):
         level: Priority,
         states: Sequence[str],
         most: int,
-        live: Sequence[WorkerInfo],
+        workers: Sequence[WorkerInfo],
     ) -> list[JobInfo]:
         key = self.keys.queue(queue, level)
         out: list[JobInfo] = []
@@ -807,40 +812,24 @@ class QueueStore(_lua.ScriptCaller):
         except ResponseError:
             pending = []  # no stream or group yet
         held = {str(p["message_id"]): p for p in pending}
-        if "running" in states and held:
+        running = {i: p for i, p in held.items() if _runs_on(p, workers)}
+        if "running" in states and running:
+            now_ms = await self.time_ms()
             async with self.redis.pipeline(transaction=False) as pipe:
-                for entry_id in held:
+                for entry_id in running:
                     pipe.xrange(key, entry_id, entry_id)
                 hits: list[list[Entry]] = await pipe.execute()
-            for (entry_id, p), hit in zip(held.items(), hits, strict=True):
+            for (entry_id, p), hit in zip(running.items(), hits, strict=True):
                 if hit:
-                    out.append(
-                        job_from_fields(
-                            "running",
-                            queue,
-                            hit[0][1],
-                            priority=level,
-                            entry_id=entry_id,
-                            worker=str(p["consumer"]),
-                            deliveries=int(p["times_delivered"]),
-                        )
-                    )
+                    out.append(_running_job(queue, level, entry_id, hit[0][1], p, now_ms))
         if "queued" in states and len(out) < most:
             start = "-"
             while len(out) < most:
                 page = cast(list[Entry], await self.redis.xrange(key, start, "+", count=PAGE))
                 for entry_id, fields in page:
-                    if entry_id not in held:
-                        out.append(
-                            job_from_fields(
-                                "queued",
-                                queue,
-                                fields,
-                                priority=level,
-                                entry_id=entry_id,
-                                workers=live,
-                            )
-                        )
+                    if entry_id not in running:
+                        taken = held.get(entry_id)
+                        out.append(_queued_job(queue, level, entry_id, fields, taken, workers))
                         if len(out) >= most:
                             break
                 if len(page) < PAGE:
@@ -869,11 +858,14 @@ class QueueStore(_lua.ScriptCaller):
         return out
 
     async def find_job(
-        self, execution_id: str, queues: Sequence[str]
+        self,
+        execution_id: str,
+        queues: Sequence[str],
+        workers: Sequence[WorkerInfo] | None = None,
     ) -> tuple[JobInfo, str] | None:
         """Where a job waits or runs (a scan bounded by JOB_SCAN_LIMIT per key), a waiting one
         with why it waits: the job and its stream entry id or delayed member; None when not
-        found."""
+        found. ``workers`` as for :meth:`jobs`."""
         streams = [(q, level) for q in queues for level in PRIORITIES]
         keys = [self.keys.queue(q, level) for q, level in streams]
         keys += [self.keys.delayed_queue(q) for q in queues]
@@ -891,24 +883,14 @@ class QueueStore(_lua.ScriptCaller):
                 p = await self.redis.xpending_range(key, GROUP, where, where, 1)
             except ResponseError:
                 p = []
-            if p:
-                job = job_from_fields(
-                    "running",
-                    queue,
-                    fields,
-                    priority=level,
-                    entry_id=where,
-                    worker=str(p[0]["consumer"]),
-                    deliveries=int(p[0]["times_delivered"]),
-                )
+            live = await self.workers() if workers is None else workers
+            if p and _runs_on(p[0], live):
+                job = _running_job(queue, level, where, fields, p[0], await self.time_ms())
             else:
-                live = await self.workers()
-                job = job_from_fields(
-                    "queued", queue, fields, priority=level, entry_id=where, workers=live
-                )
+                job = _queued_job(queue, level, where, fields, p[0] if p else None, live)
             return job, where
         queue = queues[index - len(streams) - 1]
-        live = await self.workers()
+        live = await self.workers() if workers is None else workers
         return job_from_fields(
             "delayed", queue, fields, due_ms=int(float(due)), workers=live
         ), where
@@ -986,6 +968,53 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
         return check(*args)
     except ValueError as exc:
         raise InvalidJob(field, str(exc)) from None
+
+
+def _runs_on(pending: Any, workers: Sequence[WorkerInfo]) -> bool:
+    """Whether the worker an entry is pending under (an XPENDING item) is one of the live
+    ``workers``."""
+    consumer = str(pending["consumer"])
+    return any(w.id == consumer for w in workers)
+
+
+def _running_job(
+    queue: str, level: Priority, entry_id: str, fields: dict[str, str], pending: Any, now_ms: int
+) -> JobInfo:
+    """A job its worker runs: it started when its entry was delivered, as long as no
+    heartbeat has refreshed the entry since (the worker's registry record, rewritten right
+    after each heartbeat, says when afterwards: Client.job and Client.jobs read it)."""
+    return job_from_fields(
+        "running",
+        queue,
+        fields,
+        priority=level,
+        entry_id=entry_id,
+        worker=str(pending["consumer"]),
+        deliveries=int(pending["times_delivered"]),
+        started_ms=now_ms - int(pending["time_since_delivered"]),
+    )
+
+
+def _queued_job(
+    queue: str,
+    level: Priority,
+    entry_id: str,
+    fields: dict[str, str],
+    pending: Any,
+    workers: Sequence[WorkerInfo],
+) -> JobInfo:
+    """A job that waits in its stream, with why it waits: not read yet, or (``pending``, an
+    XPENDING item) read by a worker that is gone, until another worker takes it over."""
+    deliveries = int(pending["times_delivered"]) if pending is not None else None
+    return job_from_fields(
+        "queued",
+        queue,
+        fields,
+        priority=level,
+        entry_id=entry_id,
+        deliveries=deliveries,
+        workers=workers,
+    )
 
 
 def _dead_task(fields: dict[str, str]) -> str:

@@ -159,17 +159,21 @@ def parse_worker(raw: str | bytes, last_seen_ms: int) -> WorkerInfo | None:
 class JobInfo:
     """One job, wherever it is (see :meth:`rsched.Client.jobs` and :meth:`~rsched.Client.job`).
 
-    ``state``: ``queued`` (in its queue's stream, not yet read), ``running`` (read by
-    ``worker``), ``delayed`` (a retry or a delayed enqueue, due at ``due_at``), or, for a job
-    read by execution id after it ended, ``completed``, ``failed`` (its last attempt failed and
-    the next is not written yet), ``dead`` or ``cancelled`` (from its schedule's history, the
-    runs log, or its kept result). ``enqueued_at`` is when its current attempt entered the stream.
-    ``waiting`` says why a queued or delayed job waits, when rsched can tell (no live worker
-    reads its queue or has its task, a worker without the task holds it back, a retry's
-    backoff, a delayed enqueue); None for one that just waits its turn. ``history`` holds the
-    events of this execution (newest first) when it belongs to a schedule; ``result`` what its
-    handler returned (kept ``result_ttl_s``; None when nothing was kept). Datetimes are aware
-    UTC. Since 0.1.0.
+    ``state``: ``queued`` (in its queue's stream, not yet read; or read by a worker that is
+    gone, a forced stop's or one no longer in the worker registry, until another worker takes
+    it over), ``running`` (read by ``worker``, a live one), ``delayed`` (a retry or a delayed
+    enqueue, due at ``due_at``), or, for a job read by execution id after it ended,
+    ``completed``, ``failed`` (its last attempt failed and the next is not written yet),
+    ``dead`` or ``cancelled`` (from its schedule's history, the runs log, or its kept result).
+    ``priority`` is its level (``high``, ``normal``, ``low``), in every state.
+    ``enqueued_at`` is when its current attempt entered the stream; ``started_at`` when its
+    current attempt started (running), or its last one (ended; None for a job that never ran).
+    ``history`` holds the events of this execution (newest first) when it belongs to a
+    schedule; ``result`` what its handler returned (kept ``result_ttl_s``; None when nothing
+    was kept). ``waiting`` says why a queued or delayed job waits, when rsched can tell (no
+    live worker reads its queue or has its task, a worker without the task holds it back, a
+    retry's backoff, a delayed enqueue); None for one that just waits its turn. Datetimes are
+    aware UTC. Since 0.1.0.
     """
 
     execution_id: str
@@ -214,6 +218,7 @@ def job_from_fields(
     due_ms: int | None = None,
     deliveries: int | None = None,
     workers: Sequence[WorkerInfo] | None = None,
+    started_ms: int | None = None,
 ) -> JobInfo:
     """A :class:`JobInfo` from a job's stored fields (stream entry or delayed member); with
     the live ``workers``, why it waits."""
@@ -239,6 +244,7 @@ def job_from_fields(
         entry_id=entry_id,
         worker=worker,
         enqueued_at=enqueued,
+        started_at=at_ms(started_ms) if started_ms is not None else None,
         due_at=at_ms(due_ms) if due_ms is not None else None,
         deliveries=deliveries,
         payload=payload if isinstance(payload, dict) else None,

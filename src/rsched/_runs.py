@@ -74,7 +74,9 @@ class RunRecord:
     ``cancelled`` by an operator, :meth:`rsched.Client.cancel` or ``rsched cancel``).
     ``schedule_id`` is None for an enqueued job. Times are aware UTC datetimes: the
     occurrence (``scheduled_at``), when its job was written (``fired_at``), when the attempt
-    started and ended (None while unknown). ``error`` is the start of the message. Since 0.1.0.
+    started and ended (None while unknown). ``error`` is the start of the message.
+    ``priority`` is the job's level (``high``, ``normal``, ``low``; a record an older rsched
+    wrote says ``normal``). Since 0.1.0.
     """
 
     execution_id: str
@@ -91,6 +93,7 @@ class RunRecord:
     error_type: str | None = None
     error: str | None = None
     reason: str | None = None
+    priority: str = "normal"
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data (datetimes in ISO 8601, absent fields left out)."""
@@ -152,8 +155,9 @@ def _whole(value: object) -> int | None:
 
 
 def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
-    """A stored record (its entry id is when it ended or was dropped), or None when the entry
-    is not one (someone else wrote it)."""
+    """A stored record (its entry id is when it ended or was dropped; a job of another level
+    than normal names it in the field ``p``), or None when the entry is not one (someone else
+    wrote it)."""
     try:
         data = orjson.loads(fields.get("r", ""))
     except orjson.JSONDecodeError:
@@ -187,6 +191,7 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         error_type=None if reason else etype,
         error=_text(row["error"]),
         reason=reason,
+        priority=fields.get("p") or "normal",
     )
 
 
@@ -279,15 +284,15 @@ async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int
     when a worker holds them (pending in the group), else ``fired``; newest fired first, each
     with the ms its entry was written."""
     queues = sorted(str(q) for q in await redis.smembers(keys.queues))
-    streams = [(q, keys.queue(q, level)) for q in queues for level in PRIORITIES]
+    streams = [(q, level, keys.queue(q, level)) for q in queues for level in PRIORITIES]
     low = "-" if want.since_ms is None else str(want.since_ms)
     async with redis.pipeline(transaction=False) as pipe:
-        for _, stream in streams:
+        for _, _, stream in streams:
             pipe.xrange(stream, low, "+", count=LIVE_MAX)
             pipe.xpending_range(stream, GROUP, min="-", max="+", count=LIVE_MAX)
         replies = await pipe.execute(raise_on_error=False)
     out: list[tuple[int, RunRecord]] = []
-    for i, (queue, _) in enumerate(streams):
+    for i, (queue, level, _) in enumerate(streams):
         entries, pending = replies[2 * i], replies[2 * i + 1]
         if isinstance(entries, BaseException) or not entries:
             continue
@@ -306,6 +311,7 @@ async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int
                 fired_at=_dt(_int(fields.get("fired_at"))),
                 attempt=_int(fields.get("attempt")),
                 worker=worker,
+                priority=level,
             )
             if want.keeps(record):
                 out.append((_int(entry_id.split("-", 1)[0]) or 0, record))

@@ -315,10 +315,12 @@ class Scheduler:
                     for engine in self.engines:  # messages may have been missed meanwhile
                         engine.wake(0)
                     async for message in messages(pubsub):
-                        if message.get("type") == "message":
-                            woken = by_channel.get(str(message["channel"]))
-                            if woken is not None:
-                                woken.wake(message["data"])
+                        kind = message.get("type")
+                        woken = by_channel.get(str(message.get("channel")))
+                        if woken is not None and kind == "message":
+                            woken.wake(message["data"])
+                        elif woken is not None and kind == "subscribe":  # subscribed again
+                            woken.wake(0)
             except (RedisError, OSError) as exc:
                 delay = backoff.next()
                 log.warning("redis.error", actor="wake", error=str(exc), retry_s=delay)

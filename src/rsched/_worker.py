@@ -9,14 +9,14 @@ Actors (anyio tasks in rsched._worker_actors, stopped in this order on shutdown)
   plain functions in worker threads), each job under its timeout and its own cancel scope
   (cancel_previous);
 - acker: records finished runs in batches (one script call acknowledges many entries);
-- heartbeat: keeps the entries of running jobs fresh so no other worker reclaims them;
 - reclaimer: takes over entries idle longer than the visibility timeout (a dead worker's),
   dead-lettering those delivered more than ``max_deliveries`` times (poison);
 - promoter: moves due retries and delayed jobs from the delayed sets into the streams;
 - cancel listener: cancels a running handler when cancel_previous fires a newer occurrence,
   or an operator cancels the job (``rsched cancel``);
-- registry: the worker's record in the worker registry (``rsched workers``), refreshed every
-  ``heartbeat_s`` and removed on the way out.
+- registry: every ``heartbeat_s``, keeps the entries of running jobs fresh so no other worker
+  reclaims them (the heartbeat), then refreshes the worker's record in the worker registry
+  (``rsched workers``, the running jobs' start times); the record is removed on the way out.
 
 A stop that cannot wait for every job (the second signal, or the grace period over) hands the
 entries of the jobs it cancelled back at once: the next reclaim of any worker takes them,
@@ -345,7 +345,6 @@ class Worker:
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:
             services.start_soon(ctx.acker, recv, acker_done)
-            services.start_soon(ctx.heartbeat)
             services.start_soon(ctx.promoter)
             await services.start(ctx.cancel_listener)
             await services.start(ctx.registry)

@@ -8,9 +8,9 @@
 - runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
   plain functions in worker threads), each job under its timeout and its own cancel scope;
 - acker: records finished runs in batches (one script call acknowledges many entries);
-- heartbeat, reclaimer, promoter and cancel listener;
-- registry: the worker's record in the worker registry (who it is, what it runs), one script
-  call per heartbeat period.
+- reclaimer, promoter and cancel listener;
+- registry: every heartbeat period, the heartbeat of the entries of running jobs, then the
+  worker's record in the worker registry (who it is, what it runs): one script call each.
 
 They share one :class:`Slots` (the concurrency limit) and the worker's bookkeeping of the
 entries it holds; everything runs on one event loop, so no lock is needed.
@@ -582,7 +582,7 @@ class Actors:
             error = exc
         except BaseException:
             # Cancelled by shutdown: no outcome, the entry stays pending for another worker
-            # (handed back at once when the stop was forced: see Worker._hand_back).
+            # (handed back at once when the stop was forced: see hand_back).
             held = (job.partition, job.queue, job.priority, job.entry_id)
             self.inflight.discard(held)
             self.abandoned.add(held)
@@ -840,20 +840,20 @@ class Actors:
     # --- heartbeat ---------------------------------------------------------------------------
 
     async def heartbeat(self) -> None:
-        while True:
-            await anyio.sleep(self.cfg.heartbeat_s)
-            for (partition, queue, level), ids in _by_stream(self.inflight).items():
-                for start in range(0, len(ids), 1000):
-                    try:
-                        lost = await self.stores[partition].heartbeat(
-                            queue, self.consumer, ids[start : start + 1000], level
-                        )
-                    except ACTOR_FAILURES as exc:
-                        log.warning("redis.error", actor="heartbeat", error=str(exc))
-                        break
-                    for entry_id in lost:
-                        if (partition, queue, level, entry_id) in self.inflight:
-                            log.warning("job.lost", entry_id=entry_id, queue=queue)
+        """Refresh the entries of the jobs this worker holds, once (the registry actor calls
+        it every ``heartbeat_s``)."""
+        for (partition, queue, level), ids in _by_stream(self.inflight).items():
+            for start in range(0, len(ids), 1000):
+                try:
+                    lost = await self.stores[partition].heartbeat(
+                        queue, self.consumer, ids[start : start + 1000], level
+                    )
+                except ACTOR_FAILURES as exc:
+                    log.warning("redis.error", actor="heartbeat", error=str(exc))
+                    break
+                for entry_id in lost:
+                    if (partition, queue, level, entry_id) in self.inflight:
+                        log.warning("job.lost", entry_id=entry_id, queue=queue)
 
     # --- reclaimer ---------------------------------------------------------------------------
 
@@ -1003,6 +1003,9 @@ class Actors:
                             # "<execution id>" (cancel_previous) or "<execution id> <reason>"
                             execution_id, _, reason = str(message["data"]).partition(" ")
                             self._cancel(execution_id, reason or "cancel_previous")
+                        elif message.get("type") == "subscribe":
+                            # Nothing keeps a cancel: one published meanwhile is lost.
+                            log.warning("cancel.resubscribed", running=len(self.running))
             except ACTOR_FAILURES as exc:
                 if not started:
                     started = True
@@ -1050,7 +1053,10 @@ class Actors:
         await self.store.register(self.consumer, self.record(), ttl_ms, REGISTRY_PRUNE_MS)
 
     async def registry(self, *, task_status: TaskStatus[None]) -> None:
-        """Register at once (a worker is listed as soon as it runs), then every heartbeat."""
+        """Register at once (a worker is listed as soon as it runs), then every
+        ``heartbeat_s`` heartbeat the running jobs' entries and register again, in that order:
+        a running job the record does not list has not been heartbeated yet, so its entry's
+        delivery time is still when it started (what Client.job says then)."""
         try:
             await self.register()
         except ACTOR_FAILURES as exc:
@@ -1058,6 +1064,7 @@ class Actors:
         task_status.started()
         while True:
             await anyio.sleep(self.cfg.heartbeat_s)
+            await self.heartbeat()
             try:
                 await self.register()
             except ACTOR_FAILURES as exc:
