@@ -203,6 +203,7 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(
 def test_a_web_port_in_use_is_one_line_and_exit_2(
     spawn: Spawn, prefix: str, taken_port: int
 ) -> None:
+    pytest.importorskip("uvicorn", reason="the web extra is not installed")
     proc = spawn(
         "rsched._cli", "web", "--port", str(taken_port), env=env_for(unreachable(), prefix)
     )
