@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.resources
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -83,12 +84,9 @@ def migrating(exc: BaseException) -> bool:
 
 
 def lua_dir() -> Path:
-    """lua/ inside the installed package, or the repository's top-level lua/ in a checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "lua", here.parent.parent / "lua"):
-        if (candidate / "fire.lua").is_file():
-            return candidate
-    raise FileNotFoundError(f"rsched Lua scripts not found next to {here}")
+    """The scripts: the repository's top-level lua/, which the package reaches through its
+    ``rsched/lua`` link in a checkout and which the wheel holds as ``rsched/lua``."""
+    return Path(str(importlib.resources.files("rsched").joinpath("lua")))
 
 
 def expand(source: str, include_dir: Path, seen: tuple[str, ...] = ()) -> str:
