@@ -13,9 +13,9 @@ from types import TracebackType
 
 import redis
 
+from rsched._core.errors import ConfigError
 from rsched._embedded import EmbeddedServer, binary_path
 from rsched._embedded_cluster import EmbeddedCluster
-from rsched._errors import ConfigError
 
 
 class BenchServer:

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from bench._servers import BenchServer
 from bench.worker import _fill, _spawn_worker, _stop
-from rsched._keys import GROUP, Keys
+from rsched._core.keys import GROUP, Keys
 
 
 def _stats(urls: Sequence[str]) -> Counter[str]:

@@ -27,9 +27,9 @@ from redis.asyncio import Redis
 
 from rsched import Client, Scheduler, Settings
 from rsched._connection import connect
+from rsched._core.keys import Keys
+from rsched._core.settings import DurabilityLevel
 from rsched._embedded import EmbeddedServer, binary_path
-from rsched._keys import Keys
-from rsched._settings import DurabilityLevel
 
 LEVELS: tuple[DurabilityLevel, ...] = ("async", "replicated")
 HERD_LEAD_S = 3.0

@@ -27,8 +27,8 @@ from redis.asyncio import Redis
 
 from bench._servers import BenchServer
 from rsched import Client, Schedule, Settings
-from rsched._keys import Keys
-from rsched._plan import FireItem
+from rsched._core.fire_plan import FireItem
+from rsched._core.keys import Keys
 from rsched._queues import Done, QueueStore, fragment
 from rsched._runs import run_record
 from rsched._store import ScheduleStore

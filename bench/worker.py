@@ -39,12 +39,12 @@ from redis.asyncio import Redis
 
 import rsched
 from bench._servers import BenchServer
-from rsched._keys import GROUP, Keys
-from rsched._model import Schedule, from_ms
-from rsched._plan import FireItem, FireSpec
-from rsched._rules import PRIORITIES, Priority
+from rsched._core.fire_plan import FireItem, FireSpec
+from rsched._core.keys import GROUP, Keys
+from rsched._core.rules import PRIORITIES, Priority
+from rsched._core.schedule import Schedule, from_ms
+from rsched._core.settings import Settings
 from rsched._scheduler import Scheduler
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

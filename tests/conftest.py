@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from cluster import Cluster
 from rsched._connection import connect
-from rsched._settings import Settings
+from rsched._core.settings import Settings
 from servers import Server, env_kinds
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from rsched import _parking
-from rsched._keys import Keys
+from rsched._core.keys import Keys
 from rsched._store import ScheduleStore
 
 

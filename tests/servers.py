@@ -12,8 +12,8 @@ import os
 import signal
 from collections.abc import Sequence
 
+from rsched._core.errors import ConfigError
 from rsched._embedded import SHARED_PORT, EmbeddedServer, binary_path
-from rsched._errors import ConfigError
 
 __all__ = ["KINDS", "SHARED_PORT", "Server", "binary", "env_kinds"]
 

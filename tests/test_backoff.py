@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from rsched._errors import MalformedJob
-from rsched._job import JobOptions, parse_entry, retry_delay_s
+from rsched._core.errors import MalformedJob
+from rsched._core.job import JobOptions, parse_entry, retry_delay_s
 
 
 @pytest.mark.parametrize(

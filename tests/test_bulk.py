@@ -20,8 +20,8 @@ from rsched import (
     StateError,
     SyncClient,
 )
-from rsched._bulk import Validator
-from rsched._keys import Keys
+from rsched._core.bulk import Validator
+from rsched._core.keys import Keys
 from rsched._store import ScheduleStore, _chunks
 
 

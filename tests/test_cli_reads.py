@@ -11,7 +11,7 @@ import pytest
 import redis as redis_sync
 
 from rsched._cli import main
-from rsched._keys import Keys
+from rsched._core.keys import Keys
 
 Cli = Callable[..., tuple[int, str, str]]
 

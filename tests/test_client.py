@@ -24,7 +24,7 @@ from rsched import (
     ScheduleNotFound,
     Settings,
 )
-from rsched._keys import Keys
+from rsched._core.keys import Keys
 
 
 @pytest.fixture

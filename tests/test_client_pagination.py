@@ -9,10 +9,10 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Client, Schedule, Settings
-from rsched._codes import Code
-from rsched._keys import Keys
+from rsched._core.codes import Code
+from rsched._core.keys import Keys
+from rsched._core.timing import first_run_ms
 from rsched._store import ScheduleStore
-from rsched._timing import first_run_ms
 
 N = 10_000
 

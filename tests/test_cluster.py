@@ -24,15 +24,15 @@ from rsched._cli import _delegate as delegate
 from rsched._cli import _settings as cli_settings
 from rsched._cli_parser import build_parser
 from rsched._connection import check_server, connect
+from rsched._core.keys import Keys
+from rsched._core.settings import SchedulerSettings, Settings
 from rsched._health import HealthReader
-from rsched._keys import Keys
 from rsched._lua import ScriptCaller
 from rsched._queues import QueueStore
 from rsched._retention import Retention
 from rsched._scheduler import Scheduler
 from rsched._scheduler_main import _parser as scheduler_parser
 from rsched._scheduler_main import load_settings as scheduler_settings
-from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
 from rsched._worker_main import parse_args as worker_args
 from test_worker import settled, wait_until

@@ -13,8 +13,8 @@ from rsched import (
     ScheduleNotFound,
     StateError,
 )
-from rsched._codes import Code, check, error
-from rsched._errors import Conflict
+from rsched._core.codes import Code, check, error
+from rsched._core.errors import Conflict
 
 NOT_ERRORS = {
     Code.STALE,

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rsched._cron import Cron, _next_cached
+from rsched._core.cron import Cron, _next_cached
 
 NY = "America/New_York"
 LH = "Australia/Lord_Howe"

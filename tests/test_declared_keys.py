@@ -21,16 +21,16 @@ from redis.exceptions import ResponseError
 
 import rsched
 from rsched import _lua
-from rsched._codes import Code
 from rsched._connection import connect
-from rsched._keys import Keys
+from rsched._core.codes import Code
+from rsched._core.fire_plan import OVERLAPS, FireItem, FireSpec
+from rsched._core.keys import Keys
+from rsched._core.schedule import Schedule
+from rsched._core.settings import SchedulerSettings, Settings
 from rsched._lua import ScriptCaller
-from rsched._model import Schedule
-from rsched._plan import OVERLAPS, FireItem, FireSpec
 from rsched._queues import QueueStore
 from rsched._retention import Retention
 from rsched._scheduler import Scheduler
-from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
 from test_cluster import ok_and_failing_tasks, park_and_bring_back, some_schedules
 from test_history_records import int_b62

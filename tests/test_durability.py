@@ -23,12 +23,12 @@ import rsched
 from cluster import Cluster, slot_of
 from rsched import _cli, _scheduler_main, _worker_main
 from rsched._connection import check_server, connect
+from rsched._core.keys import Keys
+from rsched._core.metrics import METRICS
+from rsched._core.partitions import partition_of
+from rsched._core.settings import SchedulerSettings, Settings
 from rsched._durability import CONFIRMED, Durability
-from rsched._keys import Keys
 from rsched._lua import ScriptCaller, names
-from rsched._metrics import METRICS
-from rsched._partition import partition_of
-from rsched._settings import SchedulerSettings, Settings
 from servers import Server
 from test_cluster import engine
 from test_scheduler import running

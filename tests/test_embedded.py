@@ -14,9 +14,9 @@ import pytest
 import redis as sync_redis
 
 from rsched._connection import connect, warn_if_unsafe
+from rsched._core.errors import ConfigError
+from rsched._core.log import get_logger
 from rsched._embedded import SHARED_PORT, EmbeddedServer
-from rsched._errors import ConfigError
-from rsched._log import get_logger
 
 
 def _gone(pid: int, timeout_s: float = 10.0) -> bool:

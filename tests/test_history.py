@@ -20,9 +20,9 @@ from rsched import (
     Settings,
     SyncClient,
 )
-from rsched._history import page_events, parse_event
-from rsched._keys import Keys
-from rsched._model import to_ms
+from rsched._core.history import page_events, parse_event
+from rsched._core.keys import Keys
+from rsched._core.schedule import to_ms
 
 T0 = 1_795_386_019_836  # an epoch ms that float arithmetic would round wrongly
 

@@ -12,11 +12,11 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Client, Schedule, Settings
-from rsched._codes import Code
-from rsched._history import expand_record, stored_events
-from rsched._keys import Keys
+from rsched._core.codes import Code
+from rsched._core.fire_plan import FireItem, FireSpec
+from rsched._core.history import expand_record, stored_events
+from rsched._core.keys import Keys
 from rsched._lua import ScriptCaller
-from rsched._plan import FireItem, FireSpec
 from rsched._queues import Done, QueueStore, fragment
 from rsched._store import ScheduleStore
 

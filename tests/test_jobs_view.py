@@ -13,9 +13,9 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched._cli import main
-from rsched._keys import GROUP, Keys
-from rsched._rules import Priority
-from rsched._settings import Settings
+from rsched._core.keys import GROUP, Keys
+from rsched._core.rules import Priority
+from rsched._core.settings import Settings
 from test_worker import running, settled, wait_until
 from worker_app import fast_settings
 

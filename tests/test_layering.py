@@ -93,5 +93,5 @@ def test_exception_classes_live_in_errors(module: str) -> None:
         if isinstance(node, ast.ClassDef):
             obj = getattr(loaded, node.name, None)
             assert not (inspect.isclass(obj) and issubclass(obj, BaseException)), (
-                f"{module}.{node.name} is an exception class: define it in rsched._errors"
+                f"{module}.{node.name} is an exception class: define it in rsched._core.errors"
             )

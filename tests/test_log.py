@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from rsched._log import configure_logging, get_logger
+from rsched._core.log import configure_logging, get_logger
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import _lua
-from rsched._codes import Code
+from rsched._core.codes import Code
 
 ENGINE_SCRIPTS = (
     "due", "fire", "upsert", "upsert_many", "remove", "pause", "resume", "trigger",
@@ -82,7 +82,7 @@ def test_codes_in_script_headers_are_the_tables() -> None:
         header = _header(path)
         listed = {int(number) for name, number in CODE_NAMED.findall(header)}
         for name, number in CODE_NAMED.findall(header):
-            assert name in Code.__members__, f"{path.name}: {name} is not in rsched._codes"
+            assert name in Code.__members__, f"{path.name}: {name} is not in rsched._core.codes"
             assert Code[name] == int(number), f"{path.name}: {name}={number}"
             named.add(Code[name])
         if path.parent.name == "includes":

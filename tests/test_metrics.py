@@ -24,22 +24,22 @@ import rsched
 from conftest import Proc, free_port
 from placement import move_to
 from rsched import _lua
-from rsched._codes import Code
-from rsched._job import Job
-from rsched._keys import Keys
-from rsched._metrics import METRICS, BulkHistogram, Deployment, Metrics
+from rsched._core.codes import Code
+from rsched._core.fire_plan import FireItem, FireSpec
+from rsched._core.job import Job
+from rsched._core.keys import Keys
+from rsched._core.metrics import METRICS, BulkHistogram, Deployment, Metrics
+from rsched._core.settings import SchedulerSettings, Settings
 from rsched._operate import (
     operate_scheduler,
     operate_worker,
     read_deployment,
     scheduler_readiness,
 )
-from rsched._plan import FireItem, FireSpec
 from rsched._probe import serve
 from rsched._queues import QueueStore
 from rsched._scheduler import Scheduler
 from rsched._scheduler_main import main as scheduler_main
-from rsched._settings import SchedulerSettings, Settings
 from rsched._store import ScheduleStore
 from rsched._worker_main import main as worker_main
 from test_worker import wait_until

@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 import rsched
 import rsched._client
 from rsched import Client, Page, Schedule, Settings
-from rsched._keys import Keys
+from rsched._core.keys import Keys
 
 
 def test_a_page_is_its_items() -> None:

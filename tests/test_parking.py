@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 from placement import parked_ids
 from rsched import Client, Schedule, _parking
 from rsched import _scheduler as scheduler_module
-from rsched._keys import Keys, parked_bucket
-from rsched._model import to_ms
+from rsched._core.keys import Keys, parked_bucket
+from rsched._core.schedule import to_ms
+from rsched._core.settings import Settings
 from rsched._retention import Retention
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from test_history_records import int_b62
 from test_scheduler import eventually, jobs, quick, running

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from rsched._keys import Keys
-from rsched._partition import MAX_PARTITIONS, partition_of, partition_tags
-from rsched._settings import Settings
+from rsched._core.keys import Keys
+from rsched._core.partitions import MAX_PARTITIONS, partition_of, partition_tags
+from rsched._core.settings import Settings
 
 
 def test_one_partition_is_the_layout_without_partitions() -> None:
@@ -64,8 +64,8 @@ def test_bad_partition_counts_are_refused(bad: object) -> None:
 async def test_first_process_stores_the_number_and_others_must_match(
     redis: Any, settings: Settings
 ) -> None:
+    from rsched._core.errors import PartitionMismatch, StateError
     from rsched._deployment import deployment_keys
-    from rsched._errors import PartitionMismatch, StateError
 
     keys = await deployment_keys(redis, settings.model_copy(update={"partitions": 4}))
     assert keys.partitions == 4

@@ -18,10 +18,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched import Client, Schedule, Settings
+from rsched._core.keys import Keys
+from rsched._core.partitions import job_partition
 from rsched._declare import sync_file
 from rsched._embedded import free_port
-from rsched._keys import Keys
-from rsched._partition import job_partition
 from rsched._queues import QueueStore
 from servers import Server, binary
 

@@ -17,12 +17,12 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched import Client, InvalidArgument, InvalidSchedule, Schedule, ScheduleFileError
-from rsched._codes import Code
+from rsched._core.codes import Code
+from rsched._core.fire_plan import FireItem, FireSpec
+from rsched._core.keys import Keys
+from rsched._core.settings import Settings
 from rsched._declare import load_file
-from rsched._keys import Keys
-from rsched._plan import FireItem, FireSpec
 from rsched._scheduler import Scheduler
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings

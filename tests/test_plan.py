@@ -6,8 +6,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rsched._plan import FireSpec, PlannedSpec, plan
-from rsched._timing import Timing
+from rsched._core.fire_plan import FireSpec, PlannedSpec, plan
+from rsched._core.timing import Timing
 
 MIN = 60_000
 T0 = 1_800_000_000_000 - 1_800_000_000_000 % MIN  # a whole minute

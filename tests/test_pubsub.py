@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 import rsched
 from rsched import _connection
 from rsched._connection import connect, messages
-from rsched._settings import SchedulerSettings, Settings
+from rsched._core.settings import SchedulerSettings, Settings
 from servers import Server
 from test_worker import wait_until
 from worker_app import fast_settings

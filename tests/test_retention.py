@@ -15,11 +15,11 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-from rsched._keys import Keys
-from rsched._metrics import METRICS
+from rsched._core.keys import Keys
+from rsched._core.metrics import METRICS
+from rsched._core.settings import RetentionSettings, Settings
 from rsched._retention import Retention
 from rsched._scheduler import Scheduler
-from rsched._settings import RetentionSettings, Settings
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings
 

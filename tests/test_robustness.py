@@ -30,8 +30,8 @@ from pydantic import ValidationError
 import rsched
 from conftest import Proc
 from fake_servers import BlackHole, Canned, Garbage, HttpServer
+from rsched._core.settings import Settings, WorkerSettings
 from rsched._embedded import free_port
-from rsched._settings import Settings, WorkerSettings
 from servers import Server
 
 Spawn = Callable[..., Proc]

@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import InvalidJob, InvalidSchedule, Schedule
-from rsched._keys import Keys
+from rsched._core.keys import Keys
 from rsched._queues import QueueStore
 
 BAD = [

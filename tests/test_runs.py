@@ -15,12 +15,12 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched._cli import main as cli_main
-from rsched._codes import Code
-from rsched._keys import GROUP, Keys
-from rsched._plan import FireItem, FireSpec
+from rsched._core.codes import Code
+from rsched._core.fire_plan import FireItem, FireSpec
+from rsched._core.keys import GROUP, Keys
+from rsched._core.settings import Settings
 from rsched._queues import QueueStore
 from rsched._runs import record_of, run_record
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings

@@ -18,10 +18,10 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Schedule
-from rsched._keys import Keys
-from rsched._plan import FireItem
+from rsched._core.fire_plan import FireItem
+from rsched._core.keys import Keys
+from rsched._core.settings import Settings
 from rsched._scheduler_main import _parser, load_settings
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 
 MAIN = "rsched._scheduler_main"

@@ -18,14 +18,14 @@ from rsched import (
     ScheduleExists,
     ScheduleNotFound,
 )
-from rsched._codes import Code
-from rsched._errors import Conflict
-from rsched._keys import Keys
+from rsched._core.codes import Code
+from rsched._core.errors import Conflict
+from rsched._core.keys import Keys
+from rsched._core.schedule import to_ms
+from rsched._core.settings import Settings
+from rsched._core.timing import first_run_ms
 from rsched._lua import pack_command
-from rsched._model import to_ms
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
-from rsched._timing import first_run_ms
 from worker_app import any_
 
 

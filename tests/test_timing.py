@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rsched import Schedule
-from rsched._model import to_ms
-from rsched._timing import Timing
+from rsched._core.schedule import to_ms
+from rsched._core.timing import Timing
 
 T0 = to_ms(datetime(2026, 1, 1, tzinfo=UTC))
 MIN = 60_000

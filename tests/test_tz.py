@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from rsched import InvalidSchedule, Schedule
-from rsched._tz import (
+from rsched._core.timezones import (
     _ABBREVIATIONS,
     _LEGACY,
     _RENAMED,

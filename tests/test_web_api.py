@@ -22,7 +22,7 @@ import rsched
 from fake_servers import Canned
 from rsched import Scheduler, Settings
 from rsched._connection import connect
-from rsched._settings import SchedulerSettings
+from rsched._core.settings import SchedulerSettings
 from web_support import (
     apublish_event,
     free_port,

@@ -12,9 +12,9 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-from rsched._keys import GROUP, Keys
+from rsched._core.keys import GROUP, Keys
+from rsched._core.settings import Settings
 from rsched._queues import QueueStore
-from rsched._settings import Settings
 from worker_app import any_, fast_settings
 
 

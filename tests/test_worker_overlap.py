@@ -11,11 +11,11 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-from rsched._history import expand_record
-from rsched._keys import Keys
-from rsched._model import Schedule
+from rsched._core.history import expand_record
+from rsched._core.keys import Keys
+from rsched._core.schedule import Schedule
+from rsched._core.settings import Settings
 from rsched._scheduler import Scheduler
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings

@@ -74,7 +74,7 @@ def any_(client: object) -> Any:
 
 def fast_settings(settings: rsched.Settings, **worker_fields: object) -> rsched.Settings:
     """``settings`` with short worker timings (tests run in seconds, not minutes)."""
-    from rsched._settings import WorkerSettings
+    from rsched._core.settings import WorkerSettings
 
     fields = {**FAST_WORKER, **worker_fields}
     return settings.model_copy(update={"worker": WorkerSettings.model_validate(fields)})

@@ -1,6 +1,6 @@
 -- Include: history — a schedule's history as one compact record per run (or dropped occurrence),
 -- written by the fire and updated in place by the worker scripts (docs/keys.md, "History
--- records"; rsched._history reads them back as the events they stand for).
+-- records"; rsched._core.history reads them back as the events they stand for).
 -- Needs: common.lua.
 --
 -- A record is the occurrence's scheduled time and one token per event, '|'-separated:
@@ -144,7 +144,7 @@ local function rec_note(history, cap, sched, code, at, dur, fields)
 end
 
 local function exec_sched(exec)
-  -- Ids never hold '@' (rsched._rules.NAME_RE): a plain find, no pattern to try at each place.
+  -- Ids never hold '@' (rsched._core.rules.NAME_RE): a plain find, no pattern to try at each place.
   local at = exec and string.find(exec, '@', 1, true)
   return at and tonumber(string.match(exec, '^%d+$', at + 1))
 end

@@ -3,9 +3,9 @@
 import dataclasses as _dataclasses
 import typing as _typing
 
-from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
-from rsched._errors import (
+from rsched._core.bulk import BulkResult
+from rsched._core.errors import (
     AccessDenied,
     ConfigError,
     DeadLetterNotFound,
@@ -31,18 +31,18 @@ from rsched._errors import (
     WriteNotReplicated,
     WrongNode,
 )
+from rsched._core.history import HistoryEvent
+from rsched._core.job import DeadLetter, Enqueued, Job
+from rsched._core.page import Page
+from rsched._core.schedule import Schedule
+from rsched._core.settings import Settings
+from rsched._core.timing import next_fire_times
+from rsched._core.workers import JobInfo, RunningJob, WorkerInfo
 from rsched._events import HealthEvent
 from rsched._health import Health, HealthProblem, ScheduleHealth
-from rsched._history import HistoryEvent
-from rsched._job import DeadLetter, Enqueued, Job
-from rsched._model import Schedule
-from rsched._page import Page
-from rsched._registry import JobInfo, RunningJob, WorkerInfo
 from rsched._runs import RunRecord
 from rsched._scheduler import Scheduler
-from rsched._settings import Settings
 from rsched._sync_client import SyncClient
-from rsched._timing import next_fire_times
 from rsched._worker import Worker
 
 __version__ = "0.1.0"
@@ -99,7 +99,7 @@ __all__ = (
     "next_fire_times",
 )
 
-# The public names print as rsched.X (not rsched._errors.X): where they are defined is private.
+# The public names print as rsched.X (not rsched._core.errors.X): where they are defined is private.
 # A dataclass's string annotations are resolved first, in its own module: tools that read them
 # later (pydantic, typing.get_type_hints) would look them up in the module __module__ names.
 for _name in __all__:

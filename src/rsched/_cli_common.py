@@ -12,18 +12,18 @@ from typing import Any
 
 import orjson
 
-from rsched import _format as fmt
 from rsched._client import Client
-from rsched._errors import (
+from rsched._core import humanize as fmt
+from rsched._core.errors import (
     DeadLetterNotFound,
     PartialFailure,
     RschedError,
     ScheduleCompleted,
     ScheduleNotFound,
 )
-from rsched._model import Schedule, to_ms
-from rsched._rules import parse_duration_s
-from rsched._words import Words
+from rsched._core.rules import parse_duration_s
+from rsched._core.schedule import Schedule, to_ms
+from rsched._core.words import Words
 
 Handler = Callable[[Client, argparse.Namespace], Awaitable[Any]]
 #: A command that needs no Redis (``rsched cron``).

@@ -9,13 +9,13 @@ import sys
 import anyio
 import orjson
 
-from rsched import _format as fmt
 from rsched._cli_common import out
 from rsched._client import Client
-from rsched._errors import Unhealthy
+from rsched._core import humanize as fmt
+from rsched._core.errors import Unhealthy
+from rsched._core.rules import check_count, parse_duration_s
 from rsched._events import HealthEvent
 from rsched._health import Health
-from rsched._rules import check_count, parse_duration_s
 
 #: ``rsched monitor --watch`` refreshes this often (seconds).
 WATCH_S = 3.0

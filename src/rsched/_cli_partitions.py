@@ -6,9 +6,9 @@ import argparse
 
 from rsched._cli_common import out
 from rsched._client import Client
-from rsched._errors import UsageError
-from rsched._keys import Keys
-from rsched._partition import job_partition, partition_of
+from rsched._core.errors import UsageError
+from rsched._core.keys import Keys
+from rsched._core.partitions import job_partition, partition_of
 
 
 async def cmd_init(client: Client, args: argparse.Namespace) -> None:

@@ -8,14 +8,14 @@ import heapq
 import itertools
 from typing import Any
 
-from rsched import _format as fmt
 from rsched._cli_common import each, out, report
 from rsched._cli_workers import warn_if_no_worker_has
 from rsched._client import Client, Stats
-from rsched._errors import UsageError
-from rsched._job import DeadLetter
-from rsched._model import from_ms, to_ms
-from rsched._rules import parse_duration_s
+from rsched._core import humanize as fmt
+from rsched._core.errors import UsageError
+from rsched._core.job import DeadLetter
+from rsched._core.rules import parse_duration_s
+from rsched._core.schedule import from_ms, to_ms
 
 
 def delay_s(text: str) -> float:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 
-from rsched import _format as fmt
 from rsched._cli_common import out
 from rsched._client import Client
-from rsched._model import to_ms
+from rsched._core import humanize as fmt
+from rsched._core.schedule import to_ms
 
 
 def _ms(moment: datetime | None) -> int | None:

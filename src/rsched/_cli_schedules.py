@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 
-from rsched import _format as fmt
 from rsched._cli_common import (
     each,
     json_object,
@@ -24,13 +23,14 @@ from rsched._cli_common import (
 from rsched._cli_workers import warn_if_no_worker_has
 from rsched._client import Client
 from rsched._connection import connect
+from rsched._core import humanize as fmt
+from rsched._core.errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
+from rsched._core.history import HistoryEvent
+from rsched._core.rules import PAGE_MAX, check_page
+from rsched._core.schedule import STATE_FIELDS, Schedule, to_ms
+from rsched._core.timezones import canonical_timezone, resolve_timezone
+from rsched._core.timing import next_fire_times
 from rsched._declare import sync_file
-from rsched._errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
-from rsched._history import HistoryEvent
-from rsched._model import STATE_FIELDS, Schedule, to_ms
-from rsched._rules import PAGE_MAX, check_page
-from rsched._timing import next_fire_times
-from rsched._tz import canonical_timezone, resolve_timezone
 
 #: The spec options of ``add`` / ``upsert`` / ``update`` (argparse dests), copied into the spec
 #: when given.

@@ -8,11 +8,11 @@ from datetime import datetime
 
 import orjson
 
-from rsched import _format as fmt
 from rsched._cli_common import out
 from rsched._client import Client
-from rsched._model import to_ms
-from rsched._registry import JobInfo, no_worker_for
+from rsched._core import humanize as fmt
+from rsched._core.schedule import to_ms
+from rsched._core.workers import JobInfo, no_worker_for
 
 
 def _ms(value: datetime | None) -> int | None:

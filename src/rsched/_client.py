@@ -26,11 +26,10 @@ from typing import Any, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._bulk import BulkResult, Validator, hash_fields
-from rsched._codes import Code
 from rsched._connection import connect, explain
-from rsched._deployment import init_deployment
-from rsched._errors import (
+from rsched._core.bulk import BulkResult, Validator, hash_fields
+from rsched._core.codes import Code
+from rsched._core.errors import (
     Conflict,
     InvalidArgument,
     InvalidSchedule,
@@ -38,6 +37,28 @@ from rsched._errors import (
     ScheduleCompleted,
     ScheduleNotFound,
 )
+from rsched._core.history import HistoryEvent, page_events
+from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
+from rsched._core.page import Page, every_item
+from rsched._core.partitions import check_partitions
+from rsched._core.rules import (
+    PAGE_MAX,
+    Priority,
+    check_count,
+    check_execution_id,
+    check_history_status,
+    check_name,
+    check_page,
+    check_pause_note,
+    check_run_status,
+    parse_duration_s,
+)
+from rsched._core.schedule import STATE_FIELDS, Schedule, from_ms, to_ms
+from rsched._core.settings import BLOCK_MARGIN_MS, Settings
+from rsched._core.timezones import resolve_timezone
+from rsched._core.timing import Timing, next_fire_times
+from rsched._core.workers import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
+from rsched._deployment import init_deployment
 from rsched._events import EventLog, HealthEvent
 from rsched._fanout import (
     Partitions,
@@ -51,30 +72,9 @@ from rsched._fanout import (
     save_many,
 )
 from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
-from rsched._history import HistoryEvent, page_events
-from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
-from rsched._model import STATE_FIELDS, Schedule, from_ms, to_ms
-from rsched._page import Page, every_item
-from rsched._partition import check_partitions
 from rsched._queues import QueueStore, new_execution_id
-from rsched._registry import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
-from rsched._rules import (
-    PAGE_MAX,
-    Priority,
-    check_count,
-    check_execution_id,
-    check_history_status,
-    check_name,
-    check_page,
-    check_pause_note,
-    check_run_status,
-    parse_duration_s,
-)
 from rsched._runs import RunFilter, RunRecord, check_cursor, read_runs
-from rsched._settings import BLOCK_MARGIN_MS, Settings
 from rsched._store import IndexStats, ScheduleStore
-from rsched._timing import Timing, next_fire_times
-from rsched._tz import resolve_timezone
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -28,7 +28,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, NoPermissionError, RedisClusterException, RedisError
 
-from rsched._log import get_logger
+from rsched._core.log import get_logger
 
 log = get_logger("rsched.cluster")
 

@@ -37,8 +37,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsched import _lua
 from rsched._cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
-from rsched._durability import Durability
-from rsched._errors import (
+from rsched._core.errors import (
     AccessDenied,
     ConfigError,
     PoolExhausted,
@@ -50,8 +49,9 @@ from rsched._errors import (
     ServerOutOfMemory,
     WrongNode,
 )
-from rsched._log import EventLogger
-from rsched._settings import Settings, safe_url
+from rsched._core.log import EventLogger
+from rsched._core.settings import Settings, safe_url
+from rsched._durability import Durability
 
 _URL_HINT = "e.g. redis://127.0.0.1:6379/0 or rediss://user:pass@host:6380/0"
 #: Re-sends after a refused or dropped connection (each fails fast); never after a timeout.

@@ -47,9 +47,9 @@ from typing import Any, TypeVar
 import anyio
 from redis.asyncio import Redis
 
-from rsched import _format as fmt
-from rsched._bulk import item_of
-from rsched._errors import (
+from rsched._core import humanize as fmt
+from rsched._core.bulk import item_of
+from rsched._core.errors import (
     Conflict,
     InvalidSchedule,
     InvalidSchedules,
@@ -57,15 +57,15 @@ from rsched._errors import (
     ScheduleFileError,
     ScheduleNotFound,
 )
+from rsched._core.log import EventLogger, get_logger
+from rsched._core.partitions import partition_of
+from rsched._core.rules import check_name, encode_payload
+from rsched._core.schedule import DURATION_FIELDS, STATE_FIELDS, Schedule, passed_part
+from rsched._core.settings import Settings
+from rsched._core.timing import first_run_ms
+from rsched._core.words import Words, speaking
 from rsched._fanout import Partitions, gather, save_many
-from rsched._log import EventLogger, get_logger
-from rsched._model import DURATION_FIELDS, STATE_FIELDS, Schedule, passed_part
-from rsched._partition import partition_of
-from rsched._rules import check_name, encode_payload
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
-from rsched._timing import first_run_ms
-from rsched._words import Words, speaking
 
 T = TypeVar("T")
 

@@ -42,17 +42,23 @@ from redis.exceptions import RedisError
 
 from rsched._client import Client
 from rsched._connection import connect, warn_if_unsafe
+from rsched._core.errors import RschedError, ScheduleNotFound
+from rsched._core.history import stored_events
+from rsched._core.job import Job
+from rsched._core.keys import Keys
+from rsched._core.log import configure_logging, get_logger
+from rsched._core.rules import PRIORITIES
+from rsched._core.schedule import Schedule
+from rsched._core.settings import (
+    CLUSTER_HELP,
+    SchedulerSettings,
+    Settings,
+    WorkerSettings,
+    safe_url,
+)
 from rsched._embedded import EmbeddedServer
 from rsched._embedded_cluster import EmbeddedCluster
-from rsched._errors import RschedError, ScheduleNotFound
-from rsched._history import stored_events
-from rsched._job import Job
-from rsched._keys import Keys
-from rsched._log import configure_logging, get_logger
-from rsched._model import Schedule
-from rsched._rules import PRIORITIES
 from rsched._scheduler import Scheduler
-from rsched._settings import CLUSTER_HELP, SchedulerSettings, Settings, WorkerSettings, safe_url
 from rsched._signals import SIGNALS, two_signal_stop
 from rsched._worker import Worker
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError, ReadOnlyError
 
-from rsched._errors import PartitionMismatch, StateError
-from rsched._keys import Keys
-from rsched._partition import check_partitions
-from rsched._settings import Settings
+from rsched._core.errors import PartitionMismatch, StateError
+from rsched._core.keys import Keys
+from rsched._core.partitions import check_partitions
+from rsched._core.settings import Settings
 
 
 async def deployment_keys(redis: Redis, settings: Settings) -> Keys:

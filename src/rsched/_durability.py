@@ -22,11 +22,11 @@ from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError
 
 from rsched._cluster import is_cluster, per_primary
-from rsched._errors import ServerError, WriteNotReplicated
-from rsched._log import get_logger
-from rsched._metrics import METRICS
-from rsched._settings import DurabilityLevel as Level
-from rsched._settings import Settings
+from rsched._core.errors import ServerError, WriteNotReplicated
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS
+from rsched._core.settings import DurabilityLevel as Level
+from rsched._core.settings import Settings
 
 log = get_logger("rsched.durability")
 

@@ -30,7 +30,7 @@ from typing import Self
 
 import redis
 
-from rsched._errors import ConfigError, RedisUnavailable
+from rsched._core.errors import ConfigError, RedisUnavailable
 
 SHARED_PORT = 6379
 _PR_SET_PDEATHSIG = 1

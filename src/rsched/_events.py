@@ -24,8 +24,8 @@ from typing import Any, cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._keys import Keys
-from rsched._log import get_logger
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
 
 log = get_logger("rsched.events")
 

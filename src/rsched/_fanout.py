@@ -22,18 +22,18 @@ from typing import Any, Generic, TypeVar
 import anyio
 from redis.asyncio import Redis
 
-from rsched._bulk import BulkItem, Problem
+from rsched._core.bulk import BulkItem, Problem
+from rsched._core.errors import DeadLetterNotFound, InvalidSchedules
+from rsched._core.job import DeadLetter
+from rsched._core.keys import Keys
+from rsched._core.page import Page
+from rsched._core.partitions import job_partition, partition_of
+from rsched._core.rules import PAGE_MAX, PRIORITIES
+from rsched._core.settings import Settings
+from rsched._core.workers import JobInfo, WorkerInfo
 from rsched._deployment import deployment_keys
-from rsched._errors import DeadLetterNotFound, InvalidSchedules
-from rsched._job import DeadLetter
-from rsched._keys import Keys
-from rsched._page import Page
-from rsched._partition import job_partition, partition_of
 from rsched._queues import QueueStore
-from rsched._registry import JobInfo, WorkerInfo
-from rsched._rules import PAGE_MAX, PRIORITIES
 from rsched._runs import LIVE_STATUSES, SCAN_MAX, RunFilter, RunRecord, live_runs, log_records
-from rsched._settings import Settings
 from rsched._store import BULK_IN_FLIGHT, ScheduleStore
 
 T = TypeVar("T")

@@ -31,15 +31,15 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched import _parking
+from rsched._core.history import stored_events
+from rsched._core.humanize import duration
+from rsched._core.job import DEFAULT_TIMEOUT_S
+from rsched._core.keys import GROUP, Keys
+from rsched._core.rules import NAME_RE, PRIORITIES
+from rsched._core.settings import HealthSettings, Settings
 from rsched._fanout import gather
-from rsched._format import duration
-from rsched._history import stored_events
-from rsched._job import DEFAULT_TIMEOUT_S
-from rsched._keys import GROUP, Keys
 from rsched._lua import server_time_ms
 from rsched._queues import QueueStore
-from rsched._rules import NAME_RE, PRIORITIES
-from rsched._settings import HealthSettings, Settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNHEALTHY = ("late", "stuck", "failing")

@@ -22,12 +22,12 @@ from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._backoff import Backoff
+from rsched._core.backoff import Backoff
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
+from rsched._core.settings import Settings
 from rsched._events import EventLog
 from rsched._health import HealthReader, ScheduleHealth
-from rsched._keys import Keys
-from rsched._log import get_logger
-from rsched._settings import Settings
 from rsched._webhook import WebhookSender
 
 log = get_logger("rsched.health")

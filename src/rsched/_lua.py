@@ -42,7 +42,6 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rsched._backoff import Backoff
 from rsched._cluster import (
     held_connection,
     is_cluster,
@@ -52,9 +51,10 @@ from rsched._cluster import (
     primaries,
     slot_primary,
 )
-from rsched._errors import StateError
-from rsched._keys import Keys
-from rsched._log import get_logger
+from rsched._core.backoff import Backoff
+from rsched._core.errors import StateError
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
 
 log = get_logger("rsched.lua")
 

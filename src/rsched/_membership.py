@@ -21,9 +21,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from rsched import _lua
-from rsched._backoff import Backoff
-from rsched._keys import Keys
-from rsched._log import get_logger
+from rsched._core.backoff import Backoff
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
 
 log = get_logger("rsched.scheduler")
 

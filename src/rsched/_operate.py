@@ -25,13 +25,13 @@ from redis.exceptions import RedisError
 
 from rsched import _lua, _probe
 from rsched._connection import connect
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS, Deployment
+from rsched._core.settings import Settings
 from rsched._health import announced_counts
-from rsched._keys import Keys
-from rsched._log import get_logger
-from rsched._metrics import METRICS, Deployment
 from rsched._queues import QueueStore
 from rsched._scheduler import Scheduler
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._worker import Worker
 

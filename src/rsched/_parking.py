@@ -20,8 +20,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from rsched._codes import Code, check
-from rsched._keys import Keys, parked_bucket
+from rsched._core.codes import Code, check
+from rsched._core.keys import Keys, parked_bucket
 from rsched._lua import ScriptCaller
 
 #: Park what is due later than this from now: an hourly schedule spends 45 minutes of each

@@ -17,9 +17,9 @@ import orjson
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from rsched._errors import ConfigError
-from rsched._log import get_logger
-from rsched._metrics import METRICS
+from rsched._core.errors import ConfigError
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS
 
 log = get_logger("rsched.metrics")
 

@@ -20,21 +20,17 @@ from redis.exceptions import ResponseError
 
 from rsched import _lua
 from rsched._cluster import is_cluster
-from rsched._codes import Code, check
-from rsched._durability import Durability
-from rsched._errors import DeadLetterNotFound, InvalidArgument, InvalidJob
-from rsched._events import EventLog
-from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued, JobOptions
-from rsched._keys import GROUP, Keys
-from rsched._model import to_ms
-from rsched._registry import (
-    JobInfo,
-    WorkerInfo,
-    fields_of,
-    job_from_fields,
-    parse_worker,
+from rsched._core.codes import Code, check
+from rsched._core.errors import DeadLetterNotFound, InvalidArgument, InvalidJob
+from rsched._core.job import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    DeadLetter,
+    Enqueued,
+    JobOptions,
 )
-from rsched._rules import (
+from rsched._core.keys import GROUP, Keys
+from rsched._core.rules import (
     DEFAULT_DEDUP_WINDOW_S,
     DEFAULT_MAX_PAYLOAD_BYTES,
     NAME_RE,
@@ -47,8 +43,18 @@ from rsched._rules import (
     encode_payload,
     parse_duration_s,
 )
+from rsched._core.schedule import to_ms
+from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
+from rsched._core.workers import (
+    JobInfo,
+    WorkerInfo,
+    fields_of,
+    job_from_fields,
+    parse_worker,
+)
+from rsched._durability import Durability
+from rsched._events import EventLog
 from rsched._runs import run_record
-from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
 
 PAGE = 500
 #: Entries a lookup by execution id reads at most per stream and per delayed set (find_job.lua).

@@ -24,12 +24,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched import _lua, _parking
-from rsched._backoff import Backoff
-from rsched._errors import RschedError
-from rsched._keys import Keys
-from rsched._log import get_logger
-from rsched._metrics import METRICS, RETENTION_KINDS
-from rsched._settings import Settings
+from rsched._core.backoff import Backoff
+from rsched._core.errors import RschedError
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS, RETENTION_KINDS
+from rsched._core.settings import Settings
 
 log = get_logger("rsched.retention")
 

@@ -24,9 +24,9 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rsched._keys import GROUP, Keys
-from rsched._page import Page
-from rsched._rules import PRIORITIES
+from rsched._core.keys import GROUP, Keys
+from rsched._core.page import Page
+from rsched._core.rules import PRIORITIES
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")

@@ -42,23 +42,23 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched import _parking
-from rsched._backoff import Backoff
 from rsched._cluster import subscribed
-from rsched._codes import Code
 from rsched._connection import messages
+from rsched._core.backoff import Backoff
+from rsched._core.codes import Code
+from rsched._core.errors import LostLease, RschedError
+from rsched._core.fire_plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS
+from rsched._core.rules import NAME_RE
+from rsched._core.settings import Settings
 from rsched._deployment import deployment_keys
 from rsched._durability import Durability
-from rsched._errors import LostLease, RschedError
 from rsched._health_watch import HealthWatch
-from rsched._keys import Keys
-from rsched._log import get_logger
 from rsched._lua import migrating
 from rsched._membership import Membership
-from rsched._metrics import METRICS
-from rsched._plan import PLAN_FIELDS, FireItem, PlannedSpec, plan
 from rsched._retention import Retention
-from rsched._rules import NAME_RE
-from rsched._settings import Settings
 from rsched._store import ScheduleStore
 from rsched._webhook import WebhookSender
 

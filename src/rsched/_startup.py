@@ -14,10 +14,10 @@ from typing import TypeVar
 import anyio
 from redis.exceptions import RedisError
 
-from rsched._backoff import Backoff
 from rsched._connection import PERMANENT, explain
-from rsched._log import EventLogger
-from rsched._settings import Settings
+from rsched._core.backoff import Backoff
+from rsched._core.log import EventLogger
+from rsched._core.settings import Settings
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Redis access for schedules: every script call and read (return codes mapped by rsched._codes).
+"""Redis access for schedules: every script call and read (return codes mapped by rsched._core.codes).
 
 Both the client SDK and the scheduler go through this module, so a key layout or script
 signature lives in exactly one place on the Python side.
@@ -17,23 +17,29 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched import _lua, _parking
-from rsched._bulk import SPEC_KEYS, BulkItem, Problem
-from rsched._codes import Code, check, wrong_type
-from rsched._durability import Durability
-from rsched._errors import (
+from rsched._core.bulk import SPEC_KEYS, BulkItem, Problem
+from rsched._core.codes import Code, check, wrong_type
+from rsched._core.errors import (
     InvalidSchedule,
     ScheduleExists,
     ScheduleNotFound,
     StateError,
     WriteNotReplicated,
 )
-from rsched._history import stored_events
-from rsched._keys import Keys
-from rsched._model import Schedule
-from rsched._plan import FireItem, FireSpec
-from rsched._rules import DEFAULT_MAX_PAYLOAD_BYTES, NAME_RE, PRIORITIES, Priority, encode_payload
-from rsched._settings import DEFAULT_HISTORY_LIMIT, Settings
-from rsched._timing import first_run_ms
+from rsched._core.fire_plan import FireItem, FireSpec
+from rsched._core.history import stored_events
+from rsched._core.keys import Keys
+from rsched._core.rules import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    NAME_RE,
+    PRIORITIES,
+    Priority,
+    encode_payload,
+)
+from rsched._core.schedule import Schedule
+from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
+from rsched._core.timing import first_run_ms
+from rsched._durability import Durability
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,7 +560,7 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def history(self, schedule_id: str, limit: int) -> list[dict[str, Any]]:
         """The events of the newest ``limit`` records of the schedule's history, newest first
-        (rsched._history.stored_events)."""
+        (rsched._core.history.stored_events)."""
         raw = await self.redis.lrange(self.keys.history(schedule_id), 0, limit - 1)
         return stored_events(raw, schedule_id)
 

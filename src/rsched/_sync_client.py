@@ -23,18 +23,18 @@ from typing import Any, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from rsched._bulk import BulkResult
 from rsched._client import BackfillResult, Client, Fired, Stats
+from rsched._core.bulk import BulkResult
+from rsched._core.history import HistoryEvent
+from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
+from rsched._core.page import Page, every_item_sync
+from rsched._core.rules import Priority
+from rsched._core.schedule import Schedule
+from rsched._core.settings import Settings
+from rsched._core.workers import JobInfo, WorkerInfo
 from rsched._events import HealthEvent
 from rsched._health import Health, ScheduleHealth
-from rsched._history import HistoryEvent
-from rsched._job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
-from rsched._model import Schedule
-from rsched._page import Page, every_item_sync
-from rsched._registry import JobInfo, WorkerInfo
-from rsched._rules import Priority
 from rsched._runs import RunRecord
-from rsched._settings import Settings
 
 T = TypeVar("T")
 

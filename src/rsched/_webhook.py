@@ -27,9 +27,9 @@ import anyio.to_thread
 import orjson
 from anyio.abc import TaskStatus
 
-from rsched._backoff import Backoff
-from rsched._log import get_logger
-from rsched._settings import HealthSettings
+from rsched._core.backoff import Backoff
+from rsched._core.log import get_logger
+from rsched._core.settings import HealthSettings
 
 log = get_logger("rsched.alerts")
 

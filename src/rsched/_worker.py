@@ -41,16 +41,16 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from rsched._backoff import Backoff
 from rsched._connection import connect, warn_if_unsafe
+from rsched._core.backoff import Backoff
+from rsched._core.errors import ConfigError
+from rsched._core.job import Job
+from rsched._core.log import get_logger
+from rsched._core.rules import check_name
+from rsched._core.settings import DurabilityLevel, Settings, WorkerSettings, problems
 from rsched._deployment import deployment_keys
 from rsched._durability import Durability
-from rsched._errors import ConfigError
-from rsched._job import Job
-from rsched._log import get_logger
 from rsched._queues import Done, QueueStore
-from rsched._rules import check_name
-from rsched._settings import DurabilityLevel, Settings, WorkerSettings, problems
 from rsched._worker_actors import ACTOR_FAILURES, Actors, Stream
 
 log = get_logger("rsched.worker")

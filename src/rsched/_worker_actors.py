@@ -37,19 +37,19 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.exceptions import RedisError, ResponseError
 
-from rsched._backoff import Backoff
 from rsched._cluster import subscribed
-from rsched._codes import Code
 from rsched._connection import messages
-from rsched._errors import MalformedJob, Retry, StateError
-from rsched._job import Job, parse_entry, retry_delay_s
-from rsched._log import get_logger
-from rsched._metrics import METRICS
+from rsched._core.backoff import Backoff
+from rsched._core.codes import Code
+from rsched._core.errors import MalformedJob, Retry, StateError
+from rsched._core.job import Job, parse_entry, retry_delay_s
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS
+from rsched._core.rules import PRIORITIES, Priority
+from rsched._core.settings import Settings
+from rsched._core.workers import worker_record
 from rsched._queues import Done, Entry, Lane, QueueStore, fragment
-from rsched._registry import worker_record
-from rsched._rules import PRIORITIES, Priority
 from rsched._runs import run_record
-from rsched._settings import Settings
 
 log = get_logger("rsched.worker")
 # The per-job lines (job.start, job.end) under their own name, so that a busy deployment can

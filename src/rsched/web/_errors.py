@@ -23,7 +23,7 @@ from rsched import (
     ServerError,
     WriteNotReplicated,
 )
-from rsched._words import Words, speak
+from rsched._core.words import Words, speak
 
 #: The API's words (and the dashboard's, whose editor takes the same JSON): JSON fields and
 #: endpoints.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rsched import InvalidArgument, Page, Schedule, ScheduleNotFound
-from rsched._rules import NAME_RE
+from rsched._core.rules import NAME_RE
 from rsched.web._sdk import Sdk
 
 State = Literal["active", "paused", "completed"]

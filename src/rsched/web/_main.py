@@ -18,7 +18,7 @@ import sys
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rsched._settings import CLUSTER_HELP, Settings
+from rsched._core.settings import CLUSTER_HELP, Settings
 from rsched.web._security import LOOPBACK_HOSTS
 
 

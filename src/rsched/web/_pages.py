@@ -25,9 +25,9 @@ from jinja2 import pass_context
 from jinja2.runtime import Context
 
 from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
-from rsched import _format as fmt
-from rsched._model import STATE_FIELDS
-from rsched._rules import RUN_STATUSES
+from rsched._core import humanize as fmt
+from rsched._core.rules import RUN_STATUSES
+from rsched._core.schedule import STATE_FIELDS
 from rsched.web import _views as views
 from rsched.web._errors import error_body, http_words
 from rsched.web._listing import SCAN_BUDGET, State, find

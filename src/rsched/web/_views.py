@@ -11,9 +11,9 @@ from typing import Any
 
 from rsched import HistoryEvent, Schedule, ScheduleHealth
 from rsched._cli_common import status_text, trigger_text
-from rsched._format import clock, duration, relative
-from rsched._model import to_ms
-from rsched._tz import canonical_timezone, resolve_timezone
+from rsched._core.humanize import clock, duration, relative
+from rsched._core.schedule import to_ms
+from rsched._core.timezones import canonical_timezone, resolve_timezone
 
 __all__ = (
     "Moment",

@@ -22,8 +22,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rsched._partition import MAX_PARTITIONS
-from rsched._rules import (
+from rsched._core.partitions import MAX_PARTITIONS
+from rsched._core.rules import (
     DEDUP_WINDOW_MAX_S,
     DEFAULT_DEDUP_WINDOW_S,
     DEFAULT_MAX_PAYLOAD_BYTES,

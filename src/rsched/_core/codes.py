@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import IntEnum, unique
 
-from rsched._errors import (
+from rsched._core.errors import (
     Conflict,
     InvalidArgument,
     InvalidSchedule,

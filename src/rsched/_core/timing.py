@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from rsched._cron import Cron
-from rsched._errors import InvalidSchedule
-from rsched._model import Schedule, from_ms, to_ms
-from rsched._tz import resolve_timezone
-from rsched._words import words
+from rsched._core.cron import Cron
+from rsched._core.errors import InvalidSchedule
+from rsched._core.schedule import Schedule, from_ms, to_ms
+from rsched._core.timezones import resolve_timezone
+from rsched._core.words import words
 
 
 # The schedules of a herd share their expression, zone and due time: the next run is computed

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rsched._words import words
+from rsched._core.words import words
 
 
 class RschedError(Exception):

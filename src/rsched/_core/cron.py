@@ -42,7 +42,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
-from rsched._errors import CronError
+from rsched._core.errors import CronError
 
 __all__ = ["Cron"]
 

@@ -1,6 +1,6 @@
 """The words a message uses for what a user gives: each surface names its own fields and calls.
 
-The same rule (``_rules.py``, ``_model.py``, ``_job.py``) is reached from the Python SDK (keyword
+The same rule (``_core/rules.py``, ``_core/schedule.py``, ``_core/job.py``) is reached from the Python SDK (keyword
 arguments, ``upsert()``), the ``rsched`` command (``--every``, ``rsched upsert``), the HTTP API
 (JSON fields, ``PUT /api/v1/schedules/ID``) and schedules files (TOML keys). A message names a
 field, an example or what to do instead through the :class:`Words` of the surface being served

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from rsched._errors import InvalidJob, MalformedJob
-from rsched._rules import NAME_RE, Priority, check_option, check_retry_window
+from rsched._core.errors import InvalidJob, MalformedJob
+from rsched._core.rules import NAME_RE, Priority, check_option, check_retry_window
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_BASE_S = 30.0
@@ -47,7 +47,7 @@ class JobOptions:
     @classmethod
     def checked(cls, **given: object) -> JobOptions:
         """Options given by a user (absent or None: the default), checked by the rules of
-        rsched._rules; raises InvalidJob naming the option."""
+        rsched._core.rules; raises InvalidJob naming the option."""
         values: dict[str, float] = {}
         for name in sorted(OPTION_NAMES):
             value = given.get(name)

@@ -23,11 +23,11 @@ import functools
 from dataclasses import dataclass
 from typing import NamedTuple, get_args
 
-from rsched._job import JobOptions
-from rsched._keys import stream_name
-from rsched._model import Overlap
-from rsched._rules import NAME_RE, Priority, check_priority
-from rsched._timing import Timing
+from rsched._core.job import JobOptions
+from rsched._core.keys import stream_name
+from rsched._core.rules import NAME_RE, Priority, check_priority
+from rsched._core.schedule import Overlap
+from rsched._core.timing import Timing
 
 # Counting missed occurrences (for the history record and rsched_misfires_total, "missed" is at
 # most this per late run) must never cost unbounded time.
@@ -47,7 +47,9 @@ class FireSpec:
     max_runs: int | None = None
     opts: str = ""  # the hash's ``opts`` JSON object, '' when every job option is the default
     buffer_limit: int | None = None  # None: the default (100)
-    priority: Priority = "normal"  # picks the queue's stream of that level (rsched._keys.queue)
+    priority: Priority = (
+        "normal"  # picks the queue's stream of that level (rsched._core.keys.queue)
+    )
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> FireSpec:

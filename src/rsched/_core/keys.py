@@ -14,8 +14,8 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
-from rsched._partition import check_partitions, partition_tags
-from rsched._rules import Priority, check_prefix
+from rsched._core.partitions import check_partitions, partition_tags
+from rsched._core.rules import Priority, check_prefix
 
 # Worker consumer group name on every queue stream.
 GROUP = "rsched"

@@ -48,10 +48,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from rsched._codes import Code
-from rsched._errors import Retry
-from rsched._job import Job
-from rsched._plan import FireItem
+from rsched._core.codes import Code
+from rsched._core.errors import Retry
+from rsched._core.fire_plan import FireItem
+from rsched._core.job import Job
 
 # 1 ms to 1 h: an on-time fire lands in the first few, a scheduler that was down in the last.
 LAG_BUCKETS = (
@@ -67,7 +67,7 @@ Role = Literal["scheduler", "worker"]
 
 FIRED, STALE = Code.FIRED, Code.STALE
 # The labels (policy, action) of rsched_misfires_total, by the misfire policy and the action of
-# its fire item (rsched._plan): a late run stands for missed occurrences or runs one of them;
+# its fire item (rsched._core.fire_plan): a late run stands for missed occurrences or runs one of them;
 # the others are recorded as skipped.
 MISFIRE_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("run_once", "misfire"): ("run_once", "run"),

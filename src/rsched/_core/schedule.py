@@ -24,9 +24,9 @@ from pydantic import (
     model_validator,
 )
 
-from rsched._cron import Cron
-from rsched._errors import InvalidSchedule, MalformedJob, StateError
-from rsched._job import (
+from rsched._core.cron import Cron
+from rsched._core.errors import InvalidSchedule, MalformedJob, StateError
+from rsched._core.job import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_BASE_S,
     DEFAULT_RETRY_JITTER,
@@ -36,7 +36,7 @@ from rsched._job import (
     OPTION_NAMES,
     JobOptions,
 )
-from rsched._rules import (
+from rsched._core.rules import (
     BUFFER_LIMIT_DEFAULT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -49,8 +49,8 @@ from rsched._rules import (
     encode_payload,
     parse_duration_s,
 )
-from rsched._tz import canonical_timezone, resolve_timezone
-from rsched._words import words
+from rsched._core.timezones import canonical_timezone, resolve_timezone
+from rsched._core.words import words
 
 Overlap = Literal["allow", "skip", "buffer_one", "buffer_all", "cancel_previous"]
 Misfire = Literal["run_once", "skip", "catch_up"]

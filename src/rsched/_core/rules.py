@@ -1,7 +1,7 @@
 """The rules user input follows, each in one place: names, payloads, durations, a job's retry and
 timeout options, pause notes, page sizes and history statuses.
 
-Schedules (rsched._model), one-off jobs (QueueStore.enqueue), workers, settings and the client
+Schedules (rsched._core.schedule), one-off jobs (QueueStore.enqueue), workers, settings and the client
 all check through these functions, so the bounds and the wording are the same everywhere. Each
 raises ValueError with the message; the caller wraps it in its own exception (InvalidSchedule,
 InvalidJob, InvalidArgument, ConfigError) naming the field.
@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 import orjson
 
-from rsched._words import words
+from rsched._core.words import words
 
 # Letters, digits and '. _ - :' only: readable in redis-cli, no glob ('*?[') or hash-tag ('{}')
 # characters, so a name can never escape its key or its slot.
@@ -171,7 +171,7 @@ def parse_duration_s(value: object, *, allow_zero: bool = False) -> float:
 
 
 def check_option(name: str, value: object) -> float:
-    """One of a job's retry and timeout options (see rsched._job.JobOptions); returns it as a
+    """One of a job's retry and timeout options (see rsched._core.job.JobOptions); returns it as a
     number (``max_retries`` a whole one). The durations among them also take text ("30s")
     and timedeltas, read by :func:`parse_duration_s`."""
     if name in SECONDS_OPTIONS:

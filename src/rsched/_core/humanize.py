@@ -1,13 +1,13 @@
 """Human output for the CLI: aligned tables, times in a zone and UTC, relative times.
 
-(Durations are read by rsched._rules.parse_duration_s, the rule every input follows.)"""
+(Durations are read by rsched._core.rules.parse_duration_s, the rule every input follows.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from rsched._tz import resolve_timezone
+from rsched._core.timezones import resolve_timezone
 
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s"))
 

@@ -5,7 +5,7 @@ Validating a schedule with pydantic costs ~15 µs and turning it into hash field
 at 100k schedules is most of a bulk create's budget. The schedules of one bulk call mostly share
 everything but their id and payload, so each distinct *shape* (every other field) is validated
 once and its hash fields reused; the id and payload of each entry are still checked by the same
-rules (rsched._rules). Pure: no Redis here (bench/README.md has the costs).
+rules (rsched._core.rules). Pure: no Redis here (bench/README.md has the costs).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rsched._errors import InvalidSchedule
-from rsched._job import OPTION_NAMES
-from rsched._model import STATE_FIELDS, Schedule
-from rsched._rules import check_name, encode_payload
+from rsched._core.errors import InvalidSchedule
+from rsched._core.job import OPTION_NAMES
+from rsched._core.rules import check_name, encode_payload
+from rsched._core.schedule import STATE_FIELDS, Schedule
 
 #: (entry index, schedule id if known, field, message): one problem of a bulk call.
 Problem = tuple[int, str | None, str, str]

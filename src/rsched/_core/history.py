@@ -27,7 +27,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from rsched._page import Page
+from rsched._core.page import Page
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CURSOR = re.compile(r"^(-?\d{1,16})-(\d{1,9})$")

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
-from rsched._history import HistoryEvent
+from rsched._core.history import HistoryEvent
 
 JobState = Literal["queued", "running", "delayed", "completed", "failed", "dead", "cancelled"]
 #: The states ``Client.jobs`` lists (the others are read by execution id only).
