@@ -15,10 +15,10 @@ import sys
 
 import anyio
 
-from rsched._connection import connect
 from rsched._core.log import configure_logging
 from rsched._core.settings import Settings
 from rsched._operate import operate_scheduler
+from rsched._redis.connection import connect
 from rsched._scheduler import Scheduler
 
 

@@ -25,8 +25,8 @@ from bench._os import proc_cpu_s
 from bench._servers import BenchServer
 from bench.engine import RESULTS_DIR, Ctx, machine, table
 from rsched import Client, Schedule, Settings
-from rsched._connection import connect
 from rsched._core.bulk import Validator
+from rsched._redis.connection import connect
 
 PREFIX = "bench"
 

@@ -26,10 +26,10 @@ import anyio
 from redis.asyncio import Redis
 
 from rsched import Client, Scheduler, Settings
-from rsched._connection import connect
 from rsched._core.keys import Keys
 from rsched._core.settings import DurabilityLevel
 from rsched._embedded import EmbeddedServer, binary_path
+from rsched._redis.connection import connect
 
 LEVELS: tuple[DurabilityLevel, ...] = ("async", "replicated")
 HERD_LEAD_S = 3.0

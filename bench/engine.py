@@ -30,14 +30,14 @@ from redis.asyncio import Redis
 from bench._os import SchedReading, affinity, pin, proc_cpu_s, realtime
 from bench._servers import BenchServer
 from rsched import _parking
-from rsched._connection import connect
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, PlannedSpec, plan
 from rsched._core.keys import Keys
 from rsched._core.schedule import Schedule
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._lua import names as script_names
-from rsched._lua import source
+from rsched._redis.connection import connect
+from rsched._redis.scripts import names as script_names
+from rsched._redis.scripts import source
 from rsched._store import ScheduleStore
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

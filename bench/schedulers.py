@@ -32,10 +32,10 @@ from redis.asyncio import Redis
 from bench._servers import BenchServer
 from bench.engine import SETUP_AHEAD_MS, Ctx, template
 from rsched import Client, Schedule, Settings
-from rsched._connection import connect
 from rsched._core.keys import Keys
 from rsched._core.partitions import partition_of
 from rsched._core.settings import SchedulerSettings
+from rsched._redis.connection import connect
 from rsched._store import ScheduleStore
 
 PREFIX = "bench"

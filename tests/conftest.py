@@ -23,8 +23,8 @@ import pytest
 from redis.asyncio import Redis
 
 from cluster import Cluster
-from rsched._connection import connect
 from rsched._core.settings import Settings
+from rsched._redis.connection import connect
 from servers import Server, env_kinds
 
 

@@ -19,16 +19,18 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 
 import rsched
 from cluster import Cluster, slot_of
-from rsched import _cluster, _lua, _parking
+from rsched import _parking
 from rsched._cli import _delegate as delegate
 from rsched._cli import _settings as cli_settings
 from rsched._cli_parser import build_parser
-from rsched._connection import check_server, connect
 from rsched._core.keys import Keys
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._health import HealthReader
-from rsched._lua import ScriptCaller
 from rsched._queues import QueueStore
+from rsched._redis import cluster as _cluster
+from rsched._redis import scripts as _lua
+from rsched._redis.connection import check_server, connect
+from rsched._redis.scripts import ScriptCaller
 from rsched._retention import Retention
 from rsched._scheduler import Scheduler
 from rsched._scheduler_main import _parser as scheduler_parser

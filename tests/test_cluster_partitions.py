@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from cluster import Cluster
 from conftest import Proc
 from rsched import Client, Schedule, Settings
-from rsched._connection import connect
 from rsched._core.partitions import job_partition, partition_of
+from rsched._redis.connection import connect
 from test_partition_sharing import fired, led_by, once_each
 from test_worker import wait_until
 from worker_app import any_, fast_env, marks_key

@@ -20,15 +20,15 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ResponseError
 
 import rsched
-from rsched import _lua
-from rsched._connection import connect
 from rsched._core.codes import Code
 from rsched._core.fire_plan import OVERLAPS, FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.schedule import Schedule
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._lua import ScriptCaller
 from rsched._queues import QueueStore
+from rsched._redis import scripts as _lua
+from rsched._redis.connection import connect
+from rsched._redis.scripts import ScriptCaller
 from rsched._retention import Retention
 from rsched._scheduler import Scheduler
 from rsched._store import ScheduleStore

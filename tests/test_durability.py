@@ -22,13 +22,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 import rsched
 from cluster import Cluster, slot_of
 from rsched import _cli, _scheduler_main, _worker_main
-from rsched._connection import check_server, connect
 from rsched._core.keys import Keys
 from rsched._core.metrics import METRICS
 from rsched._core.partitions import partition_of
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._durability import CONFIRMED, Durability
-from rsched._lua import ScriptCaller, names
+from rsched._redis.connection import check_server, connect
+from rsched._redis.durability import CONFIRMED, Durability
+from rsched._redis.scripts import ScriptCaller, names
 from servers import Server
 from test_cluster import engine
 from test_scheduler import running

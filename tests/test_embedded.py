@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis as sync_redis
 
-from rsched._connection import connect, warn_if_unsafe
 from rsched._core.errors import ConfigError
 from rsched._core.log import get_logger
 from rsched._embedded import SHARED_PORT, EmbeddedServer
+from rsched._redis.connection import connect, warn_if_unsafe
 
 
 def _gone(pid: int, timeout_s: float = 10.0) -> bool:

@@ -11,11 +11,11 @@ from redis.asyncio import Redis
 
 from placement import move_to, next_score
 from rsched import Schedule, StateError
-from rsched._connection import connect
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
+from rsched._redis.connection import connect
 from rsched._store import ScheduleStore
 
 HOUR_MS = 3_600_000

@@ -16,8 +16,8 @@ from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.history import expand_record, stored_events
 from rsched._core.keys import Keys
-from rsched._lua import ScriptCaller
 from rsched._queues import Done, QueueStore, fragment
+from rsched._redis.scripts import ScriptCaller
 from rsched._store import ScheduleStore
 
 WORKER = "host-1:4242:9f3a1c"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from rsched import _lua
 from rsched._core.codes import Code
+from rsched._redis import scripts as _lua
 
 ENGINE_SCRIPTS = (
     "due", "fire", "upsert", "upsert_many", "remove", "pause", "resume", "trigger",

@@ -23,7 +23,6 @@ from redis.asyncio import Redis
 import rsched
 from conftest import Proc, free_port
 from placement import move_to
-from rsched import _lua
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.job import Job
@@ -38,6 +37,7 @@ from rsched._operate import (
 )
 from rsched._probe import serve
 from rsched._queues import QueueStore
+from rsched._redis import scripts as _lua
 from rsched._scheduler import Scheduler
 from rsched._scheduler_main import main as scheduler_main
 from rsched._store import ScheduleStore

@@ -20,12 +20,12 @@ from redis.asyncio import Redis
 import rsched
 from conftest import Proc
 from rsched import Schedule, Scheduler
-from rsched._connection import connect
 from rsched._core.keys import GROUP, Keys
 from rsched._core.partitions import partition_of
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._membership import owned, owner_of
 from rsched._queues import QueueStore
+from rsched._redis.connection import connect
 from rsched._store import ScheduleStore
 from test_worker import running as working
 from test_worker import wait_until

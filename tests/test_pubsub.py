@@ -1,4 +1,4 @@
-"""Pub/sub listeners (rsched._connection.messages) on RESP2 and RESP3, against real servers: the
+"""Pub/sub listeners (rsched._redis.connection.messages) on RESP2 and RESP3, against real servers: the
 keepalive PING answered in either shape, a server that stopped answering, a message between
 pings, redis-py subscribing again by itself, and a quiet scheduler and worker."""
 
@@ -18,9 +18,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import rsched
-from rsched import _connection
-from rsched._connection import connect, messages
 from rsched._core.settings import SchedulerSettings, Settings
+from rsched._redis import connection as _connection
+from rsched._redis.connection import connect, messages
 from servers import Server
 from test_worker import wait_until
 from worker_app import fast_settings

@@ -29,10 +29,10 @@ import pytest
 import rsched
 from cluster import Cluster
 from conftest import Proc
-from rsched._connection import connect, warn_if_unsafe
 from rsched._core.log import get_logger
 from rsched._core.settings import Settings, safe_url
 from rsched._embedded import free_port
+from rsched._redis.connection import connect, warn_if_unsafe
 from secure_servers import (
     DOC,
     ROLES,

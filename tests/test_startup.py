@@ -22,9 +22,9 @@ import pytest
 import rsched
 from conftest import Proc
 from fake_servers import BlackHole, HttpServer
-from rsched._connection import connect
 from rsched._core.settings import Settings
 from rsched._embedded import free_port
+from rsched._redis.connection import connect
 from rsched._startup import LOG_EVERY_S
 from servers import Server
 from test_worker import wait_until

@@ -24,7 +24,7 @@ from rsched._core.keys import Keys
 from rsched._core.schedule import to_ms
 from rsched._core.settings import Settings
 from rsched._core.timing import first_run_ms
-from rsched._lua import pack_command
+from rsched._redis.scripts import pack_command
 from rsched._store import ScheduleStore
 from worker_app import any_
 

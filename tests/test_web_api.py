@@ -21,8 +21,8 @@ pytest.importorskip("fastapi", reason="the web extra is not installed")
 import rsched
 from fake_servers import Canned
 from rsched import Scheduler, Settings
-from rsched._connection import connect
 from rsched._core.settings import SchedulerSettings
+from rsched._redis.connection import connect
 from web_support import (
     apublish_event,
     free_port,

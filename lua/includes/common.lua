@@ -1,4 +1,4 @@
--- Include: common functions, inlined (by rsched._lua) into every script that names it.
+-- Include: common functions, inlined (by rsched._redis.scripts) into every script that names it.
 -- Defines: rcall, int_text(n), now_ms(), hist(key, cap, json), hist_first(key, cap, json), pcall_read(...),
 -- op_replay(key, id), op_store(key, id, result), key_is(key, want), json_str(s) and
 -- version_parts(version).

@@ -26,11 +26,11 @@ from redis.exceptions import RedisError
 from rsched._cli_common import CLI_WORDS, Handler, LocalHandler, duration_s
 from rsched._cli_parser import DELEGATES, build_parser
 from rsched._client import Client
-from rsched._connection import explain
 from rsched._core.errors import RschedError, UsageError
 from rsched._core.log import configure_logging
 from rsched._core.settings import Settings
 from rsched._core.words import speaking
+from rsched._redis.connection import explain
 
 __all__ = ("EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "duration_s", "main")
 

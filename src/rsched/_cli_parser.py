@@ -26,7 +26,7 @@ from rsched._core.errors import UsageError
 from rsched._core.rules import PRIORITIES
 from rsched._core.schedule import Overlap
 from rsched._core.settings import CLUSTER_HELP
-from rsched._durability import durability_flag
+from rsched._redis.durability import durability_flag
 
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.

@@ -22,7 +22,6 @@ from rsched._cli_common import (
 )
 from rsched._cli_workers import warn_if_no_worker_has
 from rsched._client import Client
-from rsched._connection import connect
 from rsched._core import humanize as fmt
 from rsched._core.errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
 from rsched._core.history import HistoryEvent
@@ -31,6 +30,7 @@ from rsched._core.schedule import STATE_FIELDS, Schedule, to_ms
 from rsched._core.timezones import canonical_timezone, resolve_timezone
 from rsched._core.timing import next_fire_times
 from rsched._declare import sync_file
+from rsched._redis.connection import connect
 
 #: The spec options of ``add`` / ``upsert`` / ``update`` (argparse dests), copied into the spec
 #: when given.

@@ -26,7 +26,6 @@ from typing import Any, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._connection import connect, explain
 from rsched._core.bulk import BulkResult, Validator, hash_fields
 from rsched._core.codes import Code
 from rsched._core.errors import (
@@ -73,6 +72,7 @@ from rsched._fanout import (
 )
 from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
 from rsched._queues import QueueStore, new_execution_id
+from rsched._redis.connection import connect, explain
 from rsched._runs import RunFilter, RunRecord, check_cursor, read_runs
 from rsched._store import IndexStats, ScheduleStore
 
@@ -149,7 +149,7 @@ def _redis_errors(
     fn: Callable[P, Awaitable[T]],
 ) -> Callable[P, Coroutine[Any, Any, T]]:
     """Translate Redis failures (after redis-py's own retries) into the RschedError naming the
-    fix (rsched._connection.explain): RedisUnavailable, PoolExhausted or a ServerError."""
+    fix (rsched._redis.connection.explain): RedisUnavailable, PoolExhausted or a ServerError."""
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:

@@ -41,7 +41,6 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from rsched._client import Client
-from rsched._connection import connect, warn_if_unsafe
 from rsched._core.errors import RschedError, ScheduleNotFound
 from rsched._core.history import stored_events
 from rsched._core.job import Job
@@ -58,6 +57,7 @@ from rsched._core.settings import (
 )
 from rsched._embedded import EmbeddedServer
 from rsched._embedded_cluster import EmbeddedCluster
+from rsched._redis.connection import connect, warn_if_unsafe
 from rsched._scheduler import Scheduler
 from rsched._signals import SIGNALS, two_signal_stop
 from rsched._worker import Worker

@@ -38,8 +38,8 @@ from rsched._core.keys import GROUP, Keys
 from rsched._core.rules import NAME_RE, PRIORITIES
 from rsched._core.settings import HealthSettings, Settings
 from rsched._fanout import gather
-from rsched._lua import server_time_ms
 from rsched._queues import QueueStore
+from rsched._redis.scripts import server_time_ms
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNHEALTHY = ("late", "stuck", "failing")

@@ -20,10 +20,10 @@ from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched import _lua
 from rsched._core.backoff import Backoff
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
+from rsched._redis import scripts as _lua
 
 log = get_logger("rsched.scheduler")
 

@@ -23,14 +23,15 @@ from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched import _lua, _probe
-from rsched._connection import connect
+from rsched import _probe
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS, Deployment
 from rsched._core.settings import Settings
 from rsched._health import announced_counts
 from rsched._queues import QueueStore
+from rsched._redis import scripts as _lua
+from rsched._redis.connection import connect
 from rsched._scheduler import Scheduler
 from rsched._store import ScheduleStore
 from rsched._worker import Worker

@@ -22,7 +22,7 @@ from redis.asyncio.client import Pipeline
 
 from rsched._core.codes import Code, check
 from rsched._core.keys import Keys, parked_bucket
-from rsched._lua import ScriptCaller
+from rsched._redis.scripts import ScriptCaller
 
 #: Park what is due later than this from now: an hourly schedule spends 45 minutes of each
 #: hour parked, a daily one nearly all day.

@@ -18,8 +18,6 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rsched import _lua
-from rsched._cluster import is_cluster
 from rsched._core.codes import Code, check
 from rsched._core.errors import DeadLetterNotFound, InvalidArgument, InvalidJob
 from rsched._core.job import (
@@ -52,8 +50,10 @@ from rsched._core.workers import (
     job_from_fields,
     parse_worker,
 )
-from rsched._durability import Durability
 from rsched._events import EventLog
+from rsched._redis import scripts as _lua
+from rsched._redis.cluster import is_cluster
+from rsched._redis.durability import Durability
 from rsched._runs import run_record
 
 PAGE = 500

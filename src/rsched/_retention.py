@@ -23,13 +23,14 @@ from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from rsched import _lua, _parking
+from rsched import _parking
 from rsched._core.backoff import Backoff
 from rsched._core.errors import RschedError
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS, RETENTION_KINDS
 from rsched._core.settings import Settings
+from rsched._redis import scripts as _lua
 
 log = get_logger("rsched.retention")
 

@@ -42,8 +42,6 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from rsched import _parking
-from rsched._cluster import subscribed
-from rsched._connection import messages
 from rsched._core.backoff import Backoff
 from rsched._core.codes import Code
 from rsched._core.errors import LostLease, RschedError
@@ -54,10 +52,12 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE
 from rsched._core.settings import Settings
 from rsched._deployment import deployment_keys
-from rsched._durability import Durability
 from rsched._health_watch import HealthWatch
-from rsched._lua import migrating
 from rsched._membership import Membership
+from rsched._redis.cluster import subscribed
+from rsched._redis.connection import messages
+from rsched._redis.durability import Durability
+from rsched._redis.scripts import migrating
 from rsched._retention import Retention
 from rsched._store import ScheduleStore
 from rsched._webhook import WebhookSender

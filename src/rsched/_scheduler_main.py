@@ -24,13 +24,13 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._connection import check_server, connect, translate, warn_if_unsafe
 from rsched._core.errors import ConfigError, InvalidSchedule, RschedError
 from rsched._core.keys import Keys
 from rsched._core.log import configure_logging, get_logger
 from rsched._core.settings import CLUSTER_HELP, DEFAULT_REDIS_URL, Settings
-from rsched._durability import durability_flag
 from rsched._operate import operate_scheduler
+from rsched._redis.connection import check_server, connect, translate, warn_if_unsafe
+from rsched._redis.durability import durability_flag
 from rsched._scheduler import Scheduler
 from rsched._signals import two_signal_stop
 from rsched._startup import sole, wait_for_server

@@ -14,10 +14,10 @@ from typing import TypeVar
 import anyio
 from redis.exceptions import RedisError
 
-from rsched._connection import PERMANENT, explain
 from rsched._core.backoff import Backoff
 from rsched._core.log import EventLogger
 from rsched._core.settings import Settings
+from rsched._redis.connection import PERMANENT, explain
 
 T = TypeVar("T")
 
@@ -36,7 +36,7 @@ async def wait_for_server(
     A server that is down, does not answer, loads its data or is full (refused, reset, timed
     out, LOADING, OOM, maxclients) is waited for with backoff, logging ``redis.waiting`` with
     the reason and the next retry at most every :data:`LOG_EVERY_S`. Raises at once the
-    :data:`~rsched._connection.PERMANENT` errors (a wrong password, database, TLS setting or
+    :data:`~rsched._redis.connection.PERMANENT` errors (a wrong password, database, TLS setting or
     server) and whatever RschedError ``start`` raises itself (e.g. PartitionMismatch). Cancel
     the caller's scope to stop waiting.
     """

@@ -16,7 +16,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rsched import _lua, _parking
+from rsched import _parking
 from rsched._core.bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._core.codes import Code, check, wrong_type
 from rsched._core.errors import (
@@ -39,7 +39,8 @@ from rsched._core.rules import (
 from rsched._core.schedule import Schedule
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._core.timing import first_run_ms
-from rsched._durability import Durability
+from rsched._redis import scripts as _lua
+from rsched._redis.durability import Durability
 
 
 @dataclass(frozen=True, slots=True)

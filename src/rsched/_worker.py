@@ -41,7 +41,6 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from rsched._connection import connect, warn_if_unsafe
 from rsched._core.backoff import Backoff
 from rsched._core.errors import ConfigError
 from rsched._core.job import Job
@@ -49,8 +48,9 @@ from rsched._core.log import get_logger
 from rsched._core.rules import check_name
 from rsched._core.settings import DurabilityLevel, Settings, WorkerSettings, problems
 from rsched._deployment import deployment_keys
-from rsched._durability import Durability
 from rsched._queues import Done, QueueStore
+from rsched._redis.connection import connect, warn_if_unsafe
+from rsched._redis.durability import Durability
 from rsched._worker_actors import ACTOR_FAILURES, Actors, Stream
 
 log = get_logger("rsched.worker")
@@ -248,7 +248,7 @@ class Worker:
     ) -> None:
         """Run until :meth:`stop`; raises ConfigError for bad settings.
 
-        ``redis`` must return decoded strings (as :func:`rsched._connection.connect` makes);
+        ``redis`` must return decoded strings (as :func:`rsched._redis.connection.connect` makes);
         without one, the worker opens its own from the settings' ``redis_url``.
         """
         settings = self.resolve_settings()

@@ -37,8 +37,6 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from redis.exceptions import RedisError, ResponseError
 
-from rsched._cluster import subscribed
-from rsched._connection import messages
 from rsched._core.backoff import Backoff
 from rsched._core.codes import Code
 from rsched._core.errors import MalformedJob, Retry, StateError
@@ -49,6 +47,8 @@ from rsched._core.rules import PRIORITIES, Priority
 from rsched._core.settings import Settings
 from rsched._core.workers import worker_record
 from rsched._queues import Done, Entry, Lane, QueueStore, fragment
+from rsched._redis.cluster import subscribed
+from rsched._redis.connection import messages
 from rsched._runs import run_record
 
 log = get_logger("rsched.worker")

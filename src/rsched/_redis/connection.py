@@ -35,8 +35,6 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rsched import _lua
-from rsched._cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
 from rsched._core.errors import (
     AccessDenied,
     ConfigError,
@@ -51,7 +49,9 @@ from rsched._core.errors import (
 )
 from rsched._core.log import EventLogger
 from rsched._core.settings import Settings, safe_url
-from rsched._durability import Durability
+from rsched._redis import scripts as _lua
+from rsched._redis.cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
+from rsched._redis.durability import Durability
 
 _URL_HINT = "e.g. redis://127.0.0.1:6379/0 or rediss://user:pass@host:6380/0"
 #: Re-sends after a refused or dropped connection (each fails fast); never after a timeout.
@@ -79,7 +79,7 @@ def connect(
     operation twice. (The retry must be redis.asyncio's: the sync one would wrap only the
     creation of each coroutine and never retry anything.) ``encoding_errors="replace"``
     reads values that are not UTF-8 as U+FFFD. With ``settings.cluster`` the client is a
-    Redis Cluster client (rsched._cluster), which loads the scripts of lua/ each primary it
+    Redis Cluster client (rsched._redis.cluster), which loads the scripts of lua/ each primary it
     learns of lacks. Raises ConfigError for a bad URL.
     """
     settings = (

@@ -7,7 +7,7 @@ maxmemory (never half-applied), a read-only one (:data:`READ_ONLY`) declares ``n
 on a cluster a script touching a key outside its declared keys' slot fails instead of reaching
 another node's data.
 
-On a cluster (rsched._cluster) a script runs on the primary of its keys' slot. The client loads
+On a cluster (rsched._redis.cluster) a script runs on the primary of its keys' slot. The client loads
 the scripts each primary it learns of lacks; a NOSCRIPT all the same (a primary that lost them, or
 one met through a MOVED) loads the script on every primary and retries once, and a TRYAGAIN (its
 keys half migrated) is retried with backoff for up to :data:`TRYAGAIN_LIMIT_S`. A write to be
@@ -42,7 +42,11 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rsched._cluster import (
+from rsched._core.backoff import Backoff
+from rsched._core.errors import StateError
+from rsched._core.keys import Keys
+from rsched._core.log import get_logger
+from rsched._redis.cluster import (
     held_connection,
     is_cluster,
     learn_moved,
@@ -51,15 +55,11 @@ from rsched._cluster import (
     primaries,
     slot_primary,
 )
-from rsched._core.backoff import Backoff
-from rsched._core.errors import StateError
-from rsched._core.keys import Keys
-from rsched._core.log import get_logger
 
 log = get_logger("rsched.lua")
 
 if TYPE_CHECKING:
-    from rsched._durability import Durability
+    from rsched._redis.durability import Durability
 
 _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
@@ -213,7 +213,7 @@ class ScriptCaller:
     writer other than rsched can cause, surfaces as StateError.
     """
 
-    #: Writes to confirm with WAIT (rsched._durability); the stores set it from the settings.
+    #: Writes to confirm with WAIT (rsched._redis.durability); the stores set it from the settings.
     durability: Durability | None = None
     #: The partition whose keys the scripts touch (the subclasses set it): whose clock counts.
     keys: Keys
@@ -325,7 +325,7 @@ class ScriptCaller:
         Anything unusual (script not loaded yet, a dedicated connection, a connection error)
         goes through :meth:`call`, which loads the script and retries; the scripts sent here
         are safe to run twice, so re-sending after a lost reply is fine. A write to be
-        confirmed (rsched._durability) goes out with its WAIT on the same connection.
+        confirmed (rsched._redis.durability) goes out with its WAIT on the same connection.
         """
         redis = self.redis
         durability = self._durability(name)

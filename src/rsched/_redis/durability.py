@@ -4,7 +4,7 @@ With ``replicated``, a write rsched acknowledges (a client's write, a fire batch
 ack) is followed by ``WAIT replicas timeout``; with ``replicated_fsync`` by ``WAITAOF 1 replicas
 timeout``. WAIT counts the replicas that hold the *connection's* last write, so it proves
 nothing on any other connection: ScriptCaller sends the script and the WAIT together, on one
-connection it holds for both replies (rsched._lua). On Redis Cluster that is a connection to
+connection it holds for both replies (rsched._redis.scripts). On Redis Cluster that is a connection to
 the primary serving the script's keys (every script touches one slot), the node whose replicas
 must confirm; a MOVED or ASK sends both again where it points.
 
@@ -21,12 +21,12 @@ from typing import Any, get_args
 from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError
 
-from rsched._cluster import is_cluster, per_primary
 from rsched._core.errors import ServerError, WriteNotReplicated
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._core.settings import DurabilityLevel as Level
 from rsched._core.settings import Settings
+from rsched._redis.cluster import is_cluster, per_primary
 
 log = get_logger("rsched.durability")
 
