@@ -29,7 +29,6 @@ from redis.asyncio import Redis
 
 from bench._os import SchedReading, affinity, pin, proc_cpu_s, realtime
 from bench._servers import BenchServer
-from rsched import _parking
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, PlannedSpec, plan
 from rsched._core.keys import Keys
@@ -38,14 +37,15 @@ from rsched._core.settings import SchedulerSettings, Settings
 from rsched._redis.connection import connect
 from rsched._redis.scripts import names as script_names
 from rsched._redis.scripts import source
-from rsched._store import ScheduleStore
+from rsched._store import parking as _parking
+from rsched._store.schedules import ScheduleStore
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 PREFIX = "bench"
 CHUNK = 2_000
 DAY_MS = 86_400_000
 # Where bench schedules wait before a herd is set up: far enough ahead that none fires, near
-# enough that the scheduler does not park them (rsched._parking: beyond 15 minutes), which would
+# enough that the scheduler does not park them (rsched._store.parking: beyond 15 minutes), which would
 # leave them where the bench's retime does not look.
 SETUP_AHEAD_MS = 10 * 60_000
 # A herd counts the commands that took this long or longer inside Redis (SLOWLOG).
@@ -502,7 +502,7 @@ async def steady(ctx: Ctx, n: int, duration_s: float, warmup_s: float) -> dict[s
 
 async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
     """Bytes per schedule at rest once parked: N ``every=3600`` schedules an hour before their
-    next run, parked the way the leading scheduler parks them (rsched._parking.park under a
+    next run, parked the way the leading scheduler parks them (rsched._store.parking.park under a
     lease, MOVE_LIMIT at a time), in two halves as memory_and_ceiling does. Then what parking
     and bringing back cost: each call's time inside Redis (SLOWLOG from 0.2 ms: each call, not the
     commands inside it)."""

@@ -29,9 +29,9 @@ from bench._servers import BenchServer
 from rsched import Client, Schedule, Settings
 from rsched._core.fire_plan import FireItem
 from rsched._core.keys import Keys
-from rsched._queues import Done, QueueStore, fragment
-from rsched._runs import run_record
-from rsched._store import ScheduleStore
+from rsched._store.queues import Done, QueueStore, fragment
+from rsched._store.runs_log import run_record
+from rsched._store.schedules import ScheduleStore
 
 BATCH = 500
 WORKER = "bench-host:4242:9f3a1c"

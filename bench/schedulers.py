@@ -36,7 +36,7 @@ from rsched._core.keys import Keys
 from rsched._core.partitions import partition_of
 from rsched._core.settings import SchedulerSettings
 from rsched._redis.connection import connect
-from rsched._store import ScheduleStore
+from rsched._store.schedules import ScheduleStore
 
 PREFIX = "bench"
 

@@ -1,13 +1,13 @@
-"""Where a schedule's entry is, the index or its parked bucket (rsched._parking), for tests
+"""Where a schedule's entry is, the index or its parked bucket (rsched._store.parking), for tests
 that read or set a next run by hand."""
 
 from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from rsched import _parking
 from rsched._core.keys import Keys
-from rsched._store import ScheduleStore
+from rsched._store import parking as _parking
+from rsched._store.schedules import ScheduleStore
 
 
 async def parked_ids(store: ScheduleStore) -> set[str]:

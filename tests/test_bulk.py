@@ -22,7 +22,7 @@ from rsched import (
 )
 from rsched._core.bulk import Validator
 from rsched._core.keys import Keys
-from rsched._store import ScheduleStore, _chunks
+from rsched._store.schedules import ScheduleStore, _chunks
 
 
 @pytest.fixture
@@ -170,8 +170,8 @@ async def test_bulk_input_errors(client: Client) -> None:
 async def test_many_schedules_in_several_script_calls(
     client: Client, redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rsched._store.BULK_WRITE", 7)
-    monkeypatch.setattr("rsched._store.BULK_READ", 11)
+    monkeypatch.setattr("rsched._store.schedules.BULK_WRITE", 7)
+    monkeypatch.setattr("rsched._store.schedules.BULK_READ", 11)
     async with redis.pubsub() as pubsub:
         await pubsub.subscribe(f"{{{prefix}}}:wake")
         assert await pubsub.get_message(timeout=2)  # the subscription is confirmed
@@ -226,8 +226,8 @@ async def test_upsert_many_script_replays_and_refuses_bad_input(redis: Redis, pr
 async def test_large_payloads_go_in_smaller_calls(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rsched._store.BULK_WRITE_BYTES", 3_000)
-    monkeypatch.setattr("rsched._store.BULK_WRITE", 4)
+    monkeypatch.setattr("rsched._store.schedules.BULK_WRITE_BYTES", 3_000)
+    monkeypatch.setattr("rsched._store.schedules.BULK_WRITE", 4)
     big = {"blob": "x" * 1_000}  # 1,011 bytes encoded: two fit under 3,000
     items, problems = Validator(65_536).validate(
         [spec(i, payload=big) for i in range(5)] + [spec(i) for i in range(5, 14)], mode="add"

@@ -12,7 +12,7 @@ from rsched import Client, Schedule, Settings
 from rsched._core.codes import Code
 from rsched._core.keys import Keys
 from rsched._core.timing import first_run_ms
-from rsched._store import ScheduleStore
+from rsched._store.schedules import ScheduleStore
 
 N = 10_000
 

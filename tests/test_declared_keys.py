@@ -25,13 +25,13 @@ from rsched._core.fire_plan import OVERLAPS, FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.schedule import Schedule
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._queues import QueueStore
 from rsched._redis import scripts as _lua
 from rsched._redis.connection import connect
 from rsched._redis.scripts import ScriptCaller
 from rsched._retention import Retention
 from rsched._scheduler import Scheduler
-from rsched._store import ScheduleStore
+from rsched._store.queues import QueueStore
+from rsched._store.schedules import ScheduleStore
 from test_cluster import ok_and_failing_tasks, park_and_bring_back, some_schedules
 from test_history_records import int_b62
 from test_worker import wait_until

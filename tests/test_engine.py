@@ -16,7 +16,7 @@ from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
 from rsched._redis.connection import connect
-from rsched._store import ScheduleStore
+from rsched._store.schedules import ScheduleStore
 
 HOUR_MS = 3_600_000
 

@@ -16,9 +16,9 @@ from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.history import expand_record, stored_events
 from rsched._core.keys import Keys
-from rsched._queues import Done, QueueStore, fragment
 from rsched._redis.scripts import ScriptCaller
-from rsched._store import ScheduleStore
+from rsched._store.queues import Done, QueueStore, fragment
+from rsched._store.schedules import ScheduleStore
 
 WORKER = "host-1:4242:9f3a1c"
 INDEX_ENTRY = 110  # what one member of the schedules index costs, at most (bench/README.md)

@@ -13,7 +13,7 @@ import rsched
 from rsched._core.fire_plan import FireSpec
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
-from rsched._queues import QueueStore
+from rsched._store.queues import QueueStore
 from test_worker import running, settled, store_for, wait_until
 from worker_app import any_, fast_settings
 

@@ -36,11 +36,11 @@ from rsched._operate import (
     scheduler_readiness,
 )
 from rsched._probe import serve
-from rsched._queues import QueueStore
 from rsched._redis import scripts as _lua
 from rsched._scheduler import Scheduler
 from rsched._scheduler_main import main as scheduler_main
-from rsched._store import ScheduleStore
+from rsched._store.queues import QueueStore
+from rsched._store.schedules import ScheduleStore
 from rsched._worker_main import main as worker_main
 from test_worker import wait_until
 from worker_app import fast_env, fast_settings

@@ -1,4 +1,4 @@
-"""Parked schedules (rsched._parking): a schedule whose next run is far off leaves the index for a
+"""Parked schedules (rsched._store.parking): a schedule whose next run is far off leaves the index for a
 small bucket, reads as before everywhere, is back in the index before it is due, and every write
 of it takes it out of its bucket again. A schedule is in the index or in its bucket, never both.
 """
@@ -14,13 +14,14 @@ import pytest
 from redis.asyncio import Redis
 
 from placement import parked_ids
-from rsched import Client, Schedule, _parking
+from rsched import Client, Schedule
 from rsched import _scheduler as scheduler_module
 from rsched._core.keys import Keys, parked_bucket
 from rsched._core.schedule import to_ms
 from rsched._core.settings import Settings
 from rsched._retention import Retention
-from rsched._store import ScheduleStore
+from rsched._store import parking as _parking
+from rsched._store.schedules import ScheduleStore
 from test_history_records import int_b62
 from test_scheduler import eventually, jobs, quick, running
 

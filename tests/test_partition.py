@@ -65,7 +65,7 @@ async def test_first_process_stores_the_number_and_others_must_match(
     redis: Any, settings: Settings
 ) -> None:
     from rsched._core.errors import PartitionMismatch, StateError
-    from rsched._deployment import deployment_keys
+    from rsched._store.deployment import deployment_keys
 
     keys = await deployment_keys(redis, settings.model_copy(update={"partitions": 4}))
     assert keys.partitions == 4
@@ -79,7 +79,7 @@ async def test_first_process_stores_the_number_and_others_must_match(
 
 
 async def test_an_existing_deployment_has_one_partition(redis: Any, settings: Settings) -> None:
-    from rsched._deployment import deployment_keys
+    from rsched._store.deployment import deployment_keys
 
     keys = await deployment_keys(redis, settings)
     assert keys.partitions == 1

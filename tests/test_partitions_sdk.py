@@ -17,8 +17,8 @@ from rsched import Client, Schedule, Settings
 from rsched._core.keys import Keys
 from rsched._core.partitions import job_partition, partition_of
 from rsched._declare import sync_file
-from rsched._queues import QueueStore
-from rsched._runs import run_record
+from rsched._store.queues import QueueStore
+from rsched._store.runs_log import run_record
 
 N = 16
 
@@ -323,8 +323,8 @@ def test_cli_init_where_and_stats(
 async def test_a_rare_filter_pages_on_where_each_partition_stopped(
     pclient: Client, redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rsched._fanout.SCAN_MAX", 0)
-    monkeypatch.setattr("rsched._fanout.SCAN_MIN", 3)  # each partition looks at 3 a read
+    monkeypatch.setattr("rsched._store.partitions.SCAN_MAX", 0)
+    monkeypatch.setattr("rsched._store.partitions.SCAN_MIN", 3)  # each partition looks at 3 a read
     written = []
     for n in range(120):
         k = n * 5 % N

@@ -22,7 +22,7 @@ from rsched._core.keys import Keys
 from rsched._core.partitions import job_partition
 from rsched._declare import sync_file
 from rsched._embedded import free_port
-from rsched._queues import QueueStore
+from rsched._store.queues import QueueStore
 from servers import Server, binary
 
 N = 16

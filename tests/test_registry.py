@@ -16,8 +16,8 @@ import rsched
 from conftest import Proc
 from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
-from rsched._queues import QueueStore
 from rsched._redis.connection import connect
+from rsched._store.queues import QueueStore
 from test_worker import running, settled, wait_until
 from worker_app import fast_env, fast_settings, marks_key
 

@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from rsched import InvalidJob, InvalidSchedule, Schedule
 from rsched._core.keys import Keys
-from rsched._queues import QueueStore
+from rsched._store.queues import QueueStore
 
 BAD = [
     ("max_retries", -1),

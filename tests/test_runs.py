@@ -19,9 +19,9 @@ from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
-from rsched._queues import QueueStore
-from rsched._runs import record_of, run_record
-from rsched._store import ScheduleStore
+from rsched._store.queues import QueueStore
+from rsched._store.runs_log import record_of, run_record
+from rsched._store.schedules import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings
 
@@ -166,7 +166,7 @@ async def test_filters_cursor_and_scan_bound(redis: Redis, settings: Settings) -
     assert sync_ids[:2] == ["e29", "e28"]
 
     # A rare match does not scan the whole log in one call: it answers with a cursor.
-    from rsched._runs import RunFilter, read_runs
+    from rsched._store.runs_log import RunFilter, read_runs
 
     page = await read_runs(redis, keys, RunFilter(status="failed"), limit=100, scan_max=8)
     assert [r.execution_id for r in page] == ["e25"]

@@ -25,7 +25,7 @@ from rsched._core.schedule import from_ms, to_ms
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._core.timing import first_run_ms
 from rsched._redis.connection import connect
-from rsched._store import ScheduleStore
+from rsched._store.schedules import ScheduleStore
 
 DAY_MS = 86_400_000
 

@@ -22,7 +22,7 @@ from rsched._core.fire_plan import FireItem
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
 from rsched._scheduler_main import _parser, load_settings
-from rsched._store import ScheduleStore
+from rsched._store.schedules import ScheduleStore
 
 MAIN = "rsched._scheduler_main"
 FAST = ("--lease-ttl-ms", "1000", "--lease-renew-ms", "200")

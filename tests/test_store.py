@@ -25,7 +25,7 @@ from rsched._core.schedule import to_ms
 from rsched._core.settings import Settings
 from rsched._core.timing import first_run_ms
 from rsched._redis.scripts import pack_command
-from rsched._store import ScheduleStore
+from rsched._store.schedules import ScheduleStore
 from worker_app import any_
 
 

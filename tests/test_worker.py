@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 import rsched
 from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
-from rsched._queues import QueueStore
+from rsched._store.queues import QueueStore
 from worker_app import any_, fast_settings
 
 

@@ -82,8 +82,8 @@ async def make_dead_letters(settings: Settings, n: int = 1, queue: str = "defaul
 async def apublish_event(settings: Settings, kind: str, **fields: str) -> None:
     """One entry on the events stream, as the scheduler's health watch or a worker writes it."""
     from rsched._core.keys import Keys
-    from rsched._events import EventLog
     from rsched._redis.connection import connect
+    from rsched._store.alerts import EventLog
 
     redis = connect(settings.url)
     try:

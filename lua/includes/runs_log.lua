@@ -6,7 +6,7 @@
 -- with the rest of its call): [execution id, schedule id, task, queue, status, scheduled ms,
 -- fired ms, attempt, worker, duration ms, error type (a skip: its reason), error message],
 -- null for what does not apply. A scheduled run's schedule id and scheduled ms are null: its
--- execution id, <schedule id>@<scheduled ms>, names them (rsched._runs.record_of). One field
+-- execution id, <schedule id>@<scheduled ms>, names them (rsched._store.runs_log.record_of). One field
 -- rather than twelve: the script hands Redis 6 arguments instead of 28, which halves what a
 -- record adds to a completed run's script, and Redis stores the value much as it would the
 -- twelve (names once per stream node). The entry id is the record's time (the run's end, or

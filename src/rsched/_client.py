@@ -57,9 +57,11 @@ from rsched._core.settings import BLOCK_MARGIN_MS, Settings
 from rsched._core.timezones import resolve_timezone
 from rsched._core.timing import Timing, next_fire_times
 from rsched._core.workers import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
-from rsched._deployment import init_deployment
-from rsched._events import EventLog, HealthEvent
-from rsched._fanout import (
+from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
+from rsched._redis.connection import connect, explain
+from rsched._store.alerts import EventLog, HealthEvent
+from rsched._store.deployment import init_deployment
+from rsched._store.partitions import (
     Partitions,
     dead_letter_across,
     dead_letters_across,
@@ -70,11 +72,9 @@ from rsched._fanout import (
     runs_across,
     save_many,
 )
-from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
-from rsched._queues import QueueStore, new_execution_id
-from rsched._redis.connection import connect, explain
-from rsched._runs import RunFilter, RunRecord, check_cursor, read_runs
-from rsched._store import IndexStats, ScheduleStore
+from rsched._store.queues import QueueStore, new_execution_id
+from rsched._store.runs_log import RunFilter, RunRecord, check_cursor, read_runs
+from rsched._store.schedules import IndexStats, ScheduleStore
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -64,8 +64,8 @@ from rsched._core.schedule import DURATION_FIELDS, STATE_FIELDS, Schedule, passe
 from rsched._core.settings import Settings
 from rsched._core.timing import first_run_ms
 from rsched._core.words import Words, speaking
-from rsched._fanout import Partitions, gather, save_many
-from rsched._store import ScheduleStore
+from rsched._store.partitions import Partitions, gather, save_many
+from rsched._store.schedules import ScheduleStore
 
 T = TypeVar("T")
 

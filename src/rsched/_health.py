@@ -30,16 +30,16 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rsched import _parking
 from rsched._core.history import stored_events
 from rsched._core.humanize import duration
 from rsched._core.job import DEFAULT_TIMEOUT_S
 from rsched._core.keys import GROUP, Keys
 from rsched._core.rules import NAME_RE, PRIORITIES
 from rsched._core.settings import HealthSettings, Settings
-from rsched._fanout import gather
-from rsched._queues import QueueStore
 from rsched._redis.scripts import server_time_ms
+from rsched._store import parking as _parking
+from rsched._store.partitions import gather
+from rsched._store.queues import QueueStore
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 UNHEALTHY = ("late", "stuck", "failing")
@@ -349,7 +349,7 @@ class HealthReader:
         found: list[tuple[str, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
             self.keys.schedules, "-inf", f"({now_ms}", start=0, num=limit + 1, withscores=True
         )
-        # Parked ones are due only when no scheduler brought them back (rsched._parking).
+        # Parked ones are due only when no scheduler brought them back (rsched._store.parking).
         parked = await _parking.due_ids(self.redis, self.keys, now_ms, limit + 1)
         entries = sorted(
             [(float(score), str(sid)) for sid, score in found] + [(s, m) for m, s in parked]

@@ -26,8 +26,8 @@ from rsched._core.backoff import Backoff
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.settings import Settings
-from rsched._events import EventLog
 from rsched._health import HealthReader, ScheduleHealth
+from rsched._store.alerts import EventLog
 from rsched._webhook import WebhookSender
 
 log = get_logger("rsched.health")

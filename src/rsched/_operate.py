@@ -29,11 +29,11 @@ from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS, Deployment
 from rsched._core.settings import Settings
 from rsched._health import announced_counts
-from rsched._queues import QueueStore
 from rsched._redis import scripts as _lua
 from rsched._redis.connection import connect
 from rsched._scheduler import Scheduler
-from rsched._store import ScheduleStore
+from rsched._store.queues import QueueStore
+from rsched._store.schedules import ScheduleStore
 from rsched._worker import Worker
 
 log = get_logger("rsched.metrics")

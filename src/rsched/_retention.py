@@ -23,7 +23,6 @@ from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from rsched import _parking
 from rsched._core.backoff import Backoff
 from rsched._core.errors import RschedError
 from rsched._core.keys import Keys
@@ -31,6 +30,7 @@ from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS, RETENTION_KINDS
 from rsched._core.settings import Settings
 from rsched._redis import scripts as _lua
+from rsched._store import parking as _parking
 
 log = get_logger("rsched.retention")
 
@@ -61,7 +61,7 @@ class Retention(_lua.ScriptCaller):
         self.keys = keys or Keys(settings.prefix)  # the partition swept
         self.is_leader = is_leader
         # Where the next history slice starts: a rank in the schedules index, or past its end,
-        # -1 - the number of the parked bucket (rsched._parking).
+        # -1 - the number of the parked bucket (rsched._store.parking).
         self._history_rank = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -41,7 +41,6 @@ from anyio.streams.memory import MemoryObjectSendStream
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from rsched import _parking
 from rsched._core.backoff import Backoff
 from rsched._core.codes import Code
 from rsched._core.errors import LostLease, RschedError
@@ -51,7 +50,6 @@ from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE
 from rsched._core.settings import Settings
-from rsched._deployment import deployment_keys
 from rsched._health_watch import HealthWatch
 from rsched._membership import Membership
 from rsched._redis.cluster import subscribed
@@ -59,7 +57,9 @@ from rsched._redis.connection import messages
 from rsched._redis.durability import Durability
 from rsched._redis.scripts import migrating
 from rsched._retention import Retention
-from rsched._store import ScheduleStore
+from rsched._store import parking as _parking
+from rsched._store.deployment import deployment_keys
+from rsched._store.schedules import ScheduleStore
 from rsched._webhook import WebhookSender
 
 log = get_logger("rsched.scheduler")
@@ -123,7 +123,7 @@ LOAD_CHUNK = 1_000
 # markers live for hours, so a few seconds late is nothing; release.lua, at most this many a call.
 RELEASE_EVERY_S = 5.0
 RELEASE_BATCH = 100
-# Parked schedules (rsched._parking): brought back every PARK_EVERY_S, at most UNPARK_CALLS
+# Parked schedules (rsched._store.parking): brought back every PARK_EVERY_S, at most UNPARK_CALLS
 # calls of MOVE_LIMIT each time (a herd of 100k parked is back in ~50 s, minutes before it is
 # due); parked only in an idle stretch of PARK_IDLE_MS or more, PARK_CALLS calls at a time, so
 # that parking never holds up a fire.
@@ -661,7 +661,7 @@ class PartitionEngine:
 
     async def _tidy_index(self, lease: str, idle_ms: float) -> tuple[int | None, bool]:
         """Every PARK_EVERY_S, bring back the parked schedules due soon, and when the next run
-        is ``idle_ms`` or more away, park those due far off (rsched._parking; with
+        is ``idle_ms`` or more away, park those due far off (rsched._store.parking; with
         ``scheduler.park`` off, bring everything back and park nothing). Returns the earliest
         next run brought back (None when none was), and whether more is left to move."""
         if time.monotonic() < self._park_at:

@@ -47,10 +47,10 @@ from rsched._core.job import Job
 from rsched._core.log import get_logger
 from rsched._core.rules import check_name
 from rsched._core.settings import DurabilityLevel, Settings, WorkerSettings, problems
-from rsched._deployment import deployment_keys
-from rsched._queues import Done, QueueStore
 from rsched._redis.connection import connect, warn_if_unsafe
 from rsched._redis.durability import Durability
+from rsched._store.deployment import deployment_keys
+from rsched._store.queues import Done, QueueStore
 from rsched._worker_actors import ACTOR_FAILURES, Actors, Stream
 
 log = get_logger("rsched.worker")

@@ -46,10 +46,10 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import PRIORITIES, Priority
 from rsched._core.settings import Settings
 from rsched._core.workers import worker_record
-from rsched._queues import Done, Entry, Lane, QueueStore, fragment
 from rsched._redis.cluster import subscribed
 from rsched._redis.connection import messages
-from rsched._runs import run_record
+from rsched._store.queues import Done, Entry, Lane, QueueStore, fragment
+from rsched._store.runs_log import run_record
 
 log = get_logger("rsched.worker")
 # The per-job lines (job.start, job.end) under their own name, so that a busy deployment can

@@ -22,12 +22,12 @@ from rsched._core.errors import ConfigError, RschedError
 from rsched._core.keys import Keys
 from rsched._core.log import configure_logging, get_logger
 from rsched._core.settings import CLUSTER_HELP, Settings
-from rsched._deployment import deployment_keys
 from rsched._operate import operate_worker
 from rsched._redis.connection import check_server, connect
 from rsched._redis.durability import durability_flag
 from rsched._signals import two_signal_stop
 from rsched._startup import sole, wait_for_server
+from rsched._store.deployment import deployment_keys
 from rsched._worker import Worker
 
 log = get_logger("rsched.worker")

@@ -31,10 +31,17 @@ from rsched._core.partitions import job_partition, partition_of
 from rsched._core.rules import PAGE_MAX, PRIORITIES
 from rsched._core.settings import Settings
 from rsched._core.workers import JobInfo, WorkerInfo
-from rsched._deployment import deployment_keys
-from rsched._queues import QueueStore
-from rsched._runs import LIVE_STATUSES, SCAN_MAX, RunFilter, RunRecord, live_runs, log_records
-from rsched._store import BULK_IN_FLIGHT, ScheduleStore
+from rsched._store.deployment import deployment_keys
+from rsched._store.queues import QueueStore
+from rsched._store.runs_log import (
+    LIVE_STATUSES,
+    SCAN_MAX,
+    RunFilter,
+    RunRecord,
+    live_runs,
+    log_records,
+)
+from rsched._store.schedules import BULK_IN_FLIGHT, ScheduleStore
 
 T = TypeVar("T")
 

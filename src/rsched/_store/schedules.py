@@ -16,7 +16,6 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rsched import _parking
 from rsched._core.bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._core.codes import Code, check, wrong_type
 from rsched._core.errors import (
@@ -41,6 +40,7 @@ from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._core.timing import first_run_ms
 from rsched._redis import scripts as _lua
 from rsched._redis.durability import Durability
+from rsched._store import parking as _parking
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class ScheduleStore(_lua.ScriptCaller):
         self.max_payload_bytes = max_payload_bytes
         self.lease_holder: str | None = None  # the lease value a refused lease_acquire saw
         # Writes put a schedule due later than this from now in its parked bucket (None: never;
-        # scheduler.park off), as the leader would park it (rsched._parking).
+        # scheduler.park off), as the leader would park it (rsched._store.parking).
         self.park_after_ms: int | None = _parking.PARK_AFTER_MS
         # fire.lua names every item's keys where a slot can migrate (lua/fire.lua): on a single
         # server the names would cost a herd's fires more than noise.
@@ -223,7 +223,7 @@ class ScheduleStore(_lua.ScriptCaller):
     async def check_many(
         self, items: Sequence[BulkItem], *, skip_unchanged: bool = False
     ) -> Checked:
-        """The checks of a bulk write (rsched._fanout.save_many), nothing written: what to send,
+        """The checks of a bulk write (rsched._store.partitions.save_many), nothing written: what to send,
         the unchanged items and the problems found, at the Redis time read after the stored
         specs. Raises StateError for a key of the wrong type."""
         # Only the existence matters unless unchanged specs are to be recognised.
@@ -277,7 +277,7 @@ class ScheduleStore(_lua.ScriptCaller):
     ) -> dict[str, str]:
         """Write what :meth:`check_many` found to send: upsert_many.lua, up to BULK_WRITE items
         (BULK_WRITE_BYTES of spec) a call, at most BULK_IN_FLIGHT calls at once (or as
-        ``limiter`` allows); returns each item's outcome (rsched._fanout.save_many)."""
+        ``limiter`` allows); returns each item's outcome (rsched._store.partitions.save_many)."""
         sends, outcomes, now = checked.sends, dict(checked.outcomes), checked.now
         chunks = _chunks(sends)
         replies: list[list[str]] = [[] for _ in chunks]

@@ -50,11 +50,11 @@ from rsched._core.workers import (
     job_from_fields,
     parse_worker,
 )
-from rsched._events import EventLog
 from rsched._redis import scripts as _lua
 from rsched._redis.cluster import is_cluster
 from rsched._redis.durability import Durability
-from rsched._runs import run_record
+from rsched._store.alerts import EventLog
+from rsched._store.runs_log import run_record
 
 PAGE = 500
 #: Entries a lookup by execution id reads at most per stream and per delayed set (find_job.lua).
