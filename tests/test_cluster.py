@@ -24,7 +24,7 @@ from rsched._cli import _settings as cli_settings
 from rsched._cli_parser import build_parser
 from rsched._core.keys import Keys
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._health import HealthReader
+from rsched._ops.health import HealthReader
 from rsched._redis import cluster as _cluster
 from rsched._redis import scripts as _lua
 from rsched._redis.connection import check_server, connect

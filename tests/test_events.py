@@ -18,8 +18,8 @@ import rsched
 from rsched._core.keys import Keys
 from rsched._core.settings import HealthSettings, Settings
 from rsched._health_watch import HealthWatch
+from rsched._ops.webhook import WebhookSender
 from rsched._store.alerts import EventLog
-from rsched._webhook import WebhookSender
 from test_health import cli, wait_until
 from webhook_receiver import Receiver, receiving, verify
 

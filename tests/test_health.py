@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 import rsched
 from rsched import Scheduler
 from rsched._core.settings import HealthSettings, SchedulerSettings, Settings
-from rsched._health import _Facts, classify, last_outcomes
+from rsched._ops.health import _Facts, classify, last_outcomes
 from rsched._redis.connection import connect
 from webhook_receiver import Receiver, receiving, verify
 from worker_app import fast_env, fast_settings

@@ -35,7 +35,7 @@ from rsched._operate import (
     read_deployment,
     scheduler_readiness,
 )
-from rsched._probe import serve
+from rsched._ops.probe import serve
 from rsched._redis import scripts as _lua
 from rsched._scheduler import Scheduler
 from rsched._scheduler_main import main as scheduler_main

@@ -8,7 +8,7 @@ import http.server
 import threading
 from collections.abc import Iterator
 
-from rsched._webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from rsched._ops.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 
 class Receiver(http.server.ThreadingHTTPServer):

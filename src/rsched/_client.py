@@ -57,7 +57,7 @@ from rsched._core.settings import BLOCK_MARGIN_MS, Settings
 from rsched._core.timezones import resolve_timezone
 from rsched._core.timing import Timing, next_fire_times
 from rsched._core.workers import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
-from rsched._health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
+from rsched._ops.health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
 from rsched._redis.connection import connect, explain
 from rsched._store.alerts import EventLog, HealthEvent
 from rsched._store.deployment import init_deployment

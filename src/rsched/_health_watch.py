@@ -7,7 +7,7 @@ when its scheduler acquires the partition's lease (``leader_changed``, with a ``
 field when the deployment has more than one). The states it announced are kept in
 ``{p}:health`` (id -> state), so a new leader continues from them instead of announcing
 everything again, and re-checks exactly those ids (plus the bounded candidate reads of
-rsched._health) to see them recover. With an alert webhook configured, the watch of partition 0
+rsched._ops.health) to see them recover. With an alert webhook configured, the watch of partition 0
 also forwards every event of the deployment's events stream written while it leads (every
 partition's, and the workers' dead letters) to the webhook's bounded queue: once, whoever leads
 the other partitions.
@@ -26,9 +26,9 @@ from rsched._core.backoff import Backoff
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.settings import Settings
-from rsched._health import HealthReader, ScheduleHealth
+from rsched._ops.health import HealthReader, ScheduleHealth
+from rsched._ops.webhook import WebhookSender
 from rsched._store.alerts import EventLog
-from rsched._webhook import WebhookSender
 
 log = get_logger("rsched.health")
 

@@ -23,12 +23,12 @@ from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched import _probe
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS, Deployment
 from rsched._core.settings import Settings
-from rsched._health import announced_counts
+from rsched._ops import probe as _probe
+from rsched._ops.health import announced_counts
 from rsched._redis import scripts as _lua
 from rsched._redis.connection import connect
 from rsched._scheduler import Scheduler

@@ -52,6 +52,7 @@ from rsched._core.rules import NAME_RE
 from rsched._core.settings import Settings
 from rsched._health_watch import HealthWatch
 from rsched._membership import Membership
+from rsched._ops.webhook import WebhookSender
 from rsched._redis.cluster import subscribed
 from rsched._redis.connection import messages
 from rsched._redis.durability import Durability
@@ -60,7 +61,6 @@ from rsched._retention import Retention
 from rsched._store import parking as _parking
 from rsched._store.deployment import deployment_keys
 from rsched._store.schedules import ScheduleStore
-from rsched._webhook import WebhookSender
 
 log = get_logger("rsched.scheduler")
 

@@ -32,7 +32,7 @@ from rsched._core.rules import Priority
 from rsched._core.schedule import Schedule
 from rsched._core.settings import Settings
 from rsched._core.workers import JobInfo, WorkerInfo
-from rsched._health import Health, ScheduleHealth
+from rsched._ops.health import Health, ScheduleHealth
 from rsched._store.alerts import HealthEvent
 from rsched._store.runs_log import RunRecord
 

@@ -9,7 +9,7 @@ series every process exports (the deployment gauges each reads for itself, ``rsc
 ``rsched_build_info``). A labelled counter that an alert reads with ``increase()`` is exported at
 0 from the start for every label set known then: a series born at 3 would hide its first 3.
 
-Counting is off until the process serves its metrics (``METRICS.on``, set by rsched._probe), so
+Counting is off until the process serves its metrics (``METRICS.on``, set by rsched._ops.probe), so
 a process without ``--metrics-port`` pays one attribute test per batch or job. The fire path
 counts a whole batch at once from the codes the fire script returns (:meth:`Metrics.fired`):
 one dictionary pass, then one counter increment per distinct label set.
