@@ -19,7 +19,7 @@ from rsched._core.log import configure_logging
 from rsched._core.settings import Settings
 from rsched._operate import operate_scheduler
 from rsched._redis.connection import connect
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 
 
 async def _serve() -> None:

@@ -44,7 +44,7 @@ from rsched._core.keys import GROUP, Keys
 from rsched._core.rules import PRIORITIES, Priority
 from rsched._core.schedule import Schedule, from_ms
 from rsched._core.settings import Settings
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._store.schedules import ScheduleStore
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

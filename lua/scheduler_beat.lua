@@ -1,7 +1,7 @@
 --[[ scheduler_beat — a scheduler says it is alive and reads who else is.
 
 The schedulers of a deployment share its partitions: each partition is led by the live
-scheduler that ranks first for it (rendezvous hashing, rsched._membership). A scheduler is live
+scheduler that ranks first for it (rendezvous hashing, rsched._scheduler.membership). A scheduler is live
 while its last beat is younger than the liveness window; this script records the caller's beat
 by Redis TIME (no client clock decides who is live), drops the entries older than the window
 and returns the live ids, so every scheduler computes the owners from the same list.

@@ -29,8 +29,8 @@ from rsched._redis import cluster as _cluster
 from rsched._redis import scripts as _lua
 from rsched._redis.connection import check_server, connect
 from rsched._redis.scripts import ScriptCaller
-from rsched._retention import Retention
-from rsched._scheduler import Scheduler
+from rsched._scheduler.retention import Retention
+from rsched._scheduler.scheduler import Scheduler
 from rsched._scheduler_main import _parser as scheduler_parser
 from rsched._scheduler_main import load_settings as scheduler_settings
 from rsched._store import parking as _parking

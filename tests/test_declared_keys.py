@@ -28,8 +28,8 @@ from rsched._core.settings import SchedulerSettings, Settings
 from rsched._redis import scripts as _lua
 from rsched._redis.connection import connect
 from rsched._redis.scripts import ScriptCaller
-from rsched._retention import Retention
-from rsched._scheduler import Scheduler
+from rsched._scheduler.retention import Retention
+from rsched._scheduler.scheduler import Scheduler
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
 from test_cluster import ok_and_failing_tasks, park_and_bring_back, some_schedules

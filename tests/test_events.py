@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 import rsched
 from rsched._core.keys import Keys
 from rsched._core.settings import HealthSettings, Settings
-from rsched._health_watch import HealthWatch
 from rsched._ops.webhook import WebhookSender
+from rsched._scheduler.health_watch import HealthWatch
 from rsched._store.alerts import EventLog
 from test_health import cli, wait_until
 from webhook_receiver import Receiver, receiving, verify

@@ -37,7 +37,7 @@ from rsched._operate import (
 )
 from rsched._ops.probe import serve
 from rsched._redis import scripts as _lua
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._scheduler_main import main as scheduler_main
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore

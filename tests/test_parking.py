@@ -15,11 +15,11 @@ from redis.asyncio import Redis
 
 from placement import parked_ids
 from rsched import Client, Schedule
-from rsched import _scheduler as scheduler_module
 from rsched._core.keys import Keys, parked_bucket
 from rsched._core.schedule import to_ms
 from rsched._core.settings import Settings
-from rsched._retention import Retention
+from rsched._scheduler import scheduler as scheduler_module
+from rsched._scheduler.retention import Retention
 from rsched._store import parking as _parking
 from rsched._store.schedules import ScheduleStore
 from test_history_records import int_b62

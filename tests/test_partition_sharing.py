@@ -23,8 +23,8 @@ from rsched import Schedule, Scheduler
 from rsched._core.keys import GROUP, Keys
 from rsched._core.partitions import partition_of
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._membership import owned, owner_of
 from rsched._redis.connection import connect
+from rsched._scheduler.membership import owned, owner_of
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
 from test_worker import running as working

@@ -22,7 +22,7 @@ from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
 from rsched._declare import load_file
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._store.schedules import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings

@@ -18,8 +18,8 @@ import rsched
 from rsched._core.keys import Keys
 from rsched._core.metrics import METRICS
 from rsched._core.settings import RetentionSettings, Settings
-from rsched._retention import Retention
-from rsched._scheduler import Scheduler
+from rsched._scheduler.retention import Retention
+from rsched._scheduler.scheduler import Scheduler
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings
 

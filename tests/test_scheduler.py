@@ -17,7 +17,6 @@ from redis.exceptions import ResponseError
 
 from placement import move_to, next_score
 from rsched import Schedule, Scheduler, next_fire_times
-from rsched import _scheduler as scheduler_module
 from rsched._core.errors import LostLease
 from rsched._core.fire_plan import FireItem
 from rsched._core.keys import Keys
@@ -25,6 +24,7 @@ from rsched._core.schedule import from_ms, to_ms
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._core.timing import first_run_ms
 from rsched._redis.connection import connect
+from rsched._scheduler import scheduler as scheduler_module
 from rsched._store.schedules import ScheduleStore
 
 DAY_MS = 86_400_000

@@ -15,7 +15,7 @@ from rsched._core.history import expand_record
 from rsched._core.keys import Keys
 from rsched._core.schedule import Schedule
 from rsched._core.settings import Settings
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._store.schedules import ScheduleStore
 from test_worker import running, wait_until
 from worker_app import any_, fast_settings

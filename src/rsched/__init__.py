@@ -39,7 +39,7 @@ from rsched._core.settings import Settings
 from rsched._core.timing import next_fire_times
 from rsched._core.workers import JobInfo, RunningJob, WorkerInfo
 from rsched._ops.health import Health, HealthProblem, ScheduleHealth
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._store.alerts import HealthEvent
 from rsched._store.runs_log import RunRecord
 from rsched._sync_client import SyncClient

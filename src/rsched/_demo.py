@@ -58,7 +58,7 @@ from rsched._core.settings import (
 from rsched._embedded import EmbeddedServer
 from rsched._embedded_cluster import EmbeddedCluster
 from rsched._redis.connection import connect, warn_if_unsafe
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._signals import SIGNALS, two_signal_stop
 from rsched._worker import Worker
 

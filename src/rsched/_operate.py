@@ -31,7 +31,7 @@ from rsched._ops import probe as _probe
 from rsched._ops.health import announced_counts
 from rsched._redis import scripts as _lua
 from rsched._redis.connection import connect
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
 from rsched._worker import Worker

@@ -31,7 +31,7 @@ from rsched._core.settings import CLUSTER_HELP, DEFAULT_REDIS_URL, Settings
 from rsched._operate import operate_scheduler
 from rsched._redis.connection import check_server, connect, translate, warn_if_unsafe
 from rsched._redis.durability import durability_flag
-from rsched._scheduler import Scheduler
+from rsched._scheduler.scheduler import Scheduler
 from rsched._signals import two_signal_stop
 from rsched._startup import sole, wait_for_server
 

@@ -1,12 +1,12 @@
 """The scheduler process's engine: partition sharing, due detection and firing, as anyio actors.
 
 A deployment's schedules are spread over N partitions, each with its own lease and fencing
-token; the live schedulers share them (rsched._membership: rendezvous hashing), so S schedulers
+token; the live schedulers share them (rsched._scheduler.membership: rendezvous hashing), so S schedulers
 lead about N/S partitions each and the others' are taken over when one dies. With N=1 one
 scheduler leads and the others stand by, as before partitions existed.
 
 Actors (each one task owning its state):
-- membership (_membership.py): beats into ``{prefix}:schedulers``, reads the live schedulers and
+- membership (_scheduler/membership.py): beats into ``{prefix}:schedulers``, reads the live schedulers and
   recomputes which partitions this one should lead;
 - wake listener, one for every partition: a schedule moved earlier than its partition's ticker
   planned (pub/sub), wake that ticker now;
@@ -16,7 +16,7 @@ Actors (each one task owning its state):
   - ticker: reads what is due by Redis TIME, plans each schedule's occurrences (misfire
     policies) and fires them in batches sized so that each call holds Redis for at most
     fire_budget_ms; then sleeps until the earliest next run;
-  - retention (_retention.py) and health watch (_health_watch.py) of the partition's data;
+  - retention (_scheduler/retention.py) and health watch (_scheduler/health_watch.py) of the partition's data;
   all cancelled when the lease is lost or given back (a round in flight finishes first).
 Correctness never rests on this process being right about its leadership: the fire script
 checks the partition's fencing token, the schedule's version and the occurrence atomically.
@@ -50,14 +50,14 @@ from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE
 from rsched._core.settings import Settings
-from rsched._health_watch import HealthWatch
-from rsched._membership import Membership
 from rsched._ops.webhook import WebhookSender
 from rsched._redis.cluster import subscribed
 from rsched._redis.connection import messages
 from rsched._redis.durability import Durability
 from rsched._redis.scripts import migrating
-from rsched._retention import Retention
+from rsched._scheduler.health_watch import HealthWatch
+from rsched._scheduler.membership import Membership
+from rsched._scheduler.retention import Retention
 from rsched._store import parking as _parking
 from rsched._store.deployment import deployment_keys
 from rsched._store.schedules import ScheduleStore
