@@ -43,7 +43,7 @@ from rsched._scheduler.scheduler import Scheduler
 from rsched._store.alerts import HealthEvent
 from rsched._store.runs_log import RunRecord
 from rsched._sync_client import SyncClient
-from rsched._worker import Worker
+from rsched._worker.worker import Worker
 
 __version__ = "0.1.0"
 

@@ -60,7 +60,7 @@ from rsched._embedded_cluster import EmbeddedCluster
 from rsched._redis.connection import connect, warn_if_unsafe
 from rsched._scheduler.scheduler import Scheduler
 from rsched._signals import SIGNALS, two_signal_stop
-from rsched._worker import Worker
+from rsched._worker.worker import Worker
 
 log = get_logger("rsched.demo")
 

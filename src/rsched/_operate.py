@@ -34,7 +34,7 @@ from rsched._redis.connection import connect
 from rsched._scheduler.scheduler import Scheduler
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
-from rsched._worker import Worker
+from rsched._worker.worker import Worker
 
 log = get_logger("rsched.metrics")
 

@@ -28,7 +28,7 @@ from rsched._redis.durability import durability_flag
 from rsched._signals import two_signal_stop
 from rsched._startup import sole, wait_for_server
 from rsched._store.deployment import deployment_keys
-from rsched._worker import Worker
+from rsched._worker.worker import Worker
 
 log = get_logger("rsched.worker")
 

@@ -1,4 +1,4 @@
-"""The actors of a running worker (see rsched._worker for the whole picture).
+"""The actors of a running worker (see rsched._worker.worker for the whole picture).
 
 - reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
   queue is a stream per priority level, and a busy read starts from the level whose weighted

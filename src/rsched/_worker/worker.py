@@ -1,6 +1,6 @@
 """The worker: runs registered task handlers for jobs read from queue streams.
 
-Actors (anyio tasks in rsched._worker_actors, stopped in this order on shutdown):
+Actors (anyio tasks in rsched._worker.actors, stopped in this order on shutdown):
 - reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
   queue is one stream per priority level, read by weighted turns (``priority_weights``), in
   every partition of the deployment (the partitions in turn; an idle worker blocks in one
@@ -51,7 +51,7 @@ from rsched._redis.connection import connect, warn_if_unsafe
 from rsched._redis.durability import Durability
 from rsched._store.deployment import deployment_keys
 from rsched._store.queues import Done, QueueStore
-from rsched._worker_actors import ACTOR_FAILURES, Actors, Stream
+from rsched._worker.actors import ACTOR_FAILURES, Actors, Stream
 
 log = get_logger("rsched.worker")
 
