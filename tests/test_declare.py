@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from conftest import Proc, written_keys
 from rsched import Client, Schedule, ScheduleFileError, Settings
-from rsched._declare import load_file, sync_file
+from rsched._client.schedules_file import load_file, sync_file
 
 BASE = """
 [defaults]

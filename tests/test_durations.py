@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from rsched import InvalidSchedule, Schedule, ScheduleFileError
+from rsched._client.schedules_file import load_file
 from rsched._core.job import JobOptions
 from rsched._core.rules import parse_duration_s
-from rsched._declare import load_file
 
 ACCEPTED = [
     (300, 300.0),

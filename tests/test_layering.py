@@ -63,7 +63,7 @@ def test_pure_modules_import_nothing_that_talks_to_redis(module: str) -> None:
 
 
 def test_client_goes_through_the_stores() -> None:
-    """_client.py calls no Redis command and no script itself: ScheduleStore / QueueStore do."""
+    """_client/client.py calls no Redis command and no script itself: ScheduleStore / QueueStore do."""
     for node in ast.walk(_tree("_client")):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue

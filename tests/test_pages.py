@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-import rsched._client
+import rsched._client.client
 from rsched import Client, Page, Schedule, Settings
 from rsched._core.keys import Keys
 
@@ -73,6 +73,6 @@ async def test_dead_letter_pages(
     assert ([d.execution_id for d in last], last.cursor) == (["e1", "e0"], None)
     assert [d.execution_id async for d in client.iter_dead_letters("q", task="t1")] == ["e3", "e1"]
     # At the largest page size the page after is looked at with one more read.
-    monkeypatch.setattr(rsched._client, "PAGE_MAX", 2)
+    monkeypatch.setattr(rsched._client.client, "PAGE_MAX", 2)
     assert (await client.dead_letters("q", limit=2)).cursor == first.cursor
     assert (await client.dead_letters("q", limit=2, cursor=first.cursor)).cursor is None

@@ -14,9 +14,9 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched import Client, Schedule, Settings
+from rsched._client.schedules_file import sync_file
 from rsched._core.keys import Keys
 from rsched._core.partitions import job_partition, partition_of
-from rsched._declare import sync_file
 from rsched._store.queues import QueueStore
 from rsched._store.runs_log import run_record
 

@@ -17,11 +17,11 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched import Client, InvalidArgument, InvalidSchedule, Schedule, ScheduleFileError
+from rsched._client.schedules_file import load_file
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
-from rsched._declare import load_file
 from rsched._scheduler.scheduler import Scheduler
 from rsched._store.schedules import ScheduleStore
 from test_worker import running, wait_until

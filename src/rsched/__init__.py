@@ -3,7 +3,8 @@
 import dataclasses as _dataclasses
 import typing as _typing
 
-from rsched._client import BackfillResult, Client, Fired, Stats
+from rsched._client.client import BackfillResult, Client, Fired, Stats
+from rsched._client.sync_client import SyncClient
 from rsched._core.bulk import BulkResult
 from rsched._core.errors import (
     AccessDenied,
@@ -42,7 +43,6 @@ from rsched._ops.health import Health, HealthProblem, ScheduleHealth
 from rsched._scheduler.scheduler import Scheduler
 from rsched._store.alerts import HealthEvent
 from rsched._store.runs_log import RunRecord
-from rsched._sync_client import SyncClient
 from rsched._worker.worker import Worker
 
 __version__ = "0.1.0"

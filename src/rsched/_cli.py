@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from rsched._cli_common import CLI_WORDS, Handler, LocalHandler, duration_s
 from rsched._cli_parser import DELEGATES, build_parser
-from rsched._client import Client
+from rsched._client.client import Client
 from rsched._core.errors import RschedError, UsageError
 from rsched._core.log import configure_logging
 from rsched._core.settings import Settings

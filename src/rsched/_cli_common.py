@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from rsched._client import Client
+from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.errors import (
     DeadLetterNotFound,

@@ -10,7 +10,7 @@ import anyio
 import orjson
 
 from rsched._cli_common import out
-from rsched._client import Client
+from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.errors import Unhealthy
 from rsched._core.rules import check_count, parse_duration_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rsched._cli_common import out
-from rsched._client import Client
+from rsched._client.client import Client
 from rsched._core.errors import UsageError
 from rsched._core.keys import Keys
 from rsched._core.partitions import job_partition, partition_of

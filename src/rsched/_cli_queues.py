@@ -10,7 +10,7 @@ from typing import Any
 
 from rsched._cli_common import each, out, report
 from rsched._cli_workers import warn_if_no_worker_has
-from rsched._client import Client, Stats
+from rsched._client.client import Client, Stats
 from rsched._core import humanize as fmt
 from rsched._core.errors import UsageError
 from rsched._core.job import DeadLetter

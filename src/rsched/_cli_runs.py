@@ -7,7 +7,7 @@ import argparse
 from datetime import datetime
 
 from rsched._cli_common import out
-from rsched._client import Client
+from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.schedule import to_ms
 

@@ -21,7 +21,8 @@ from rsched._cli_common import (
     when,
 )
 from rsched._cli_workers import warn_if_no_worker_has
-from rsched._client import Client
+from rsched._client.client import Client
+from rsched._client.schedules_file import sync_file
 from rsched._core import humanize as fmt
 from rsched._core.errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
 from rsched._core.history import HistoryEvent
@@ -29,7 +30,6 @@ from rsched._core.rules import PAGE_MAX, check_page
 from rsched._core.schedule import STATE_FIELDS, Schedule, to_ms
 from rsched._core.timezones import canonical_timezone, resolve_timezone
 from rsched._core.timing import next_fire_times
-from rsched._declare import sync_file
 from rsched._redis.connection import connect
 
 #: The spec options of ``add`` / ``upsert`` / ``update`` (argparse dests), copied into the spec

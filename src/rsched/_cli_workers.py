@@ -9,7 +9,7 @@ from datetime import datetime
 import orjson
 
 from rsched._cli_common import out
-from rsched._client import Client
+from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.schedule import to_ms
 from rsched._core.workers import JobInfo, no_worker_for

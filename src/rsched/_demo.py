@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._client import Client
+from rsched._client.client import Client
 from rsched._core.errors import RschedError, ScheduleNotFound
 from rsched._core.history import stored_events
 from rsched._core.job import Job

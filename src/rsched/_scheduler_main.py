@@ -134,7 +134,7 @@ def _describe(exc: ValidationError) -> str:
 
 
 async def _sync_schedules(redis: Redis, settings: Settings, path: Path) -> None:
-    from rsched._declare import sync_file  # only this option needs schedules files
+    from rsched._client.schedules_file import sync_file  # only this option needs schedules files
 
     try:
         await sync_file(redis, settings, path)
