@@ -51,7 +51,9 @@ def spawn(url: str, partitions: int, cluster: bool, *worker: str) -> subprocess.
         "RSCHED_PARTITIONS": str(partitions),
         "RSCHED_LOG_LEVEL": "warning",
     }
-    module = ["rsched._worker_main", *worker] if worker else ["rsched._scheduler_main"]
+    module = (
+        ["rsched._cli.worker_process", *worker] if worker else ["rsched._cli.scheduler_process"]
+    )
     return subprocess.Popen(
         [sys.executable, "-m", *module],
         env=env,

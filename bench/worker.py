@@ -110,7 +110,7 @@ def _spawn_worker(
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
     return subprocess.Popen(
-        [sys.executable, "-m", "rsched._worker_main", "bench.worker:worker",
+        [sys.executable, "-m", "rsched._cli.worker_process", "bench.worker:worker",
          "--queues", "bench", "--concurrency", str(concurrency), "--log-level", log_level],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

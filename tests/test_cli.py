@@ -1,6 +1,6 @@
 """The ``rsched`` command as a user runs it: a child process, exit codes, --json output.
 
-Most checks go through ``python -m rsched._cli`` in a subprocess; a few cheap ones call
+Most checks go through ``python -m rsched._cli.main`` in a subprocess; a few cheap ones call
 ``main(argv)`` in process (same code path after the interpreter starts).
 """
 
@@ -22,9 +22,9 @@ import redis as redis_sync
 from cluster import sync_client
 from conftest import Proc
 from rsched import Settings, __version__
-from rsched._cli import duration_s, main
-from rsched._cli_common import CLI_WORDS
-from rsched._cli_parser import build_parser
+from rsched._cli.common import CLI_WORDS
+from rsched._cli.main import duration_s, main
+from rsched._cli.parser import build_parser
 from servers import Server
 from worker_app import fast_env
 
@@ -39,7 +39,7 @@ def rsched(server: Server, redis_url: str, prefix: str, topology: str) -> Iterat
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "rsched._cli", *args],
+            [sys.executable, "-m", "rsched._cli.main", *args],
             env=env,
             input=stdin,
             capture_output=True,
@@ -663,7 +663,7 @@ def test_worker_queues_from_a_comma_separated_environment_variable(
     spawn: Callable[..., Proc], settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = fast_env(settings, RSCHED_WORKER__QUEUES="default, reports")
-    proc = spawn("rsched._cli", "worker", "worker_app:worker", env=env)
+    proc = spawn("rsched._cli.main", "worker", "worker_app:worker", env=env)
     proc.wait_for("worker.start")
     assert "queues=default,reports" in proc.output()
     for value, queues in [("a,b", ["a", "b"]), ('["a", "b"]', ["a", "b"]), ("solo", ["solo"])]:

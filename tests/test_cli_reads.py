@@ -10,7 +10,7 @@ import orjson
 import pytest
 import redis as redis_sync
 
-from rsched._cli import main
+from rsched._cli.main import main
 from rsched._core.keys import Keys
 
 Cli = Callable[..., tuple[int, str, str]]

@@ -19,9 +19,12 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 
 import rsched
 from cluster import Cluster, slot_of
-from rsched._cli import _delegate as delegate
-from rsched._cli import _settings as cli_settings
-from rsched._cli_parser import build_parser
+from rsched._cli.main import _delegate as delegate
+from rsched._cli.main import _settings as cli_settings
+from rsched._cli.parser import build_parser
+from rsched._cli.scheduler_process import _parser as scheduler_parser
+from rsched._cli.scheduler_process import load_settings as scheduler_settings
+from rsched._cli.worker_process import parse_args as worker_args
 from rsched._core.keys import Keys
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._ops.health import HealthReader
@@ -31,12 +34,9 @@ from rsched._redis.connection import check_server, connect
 from rsched._redis.scripts import ScriptCaller
 from rsched._scheduler.retention import Retention
 from rsched._scheduler.scheduler import Scheduler
-from rsched._scheduler_main import _parser as scheduler_parser
-from rsched._scheduler_main import load_settings as scheduler_settings
 from rsched._store import parking as _parking
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
-from rsched._worker_main import parse_args as worker_args
 from test_worker import settled, wait_until
 from worker_app import fast_settings
 

@@ -61,7 +61,7 @@ async def pclient(psettings: Settings, predis: Redis) -> AsyncIterator[Client]:
 
 def start_scheduler(spawn: Spawn, settings: Settings) -> Proc:
     proc = spawn(
-        "rsched._scheduler_main",
+        "rsched._cli.scheduler_process",
         env={
             "RSCHED_REDIS_URL": settings.url,
             "RSCHED_PREFIX": settings.prefix,
@@ -84,7 +84,7 @@ def last_led(proc: Proc) -> set[int]:
 
 def start_worker(spawn: Spawn, settings: Settings) -> Proc:
     env = fast_env(settings, RSCHED_PARTITIONS=str(N))
-    proc = spawn("rsched._worker_main", "worker_app:worker", "--concurrency", "20", env=env)
+    proc = spawn("rsched._cli.worker_process", "worker_app:worker", "--concurrency", "20", env=env)
     proc.wait_for("event=worker.start", timeout_s=30)
     return proc
 

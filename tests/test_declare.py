@@ -237,7 +237,7 @@ async def test_the_scheduler_syncs_its_file_at_start(
 ) -> None:
     path = write(tmp_path, BASE)
     env = {"RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix}
-    proc = spawn("rsched._scheduler_main", "--schedules", str(path), env=env)
+    proc = spawn("rsched._cli.scheduler_process", "--schedules", str(path), env=env)
     proc.wait_for("leader.acquired")
     assert "sync.add" in proc.output()
     client = Client(redis, settings)

@@ -21,7 +21,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import rsched
 from cluster import Cluster, slot_of
-from rsched import _cli, _scheduler_main, _worker_main
+from rsched._cli import main as _cli
+from rsched._cli import scheduler_process as _scheduler_main
+from rsched._cli import worker_process as _worker_main
 from rsched._core.keys import Keys
 from rsched._core.metrics import METRICS
 from rsched._core.partitions import partition_of

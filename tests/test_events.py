@@ -126,7 +126,7 @@ async def test_rsched_events_and_follow(settings: Settings, redis: Redis) -> Non
 
     env = {**os.environ, "RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
     with subprocess.Popen(  # noqa: ASYNC220 (a child that outlives one call: read line by line)
-        [sys.executable, "-m", "rsched._cli", "events", "--follow", "--json"],
+        [sys.executable, "-m", "rsched._cli.main", "events", "--follow", "--json"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,

@@ -72,7 +72,7 @@ async def working(worker: rsched.Worker, redis: Redis) -> AsyncIterator[rsched.W
 async def cli(settings: Settings, *args: str) -> tuple[int, str, str]:
     env = {**os.environ, "RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
     done = await anyio.run_process(
-        [sys.executable, "-m", "rsched._cli", *args], env=env, check=False
+        [sys.executable, "-m", "rsched._cli.main", *args], env=env, check=False
     )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
@@ -152,7 +152,12 @@ async def test_killing_the_scheduler_turns_a_schedule_late(
     """Killed, or frozen (SIGSTOP: the process is there, its lease runs out)."""
     env = {"RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
     proc: object = spawn(
-        "rsched._scheduler_main", "--lease-ttl-ms", "1000", "--lease-renew-ms", "200", env=env
+        "rsched._cli.scheduler_process",
+        "--lease-ttl-ms",
+        "1000",
+        "--lease-renew-ms",
+        "200",
+        env=env,
     )
     async with rsched.Client.from_settings(settings) as client:
         await client.add({"id": "beat", "task": "t", "every": 1, "misfire_grace_s": 1})
@@ -243,7 +248,11 @@ async def test_a_frozen_worker_leaves_a_stuck_run(
     settings: Settings, redis: Redis, spawn: Callable[..., object]
 ) -> None:
     proc: object = spawn(
-        "rsched._worker_main", "worker_app:worker", "--queues", "default", env=fast_env(settings)
+        "rsched._cli.worker_process",
+        "worker_app:worker",
+        "--queues",
+        "default",
+        env=fast_env(settings),
     )
     async with rsched.Client.from_settings(settings) as client:
         await client.add(
@@ -340,7 +349,8 @@ async def test_a_healthy_deployment_exits_0(settings: Settings, redis: Redis) ->
 async def test_monitor_watch_refreshes(settings: Settings, redis: Redis) -> None:
     env = {**os.environ, "RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
     async with await anyio.open_process(
-        [sys.executable, "-m", "rsched._cli", "monitor", "--watch", "--interval", "0.2"], env=env
+        [sys.executable, "-m", "rsched._cli.main", "monitor", "--watch", "--interval", "0.2"],
+        env=env,
     ) as proc:
         assert proc.stdout is not None
         seen = b""

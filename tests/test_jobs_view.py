@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-from rsched._cli import main
+from rsched._cli.main import main
 from rsched._core.keys import GROUP, Keys
 from rsched._core.rules import Priority
 from rsched._core.settings import Settings

@@ -23,25 +23,25 @@ from redis.asyncio import Redis
 import rsched
 from conftest import Proc, free_port
 from placement import move_to
+from rsched._cli.operate import (
+    operate_scheduler,
+    operate_worker,
+    read_deployment,
+    scheduler_readiness,
+)
+from rsched._cli.scheduler_process import main as scheduler_main
+from rsched._cli.worker_process import main as worker_main
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.job import Job
 from rsched._core.keys import Keys
 from rsched._core.metrics import METRICS, BulkHistogram, Deployment, Metrics
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._operate import (
-    operate_scheduler,
-    operate_worker,
-    read_deployment,
-    scheduler_readiness,
-)
 from rsched._ops.probe import serve
 from rsched._redis import scripts as _lua
 from rsched._scheduler.scheduler import Scheduler
-from rsched._scheduler_main import main as scheduler_main
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
-from rsched._worker_main import main as worker_main
 from test_worker import wait_until
 from worker_app import fast_env, fast_settings
 
@@ -483,9 +483,9 @@ async def test_processes_serve_metrics(
     env = fast_env(settings, RSCHED_SCHEDULER__LEASE_TTL_MS="1000")
     env["RSCHED_SCHEDULER__LEASE_RENEW_MS"] = "200"
     env["RSCHED_METRICS_INTERVAL_S"] = "0.2"
-    sched = spawn("rsched._scheduler_main", "--metrics-port", "0", env=env)
+    sched = spawn("rsched._cli.scheduler_process", "--metrics-port", "0", env=env)
     worker = spawn(
-        "rsched._worker_main",
+        "rsched._cli.worker_process",
         "worker_app:worker",
         "--metrics-port",
         "0",

@@ -310,7 +310,7 @@ async def test_worker_honours_priorities_in_every_partition(clean: Redis, parted
 
 def start_scheduler(spawn: Spawn, settings: Settings, ttl_ms: int = TTL_MS) -> Proc:
     proc = spawn(
-        "rsched._scheduler_main",
+        "rsched._cli.scheduler_process",
         env={
             "RSCHED_REDIS_URL": settings.url,
             "RSCHED_PREFIX": settings.prefix,
@@ -339,7 +339,7 @@ async def test_a_scheduler_process_refuses_another_number_of_partitions(
 ) -> None:
     await clean.hset(Keys(parted.prefix).meta, "partitions", 4)
     env = {"RSCHED_REDIS_URL": parted.url, "RSCHED_PREFIX": parted.prefix}
-    proc = spawn("rsched._scheduler_main", "--partitions", str(N), env=env)
+    proc = spawn("rsched._cli.scheduler_process", "--partitions", str(N), env=env)
     assert proc.wait() == 2
     assert "has 4 partition(s) but this process is configured for 16" in proc.output()
 

@@ -284,7 +284,7 @@ def test_web_api_lists_and_counts_every_partition(psettings: Settings, prefix: s
 def test_cli_init_where_and_stats(
     redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rsched._cli import main
+    from rsched._cli.main import main
 
     def cli(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()

@@ -162,11 +162,15 @@ def _outages(
     sched_port, worker_port = free_port(), free_port()
 
     def scheduler() -> Proc:
-        return spawn("rsched._scheduler_main", "--metrics-port", str(sched_port), env=env)
+        return spawn("rsched._cli.scheduler_process", "--metrics-port", str(sched_port), env=env)
 
     sched = scheduler()
     worker = spawn(
-        "rsched._worker_main", "worker_app:worker", "--metrics-port", str(worker_port), env=env
+        "rsched._cli.worker_process",
+        "worker_app:worker",
+        "--metrics-port",
+        str(worker_port),
+        env=env,
     )
     with rsched.SyncClient(server.url, "prom") as client:
         # Due every second; a late run stands for what it missed (run_once, the default).

@@ -96,7 +96,7 @@ async def test_a_worker_without_tasks_refuses_to_start(redis: Redis, settings: S
 
 
 def test_rsched_worker_without_tasks_exits_2(spawn: Spawn, settings: Settings) -> None:
-    proc = spawn("rsched._worker_main", "worker_app:empty", env=fast_env(settings))
+    proc = spawn("rsched._cli.worker_process", "worker_app:empty", env=fast_env(settings))
     assert proc.wait() == 2
     assert "has no tasks registered" in proc.output()
     assert len(proc.output().strip().splitlines()) == 1
@@ -239,7 +239,7 @@ async def test_stats_counts_live_workers_per_queue(redis: Redis, settings: Setti
 
 def _start(spawn: Spawn, settings: Settings, **env: str) -> Proc:
     proc = spawn(
-        "rsched._worker_main",
+        "rsched._cli.worker_process",
         "worker_app:worker",
         "--queues",
         "default",

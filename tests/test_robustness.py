@@ -43,7 +43,7 @@ def cli(url: str, *argv: str, **env: str) -> tuple[int, str, float]:
     """Run ``rsched --redis-url url argv``; returns (exit code, stderr, seconds taken)."""
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "rsched._cli", "--redis-url", url, *argv],
+        [sys.executable, "-m", "rsched._cli.main", "--redis-url", url, *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -211,7 +211,10 @@ def test_bad_connection_settings_name_the_variables(spawn: Spawn) -> None:
         "RSCHED_WORKER__BLOCK_MS": "1800",
         "PYTHONPATH": str(Path(__file__).parent),
     }
-    for argv in (["rsched._scheduler_main"], ["rsched._worker_main", "worker_app:worker"]):
+    for argv in (
+        ["rsched._cli.scheduler_process"],
+        ["rsched._cli.worker_process", "worker_app:worker"],
+    ):
         proc = spawn(*argv, env=env)
         assert proc.wait() == 2
         out = proc.output()
@@ -229,7 +232,7 @@ async def test_the_scheduler_stops_on_sigterm_while_redis_hangs(
 ) -> None:
     srv = make_server()
     proc = spawn(
-        "rsched._scheduler_main",
+        "rsched._cli.scheduler_process",
         "--redis-url",
         srv.url,
         "--prefix",
@@ -263,7 +266,7 @@ async def test_the_scheduler_stops_on_sigterm_while_redis_hangs_at_start_up(
     srv.pause()
     try:
         proc = spawn(
-            "rsched._scheduler_main",
+            "rsched._cli.scheduler_process",
             "--redis-url",
             srv.url,
             "--prefix",
@@ -296,7 +299,7 @@ async def test_the_worker_stops_on_sigterm_within_its_grace_while_redis_hangs(
         "RSCHED_WORKER__BLOCK_MS": "1000",
         "RSCHED_WORKER__SHUTDOWN_GRACE_PERIOD_S": "3",
     }
-    proc = spawn("rsched._worker_main", "worker_app:worker", env=env)
+    proc = spawn("rsched._cli.worker_process", "worker_app:worker", env=env)
     await anyio.to_thread.run_sync(proc.wait_for, "event=worker.start")
     await anyio.sleep(1.0)  # reading, heartbeating, listening
     srv.pause()
@@ -462,7 +465,7 @@ def test_a_read_only_replica(make_server: MakeServer, spawn: Spawn, prefix: str)
     code, err, _ = cli(replica.url, "--prefix", prefix, "add", "x", *CRON)
     assert code == 1
     one_line_error(err, "read-only replica", "primary")
-    proc = spawn("rsched._scheduler_main", "--redis-url", replica.url, "--prefix", prefix)
+    proc = spawn("rsched._cli.scheduler_process", "--redis-url", replica.url, "--prefix", prefix)
     assert proc.wait() == 1
     assert "is a replica" in proc.output()
     assert "Traceback" not in proc.output()
@@ -480,7 +483,7 @@ async def test_out_of_memory(make_server: MakeServer, prefix: str) -> None:
     one_line_error(err, "out of memory", "maxmemory")
 
 
-@pytest.mark.parametrize("main", ["rsched._scheduler_main", "rsched._worker_main"])
+@pytest.mark.parametrize("main", ["rsched._cli.scheduler_process", "rsched._cli.worker_process"])
 @pytest.mark.slow
 def test_the_processes_refuse_a_wrong_server_in_one_line(
     make_server: MakeServer, spawn: Spawn, prefix: str, main: str

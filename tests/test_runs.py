@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-from rsched._cli import main as cli_main
+from rsched._cli.main import main as cli_main
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import GROUP, Keys

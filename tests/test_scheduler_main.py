@@ -18,13 +18,13 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Schedule
+from rsched._cli.scheduler_process import _parser, load_settings
 from rsched._core.fire_plan import FireItem
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
-from rsched._scheduler_main import _parser, load_settings
 from rsched._store.schedules import ScheduleStore
 
-MAIN = "rsched._scheduler_main"
+MAIN = "rsched._cli.scheduler_process"
 FAST = ("--lease-ttl-ms", "1000", "--lease-renew-ms", "200")
 
 
@@ -164,7 +164,7 @@ async def _has_jobs(store: ScheduleStore, n: int) -> bool:
 
 
 def test_module_runs_as_script() -> None:
-    # `python -m rsched._scheduler_main --help` exits 0 and documents the flags.
+    # `python -m rsched._cli.scheduler_process --help` exits 0 and documents the flags.
     out = subprocess.run(
         [sys.executable, "-m", MAIN, "--help"], capture_output=True, text=True, check=True
     )

@@ -64,7 +64,7 @@ FAST_WORKER = {
 def run_cli(url: str, prefix: str, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``rsched --redis-url url --prefix prefix argv``, with no RSCHED_* variable of ours."""
     return subprocess.run(
-        [sys.executable, "-m", "rsched._cli", "--redis-url", url, "--prefix", prefix, *argv],
+        [sys.executable, "-m", "rsched._cli.main", "--redis-url", url, "--prefix", prefix, *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -250,13 +250,13 @@ def start_processes(spawn: Spawn, srv: Server, prefix: str, tmp: Path) -> tuple[
     schedules = tmp / "schedules.toml"
     schedules.write_text('[[schedule]]\nid = "from-file"\ntask = "sec.ok"\nevery = "1h"\n')
     scheduler = spawn(
-        "rsched._scheduler_main",
+        "rsched._cli.scheduler_process",
         *FAST_SCHEDULER,
         *("--metrics-port", "0", "--schedules", str(schedules)),
         env=role_env(user_url(srv, "rsched-scheduler"), prefix, **BUSY_LEADER),
     )
     worker = spawn(
-        "rsched._worker_main",
+        "rsched._cli.worker_process",
         "secure_servers:worker",
         "--metrics-port",
         "0",
@@ -554,13 +554,13 @@ def test_scheduler_worker_and_cli_under_their_users_on_a_cluster(
     schedules = tmp_path / "schedules.toml"
     schedules.write_text('[[schedule]]\nid = "from-file"\ntask = "sec.ok"\nevery = "1h"\n')
     scheduler = spawn(
-        "rsched._scheduler_main",
+        "rsched._cli.scheduler_process",
         *FAST_SCHEDULER,
         *("--schedules", str(schedules)),
         env=role_env(user_url(node, "rsched-scheduler"), prefix, **on_cluster, **BUSY_LEADER),
     )
     worker = spawn(
-        "rsched._worker_main",
+        "rsched._cli.worker_process",
         "secure_servers:worker",
         env=role_env(user_url(node, "rsched-worker"), prefix, **on_cluster, **FAST_WORKER),
     )
@@ -626,8 +626,8 @@ def test_a_schedule_runs_over_tls(tls: TlsServer, spawn: Spawn, prefix: str) -> 
     in_url = f"{tls.url}?ssl_ca_certs={tls.certs.ca}"
     added = run_cli(in_url, prefix, "add", "tls", "--every", "1s", "--task", "sec.ok")
     assert added.returncode == 0, added.stderr
-    spawn("rsched._scheduler_main", *FAST_SCHEDULER, env=role_env(tls.url, prefix, **ca))
-    spawn("rsched._worker_main", "secure_servers:worker",
+    spawn("rsched._cli.scheduler_process", *FAST_SCHEDULER, env=role_env(tls.url, prefix, **ca))
+    spawn("rsched._cli.worker_process", "secure_servers:worker",
           env=role_env(tls.url, prefix, **ca, **FAST_WORKER))  # fmt: skip
     client = tls.client()
     eventually(
@@ -653,7 +653,10 @@ def test_a_certificate_no_given_ca_signed(tls: TlsServer, prefix: str) -> None:
         assert "self-signed" in line or "issuer" in line, line
         assert time.monotonic() - started < 8
     env = {**_clean_env(), **role_env(tls.url, prefix)}
-    for main in ("rsched._scheduler_main", "rsched._worker_main secure_servers:worker"):
+    for main in (
+        "rsched._cli.scheduler_process",
+        "rsched._cli.worker_process secure_servers:worker",
+    ):
         proc = subprocess.run(
             [sys.executable, "-m", *main.split()], env=env, capture_output=True, text=True,
             timeout=60,
@@ -736,8 +739,8 @@ def run_processes(spawn: Spawn, url: str, prefix: str, *until: str) -> str:
         url, prefix, RSCHED_LOG_LEVEL="debug", RSCHED_SOCKET_TIMEOUT_S="1", **FAST_WORKER
     )
     procs = [
-        spawn("rsched._scheduler_main", *FAST_SCHEDULER, env=env),
-        spawn("rsched._worker_main", "secure_servers:worker", env=env),
+        spawn("rsched._cli.scheduler_process", *FAST_SCHEDULER, env=env),
+        spawn("rsched._cli.worker_process", "secure_servers:worker", env=env),
     ]
     for proc, text in zip(procs, until, strict=True):
         with contextlib.suppress(AssertionError):  # it exited: its output is what counts

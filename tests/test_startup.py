@@ -22,18 +22,18 @@ import pytest
 import rsched
 from conftest import Proc
 from fake_servers import BlackHole, HttpServer
+from rsched._cli.startup import LOG_EVERY_S
 from rsched._core.settings import Settings
 from rsched._embedded import free_port
 from rsched._redis.connection import connect
-from rsched._startup import LOG_EVERY_S
 from servers import Server
 from test_worker import wait_until
 from worker_app import any_, fast_env, marks_key
 
 Spawn = Callable[..., Proc]
 MakeServer = Callable[..., Server]
-SCHEDULER = ("rsched._scheduler_main", "--lease-ttl-ms", "1000", "--lease-renew-ms", "200")
-WORKER = ("rsched._worker_main", "worker_app:worker")
+SCHEDULER = ("rsched._cli.scheduler_process", "--lease-ttl-ms", "1000", "--lease-renew-ms", "200")
+WORKER = ("rsched._cli.worker_process", "worker_app:worker")
 
 
 def env_for(url: str, prefix: str, **extra: str) -> dict[str, str]:
@@ -96,7 +96,7 @@ async def test_processes_started_before_redis_wait_for_it_then_work(
     env = fast_env(Settings(redis_url=srv.url, prefix=prefix))
     scheduler = spawn(*SCHEDULER, "--metrics-port", "0", env=env)
     # `rsched worker` hands over to the main of rsched-worker.
-    worker = spawn("rsched._cli", "worker", *WORKER[1:], "--metrics-port", "0", env=env)
+    worker = spawn("rsched._cli.main", "worker", *WORKER[1:], "--metrics-port", "0", env=env)
     procs = (scheduler, worker)
     for proc in procs:
         await wait_for(proc, "event=redis.waiting")
@@ -183,7 +183,7 @@ def test_a_service_that_is_not_redis_stops_them_at_once(
     ("argv", "program"),
     [
         (SCHEDULER, "rsched-scheduler"),
-        (("rsched._cli", "scheduler", *SCHEDULER[1:]), "rsched-scheduler"),
+        (("rsched._cli.main", "scheduler", *SCHEDULER[1:]), "rsched-scheduler"),
         (WORKER, "rsched-worker"),
     ],
     ids=["scheduler", "rsched-scheduler", "worker"],
@@ -205,7 +205,7 @@ def test_a_web_port_in_use_is_one_line_and_exit_2(
 ) -> None:
     pytest.importorskip("uvicorn", reason="the web extra is not installed")
     proc = spawn(
-        "rsched._cli", "web", "--port", str(taken_port), env=env_for(unreachable(), prefix)
+        "rsched._cli.main", "web", "--port", str(taken_port), env=env_for(unreachable(), prefix)
     )
     assert proc.wait(timeout_s=30) == 2
     out = proc.output()
@@ -217,7 +217,7 @@ def test_a_web_port_in_use_is_one_line_and_exit_2(
 
 @pytest.mark.slow
 def test_web_says_serving_once_it_listens(spawn: Spawn, prefix: str) -> None:
-    proc = spawn("rsched._cli", "web", "--port", "0", env=env_for(unreachable(), prefix))
+    proc = spawn("rsched._cli.main", "web", "--port", "0", env=env_for(unreachable(), prefix))
     proc.wait_for("rsched web: serving", timeout_s=30)
     found = re.search(r"serving http://127\.0\.0\.1:(\d+)/", proc.output())
     assert found, proc.output()  # the port it listens on, not the 0 it was given

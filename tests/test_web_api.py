@@ -834,7 +834,7 @@ def test_host_check_without_auth(web: Web) -> None:
 
 
 def test_cli_refuses_public_bind_without_auth() -> None:
-    run = [sys.executable, "-m", "rsched._cli", "web", "--host", "0.0.0.0"]
+    run = [sys.executable, "-m", "rsched._cli.main", "web", "--host", "0.0.0.0"]
     r = subprocess.run(run, capture_output=True, text=True, timeout=30, env=_env())
     assert r.returncode == 2
     assert "--auth" in r.stderr
@@ -845,7 +845,7 @@ def test_cli_refuses_public_bind_without_auth() -> None:
 def test_cli_without_the_web_extra() -> None:
     code = (
         "import sys; sys.modules['fastapi'] = None\n"
-        "from rsched._cli import main; sys.exit(main(['web']))"
+        "from rsched._cli.main import main; sys.exit(main(['web']))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
@@ -856,7 +856,7 @@ def test_cli_without_the_web_extra() -> None:
 @pytest.mark.slow
 def test_cli_serves(settings: Settings) -> None:
     port = free_port()
-    run = [sys.executable, "-m", "rsched._cli", "web", "--port", str(port), "--read-only"]
+    run = [sys.executable, "-m", "rsched._cli.main", "web", "--port", str(port), "--read-only"]
     env = {**_env(), "RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
     proc = subprocess.Popen(run, env=env, stderr=subprocess.PIPE, text=True)
     try:

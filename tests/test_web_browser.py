@@ -128,8 +128,10 @@ def seed(settings: Settings, n: int = 40) -> None:
 def start_processes(spawn: Callable[..., Any], settings: Settings) -> None:
     """A real scheduler (so a leader shows) and worker (so runs complete)."""
     env = fast_env(settings)
-    scheduler = spawn("rsched._scheduler_main", env=env)
-    worker = spawn("rsched._worker_main", "worker_app:worker", "--queues", "default", env=env)
+    scheduler = spawn("rsched._cli.scheduler_process", env=env)
+    worker = spawn(
+        "rsched._cli.worker_process", "worker_app:worker", "--queues", "default", env=env
+    )
     scheduler.wait_for("leader.acquired")
     worker.wait_for("event=worker.start")
 

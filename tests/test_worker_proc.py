@@ -31,7 +31,7 @@ async def marks(redis: Redis, settings: Settings) -> list[list[str]]:
 
 def start_worker(spawn: Spawn, settings: Settings, **env: str) -> Proc:
     proc = spawn(
-        "rsched._worker_main",
+        "rsched._cli.worker_process",
         "worker_app:worker",
         "--queues",
         "default",
@@ -128,10 +128,10 @@ async def _dead(store: QueueStore) -> bool:
 
 
 async def test_unknown_flags_and_bad_worker_spec_fail_cleanly(spawn: Spawn) -> None:
-    proc = spawn("rsched._worker_main", "worker_app:nothing", env={"PYTHONPATH": "tests"})
+    proc = spawn("rsched._cli.worker_process", "worker_app:nothing", env={"PYTHONPATH": "tests"})
     assert proc.wait() == 2
     assert "has no 'nothing'" in proc.output()
-    proc = spawn("rsched._worker_main", "no_such_module:worker")
+    proc = spawn("rsched._cli.worker_process", "no_such_module:worker")
     assert proc.wait() == 2
     assert "cannot import" in proc.output()
 

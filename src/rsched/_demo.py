@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from rsched._cli.signals import SIGNALS, two_signal_stop
 from rsched._client.client import Client
 from rsched._core.errors import RschedError, ScheduleNotFound
 from rsched._core.history import stored_events
@@ -59,7 +60,6 @@ from rsched._embedded import EmbeddedServer
 from rsched._embedded_cluster import EmbeddedCluster
 from rsched._redis.connection import connect, warn_if_unsafe
 from rsched._scheduler.scheduler import Scheduler
-from rsched._signals import SIGNALS, two_signal_stop
 from rsched._worker.worker import Worker
 
 log = get_logger("rsched.demo")

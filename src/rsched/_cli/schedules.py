@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from rsched._cli_common import (
+from rsched._cli.common import (
     each,
     json_object,
     out,
@@ -20,7 +20,7 @@ from rsched._cli_common import (
     trigger_text,
     when,
 )
-from rsched._cli_workers import warn_if_no_worker_has
+from rsched._cli.workers import warn_if_no_worker_has
 from rsched._client.client import Client
 from rsched._client.schedules_file import sync_file
 from rsched._core import humanize as fmt

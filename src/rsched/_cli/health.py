@@ -9,7 +9,7 @@ import sys
 import anyio
 import orjson
 
-from rsched._cli_common import out
+from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.errors import Unhealthy

@@ -8,8 +8,8 @@ import heapq
 import itertools
 from typing import Any
 
-from rsched._cli_common import each, out, report
-from rsched._cli_workers import warn_if_no_worker_has
+from rsched._cli.common import each, out, report
+from rsched._cli.workers import warn_if_no_worker_has
 from rsched._client.client import Client, Stats
 from rsched._core import humanize as fmt
 from rsched._core.errors import UsageError

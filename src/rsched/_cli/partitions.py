@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rsched._cli_common import out
+from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core.errors import UsageError
 from rsched._core.keys import Keys

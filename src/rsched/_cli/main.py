@@ -3,10 +3,10 @@
 Exit codes: 0 ok, 1 error (the message says what and how to fix it), 2 usage. Human tables by
 default, ``--json`` for scripts. ``rsched scheduler`` and ``rsched worker`` run the two
 processes (the same as ``rsched-scheduler`` and ``rsched-worker``), ``rsched demo`` the demo,
-``rsched web`` the dashboard. The parser is in rsched._cli_parser, the commands in
-rsched._cli_schedules, rsched._cli_queues, rsched._cli_health, rsched._cli_workers and
-rsched._cli_runs. A command with a ``local`` handler (``rsched cron``) needs no Redis. Messages
-are built in the command line's words (rsched._cli_common.CLI_WORDS): they name commands and
+``rsched web`` the dashboard. The parser is in rsched._cli.parser, the commands in
+rsched._cli.schedules, rsched._cli.queues, rsched._cli.health, rsched._cli.workers and
+rsched._cli.runs. A command with a ``local`` handler (``rsched cron``) needs no Redis. Messages
+are built in the command line's words (rsched._cli.common.CLI_WORDS): they name commands and
 flags, not SDK calls.
 """
 
@@ -23,8 +23,8 @@ import orjson
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from rsched._cli_common import CLI_WORDS, Handler, LocalHandler, duration_s
-from rsched._cli_parser import DELEGATES, build_parser
+from rsched._cli.common import CLI_WORDS, Handler, LocalHandler, duration_s
+from rsched._cli.parser import DELEGATES, build_parser
 from rsched._client.client import Client
 from rsched._core.errors import RschedError, UsageError
 from rsched._core.log import configure_logging

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import orjson
 
-from rsched._cli_common import out
+from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.schedule import to_ms

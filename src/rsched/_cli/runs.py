@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 
-from rsched._cli_common import out
+from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.schedule import to_ms

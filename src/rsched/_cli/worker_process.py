@@ -1,6 +1,6 @@
 """``rsched-worker module:attribute``: load a :class:`rsched.Worker` and run it until signalled.
 
-At start it waits for a Redis that is down, silent, loading or full (rsched._startup). SIGTERM
+At start it waits for a Redis that is down, silent, loading or full (rsched._cli.startup). SIGTERM
 or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish; the rest
 are cancelled and left unacknowledged for another worker; the exit status is 0. A second signal
 cancels everything at once (exit status 1). A wrong password or server exits 1; bad settings
@@ -18,15 +18,15 @@ from collections.abc import Sequence
 
 import anyio
 
+from rsched._cli.operate import operate_worker
+from rsched._cli.signals import two_signal_stop
+from rsched._cli.startup import sole, wait_for_server
 from rsched._core.errors import ConfigError, RschedError
 from rsched._core.keys import Keys
 from rsched._core.log import configure_logging, get_logger
 from rsched._core.settings import CLUSTER_HELP, Settings
-from rsched._operate import operate_worker
 from rsched._redis.connection import check_server, connect
 from rsched._redis.durability import durability_flag
-from rsched._signals import two_signal_stop
-from rsched._startup import sole, wait_for_server
 from rsched._store.deployment import deployment_keys
 from rsched._worker.worker import Worker
 

@@ -7,13 +7,13 @@ import re
 from importlib import metadata
 from typing import Any, NoReturn, get_args
 
-from rsched import _cli_health as health
-from rsched import _cli_partitions as partitions
-from rsched import _cli_queues as queues
-from rsched import _cli_runs as runs
-from rsched import _cli_schedules as schedules
-from rsched import _cli_workers as workers
-from rsched._cli_common import (
+from rsched._cli import health as health
+from rsched._cli import partitions as partitions
+from rsched._cli import queues as queues
+from rsched._cli import runs as runs
+from rsched._cli import schedules as schedules
+from rsched._cli import workers as workers
+from rsched._cli.common import (
     Handler,
     LocalHandler,
     duration_s,
@@ -31,8 +31,8 @@ from rsched._redis.durability import durability_flag
 #: ``rsched scheduler …`` / ``rsched worker …`` / ``rsched demo …`` / ``rsched web …`` run these
 #: modules' ``main`` (with their own options), and what ``rsched --help`` says of each.
 DELEGATES = {
-    "scheduler": ("rsched._scheduler_main", "run the scheduler process"),
-    "worker": ("rsched._worker_main", "run the worker process"),
+    "scheduler": ("rsched._cli.scheduler_process", "run the scheduler process"),
+    "worker": ("rsched._cli.worker_process", "run the worker process"),
     "demo": ("rsched._demo", "run a scheduler, a worker and demo schedules, narrated"),
     "web": ("rsched.web._main", "serve the dashboard and HTTP API (extra: rsched[web])"),
 }

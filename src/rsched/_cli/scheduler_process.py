@@ -1,7 +1,7 @@
 """``rsched-scheduler``: the scheduler process (settings, logging, signals, exit codes).
 
 Settings come from ``RSCHED_*`` environment variables, overridden by the flags given. At start it
-waits for a Redis that is down, silent, loading or full (rsched._startup). Exit codes: 0 after a
+waits for a Redis that is down, silent, loading or full (rsched._cli.startup). Exit codes: 0 after a
 clean stop (SIGTERM/SIGINT: the batch in flight finishes and the lease is released), 1 on a
 fatal error (a wrong password or server, ...) or a forced stop (a second signal), 2 for bad
 settings (a --metrics-port in use among them) or a bad schedules file.
@@ -24,16 +24,16 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from rsched._cli.operate import operate_scheduler
+from rsched._cli.signals import two_signal_stop
+from rsched._cli.startup import sole, wait_for_server
 from rsched._core.errors import ConfigError, InvalidSchedule, RschedError
 from rsched._core.keys import Keys
 from rsched._core.log import configure_logging, get_logger
 from rsched._core.settings import CLUSTER_HELP, DEFAULT_REDIS_URL, Settings
-from rsched._operate import operate_scheduler
 from rsched._redis.connection import check_server, connect, translate, warn_if_unsafe
 from rsched._redis.durability import durability_flag
 from rsched._scheduler.scheduler import Scheduler
-from rsched._signals import two_signal_stop
-from rsched._startup import sole, wait_for_server
 
 log = get_logger("rsched.scheduler")
 
