@@ -14,8 +14,8 @@ from types import TracebackType
 import redis
 
 from rsched._core.errors import ConfigError
-from rsched._embedded import EmbeddedServer, binary_path
-from rsched._embedded_cluster import EmbeddedCluster
+from rsched._devtools.embedded import EmbeddedServer, binary_path
+from rsched._devtools.embedded_cluster import EmbeddedCluster
 
 
 class BenchServer:

@@ -1,6 +1,6 @@
 """Commands a worker sends to a cluster: idle (blocking reads only) and busy (running no-op jobs).
 
-A local cluster of three primaries (rsched._embedded_cluster) and one ``rsched-worker`` process
+A local cluster of three primaries (rsched._devtools.embedded_cluster) and one ``rsched-worker`` process
 in cluster mode, watched while it idles for ``--idle-s`` seconds and while it runs ``--jobs``
 no-op jobs. The tables give the commands the worker sent (MONITOR on every primary: its round
 trips, scripts' own commands left out) per second (idle) and per job (busy), and the commands the

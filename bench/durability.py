@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from rsched import Client, Scheduler, Settings
 from rsched._core.keys import Keys
 from rsched._core.settings import DurabilityLevel
-from rsched._embedded import EmbeddedServer, binary_path
+from rsched._devtools.embedded import EmbeddedServer, binary_path
 from rsched._redis.connection import connect
 
 LEVELS: tuple[DurabilityLevel, ...] = ("async", "replicated")

@@ -1,6 +1,6 @@
 """Private Redis Cluster / Valkey cluster processes for the test suite.
 
-Three primaries (optionally each with one replica) joined by rsched._embedded_cluster, every
+Three primaries (optionally each with one replica) joined by rsched._devtools.embedded_cluster, every
 node a :class:`servers.Server` with cluster mode on, on free loopback ports.
 
 Faults for tests: :meth:`Cluster.fail_over` (kill the primary of a slot; its replica takes over)
@@ -19,7 +19,7 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.crc import key_slot
 
-from rsched._embedded_cluster import EmbeddedCluster
+from rsched._devtools.embedded_cluster import EmbeddedCluster
 from servers import Server
 
 __all__ = ["Cluster", "slot_of", "sync_client"]
@@ -42,7 +42,7 @@ async def _on(node: Server, *args: Any) -> Any:
 
 
 class Cluster(EmbeddedCluster[Server]):
-    """rsched._embedded_cluster's cluster of ``kind`` whose nodes are servers.Server (kill,
+    """rsched._devtools.embedded_cluster's cluster of ``kind`` whose nodes are servers.Server (kill,
     pause, restart), with the faults tests inject."""
 
     def __init__(self, kind: str, *, replicas: bool = False) -> None:

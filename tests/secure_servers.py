@@ -20,7 +20,7 @@ import anyio
 import redis
 
 import rsched
-from rsched._embedded import free_port
+from rsched._devtools.embedded import free_port
 from servers import Server, binary
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"

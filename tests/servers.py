@@ -13,7 +13,7 @@ import signal
 from collections.abc import Sequence
 
 from rsched._core.errors import ConfigError
-from rsched._embedded import SHARED_PORT, EmbeddedServer, binary_path
+from rsched._devtools.embedded import SHARED_PORT, EmbeddedServer, binary_path
 
 __all__ = ["KINDS", "SHARED_PORT", "Server", "binary", "env_kinds"]
 

@@ -1,6 +1,6 @@
 """``rsched demo`` / ``make demo``: runs, narrates, and stops cleanly.
 
-The demo runs as a child process here (``python -m rsched._demo``; ``make demo`` runs it through
+The demo runs as a child process here (``python -m rsched._devtools.demo``; ``make demo`` runs it through
 the ``rsched`` command): it takes signals and owns an embedded server.
 """
 
@@ -95,7 +95,7 @@ def _check_story(out: str) -> None:
 def test_demo_runs_on_its_embedded_servers_and_stops_by_itself(
     spawn: Callable[..., Proc], args: tuple[str, ...], servers: int, shown: list[str], stopped: str
 ) -> None:
-    proc = spawn("rsched._demo", *args, "--duration", "8")
+    proc = spawn("rsched._devtools.demo", *args, "--duration", "8")
     proc.wait_for("fired ", timeout_s=30)
     nodes = [pid for pid, cmd in _children(proc.proc.pid).items() if "valkey-server" in cmd]
     assert len(nodes) == servers, _children(proc.proc.pid)
@@ -113,7 +113,7 @@ def test_demo_runs_on_its_embedded_servers_and_stops_by_itself(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.usefixtures("no_redis_env")
 def test_ctrl_c_stops_everything_and_the_embedded_server(spawn: Callable[..., Proc]) -> None:
-    proc = spawn("rsched._demo")
+    proc = spawn("rsched._devtools.demo")
     proc.wait_for("fired ", timeout_s=30)
     servers = [pid for pid, cmd in _children(proc.proc.pid).items() if "valkey-server" in cmd]
     assert len(servers) == 1, _children(proc.proc.pid)
@@ -137,7 +137,7 @@ async def test_demo_on_a_given_redis_cleans_up_its_schedules(
     await redis.zadd(f"{{{prefix}}}:delayed:demo", {orjson.dumps(leaked).decode(): 0})
     await redis.xadd(f"{{{prefix}}}:queue:demo", dict(zip(leaked[::2], leaked[1::2], strict=True)))
     proc = spawn(
-        "rsched._demo",
+        "rsched._devtools.demo",
         "--duration",
         "5",
         env={"RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix},

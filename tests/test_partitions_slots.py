@@ -21,7 +21,7 @@ from rsched import Client, Schedule, Settings
 from rsched._client.schedules_file import sync_file
 from rsched._core.keys import Keys
 from rsched._core.partitions import job_partition
-from rsched._embedded import free_port
+from rsched._devtools.embedded import free_port
 from rsched._store.queues import QueueStore
 from servers import Server, binary
 

@@ -31,7 +31,7 @@ import rsched
 from conftest import Proc
 from fake_servers import BlackHole, Canned, Garbage, HttpServer
 from rsched._core.settings import Settings, WorkerSettings
-from rsched._embedded import free_port
+from rsched._devtools.embedded import free_port
 from servers import Server
 
 Spawn = Callable[..., Proc]

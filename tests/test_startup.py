@@ -24,7 +24,7 @@ from conftest import Proc
 from fake_servers import BlackHole, HttpServer
 from rsched._cli.startup import LOG_EVERY_S
 from rsched._core.settings import Settings
-from rsched._embedded import free_port
+from rsched._devtools.embedded import free_port
 from rsched._redis.connection import connect
 from servers import Server
 from test_worker import wait_until

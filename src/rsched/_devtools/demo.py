@@ -56,8 +56,8 @@ from rsched._core.settings import (
     WorkerSettings,
     safe_url,
 )
-from rsched._embedded import EmbeddedServer
-from rsched._embedded_cluster import EmbeddedCluster
+from rsched._devtools.embedded import EmbeddedServer
+from rsched._devtools.embedded_cluster import EmbeddedCluster
 from rsched._redis.connection import connect, warn_if_unsafe
 from rsched._scheduler.scheduler import Scheduler
 from rsched._worker.worker import Worker

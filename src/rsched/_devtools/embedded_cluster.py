@@ -18,7 +18,7 @@ from typing import Any, Generic, Self, TypeVar
 import redis
 from redis.crc import key_slot
 
-from rsched._embedded import EmbeddedServer, free_port
+from rsched._devtools.embedded import EmbeddedServer, free_port
 
 SLOTS = 16384
 #: Short, so that a failover takes a couple of seconds.

@@ -1,0 +1,4 @@
+"""Tools for trying rsched: the demo and the embedded server and cluster.
+
+May import everything.
+"""
