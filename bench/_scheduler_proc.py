@@ -15,10 +15,10 @@ import sys
 
 import anyio
 
-from rsched._cli.operate import operate_scheduler
 from rsched._core.log import configure_logging
 from rsched._core.settings import Settings
 from rsched._redis.connection import connect
+from rsched._scheduler.readiness import operate_scheduler
 from rsched._scheduler.scheduler import Scheduler
 
 

@@ -23,12 +23,6 @@ from redis.asyncio import Redis
 import rsched
 from conftest import Proc, free_port
 from placement import move_to
-from rsched._cli.operate import (
-    operate_scheduler,
-    operate_worker,
-    read_deployment,
-    scheduler_readiness,
-)
 from rsched._cli.scheduler_process import main as scheduler_main
 from rsched._cli.worker_process import main as worker_main
 from rsched._core.codes import Code
@@ -37,11 +31,14 @@ from rsched._core.job import Job
 from rsched._core.keys import Keys
 from rsched._core.metrics import METRICS, BulkHistogram, Deployment, Metrics
 from rsched._core.settings import SchedulerSettings, Settings
+from rsched._ops.deployment_gauges import read_deployment
 from rsched._ops.probe import serve
 from rsched._redis import scripts as _lua
+from rsched._scheduler.readiness import operate_scheduler, scheduler_readiness
 from rsched._scheduler.scheduler import Scheduler
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
+from rsched._worker.readiness import operate_worker
 from test_worker import wait_until
 from worker_app import fast_env, fast_settings
 

@@ -22,7 +22,7 @@ from rsched._core.errors import (
     ScheduleNotFound,
 )
 from rsched._core.rules import parse_duration_s
-from rsched._core.schedule import Schedule, to_ms
+from rsched._core.schedule import to_ms
 from rsched._core.words import Words
 
 Handler = Callable[[Client, argparse.Namespace], Awaitable[Any]]
@@ -86,18 +86,6 @@ def out(args: argparse.Namespace, data: Any, text: str) -> None:
         sys.stdout.write("\n")
     else:
         print(text)
-
-
-def trigger_text(s: Schedule) -> str:
-    if s.cron is not None:
-        return f"cron {s.cron}"
-    if s.every is not None:
-        return f"every {fmt.duration(s.every * 1000)}"
-    return f"at {fmt.clock(to_ms(s.at), s.timezone)}" if s.at else "-"
-
-
-def status_text(s: Schedule) -> str:
-    return "completed" if s.completed else "paused" if s.paused else "active"
 
 
 def when(dt: datetime | None, zone: str, now: int) -> str:

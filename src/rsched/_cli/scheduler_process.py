@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._cli.operate import operate_scheduler
 from rsched._cli.signals import two_signal_stop
 from rsched._cli.startup import sole, wait_for_server
 from rsched._core.errors import ConfigError, InvalidSchedule, RschedError
@@ -33,6 +32,7 @@ from rsched._core.log import configure_logging, get_logger
 from rsched._core.settings import CLUSTER_HELP, DEFAULT_REDIS_URL, Settings
 from rsched._redis.connection import check_server, connect, translate, warn_if_unsafe
 from rsched._redis.durability import durability_flag
+from rsched._scheduler.readiness import operate_scheduler
 from rsched._scheduler.scheduler import Scheduler
 
 log = get_logger("rsched.scheduler")

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import anyio
 
-from rsched._cli.operate import operate_worker
 from rsched._cli.signals import two_signal_stop
 from rsched._cli.startup import sole, wait_for_server
 from rsched._core.errors import ConfigError, RschedError
@@ -28,6 +27,7 @@ from rsched._core.settings import CLUSTER_HELP, Settings
 from rsched._redis.connection import check_server, connect
 from rsched._redis.durability import durability_flag
 from rsched._store.deployment import deployment_keys
+from rsched._worker.readiness import operate_worker
 from rsched._worker.worker import Worker
 
 log = get_logger("rsched.worker")

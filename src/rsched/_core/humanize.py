@@ -1,4 +1,4 @@
-"""Human output for the CLI: aligned tables, times in a zone and UTC, relative times.
+"""Human output for the CLI and the dashboard: tables, times in a zone and UTC, relative times.
 
 (Durations are read by rsched._core.rules.parse_duration_s, the rule every input follows.)"""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from rsched._core.schedule import Schedule, to_ms
 from rsched._core.timezones import resolve_timezone
 
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s"))
@@ -82,3 +83,15 @@ def fields(pairs: Sequence[tuple[str, object]]) -> str:
     """``name:  value`` lines with the values aligned."""
     width = max((len(k) for k, _ in pairs), default=0) + 1
     return "\n".join(f"{(k + ':').ljust(width)}  {'-' if v is None else v}" for k, v in pairs)
+
+
+def trigger_text(s: Schedule) -> str:
+    if s.cron is not None:
+        return f"cron {s.cron}"
+    if s.every is not None:
+        return f"every {duration(s.every * 1000)}"
+    return f"at {clock(to_ms(s.at), s.timezone)}" if s.at else "-"
+
+
+def status_text(s: Schedule) -> str:
+    return "completed" if s.completed else "paused" if s.paused else "active"

@@ -9,17 +9,20 @@ scraper or a probe needs nothing more, and nothing here can hold the process up.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 import orjson
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from rsched._core.errors import ConfigError
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
+from rsched._redis.scripts import ScriptCaller
 
 log = get_logger("rsched.metrics")
 
@@ -107,3 +110,20 @@ async def _route(ready: Readiness, method: str, path: str) -> tuple[int, str, by
             ok, details = False, {"reason": f"{type(exc).__name__}: {exc}"}
         return (200 if ok else 503), "application/json", orjson.dumps({"ready": ok, **details})
     return 404, "application/json", orjson.dumps({"error": "try /metrics, /livez or /readyz"})
+
+
+async def redis_and_scripts(redis: Redis, names: Sequence[str]) -> dict[str, Any] | None:
+    """None when Redis answers and holds every script in ``names`` (loading any it lacks),
+    else the reason for /readyz."""
+    try:
+        await redis.ping()
+    except (RedisError, OSError) as exc:
+        return {"reason": f"redis does not answer: {exc}"}
+    caller = ScriptCaller(redis)
+    try:
+        loaded = await caller.ensure_loaded(names)
+    except (RedisError, OSError) as exc:
+        return {"reason": f"scripts cannot be loaded: {exc}"}
+    if loaded:
+        log.info("metrics.scripts_loaded", scripts=",".join(loaded))
+    return None

@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rsched import HistoryEvent, Schedule, ScheduleHealth
-from rsched._cli.common import status_text, trigger_text
-from rsched._core.humanize import clock, duration, relative
+from rsched._core.humanize import clock, duration, relative, status_text, trigger_text
 from rsched._core.schedule import to_ms
 from rsched._core.timezones import canonical_timezone, resolve_timezone
 
