@@ -277,6 +277,10 @@ class CronError(RschedError, ValueError):
     """Raised for a cron expression that cannot be used; the message says why and how to fix it."""
 
 
+class CsrfError(RschedError):
+    """A dashboard form posted without a valid CSRF token (answered 403)."""
+
+
 class UsageError(RschedError):
     """Raised by the ``rsched`` command for bad command-line input found after parsing (exit 2)."""
 

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp
 
 from rsched import Client, InvalidArgument, RschedError, Settings, __version__
+from rsched._core.errors import CsrfError
 from rsched.web import _api, _pages
 from rsched.web._errors import error_body, status_of
 from rsched.web._sdk import Sdk
@@ -79,7 +80,7 @@ def create_app(
 
     @app.exception_handler(RschedError)
     async def rsched_error(request: Request, exc: RschedError) -> Response:
-        if isinstance(exc, _pages.Forbidden):
+        if isinstance(exc, CsrfError):
             status = 403
             body: dict[str, str | None] = {
                 "error": "CSRFError",

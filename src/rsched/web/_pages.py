@@ -26,6 +26,7 @@ from jinja2.runtime import Context
 
 from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
 from rsched._core import humanize as fmt
+from rsched._core.errors import CsrfError
 from rsched._core.rules import RUN_STATUSES
 from rsched._core.schedule import STATE_FIELDS
 from rsched.web import _views as views
@@ -134,19 +135,15 @@ def back(request: Request, to: str, message: str, ok: bool = True) -> Response:
 
 
 async def form(request: Request) -> dict[str, list[str]]:
-    """The posted form, once its CSRF token is checked (raises Forbidden)."""
+    """The posted form, once its CSRF token is checked (raises CsrfError)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip()
     if kind != "application/x-www-form-urlencoded":
         raise InvalidArgument("content-type", "post the page's form (urlencoded)")
     fields = parse_qs((await request.body()).decode(), keep_blank_values=True)
     given = request.headers.get(CSRF_HEADER) or (fields.get(CSRF_FIELD) or [""])[0]
     if not csrf_ok(request.scope, given):
-        raise Forbidden("the form's CSRF token is missing or stale: reload the page and retry")
+        raise CsrfError("the form's CSRF token is missing or stale: reload the page and retry")
     return fields
-
-
-class Forbidden(RschedError):
-    """A form post without a valid CSRF token."""
 
 
 def first(fields: dict[str, list[str]], name: str) -> str:
