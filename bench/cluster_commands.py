@@ -1,10 +1,10 @@
 """Commands a worker sends to a cluster: idle (blocking reads only) and busy (running no-op jobs).
 
-A local cluster of three primaries (rsched._devtools.embedded_cluster) and one ``rsched-worker`` process
-in cluster mode, watched while it idles for ``--idle-s`` seconds and while it runs ``--jobs``
-no-op jobs. The tables give the commands the worker sent (MONITOR on every primary: its round
-trips, scripts' own commands left out) per second (idle) and per job (busy), and the commands the
-nodes ran in all (``INFO commandstats``, which counts the commands inside scripts too), with the
+A local cluster of three primaries (rsched._devtools.embedded_cluster) and one ``rsched-worker``
+process in cluster mode, watched while it idles for ``--idle-s`` seconds and while it runs
+``--jobs`` no-op jobs. The tables give the commands the worker sent (MONITOR on every primary: its
+round trips, scripts' own commands left out) per second (idle) and per job (busy), and the commands
+the nodes ran in all (``INFO commandstats``, which counts the commands inside scripts too), with the
 bench's own (the jobs' XADD, its polling) taken out.
 
 ``python -m bench.cluster_commands [--kind redis|valkey] [--idle-s S] [--jobs N]``

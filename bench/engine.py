@@ -45,8 +45,8 @@ PREFIX = "bench"
 CHUNK = 2_000
 DAY_MS = 86_400_000
 # Where bench schedules wait before a herd is set up: far enough ahead that none fires, near
-# enough that the scheduler does not park them (rsched._store.parking: beyond 15 minutes), which would
-# leave them where the bench's retime does not look.
+# enough that the scheduler does not park them (rsched._store.parking: beyond 15 minutes),
+# which would leave them where the bench's retime does not look.
 SETUP_AHEAD_MS = 10 * 60_000
 # A herd counts the commands that took this long or longer inside Redis (SLOWLOG).
 SLOWLOG_US = 5_000

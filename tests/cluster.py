@@ -1,7 +1,7 @@
 """Private Redis Cluster / Valkey cluster processes for the test suite.
 
-Three primaries (optionally each with one replica) joined by rsched._devtools.embedded_cluster, every
-node a :class:`servers.Server` with cluster mode on, on free loopback ports.
+Three primaries (optionally each with one replica) joined by rsched._devtools.embedded_cluster,
+every node a :class:`servers.Server` with cluster mode on, on free loopback ports.
 
 Faults for tests: :meth:`Cluster.fail_over` (kill the primary of a slot; its replica takes over)
 and :meth:`Cluster.migrate_slot` (move a slot's keys to another primary in batches while clients

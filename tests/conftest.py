@@ -195,7 +195,8 @@ class Proc:
 
 @pytest.fixture
 def spawn() -> Iterator[Callable[..., Proc]]:
-    """Start child processes (``spawn("rsched._cli.scheduler_process", "--flag")``); killed at the end."""
+    """Start child processes (``spawn("rsched._cli.scheduler_process", "--flag")``); killed at
+    the end."""
     procs: list[Proc] = []
 
     def start(module: str, *args: str, env: dict[str, str] | None = None) -> Proc:

@@ -1,7 +1,7 @@
 """``rsched demo`` / ``make demo``: runs, narrates, and stops cleanly.
 
-The demo runs as a child process here (``python -m rsched._devtools.demo``; ``make demo`` runs it through
-the ``rsched`` command): it takes signals and owns an embedded server.
+The demo runs as a child process here (``python -m rsched._devtools.demo``; ``make demo`` runs
+it through the ``rsched`` command): it takes signals and owns an embedded server.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Parked schedules (rsched._store.parking): a schedule whose next run is far off leaves the index for a
-small bucket, reads as before everywhere, is back in the index before it is due, and every write
-of it takes it out of its bucket again. A schedule is in the index or in its bucket, never both.
-"""
+"""Parked schedules (rsched._store.parking): a schedule whose next run is far off leaves the
+index for a small bucket, reads as before everywhere, is back in the index before it is due, and
+every write of it takes it out of its bucket again. A schedule is in the index or in its bucket,
+never both."""
 
 from __future__ import annotations
 

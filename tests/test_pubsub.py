@@ -1,6 +1,6 @@
-"""Pub/sub listeners (rsched._redis.connection.messages) on RESP2 and RESP3, against real servers: the
-keepalive PING answered in either shape, a server that stopped answering, a message between
-pings, redis-py subscribing again by itself, and a quiet scheduler and worker."""
+"""Pub/sub listeners (rsched._redis.connection.messages) on RESP2 and RESP3, against real
+servers: the keepalive PING answered in either shape, a server that stopped answering, a message
+between pings, redis-py subscribing again by itself, and a quiet scheduler and worker."""
 
 from __future__ import annotations
 

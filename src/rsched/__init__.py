@@ -3,7 +3,8 @@
 import dataclasses as _dataclasses
 import typing as _typing
 
-from rsched._client.client import BackfillResult, Client, Fired, Stats
+from rsched._client.client import BackfillResult, Client, Fired
+from rsched._client.stats import Stats
 from rsched._client.sync_client import SyncClient
 from rsched._core.bulk import BulkResult
 from rsched._core.errors import (

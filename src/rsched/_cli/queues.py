@@ -10,7 +10,8 @@ from typing import Any
 
 from rsched._cli.common import each, out, report
 from rsched._cli.workers import warn_if_no_worker_has
-from rsched._client.client import Client, Stats
+from rsched._client.client import Client
+from rsched._client.stats import Lease, Stats
 from rsched._core import humanize as fmt
 from rsched._core.errors import UsageError
 from rsched._core.job import DeadLetter
@@ -178,7 +179,7 @@ async def cmd_dead_purge(client: Client, args: argparse.Namespace) -> None:
     await _dead_command(client, args, "purged")
 
 
-def _leaders(leaders: list[dict[str, Any] | None]) -> list[str]:
+def _leaders(leaders: list[Lease | None]) -> list[str]:
     """Who leads how many partitions, and which have no leader."""
     owners: dict[str, int] = {}
     for lead in leaders:
@@ -227,7 +228,7 @@ async def cmd_stats(client: Client, args: argparse.Namespace) -> None:
                 q.get("dead"),
                 q.get("workers", 0),
                 q.get("consumers"),
-                fmt.duration(q["oldest_pending_ms"]) if q.get("oldest_pending_ms") else "-",
+                fmt.duration(oldest) if (oldest := q.get("oldest_pending_ms")) else "-",
             )
             for name, q in st.queues.items()
         ]

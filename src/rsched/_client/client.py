@@ -6,7 +6,6 @@ every time decision (first run, due-ness) uses Redis TIME, never this host's clo
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import (
@@ -21,18 +20,19 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from rsched._client import job_lookup
+from rsched._client.stats import Stats, read_stats
 from rsched._core.bulk import BulkResult, Validator, hash_fields
 from rsched._core.codes import Code
 from rsched._core.errors import (
     Conflict,
     InvalidArgument,
     InvalidSchedule,
-    JobNotFound,
     ScheduleCompleted,
     ScheduleNotFound,
 )
@@ -56,7 +56,7 @@ from rsched._core.schedule import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._core.settings import BLOCK_MARGIN_MS, Settings
 from rsched._core.timezones import resolve_timezone
 from rsched._core.timing import Timing, next_fire_times
-from rsched._core.workers import LISTED_STATES, JobInfo, JobState, WorkerInfo, state_from_history
+from rsched._core.workers import LISTED_STATES, JobInfo, WorkerInfo
 from rsched._ops.health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
 from rsched._redis.connection import connect, explain
 from rsched._store.alerts import EventLog, HealthEvent
@@ -68,13 +68,12 @@ from rsched._store.partitions import (
     entry_ids_of,
     index_page,
     jobs_across,
-    merge_queue_stats,
     runs_across,
     save_many,
 )
 from rsched._store.queues import QueueStore, new_execution_id
 from rsched._store.runs_log import RunFilter, RunRecord, check_cursor, read_runs
-from rsched._store.schedules import IndexStats, ScheduleStore
+from rsched._store.schedules import ScheduleStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -85,21 +84,13 @@ BACKFILL_LIMIT = 1000
 WRITE_ATTEMPTS = 5
 _TRIGGERS = ("cron", "every", "at")
 _Schedules = list[Schedule]
-_OUTCOMES = {
+#: What a trigger or a backfilled occurrence did.
+FiredStatus = Literal["fired", "skipped", "buffered", "already_fired"]
+_OUTCOMES: dict[int, FiredStatus] = {
     Code.FIRED: "fired",
     Code.SKIPPED: "skipped",
     Code.BUFFERED: "buffered",
     Code.STALE: "already_fired",
-}
-#: A job's state from the runs log's newest record of it (a retried attempt is recorded once it
-#: is written to the delayed set, so a job not found there failed for good or is beyond the scan).
-_RUN_ENDS: dict[str, JobState] = {
-    "completed": "completed",
-    "dead": "dead",
-    "cancelled": "cancelled",
-    "failed": "failed",
-    "timed_out": "failed",
-    "retried": "failed",
 }
 
 
@@ -108,7 +99,7 @@ class Fired:
     """What :meth:`Client.trigger` did: ``status`` is fired, skipped or buffered (overlap)."""
 
     execution_id: str
-    status: str
+    status: FiredStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,26 +114,6 @@ class BackfillResult:
 
     def count(self, status: str) -> int:
         return sum(1 for s in self.outcomes.values() if s == status)
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """A snapshot of one rsched deployment (see :meth:`Client.stats`). Times are epoch ms."""
-
-    now_ms: int
-    schedules: dict[str, int]
-    due: int
-    oldest_overdue: dict[str, Any] | None
-    queues: dict[str, dict[str, Any]]
-    dead_letters: int
-    leader: dict[str, Any] | None
-    #: The deployment's number of partitions, and the lease of each (None: no leader); ``leader``
-    #: is partition 0's.
-    partitions: int = 1
-    leaders: list[dict[str, Any] | None] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _redis_errors(
@@ -199,7 +170,7 @@ class Client:
     cannot be reached or does not answer within ``socket_timeout_s``, :class:`PoolExhausted`
     when no connection of the pool came free within ``pool_timeout_s``, and a
     :class:`ServerError` when the server refuses (password, ACL, replica, out of memory, ...).
-    One client may serve any number of concurrent calls. Since 0.1.0.
+    One client may serve any number of concurrent calls.
     """
 
     def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
@@ -252,7 +223,7 @@ class Client:
     async def partitions(self) -> int:
         """The deployment's number of partitions (docs/scaling.md): read once, or stored when
         the deployment is new (``settings.partitions``, else 1). Raises PartitionMismatch when
-        ``settings.partitions`` names another number than the deployment's. Since 0.1.0."""
+        ``settings.partitions`` names another number than the deployment's."""
         return (await self._partitions()).count
 
     @_redis_errors
@@ -260,7 +231,7 @@ class Client:
         """Store the number of partitions of a new deployment before any process uses it:
         True when stored now, False when the deployment has that number already. Raises
         PartitionMismatch (nothing written) when it has another, InvalidArgument for a number
-        out of 1..256. Since 0.1.0."""
+        out of 1..256."""
         _argument("partitions", check_partitions, partitions)
         created = await init_deployment(self._redis, self.settings.prefix, partitions)
         self._parts = None  # read again on next use
@@ -782,7 +753,7 @@ class Client:
     @_redis_errors
     async def workers(self) -> list[WorkerInfo]:
         """The live workers (from the worker registry: each heartbeats every ``heartbeat_s``;
-        a worker gone silent for a few heartbeats is left out), by id. Since 0.1.0."""
+        a worker gone silent for a few heartbeats is left out), by id."""
         return await self._registry.workers()
 
     @_redis_errors
@@ -799,7 +770,7 @@ class Client:
         (high, normal, low level), then delayed by due time. Pass ``page.cursor`` back for the
         next page (a later page reads the earlier ones again: fine for a look, not for
         walking a queue of millions). Raises InvalidArgument naming ``state``, ``limit``,
-        ``queue`` or ``cursor``. Since 0.1.0."""
+        ``queue`` or ``cursor``."""
         _argument("limit", check_page, limit)
         if state is not None and state not in LISTED_STATES:
             raise InvalidArgument("state", f"{state!r}: use {', '.join(LISTED_STATES)}")
@@ -817,7 +788,9 @@ class Client:
         else:
             items, more = await jobs_across(parts, queues, states, limit, skip, workers)
         items = [
-            (_listed(job, job.execution_id, workers) or job) if job.state == "running" else job
+            (job_lookup.listed(job, job.execution_id, workers) or job)
+            if job.state == "running"
+            else job
             for job in items
         ]
         return Page(items, str(skip + limit) if more else None)
@@ -829,81 +802,20 @@ class Client:
         schedule's history of this execution, and its result while kept. A waiting job is
         looked for among the first 10,000 entries of each stream and delayed set, an ended one
         in the runs log's last 10,000 records, its schedule's history and its kept result
-        (docs/keys.md). Raises JobNotFound. Since 0.1.0."""
+        (docs/keys.md). Raises JobNotFound."""
         _argument("execution_id", check_execution_id, execution_id)
-        store = await self._queues(execution_id)
-        workers = await self._registry.workers()
-        found = await store.find_job(execution_id, await store.queue_names(), workers)
-        job = found[0] if found else None
-        sid = job.schedule_id if job else _schedule_of(execution_id)
-        history: tuple[HistoryEvent, ...] = ()
-        if sid:
-            schedules = await self._store(sid)
-            stored = await schedules.history(sid, self.settings.history_limit)
-            events = page_events(stored, limit=PAGE_MAX, cursor=None, status=None).items
-            history = tuple(e for e in events if e.execution_id == execution_id)
-        kept, result = await store.result(execution_id)
-        if job is None:
-            job = await self._ended(store, execution_id, sid, history, kept)
-        if job is None or job.state == "running":
-            # The registry record of its worker says when it started; a job no lookup found
-            # may run deeper in its stream than the lookup reads.
-            job = _listed(job, execution_id, workers)
-        if job is None:
-            raise JobNotFound(
-                execution_id,
-                "it does not wait, run or have a kept outcome (finished jobs are known by "
-                "their schedule's history, the runs log's last 10,000 records and their "
-                "kept result)",
-            )
-        return dataclasses.replace(job, history=history, result=result)
-
-    async def _ended(
-        self,
-        store: QueueStore,
-        execution_id: str,
-        sid: str | None,
-        history: tuple[HistoryEvent, ...],
-        kept: bool,
-    ) -> JobInfo | None:
-        """A job that neither waits nor runs, as its newest runs log record (queue, task,
-        priority, worker and start of its last attempt), its schedule's history and its kept
-        result tell; None when none of them knows it."""
-        newest = await read_runs(
-            self._redis,
-            store.keys,
-            RunFilter(execution_id=execution_id),
-            limit=1,
-            cursor="+",  # records only: it is not waiting or running
-        )
-        ended = newest.items[0] if newest.items else None
-        state = state_from_history(list(history)) or (
-            _RUN_ENDS.get(ended.status) if ended else None
-        )
-        state = state or ("completed" if kept else None)
-        if state is None:
-            return None
-        last = history[0] if history else None
-        attempt = last.attempt if last else (ended.attempt if ended else None)
-        # A record trimmed from the log: the history's running event of that attempt.
-        began = next((e for e in history if e.event == "running" and e.attempt == attempt), None)
-        return JobInfo(
+        return await job_lookup.find(
+            await self._queues(execution_id),
+            await self._registry.workers(),
+            self._store,
+            self.settings.history_limit,
             execution_id,
-            state,
-            queue=ended.queue if ended else None,
-            task=ended.task if ended else None,
-            priority=ended.priority if ended else "normal",
-            schedule_id=sid if history else (ended.schedule_id if ended else None),
-            attempt=attempt,
-            worker=ended.worker if ended else None,
-            started_at=ended.started_at if ended else (began.at if began else None),
         )
 
     @_redis_errors
     async def result(self, execution_id: str) -> Any:
         """What the job's handler returned (JSON-decoded), kept ``worker.result_ttl_s`` after
-        it completed; None when it returned None, is not finished, or the result expired.
-        Since 0.1.0."""
+        it completed; None when it returned None, is not finished, or the result expired."""
         _argument("execution_id", check_execution_id, execution_id)
         return (await (await self._queues(execution_id)).result(execution_id))[1]
 
@@ -912,27 +824,11 @@ class Client:
         """Cancel a job: a queued or delayed one is removed and recorded as cancelled; a
         running one is cancelled by its worker (its handler gets a cancellation, its outcome
         is recorded as cancelled). Returns the state it was cancelled in (``queued``,
-        ``delayed``, ``running``). Raises JobNotFound when it neither waits nor runs.
-        Since 0.1.0."""
+        ``delayed``, ``running``). Raises JobNotFound when it neither waits nor runs."""
         _argument("execution_id", check_execution_id, execution_id)
-        store = await self._queues(execution_id)
-        for _ in range(3):
-            found = await store.find_job(execution_id, await store.queue_names())
-            if found is not None and found[0].state != "running":
-                code = await store.cancel_waiting(found[0], found[1], reason="cancelled")
-                if code == Code.OK:
-                    return found[0].state
-                continue  # read or moved meanwhile: look again
-            running = found is not None or any(
-                run.execution_id == execution_id
-                for worker in await self._registry.workers()
-                for run in worker.jobs
-            )
-            if running:
-                await self._registry.cancel_running(execution_id)
-                return "running"
-            break
-        raise JobNotFound(execution_id, "it does not wait or run (finished, or never existed)")
+        return await job_lookup.cancel(
+            await self._queues(execution_id), self._registry, execution_id
+        )
 
     # --- operations overview ----------------------------------------------------------------
 
@@ -946,54 +842,12 @@ class Client:
         ``scheduler.lease_ttl_ms`` is assumed then); ``lease_left_ms`` is exact. Each queue
         also counts its ``workers``: live workers reading it (from the worker registry).
         """
-        parts = await self._partitions()
-        now = await self._clock.time_ms()
-        indexes = await parts.each(lambda k: parts.schedules[k].index_stats(now))
-        oldest = min(
-            (i.oldest for i in indexes if i.oldest is not None), key=lambda o: o[1], default=None
+        return await read_stats(
+            await self._partitions(),
+            self._clock,
+            self._registry,
+            self.settings.scheduler.lease_ttl_ms,
         )
-        oldest_overdue = None
-        if oldest is not None:
-            sid, score = oldest
-            oldest_overdue = {"id": sid, "next_run_ms": score, "late_ms": now - score}
-        leaders = [self._leader(index) for index in indexes]
-        queues = merge_queue_stats(await parts.each(lambda k: parts.queues[k].queue_stats()))
-        live = await self._registry.workers()
-        for name, q in queues.items():
-            q["workers"] = sum(name in w.queues for w in live)
-        dead = sum(int(q.get("dead", 0) or 0) for q in queues.values())
-        total = sum(i.total for i in indexes)
-        active = sum(i.active for i in indexes)
-        paused = sum(i.paused for i in indexes)
-        return Stats(
-            now_ms=now,
-            schedules={
-                "total": total,
-                "active": active,
-                "paused": paused,
-                "completed": total - active - paused,
-            },
-            due=sum(i.due for i in indexes),
-            oldest_overdue=oldest_overdue,
-            queues=queues,
-            dead_letters=dead,
-            leader=leaders[0],
-            partitions=parts.count,
-            leaders=leaders,
-        )
-
-    def _leader(self, index: IndexStats) -> dict[str, Any] | None:
-        """A partition's lease for Stats: owner, token, its age and what is left of it."""
-        if index.leader is None:
-            return None
-        token, _, owner = index.leader.partition(":")
-        ttl = index.lease_ttl_ms or self.settings.scheduler.lease_ttl_ms
-        return {
-            "owner": owner,
-            "token": int(token) if token.isdigit() else token,
-            "lease_left_ms": index.lease_left_ms,
-            "lease_age_ms": max(0, ttl - index.lease_left_ms),
-        }
 
     # --- health and events --------------------------------------------------------------------
 
@@ -1135,34 +989,6 @@ class Client:
                 return Page(out, None)
             if len(out) == limit:  # whether one matches further on is another read away
                 return Page(out, _encode_cursor(pos))
-
-
-def _listed(job: JobInfo | None, execution_id: str, workers: list[WorkerInfo]) -> JobInfo | None:
-    """``job`` (running) as the registry record of its worker lists it (its exact start), or
-    a job no lookup found (None) as a live worker's record lists it; else ``job`` itself."""
-    holder = job.worker if job is not None and job.state == "running" else None
-    for worker in workers:
-        if holder is not None and worker.id != holder:
-            continue
-        for run in worker.jobs:
-            if run.execution_id == execution_id:
-                return dataclasses.replace(
-                    job or JobInfo(execution_id, "running", queue=run.queue),
-                    state="running",
-                    task=run.task,
-                    priority=run.priority,
-                    attempt=run.attempt,
-                    entry_id=run.entry_id,
-                    worker=worker.id,
-                    started_at=run.started_at,
-                )
-    return job
-
-
-def _schedule_of(execution_id: str) -> str | None:
-    """The schedule of a fired occurrence's execution id (``<schedule id>@<time>``)."""
-    sid, at, rest = execution_id.rpartition("@")
-    return sid if at and sid and rest else None
 
 
 def _encode_cursor(pos: tuple[float, str] | None) -> str:

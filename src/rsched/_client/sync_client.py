@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from rsched._client.client import BackfillResult, Client, Fired, Stats
+from rsched._client.client import BackfillResult, Client, Fired
+from rsched._client.stats import Stats
 from rsched._core.bulk import BulkResult
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued

@@ -67,8 +67,8 @@ Role = Literal["scheduler", "worker"]
 
 FIRED, STALE = Code.FIRED, Code.STALE
 # The labels (policy, action) of rsched_misfires_total, by the misfire policy and the action of
-# its fire item (rsched._core.fire_plan): a late run stands for missed occurrences or runs one of them;
-# the others are recorded as skipped.
+# its fire item (rsched._core.fire_plan): a late run stands for missed occurrences or runs one
+# of them; the others are recorded as skipped.
 MISFIRE_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("run_once", "misfire"): ("run_once", "run"),
     ("skip", "skip"): ("skip", "skip"),

@@ -1,11 +1,10 @@
 """The rules user input follows, each in one place: names, payloads, durations, a job's retry and
 timeout options, pause notes, page sizes and history statuses.
 
-Schedules (rsched._core.schedule), one-off jobs (QueueStore.enqueue), workers, settings and the client
-all check through these functions, so the bounds and the wording are the same everywhere. Each
-raises ValueError with the message; the caller wraps it in its own exception (InvalidSchedule,
-InvalidJob, InvalidArgument, ConfigError) naming the field.
-"""
+Schedules (rsched._core.schedule), one-off jobs (QueueStore.enqueue), workers, settings and the
+client all check through these functions, so the bounds and the wording are the same everywhere.
+Each raises ValueError with the message; the caller wraps it in its own exception (InvalidSchedule,
+InvalidJob, InvalidArgument, ConfigError) naming the field."""
 
 from __future__ import annotations
 

@@ -82,9 +82,9 @@ class SchedulerSettings(BaseModel):
     max_in_flight: int = Field(default=4, ge=1, le=32)
     max_idle_ms: int = Field(default=10_000, ge=100)
     prefetch_ms: int = Field(default=5_000, ge=0)
-    # Park schedules due far off in small buckets (rsched._store.parking, docs/keys.md). False brings
-    # every parked schedule back into the index and parks none: before going back to an rsched
-    # that does not know the buckets.
+    # Park schedules due far off in small buckets (rsched._store.parking, docs/keys.md). False
+    # brings every parked schedule back into the index and parks none: before going back to an
+    # rsched that does not know the buckets.
     park: bool = True
 
     @model_validator(mode="after")

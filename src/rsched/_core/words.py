@@ -1,13 +1,12 @@
 """The words a message uses for what a user gives: each surface names its own fields and calls.
 
-The same rule (``_core/rules.py``, ``_core/schedule.py``, ``_core/job.py``) is reached from the Python SDK (keyword
-arguments, ``upsert()``), the ``rsched`` command (``--every``, ``rsched upsert``), the HTTP API
-(JSON fields, ``PUT /api/v1/schedules/ID``) and schedules files (TOML keys). A message names a
-field, an example or what to do instead through the :class:`Words` of the surface being served
-(:func:`speaking`), so each surface reads in its own terms while the rule and its wording stay
-in one place. The SDK's words are the default; the other surfaces define theirs beside their
-code (``_cli_common.CLI_WORDS``, ``_declare.FILE_WORDS``, ``web._api.HTTP_WORDS``). Pure.
-"""
+The same rule (``_core/rules.py``, ``_core/schedule.py``, ``_core/job.py``) is reached from the
+Python SDK (keyword arguments, ``upsert()``), the ``rsched`` command (``--every``, ``rsched
+upsert``), the HTTP API (JSON fields, ``PUT /api/v1/schedules/ID``) and schedules files (TOML keys).
+A message names a field, an example or what to do instead through the :class:`Words` of the surface
+being served (:func:`speaking`), so each surface reads in its own terms while the rule and its
+wording stay in one place. The SDK's words are the default; the other surfaces define theirs beside
+their code (``_cli_common.CLI_WORDS``, ``_declare.FILE_WORDS``, ``web._api.HTTP_WORDS``). Pure."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """Writes confirmed by replicas: the ``durability`` setting (docs/durability.md).
 
-With ``replicated``, a write rsched acknowledges (a client's write, a fire batch, a worker's
-ack) is followed by ``WAIT replicas timeout``; with ``replicated_fsync`` by ``WAITAOF 1 replicas
-timeout``. WAIT counts the replicas that hold the *connection's* last write, so it proves
-nothing on any other connection: ScriptCaller sends the script and the WAIT together, on one
-connection it holds for both replies (rsched._redis.scripts). On Redis Cluster that is a connection to
-the primary serving the script's keys (every script touches one slot), the node whose replicas
-must confirm; a MOVED or ASK sends both again where it points.
+With ``replicated``, a write rsched acknowledges (a client's write, a fire batch, a worker's ack) is
+followed by ``WAIT replicas timeout``; with ``replicated_fsync`` by ``WAITAOF 1 replicas timeout``.
+WAIT counts the replicas that hold the *connection's* last write, so it proves nothing on any other
+connection: ScriptCaller sends the script and the WAIT together, on one connection it holds for both
+replies (rsched._redis.scripts). On Redis Cluster that is a connection to the primary serving the
+script's keys (every script touches one slot), the node whose replicas must confirm; a MOVED or ASK
+sends both again where it points.
 
 A shortfall cannot be undone (the primary has applied the write): a client raises
 WriteNotReplicated, the scheduler and the worker log it and count it in

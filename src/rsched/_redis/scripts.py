@@ -7,13 +7,12 @@ maxmemory (never half-applied), a read-only one (:data:`READ_ONLY`) declares ``n
 on a cluster a script touching a key outside its declared keys' slot fails instead of reaching
 another node's data.
 
-On a cluster (rsched._redis.cluster) a script runs on the primary of its keys' slot. The client loads
-the scripts each primary it learns of lacks; a NOSCRIPT all the same (a primary that lost them, or
-one met through a MOVED) loads the script on every primary and retries once, and a TRYAGAIN (its
-keys half migrated) is retried with backoff for up to :data:`TRYAGAIN_LIMIT_S`. A write to be
-confirmed goes with its WAIT on a connection of that primary held for both, and a MOVED or ASK
-sends the pair again where it points.
-"""
+On a cluster (rsched._redis.cluster) a script runs on the primary of its keys' slot. The client
+loads the scripts each primary it learns of lacks; a NOSCRIPT all the same (a primary that lost
+them, or one met through a MOVED) loads the script on every primary and retries once, and a TRYAGAIN
+(its keys half migrated) is retried with backoff for up to :data:`TRYAGAIN_LIMIT_S`. A write to be
+confirmed goes with its WAIT on a connection of that primary held for both, and a MOVED or ASK sends
+the pair again where it points."""
 
 from __future__ import annotations
 
