@@ -838,8 +838,8 @@ class Client:
         the current leader and its lease age, and the most overdue schedule.
 
         ``lease_age_ms`` (time since the leader last renewed) comes from the TTL the leader
-        stored beside its lease (an older scheduler stores none: this client's
-        ``scheduler.lease_ttl_ms`` is assumed then); ``lease_left_ms`` is exact. Each queue
+        stored beside its lease (where none is stored, this client's ``scheduler.lease_ttl_ms``
+        is assumed); ``lease_left_ms`` is exact. Each queue
         also counts its ``workers``: live workers reading it (from the worker registry).
         """
         return await read_stats(

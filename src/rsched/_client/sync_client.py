@@ -49,7 +49,7 @@ class SyncClient:
     ``with rsched.SyncClient.from_url("redis://localhost:6379/0") as client: client.add(...)``.
     Raises the same exceptions as the async client. Any number of threads may share one. Close
     it (``close()`` or ``with``) to release its connections; one left open is closed at exit and
-    never keeps the program from ending. Since 0.1.0.
+    never keeps the program from ending.
     """
 
     def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:

@@ -105,7 +105,7 @@ class ScheduleCompleted(RschedError):
     reached, its one-off ``at`` or its ``end_at`` passed); nothing was written.
 
     ``action`` names what was refused (pause, resume, trigger); ``reason`` says why the schedule
-    completed when known. Since 0.1.0.
+    completed when known.
     """
 
     def __init__(self, schedule_id: str, action: str = "change", reason: str = "") -> None:
@@ -162,7 +162,7 @@ class WriteNotReplicated(RschedError):
     """Raised with ``durability="replicated"`` (or ``"replicated_fsync"``) when the primary
     answered a write but fewer than ``durability_replicas`` replicas confirmed it (or its fsync)
     within ``durability_timeout_ms``: the write stands on the primary, and a failover before the
-    replicas catch up can lose it (docs/durability.md). Since 0.1.0.
+    replicas catch up can lose it (docs/durability.md).
 
     ``op`` names the write (the script: ``upsert``, ``enqueue``, ...), ``confirmed`` how many
     replicas confirmed it, ``wanted`` how many were asked for, ``timeout_ms`` the wait.

@@ -61,7 +61,7 @@ class HistoryEvent:
     occurrence's time and ``late_ms`` how late it fired; ``origin`` (schedule, trigger,
     backfill, misfire, ...) how it came to run; ``reason`` why it was skipped or dead-lettered.
     Every other field of the stored event is in ``extra`` as it was stored. Datetimes are aware
-    UTC. Since 0.1.0.
+    UTC.
     """
 
     event: str
@@ -179,8 +179,6 @@ _CODES = {
     "m": "misfired", "r": "running", "c": "completed", "C": "cancelled", "F": "failed",
     "T": "timed_out", "R": "retried", "D": "dead", "W": "waiting",
 }  # fmt: skip
-#: Names an older rsched stored for an event, and the name it is read by (the runs log's).
-_OLD_NAMES = {"retry": "retried"}
 #: The fields of an occurrence's token, after its delta (origin '' = schedule).
 _OCCURRENCE_FIELDS = {
     "f": ("origin", "missed"),
@@ -277,7 +275,7 @@ def _newest_first(event: object) -> float:
 
 def stored_events(items: Iterable[str | bytes], schedule_id: str) -> list[Any]:
     """The events of a schedule's stored history (its list's items as read), newest first:
-    records expanded, events of an older rsched decoded from JSON. An item that is neither
+    records expanded, events stored as JSON decoded. An item that is neither
     (someone else's write) comes last, as ``{"event": "unreadable", "raw": item}`` or as the JSON
     it holds; :func:`page_events` leaves those out."""
     out: list[Any] = []
@@ -291,8 +289,6 @@ def stored_events(items: Iterable[str | bytes], schedule_id: str) -> list[Any]:
         except orjson.JSONDecodeError:
             out.append({"event": "unreadable", "raw": text})
             continue
-        if isinstance(event, dict) and event.get("event") in _OLD_NAMES:
-            event["event"] = _OLD_NAMES[event["event"]]
         out.append(event)
     out.sort(key=_newest_first)  # stable: a record's events and equal times keep their order
     return out

@@ -124,7 +124,7 @@ def retry_delay_s(opts: JobOptions, attempt: int, rng: random.Random | None = No
 class Enqueued:
     """What ``enqueue`` did: the job's execution id, and whether this call added it
     (``created=False``: a job with that execution id was already queued, delayed, running or
-    finished inside the dedup window, and nothing was added). Since 0.1.0."""
+    finished inside the dedup window, and nothing was added)."""
 
     execution_id: str
     created: bool

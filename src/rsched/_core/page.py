@@ -18,7 +18,7 @@ T = TypeVar("T")
 class Page(Generic[T]):
     """One page of a paged read: ``items`` in the read's order and ``cursor``, to pass back
     for the next page (None: this is the last one). A page iterates over its items and has
-    a ``len()``. Since 0.1.0.
+    a ``len()``.
     """
 
     items: list[T]

@@ -57,7 +57,7 @@ class WorkerInfo:
     ``id`` is the worker's consumer name on the queues' groups (``host:pid:random``);
     ``running`` counts the jobs it runs now (``jobs`` lists them); ``last_seen`` is its last
     heartbeat (Redis time), at most a few ``heartbeat_s`` ago. Datetimes are aware UTC.
-    Since 0.1.0.
+   
     """
 
     id: str
@@ -173,7 +173,7 @@ class JobInfo:
     was kept). ``waiting`` says why a queued or delayed job waits, when rsched can tell (no
     live worker reads its queue or has its task, a worker without the task holds it back, a
     retry's backoff, a delayed enqueue); None for one that just waits its turn. Datetimes are
-    aware UTC. Since 0.1.0.
+    aware UTC.
     """
 
     execution_id: str

@@ -67,7 +67,7 @@ class ScheduleHealth:
     ``state`` is ``ok``, ``late`` (due and not fired past its misfire grace), ``stuck`` (its run
     has been running past its timeout), ``failing`` (its last ``health.failing_runs`` runs
     failed or died), ``paused`` or ``completed``; ``reason`` says why in words; ``since`` is
-    the missed run (late), the run's start (stuck) or the last failure (failing). Since 0.1.0.
+    the missed run (late), the run's start (stuck) or the last failure (failing).
     """
 
     id: str
@@ -92,7 +92,7 @@ class ScheduleHealth:
 class HealthProblem:
     """One failed check of :meth:`rsched.Client.health`: ``check`` is ``no_leader``,
     ``due_backlog``, ``overdue``, ``no_worker``, ``stalled``, ``dead_letters`` or
-    ``schedules``; ``message`` says what is wrong. Since 0.1.0."""
+    ``schedules``; ``message`` says what is wrong."""
 
     check: str
     message: str
@@ -107,7 +107,7 @@ class Health:
     describes, ``truncated`` telling that more late schedules exist than were read.
     ``leader`` is the lease owner or None (of partition 0; ``leaders`` has each partition's),
     ``due`` how many schedules are due now and ``oldest_overdue_ms`` how late the most overdue
-    one is. Since 0.1.0.
+    one is.
     """
 
     ok: bool

@@ -76,7 +76,7 @@ class RunRecord:
     occurrence (``scheduled_at``), when its job was written (``fired_at``), when the attempt
     started and ended (None while unknown). ``error`` is the start of the message.
     ``priority`` is the job's level (``high``, ``normal``, ``low``; a record an older rsched
-    wrote says ``normal``). Since 0.1.0.
+    wrote says ``normal``).
     """
 
     execution_id: str

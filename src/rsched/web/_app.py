@@ -44,7 +44,7 @@ def create_app(
     mount point. ``auth`` (``"user:password"``) and/or ``token`` (bearer) require
     authentication; ``allowed_hosts`` limits the accepted ``Host`` names (None: any).
     ``refresh_s`` is how often an open page reloads its live part.
-    Raises ValueError for a malformed ``auth`` or ``base_path``. Since 0.1.0.
+    Raises ValueError for a malformed ``auth`` or ``base_path``.
     """
     credentials = Auth(basic=auth, token=token)
     base = base_path.rstrip("/")
