@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ import pytest
 import redis as redis_sync
 
 import rsched
-from rsched import Schedule, ScheduleExists, ScheduleNotFound, SyncClient
+from rsched import Client, Schedule, ScheduleExists, ScheduleNotFound, Settings, SyncClient
 
 
 @pytest.fixture
@@ -82,3 +83,26 @@ def test_sync_client_jobs_and_backfill(sync_client: SyncClient) -> None:
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
     sync_client.add(Schedule(id="b", task="t", every=60, start_at=start, overlap="allow"))
     assert sync_client.backfill("b", start, start + timedelta(minutes=1)).count("fired") == 2
+
+
+def test_sync_client_offers_every_client_method_with_its_parameters() -> None:
+    """Every public method of Client is on SyncClient, taking the same parameters (names, kinds,
+    defaults, types); only the async ones' close (``aclose``) is ``close`` there."""
+    for name, method in inspect.getmembers(Client):
+        if name.startswith("_") or name == "aclose":
+            continue
+        assert hasattr(SyncClient, name), f"SyncClient has no {name}"
+        if not callable(method):
+            continue
+        ours = inspect.signature(getattr(SyncClient, name)).parameters
+        theirs = inspect.signature(method).parameters
+        assert [(p.name, p.kind, p.default, p.annotation) for p in ours.values()] == [
+            (p.name, p.kind, p.default, p.annotation) for p in theirs.values()
+        ], name
+    assert callable(SyncClient.close)
+
+
+def test_sync_client_from_settings(redis_url: str, prefix: str) -> None:
+    with SyncClient.from_settings(Settings(redis_url=redis_url, prefix=prefix)) as client:
+        assert client.settings.prefix == prefix
+        assert client.server_time().tzinfo is not None

@@ -53,9 +53,12 @@ class SyncClient:
     """
 
     def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:
+        self._start(functools.partial(_open, url, prefix, settings))
+
+    def _start(self, open_client: Callable[[], Awaitable[Client]]) -> None:
         self._portal, self._thread = _start_loop()
         try:
-            self._client: Client = self._portal.call(_open, url, prefix, settings)
+            self._client: Client = self._portal.call(open_client)
         except BaseException:
             _shutdown(self._portal, self._thread, None)
             raise
@@ -70,6 +73,13 @@ class SyncClient:
     ) -> SyncClient:
         """Connect (``url``/``prefix`` default to RSCHED_REDIS_URL / RSCHED_PREFIX)."""
         return cls(url, prefix, **settings)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SyncClient:
+        """Connect with a :class:`Settings` (as :meth:`rsched.Client.from_settings`)."""
+        client = cls.__new__(cls)
+        client._start(functools.partial(_open_settings, settings))
+        return client
 
     def __enter__(self) -> SyncClient:
         return self
@@ -388,6 +398,10 @@ class SyncClient:
 
 async def _open(url: str | None, prefix: str | None, settings: dict[str, Any]) -> Client:
     return Client.from_url(url, prefix, **settings)
+
+
+async def _open_settings(settings: Settings) -> Client:
+    return Client.from_settings(settings)
 
 
 def _start_loop() -> tuple[BlockingPortal, threading.Thread]:

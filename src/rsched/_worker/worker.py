@@ -77,7 +77,7 @@ class Worker:
     a long sync handler should watch ``job.should_stop`` (or wait on ``job.stop_event``).
     An async handler must not block the event loop for longer than ``visibility_timeout_s``:
     heartbeats stop meanwhile and another worker would take its job over.
-   
+
     """
 
     def __init__(
