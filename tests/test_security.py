@@ -720,7 +720,7 @@ def test_settings_never_show_the_password() -> None:
 
 
 def test_the_demo_banner_never_shows_the_password(capsys: pytest.CaptureFixture[str]) -> None:
-    from rsched._devtools import demo as _demo
+    from rsched._devtools.demo import main as _demo
 
     _demo._banner(_demo.Target(f"redis://u:{SECRET}@h:1/0", "rsched", None), "Redis 7.0", [])
     out = capsys.readouterr().out + _demo._explain(OSError("refused"), f"redis://:{SECRET}@h/0")
