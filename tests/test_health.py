@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched import Scheduler
+from rsched._core.health import Facts, classify, last_outcomes
 from rsched._core.settings import HealthSettings, SchedulerSettings, Settings
-from rsched._ops.health import _Facts, classify, last_outcomes
 from rsched._redis.connection import connect
 from webhook_receiver import Receiver, receiving, verify
 from worker_app import fast_env, fast_settings
@@ -84,7 +84,7 @@ def test_classify_orders_late_before_stuck_before_failing() -> None:
     now = 1_000_000
     dead = [{"event": "dead", "execution_id": f"a@{i}", "at": now - i} for i in range(3)]
     running = {"event": "running", "execution_id": "a@9", "at": now - 20_000}
-    facts = _Facts(
+    facts = Facts(
         exists=True, score=now - 61_000, run="a@9", run_state="running", timeout_s=10,
         history=[running, *dead],
     )  # fmt: skip

@@ -33,6 +33,7 @@ from rsched._core.errors import (
     WriteNotReplicated,
     WrongNode,
 )
+from rsched._core.health import Health, HealthProblem, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DeadLetter, Enqueued, Job
 from rsched._core.page import Page
@@ -40,7 +41,6 @@ from rsched._core.schedule import Schedule
 from rsched._core.settings import Settings
 from rsched._core.timing import next_fire_times
 from rsched._core.workers import JobInfo, RunningJob, WorkerInfo
-from rsched._ops.health import Health, HealthProblem, ScheduleHealth
 from rsched._scheduler.scheduler import Scheduler
 from rsched._store.alerts import HealthEvent
 from rsched._store.runs_log import RunRecord

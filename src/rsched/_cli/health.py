@@ -13,8 +13,8 @@ from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.errors import Unhealthy
+from rsched._core.health import Health
 from rsched._core.rules import check_count, parse_duration_s
-from rsched._ops.health import Health
 from rsched._store.alerts import HealthEvent
 
 #: ``rsched monitor --watch`` refreshes this often (seconds).

@@ -36,6 +36,7 @@ from rsched._core.errors import (
     ScheduleCompleted,
     ScheduleNotFound,
 )
+from rsched._core.health import Health, ScheduleHealth, Thresholds
 from rsched._core.history import HistoryEvent, page_events
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._core.page import Page, every_item
@@ -57,7 +58,7 @@ from rsched._core.settings import BLOCK_MARGIN_MS, Settings
 from rsched._core.timezones import resolve_timezone
 from rsched._core.timing import Timing, next_fire_times
 from rsched._core.workers import LISTED_STATES, JobInfo, WorkerInfo
-from rsched._ops.health import Health, HealthReader, ScheduleHealth, Thresholds, check_deployment
+from rsched._ops.health import HealthReader, check_deployment
 from rsched._redis.connection import connect, explain
 from rsched._store.alerts import EventLog, HealthEvent
 from rsched._store.deployment import init_deployment

@@ -26,6 +26,7 @@ from anyio.from_thread import BlockingPortal
 from rsched._client.client import BackfillResult, Client, Fired
 from rsched._client.stats import Stats
 from rsched._core.bulk import BulkResult
+from rsched._core.health import Health, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._core.page import Page, every_item_sync
@@ -33,7 +34,6 @@ from rsched._core.rules import Priority
 from rsched._core.schedule import Schedule
 from rsched._core.settings import Settings
 from rsched._core.workers import JobInfo, WorkerInfo
-from rsched._ops.health import Health, ScheduleHealth
 from rsched._store.alerts import HealthEvent
 from rsched._store.runs_log import RunRecord
 

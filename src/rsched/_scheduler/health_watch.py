@@ -23,10 +23,11 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from rsched._core.backoff import Backoff
+from rsched._core.health import ScheduleHealth
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.settings import Settings
-from rsched._ops.health import HealthReader, ScheduleHealth
+from rsched._ops.health import HealthReader
 from rsched._ops.webhook import WebhookSender
 from rsched._store.alerts import EventLog
 

@@ -362,4 +362,3 @@ def main(argv: list[str] | None = None) -> int:
         if nodes is not None:
             nodes.close()
             say("embedded cluster stopped")
-
