@@ -38,6 +38,8 @@ from rsched._redis.connection import connect
 from rsched._redis.scripts import names as script_names
 from rsched._redis.scripts import source
 from rsched._store import parking as _parking
+from rsched._store.firing import FiringStore
+from rsched._store.leases import LeaseStore
 from rsched._store.schedules import ScheduleStore
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -509,7 +511,7 @@ async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
     await ctx.reset()
     ids = [f"mem-{i:06d}" for i in range(n)]
     spec = template("every", payload={"report": "daily", "n": 1})
-    lease, _ = await ctx.store.lease_acquire("bench-parking", 600_000)
+    lease, _ = await LeaseStore(ctx.redis, ctx.keys).acquire("bench-parking", 600_000)
     assert lease is not None
     used0 = await ctx.used_memory()
     now = await ctx.now_ms()
@@ -578,7 +580,7 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
     # Ceiling 1: the fire script on pre-planned batches (no due read, no planning), sent the
     # way the scheduler sends them (batch_size items, max_in_flight calls at once).
     cfg = SchedulerSettings()
-    lease, _ = await ctx.store.lease_acquire("bench-ceiling", 600_000)
+    lease, _ = await LeaseStore(ctx.redis, ctx.keys).acquire("bench-ceiling", 600_000)
     assert lease is not None
     nxt = due_at + HOUR_MS
     # Planned the way the scheduler plans (all bench schedules share one spec and version).
@@ -591,12 +593,13 @@ async def memory_and_ceiling(ctx: Ctx, n: int) -> dict[str, Any]:
     nxt = planned[0].next or nxt
     batches = [planned[i : i + cfg.batch_size] for i in range(0, n, cfg.batch_size)]
     calls0, usec0 = await ctx.evalsha_stats()
+    firing = FiringStore(ctx.redis, ctx.keys)
     limiter = anyio.CapacityLimiter(cfg.max_in_flight)
     codes: list[int] = []
 
     async def send(batch: list[FireItem]) -> None:
         async with limiter:
-            got = await ctx.store.fire(lease, batch)
+            got = await firing.fire(lease, batch)
         assert got is not None
         codes.extend(got)
 

@@ -28,10 +28,13 @@ from redis.asyncio import Redis
 from bench._servers import BenchServer
 from rsched import Client, Schedule, Settings
 from rsched._core.fire_plan import FireItem
+from rsched._core.history import fragment
 from rsched._core.keys import Keys
-from rsched._store.queues import Done, QueueStore, fragment
+from rsched._store.firing import FiringStore
+from rsched._store.leases import LeaseStore
+from rsched._store.queues import QueueStore
 from rsched._store.runs_log import run_record
-from rsched._store.schedules import ScheduleStore
+from rsched._store.worker_calls import Done
 
 BATCH = 500
 WORKER = "bench-host:4242:9f3a1c"
@@ -54,7 +57,7 @@ async def _drop(redis: Redis, pattern: str) -> None:
 
 
 async def _round(
-    store: ScheduleStore,
+    store: FiringStore,
     queues: QueueStore,
     lease: str,
     ids: list[str],
@@ -152,7 +155,7 @@ async def measure(kind: str, n: int, runs: int, fail_every: int, run_ms: int) ->
         redis = Redis.from_url(server.url, decode_responses=True)
         k = Keys(prefix)
         client = Client(redis, settings)
-        store = ScheduleStore.from_settings(redis, settings, k)
+        store = FiringStore.from_settings(redis, settings, k)
         queues = QueueStore.from_settings(redis, settings, k)
         ids = [f"nightly-report-{i:04d}" for i in range(n)]
         await client.add_many(
@@ -165,7 +168,7 @@ async def measure(kind: str, n: int, runs: int, fail_every: int, run_ms: int) ->
         index = int(await redis.memory_usage(k.schedules, samples=0) or 0)
         rest_bytes = hash_rest + index / n
         await queues.create_groups(["default"])
-        lease, _ = await store.lease_acquire("bench-memory", 3_600_000)
+        lease, _ = await LeaseStore(redis, k).acquire("bench-memory", 3_600_000)
         assert lease is not None
         version = str(await redis.hget(k.schedule(ids[0]), "version"))
         for r in range(runs):

@@ -45,6 +45,8 @@ from rsched._core.rules import PRIORITIES, Priority
 from rsched._core.schedule import Schedule, from_ms
 from rsched._core.settings import Settings
 from rsched._scheduler.scheduler import Scheduler
+from rsched._store.firing import FiringStore
+from rsched._store.leases import LeaseStore
 from rsched._store.schedules import ScheduleStore
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -160,8 +162,8 @@ async def _fire_schedules(url: str, prefix: str, n: int) -> None:
                 specs = [Schedule(id=sid, task="bench.noop", queue="bench", every=3600)
                          for sid in chunk]  # fmt: skip
                 await client.add_many(specs)
-        store = ScheduleStore.from_settings(redis, settings)
-        lease, _ = await store.lease_acquire("bench-worker", 3_600_000)
+        store = FiringStore.from_settings(redis, settings)
+        lease, _ = await LeaseStore(redis, store.keys).acquire("bench-worker", 3_600_000)
         assert lease is not None
         k = store.keys
         sched = await store.time_ms() - 3  # due a few ms ago: an on-time fire

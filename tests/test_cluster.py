@@ -19,6 +19,7 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 
 import rsched
 from cluster import Cluster, slot_of
+from leading import firing, leases
 from rsched._cli.main import _delegate as delegate
 from rsched._cli.main import _settings as cli_settings
 from rsched._cli.parser import build_parser
@@ -150,12 +151,12 @@ async def test_every_script_runs_on_the_cluster(
     redis = connect(settings)
     keys = Keys(prefix)
     schedules, queues = ScheduleStore(redis, keys), QueueStore(redis, keys)
-    lease, _ = await schedules.lease_acquire("test", 10_000)
+    lease, _ = await leases(schedules).acquire("test", 10_000)
     assert lease is not None
-    assert await schedules.lease_renew(lease, 10_000)
+    assert await leases(schedules).renew(lease, 10_000)
     await park_and_bring_back(schedules, lease)
     await redis.zadd(keys.backlogs, {"a": 1})  # a backlog the sweep finds gone
-    await schedules.release_lost(lease)
+    await firing(schedules).release_lost(lease)
     await Retention(redis, settings, lambda: True).sweep()
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)

@@ -20,6 +20,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ResponseError
 
 import rsched
+from leading import firing, leases
 from rsched._core.codes import Code
 from rsched._core.fire_plan import OVERLAPS, FireItem, FireSpec
 from rsched._core.keys import Keys
@@ -123,7 +124,7 @@ def _recording(method: Any, seen: Strict) -> Any:
 
 
 async def _lease(store: ScheduleStore) -> str:
-    lease, _ = await store.lease_acquire("test-owner", 60_000)
+    lease, _ = await leases(store).acquire("test-owner", 60_000)
     assert lease is not None
     return lease
 
@@ -138,7 +139,7 @@ async def _item(store: ScheduleStore, sid: str, action: str, missed: int = 0) ->
 
 
 async def _fire(store: ScheduleStore, lease: str, items: Sequence[FireItem]) -> list[int]:
-    codes = await store.fire(lease, items)
+    codes = await firing(store).fire(lease, items)
     assert codes is not None
     return codes
 
@@ -185,9 +186,10 @@ async def test_the_prelude_refuses_an_undeclared_key(
     store = ScheduleStore(redis, Keys(settings.prefix), history_limit=100)
     await store.save(Schedule(id="a", task="t", every=3600))
     lease = await _lease(store)
-    store.declare_keys = False  # the single server's layout: prefixes only
+    fires = firing(store)
+    fires.declare_keys = False  # the single server's layout: prefixes only
     with pytest.raises(ResponseError, match="UNDECLARED"):
-        await store.fire(lease, [await _item(store, "a", "fire")])
+        await fires.fire(lease, [await _item(store, "a", "fire")])
     assert strict.undeclared
     strict.undeclared.clear()
 
@@ -245,9 +247,9 @@ async def test_every_script_declares_every_key_it_touches(
         await redis.zadd(keys.backlogs, {"r": 1})
         lease = await _lease(store)
         await park_and_bring_back(store, lease)
-        assert await store.release_lost(lease) == 1
-        assert await store.lease_renew(lease, 1000)
-        assert await store.lease_release(lease)
+        assert await firing(store).release_lost(lease) == 1
+        assert await leases(store).renew(lease, 1000)
+        assert await leases(store).release(lease)
         scheduler = Scheduler(connect(settings), settings)
         try:
             async with anyio.create_task_group() as tg:

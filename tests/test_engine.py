@@ -9,6 +9,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from leading import firing, leases
 from placement import move_to, next_score
 from rsched import Schedule, StateError
 from rsched._core.codes import Code
@@ -44,7 +45,7 @@ async def add(store: ScheduleStore, sid: str = "a", **spec: Any) -> None:
 
 
 async def fire(store: ScheduleStore, lease: str, *items: FireItem) -> list[int] | None:
-    return await store.fire(lease, list(items))
+    return await firing(store).fire(lease, list(items))
 
 
 async def jobs(store: ScheduleStore, queue: str = "default") -> list[dict[str, str]]:
@@ -53,7 +54,7 @@ async def jobs(store: ScheduleStore, queue: str = "default") -> list[dict[str, s
 
 
 async def lease_of(store: ScheduleStore) -> str:
-    lease, _ = await store.lease_acquire("test-owner", 60_000)
+    lease, _ = await leases(store).acquire("test-owner", 60_000)
     assert lease is not None
     return lease
 
@@ -65,12 +66,13 @@ async def test_a_fire_call_reports_its_time_inside_the_server(
         await add(store, sid)
     lease = await lease_of(store)
     items = [await due_item(store, "a"), await due_item(store, "b")]
-    assert await fire(store, lease, *items) == [Code.FIRED, Code.FIRED]
+    fires = firing(store)
+    assert await fires.fire(lease, items) == [Code.FIRED, Code.FIRED]
     if server.kind == "redis":  # its TIME moves inside a script
-        assert store.fire_server_us > 0
-        assert store.fire_timed_items == 2
+        assert fires.fire_server_us > 0
+        assert fires.fire_timed_items == 2
     else:  # Valkey's stands still: the scheduler times the call itself
-        assert (store.fire_server_us, store.fire_timed_items) == (0, 0)
+        assert (fires.fire_server_us, fires.fire_timed_items) == (0, 0)
 
 
 @pytest.mark.cluster
@@ -109,7 +111,7 @@ async def test_stale_lease_writes_nothing(store: ScheduleStore) -> None:
     before = await store.redis.hgetall(store.keys.schedule("a"))
     # Another scheduler took over after this one's lease expired: its token is newer.
     await store.redis.delete(store.keys.leader)
-    newer, _ = await store.lease_acquire("other-owner", 60_000)
+    newer, _ = await leases(store).acquire("other-owner", 60_000)
     assert newer is not None
     assert int(newer.split(":")[0]) > int(lease.split(":")[0])
     assert await fire(store, lease, item) is None

@@ -14,11 +14,14 @@ from redis.asyncio import Redis
 from rsched import Client, Schedule, Settings
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
-from rsched._core.history import expand_record, stored_events
+from rsched._core.history import expand_record, fragment, stored_events
 from rsched._core.keys import Keys
 from rsched._redis.scripts import ScriptCaller
-from rsched._store.queues import Done, QueueStore, fragment
+from rsched._store.firing import FiringStore
+from rsched._store.leases import LeaseStore
+from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
+from rsched._store.worker_calls import Done
 
 WORKER = "host-1:4242:9f3a1c"
 INDEX_ENTRY = 110  # what one member of the schedules index costs, at most (bench/README.md)
@@ -34,6 +37,7 @@ class Runs:
         self.keys = Keys(settings.prefix)
         self.client = Client(redis, settings)
         self.store = ScheduleStore.from_settings(redis, settings, self.keys)
+        self.firing = FiringStore.from_settings(redis, settings, self.keys)
         self.queues = QueueStore.from_settings(redis, settings, self.keys)
         self.lease = ""
         self.last = 0
@@ -41,7 +45,7 @@ class Runs:
     async def setup(self, **spec: Any) -> Runs:
         await self.client.add(Schedule(id=self.sid, task="t", every=3600, **spec))
         await self.queues.create_groups(["default"])
-        lease, _ = await self.store.lease_acquire("test", 60_000)
+        lease, _ = await LeaseStore(self.redis, self.keys).acquire("test", 60_000)
         assert lease is not None
         self.lease = lease
         return self
@@ -61,7 +65,7 @@ class Runs:
         item = FireItem(
             self.sid, fields["version"], sched, sched, sched + 3_600_000, "fire", 0, spec
         )
-        codes = await self.store.fire(self.lease, [item])
+        codes = await self.firing.fire(self.lease, [item])
         assert codes is not None
         return codes[0]
 
@@ -250,7 +254,7 @@ async def test_misfire_records(redis: Redis, settings: Settings) -> None:
         sched = now - 60_000 * (3 - i)
         await redis.zadd(runs.keys.schedules, {"s": sched})
         items = [FireItem("s", version, sched, sched, sched + 1, action, missed=40 + i)]
-        assert await runs.store.fire(runs.lease, items) == [4 if action != "misfire" else 1]
+        assert await runs.firing.fire(runs.lease, items) == [4 if action != "misfire" else 1]
     events = await runs.events()
     assert without_times(events) == [
         {"event": "misfired", "policy": "skip", "missed": 40},

@@ -13,6 +13,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from leading import leases
 from placement import parked_ids
 from rsched import Client, Schedule
 from rsched._core.keys import Keys, parked_bucket
@@ -48,7 +49,7 @@ async def where(store: ScheduleStore, sid: str) -> tuple[float | None, float | N
 
 
 async def lease(store: ScheduleStore) -> str:
-    got, _ = await store.lease_acquire("test", 60_000)
+    got, _ = await leases(store).acquire("test", 60_000)
     assert got is not None
     return got
 
@@ -189,7 +190,7 @@ async def test_a_parked_schedule_overdue_while_no_scheduler_ran_is_late_then_fir
         due = await store.time_ms() - 60_000
         await store.redis.zadd(store.keys.parked_of("a"), {"a": due})
         await store.redis.zadd(store.keys.parked, {str(parked_bucket("a")): due})
-        assert await store.lease_release(held)
+        assert await leases(store).release(held)
         stats = await client.stats()
         assert stats.due == 1
         assert stats.oldest_overdue is not None
@@ -259,7 +260,7 @@ async def test_with_parking_off_the_leader_brings_every_parked_schedule_back(
         await hourly_and_held(client)
         held = await lease(store)
         assert await parked_ids(store) == {"hourly", "held"}  # by the writes
-        assert await store.lease_release(held)
+        assert await leases(store).release(held)
         off = fast.scheduler.model_copy(update={"park": False})
         async with running(fast.model_copy(update={"scheduler": off})):
             await eventually(_nothing_parked(store))

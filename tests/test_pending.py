@@ -16,6 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
+from leading import firing, leases
 from rsched import Client, InvalidArgument, InvalidSchedule, Schedule, ScheduleFileError
 from rsched._client.schedules_file import load_file
 from rsched._core.codes import Code
@@ -42,7 +43,7 @@ def store(redis: Redis, settings: Settings) -> ScheduleStore:
 
 
 async def lease_of(store: ScheduleStore) -> str:
-    lease, _ = await store.lease_acquire("test-owner", 60_000)
+    lease, _ = await leases(store).acquire("test-owner", 60_000)
     assert lease is not None
     return lease
 
@@ -100,7 +101,7 @@ async def test_catch_up_queues_every_occurrence_behind_the_first(
     await add(store, overlap=overlap, misfire="catch_up")
     lease = await lease_of(store)
     chain = await catch_up_chain(store, "a", 4)
-    codes = await store.fire(lease, chain)
+    codes = await firing(store).fire(lease, chain)
     assert codes == [Code.FIRED, Code.BUFFERED, Code.BUFFERED, Code.BUFFERED]
     (job,) = await jobs(store)
     assert job["scheduled_at"] == str(chain[0].sched)
@@ -123,7 +124,7 @@ async def test_catch_up_with_allow_queues_everything_at_once(store: ScheduleStor
     await add(store, overlap="allow", misfire="catch_up")
     lease = await lease_of(store)
     chain = await catch_up_chain(store, "a", 3)
-    assert await store.fire(lease, chain) == [Code.FIRED] * 3
+    assert await firing(store).fire(lease, chain) == [Code.FIRED] * 3
     assert [j["origin"] for j in await jobs(store)] == ["misfire"] * 3
     assert await pending(store) == []
 
@@ -133,7 +134,7 @@ async def test_catch_up_limit_drop_names_its_policy(store: ScheduleStore) -> Non
     lease = await lease_of(store)
     (first, *_) = await catch_up_chain(store, "a", 1)
     dropped = first._replace(action="limit", missed=7)
-    assert await store.fire(lease, [dropped]) == [Code.MISFIRE_SKIPPED]
+    assert await firing(store).fire(lease, [dropped]) == [Code.MISFIRE_SKIPPED]
     (event,) = await history(store)
     assert event["event"] == "misfired"
     assert (event["policy"], event["reason"], event["missed"]) == ("catch_up", "catch_up_limit", 7)
@@ -191,7 +192,7 @@ async def test_a_lost_run_releases_the_backlog_at_the_next_fire(store: ScheduleS
     await add(store, misfire="catch_up")  # overlap=skip
     lease = await lease_of(store)
     chain = await catch_up_chain(store, "a", 3)
-    await store.fire(lease, chain)
+    await firing(store).fire(lease, chain)
     key = store.keys.schedule("a")
     await store.redis.hset(key, mapping={"run_until": "1", "run_state": "running"})
     # The next occurrence finds the marker expired: the oldest pending one runs first, and the
@@ -200,7 +201,7 @@ async def test_a_lost_run_releases_the_backlog_at_the_next_fire(store: ScheduleS
     await store.redis.zadd(store.keys.schedules, {"a": now - 10})
     spec = chain[0].spec
     item = FireItem("a", chain[0].version, now - 10, now - 10, now + HOUR_MS, "fire", 0, spec)
-    assert await store.fire(lease, [item]) == [Code.SKIPPED]
+    assert await firing(store).fire(lease, [item]) == [Code.SKIPPED]
     assert [int(j["scheduled_at"]) for j in await jobs(store)] == [i.sched for i in chain[:2]]
     fields = await store.redis.hgetall(key)
     assert fields["run"] == f"a@{chain[1].sched}"
@@ -216,20 +217,20 @@ async def test_the_scheduler_sweep_releases_a_lost_runs_backlog(store: ScheduleS
     for _ in range(3):
         await trigger(store)
     lease = await lease_of(store)
-    assert await store.release_lost(lease) == 0  # the run is alive
+    assert await firing(store).release_lost(lease) == 0  # the run is alive
     await store.redis.hset(store.keys.schedule("a"), "run_until", "1")
     await store.redis.zadd(store.keys.backlogs, {"a": 1})
-    assert await store.release_lost("not-the-lease") is None
-    assert await store.release_lost(lease) == 1
+    assert await firing(store).release_lost("not-the-lease") is None
+    assert await firing(store).release_lost(lease) == 1
     assert len(await jobs(store)) == 2
     assert len(await pending(store)) == 1
     until = int(await store.redis.hget(store.keys.schedule("a"), "run_until") or 0)
     assert await store.redis.zscore(store.keys.backlogs, "a") == until
-    assert await store.release_lost(lease) == 0  # the released run is alive
+    assert await firing(store).release_lost(lease) == 0  # the released run is alive
     # A removed schedule leaves the index at the next sweep, releasing nothing.
     await store.remove("a")
     await store.redis.zadd(store.keys.backlogs, {"a": 1})
-    assert await store.release_lost(lease) == 0
+    assert await firing(store).release_lost(lease) == 0
     assert await store.redis.zscore(store.keys.backlogs, "a") is None
 
 
@@ -242,7 +243,7 @@ async def test_a_hand_edited_pending_member_is_dropped_not_run(store: ScheduleSt
     await store.redis.hset(store.keys.schedule("a"), "run_until", "1")
     await store.redis.zadd(store.keys.backlogs, {"a": 1})
     lease = await lease_of(store)
-    assert await store.release_lost(lease) == 1  # the good one, after the three bad ones
+    assert await firing(store).release_lost(lease) == 1  # the good one, after the three bad ones
     assert await store.redis.exists(key) == 0
     assert len(await jobs(store)) == 2
 
@@ -259,16 +260,16 @@ async def test_no_marker_means_nothing_pending_is_looked_at(store: ScheduleStore
     item = FireItem(
         "a", fields["version"], now - 10, now - 10, now + HOUR_MS, "fire", 0, FireSpec()
     )
-    assert await store.fire(lease, [item]) == [Code.FIRED]
+    assert await firing(store).fire(lease, [item]) == [Code.FIRED]
     # With a run in progress, overlap=skip still does not read it; a caught-up occurrence,
     # which would wait there, is refused whole.
     await store.redis.zadd(store.keys.schedules, {"a": now - 5})
     item = item._replace(expect=now - 5, sched=now - 5)
-    assert await store.fire(lease, [item]) == [Code.SKIPPED]
+    assert await firing(store).fire(lease, [item]) == [Code.SKIPPED]
     await store.redis.zadd(store.keys.schedules, {"a": now - 4})
     item = item._replace(expect=now - 4, sched=now - 4, action="catch_up", missed=1)
     before = await store.redis.hgetall(store.keys.schedule("a"))
-    assert await store.fire(lease, [item]) == [Code.WRONG_TYPE]
+    assert await firing(store).fire(lease, [item]) == [Code.WRONG_TYPE]
     assert await store.redis.hgetall(store.keys.schedule("a")) == before
 
 
@@ -489,7 +490,7 @@ async def test_the_sweep_leaves_a_schedule_whose_stream_changed_since_its_read(
     assert await store.call("release", [k.leader, k.backlogs, *declared], args) == 0
     assert len(await pending(store)) == 1
     assert await store.redis.zscore(k.backlogs, "a") == 1  # for the next sweep
-    assert await store.release_lost(lease) == 1
+    assert await firing(store).release_lost(lease) == 1
 
 
 async def test_a_running_scheduler_releases_the_backlog_of_a_lost_run(

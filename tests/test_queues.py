@@ -7,9 +7,10 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
+from rsched._core.job import Lane
 from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
-from rsched._store.queues import Lane, QueueStore
+from rsched._store.queues import QueueStore
 from worker_app import any_
 
 
@@ -196,7 +197,7 @@ async def test_scripts_are_safe_to_run_twice(store: QueueStore, redis: Redis) ->
     await store.create_groups(["default"])
     await store.enqueue("t")
     [(_, [(entry_id, fields)])] = await store.read([("default", "normal")], "c1", 1, 100)
-    from rsched._store.queues import Done
+    from rsched._store.worker_calls import Done
 
     done = Done(entry_id, fields["execution_id"], None, 1, "completed")
     assert await store.complete("default", [done]) == 1

@@ -14,6 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
+from leading import firing, leases
 from rsched._cli.main import main as cli_main
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
@@ -183,14 +184,14 @@ async def test_skipped_occurrences_are_logged(redis: Redis, settings: Settings) 
         await anyio.sleep(0.003)  # a manual run's execution id is its ms: one each
         await client.trigger(sid)
     store = ScheduleStore(redis, Keys(settings.prefix))
-    lease, _ = await store.lease_acquire("test-owner", 60_000)
+    lease, _ = await leases(store).acquire("test-owner", 60_000)
     assert lease is not None
     (fields,) = await store.fields(["s"])
     now = await store.time_ms()
     await redis.zadd(store.keys.schedules, {"s": now - 7_200_000})
     item = FireItem("s", fields["version"], now - 7_200_000, now - 7_200_000, now + 3_600_000,
                     "skip", 2, FireSpec.from_hash(fields))  # fmt: skip
-    assert await store.fire(lease, [item]) == [Code.MISFIRE_SKIPPED]
+    assert await firing(store).fire(lease, [item]) == [Code.MISFIRE_SKIPPED]
     skipped = (await client.runs(status="skipped")).items
     got = {(r.schedule_id, r.task, r.queue, r.reason) for r in skipped}
     assert got == {

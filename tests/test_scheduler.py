@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from leading import firing, leases
 from placement import move_to, next_score
 from rsched import Schedule, Scheduler, next_fire_times
 from rsched._core.errors import LostLease
@@ -25,6 +26,7 @@ from rsched._core.settings import SchedulerSettings, Settings
 from rsched._core.timing import first_run_ms
 from rsched._redis.connection import connect
 from rsched._scheduler import scheduler as scheduler_module
+from rsched._store.firing import FiringStore
 from rsched._store.schedules import ScheduleStore
 
 DAY_MS = 86_400_000
@@ -269,7 +271,7 @@ async def test_index_entries_rsched_never_wrote_do_not_stop_others(
     await store.redis.zadd(
         store.keys.schedules, {"with space": now, 'quo"te': now, "frac": now - 0.5, "low": "-inf"}
     )
-    _, due, _ = await store.due(100)
+    _, due, _ = await firing(store).due(100)
     assert {sid: score for sid, score in due if sid != "good"} == {'quo"te': now, "frac": now - 1}
     async with running(fast) as (scheduler,):
         await eventually(await count_jobs(store, 3))
@@ -388,7 +390,7 @@ async def test_stale_lease_round_steps_down(store: ScheduleStore, fast: Settings
     # The ticker's own view of leadership is never trusted: the fire script checks the token.
     await store.save(Schedule(id="f", task="t", cron="0 0 1 1 *"))
     await set_next_run(store, "f", await store.time_ms() - 1_000)
-    lease, _ = await store.lease_acquire("someone-else", 60_000)
+    lease, _ = await leases(store).acquire("someone-else", 60_000)
     assert lease is not None
     scheduler = Scheduler(store.redis, fast)
     with pytest.raises(LostLease):
@@ -442,14 +444,14 @@ async def test_script_failure_is_isolated_to_its_schedule(
 ) -> None:
     for sid in ("ok1", "boom", "ok2"):
         await store.save(Schedule(id=sid, task="t", every=0.05, overlap="allow"))
-    real_fire = ScheduleStore.fire
+    real_fire = FiringStore.fire
 
-    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
+    async def fire(self: FiringStore, lease: str, items: Any) -> list[int] | None:
         if any(item.schedule_id == "boom" for item in items):
             raise ResponseError("user_script:1: something unforeseen")
         return await real_fire(self, lease, items)
 
-    monkeypatch.setattr(ScheduleStore, "fire", fire)
+    monkeypatch.setattr(FiringStore, "fire", fire)
     async with running(fast) as (scheduler,):
         await eventually(await count_jobs(store, 6))
         assert "boom" in scheduler.engines[0]._quarantine
@@ -460,15 +462,15 @@ async def test_connection_error_while_firing_is_retried(
     store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store.save(Schedule(id="c", task="t", every=0.05, overlap="allow"))
-    real_fire = ScheduleStore.fire
+    real_fire = FiringStore.fire
     failures = [RedisConnectionError("connection reset"), OSError("broken pipe")]
 
-    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
+    async def fire(self: FiringStore, lease: str, items: Any) -> list[int] | None:
         if failures:
             raise failures.pop()
         return await real_fire(self, lease, items)
 
-    monkeypatch.setattr(ScheduleStore, "fire", fire)
+    monkeypatch.setattr(FiringStore, "fire", fire)
     async with running(fast):
         await eventually(await count_jobs(store, 3))
     assert failures == []
@@ -527,14 +529,14 @@ async def test_batches_are_sized_by_the_time_budget(
         update={"scheduler": fast.scheduler.model_copy(update={"fire_budget_ms": 0.01})}
     )
     sizes: list[int] = []
-    real_fire = ScheduleStore.fire
+    real_fire = FiringStore.fire
 
-    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
+    async def fire(self: FiringStore, lease: str, items: Any) -> list[int] | None:
         if items:
             sizes.append(len(items))
         return await real_fire(self, lease, items)
 
-    monkeypatch.setattr(ScheduleStore, "fire", fire)
+    monkeypatch.setattr(FiringStore, "fire", fire)
     ids = [f"h{i:03d}" for i in range(40)]
     await make_due(store, ids)
     async with running(tight):
@@ -553,18 +555,18 @@ async def test_a_herds_first_batch_goes_out_first_and_small(
         update={"scheduler": fast.scheduler.model_copy(update={"batch_size": 20})}
     )
     calls: list[tuple[str, int]] = []
-    real_fire, real_due = ScheduleStore.fire, ScheduleStore.due
+    real_fire, real_due = FiringStore.fire, FiringStore.due
 
-    async def fire(self: ScheduleStore, lease: str, items: Any) -> list[int] | None:
+    async def fire(self: FiringStore, lease: str, items: Any) -> list[int] | None:
         calls.append(("fire", len(items)))
         return await real_fire(self, lease, items)
 
-    async def due(self: ScheduleStore, limit: int) -> Any:
+    async def due(self: FiringStore, limit: int) -> Any:
         calls.append(("due", limit))
         return await real_due(self, limit)
 
-    monkeypatch.setattr(ScheduleStore, "fire", fire)
-    monkeypatch.setattr(ScheduleStore, "due", due)
+    monkeypatch.setattr(FiringStore, "fire", fire)
+    monkeypatch.setattr(FiringStore, "due", due)
     ids = [f"h{i:03d}" for i in range(60)]
     await make_due(store, ids)
     async with running(small):

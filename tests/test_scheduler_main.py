@@ -17,6 +17,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from leading import firing
 from rsched import Schedule
 from rsched._cli.scheduler_process import _parser, load_settings
 from rsched._core.fire_plan import FireItem
@@ -139,7 +140,7 @@ async def test_paused_leader_fires_nothing_after_resume(
         nxt = int(fields["next_run"])
         item = FireItem("tick", fields["version"], nxt, nxt, nxt + 100, "fire")
         length = await store.redis.xlen(store.keys.queue("default"))
-        assert await store.fire(old_lease, [item]) is None
+        assert await firing(store).fire(old_lease, [item]) is None
         assert await store.redis.xlen(store.keys.queue("default")) == length
     finally:
         new.signal(signal.SIGCONT)

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from leading import firing, leases
 from placement import next_score
 from rsched import (
     InvalidSchedule,
@@ -294,13 +295,13 @@ async def test_batch_reads_and_fires_after_the_script_cache_is_flushed(
     await store.save(Schedule(id="a", task="t", every=60))
     await store.redis.set(store.keys.schedule("s"), "not a hash")
     await store.redis.script_flush()
-    found = await store.plan_fields(["a", "missing", "s"], ["task", "cron"])
+    found = await firing(store).plan_fields(["a", "missing", "s"], ["task", "cron"])
     assert found == [{"task": "t"}, {}, None]
-    assert await store.plan_fields([], ["task"]) == []
+    assert await firing(store).plan_fields([], ["task"]) == []
     await store.redis.script_flush()
-    lease, _ = await store.lease_acquire("owner", 60_000)
+    lease, _ = await leases(store).acquire("owner", 60_000)
     assert lease is not None
-    assert await store.fire(lease, []) == []
+    assert await firing(store).fire(lease, []) == []
 
 
 async def test_due_reads_runs_of_a_shared_score(store: ScheduleStore) -> None:
@@ -312,11 +313,11 @@ async def test_due_reads_runs_of_a_shared_score(store: ScheduleStore) -> None:
         store.keys.schedules,
         {**herd, "h01000 x": now - 10, "": now - 10, "early": now - 20, "late": now + 60_000},
     )
-    at, due, next_ms = await store.due(10_000)
+    at, due, next_ms = await firing(store).due(10_000)
     assert at >= now
     assert next_ms == now + 60_000
     assert due == [("early", now - 20), *sorted(herd.items())]
     # The limit counts entries, left out or not, and cuts a run anywhere.
-    _, due, _ = await store.due(1_500)
+    _, due, _ = await firing(store).due(1_500)
     assert due[0] == ("early", now - 20)
     assert len(due) == 1_498

@@ -65,8 +65,9 @@ from rsched._core.settings import Settings
 from rsched._core.timing import first_run_ms
 from rsched._core.words import Words, speaking
 from rsched._store.partitions import Partitions, gather, save_many
-from rsched._store.schedules import ScheduleStore
+from rsched._store.sources import SourceStore
 
+S = TypeVar("S")
 T = TypeVar("T")
 
 _log = get_logger("rsched.sync")
@@ -288,22 +289,21 @@ def _compare(old: Schedule, new: Schedule) -> dict[str, tuple[Any, Any]]:
 
 async def _source_ids(parts: Partitions, source: str) -> set[str]:
     """The ids a schedules file synced, from every partition's index of them."""
-    found = await parts.each(lambda k: parts.schedules[k].source_ids(source))
+    found = await parts.each(lambda k: parts.sources[k].ids(source))
     return {sid for some in found for sid in some}
 
 
 async def _per_partition(
-    parts: Partitions,
+    stores: Sequence[S],
     ids: Sequence[str],
-    read: Callable[[ScheduleStore, list[str]], Awaitable[list[T]]],
+    read: Callable[[S, list[str]], Awaitable[list[T]]],
 ) -> dict[str, T]:
-    """``read(store, its ids)`` in each partition holding some of ``ids``, all at once."""
+    """``read(store, its ids)`` with the store of each partition (``stores``, in partition
+    order) holding some of ``ids``, all at once."""
     groups: dict[int, list[str]] = {}
     for sid in ids:
-        groups.setdefault(partition_of(sid, parts.count), []).append(sid)
-    found = await gather(
-        [functools.partial(read, parts.schedules[k], some) for k, some in groups.items()]
-    )
+        groups.setdefault(partition_of(sid, len(stores)), []).append(sid)
+    found = await gather([functools.partial(read, stores[k], some) for k, some in groups.items()])
     return {sid: v for some, got in zip(groups.values(), found, strict=True)
             for sid, v in zip(some, got, strict=True)}  # fmt: skip
 
@@ -322,7 +322,7 @@ async def _plan_sync(parts: Partitions, parsed: ParsedFile, adopt: bool) -> Sync
     owned = await _source_ids(parts, source)
     wanted = {s.id: s for s in parsed.schedules}
     ids = sorted(set(wanted) | owned | {s.id for _, s in parsed.partial})
-    stored = await _per_partition(parts, ids, lambda store, some: store.fields(some))
+    stored = await _per_partition(parts.schedules, ids, lambda store, some: store.fields(some))
     store = parts.schedules[0]
     now = await store.time_ms()
     errors = list(parsed.errors)
@@ -363,7 +363,7 @@ async def _plan_sync(parts: Partitions, parsed: ParsedFile, adopt: bool) -> Sync
         found = stored[sid]
         if found and found.get("source") == source:
             plan.changes.append(Change("remove", sid))
-    errors += await _crossing(store, parsed, plan)
+    errors += await _crossing(parts.sources[0], parsed, plan)
     if errors:
         raise ScheduleFileError(path, sorted(errors, key=_position))
     return plan
@@ -385,13 +385,13 @@ def _position(error: tuple[str, str]) -> int:
 
 
 async def _crossing(
-    store: ScheduleStore, parsed: ParsedFile, plan: SyncPlan
+    sources: SourceStore, parsed: ParsedFile, plan: SyncPlan
 ) -> list[tuple[str, str]]:
     """A file without ``source`` must not remove or change what another file of the same name
     synced (see the module doc)."""
     if parsed.explicit_source:
         return []
-    other = await store.source_path(parsed.source)
+    other = await sources.path(parsed.source)
     touched = [c.schedule_id for c in plan.changes if c.action in ("remove", "update")]
     if not other or other == parsed.resolved or not touched:
         return []
@@ -425,13 +425,13 @@ async def apply_plan(parts: Partitions, plan: SyncPlan, resolved: str = "") -> N
     source = plan.source
     writes = [c for c in plan.changes if c.action != "remove" and c.schedule is not None]
 
-    async def index(store: ScheduleStore, ids: list[str]) -> list[None]:
-        await store.add_source_ids(source, ids)
+    async def index(sources: SourceStore, ids: list[str]) -> list[None]:
+        await sources.add_ids(source, ids)
         return [None] * len(ids)
 
     # Index first: a crash between the two leaves an extra id (checked against the hash's
     # source on every sync), never a schedule of this file that the index does not know.
-    await _per_partition(parts, [c.schedule_id for c in writes], index)
+    await _per_partition(parts.sources, [c.schedule_id for c in writes], index)
     items = [
         item_of(
             c.schedule,
@@ -450,21 +450,21 @@ async def apply_plan(parts: Partitions, plan: SyncPlan, resolved: str = "") -> N
         if change.action != "remove":
             continue
         sid = change.schedule_id
-        store = parts.of_schedule(sid)
+        sources = parts.sources_of(sid)
         # Re-check just before: the id may have been re-created by someone else meanwhile.
-        if await store.source_of(sid) == source:
+        if await sources.source_of(sid) == source:
             with contextlib.suppress(ScheduleNotFound):
-                await store.remove(sid)
-        await store.forget_source_id(source, sid)
+                await parts.of_schedule(sid).remove(sid)
+        await sources.forget(source, sid)
     # Ids of this source whose schedule was removed by hand: forget them.
     ids = sorted(await _source_ids(parts, source))
-    hashes = await _per_partition(parts, ids, lambda store, some: store.read_hashes(some))
+    hashes = await _per_partition(parts.schedules, ids, lambda store, some: store.read_hashes(some))
     for sid in ids:
         found = hashes[sid]
         if found is not None and found.get("source") != source:
-            await parts.of_schedule(sid).forget_source_id(source, sid)
+            await parts.sources_of(sid).forget(source, sid)
     if resolved:
-        await parts.schedules[0].set_source_path(source, resolved)
+        await parts.sources[0].set_path(source, resolved)
     plan.applied = True
 
 

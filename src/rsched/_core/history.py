@@ -35,6 +35,11 @@ _TEXT_FIELDS = ("execution_id", "origin", "status", "reason", "error_type", "err
 _INT_FIELDS = ("late_ms", "attempt")
 
 
+def fragment(fields: dict[str, Any]) -> str:
+    """A JSON fragment (``,"k":v,…``) appended to a history event, or '' when empty."""
+    return "," + orjson.dumps(fields).decode()[1:-1] if fields else ""
+
+
 def _datetime(ms: int) -> datetime:
     """Exact (no float rounding): epoch ms -> aware UTC datetime."""
     return _EPOCH + timedelta(milliseconds=ms)

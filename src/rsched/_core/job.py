@@ -20,6 +20,11 @@ import orjson
 from rsched._core.errors import InvalidJob, MalformedJob
 from rsched._core.rules import NAME_RE, Priority, check_option, check_retry_window
 
+#: One entry of a stream: (entry id, fields).
+Entry = tuple[str, dict[str, str]]
+#: One stream of a queue: (queue name, priority level).
+Lane = tuple[str, Priority]
+
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_BASE_S = 30.0
 DEFAULT_RETRY_MULTIPLIER = 2.0

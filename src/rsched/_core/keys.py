@@ -134,6 +134,11 @@ class Keys:
         priorities existed), ``{p}:queue:<name>#high`` / ``#low`` for the others."""
         return f"{self.tag}:queue:{stream_name(name, priority)}"
 
+    def streams(self, name: str) -> list[str]:
+        """The streams of one queue, one per priority level, in the order (normal, high, low) the
+        scripts that route a job by its level (promote, requeue) take them."""
+        return [self.queue(name), self.queue(name, "high"), self.queue(name, "low")]
+
     def dedup(self, execution_id: str) -> str:
         """STRING (the queue name) with a TTL: an ``enqueue`` with this execution id was taken;
         alive while the job waits or runs and ``dedup_window_s`` after it finished."""

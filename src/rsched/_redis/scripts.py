@@ -208,8 +208,8 @@ def _replies(name: str, replies: list[Any], error: ResponseError | None) -> list
 class ScriptCaller:
     """Calls the scripts of lua/ on one client: each registered once, then run by SHA.
 
-    The base of the two stores (schedules and queues); a key of the wrong type, which only a
-    writer other than rsched can cause, surfaces as StateError.
+    The base of the stores that call scripts (rsched._store); a key of the wrong type, which
+    only a writer other than rsched can cause, surfaces as StateError.
     """
 
     #: Writes to confirm with WAIT (rsched._redis.durability); the stores set it from the settings.

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from rsched._core.backoff import Backoff
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
-from rsched._redis import scripts as _lua
+from rsched._store.leases import LeaseStore
 
 log = get_logger("rsched.scheduler")
 
@@ -45,7 +45,7 @@ def owned(me: str, live: Iterable[str], partitions: int) -> frozenset[int]:
     return frozenset(k for k in range(partitions) if owner_of(k, members) == me)
 
 
-class Membership(_lua.ScriptCaller):
+class Membership:
     """The membership actor: beats, keeps the live list, and tells the scheduler (``on_change``)
     when the partitions this scheduler should lead change. Until its first beat it claims every
     partition: a lone scheduler starts leading at once, and a lease held by another is refused
@@ -61,7 +61,7 @@ class Membership(_lua.ScriptCaller):
         every_s: float,
         on_change: Callable[[], None],
     ) -> None:
-        super().__init__(redis)
+        self.leases = LeaseStore(redis, keys)
         self.keys = keys
         self.me = me
         self.window_ms = window_ms
@@ -76,8 +76,7 @@ class Membership(_lua.ScriptCaller):
 
     async def beat(self) -> None:
         """One beat: record this scheduler, read the live ones, recompute the owned set."""
-        res = await self.call("scheduler_beat", [self.keys.schedulers], [self.me, self.window_ms])
-        live = tuple(sorted(str(x) for x in res[1:]))
+        live = await self.leases.beat(self.me, self.window_ms)
         mine = owned(self.me, live, self.keys.partitions)
         changed = mine != self.mine
         self.live, self.mine = live, mine
@@ -107,6 +106,6 @@ class Membership(_lua.ScriptCaller):
         """Leave the list at once (a clean stop): the others own its partitions at their next
         beat."""
         try:
-            await self.redis.zrem(self.keys.schedulers, self.me)
+            await self.leases.leave(self.me)
         except (RedisError, OSError) as exc:
             log.warning("redis.error", actor="membership", error=str(exc))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from rsched._core.backoff import Backoff
 from rsched._core.errors import RschedError
@@ -29,8 +29,9 @@ from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS, RETENTION_KINDS
 from rsched._core.settings import Settings
-from rsched._redis import scripts as _lua
-from rsched._store import parking as _parking
+from rsched._store.queues import QueueStore
+from rsched._store.runs_log import trim_runs
+from rsched._store.schedules import ScheduleStore
 
 log = get_logger("rsched.retention")
 
@@ -44,7 +45,7 @@ class Sweep:
     history: int = 0
 
 
-class Retention(_lua.ScriptCaller):
+class Retention:
     """The retention actor: :meth:`run` sweeps while ``is_leader()`` holds."""
 
     def __init__(
@@ -55,10 +56,12 @@ class Retention(_lua.ScriptCaller):
         *,
         keys: Keys | None = None,
     ) -> None:
-        super().__init__(redis)
+        self.redis = redis
         self.settings = settings
         self.cfg = settings.retention
         self.keys = keys or Keys(settings.prefix)  # the partition swept
+        self._schedules = ScheduleStore.from_settings(redis, settings, self.keys)
+        self._queues = QueueStore.from_settings(redis, settings, self.keys)
         self.is_leader = is_leader
         # Where the next history slice starts: a rank in the schedules index, or past its end,
         # -1 - the number of the parked bucket (rsched._store.parking).
@@ -79,51 +82,30 @@ class Retention(_lua.ScriptCaller):
                     log.warning("redis.error", actor="retention", error=str(exc), retry_s=delay)
             await anyio.sleep(delay)
 
-    async def _trim_histories(self, cutoff: int) -> int:
-        """Trim the histories of the next slice of schedules (``history_batch`` of them: by rank
-        in the index, then whole parked buckets), naming each history key to the script
-        (lua/trim_history.lua); returns the records removed."""
-        k, rank, count = self.keys, self._history_rank, self.cfg.history_batch
-        ids: list[str] = []
-        if rank >= 0:
-            try:
-                ids = [
-                    str(sid) for sid in await self.redis.zrange(k.schedules, rank, rank + count - 1)
-                ]
-            except ResponseError as exc:
-                if "WRONGTYPE" not in str(exc):
-                    raise
-                # someone else's key: nothing of rsched's to trim
-            rank = rank + count if len(ids) == count else -1
-        if rank < 0 and len(ids) < count:  # past the index's end: the parked buckets
-            more, after = await _parking.bucket_ids(self.redis, k, -1 - rank, count - len(ids))
-            ids += more
-            rank = -1 - after if after else 0
-        self._history_rank = rank
-        if not ids:
-            return 0
-        return int(await self.call("trim_history", [k.history(sid) for sid in ids], [cutoff]))
+    async def _trim_histories(self, before_ms: int) -> int:
+        """Trim the histories of the next slice of schedules (``history_batch`` of them, in
+        index order, wrapping around); returns the records removed."""
+        ids, self._history_rank = await self._schedules.history_slice(
+            self._history_rank, self.cfg.history_batch
+        )
+        return await self._schedules.trim_histories(ids, before_ms)
 
     async def sweep(self) -> Sweep:
         """Trim once (whatever the lease); returns and logs what was removed."""
-        k, cfg = self.keys, self.cfg
-        now = await self.time_ms()
+        cfg = self.cfg
+        now = await self._schedules.time_ms()
         done = Sweep()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xtrim(k.runs, minid=str(now - round(cfg.runs_max_age_s * 1000)), approximate=False)
-            pipe.xtrim(k.runs, maxlen=cfg.runs_max_entries, approximate=True)
-            trimmed = await pipe.execute(raise_on_error=False)
-        done.runs = sum(n for n in trimmed if isinstance(n, int))
-        queues = sorted(str(q) for q in await self.redis.smembers(k.queues))
-        if queues:
-            cutoff = str(now - round(cfg.dead_letter_max_age_s * 1000))
-            cap = self.settings.worker.dead_letter_max_entries
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for queue in queues:
-                    pipe.xtrim(k.dead(queue), minid=cutoff, approximate=False)
-                    pipe.xtrim(k.dead(queue), maxlen=cap, approximate=True)
-                trimmed = await pipe.execute(raise_on_error=False)
-            done.dead_letters = sum(n for n in trimmed if isinstance(n, int))
+        done.runs = await trim_runs(
+            self.redis,
+            self.keys,
+            before_ms=now - round(cfg.runs_max_age_s * 1000),
+            max_entries=cfg.runs_max_entries,
+        )
+        done.dead_letters = await self._queues.trim_dead_letters(
+            await self._queues.queue_names(),
+            now - round(cfg.dead_letter_max_age_s * 1000),
+            self.settings.worker.dead_letter_max_entries,
+        )
         done.history = await self._trim_histories(now - round(cfg.history_max_age_s * 1000))
         log.info(
             "retention.sweep",

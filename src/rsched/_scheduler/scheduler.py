@@ -60,7 +60,8 @@ from rsched._scheduler.membership import Membership
 from rsched._scheduler.retention import Retention
 from rsched._store import parking as _parking
 from rsched._store.deployment import deployment_keys
-from rsched._store.schedules import ScheduleStore
+from rsched._store.firing import FiringStore
+from rsched._store.leases import LeaseStore
 
 log = get_logger("rsched.scheduler")
 
@@ -193,7 +194,7 @@ class Scheduler:
         return self.keys.partitions
 
     @property
-    def store(self) -> ScheduleStore:
+    def store(self) -> FiringStore:
         """Partition 0's store (the deployment's, with one partition)."""
         return self.engines[0].store
 
@@ -338,9 +339,10 @@ class PartitionEngine:
         self.redis = scheduler.redis
         self.keys = keys
         self.partition = keys.partition
-        self.store = ScheduleStore.from_settings(self.redis, self.settings, keys)
+        self.store = FiringStore.from_settings(self.redis, self.settings, keys)
         # A fire cannot be taken back: a shortfall is logged and counted, never raised.
         self.store.durability = Durability.from_settings(self.settings, raises=False)
+        self.leases = LeaseStore(self.redis, keys)
         self.fired_total = 0
         self.held: str | None = None  # the lease, written by the lease keeper only
         self._poke = anyio.Event()
@@ -400,7 +402,7 @@ class PartitionEngine:
             delay = renew_s
             if self.scheduler.wants(self.partition):
                 try:
-                    lease, pttl = await self.store.lease_acquire(owner, ttl)
+                    lease, pttl = await self.leases.acquire(owner, ttl)
                     backoff.reset()
                 except (RedisError, OSError) as exc:
                     lease, delay = None, backoff.next()
@@ -418,7 +420,7 @@ class PartitionEngine:
     def _standby(self, reported: str | None) -> str | None:
         """Log that this scheduler stands by and who leads: once, and again when the leader
         changes. Returns the leader now reported."""
-        holder = self.store.lease_holder
+        holder = self.leases.holder
         if holder is not None and holder != reported:
             token, _, owner = holder.partition(":")
             log.info("leader.standby", leader=owner, token=token, me=self.scheduler.owner)
@@ -469,7 +471,7 @@ class PartitionEngine:
             if not self.scheduler.wants(self.partition):
                 return False
             try:
-                renewed = await self.store.lease_renew(lease, ttl)
+                renewed = await self.leases.renew(lease, ttl)
             except (RedisError, OSError) as exc:
                 delay = min(renew_s, backoff.next())
                 log.warning("redis.error", actor="lease", error=str(exc), retry_s=delay)
@@ -485,7 +487,7 @@ class PartitionEngine:
 
     async def _release(self, lease: str) -> None:
         try:
-            if await self.store.lease_release(lease):
+            if await self.leases.release(lease):
                 self._log_lease("leader.released", lease=lease)
         except (RedisError, OSError) as exc:
             log.warning("leader.release_failed", error=str(exc), partition=self.partition)

@@ -42,6 +42,7 @@ from rsched._store.runs_log import (
     log_records,
 )
 from rsched._store.schedules import BULK_IN_FLIGHT, ScheduleStore
+from rsched._store.sources import SourceStore
 
 T = TypeVar("T")
 
@@ -76,7 +77,7 @@ async def gather(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
 
 
 class Partitions:
-    """The schedule and queue stores of each partition of one deployment."""
+    """The schedule, schedules file and queue stores of each partition of one deployment."""
 
     def __init__(self, redis: Redis, settings: Settings, keys: Keys) -> None:
         self.keys = keys
@@ -84,6 +85,7 @@ class Partitions:
         every = keys.every_partition()
         self.schedules = tuple(ScheduleStore.from_settings(redis, settings, k) for k in every)
         self.queues = tuple(QueueStore.from_settings(redis, settings, k) for k in every)
+        self.sources = tuple(SourceStore(redis, k) for k in every)
 
     @classmethod
     async def of(cls, redis: Redis, settings: Settings) -> Partitions:
@@ -94,6 +96,10 @@ class Partitions:
     def of_schedule(self, schedule_id: str) -> ScheduleStore:
         """The store of the schedule's partition."""
         return self.schedules[partition_of(schedule_id, self.count)]
+
+    def sources_of(self, schedule_id: str) -> SourceStore:
+        """The schedules files' store of the schedule's partition."""
+        return self.sources[partition_of(schedule_id, self.count)]
 
     def of_job(self, execution_id: str) -> QueueStore:
         """The store of the job's partition (its schedule's for a fired occurrence)."""

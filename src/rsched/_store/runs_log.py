@@ -1,4 +1,4 @@
-"""The runs log across schedules and enqueued jobs: its records, and reading it.
+"""The runs log across schedules and enqueued jobs: its records, reading it, and trimming it.
 
 Runs that ended (completed, a failed or timed-out attempt, a retry, dead, cancelled) and
 occurrences that were dropped (skipped) each leave one compact record on the capped stream
@@ -317,3 +317,13 @@ async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int
                 out.append((_int(entry_id.split("-", 1)[0]) or 0, record))
     out.sort(key=lambda pair: pair[0], reverse=True)
     return out
+
+
+async def trim_runs(redis: Redis, keys: Keys, *, before_ms: int, max_entries: int) -> int:
+    """Drop the records written before ``before_ms`` (XTRIM MINID: an entry id is its time) and
+    those past about ``max_entries`` (MAXLEN ~); returns how many were dropped."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.xtrim(keys.runs, minid=str(before_ms), approximate=False)
+        pipe.xtrim(keys.runs, maxlen=max_entries, approximate=True)
+        trimmed = await pipe.execute(raise_on_error=False)
+    return sum(n for n in trimmed if isinstance(n, int))

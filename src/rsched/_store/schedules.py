@@ -1,7 +1,10 @@
-"""Redis access for schedules: every script call and read (return codes mapped by rsched._core.codes).
+"""Redis access for schedules: their writes, and the reads the client and the scheduler share
+(return codes mapped by rsched._core.codes).
 
-Both the client SDK and the scheduler go through this module, so a key layout or script
-signature lives in exactly one place on the Python side.
+The client SDK writes and reads schedules through this module, the scheduler and its retention
+sweep read through it too, so a key layout or script signature lives in exactly one place on the
+Python side. What only the leading scheduler calls is in rsched._store.firing (due entries,
+fires) and rsched._store.leases; a schedules file's bookkeeping in rsched._store.sources.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from rsched._core.errors import (
     StateError,
     WriteNotReplicated,
 )
-from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.history import stored_events
 from rsched._core.keys import Keys
 from rsched._core.rules import (
@@ -89,12 +91,8 @@ class Checked:
     problems: list[Problem] = field(default_factory=list)
 
 
-# The codes fire.lua returns alone, about the whole call; never the code of an item.
-WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
-
-
 class ScheduleStore(_lua.ScriptCaller):
-    """Script calls and reads for one Redis client and one key prefix."""
+    """Schedule writes and reads for one Redis client and one partition's keys."""
 
     def __init__(
         self,
@@ -108,17 +106,9 @@ class ScheduleStore(_lua.ScriptCaller):
         self.keys = keys
         self.history_limit = history_limit
         self.max_payload_bytes = max_payload_bytes
-        self.lease_holder: str | None = None  # the lease value a refused lease_acquire saw
         # Writes put a schedule due later than this from now in its parked bucket (None: never;
         # scheduler.park off), as the leader would park it (rsched._store.parking).
         self.park_after_ms: int | None = _parking.PARK_AFTER_MS
-        # fire.lua names every item's keys where a slot can migrate (lua/fire.lua): on a single
-        # server the names would cost a herd's fires more than noise.
-        self.declare_keys = self._cluster
-        # What fire calls took inside the server, in total (see fire): the scheduler sizes its
-        # batches by it.
-        self.fire_server_us = 0
-        self.fire_timed_items = 0
 
     @classmethod
     def from_settings(
@@ -223,9 +213,9 @@ class ScheduleStore(_lua.ScriptCaller):
     async def check_many(
         self, items: Sequence[BulkItem], *, skip_unchanged: bool = False
     ) -> Checked:
-        """The checks of a bulk write (rsched._store.partitions.save_many), nothing written: what to send,
-        the unchanged items and the problems found, at the Redis time read after the stored
-        specs. Raises StateError for a key of the wrong type."""
+        """The checks of a bulk write (rsched._store.partitions.save_many), nothing written: what
+        to send, the unchanged items and the problems found, at the Redis time read after the
+        stored specs. Raises StateError for a key of the wrong type."""
         # Only the existence matters unless unchanged specs are to be recognised.
         stored = await self._read_specs([item.schedule_id for item in items], skip_unchanged)
         now = await self.time_ms()
@@ -383,7 +373,8 @@ class ScheduleStore(_lua.ScriptCaller):
         """Delete a schedule, its history, its backfill record and its id in its schedules
         file's index; raises ScheduleNotFound."""
         k = self.keys
-        source = await self.source_of(schedule_id)
+        # Its id leaves its schedules file's index too (rsched._store.sources).
+        source = await self.redis.hget(k.schedule(schedule_id), "source")
         op_key, op_id = k.new_op()
         res = await self.call(
             "remove",
@@ -401,7 +392,7 @@ class ScheduleStore(_lua.ScriptCaller):
         )
         check(res, script="remove", schedule_id=schedule_id)
         if source:
-            await self.redis.srem(k.source(source), schedule_id)
+            await self.redis.srem(k.source(str(source)), schedule_id)
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         k = self.keys
@@ -530,40 +521,41 @@ class ScheduleStore(_lua.ScriptCaller):
     async def exists(self, schedule_id: str) -> bool:
         return bool(await self.redis.exists(self.keys.schedule(schedule_id)))
 
-    async def source_of(self, schedule_id: str) -> str | None:
-        """The ``source`` (schedules file) that created the schedule, if any."""
-        source = await self.redis.hget(self.keys.schedule(schedule_id), "source")
-        return str(source) if source else None
-
-    async def source_ids(self, source: str) -> set[str]:
-        """The ids in the index of a schedules file's schedules."""
-        return {str(x) for x in await self.redis.smembers(self.keys.source(source))}
-
-    async def add_source_id(self, source: str, schedule_id: str) -> None:
-        await self.redis.sadd(self.keys.source(source), schedule_id)
-
-    async def add_source_ids(self, source: str, schedule_ids: Sequence[str]) -> None:
-        for start in range(0, len(schedule_ids), BULK_READ):
-            await self.redis.sadd(
-                self.keys.source(source), *schedule_ids[start : start + BULK_READ]
-            )
-
-    async def source_path(self, source: str) -> str | None:
-        """The resolved path of the schedules file last synced under ``source``, if recorded."""
-        path = await self.redis.hget(self.keys.source_paths, source)
-        return str(path) if path else None
-
-    async def set_source_path(self, source: str, path: str) -> None:
-        await self.redis.hset(self.keys.source_paths, source, path)
-
-    async def forget_source_id(self, source: str, schedule_id: str) -> None:
-        await self.redis.srem(self.keys.source(source), schedule_id)
-
     async def history(self, schedule_id: str, limit: int) -> list[dict[str, Any]]:
         """The events of the newest ``limit`` records of the schedule's history, newest first
         (rsched._core.history.stored_events)."""
         raw = await self.redis.lrange(self.keys.history(schedule_id), 0, limit - 1)
         return stored_events(raw, schedule_id)
+
+    async def history_slice(self, rank: int, count: int) -> tuple[list[str], int]:
+        """The ids of the next ``count`` schedules whose histories the retention sweep trims, and
+        where the slice after them starts: ``rank`` is a rank in the schedules index, or past its
+        end -1 - the number of a parked bucket (rsched._store.parking), whose ids come whole."""
+        k = self.keys
+        ids: list[str] = []
+        if rank >= 0:
+            try:
+                ids = [
+                    str(sid) for sid in await self.redis.zrange(k.schedules, rank, rank + count - 1)
+                ]
+            except ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                # someone else's key: nothing of rsched's to trim
+            rank = rank + count if len(ids) == count else -1
+        if rank < 0 and len(ids) < count:  # past the index's end: the parked buckets
+            more, after = await _parking.bucket_ids(self.redis, k, -1 - rank, count - len(ids))
+            ids += more
+            rank = -1 - after if after else 0
+        return ids, rank
+
+    async def trim_histories(self, schedule_ids: Sequence[str], before_ms: int) -> int:
+        """Drop the history records of ``schedule_ids`` older than ``before_ms``, naming each
+        history key to the script (lua/trim_history.lua); returns the records removed."""
+        if not schedule_ids:
+            return 0
+        keys = [self.keys.history(sid) for sid in schedule_ids]
+        return int(await self.call("trim_history", keys, [before_ms]))
 
     async def index_stats(self, now_ms: int) -> IndexStats:
         """Counts of the schedules index at ``now_ms`` and the lease, for ``Client.stats``."""
@@ -648,173 +640,6 @@ class ScheduleStore(_lua.ScriptCaller):
             return page
         return sorted(page + parked, key=lambda e: (e[1], e[0]))[:n]
 
-    # --- scheduler -------------------------------------------------------------------------
-
-    async def due(self, limit: int) -> tuple[int, list[tuple[str, int]], int | None]:
-        """(Redis now ms, due (id, score) pairs oldest first, next future score or None)."""
-        now, runs, nxt = await self.call("due", [self.keys.schedules], [limit])
-        pairs: list[tuple[str, int]] = []
-        for run in runs:
-            text, *ids = run.split(" ")
-            try:
-                score = int(text)
-            except ValueError:  # a score rsched did not write: fractional, or -inf
-                value = float(text)
-                if not math.isfinite(value):
-                    continue
-                score = math.floor(value)
-            pairs += ((sid, score) for sid in ids)
-        return int(now), pairs, int(float(nxt)) if nxt else None
-
-    async def upcoming(
-        self, after_ms: int, until_ms: int, limit: int, offset: int = 0
-    ) -> list[str]:
-        """Ids due in (after_ms, until_ms], earliest first: ``limit`` of them from ``offset``.
-
-        By rank: ZRANGEBYSCORE's LIMIT steps over ``offset`` entries one at a time, which deep
-        into a herd's 100k entries held the server for tens of ms a page."""
-        key = self.keys.schedules
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zcount(key, "-inf", after_ms)
-            pipe.zcount(key, "-inf", until_ms)
-            before, through = await pipe.execute()
-        first, last = int(before) + offset, min(int(through), int(before) + offset + limit) - 1
-        if last < first:
-            return []
-        return [str(sid) for sid in await self.redis.zrange(key, first, last)]
-
-    async def plan_fields(
-        self, schedule_ids: Sequence[str], names: Sequence[str]
-    ) -> list[dict[str, str] | None]:
-        """The named fields of each hash ({} when it does not exist, None when the key holds
-        another type), as one JSON document for the batch: far cheaper to parse than HGETALL
-        or a reply element per schedule."""
-        if not schedule_ids:
-            return []
-        raw = await self.call_packed(
-            "policies", [self.keys.schedule(sid) for sid in schedule_ids], list(names)
-        )
-        out: list[dict[str, str] | None] = []
-        for values in orjson.loads(raw):
-            if values == "!":
-                out.append(None)
-            elif not values:
-                out.append({})
-            else:
-                out.append(
-                    _state_fields(
-                        {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
-                    )
-                )
-        return out
-
-    async def fire(self, lease: str, items: Sequence[FireItem]) -> list[int] | None:
-        """Fire a batch of items; returns a code per item, None when not leader.
-
-        Adds the µs each call took inside the server (by its clock) and its items to
-        ``fire_server_us`` and ``fire_timed_items``; a server whose TIME stands still inside a
-        script (Valkey) reports no time, and the call counts in neither."""
-        k = self.keys
-        keys = [k.leader, k.schedules, k.backlogs, k.runs]
-        args = [
-            lease, str(self.history_limit), k.cancel,
-            k.schedule(""), k.history(""), k.pending(""), k.queue(""),
-        ]  # fmt: skip
-        # Each distinct spec once, and a header only where it differs from the item before:
-        # a batch's items mostly share their times and spec.
-        positions: dict[FireSpec, int] = {}
-        groups: list[tuple[str, list[str]]] = []
-        header, spec, position = "", None, 0
-        group: list[str] = []
-        for item in items:
-            if item.spec is not spec:  # mostly the same (shared) instance as the last
-                spec = item.spec
-                position = positions.setdefault(spec, len(positions) + 1)
-            item_header = item.header(position)
-            if item_header != header:
-                header, group = item_header, []
-                groups.append((header, group))
-            group += (item.schedule_id, item.version)
-        args.append(str(len(positions)))
-        args.extend(spec.arg() for spec in positions)
-        for header, group in groups:
-            args.append(f"{len(group) // 2} {header}")
-            args.extend(group)
-        if self.declare_keys:
-            # Every key declared, so that a migration of the slot holds the call back whole.
-            keys += (k.queue(spec.queue, spec.priority) for spec in positions)
-            for item in items:
-                sid = item.schedule_id
-                keys += (k.schedule(sid), k.history(sid), k.pending(sid))
-        reply, _, took = str(await self.call_packed("fire", keys, args)).partition(";")
-        codes = [int(c) for c in reply.split(",")] if reply else []
-        # Per-item codes are never NOT_LEADER, BAD_ARGS or BAD_INDEX: a lone one of those is
-        # about the whole call (and comes without a time).
-        if len(codes) == 1 and codes[0] in WHOLE_CALL_CODES:
-            check(codes[0], script="fire")  # raises unless NOT_LEADER
-            return None
-        if took and took != "0":
-            self.fire_server_us += int(took)
-            self.fire_timed_items += len(codes)
-        return codes
-
-    async def release_lost(self, lease: str, limit: int = 100) -> int | None:
-        """Release the next pending occurrence of each schedule (at most ``limit``) whose
-        unfinished run's marker expired (lua/release.lua); returns how many were released, None
-        when not leader (0, unchecked, when none is due).
-
-        The due ids and each one's queue and priority are read first, so that the script
-        declares every key it touches (its stream included); it checks again what it relies on.
-        """
-        k = self.keys
-        now = await self.time_ms()
-        ids = [
-            str(sid)
-            for sid in await self.redis.zrange(
-                k.backlogs, "-inf", now, byscore=True, offset=0, num=limit
-            )
-        ]
-        if not ids:
-            return 0
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for sid in ids:
-                pipe.hmget(k.schedule(sid), ["queue", "priority"])
-            specs = await pipe.execute(raise_on_error=False)
-        keys = [k.leader, k.backlogs]
-        for sid, spec in zip(ids, specs, strict=True):
-            queue, priority = spec if isinstance(spec, list) else (None, None)
-            level: Priority = priority if priority in PRIORITIES else "normal"
-            stream = k.queue(str(queue or "default"), level)
-            keys += (k.schedule(sid), k.history(sid), k.pending(sid), stream)
-        res = int(await self.call("release", keys, [lease, self.history_limit, *ids]))
-        if res == Code.NOT_LEADER:
-            return None
-        if res < 0:
-            check(res, script="release")
-        return res
-
-    async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
-        """(lease value "<token>:<owner>" when acquired else None, ms until the holder's expiry);
-        a refused call leaves the holder's lease value in ``lease_holder``."""
-        k = self.keys
-        res = await self.call("lease_acquire", [k.leader, k.fence, k.leader_ttl], [owner, ttl_ms])
-        if check(res, script="lease_acquire") == Code.OK:
-            return f"{res[1]}:{owner}", ttl_ms
-        self.lease_holder = str(res[1])
-        return None, int(res[2])
-
-    async def lease_renew(self, lease: str, ttl_ms: int) -> bool:
-        """True when renewed; False when the caller no longer holds the lease."""
-        res = await self.call(
-            "lease_renew", [self.keys.leader, self.keys.leader_ttl], [lease, ttl_ms]
-        )
-        return check(res, script="lease_renew") == Code.OK
-
-    async def lease_release(self, lease: str) -> bool:
-        """True when released; False when the caller did not hold the lease."""
-        res = await self.call("lease_release", [self.keys.leader], [lease])
-        return check(res, script="lease_release") == Code.OK
-
 
 def _chunks(
     sends: Sequence[tuple[BulkItem, int | None]],
@@ -857,7 +682,7 @@ def split_version(version: str) -> tuple[str, str]:
     return (gen, created) if gen.isdigit() and created.isdigit() else ("", "")
 
 
-def _state_fields(fields: dict[str, str]) -> dict[str, str]:
+def state_fields(fields: dict[str, str]) -> dict[str, str]:
     """Readers see ``generation`` and ``created_at`` apart (the hash stores them as one)."""
     gen, created = split_version(fields.get("version", ""))
     if gen:
@@ -866,7 +691,7 @@ def _state_fields(fields: dict[str, str]) -> dict[str, str]:
 
 
 def _with_next_run(fields: dict[str, str], score: object) -> dict[str, str]:
-    _state_fields(fields)
+    state_fields(fields)
     # A score that is not a finite number (index of the wrong type, +inf for a paused or
     # completed schedule, absent) means no next run. A ``next_run`` field in the hash is never
     # used (docs/keys.md).

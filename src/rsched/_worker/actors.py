@@ -40,7 +40,8 @@ from redis.exceptions import RedisError, ResponseError
 from rsched._core.backoff import Backoff
 from rsched._core.codes import Code
 from rsched._core.errors import MalformedJob, Retry, StateError
-from rsched._core.job import Job, parse_entry, retry_delay_s
+from rsched._core.history import fragment
+from rsched._core.job import Entry, Job, Lane, parse_entry, retry_delay_s
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._core.rules import PRIORITIES, Priority
@@ -48,8 +49,9 @@ from rsched._core.settings import Settings
 from rsched._core.workers import worker_record
 from rsched._redis.cluster import subscribed
 from rsched._redis.connection import messages
-from rsched._store.queues import Done, Entry, Lane, QueueStore, fragment
+from rsched._store.queues import QueueStore
 from rsched._store.runs_log import run_record
+from rsched._store.worker_calls import Done
 
 log = get_logger("rsched.worker")
 # The per-job lines (job.start, job.end) under their own name, so that a busy deployment can

@@ -50,7 +50,8 @@ from rsched._core.settings import DurabilityLevel, Settings, WorkerSettings, pro
 from rsched._redis.connection import connect, warn_if_unsafe
 from rsched._redis.durability import Durability
 from rsched._store.deployment import deployment_keys
-from rsched._store.queues import Done, QueueStore
+from rsched._store.queues import QueueStore
+from rsched._store.worker_calls import Done
 from rsched._worker.actors import ACTOR_FAILURES, Actors, Stream
 
 log = get_logger("rsched.worker")

@@ -1,0 +1,314 @@
+"""Redis access for the worker's calls on its queues: read, take, start, complete, retry, dead,
+heartbeat, reclaim, promote, hand back, and keeping results.
+
+Every write is a Lua script in lua/ that is safe to run twice (a worker re-sends after a lost
+reply). The class is a part of QueueStore (rsched._store.queues), which sets the limits it
+reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from rsched._core.codes import Code, check
+from rsched._core.job import Entry, Lane
+from rsched._core.keys import GROUP
+from rsched._core.rules import NAME_RE, Priority
+from rsched._redis import scripts as _lua
+from rsched._store.alerts import EventLog
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A finished run for ``complete``: its entry and the history event to record."""
+
+    entry_id: str
+    execution_id: str
+    schedule_id: str | None
+    attempt: int
+    event: str  # completed | cancelled
+    extra: str = ""  # JSON fragment ('' or ',"k":v…')
+    dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
+    result: bytes | None = None  # what the handler returned (JSON), kept before the ack
+    run: str | None = None  # the runs log record (_runs.run_record); None: not logged
+
+
+class WorkerCalls(_lua.ScriptCaller):
+    """The worker's script calls and reads on the queues of one partition."""
+
+    history_limit: int
+    dead_letter_max_entries: int
+    runs_max_entries: int
+    events: EventLog
+
+    async def read(
+        self, lanes: Sequence[Lane], consumer: str, count: int, block_ms: int
+    ) -> list[tuple[Lane, list[Entry]]]:
+        """New entries for this consumer from the streams of ``lanes`` (queue, level):
+        [(lane, [(entry id, fields)])]."""
+        by_key = {self.keys.queue(q, level): (q, level) for q, level in lanes}
+        streams: dict[Any, Any] = dict.fromkeys(by_key, ">")
+        res: Any = await self.redis.xreadgroup(
+            GROUP, consumer, streams, count=count, block=block_ms
+        )
+        if not res:
+            return []
+        if isinstance(res, dict):  # RESP3
+            return [(by_key[str(k)], v[0] if v and isinstance(v[0], list) else v)
+                    for k, v in res.items()]  # fmt: skip
+        return [(by_key[str(key)], entries) for key, entries in res]
+
+    async def take(
+        self, lanes: Sequence[Lane], consumer: str, count: int
+    ) -> list[tuple[Lane, list[Entry]]]:
+        """Like :meth:`read` without blocking, at most ``count`` entries in all, in the order
+        of ``lanes``; one JSON reply instead of a RESP field per value (see lua/take.lua)."""
+        raw = await self.call(
+            "take", [self.keys.queue(q, level) for q, level in lanes], [GROUP, consumer, count]
+        )
+        doc = orjson.loads(raw)
+        out: list[tuple[Lane, list[Entry]]] = []
+        if not isinstance(doc, list):  # cjson writes an empty list as {}
+            return out
+        for index, entries in doc:
+            if isinstance(entries, list):
+                out.append((lanes[int(index) - 1], [(str(e[0]), e[1] or {}) for e in entries]))
+        return out
+
+    async def start(
+        self,
+        queue: str,
+        worker: str,
+        items: Sequence[tuple[str, str, str, int, str]],
+        priority: Priority = "normal",
+    ) -> list[Code]:
+        """Mark schedule jobs running; items (entry id, exec id, schedule id, attempt, extra).
+        Returns OK (run it) or SUPERSEDED (already acknowledged, do not run) per item."""
+        keys = [self.keys.queue(queue, priority)]
+        args: list[Any] = [GROUP, self.history_limit, worker]
+        for entry_id, exec_id, sid, attempt, extra in items:
+            keys += [self.keys.history(sid), self.keys.schedule(sid)]
+            args += [entry_id, exec_id, attempt, extra]
+        keys.append(self.keys.runs)  # where a superseded job is recorded as cancelled
+        return [Code(int(c)) for c in await self.call("start", keys, args)]
+
+    async def complete(
+        self, queue: str, done: Sequence[Done], priority: Priority = "normal"
+    ) -> int:
+        """Acknowledge finished runs and record their events; returns how many were recorded
+        (the others were no longer pending)."""
+        keys = [self.keys.queue(queue, priority)]
+        items: list[tuple[Any, ...]] = []
+        for d in done:
+            if d.schedule_id:
+                sid = d.schedule_id
+                keys += [self.keys.history(sid), self.keys.schedule(sid), self.keys.pending(sid)]
+            item: tuple[Any, ...] = (
+                d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra
+            )  # fmt: skip
+            if d.dedup:
+                keys.append(self.keys.dedup(d.execution_id))
+            if d.run is not None:
+                item = (*item, 1 if d.dedup else 0, d.run)
+            elif d.dedup:
+                item = (*item, 1)
+            items.append(item)
+        keys.append(self.keys.runs)
+        args = [GROUP, self.history_limit, orjson.dumps(items), self.runs_max_entries]
+        recorded = int(await self.call("complete", keys, args))
+        if recorded < 0:
+            check(recorded, script="complete", queue=queue)
+        return recorded
+
+    async def retry(
+        self,
+        queue: str,
+        entry_id: str,
+        *,
+        next_fields: Sequence[str],
+        delay_ms: int,
+        execution_id: str,
+        schedule_id: str | None,
+        attempt: int,
+        event: str,
+        extra: str,
+        priority: Priority = "normal",
+        run: str = "",
+    ) -> int | None:
+        """Schedule the next attempt; returns its due time (ms) or None when not pending.
+        ``next_fields`` carry the job's level (its 'priority' field) for the promoter; ``run``
+        is the attempt's record for the runs log (_runs.run_record)."""
+        stream = self.keys.queue(queue, priority)
+        history = self.keys.history(schedule_id) if schedule_id else stream
+        hash_key = self.keys.schedule(schedule_id) if schedule_id else stream
+        res = await self.call(
+            "retry",
+            [stream, self.keys.delayed_queue(queue), history, hash_key, self.keys.runs],
+            [
+                GROUP,
+                entry_id,
+                max(0, delay_ms),
+                orjson.dumps(list(next_fields)).decode(),
+                self.history_limit,
+                execution_id,
+                attempt,
+                event,
+                "1" if schedule_id else "0",
+                extra,
+                self.runs_max_entries,
+                run,
+            ],
+        )
+        if check(res, script="retry", queue=queue) == Code.NOT_PENDING:
+            return None
+        return int(res[1])
+
+    async def dead(
+        self,
+        queue: str,
+        entry_id: str,
+        *,
+        raw: dict[str, str],
+        reason: str,
+        error_type: str = "",
+        error_message: str = "",
+        traceback: str = "",
+        deliveries: int = 1,
+        worker: str = "",
+        first_event: str = "",
+        extra: str = "",
+        priority: Priority = "normal",
+        run: str = "",
+    ) -> str | None:
+        """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
+        entry was no longer pending). The stored job names its level, for ``requeue``; ``run``
+        is the run's record for the runs log (_runs.run_record)."""
+        sid = raw.get("schedule_id") or ""
+        has_schedule = bool(sid) and NAME_RE.match(sid) is not None
+        k = self.keys
+        stream = k.queue(queue, priority)
+        keys = [stream, k.dead(queue)]
+        if has_schedule:
+            keys += [k.history(sid), k.schedule(sid), k.pending(sid)]
+        else:
+            keys += [stream] * 3
+        exec_id = raw.get("execution_id", "")
+        # The dedup key, or the stream in its place (dead.lua leaves a key of another type
+        # alone), then the runs log.
+        has_dedup = bool(raw.get("dedup")) and NAME_RE.match(exec_id) is not None
+        keys += [k.dedup(exec_id) if has_dedup else stream, k.runs]
+        job = {name: value for name, value in raw.items() if name != "priority"}
+        if priority != "normal":
+            job["priority"] = priority
+        flat = [v for pair in job.items() for v in pair]
+        fields = [
+            "reason", reason,
+            "execution_id", raw.get("execution_id", ""),
+            "task", raw.get("task", ""),
+            "schedule_id", sid,
+            "error_type", error_type,
+            "error_message", error_message[:2000],
+            "traceback", traceback,
+            "deliveries", str(deliveries),
+            "worker", worker,
+            "job", orjson.dumps(flat).decode(),
+        ]  # fmt: skip
+        res = await self.call(
+            "dead",
+            keys,
+            [
+                GROUP,
+                entry_id,
+                self.dead_letter_max_entries,
+                self.history_limit,
+                "1" if has_schedule else "0",
+                raw.get("execution_id", ""),
+                raw.get("attempt", "1"),
+                first_event,
+                extra,
+                self.runs_max_entries,
+                run,
+                *fields,
+            ],
+        )
+        if check(res, script="dead", queue=queue) == Code.NOT_PENDING:
+            return None
+        # Recorded after the script (best effort): the dead letter is written either way.
+        await self.events.publish(
+            "dead_letter",
+            queue=queue,
+            entry_id=res[1],
+            execution_id=raw.get("execution_id"),
+            task=raw.get("task"),
+            schedule_id=sid,
+            reason=reason,
+        )
+        return str(res[1])
+
+    async def heartbeat(
+        self, queue: str, consumer: str, entry_ids: Sequence[str], priority: Priority = "normal"
+    ) -> list[str]:
+        """Keep entries fresh; returns the ids this consumer no longer holds."""
+        if not entry_ids:
+            return []
+        lost = await self.call(
+            "heartbeat", [self.keys.queue(queue, priority)], [GROUP, consumer, *entry_ids]
+        )
+        return [str(x) for x in lost]
+
+    async def reclaim(
+        self, starts: Sequence[tuple[Lane, str]], consumer: str, min_idle_ms: int, count: int
+    ) -> list[tuple[str, list[tuple[str, dict[str, str], int]]]]:
+        """Claim idle entries of the streams of ``starts`` ((queue, level), start id), at most
+        ``count`` in all, in that order, in one call: per stream (next start id, [(entry id,
+        fields, deliveries)]). A reclaimed job stays in its stream, so it keeps its level."""
+        keys = [self.keys.queue(queue, level) for (queue, level), _ in starts]
+        args = [GROUP, consumer, min_idle_ms, count, *(start for _, start in starts)]
+        out = []
+        for nxt, found in await self.call("reclaim", keys, args):
+            claimed = []
+            for entry_id, flat, deliveries in found:
+                fields = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+                claimed.append((str(entry_id), fields, int(deliveries)))
+            out.append((str(nxt), claimed))
+        return out
+
+    async def promote(self, queues: Sequence[str], limit: int = 1000) -> tuple[int, int | None]:
+        """Move the due delayed jobs of ``queues`` into the streams of their levels, in one
+        call: (moved, ms until the next is due or None). ``limit`` bounds the moves of one call
+        (all queues together): a caller that moved ``limit`` calls again."""
+        keys: list[str] = []
+        for queue in queues:
+            keys += [self.keys.delayed_queue(queue), *self.keys.streams(queue)]
+        res = await self.call("promote", keys, [limit])
+        if int(res[0]) < 0:
+            check(res, script="promote", queue=",".join(queues))
+        wait = int(res[1])
+        return int(res[0]), (wait if wait >= 0 else None)
+
+    async def hand_back(
+        self,
+        queue: str,
+        consumer: str,
+        entry_ids: Sequence[str],
+        idle_ms: int,
+        priority: Priority = "normal",
+    ) -> int:
+        """Give entries this consumer holds to the next reclaim at once; returns how many."""
+        if not entry_ids:
+            return 0
+        res = await self.call(
+            "hand_back", [self.keys.queue(queue, priority)], [GROUP, consumer, idle_ms, *entry_ids]
+        )
+        return int(res)
+
+    async def store_results(self, results: Sequence[tuple[str, bytes]], ttl_ms: int) -> None:
+        """Keep handlers' return values (execution id, JSON) for ``ttl_ms`` (SET: idempotent)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id, body in results:
+                pipe.set(self.keys.result(execution_id), body, px=ttl_ms)
+            await pipe.execute()
