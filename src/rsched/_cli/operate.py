@@ -41,7 +41,7 @@ log = get_logger("rsched.metrics")
 # The scripts each process needs: /readyz loads any the server lacks (after a restart without
 # persistence the server forgets them; redis-py would reload one only at its next call).
 SCHEDULER_SCRIPTS = (
-    "lease_acquire", "lease_renew", "lease_release", "scheduler_beat", "due", "policies", "fire",
+    "lease_acquire", "lease_renew", "lease_release", "scheduler_beat", "due", "plan_fields", "fire",
 )  # fmt: skip
 WORKER_SCRIPTS = (
     "take", "start", "complete", "retry", "dead", "heartbeat", "reclaim", "promote",

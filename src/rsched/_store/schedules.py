@@ -335,7 +335,7 @@ class ScheduleStore(_lua.ScriptCaller):
             if not await self.redis.exists(*keys):
                 out += ({} for _ in chunk)
                 continue
-            raw = await self.call_packed("policies", keys, names)
+            raw = await self.call_packed("plan_fields", keys, names)
             for values in orjson.loads(raw):
                 if values == "!":
                     out.append(None)
@@ -692,7 +692,7 @@ class ScheduleStore(_lua.ScriptCaller):
         if not schedule_ids:
             return []
         raw = await self.call_packed(
-            "policies", [self.keys.schedule(sid) for sid in schedule_ids], list(names)
+            "plan_fields", [self.keys.schedule(sid) for sid in schedule_ids], list(names)
         )
         out: list[dict[str, str] | None] = []
         for values in orjson.loads(raw):
@@ -760,7 +760,7 @@ class ScheduleStore(_lua.ScriptCaller):
 
     async def release_lost(self, lease: str, limit: int = 100) -> int | None:
         """Release the next pending occurrence of each schedule (at most ``limit``) whose
-        unfinished run's marker expired (lua/release.lua); returns how many were released, None
+        unfinished run's marker expired (lua/release_lost.lua); returns how many were released, None
         when not leader (0, unchecked, when none is due).
 
         The due ids and each one's queue and priority are read first, so that the script
@@ -786,11 +786,11 @@ class ScheduleStore(_lua.ScriptCaller):
             level: Priority = priority if priority in PRIORITIES else "normal"
             stream = k.queue(str(queue or "default"), level)
             keys += (k.schedule(sid), k.history(sid), k.pending(sid), stream)
-        res = int(await self.call("release", keys, [lease, self.history_limit, *ids]))
+        res = int(await self.call("release_lost", keys, [lease, self.history_limit, *ids]))
         if res == Code.NOT_LEADER:
             return None
         if res < 0:
-            check(res, script="release")
+            check(res, script="release_lost")
         return res
 
     async def lease_acquire(self, owner: str, ttl_ms: int) -> tuple[str | None, int]:
