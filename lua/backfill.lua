@@ -2,7 +2,8 @@
 once, in the same job format as a regular fire (origin 'backfill'). Every occurrence runs: with
 overlap=allow all are queued at once; under any other policy they run one after another,
 oldest first, the first now (or, when the schedule has a run in progress, behind it) and each
-of the others released when the run before it ends (the schedule's pending set, marker.lua).
+of the others released when the run before it ends (the schedule's pending set,
+pending_push.lua).
 
 Idempotent by execution id ("<id>@<scheduled ms>"): an occurrence whose execution id is in the
 backfilled set, or appears as fired/buffered in the schedule's history, is not fired again.
@@ -30,59 +31,68 @@ done) | {NOT_DUE=-5} an occurrence is in the future by Redis TIME (nothing done)
 {WRONG_TYPE=-6} a key has the wrong type or the schedule's stored fields are unusable (edited by
 hand; nothing done)
 ]]
--- @include common
--- @include marker
--- @include runs_log
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
+-- @include int_text
+-- @include num62
+-- @include version_parts
+-- @include op_replay
+-- @include op_store
+-- @include job_fields
+-- @include hash_plan
+-- @include job_state
+-- @include marker_pairs
 -- @include fire_job
 
-local k = {hash = KEYS[1], history = KEYS[2], pending = KEYS[3], stream = KEYS[4]}
+local hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local backfilled_key, op_key, backlogs_key = KEYS[5], KEYS[6], KEYS[7]
-local sid, gen, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local sid, generation, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local op_id = ARGV[5]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
-if not (key_is(k.hash, 'hash') and key_is(k.history, 'list') and key_is(k.pending, 'zset')
-        and key_is(k.stream, 'stream') and key_is(backfilled_key, 'set')
+if not (key_is(hash, 'hash') and key_is(history, 'list') and key_is(pending, 'zset')
+        and key_is(stream, 'stream') and key_is(backfilled_key, 'set')
         and key_is(backlogs_key, 'zset')) then
-  return {-6}  -- WRONG_TYPE
+  return {WRONG_TYPE}
 end
-local f = job_fields(k.hash)
-if not f[F_VERSION] then return {-2} end  -- NOT_FOUND
+local f = job_fields(hash)
+if not f[F_VERSION] then return {NOT_FOUND} end
 local cur = version_parts(f[F_VERSION]) or 0
-if tostring(cur) ~= gen then return {-3, cur} end  -- CONFLICT
-local p = hash_policy(f)
-if not p or not fire_job_ok(f) then return {-6} end  -- WRONG_TYPE
+if tostring(cur) ~= generation then return {CONFLICT, cur} end
+local p = hash_plan(f)
+local _, gen = job_state(f)
+if not p or not gen then return {WRONG_TYPE} end
 local now = now_ms()
 for i = 6, #ARGV do
-  if tonumber(ARGV[i]) > now then return {-5} end  -- NOT_DUE
+  if tonumber(ARGV[i]) > now then return {NOT_DUE} end
 end
+local shared = {now = now, cap = cap, cancel = cancel_channel, backlogs = backlogs_key}
 
--- Occurrences the regular schedule (or an earlier backfill) already turned into a job.
+-- Occurrences the regular schedule (or an earlier backfill) already turned into a job: their
+-- history records (rec_first.lua) show them fired (f) or buffered (b).
 local done = {}
-for _, entry in ipairs(rcall('LRANGE', k.history, 0, -1)) do
+for _, entry in ipairs(rcall('LRANGE', history, 0, -1)) do
   local sched = string.match(entry, '^(%-?%w+)|')
-  if sched then -- a record (history.lua): fired (f) or buffered (b)
-    if string.find(entry, '|[fb]') then done[sid .. '@' .. int_text(num62(sched))] = true end
-  elseif string.find(entry, '"event":"fired"', 1, true) or
-         string.find(entry, '"event":"buffered"', 1, true) then -- an event of an older rsched
-    local exec = string.match(entry, '"execution_id":"([^"]*)"')
-    if exec then done[exec] = true end
+  if sched and string.find(entry, '|[fb]') then
+    done[sid .. '@' .. int_text(num62(sched))] = true
   end
 end
 
-local out = {5}  -- OK
+local out = {OK}
 for i = 6, #ARGV do
   local sched = ARGV[i]
   local exec = sid .. '@' .. sched
-  local code = 0  -- STALE
+  local code = STALE
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
     local _, run_until
-    code, _, run_until = fire_job(k.hash, k.history, k.pending, k.stream, sid, sched, now,
-                                  'backfill', cap, cancel_channel, nil, f, p, true, backlogs_key)
-    if code == 1 or code == 3 then rcall('SADD', backfilled_key, exec) end  -- FIRED, BUFFERED
+    code, _, run_until = fire_job(shared, hash, history, pending, stream, sid, sched, 'backfill',
+                                  nil, f, gen, p, true)
+    if code == FIRED or code == BUFFERED then rcall('SADD', backfilled_key, exec) end
     if run_until then
-      rcall('HSET', k.hash, marker_pairs(exec, run_until))
+      rcall('HSET', hash, marker_pairs(exec, run_until))
       -- The next occurrence of this backfill sees the run it just queued.
       f[F_RUN], f[F_RUN_UNTIL] = exec, run_until
     end

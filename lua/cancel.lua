@@ -14,7 +14,7 @@ KEYS[5] pending  {p}:pending:<id>    (KEYS[3..5] ignored when ARGV[7] is '0')
 KEYS[6] dedup    {p}:dedup:<execution id> (optional: an enqueued job with its own id; any key
                  of another type, the stream, when there is none but KEYS[7] is given)
 KEYS[7] runs     optional: the runs log {p}:runs, where the cancelled job is recorded
-                 (runs_log.lua) with ARGV[9] (its cap) and ARGV[10] (the record)
+                 (run_log.lua) with ARGV[9] (its cap) and ARGV[10] (the record)
 ARGV[1] group
 ARGV[2] where    'stream' | 'delayed'
 ARGV[3] entry    the stream entry id, or the delayed set's member (the job's JSON fields)
@@ -26,24 +26,31 @@ ARGV[9] runs log cap   ARGV[10] the record (JSON array; with KEYS[7])
 Returns OK=5 cancelled | NOT_FOUND=-2 the job is no longer there (it ran, or was cancelled) |
 RUNNING=-12 a worker holds it (nothing done) | WRONG_TYPE=-6 a key holds another type.
 ]]
--- @include common
--- @include marker
--- @include job_run
--- @include runs_log
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
+-- @include job_event
+-- @include schedule_keys_ok
+-- @include schedule_exists
+-- @include finish_run
+-- @include dedup_finish
+-- @include level_of
+-- @include run_log
 
 local stream, delayed = KEYS[1], KEYS[2]
 local history, hash, pending, dedup = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, where, entry, exec = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local attempt, cap, has_history, extra = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8]
 
-if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return -6 end  -- WRONG_TYPE
+if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return WRONG_TYPE end
 if where == 'delayed' then
-  if rcall('ZREM', delayed, entry) == 0 then return -2 end  -- NOT_FOUND
+  if rcall('ZREM', delayed, entry) == 0 then return NOT_FOUND end
 else
   local found = rcall('XRANGE', stream, entry, entry)
-  if #found == 0 then return -2 end  -- NOT_FOUND
+  if #found == 0 then return NOT_FOUND end
   local p = redis.pcall('XPENDING', stream, group, entry, entry, 1)  -- an error: no group yet
-  if type(p) == 'table' and not p['err'] and p[1] then return -12 end  -- RUNNING
+  if type(p) == 'table' and not p['err'] and p[1] then return RUNNING end
   rcall('XDEL', stream, entry)
 end
 local now = now_ms()
@@ -53,4 +60,4 @@ if has_history and schedule_keys_ok(history, hash, pending) and schedule_exists(
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
 if KEYS[7] then run_log(KEYS[7], tonumber(ARGV[9]), ARGV[10], level_of(stream)) end
-return 5  -- OK
+return OK

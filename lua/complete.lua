@@ -17,7 +17,7 @@ ARGV[1] group   ARGV[2] history cap
 ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
                 event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…'),
                 dedup (optional: 1 = a dedup key follows, 0 = none),
-                run (optional: the runs log record, a JSON array as text, runs_log.lua)]
+                run (optional: the runs log record, a JSON array as text, run_log.lua)]
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 
@@ -25,15 +25,21 @@ Returns the number of items recorded (the others were no longer pending: nothing
 BAD_ARGS=-7 when ARGV[3] is not a JSON array. (A count, not a code per item: a reply of thousands of
 integers would cost the client more than the whole script.)
 ]]
--- @include common
--- @include marker
--- @include job_run
--- @include runs_log
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
+-- @include job_event
+-- @include schedule_live
+-- @include finish_run
+-- @include dedup_finish
+-- @include level_of
+-- @include run_log
 
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local ok, items = pcall(cjson.decode, ARGV[3])
-if not ok or type(items) ~= 'table' then return -7 end  -- BAD_ARGS
+if not ok or type(items) ~= 'table' then return BAD_ARGS end
 -- The runs log is the last key, given together with its cap.
 local runs_cap = tonumber(ARGV[4])
 local runs = runs_cap and KEYS[#KEYS]

@@ -14,7 +14,7 @@ KEYS[5] pending   {p}:pending:<id>
 KEYS[6] dedup     optional: {p}:dedup:<execution id> of an enqueued job with its own id (its
                   window now counts from this end); any key of another type (the stream) when
                   there is none but KEYS[7] is given
-KEYS[7] runs      optional: the runs log {p}:runs (runs_log.lua); when given, ARGV[10] and
+KEYS[7] runs      optional: the runs log {p}:runs (run_log.lua); when given, ARGV[10] and
                   ARGV[11] are the log's cap and the record, and the dead letter fields start
                   at ARGV[12]
 ARGV[1] group     ARGV[2] entry id   ARGV[3] dead-letter cap (entries)   ARGV[4] history cap
@@ -23,15 +23,23 @@ ARGV[6] execution id   ARGV[7] attempt
 ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
 ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or with KEYS[7]:
-ARGV[10] runs log cap   ARGV[11] the record (JSON array, runs_log.lua)   ARGV[12..] the fields
+ARGV[10] runs log cap   ARGV[11] the record (JSON array, run_log.lua)   ARGV[12..] the fields
 
 Returns {OK=5, dead-letter entry id} | {NOT_PENDING=-10} the entry was not pending (nothing
 done) | {WRONG_TYPE=-6} wrong key type.
 ]]
--- @include common
--- @include marker
--- @include job_run
--- @include runs_log
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
+-- @include job_event
+-- @include schedule_keys_ok
+-- @include schedule_exists
+-- @include finish_run
+-- @include dedup_finish
+-- @include level_of
+-- @include run_log
 
 local stream, dead, history, hash, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local dedup = KEYS[6]
@@ -41,8 +49,8 @@ local first, extra = ARGV[8], ARGV[9]
 local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
 if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
 
-if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {-6} end  -- WRONG_TYPE
-if rcall('XACK', stream, group, id) == 0 then return {-10} end  -- NOT_PENDING
+if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {WRONG_TYPE} end
+if rcall('XACK', stream, group, id) == 0 then return {NOT_PENDING} end
 rcall('XDEL', stream, id)
 local now = now_ms()
 local fields = {}
@@ -57,4 +65,4 @@ if has_schedule and schedule_keys_ok(history, hash, pending) and schedule_exists
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
 if runs then run_log(runs, runs_cap, run, level_of(stream)) end
-return {5, dead_id}  -- OK
+return {OK, dead_id}

@@ -11,7 +11,9 @@ Returns {now_ms, runs, next_ms}:
            that does (or is empty) was not written by rsched and is left out.
   next_ms  score of the earliest entry after now (string), or '' when there is none
 ]]
--- @include common
+-- @include rcall
+-- @include int_text
+-- @include now_ms
 
 -- Due entries are read by rank. A score in a reply costs the server a printf (Redis 7.0), more
 -- than the member itself; in a herd thousands of entries share one score, so where the entries

@@ -22,7 +22,13 @@ Returns {QUEUED=6, entry id} | {DELAYED=7, due ms} | {EXISTS=-9} the execution i
 job with it waits, runs or finished less than its window ago: nothing written) |
 {WRONG_TYPE=-6} a key has the wrong type | {BAD_ARGS=-7} a dedup key without a 'dedup' field.
 ]]
--- @include common
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
+-- @include op_replay
+-- @include op_store
 
 local stream, delayed, queues, op_key, dedup = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local queue, delay, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -33,16 +39,16 @@ local DEDUP_WAIT_MAX_MS = 7 * 86400000
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(stream, 'stream') and key_is(delayed, 'zset') and key_is(queues, 'set')) then
-  return {-6}  -- WRONG_TYPE
+  return {WRONG_TYPE}
 end
 local window = nil
 if dedup then
-  if not key_is(dedup, 'string') then return {-6} end  -- WRONG_TYPE
-  if rcall('EXISTS', dedup) == 1 then return {-9} end  -- EXISTS
+  if not key_is(dedup, 'string') then return {WRONG_TYPE} end
+  if rcall('EXISTS', dedup) == 1 then return {EXISTS} end
   for i = 4, #ARGV - 1, 2 do
     if ARGV[i] == 'dedup' then window = math.max(0, math.floor(tonumber(ARGV[i + 1]) or 0)) end
   end
-  if not window then return {-7} end  -- BAD_ARGS
+  if not window then return {BAD_ARGS} end
 end
 
 local now = now_ms()
@@ -61,8 +67,8 @@ end
 local result
 if due > now then
   rcall('ZADD', delayed, due, cjson.encode(fields))
-  result = {7, int_text(due)}  -- DELAYED
+  result = {DELAYED, int_text(due)}
 else
-  result = {6, rcall('XADD', stream, '*', unpack(fields))}  -- QUEUED
+  result = {QUEUED, rcall('XADD', stream, '*', unpack(fields))}
 end
 return op_store(op_key, op_id, result)

@@ -12,7 +12,8 @@ ARGV[1] execution id   ARGV[2] most entries read per key   ARGV[3] n (how many k
 Returns {} when not found, or {key index, entry id or delayed member, {field, value, …}, due ms
 (delayed only, else 0)}.
 ]]
--- @include common
+-- @include rcall
+-- @include key_is
 
 local exec, limit, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local needle = '"' .. exec .. '"'

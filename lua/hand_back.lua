@@ -10,7 +10,8 @@ ARGV[1] group   ARGV[2] consumer   ARGV[3] idle ms   ARGV[4..] entry ids
 
 Returns the number of entries handed back (claimed with the new idle time).
 ]]
--- @include common
+-- @include rcall
+-- @include key_is
 
 local stream = KEYS[1]
 local group, consumer, idle = ARGV[1], ARGV[2], ARGV[3]

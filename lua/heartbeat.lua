@@ -10,7 +10,7 @@ ARGV[1] group   ARGV[2] consumer   ARGV[3..] entry ids
 
 Returns the ids this consumer no longer holds.
 ]]
--- @include common
+-- @include rcall
 
 local stream = KEYS[1]
 local group, consumer = ARGV[1], ARGV[2]

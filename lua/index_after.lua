@@ -13,7 +13,7 @@ ARGV[3] count       how many entries to return at most
 Returns the entries after the position as a flat array {id, score, id, score, …} (scores as
 Redis prints them: "inf" for +inf).
 ]]
-local rcall = redis.call
+-- @include rcall
 
 local schedules_key = KEYS[1]
 local score, member, count = ARGV[1], ARGV[2], tonumber(ARGV[3])

@@ -6,18 +6,17 @@ can never act with it again: fire compares the whole value.
 
 KEYS[1] leader   STRING "<token>:<owner>" (PX ttl)
 KEYS[2] fence    STRING counter of tokens handed out
-KEYS[3] ttl      STRING the lease's TTL in ms, with the lease's own TTL (optional: a caller
-                 of an older rsched passes 2 keys; readers then guess the TTL)
+KEYS[3] ttl      STRING the lease's TTL in ms, with the lease's own TTL
 ARGV[1] owner    unique name of the calling process
 ARGV[2] ttl_ms   lease time to live
 
 Returns {OK=5, token} when the caller holds the lease (newly, or already: a re-sent call is
 harmless), {NOT_LEADER=-1, current_value, pttl_ms} when another process holds it.
 ]]
--- @include common
+-- @include codes
+-- @include rcall
 
-local leader_key, fence_key = KEYS[1], KEYS[2]
-local ttl_key = KEYS[3]
+local leader_key, fence_key, ttl_key = KEYS[1], KEYS[2], KEYS[3]
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 
 local cur = rcall('GET', leader_key)
@@ -25,12 +24,12 @@ if cur then
   local token, who = string.match(cur, '^(%d+):(.*)$')
   if who == owner then
     rcall('PEXPIRE', leader_key, ttl)
-    if ttl_key then rcall('SET', ttl_key, ttl, 'PX', ttl) end
-    return {5, token}  -- OK
+    rcall('SET', ttl_key, ttl, 'PX', ttl)
+    return {OK, token}
   end
-  return {-1, cur, rcall('PTTL', leader_key)}  -- NOT_LEADER
+  return {NOT_LEADER, cur, rcall('PTTL', leader_key)}
 end
 local token = rcall('INCR', fence_key)
 rcall('SET', leader_key, token .. ':' .. owner, 'PX', ttl)
-if ttl_key then rcall('SET', ttl_key, ttl, 'PX', ttl) end
-return {5, tostring(token)}  -- OK
+rcall('SET', ttl_key, ttl, 'PX', ttl)
+return {OK, tostring(token)}

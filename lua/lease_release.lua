@@ -5,8 +5,9 @@ ARGV[1] value    the caller's lease value
 
 Returns OK=5 when released, NOT_LEADER=-1 when the caller did not hold it (nothing changed).
 ]]
--- @include common
+-- @include codes
+-- @include rcall
 
-if rcall('GET', KEYS[1]) ~= ARGV[1] then return -1 end  -- NOT_LEADER
+if rcall('GET', KEYS[1]) ~= ARGV[1] then return NOT_LEADER end
 rcall('DEL', KEYS[1])
-return 5  -- OK
+return OK

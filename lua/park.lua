@@ -17,21 +17,24 @@ ARGV[3..] groups  one per bucket: "<n> <id> <id> …" (rsched ids hold no space)
 Returns how many were parked | NOT_LEADER=-1 | WRONG_TYPE=-6 (the index or the parked set holds
 another type; a bucket that does keeps its ids in the index) | BAD_ARGS=-7
 ]]
--- @include common
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
 
 local leader_key, schedules_key, parked_key = KEYS[1], KEYS[2], KEYS[3]
 local after = tonumber(ARGV[2])
-if not after or #ARGV ~= #KEYS - 1 then return -7 end  -- BAD_ARGS
+if not after or #ARGV ~= #KEYS - 1 then return BAD_ARGS end
 local groups = {}
 for g = 3, #ARGV do
   local n, rest = string.match(ARGV[g], '^([0-9]+) (.+)$')
-  if not n or KEYS[g + 1] ~= parked_key .. ':' .. n then return -7 end  -- BAD_ARGS
+  if not n or KEYS[g + 1] ~= parked_key .. ':' .. n then return BAD_ARGS end
   local ids = {}
   for sid in string.gmatch(rest, '[^ ]+') do ids[#ids + 1] = sid end
   groups[#groups + 1] = {key = KEYS[g + 1], n = n, ids = ids}
 end
-if rcall('GET', leader_key) ~= ARGV[1] then return -1 end  -- NOT_LEADER
-if not (key_is(schedules_key, 'zset') and key_is(parked_key, 'zset')) then return -6 end
+if rcall('GET', leader_key) ~= ARGV[1] then return NOT_LEADER end
+if not (key_is(schedules_key, 'zset') and key_is(parked_key, 'zset')) then return WRONG_TYPE end
 
 local horizon = now_ms() + after
 -- One read and one removal from the index for the whole call, one ZADD per bucket, and the

@@ -15,7 +15,7 @@ ARGV[3] count      how many entries to return at most
 Returns the first `count` entries after the position over all the buckets, in order, as a flat
 array {id, score, id, score, …} (scores as Redis prints them: "inf" for +inf).
 ]]
-local rcall = redis.call
+-- @include rcall
 local score, member, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local CHUNK = 4
 

@@ -9,7 +9,7 @@ another type (not rsched's) counts nothing. Read by
 rsched rather than pipelined: ~1 ms for 1,024 buckets where a pipeline of their 3,000 commands
 took ~40 ms of the client's time.
 ]]
-local rcall = redis.call
+-- @include rcall
 
 local up_to = ARGV[1]
 local total, active, due, oldest, oldest_score = 0, 0, 0, '', ''

@@ -10,21 +10,27 @@ ARGV[4] park_after_ms as upsert.lua's: a paused schedule (at +inf) goes to its p
 Returns {OK=5} paused (or already paused) | {NOT_FOUND=-2} | {COMPLETED=-4} (cannot pause) |
 {WRONG_TYPE=-6} a key has the wrong type
 ]]
--- @include common
--- @include placement
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
+-- @include op_replay
+-- @include op_store
+-- @include place
 
 local replay = op_replay(KEYS[3], ARGV[3])
 if replay then return replay end
 if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')
         and key_is(KEYS[5], 'zset')) then
-  return {-6}  -- WRONG_TYPE
+  return {WRONG_TYPE}
 end
 local status = rcall('HMGET', KEYS[2], 'version', 'status')
-if not status[1] then return {-2} end  -- NOT_FOUND
-if status[2] == 'completed' then return {-4} end  -- COMPLETED
+if not status[1] then return {NOT_FOUND} end
+if status[2] == 'completed' then return {COMPLETED} end
 rcall('HSET', KEYS[2], 'status', 'paused', 'updated_at', int_text(now_ms()))
 if ARGV[2] ~= '' then rcall('HSET', KEYS[2], 'pause_note', ARGV[2])
 else rcall('HDEL', KEYS[2], 'pause_note') end
 local park_after = tonumber(ARGV[4])
 place(KEYS[1], KEYS[4], KEYS[5], ARGV[1], 'inf', park_after and now_ms() + park_after)
-return op_store(KEYS[3], ARGV[3], {5})  -- OK
+return op_store(KEYS[3], ARGV[3], {OK})

@@ -23,9 +23,13 @@ ARGV[1] limit    most members moved by one call (over all its queues)
 Returns {moved, ms until the next member is due (-1 when none is left)} | {WRONG_TYPE=-6} a
 key has the wrong type (nothing moved).
 ]]
--- @include common
--- @include marker
--- @include job_run
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
+-- @include pcall_read
+-- @include decode_fields
+-- @include stream_of
 
 local limit = tonumber(ARGV[1])
 local now = nil
@@ -39,12 +43,12 @@ end
 local due = {}
 for q = 1, #KEYS, 4 do
   local head = pcall_read('ZRANGE', KEYS[q], 0, 0, 'WITHSCORES')
-  if not head then return {-6} end  -- WRONG_TYPE
+  if not head then return {WRONG_TYPE} end
   if head[2] then
     now = now or now_ms()
     if tonumber(head[2]) <= now then
       for i = q + 1, q + 3 do
-        if not key_is(KEYS[i], 'stream') then return {-6} end  -- WRONG_TYPE
+        if not key_is(KEYS[i], 'stream') then return {WRONG_TYPE} end
       end
       due[#due + 1] = q
     else

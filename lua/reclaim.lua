@@ -16,7 +16,7 @@ Returns one {next start id, {{entry id, {field, value, …}, deliveries}, …}} 
 order: a stream the count did not reach keeps its start id; one with nothing to reclaim (not a
 stream, no group) gets 0-0.
 ]]
--- @include common
+-- @include rcall
 
 local group, consumer, min_idle = ARGV[1], ARGV[2], ARGV[3]
 local left = tonumber(ARGV[4])

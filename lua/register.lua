@@ -13,14 +13,18 @@ ARGV[4] prune_ms ids not seen for this long are removed from the registry
 
 Returns {OK=5, now ms} | {WRONG_TYPE=-6} when a key holds another type (nothing written).
 ]]
--- @include common
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
 
 local workers, record = KEYS[1], KEYS[2]
 local id, json, ttl, prune = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
-if not (key_is(workers, 'zset') and key_is(record, 'string')) then return {-6} end  -- WRONG_TYPE
+if not (key_is(workers, 'zset') and key_is(record, 'string')) then return {WRONG_TYPE} end
 local now = now_ms()
 rcall('ZADD', workers, now, id)
 rcall('SET', record, json, 'PX', ttl)
 rcall('ZREMRANGEBYSCORE', workers, '-inf', '(' .. int_text(now - prune))
-return {5, int_text(now)}  -- OK
+return {OK, int_text(now)}

@@ -13,19 +13,23 @@ ARGV[1] id         ARGV[2] op_id (request id)
 Returns {OK=5} removed | {NOT_FOUND=-2} | {WRONG_TYPE=-6} a key has the wrong type (nothing
 removed)
 ]]
--- @include common
--- @include placement
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include op_replay
+-- @include op_store
+-- @include unpark_one
 
 local replay = op_replay(KEYS[5], ARGV[2])
 if replay then return replay end
 if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[6], 'zset')
         and key_is(KEYS[7], 'zset')) then
-  return {-6}  -- WRONG_TYPE
+  return {WRONG_TYPE}
 end
-if rcall('EXISTS', KEYS[2]) == 0 then return {-2} end  -- NOT_FOUND
+if rcall('EXISTS', KEYS[2]) == 0 then return {NOT_FOUND} end
 rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
 if KEYS[8] then rcall('DEL', KEYS[8]) end
 rcall('ZREM', KEYS[1], ARGV[1])
 unpark_one(KEYS[6], KEYS[7], ARGV[1])
 -- {p}:backlogs may keep the id until the scheduler's sweep finds its pending set gone.
-return op_store(KEYS[5], ARGV[2], {5})  -- OK
+return op_store(KEYS[5], ARGV[2], {OK})

@@ -15,14 +15,16 @@ ARGV[1..] dead-letter entry ids
 
 Returns the number re-queued | WRONG_TYPE=-6 a key has the wrong type.
 ]]
--- @include common
--- @include marker
--- @include job_run
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include decode_fields
+-- @include stream_of
 
 local dead, stream, high, low = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if not (key_is(dead, 'stream') and key_is(stream, 'stream')) then return -6 end  -- WRONG_TYPE
+if not (key_is(dead, 'stream') and key_is(stream, 'stream')) then return WRONG_TYPE end
 if (high and not key_is(high, 'stream')) or (low and not key_is(low, 'stream')) then
-  return -6  -- WRONG_TYPE
+  return WRONG_TYPE
 end
 local moved = 0
 for i = 1, #ARGV do

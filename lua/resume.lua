@@ -12,22 +12,29 @@ Returns {OK=5} resumed (or was not paused) | {NOT_FOUND=-2} | {CONFLICT=-3, gene
 changed since the client read it (read again and retry) | {COMPLETED=-4} | {WRONG_TYPE=-6} a key
 has the wrong type | {BAD_ARGS=-7} next_ms is not a number
 ]]
--- @include common
--- @include placement
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
+-- @include version_parts
+-- @include op_replay
+-- @include op_store
+-- @include unpark_one
 
 local replay = op_replay(KEYS[3], ARGV[5])
 if replay then return replay end
 if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[4], 'zset')
         and key_is(KEYS[5], 'zset')) then
-  return {-6}  -- WRONG_TYPE
+  return {WRONG_TYPE}
 end
-if not (ARGV[3] == '' or tonumber(ARGV[3])) then return {-7} end  -- BAD_ARGS
+if not (ARGV[3] == '' or tonumber(ARGV[3])) then return {BAD_ARGS} end
 local st = rcall('HMGET', KEYS[2], 'version', 'status')
-if not st[1] then return {-2} end  -- NOT_FOUND
+if not st[1] then return {NOT_FOUND} end
 local gen = version_parts(st[1]) or 0
-if tostring(gen) ~= ARGV[2] then return {-3, gen} end  -- CONFLICT
-if st[2] == 'completed' then return {-4} end  -- COMPLETED
-if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {5}) end  -- OK
+if tostring(gen) ~= ARGV[2] then return {CONFLICT, gen} end
+if st[2] == 'completed' then return {COMPLETED} end
+if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {OK}) end
 rcall('HDEL', KEYS[2], 'pause_note', 'status')
 rcall('HSET', KEYS[2], 'updated_at', int_text(now_ms()))
 unpark_one(KEYS[4], KEYS[5], ARGV[1])
@@ -38,4 +45,4 @@ else
   rcall('ZADD', KEYS[1], ARGV[3], ARGV[1])
   rcall('PUBLISH', ARGV[4], ARGV[3])
 end
-return op_store(KEYS[3], ARGV[5], {5})  -- OK
+return op_store(KEYS[3], ARGV[5], {OK})

@@ -12,7 +12,7 @@ KEYS[3] history  {p}:history:<id> (ignored when ARGV[9] is '0')
 KEYS[4] hash     optional: {p}:schedule:<id>; when given, the history is written only while
                  the schedule exists (a job retried after its schedule was removed leaves no
                  key behind)
-KEYS[5] runs     optional: the runs log {p}:runs (runs_log.lua), with ARGV[11] and ARGV[12]
+KEYS[5] runs     optional: the runs log {p}:runs (run_log.lua), with ARGV[11] and ARGV[12]
 ARGV[1] group
 ARGV[2] entry id
 ARGV[3] delay_ms        0 = back on the stream at once
@@ -23,15 +23,21 @@ ARGV[8] event           'failed' | 'timed_out' | 'retry' (the handler raised rsc
 ARGV[9] has history     '1' | '0'
 ARGV[10] extra          JSON fragment for the history event ('' or ',…')
 ARGV[11] runs log cap (entries; with KEYS[5])
-ARGV[12] the runs log record (JSON array, runs_log.lua; with KEYS[5])
+ARGV[12] the runs log record (JSON array, run_log.lua; with KEYS[5])
 
 Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing done) |
 {WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the next attempt is not a JSON list of strings.
 ]]
--- @include common
--- @include marker
--- @include job_run
--- @include runs_log
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
+-- @include decode_fields
+-- @include job_event
+-- @include schedule_exists
+-- @include level_of
+-- @include run_log
 
 local stream, delayed, history = KEYS[1], KEYS[2], KEYS[3]
 local group, id, delay, member = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -39,10 +45,10 @@ local cap, exec, attempt, event = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 local has_history, extra = ARGV[9] == '1', ARGV[10]
 local hash, runs = KEYS[4], KEYS[5]
 
-if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {-6} end  -- WRONG_TYPE
+if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {WRONG_TYPE} end
 local fields = decode_fields(member)
-if not fields then return {-7} end  -- BAD_ARGS
-if rcall('XACK', stream, group, id) == 0 then return {-10} end  -- NOT_PENDING
+if not fields then return {BAD_ARGS} end
+if rcall('XACK', stream, group, id) == 0 then return {NOT_PENDING} end
 rcall('XDEL', stream, id)
 local now = now_ms()
 local due = now + math.max(0, math.floor(delay))
@@ -56,4 +62,4 @@ if has_history and key_is(history, 'list') and (not hash or schedule_exists(hash
             ',"retry_in_ms":' .. int_text(due - now) .. extra)
 end
 if runs then run_log(runs, tonumber(ARGV[11]), ARGV[12], level_of(stream)) end
-return {5, int_text(due)}  -- OK
+return {OK, int_text(due)}

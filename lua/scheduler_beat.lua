@@ -13,7 +13,9 @@ ARGV[2] window_ms   liveness window (at most the lease TTL, so a dead scheduler'
 
 Returns {now_ms, id...}: Redis time and the live ids (the caller's among them).
 ]]
--- @include common
+-- @include rcall
+-- @include int_text
+-- @include now_ms
 
 local schedulers = KEYS[1]
 local id, window = ARGV[1], tonumber(ARGV[2])

@@ -11,16 +11,21 @@ Running it twice records "running" twice at most, "cancelled" once.
 KEYS[1] stream  {p}:queue:<queue>
 then 2 keys per item: history {p}:history:<id>, hash {p}:schedule:<id>
 then, optionally (an even number of keys in all), the runs log {p}:runs: a superseded job is
-  recorded there as cancelled (runs_log.lua)
+  recorded there as cancelled (run_log.lua)
 ARGV[1] group   ARGV[2] history cap   ARGV[3] worker id
 then 4 args per item: entry id, execution id, attempt, extra (JSON fragment, '' or ',…')
 
 Returns one code per item: OK=5 run it | SUPERSEDED=-11 (already acknowledged, do not run).
 ]]
--- @include common
--- @include marker
--- @include job_run
--- @include runs_log
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include json_str
+-- @include now_ms
+-- @include job_event
+-- @include schedule_live
+-- @include marker_of
+-- @include run_superseded
 
 local stream = KEYS[1]
 local group, cap, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -33,7 +38,7 @@ for i = 0, n - 1 do
   local history, hash = KEYS[2 + i * 2], KEYS[3 + i * 2]
   local id, exec, attempt, extra = ARGV[4 + i * 4], ARGV[5 + i * 4], ARGV[6 + i * 4],
                                    ARGV[7 + i * 4]
-  local code = 5  -- OK
+  local code = OK
   if schedule_live(hash) then
     local owner = marker_of(hash, now)
     if owner and owner ~= exec then
@@ -46,7 +51,7 @@ for i = 0, n - 1 do
             run_superseded(runs, stream, exec, rcall('HGET', hash, 'task'), attempt, worker)
           end
         end
-        code = -11  -- SUPERSEDED
+        code = SUPERSEDED
       end
     -- The history's type is checked by its first write, before the marker's.
     elseif job_event(history, cap, 'running', exec, attempt, now, extra) and owner then

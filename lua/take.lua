@@ -19,7 +19,7 @@ Returns '[]' when there is none.
 Errors: NOGROUP as raised by XREADGROUP (the group is missing: the caller re-creates it);
 WRONGTYPE before anything is read when a key is not a stream.
 ]]
-local rcall = redis.call
+-- @include rcall
 local group, consumer, left = ARGV[1], ARGV[2], tonumber(ARGV[3])
 for i = 1, #KEYS do
   local t = rcall('TYPE', KEYS[i])['ok']

@@ -3,8 +3,8 @@ occurrences are not moved. The run counts towards max_runs.
 
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] stream
 KEYS[6] op  KEYS[7] backlogs  KEYS[8] parked bucket ({p}:parked:<n>, see park.lua)
-KEYS[9] parked ({p}:parked)  KEYS[10] runs (optional: the runs log, where a trigger the overlap
-policy skips is recorded)
+KEYS[9] parked ({p}:parked)  KEYS[10] runs (the runs log, where a trigger the overlap policy
+skips is recorded)
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 
 Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUFFERED=3
@@ -13,33 +13,47 @@ Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUF
 fields rsched did not write (no task, a number field that is not a number). A re-sent call
 returns the first result (the execution id is derived from the Redis time of the first call).
 ]]
--- @include common
--- @include marker
--- @include runs_log
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
+-- @include op_replay
+-- @include op_store
+-- @include job_fields
+-- @include hash_plan
+-- @include job_state
 -- @include fire_job
--- @include placement
+-- @include advance
+-- @include unpark_one
 
-local replay = op_replay(KEYS[6], ARGV[4])
+local schedules_key, hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local op_key, backlogs_key, bucket_key, parked_key, runs_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[10]
+local sid, cap, cancel_channel, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+
+local replay = op_replay(op_key, op_id)
 if replay then return replay end
-fire_job_runs(KEYS[10])
-local k = {hash = KEYS[2], history = KEYS[3], pending = KEYS[4], stream = KEYS[5]}
-if not (key_is(KEYS[1], 'zset') and key_is(k.hash, 'hash') and key_is(k.history, 'list')
-        and key_is(k.pending, 'zset') and key_is(k.stream, 'stream')
-        and key_is(KEYS[7], 'zset') and key_is(KEYS[8], 'zset') and key_is(KEYS[9], 'zset')) then
-  return {-6}  -- WRONG_TYPE
+if not (key_is(schedules_key, 'zset') and key_is(hash, 'hash') and key_is(history, 'list')
+        and key_is(pending, 'zset') and key_is(stream, 'stream') and key_is(backlogs_key, 'zset')
+        and key_is(bucket_key, 'zset') and key_is(parked_key, 'zset')) then
+  return {WRONG_TYPE}
 end
-local f = job_fields(k.hash)
-if not f[F_VERSION] then return {-2} end  -- NOT_FOUND
-if f[F_STATUS] == 'completed' then return {-4} end  -- COMPLETED
-local p = hash_policy(f)
-if not p or not fire_job_ok(f) then return {-6} end  -- WRONG_TYPE
+local f = job_fields(hash)
+if not f[F_VERSION] then return {NOT_FOUND} end
+if f[F_STATUS] == 'completed' then return {COMPLETED} end
+local p = hash_plan(f)
+local runs, gen = job_state(f)
+if not p or not runs then return {WRONG_TYPE} end
 local now = now_ms()
+local shared = {now = now, cap = cap, cancel = cancel_channel, backlogs = backlogs_key,
+                runs = runs_key}
 local sched = int_text(now)
-local code, exec, run_until = fire_job(k.hash, k.history, k.pending, k.stream, ARGV[1], sched,
-                                       now, 'manual', tonumber(ARGV[2]), ARGV[3], nil, f, p,
-                                       false, KEYS[7])
-if code > 0 and advance(k.hash, sched, '', code ~= 2, false, p, run_until and exec, run_until) then
-  rcall('ZADD', KEYS[1], 'inf', ARGV[1])  -- completed (max_runs reached)
-  unpark_one(KEYS[8], KEYS[9], ARGV[1])
+local code, exec, run_until = fire_job(shared, hash, history, pending, stream, sid, sched,
+                                       'manual', nil, f, gen, p, false)
+if code > 0 and advance(hash, sched, '', code ~= SKIPPED, false, p, runs, run_until and exec,
+                        run_until) then
+  rcall('ZADD', schedules_key, 'inf', sid)  -- completed (max_runs reached)
+  unpark_one(bucket_key, parked_key, sid)
 end
-return op_store(KEYS[6], ARGV[4], {code, exec})
+return op_store(op_key, op_id, {code, exec})

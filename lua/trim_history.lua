@@ -2,9 +2,9 @@
 time (the leader's retention sweep walks the schedules index by rank, a slice per sweep).
 
 Each schedule's history is newest first, so its old records are at the tail: pop from the right
-while the last record's time is older than the cutoff: a run's record (history.lua) by its
-newest event (a run is dropped whole, once it has ended long enough ago), an event of an older
-rsched (a JSON object) by its "at" (ms). Anything else (written by hand) stops the trim of that
+while the last record's time is older than the cutoff: a run's record (rec_first.lua) by its
+newest event (a run is dropped whole, once it has ended long enough ago), an event kept as a
+JSON object (job_event.lua) by its "at" (ms). Anything else (written by hand) stops the trim of that
 list. A key of another type is skipped.
 
 The caller walks the schedules index by rank (ZRANGE) and declares the history of each schedule
@@ -16,8 +16,10 @@ ARGV[1] cutoff (ms): records (events) last written before it are dropped
 
 Returns the number of records removed (a count, no code).
 ]]
--- @include common
--- @include history
+-- @include rcall
+-- @include key_is
+-- @include num62
+-- @include rec_time
 
 local cutoff = tonumber(ARGV[1])
 local removed = 0

@@ -17,18 +17,22 @@ Returns {moved, earliest} (earliest: the smallest score moved, '' when none) | {
 {WRONG_TYPE=-6} (the index or the parked set holds another type; a bucket that does is dropped
 from the parked set) | {BAD_ARGS=-7}
 ]]
--- @include common
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include key_is
+-- @include now_ms
 
 local leader_key, schedules_key, parked_key = KEYS[1], KEYS[2], KEYS[3]
 local within, limit = ARGV[2] == 'inf' and math.huge or tonumber(ARGV[2]), tonumber(ARGV[3])
-if not within or not limit or limit < 1 or #ARGV ~= #KEYS then return {-7} end  -- BAD_ARGS
+if not within or not limit or limit < 1 or #ARGV ~= #KEYS then return {BAD_ARGS} end
 for g = 4, #ARGV do
   if not string.match(ARGV[g], '^[0-9]+$') or KEYS[g] ~= parked_key .. ':' .. ARGV[g] then
-    return {-7}  -- BAD_ARGS
+    return {BAD_ARGS}
   end
 end
-if rcall('GET', leader_key) ~= ARGV[1] then return {-1} end  -- NOT_LEADER
-if not (key_is(schedules_key, 'zset') and key_is(parked_key, 'zset')) then return {-6} end
+if rcall('GET', leader_key) ~= ARGV[1] then return {NOT_LEADER} end
+if not (key_is(schedules_key, 'zset') and key_is(parked_key, 'zset')) then return {WRONG_TYPE} end
 
 local until_ms = within == math.huge and '+inf' or int_text(now_ms() + within)
 local moved, earliest = 0, nil

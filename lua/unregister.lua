@@ -7,8 +7,10 @@ ARGV[1] worker id
 
 Returns OK=5.
 ]]
--- @include common
+-- @include codes
+-- @include rcall
+-- @include key_is
 
 if key_is(KEYS[1], 'zset') then rcall('ZREM', KEYS[1], ARGV[1]) end
 if key_is(KEYS[2], 'string') then rcall('DEL', KEYS[2]) end
-return 5  -- OK
+return OK

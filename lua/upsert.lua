@@ -31,10 +31,15 @@ Returns {OK=5, generation, created(0/1)} | {EXISTS=-9} (add) | {NOT_FOUND=-2} (r
 has the wrong type (or the stored generation/runs are not numbers) | {BAD_ARGS=-7} malformed
 arguments
 ]]
--- @include common
--- @include marker
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
+-- @include op_replay
+-- @include op_store
+-- @include place
 -- @include upsert_one
--- @include placement
+-- @include earlier_than_head
 
 local schedules_key, hash_key, pending_key, queues_key, op_key, bucket_key, parked_key = KEYS[1],
     KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -46,9 +51,9 @@ local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
         and key_is(bucket_key, 'zset') and key_is(parked_key, 'zset')) then
-  return {-6}  -- WRONG_TYPE
+  return {WRONG_TYPE}
 end
-if op_id == '' then return {-7} end  -- BAD_ARGS
+if op_id == '' then return {BAD_ARGS} end
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
 local reply, score = upsert_one({

@@ -28,10 +28,15 @@ generation/runs are not numbers). The whole call answers a lone code when nothin
 WRONG_TYPE=-6 (the index or the queues set has the wrong type) or BAD_ARGS=-7 (malformed
 arguments of any item: every item is checked before the first write).
 ]]
--- @include common
--- @include marker
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
+-- @include op_replay
+-- @include op_store
+-- @include unpark_one
 -- @include upsert_one
--- @include placement
+-- @include earlier_than_head
 
 local schedules_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, op_id, created_ms = ARGV[1], ARGV[2], ARGV[3]
@@ -41,9 +46,9 @@ local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
         and key_is(parked_key, 'zset')) then
-  return '-6'  -- WRONG_TYPE
+  return tostring(WRONG_TYPE)
 end
-if op_id == '' or not tonumber(created_ms) then return '-7' end  -- BAD_ARGS
+if op_id == '' or not tonumber(created_ms) then return tostring(BAD_ARGS) end
 
 -- Every item parsed before the first write: malformed arguments write nothing at all.
 local items = {}
@@ -52,7 +57,7 @@ while a <= #ARGV do
   local n = tonumber(ARGV[a + 6] or '')
   if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 2 > #KEYS
       or not UPSERT_MODES[ARGV[a + 1]] or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
-    return '-7'  -- BAD_ARGS
+    return tostring(BAD_ARGS)
   end
   items[#items + 1] = {
     hash = KEYS[k], pending = KEYS[k + 1], parked = KEYS[k + 2], id = ARGV[a], mode = ARGV[a + 1],
@@ -61,7 +66,7 @@ while a <= #ARGV do
   }
   a, k = a + 7 + n, k + 3
 end
-if k ~= #KEYS + 1 then return '-7' end  -- BAD_ARGS
+if k ~= #KEYS + 1 then return tostring(BAD_ARGS) end
 
 -- A bulk create's schedules are all new: one EXISTS over the call's hashes then spares each
 -- one its read (upsert_one's ``absent``).

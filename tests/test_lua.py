@@ -30,6 +30,14 @@ def test_expand_inlines_includes_recursively(tmp_path: Path) -> None:
     assert out == "local a = 1\nlocal b = 2\n\nreturn a + b\n"
 
 
+def test_expand_inlines_an_include_once(tmp_path: Path) -> None:
+    inc = tmp_path / "includes"
+    write(inc, "a", "local a = 1\n")
+    write(inc, "b", "-- @include a\nlocal b = a\n")
+    out = _lua.expand("-- @include b\n-- @include a\nreturn b\n", inc)
+    assert out == "local a = 1\n\nlocal b = a\n\n\nreturn b\n"
+
+
 def test_expand_leaves_other_comments(tmp_path: Path) -> None:
     text = "-- @include\n--  @include a\n-- see @include a\nreturn 1\n"
     assert _lua.expand(text, tmp_path) == text
@@ -58,14 +66,17 @@ def test_every_engine_script_exists_with_a_header() -> None:
 
 
 CODE_NAMED = re.compile(r"\b([A-Z][A-Z_]+)=(-?\d+)\b")
-# A code a script returns: a literal reply or the first element of a reply table, or a
-# per-item code it assigns.
-RETURNED = re.compile(
-    r"(?:return\s*|op_store\([^()]*?, |\w+ = )\{\s*(-?\d+)\s*[,}]"
-    r"|return\s+'?(-?\d+)'?\s*(?:end\b|--|$)"
-    r"|\bcode = (-?\d+)",
+# A code a script returns by name: a reply, the first element of a reply table, or a per-item
+# code it assigns.
+RETURNED = re.compile(r"(?:\breturn\s+(?:tostring\()?|\{|\bcode = )([A-Z][A-Z_]+)\b")
+# A code as a bare number where a script returns one.
+BARE = re.compile(
+    r"(?:return\s*|op_store\([^()]*?, |\w+ = )\{\s*-?\d+\s*[,}]"
+    r"|return\s+'?-?\d+'?\s*(?:end\b|--|$)"
+    r"|\bcode = -?\d+",
     re.MULTILINE,
 )
+LUA_CODE = re.compile(r"^local ([A-Z][A-Z_]+) = (-?\d+)\b", re.MULTILINE)
 
 
 def _header(path: Path) -> str:
@@ -75,12 +86,19 @@ def _header(path: Path) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith("--"))
 
 
+def test_lua_codes_are_the_python_table() -> None:
+    text = (_lua.lua_dir() / "includes" / "codes.lua").read_text()
+    assert {name: int(number) for name, number in LUA_CODE.findall(text)} == {
+        code.name: code.value for code in Code
+    }
+
+
 def test_codes_in_script_headers_are_the_tables() -> None:
     named: set[Code] = set()
     paths = [*_lua.lua_dir().glob("*.lua"), *_lua.lua_dir().glob("includes/*.lua")]
     for path in paths:
         header = _header(path)
-        listed = {int(number) for name, number in CODE_NAMED.findall(header)}
+        listed = {name for name, number in CODE_NAMED.findall(header)}
         for name, number in CODE_NAMED.findall(header):
             assert name in Code.__members__, f"{path.name}: {name} is not in rsched._core.codes"
             assert Code[name] == int(number), f"{path.name}: {name}={number}"
@@ -88,13 +106,14 @@ def test_codes_in_script_headers_are_the_tables() -> None:
         if path.parent.name == "includes":
             continue
         body = path.read_text()[len(header) :]
-        for match in RETURNED.finditer(body):
-            number = int(next(g for g in match.groups() if g is not None))
-            assert number in listed, f"{path.name} returns {number}, not named in its header"
+        assert not BARE.search(body), f"{path.name} returns a bare number: name the code"
+        for name in RETURNED.findall(body):
+            if name in Code.__members__:
+                assert name in listed, f"{path.name} returns {name}, not named in its header"
     assert named == set(Code), "codes no script returns"
 
 
-@pytest.mark.parametrize("name", ENGINE_SCRIPTS)
+@pytest.mark.parametrize("name", _lua.names())
 async def test_scripts_load_on_the_server(redis: Redis, name: str) -> None:
     sha = await redis.script_load(_lua.source(name))
     assert (await redis.script_exists(sha)) == [True]

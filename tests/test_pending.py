@@ -487,7 +487,7 @@ async def test_the_sweep_leaves_a_schedule_whose_stream_changed_since_its_read(
     k = store.keys
     declared = [k.schedule("a"), k.history("a"), k.pending("a"), k.queue("other")]
     args = [lease, store.history_limit, "a"]
-    assert await store.call("release", [k.leader, k.backlogs, *declared], args) == 0
+    assert await store.call("release_lost", [k.leader, k.backlogs, *declared], args) == 0
     assert len(await pending(store)) == 1
     assert await store.redis.zscore(k.backlogs, "a") == 1  # for the next sweep
     assert await firing(store).release_lost(lease) == 1

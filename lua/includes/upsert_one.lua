@@ -1,35 +1,42 @@
--- Include: upsert_one — create or replace one schedule's spec: what upsert.lua and
--- upsert_many.lua both do per schedule (so the two can never drift apart). Needs: common.lua,
--- marker.lua.
+-- Include: upsert_one(s) — create or replace one schedule's spec: what upsert.lua and
+-- upsert_many.lua both do per schedule (so the two can never drift apart).
 --
--- upsert_one(s) with s = {hash, pending (keys), mode, expect_gen, next_ms, paused,
---   created_ms (text), args, from, to, absent}: the spec's strings (field, value, ...) are
---   args[from..to] (the script's ARGV, not copied); absent = true when the caller found the
---   hash does not exist (in this script run), which spares its read
--- checks the schedule's own keys and state, then writes its hash; returns reply, score:
--- reply is {OK=5, generation, created(0/1)} or a code table as in upsert.lua's header; score
--- is the schedule's new index score ('inf' when paused or completed), nil when nothing was
--- written. The caller then adds the id to the index with that score (ZADD) and its queue to
--- the queues set, after checking those two keys itself: upsert_many.lua does both once for
--- all its schedules, and tells the scheduler once, about the earliest score.
+-- s = {hash, pending (keys), mode, expect_gen, next_ms, paused, created_ms (text), args, from,
+-- to, absent}: the spec's strings (field, value, ...) are args[from..to] (the script's ARGV, not
+-- copied); absent = true when the caller found the hash does not exist (in this script run),
+-- which spares its read. Checks the schedule's own keys and state, then writes its hash; returns
+-- reply, score: reply is {OK, generation, created(0/1)} or a code table as in upsert.lua's
+-- header; score is the schedule's new index score ('inf' when paused or completed), nil when
+-- nothing was written. The caller then adds the id to the index with that score (ZADD) and its
+-- queue to the queues set, after checking those two keys itself: upsert_many.lua does both once
+-- for all its schedules, and tells the scheduler once, about the earliest score.
+-- @include codes
+-- @include rcall
+-- @include int_text
+-- @include now_ms
+-- @include pcall_read
+-- @include version_parts
+-- @include marker
 
 local UPSERT_MODES = {add = true, upsert = true, replace = true}
 -- What the read of version, runs, last_run and the marker gives for a hash that does not exist.
 local NOTHING_STORED = {false, false, false}
-local upsert_now = nil
 for i = 1, #MARKER do NOTHING_STORED[3 + i] = false end
+-- The time of an update, read once per script run: a bulk replace would otherwise call TIME per
+-- schedule.
+local upsert_now = nil
 
 local function upsert_one(s)
   if not UPSERT_MODES[s.mode] or not (s.next_ms == '' or tonumber(s.next_ms))
       or not tonumber(s.created_ms) or (s.to - s.from + 1) % 2 ~= 0 then
-    return {-7}  -- BAD_ARGS
+    return {BAD_ARGS}
   end
   -- The state a new spec inherits: version, runs, last_run, then the run marker (marker.lua).
   -- The read is the hash's type check.
   local old = NOTHING_STORED
   if not s.absent then
     old = pcall_read('HMGET', s.hash, 'version', 'runs', 'last_run', unpack(MARKER))
-    if not old then return {-6} end  -- WRONG_TYPE
+    if not old then return {WRONG_TYPE} end
   end
   local exists = old[1] ~= false
   -- Only an existing schedule can have pending occurrences (remove.lua deletes them with the
@@ -37,15 +44,17 @@ local function upsert_one(s)
   local pending = 'none'
   if exists then
     pending = rcall('TYPE', s.pending)['ok']
-    if pending ~= 'none' and pending ~= 'zset' then return {-6} end  -- WRONG_TYPE
+    if pending ~= 'none' and pending ~= 'zset' then return {WRONG_TYPE} end
   end
   local old_gen, created = version_parts(old[1])
   -- State fields edited by hand would make the arithmetic below fail after the first write.
-  if (exists and not old_gen) or (old[2] and not tonumber(old[2])) then return {-6} end  -- WRONG_TYPE
-  if s.mode == 'add' and exists then return {-9} end  -- EXISTS
-  if s.mode == 'replace' and not exists then return {-2} end  -- NOT_FOUND
+  if (exists and not old_gen) or (old[2] and not tonumber(old[2])) then
+    return {WRONG_TYPE}
+  end
+  if s.mode == 'add' and exists then return {EXISTS} end
+  if s.mode == 'replace' and not exists then return {NOT_FOUND} end
   if s.expect_gen ~= '' and tostring(old_gen or 0) ~= s.expect_gen then
-    return {-3, old_gen or 0}  -- CONFLICT
+    return {CONFLICT, old_gen or 0}
   end
 
   local gen = (old_gen or 0) + 1
@@ -70,7 +79,7 @@ local function upsert_one(s)
   if not exists and not status then
     -- A new active schedule (a bulk create's every one): the spec straight from the arguments.
     rcall('HSET', s.hash, 'version', version, unpack(args, s.from, s.to))
-    return {5, gen, 1}, score  -- OK
+    return {OK, gen, 1}, score
   end
   -- One HSET of the new spec and the state it keeps.
   local fields = {'version', version}
@@ -78,7 +87,6 @@ local function upsert_one(s)
   -- A schedule never changed since its creation has no updated_at (readers take created_at): at
   -- 100k schedules the field would cost ~30 bytes each for nothing.
   if exists then
-    -- Read once per script run: a bulk replace would otherwise call TIME per schedule.
     upsert_now = upsert_now or int_text(now_ms())
     fields[#fields + 1] = 'updated_at'
     fields[#fields + 1] = upsert_now
@@ -100,18 +108,13 @@ local function upsert_one(s)
     fields[#fields + 1] = status
   end
   if exists then rcall('DEL', s.hash) end
-  -- The pending occurrences of the old spec never run (marker.lua); {p}:backlogs may keep the
-  -- id a while: the scheduler's sweep drops an entry whose pending set is gone (release.lua).
+  -- The pending occurrences of the old spec never run (pending_push.lua); {p}:backlogs may
+  -- keep the id a while: the scheduler's sweep drops an entry whose pending set is gone
+  -- (release_lost.lua).
   if pending == 'zset' then rcall('DEL', s.pending) end
   rcall('HSET', s.hash, unpack(fields))
 
   local made = 1
   if exists then made = 0 end
-  return {5, gen, made}, score  -- OK
-end
-
--- True when ``score`` (an index score as text, or 'inf') comes before the index's head as read
--- before the writes (``head`` is ZRANGE 0 0 WITHSCORES): the scheduler must be woken.
-local function earlier_than_head(score, head)
-  return score ~= 'inf' and (not head[2] or tonumber(score) < tonumber(head[2]))
+  return {OK, gen, made}, score
 end

@@ -13,7 +13,7 @@ Afterwards the schedule continues with its first occurrence after now.
 Every caught-up occurrence runs, whatever the overlap policy: the policy only decides whether
 they overlap. With ``allow`` the fire script queues them all at once; under any other policy the
 first runs (or waits behind a run in progress) and the others wait in the schedule's pending set
-(lua/includes/marker.lua), each released when the run before it ends, so the engine never
+(lua/includes/pending_push.lua), each released when the run before it ends, so the engine never
 queues two runs of a non-``allow`` schedule at once.
 """
 

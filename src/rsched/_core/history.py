@@ -1,7 +1,7 @@
 """A schedule's history as typed records, and its pages.
 
 The scripts keep one compact record per run (or dropped occurrence) on the schedule's history
-list, newest first, updated in place as the run goes on (lua/includes/history.lua, docs/keys.md
+list, newest first, updated in place as the run goes on (lua/includes/rec_first.lua, docs/keys.md
 "History records"); rsched before them pushed one JSON object per event, and a list may hold
 both. :func:`stored_events` expands each record into the events it stands for, as the JSON
 objects of old (``event`` and ``at`` always, the other fields by kind), and puts every event in
@@ -175,7 +175,7 @@ def page_events(
     return Page(out, None)
 
 
-# --- compact records (lua/includes/history.lua) ------------------------------------------------
+# --- compact records (lua/includes/rec_first.lua) ------------------------------------------------
 
 _RECORD = re.compile(r"^-?[0-9a-zA-Z]+\|")
 #: Token code -> event name.

@@ -9,10 +9,11 @@ another node's data.
 
 On a cluster (rsched._redis.cluster) a script runs on the primary of its keys' slot. The client
 loads the scripts each primary it learns of lacks; a NOSCRIPT all the same (a primary that lost
-them, or one met through a MOVED) loads the script on every primary and retries once, and a TRYAGAIN
-(its keys half migrated) is retried with backoff for up to :data:`TRYAGAIN_LIMIT_S`. A write to be
-confirmed goes with its WAIT on a connection of that primary held for both, and a MOVED or ASK sends
-the pair again where it points."""
+them, or one met through a MOVED) loads the script on every primary and retries once, and a
+TRYAGAIN (its keys half migrated) is retried with backoff for up to :data:`TRYAGAIN_LIMIT_S`. A
+write to be confirmed goes with its WAIT on a connection of that primary held for both, and a
+MOVED or ASK sends the pair again where it points.
+"""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
 #: Scripts that only read: ``flags=no-writes`` lets them run under maxmemory and on replicas.
 READ_ONLY = frozenset(
-    {"due", "find_job", "index_after", "parked_after", "parked_counts", "policies"}
+    {"due", "find_job", "index_after", "parked_after", "parked_counts", "plan_fields"}
 )
 #: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.
 TRYAGAIN_LIMIT_S = 10.0
@@ -88,19 +89,32 @@ def lua_dir() -> Path:
     return Path(str(importlib.resources.files("rsched").joinpath("lua")))
 
 
-def expand(source: str, include_dir: Path, seen: tuple[str, ...] = ()) -> str:
-    """Replace each ``-- @include name`` line with includes/name.lua (recursively, once each)."""
+def expand(source: str, include_dir: Path) -> str:
+    """Replace each ``-- @include name`` line with includes/name.lua, itself expanded.
 
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in seen:
-            raise ValueError(f"Lua include cycle: {' -> '.join((*seen, name))}")
-        path = include_dir / f"{name}.lua"
-        if not path.is_file():
-            raise FileNotFoundError(f"Lua include {name!r} not found in {include_dir}")
-        return expand(path.read_text(), include_dir, (*seen, name))
+    An include names the includes it needs, so the same one may be named several times in a
+    script: it is inlined once, where it is first named (its locals are visible from there on),
+    and every later line naming it is dropped.
+    """
+    done: set[str] = set()
 
-    return _INCLUDE.sub(replace, source)
+    def inline(text: str, stack: tuple[str, ...]) -> str:
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in stack:
+                raise ValueError(f"Lua include cycle: {' -> '.join((*stack, name))}")
+            if name in done:
+                return ""
+            path = include_dir / f"{name}.lua"
+            if not path.is_file():
+                raise FileNotFoundError(f"Lua include {name!r} not found in {include_dir}")
+            body = inline(path.read_text(), (*stack, name))
+            done.add(name)
+            return body
+
+        return _INCLUDE.sub(replace, text)
+
+    return inline(source, ())
 
 
 @functools.cache
@@ -208,8 +222,8 @@ def _replies(name: str, replies: list[Any], error: ResponseError | None) -> list
 class ScriptCaller:
     """Calls the scripts of lua/ on one client: each registered once, then run by SHA.
 
-    The base of the stores that call scripts (rsched._store); a key of the wrong type, which
-    only a writer other than rsched can cause, surfaces as StateError.
+    The base of the two stores (schedules and queues); a key of the wrong type, which only a
+    writer other than rsched can cause, surfaces as StateError.
     """
 
     #: Writes to confirm with WAIT (rsched._redis.durability); the stores set it from the settings.

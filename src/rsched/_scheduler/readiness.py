@@ -24,7 +24,7 @@ from rsched._scheduler.scheduler import Scheduler
 # The scripts a scheduler needs: /readyz loads any the server lacks (after a restart without
 # persistence the server forgets them; redis-py would reload one only at its next call).
 SCHEDULER_SCRIPTS = (
-    "lease_acquire", "lease_renew", "lease_release", "scheduler_beat", "due", "policies", "fire",
+    "lease_acquire", "lease_renew", "lease_release", "scheduler_beat", "due", "plan_fields", "fire",
 )  # fmt: skip
 
 

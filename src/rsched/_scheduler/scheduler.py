@@ -105,7 +105,7 @@ DEV_WEIGHT, DEV_RATE, HEADROOM = 2.0, 0.25, 1.5
 FIRST_BATCH = MIN_BATCH
 # A due entry costs due.lua about this share of what a fired item costs fire.lua on average
 # (0.5-0.7 µs against 7-9 µs, both measured in a 100k herd on one VM), and reading one
-# schedule's planning fields (policies.lua) this share of what an item is taken to cost: the due
+# schedule's planning fields (plan_fields.lua) this share of what an item is taken to cost: the due
 # reads' and spec reads' sizes follow the budget too. A due read re-reads the entries still
 # queued to fire (left out by id), so it is sized from the average cost, without headroom:
 # a smaller one would be mostly those.
@@ -118,10 +118,11 @@ WINDOW_GROWTH_MAX = 8
 # idle time before the next run.
 FREEZE_GROWTH = 10_000
 FREEZE_IDLE_S = 0.5
-# Specs read per policies.lua call (and per step of the prefetch), at most.
+# Specs read per plan_fields.lua call (and per step of the prefetch), at most.
 LOAD_CHUNK = 1_000
 # How often the leader looks for pending occurrences whose run was lost (its marker expired):
-# markers live for hours, so a few seconds late is nothing; release.lua, at most this many a call.
+# markers live for hours, so a few seconds late is nothing; release_lost.lua, at most this many a
+# call.
 RELEASE_EVERY_S = 5.0
 RELEASE_BATCH = 100
 # Parked schedules (rsched._store.parking): brought back every PARK_EVERY_S, at most UNPARK_CALLS
@@ -553,7 +554,7 @@ class PartitionEngine:
         return max(self.batch_size(), min(self._window, fit))
 
     def load_chunk(self) -> int:
-        """Specs per policies.lua call: as many as fit in the time budget, at most LOAD_CHUNK."""
+        """Specs per plan_fields.lua call: as many as fit in the time budget, at most LOAD_CHUNK."""
         fit = int(self.cfg.fire_budget_ms * 1000 / (self.item_cost_us() * LOAD_SHARE))
         return max(MIN_BATCH, min(LOAD_CHUNK, fit))
 

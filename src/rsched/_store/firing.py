@@ -95,7 +95,7 @@ class FiringStore(_lua.ScriptCaller):
         if not schedule_ids:
             return []
         raw = await self.call_packed(
-            "policies", [self.keys.schedule(sid) for sid in schedule_ids], list(names)
+            "plan_fields", [self.keys.schedule(sid) for sid in schedule_ids], list(names)
         )
         out: list[dict[str, str] | None] = []
         for values in orjson.loads(raw):
@@ -163,7 +163,7 @@ class FiringStore(_lua.ScriptCaller):
 
     async def release_lost(self, lease: str, limit: int = 100) -> int | None:
         """Release the next pending occurrence of each schedule (at most ``limit``) whose
-        unfinished run's marker expired (lua/release.lua); returns how many were released, None
+        unfinished run's marker expired (lua/release_lost.lua); returns how many were released, None
         when not leader (0, unchecked, when none is due).
 
         The due ids and each one's queue and priority are read first, so that the script
@@ -189,9 +189,9 @@ class FiringStore(_lua.ScriptCaller):
             level: Priority = priority if priority in PRIORITIES else "normal"
             stream = k.queue(str(queue or "default"), level)
             keys += (k.schedule(sid), k.history(sid), k.pending(sid), stream)
-        res = int(await self.call("release", keys, [lease, self.history_limit, *ids]))
+        res = int(await self.call("release_lost", keys, [lease, self.history_limit, *ids]))
         if res == Code.NOT_LEADER:
             return None
         if res < 0:
-            check(res, script="release")
+            check(res, script="release_lost")
         return res

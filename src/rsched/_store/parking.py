@@ -3,7 +3,7 @@
 A sorted-set entry in the index costs ~110 bytes (skiplist node, dict entry, member); in a
 bucket of a hundred or so, which Redis keeps as a listpack, ~28. What is due more than
 PARK_AFTER_MS from now, paused and completed schedules too, is parked: by the write that makes it
-so (upsert, upsert_many, pause: lua/includes/placement.lua), or by the leading scheduler for
+so (upsert, upsert_many, pause: lua/includes/place.lua), or by the leading scheduler for
 what a fire, resume or trigger left there (lua/park.lua). The leader brings entries back
 UNPARK_WITHIN_MS before they are due (lua/unpark.lua), so due reads and fires only ever look at
 the index. Readers that need every schedule (a schedule's next run, list pages, counts, health,

@@ -30,7 +30,7 @@ from rsched._core.rules import PRIORITIES
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")
-#: The record's values, in the order of its JSON array (lua/includes/runs_log.lua).
+#: The record's values, in the order of its JSON array (lua/includes/run_log.lua).
 RUN_FIELDS = (
     "exec", "sid", "task", "queue", "status", "sched", "fired", "attempt", "worker", "dur",
     "etype", "error",
@@ -121,7 +121,7 @@ def run_record(
     error_type: str = "",
     error: str = "",
 ) -> str:
-    """The record (a JSON array in RUN_FIELDS order, lua/includes/runs_log.lua) of a job's entry
+    """The record (a JSON array in RUN_FIELDS order, lua/includes/run_log.lua) of a job's entry
     ``fields`` that ended with ``status``: what the worker scripts append to the log. On the
     worker's path of every job: ~2 µs."""
     get = fields.get

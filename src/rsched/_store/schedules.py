@@ -325,7 +325,7 @@ class ScheduleStore(_lua.ScriptCaller):
             if not await self.redis.exists(*keys):
                 out += ({} for _ in chunk)
                 continue
-            raw = await self.call_packed("policies", keys, names)
+            raw = await self.call_packed("plan_fields", keys, names)
             for values in orjson.loads(raw):
                 if values == "!":
                     out.append(None)

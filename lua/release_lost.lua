@@ -1,7 +1,7 @@
---[[ release — queue the next pending occurrence of each schedule whose unfinished run was lost.
+--[[ release_lost — queue the next pending occurrence of each schedule whose unfinished run was lost.
 
-A schedule's pending occurrences (marker.lua) are normally released by the worker script that
-records the end of its run. When that end is never recorded (the job was lost, not merely its
+A schedule's pending occurrences (pending_push.lua) are normally released by the worker script
+that records the end of its run. When that end is never recorded (the job was lost, not merely its
 worker: a reclaimed job still ends), the run marker expires and nothing would release them:
 the leading scheduler calls this now and then. Listed in {p}:backlogs by the time their marker
 expires, each schedule due there is checked again: its marker still live (the expiry moved:
@@ -28,14 +28,19 @@ ARGV[3..]          schedule ids due in backlogs (one not due, or no longer liste
 Returns the number of occurrences released, or NOT_LEADER=-1 | BAD_INDEX=-8 (backlogs is not a
 sorted set) | BAD_ARGS=-7, nothing written.
 ]]
--- @include common
--- @include marker
+-- @include codes
+-- @include rcall
+-- @include key_is
+-- @include now_ms
+-- @include marker_live
+-- @include schedule_stream
+-- @include release_next
 
 local leader_key, backlogs_key = KEYS[1], KEYS[2]
 local lease, cap = ARGV[1], tonumber(ARGV[2])
-if #KEYS ~= 2 + 4 * (#ARGV - 2) or not cap or cap < 1 then return -7 end
-if rcall('GET', leader_key) ~= lease then return -1 end
-if not key_is(backlogs_key, 'zset') then return -8 end
+if #KEYS ~= 2 + 4 * (#ARGV - 2) or not cap or cap < 1 then return BAD_ARGS end
+if rcall('GET', leader_key) ~= lease then return NOT_LEADER end
+if not key_is(backlogs_key, 'zset') then return BAD_INDEX end
 
 local now = now_ms()
 local released = 0

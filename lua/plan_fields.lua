@@ -1,4 +1,5 @@
---[[ policies — read the fields the scheduler plans with, for a batch of schedules (read-only).
+--[[ plan_fields — read the fields the scheduler plans with (its plan of each schedule's spec,
+rsched._core.fire_plan.PLAN_FIELDS), for a batch of schedules (read-only).
 
 One JSON document for the whole batch instead of a whole HGETALL reply per schedule: the
 scheduler parses one string (the payload, up to its size limit, never travels), which is what
@@ -10,7 +11,8 @@ ARGV     the field names to read, in order
 Returns one JSON array with one entry per key: an array of the values (false where absent), ''
 when the hash does not exist, or '!' when the key holds another type.
 ]]
--- @include common
+-- @include rcall
+-- @include pcall_read
 
 local out = {}
 for i = 1, #KEYS do

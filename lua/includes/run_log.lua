@@ -1,0 +1,37 @@
+-- Include: run_log(runs, cap, record, level) — add one record to the runs log {p}:runs, the
+-- capped stream of every run that ended or occurrence that was dropped, across schedules
+-- (docs/keys.md).
+--
+-- A record is one field, 'r', holding a JSON array built by the caller (the worker encodes it
+-- with the rest of its call): [execution id, schedule id, task, queue, status, scheduled ms,
+-- fired ms, attempt, worker, duration ms, error type (a skip: its reason), error message], null
+-- for what does not apply. A scheduled run's schedule id and scheduled ms are null: its
+-- execution id, <schedule id>@<scheduled ms>, names them (rsched._store.runs_log.record_of). One
+-- field rather than twelve: the script hands Redis 6 arguments instead of 28, which halves what
+-- a record adds to a completed run's script, and Redis stores the value much as it would the
+-- twelve (names once per stream node). The entry id is the record's time (the run's end, or the
+-- drop). A job of the high or low level adds a second field, 'p', naming it (level: level_of the
+-- job's stream; nil: normal, which adds none).
+--
+-- XADD runs [MAXLEN ~ cap] * r record [p level]. cap nil: no trim (the fire path's rare writes;
+-- the workers' writes and the leader's sweep keep the cap). Nothing is written when runs is nil
+-- (the caller has no runs log to write), record is not a non-empty string, or runs holds another
+-- type: the log is bookkeeping, never a reason to refuse the outcome it records. The key's type
+-- is checked once per script call.
+-- @include rcall
+-- @include key_is
+
+local runs_log_ok = nil
+
+local function run_log(runs, cap, record, level)
+  if not runs or type(record) ~= 'string' or record == '' then return end
+  if runs_log_ok == nil then runs_log_ok = key_is(runs, 'stream') end
+  if not runs_log_ok then return end
+  local entry = {'*', 'r', record}
+  if level then entry[4], entry[5] = 'p', level end
+  if cap and cap >= 1 then
+    rcall('XADD', runs, 'MAXLEN', '~', cap, unpack(entry))
+  else
+    rcall('XADD', runs, unpack(entry))
+  end
+end
