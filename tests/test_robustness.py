@@ -491,7 +491,7 @@ def test_the_processes_refuse_a_wrong_server_in_one_line(
     srv = make_server()
     admin(srv).config_set("requirepass", "s3cret-pw")
     wrong = srv.url.replace("redis://", "redis://:wrong-pw@")
-    argv = ("worker_app:worker",) if main.endswith("worker_main") else ()
+    argv = ("worker_app:worker",) if main.endswith("worker_process") else ()
     env = {"PYTHONPATH": str(Path(__file__).parent), "RSCHED_REDIS_URL": wrong}
     started = time.monotonic()
     proc = spawn(main, *argv, "--prefix", prefix, env=env)
