@@ -19,7 +19,7 @@ from rsched import Client, Schedule
 from rsched._core.keys import Keys, parked_bucket
 from rsched._core.schedule import to_ms
 from rsched._core.settings import Settings
-from rsched._scheduler import scheduler as scheduler_module
+from rsched._scheduler import ticker
 from rsched._scheduler.retention import Retention
 from rsched._store import parking as _parking
 from rsched._store.schedules import ScheduleStore
@@ -31,7 +31,7 @@ HOUR_MS = 3_600_000
 
 @pytest.fixture
 def fast(redis_url: str, prefix: str, topology: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setattr(scheduler_module, "PARK_EVERY_S", 0.05)
+    monkeypatch.setattr(ticker, "PARK_EVERY_S", 0.05)
     return quick(redis_url, prefix, topology)
 
 

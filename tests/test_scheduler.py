@@ -25,7 +25,8 @@ from rsched._core.schedule import from_ms, to_ms
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._core.timing import first_run_ms
 from rsched._redis.connection import connect
-from rsched._scheduler import scheduler as scheduler_module
+from rsched._scheduler import batching, ticker
+from rsched._scheduler.fire import batches
 from rsched._store.firing import FiringStore
 from rsched._store.schedules import ScheduleStore
 
@@ -275,7 +276,7 @@ async def test_index_entries_rsched_never_wrote_do_not_stop_others(
     assert {sid: score for sid, score in due if sid != "good"} == {'quo"te': now, "frac": now - 1}
     async with running(fast) as (scheduler,):
         await eventually(await count_jobs(store, 3))
-        assert 'quo"te' in scheduler.engines[0]._quarantine
+        assert 'quo"te' in scheduler.engines[0].cache.quarantine
     assert {j["schedule_id"] for j in await jobs(store)} == {"good"}
     assert await store.redis.zscore(store.keys.schedules, "with space") == now
 
@@ -394,7 +395,7 @@ async def test_stale_lease_round_steps_down(store: ScheduleStore, fast: Settings
     assert lease is not None
     scheduler = Scheduler(store.redis, fast)
     with pytest.raises(LostLease):
-        await scheduler.engines[0]._round("1:a-lease-that-expired")
+        await scheduler.engines[0].ticker.tick("1:a-lease-that-expired")
     assert await jobs(store) == []
 
 
@@ -454,7 +455,7 @@ async def test_script_failure_is_isolated_to_its_schedule(
     monkeypatch.setattr(FiringStore, "fire", fire)
     async with running(fast) as (scheduler,):
         await eventually(await count_jobs(store, 6))
-        assert "boom" in scheduler.engines[0]._quarantine
+        assert "boom" in scheduler.engines[0].cache.quarantine
     assert {j["schedule_id"] for j in await jobs(store)} == {"ok1", "ok2"}
 
 
@@ -480,7 +481,7 @@ async def test_rounds_make_progress_past_their_planning_budget(
     store: ScheduleStore, fast: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # With no budget at all each round plans a single schedule; every one still fires once.
-    monkeypatch.setattr(scheduler_module, "PLAN_BUDGET_S", 0.0)
+    monkeypatch.setattr(ticker, "PLAN_BUDGET_S", 0.0)
     for i in range(5):
         await store.save(Schedule(id=f"b{i}", task="t", cron="0 0 1 1 *", misfire="catch_up"))
         await set_next_run(store, f"b{i}", await store.time_ms() - 1_000)
@@ -543,7 +544,7 @@ async def test_batches_are_sized_by_the_time_budget(
         await eventually(await count_jobs(store, len(ids)))
     assert Counter(j["schedule_id"] for j in await jobs(store)) == Counter(ids)
     assert sizes
-    assert max(sizes) <= scheduler_module.MIN_BATCH
+    assert max(sizes) <= batching.MIN_BATCH
 
 
 async def test_a_herds_first_batch_goes_out_first_and_small(
@@ -573,43 +574,7 @@ async def test_a_herds_first_batch_goes_out_first_and_small(
         await eventually(await count_jobs(store, len(ids)))
     first_fire = next(i for i, (name, _) in enumerate(calls) if name == "fire")
     assert [name for name, _ in calls[: first_fire + 1]] == ["due", "fire"]
-    assert calls[first_fire][1] <= scheduler_module.FIRST_BATCH
-
-
-async def test_batch_size_follows_the_measured_cost(store: ScheduleStore, fast: Settings) -> None:
-    scheduler = Scheduler(store.redis, fast).engines[0]
-    start = scheduler.batch_size()
-    # Items that cost 5 µs inside Redis: more fit in the budget (up to batch_size), with the
-    # headroom, once the spread of the first measurements against the initial guess died down.
-    for _ in range(60):
-        store_of = scheduler.store
-        store_of.fire_server_us += 100 * 5
-        store_of.fire_timed_items += 100
-        scheduler._measured(100, 0.0, 0.0)
-    fit = min(fast.scheduler.batch_size, int(3_000 / (5 * scheduler_module.HEADROOM)))
-    assert fit - 1 <= scheduler.batch_size() <= fit  # the estimate converges within rounding
-    assert scheduler.batch_size() > start
-    # Dearer again (a slow minute): the batch shrinks at once, not over many calls.
-    store_of.fire_server_us += 100 * 60
-    store_of.fire_timed_items += 100
-    scheduler._measured(100, 0.0, 0.0)
-    assert scheduler.batch_size() < 3_000 // 5 // 2
-
-
-async def test_a_spread_of_costs_makes_batches_smaller(
-    store: ScheduleStore, fast: Settings
-) -> None:
-    # The same mean cost, steady or spread: a spread is sized for its dearer calls.
-    def settled(costs: list[int]) -> int:
-        engine = Scheduler(store.redis, fast).engines[0]
-        for _ in range(40):
-            for us in costs:
-                engine.store.fire_server_us += 100 * us
-                engine.store.fire_timed_items += 100
-                engine._measured(100, 0.0, 0.0)
-        return engine.batch_size()
-
-    assert settled([6, 14]) < settled([10, 10])
+    assert calls[first_fire][1] <= batching.FIRST_BATCH
 
 
 async def test_batches_are_bounded_and_keep_chains_whole() -> None:
@@ -620,15 +585,15 @@ async def test_batches_are_bounded_and_keep_chains_whole() -> None:
         for g in [group("a", 3), group("b", 1), group("c", 4), group("d", 1), group("e", 2)]:
             yield g
 
-    batches = [b async for b in scheduler_module._batches(groups(), 4)]
-    assert [[g[0].schedule_id for g in batch] for batch in batches] == [
+    cut = [b async for b in batches(groups(), 4)]
+    assert [[g[0].schedule_id for g in batch] for batch in cut] == [
         ["a", "b"],
         ["c"],
         ["d", "e"],
     ]
     # A small first batch (a round's, out at once), then the usual size.
-    batches = [b async for b in scheduler_module._batches(groups(), 4, first=1)]
-    assert [[g[0].schedule_id for g in batch] for batch in batches] == [
+    cut = [b async for b in batches(groups(), 4, first=1)]
+    assert [[g[0].schedule_id for g in batch] for batch in cut] == [
         ["a"],
         ["b", "c"],
         ["d", "e"],

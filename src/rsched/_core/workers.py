@@ -272,7 +272,7 @@ def waiting_reason(
         return None
     missing = no_worker_for(job.queue, job.task, workers)
     since = fields.get("unknown_since", "")
-    if since.isdigit():  # read by a worker without the task (rsched._worker.actors)
+    if since.isdigit():  # read by a worker without the task (rsched._worker.reader)
         held = (
             f"a worker of queue {job.queue!r} without task {job.task!r} holds it back since "
             f"{at_ms(int(since)).isoformat(timespec='seconds')}"

@@ -1,22 +1,25 @@
 """The worker: runs registered task handlers for jobs read from queue streams.
 
-Actors (anyio tasks in rsched._worker.actors, stopped in this order on shutdown):
-- reader: XREADGROUP on the worker's queues, as many entries as there are free slots; each
-  queue is one stream per priority level, read by weighted turns (``priority_weights``), in
-  every partition of the deployment (the partitions in turn; an idle worker blocks in one
-  XREADGROUP per partition);
-- runners: ``concurrency`` tasks taking jobs from the reader (async handlers in the loop,
-  plain functions in worker threads), each job under its timeout and its own cancel scope
-  (cancel_previous);
-- acker: records finished runs in batches (one script call acknowledges many entries);
-- reclaimer: takes over entries idle longer than the visibility timeout (a dead worker's),
-  dead-lettering those delivered more than ``max_deliveries`` times (poison);
-- promoter: moves due retries and delayed jobs from the delayed sets into the streams;
-- cancel listener: cancels a running handler when cancel_previous fires a newer occurrence,
-  or an operator cancels the job (``rsched cancel``);
-- registry: every ``heartbeat_s``, keeps the entries of running jobs fresh so no other worker
-  reclaims them (the heartbeat), then refreshes the worker's record in the worker registry
-  (``rsched workers``, the running jobs' start times); the record is removed on the way out.
+Actors (anyio tasks sharing one WorkerState, state.py; stopped in this order on shutdown):
+- reader (reader.py): XREADGROUP on the worker's queues, as many entries as there are free
+  slots; each queue is one stream per priority level, read by weighted turns
+  (``priority_weights``), in every partition of the deployment (the partitions in turn; an idle
+  worker blocks in one XREADGROUP per partition);
+- runners (runner.py): ``concurrency`` tasks taking jobs from the reader (async handlers in the
+  loop, plain functions in worker threads), each job under its timeout and its own cancel
+  scope (cancel_previous);
+- acker (acker.py): records finished runs in batches (one script call acknowledges many
+  entries);
+- upkeep (upkeep.py):
+  - reclaimer: takes over entries idle longer than the visibility timeout (a dead worker's),
+    dead-lettering those delivered more than ``max_deliveries`` times (poison);
+  - promoter: moves due retries and delayed jobs from the delayed sets into the streams;
+  - cancel listener: cancels a running handler when cancel_previous fires a newer occurrence,
+    or an operator cancels the job (``rsched cancel``);
+  - registry: every ``heartbeat_s``, keeps the entries of running jobs fresh so no other
+    worker reclaims them (the heartbeat), then refreshes the worker's record in the worker
+    registry (``rsched workers``, the running jobs' start times); the record is removed on the
+    way out.
 
 A stop that cannot wait for every job (the second signal, or the grace period over) hands the
 entries of the jobs it cancelled back at once: the next reclaim of any worker takes them,
@@ -52,7 +55,12 @@ from rsched._redis.durability import Durability
 from rsched._store.deployment import deployment_keys
 from rsched._store.queues import QueueStore
 from rsched._store.worker_calls import Done
-from rsched._worker.actors import ACTOR_FAILURES, Actors, Stream
+from rsched._worker.acker import Acker
+from rsched._worker.failures import ACTOR_FAILURES
+from rsched._worker.reader import Reader
+from rsched._worker.runner import Runner
+from rsched._worker.state import Stream, WorkerState
+from rsched._worker.upkeep import Upkeep, hand_back
 
 log = get_logger("rsched.worker")
 
@@ -78,7 +86,7 @@ class Worker:
     a long sync handler should watch ``job.should_stop`` (or wait on ``job.stop_event``).
     An async handler must not block the event loop for longer than ``visibility_timeout_s``:
     heartbeats stop meanwhile and another worker would take its job over.
-
+    Since 0.1.0.
     """
 
     def __init__(
@@ -97,7 +105,7 @@ class Worker:
         self._stopping = anyio.Event()
         self._hard = False
         self._runners_scope: anyio.CancelScope | None = None
-        self._actors: Actors | None = None
+        self._state: WorkerState | None = None
         self._reading = False
         self.consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -203,19 +211,19 @@ class Worker:
     @property
     def completed_total(self) -> int:
         """Jobs completed by the current (or last) run."""
-        return self._actors.completed if self._actors else 0
+        return self._state.completed if self._state else 0
 
     @property
     def failed_total(self) -> int:
         """Failed attempts (retried or dead-lettered) of the current (or last) run; an attempt
         whose handler raised :class:`Retry` counts here only when it ends in a dead letter."""
-        return self._actors.failed if self._actors else 0
+        return self._state.failed if self._state else 0
 
     @property
     def retried_total(self) -> int:
         """Attempts of the current (or last) run whose handler raised :class:`Retry` and got
         another attempt."""
-        return self._actors.retried if self._actors else 0
+        return self._state.retried if self._state else 0
 
     @property
     def reading(self) -> bool:
@@ -225,7 +233,7 @@ class Worker:
     @property
     def partitions(self) -> int:
         """The deployment's number of partitions this worker reads (1 until it started)."""
-        return len(self._actors.stores) if self._actors else 1
+        return len(self._state.stores) if self._state else 1
 
     @property
     def stopping(self) -> bool:
@@ -293,19 +301,19 @@ class Worker:
                 completed=self.completed_total,
                 failed=self.failed_total,
                 handed_back=handed_back,
-                left_pending=len(self._actors.inflight) if self._actors else 0,
+                left_pending=len(self._state.inflight) if self._state else 0,
             )
 
     async def _leave(self, store: QueueStore) -> int:
         """On the way out: hand back the entries of jobs the stop cancelled (or never started)
         and leave the registry. Returns how many entries were handed back."""
-        ctx = self._actors
+        state = self._state
         handed = 0
         with anyio.move_on_after(LEAVE_S):
             try:
-                if ctx is not None and (ctx.abandoned or ctx.inflight):
-                    handed = await ctx.hand_back()
-                    ctx.abandoned.clear()
+                if state is not None and (state.abandoned or state.inflight):
+                    handed = await hand_back(state)
+                    state.abandoned.clear()
                 await store.unregister(self.consumer)
             except ACTOR_FAILURES as exc:
                 log.warning("redis.error", actor="stop", error=str(exc))
@@ -342,13 +350,16 @@ class Worker:
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
-        ctx = self._actors = Actors(self._handlers, self.consumer, stores, settings, send, jobs)
+        state = self._state = WorkerState(self._handlers, self.consumer, stores, settings)
+        reader = Reader(state, jobs)
+        runner = Runner(state, send)
+        upkeep = Upkeep(state, reader)
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:
-            services.start_soon(ctx.acker, recv, acker_done)
-            services.start_soon(ctx.promoter)
-            await services.start(ctx.cancel_listener)
-            await services.start(ctx.registry)
+            services.start_soon(Acker(state).run, recv, acker_done)
+            services.start_soon(upkeep.promoter)
+            await services.start(upkeep.cancel_listener)
+            await services.start(upkeep.registry)
             with anyio.CancelScope() as runners_scope:
                 self._runners_scope = runners_scope
                 if self._hard:
@@ -356,10 +367,10 @@ class Worker:
                 async with anyio.create_task_group() as runners:
                     with jobs_out:
                         for _ in range(cfg.concurrency):
-                            runners.start_soon(ctx.runner, jobs_out.clone())
+                            runners.start_soon(runner.run, jobs_out.clone())
                     async with anyio.create_task_group() as intake:
-                        intake.start_soon(ctx.reader)
-                        intake.start_soon(ctx.reclaimer)
+                        intake.start_soon(reader.run)
+                        intake.start_soon(upkeep.reclaimer)
                         task_status.started()
                         self._reading = True
                         await self._stopping.wait()
@@ -368,7 +379,7 @@ class Worker:
                     jobs.close()  # runners finish the jobs already read, then return
                     log.info(
                         "worker.draining",
-                        running=len(ctx.running),
+                        running=len(state.running),
                         grace_s=cfg.shutdown_grace_period_s,
                     )
                     if self._hard:
@@ -377,7 +388,7 @@ class Worker:
                         runners_scope.deadline = anyio.current_time() + cfg.shutdown_grace_period_s
             self._runners_scope = None
             if runners_scope.cancelled_caught:
-                log.warning("worker.grace_expired", left_pending=len(ctx.inflight))
+                log.warning("worker.grace_expired", left_pending=len(state.inflight))
             send.close()
             if not self._hard:
                 with anyio.move_on_after(ACK_FLUSH_S):

@@ -1,0 +1,422 @@
+"""The reader: takes entries from the worker's queues and hands their jobs to the runners.
+
+Each queue is a stream per priority level, and a busy read starts from the level whose weighted
+turn it is (LevelTurns); in a deployment of several partitions, each busy read starts from the
+next partition (each partition's streams are read by one take.lua call), and an idle worker
+blocks in one XREADGROUP per partition (watchers). Entries it cannot run are dead-lettered here
+(malformed, or a task no live worker has past its grace), and so are those the reclaimer finds
+poisoned (bury).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from redis.exceptions import ResponseError
+
+from rsched._core.backoff import Backoff
+from rsched._core.codes import Code
+from rsched._core.errors import MalformedJob
+from rsched._core.history import fragment
+from rsched._core.job import Entry, Job, Lane, parse_entry
+from rsched._core.log import get_logger
+from rsched._core.rules import PRIORITIES, Priority
+from rsched._store.runs_log import run_record
+from rsched._worker.failures import ACTOR_FAILURES, back_off
+from rsched._worker.state import Stream, WorkerState
+
+log = get_logger("rsched.worker")
+
+# A job whose task this worker lacks goes back to its delayed set for this long while another
+# live worker has the task (it is taken from there by any reader), else while the grace lasts.
+UNKNOWN_TASK_RETRY_MS = 1_000
+UNKNOWN_TASK_WAIT_MS = 5_000
+# How long the tasks of live workers are trusted before the registry is read again.
+LIVE_TASKS_TTL_S = 2.0
+
+
+class LevelTurns:
+    """Which priority level a busy read starts from: smooth weighted round-robin (nginx's), so
+    that over ``sum(weights)`` reads each level leads ``weight`` of them, evenly spread. The
+    other levels follow by weight: a level with nothing waiting passes its turn on, so high
+    takes the reads of an empty normal level, and low, leading one read in ten by default,
+    never starves."""
+
+    def __init__(self, weights: Mapping[str, int]) -> None:
+        self.weights = {level: max(1, int(weights.get(level, 1))) for level in PRIORITIES}
+        self.total = sum(self.weights.values())
+        self.current = dict.fromkeys(PRIORITIES, 0)
+        # Followers by weight, ties in PRIORITIES order (high first).
+        self.by_weight = sorted(PRIORITIES, key=lambda lv: -self.weights[lv])
+
+    def next(self) -> list[Priority]:
+        for level in PRIORITIES:
+            self.current[level] += self.weights[level]
+        head = max(PRIORITIES, key=lambda lv: self.current[lv])
+        self.current[head] -= self.total
+        return [head, *(lv for lv in self.by_weight if lv != head)]
+
+
+class Reader:
+    """Reads the worker's queues into ``jobs`` (the runners' inbox), as many entries as there
+    are free slots."""
+
+    def __init__(self, state: WorkerState, jobs: MemoryObjectSendStream[Job]) -> None:
+        self.state = state
+        self.jobs = jobs
+        self.turns = LevelTurns(state.cfg.priority_weights)
+        # Set while the reader of a deployment of several partitions found nothing: the
+        # watchers block on their partitions then, and set found when one got an entry (or
+        # failed: the reader then looks itself).
+        self._idle = anyio.Event()
+        self._found = anyio.Event()
+        self._live_tasks: tuple[float, set[str]] = (-math.inf, set())
+
+    async def run(self) -> None:
+        state = self.state
+        cfg, slots, store, consumer = state.cfg, state.slots, state.store, state.consumer
+        backoff = Backoff()
+        queues = list(cfg.queues)
+        every: list[Lane] = [(q, level) for level in PRIORITIES for q in queues]
+        partitions = len(state.stores)
+        # Start with a take: a blocking read returns an entry of every stream that has one, past
+        # the free slots and regardless of level; it only follows a take that found nothing.
+        busy = True
+        turn = lead = 0
+        async with anyio.create_task_group() as watchers:
+            if partitions > 1:
+                for partition in range(partitions):
+                    watchers.start_soon(self._watch, partition, every)
+            while True:
+                if not busy and partitions > 1:
+                    await self._wait_found()
+                    busy = True
+                n = await slots.reserve(cfg.read_batch)
+                try:
+                    if busy:
+                        # Work is waiting: take it without blocking, in one JSON reply per
+                        # partition, from the level whose turn it is (LevelTurns) then the
+                        # others, and within a level from a different queue each time, so that
+                        # none starves.
+                        turn = (turn + 1) % len(queues)
+                        order = queues[turn:] + queues[:turn]
+                        lanes = [(q, level) for level in self.turns.next() for q in order]
+                        if partitions == 1:
+                            got = _of(0, await store.take(lanes, consumer, n))
+                        else:
+                            lead = (lead + 1) % partitions
+                            got = await self._take_partitions(lanes, n, lead)
+                    else:
+                        # Idle: block until anything arrives (one entry per stream wakes us;
+                        # the rest follow through take()).
+                        got = _of(0, await store.read(every, consumer, 1, cfg.block_ms))
+                    busy = bool(got)
+                except ResponseError as exc:
+                    slots.commit(n, 0)
+                    await self._read_refused(exc, backoff)
+                    continue
+                except ACTOR_FAILURES as exc:
+                    slots.commit(n, 0)
+                    await back_off(backoff, "reader", exc)
+                    continue
+                except BaseException:
+                    slots.commit(n, 0)
+                    raise
+                backoff.reset()
+                slots.commit(n, sum(len(entries) for _, _, entries in got))
+                for partition, lane, entries in got:
+                    await self.dispatch(lane, [(eid, f, 1) for eid, f in entries], partition)
+
+    async def _take_partitions(
+        self, lanes: list[Lane], n: int, lead: int
+    ) -> list[tuple[int, Lane, list[Entry]]]:
+        """Up to ``n`` entries from the partitions in turn, starting with ``lead`` (each busy
+        read starts with the next one, so no partition starves behind a busier one)."""
+        got: list[tuple[int, Lane, list[Entry]]] = []
+        stores, consumer = self.state.stores, self.state.consumer
+        partitions = len(stores)
+        for step in range(partitions):
+            partition = (lead + step) % partitions
+            found = _of(partition, await stores[partition].take(lanes, consumer, n))
+            got += found
+            n -= sum(len(entries) for _, _, entries in found)
+            if n <= 0:
+                break
+        return got
+
+    async def _wait_found(self) -> None:
+        """Idle with several partitions: let the watchers block, until one found an entry or
+        failed (then the reader looks itself, in case that watcher backs off for a while).
+        Without a failure the reader never polls: the watchers' reads cover every stream."""
+        self._found = anyio.Event()
+        self._idle.set()
+        await self._found.wait()
+        self._idle = anyio.Event()
+
+    async def _watch(self, partition: int, every: list[Lane]) -> None:
+        """While the reader is idle, block in XREADGROUP on one partition's streams (a read
+        covers one partition: one slot of a cluster), then hand what came to the runners and
+        wake the reader. It waits for a free slot but reserves none, so the reader's takes
+        never wait behind a watcher's block; several watchers waking at once may read one
+        entry per stream past the free slots, which wait for a runner."""
+        state = self.state
+        store = state.stores[partition]
+        backoff = Backoff()
+        while True:
+            await self._idle.wait()
+            await state.slots.wait_free()
+            try:
+                got = await store.read(every, state.consumer, 1, state.cfg.block_ms)
+            except ResponseError as exc:
+                self._found.set()
+                await self._read_refused(exc, backoff)
+                continue
+            except ACTOR_FAILURES as exc:
+                self._found.set()
+                await back_off(backoff, "reader", exc)
+                continue
+            backoff.reset()
+            if got:
+                state.slots.take(sum(len(entries) for _, entries in got))
+                for lane, entries in got:
+                    await self.dispatch(lane, [(eid, f, 1) for eid, f in entries], partition)
+                self._found.set()
+
+    async def _read_refused(self, exc: ResponseError, backoff: Backoff) -> None:
+        if "NOGROUP" in str(exc):  # the server lost its data (restart without AOF)
+            log.warning("queue.group_missing", queues=",".join(self.state.cfg.queues))
+            await self._recreate_groups(backoff)
+            return
+        delay = backoff.next()
+        log.error("redis.error", actor="reader", error=str(exc), retry_s=round(delay, 2))
+        await anyio.sleep(delay)
+
+    async def _recreate_groups(self, backoff: Backoff) -> None:
+        while True:
+            try:
+                for store in self.state.stores:
+                    await store.create_groups(self.state.cfg.queues)
+                return
+            except ACTOR_FAILURES as exc:
+                await back_off(backoff, "reader", exc)
+
+    async def dispatch(
+        self, lane: Lane, entries: list[tuple[str, dict[str, str], int]], partition: int = 0
+    ) -> None:
+        """Start the jobs of entries of one stream of ``partition`` that each hold one slot
+        (released here when not run)."""
+        state = self.state
+        queue, level = lane
+        stream = (partition, queue, level)
+        jobs: list[Job] = []
+        for entry_id, fields, deliveries in entries:
+            if fields is None or ("malformed" in fields and "task" not in fields):
+                raw = fields or {}
+                await self._refuse(stream, entry_id, raw, "malformed", "entry has no job fields")
+                continue
+            try:
+                job = parse_entry(queue, entry_id, fields, deliveries, level, partition)
+            except MalformedJob as exc:
+                await self._refuse(stream, entry_id, fields, "malformed", str(exc))
+                continue
+            if job.task not in state.handlers:
+                await self._unknown_task(job, fields)
+                continue
+            jobs.append(job)
+        if not jobs:
+            return
+        scheduled = [j for j in jobs if j.schedule_id]
+        if scheduled:
+            superseded = await self._start_scheduled(stream, scheduled)
+            if superseded:
+                jobs = [j for j in jobs if j.entry_id not in superseded]
+        for job in jobs:
+            state.inflight.add((partition, queue, level, job.entry_id))
+            self.jobs.send_nowait(job)
+
+    async def _start_scheduled(self, stream: Stream, jobs: list[Job]) -> set[str]:
+        state = self.state
+        items = [
+            (
+                j.entry_id,
+                j.execution_id,
+                j.schedule_id or "",
+                j.attempt,
+                fragment({"worker": state.consumer, "deliveries": j.deliveries}),
+            )
+            for j in jobs
+        ]
+        try:
+            partition, queue, level = stream
+            codes = await state.stores[partition].start(queue, state.consumer, items, level)
+        except ACTOR_FAILURES as exc:
+            # Run them anyway: the marker and history are bookkeeping; the job must not wait.
+            log.warning("redis.error", actor="start", error=str(exc))
+            return set()
+        superseded: set[str] = set()
+        for job, code in zip(jobs, codes, strict=True):
+            if code == Code.SUPERSEDED:
+                superseded.add(job.entry_id)
+                state.slots.release()
+                log.info(
+                    "job.cancelled",
+                    execution_id=job.execution_id,
+                    task=job.task,
+                    attempt=job.attempt,
+                    reason="superseded",
+                )
+        return superseded
+
+    async def _unknown_task(self, job: Job, fields: dict[str, str]) -> None:
+        """A job whose task this worker has no handler for: while another live worker has the
+        task, or for ``unknown_task_grace_s`` from its first sighting (a rolling deploy that
+        adds the task), it goes back to the delayed set; after that it is dead-lettered."""
+        state = self.state
+        now = time.time_ns() // 1_000_000
+        try:
+            first = int(fields.get("unknown_since") or now)
+        except ValueError:
+            first = now
+        grace_ms = round(state.cfg.unknown_task_grace_s * 1000)
+        known = job.task in await self._tasks_of_live_workers()
+        if not known and now - first >= grace_ms:
+            waited = f" (waited {fmt_s(now - first)} for a worker that has it)" if grace_ms else ""
+            await self._refuse(
+                (job.partition, job.queue, job.priority),
+                job.entry_id,
+                fields,
+                "unknown_task",
+                f"no handler registered for task {job.task!r} on worker {state.consumer} "
+                f"nor on any live worker{waited}",
+            )
+            return
+        state.slots.release()
+        delay_ms = (
+            UNKNOWN_TASK_RETRY_MS if known else min(UNKNOWN_TASK_WAIT_MS, first + grace_ms - now)
+        )
+        nxt = {**fields, "unknown_since": str(first)}
+        if job.priority != "normal":  # back into its level's stream (lua/promote.lua)
+            nxt["priority"] = job.priority
+        first_sighting = "unknown_since" not in fields
+        if first_sighting:
+            log.warning(
+                "job.unknown_task",
+                execution_id=job.execution_id,
+                task=job.task,
+                queue=job.queue,
+                action="wait",
+                live_worker_has_it=known,
+                grace_s=state.cfg.unknown_task_grace_s,
+            )
+        try:
+            await state.stores[job.partition].retry(
+                job.queue,
+                job.entry_id,
+                next_fields=[v for pair in nxt.items() for v in pair],
+                delay_ms=max(0, delay_ms),
+                execution_id=job.execution_id,
+                # Recorded once on the schedule's history, not at every look.
+                schedule_id=job.schedule_id if first_sighting else None,
+                attempt=job.attempt,
+                event="waiting",
+                extra=fragment({"reason": "unknown_task", "task": job.task}),
+                priority=job.priority,
+            )
+        except ACTOR_FAILURES as exc:  # left pending: reclaimed and judged again later
+            log.warning("redis.error", actor="reader", error=str(exc))
+
+    async def _tasks_of_live_workers(self) -> set[str]:
+        """Every task some live worker (this one included) has registered, cached briefly."""
+        read_at, tasks = self._live_tasks
+        if time.monotonic() - read_at < LIVE_TASKS_TTL_S:
+            return tasks
+        try:
+            workers = await self.state.store.workers()
+        except ACTOR_FAILURES as exc:
+            log.warning("redis.error", actor="registry", error=str(exc))
+            return tasks
+        tasks = {t for w in workers for t in w.tasks} | set(self.state.handlers)
+        self._live_tasks = (time.monotonic(), tasks)
+        return tasks
+
+    async def _refuse(
+        self, stream: Stream, entry_id: str, raw: dict[str, str], reason: str, message: str
+    ) -> None:
+        """Dead-letter an entry this worker cannot run (malformed, or no handler)."""
+        await self.bury(
+            stream,
+            entry_id,
+            raw,
+            reason=reason,
+            error_type="MalformedJob" if reason == "malformed" else "UnknownTask",
+            message=message,
+            extra={"reason": reason, "worker": self.state.consumer},
+            actor="dead",
+        )
+
+    async def bury(
+        self,
+        stream: Stream,
+        entry_id: str,
+        raw: dict[str, str],
+        *,
+        reason: str,
+        error_type: str,
+        message: str,
+        extra: dict[str, Any],
+        actor: str,
+        deliveries: int = 1,
+    ) -> None:
+        """Dead-letter an entry that holds a slot without running (the slot is freed here)."""
+        state = self.state
+        partition, queue, level = stream
+        state.slots.release()
+        log.error(
+            "job.dead",
+            entry_id=entry_id,
+            queue=queue,
+            execution_id=raw.get("execution_id", ""),
+            task=raw.get("task", ""),
+            reason=reason,
+            error=message,
+        )
+        try:
+            await state.stores[partition].dead(
+                queue,
+                entry_id,
+                raw=raw,
+                reason=reason,
+                error_type=error_type,
+                error_message=message,
+                deliveries=deliveries,
+                worker=state.consumer,
+                extra=fragment(extra),
+                priority=level,
+                run=run_record(
+                    raw,
+                    queue=queue,
+                    status="dead",
+                    worker=state.consumer,
+                    error_type=error_type,
+                    error=message,
+                ),
+            )
+        except ACTOR_FAILURES as exc:  # left pending: reclaimed and judged again later
+            log.warning("redis.error", actor=actor, error=str(exc))
+
+
+def _of(
+    partition: int, found: list[tuple[Lane, list[Entry]]]
+) -> list[tuple[int, Lane, list[Entry]]]:
+    """Entries read from one partition's streams, with the partition."""
+    return [(partition, lane, entries) for lane, entries in found]
+
+
+def fmt_s(ms: int) -> str:
+    """``ms`` as whole seconds for a message."""
+    return f"{max(0, ms) // 1000}s"

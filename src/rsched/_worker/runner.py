@@ -1,0 +1,373 @@
+"""The runners: ``concurrency`` tasks taking jobs from the reader, each job under its timeout and
+its own cancel scope (async handlers in the loop, plain functions in worker threads); a run's
+outcome goes to the acker (completed, cancelled) or is recorded at once (a retry, a dead letter).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import orjson
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from rsched._core.errors import Retry
+from rsched._core.history import fragment
+from rsched._core.job import Job, retry_delay_s
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS
+from rsched._store.runs_log import run_record
+from rsched._store.worker_calls import Done
+from rsched._worker.failures import until_taken
+from rsched._worker.state import Running, Stream, WorkerState
+
+log = get_logger("rsched.worker")
+# The per-job lines (job.start, job.end) under their own name, so that a busy deployment can
+# quiet them (logging.getLogger("rsched.worker.jobs").setLevel("WARNING")) and keep the rest.
+jobs_log = get_logger("rsched.worker.jobs")
+
+MAX_RETRY_DELAY_S = 365 * 86_400.0
+
+
+class Runner:
+    """Runs the jobs of its inbox one at a time; the worker starts ``concurrency`` of them, which
+    share one limit of worker threads."""
+
+    def __init__(
+        self, state: WorkerState, acks: MemoryObjectSendStream[tuple[Stream, Done]]
+    ) -> None:
+        self.state = state
+        self.acks = acks
+        self.threads = anyio.CapacityLimiter(state.cfg.concurrency)
+
+    async def run(self, inbox: MemoryObjectReceiveStream[Job]) -> None:
+        async with inbox:
+            async for job in inbox:
+                await self.run_job(job)
+
+    async def run_job(self, job: Job) -> None:
+        state = self.state
+        fn, is_async = state.handlers[job.task]
+        run = Running(job)
+        state.running[job.execution_id] = run
+        jobs_log.info(
+            "job.start",
+            execution_id=job.execution_id,
+            task=job.task,
+            attempt=job.attempt,
+            queue=job.queue,
+        )
+        if METRICS.on:
+            METRICS.job_started(job)
+        started = run.started = time.perf_counter()
+        error: BaseException | None = None
+        timed_out = False
+        value: Any = None
+        # One scope serves both the job's timeout (its deadline) and cancel_previous (cancel());
+        # run.cancel_requested tells them apart.
+        run.scope.deadline = anyio.current_time() + job.timeout_s
+        if not is_async:
+            job = dataclasses.replace(job, stop_event=threading.Event())
+        try:
+            with run.scope:
+                if is_async:
+                    value = await fn(job)
+                else:
+                    value = await anyio.to_thread.run_sync(
+                        fn, job, abandon_on_cancel=True, limiter=self.threads
+                    )
+            timed_out = run.scope.cancelled_caught and not run.cancel_requested
+        except Exception as exc:
+            error = exc
+        except BaseException:
+            # Cancelled by shutdown: no outcome, the entry stays pending for another worker
+            # (handed back at once when the stop was forced: see upkeep.hand_back).
+            held = (job.partition, job.queue, job.priority, job.entry_id)
+            state.inflight.discard(held)
+            state.abandoned.add(held)
+            raise
+        finally:
+            state.running.pop(job.execution_id, None)
+            state.slots.release()
+            if METRICS.on:
+                METRICS.running -= 1
+            if job.stop_event is not None:  # a thread still running is told to stop
+                job.stop_event.set()
+        duration_ms = round((time.perf_counter() - started) * 1000, 1)
+        if METRICS.on:
+            cancelled = run.cancel_requested
+            METRICS.job_ended(
+                job, duration_ms / 1000, cancelled=cancelled, timed_out=timed_out, error=error
+            )
+        if run.cancel_requested:
+            await self._finish(job, "cancelled", duration_ms, {"reason": run.cancel_reason})
+        elif timed_out:
+            await self._fail(job, duration_ms, None, timed_out=True)
+        elif error is not None:
+            await self._fail(job, duration_ms, error)
+        else:
+            await self._finish(job, "completed", duration_ms, {}, self._result(job, value))
+
+    def _result(self, job: Job, value: Any) -> bytes | None:
+        """The JSON of a handler's return value to keep, or None (None returned, too large,
+        or not JSON: both logged)."""
+        if value is None:
+            return None
+        try:
+            body = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError as exc:
+            log.warning("job.result_dropped", execution_id=job.execution_id, error=str(exc))
+            return None
+        most = self.state.cfg.result_max_bytes
+        if len(body) > most:
+            log.warning(
+                "job.result_dropped",
+                execution_id=job.execution_id,
+                error=f"{len(body)} bytes of JSON, more than result_max_bytes={most}",
+            )
+            return None
+        return body
+
+    async def _finish(
+        self,
+        job: Job,
+        event: str,
+        duration_ms: float,
+        extra: dict[str, Any],
+        result: bytes | None = None,
+    ) -> None:
+        """Hand a run that needs no retry (completed, cancelled) to the acker."""
+        state = self.state
+        _log_end(jobs_log.info, job, event, duration_ms=duration_ms)
+        state.completed += event == "completed"
+        item = (
+            (job.partition, job.queue, job.priority),
+            Done(
+                job.entry_id,
+                job.execution_id,
+                job.schedule_id,
+                job.attempt,
+                event,
+                fragment({"duration_ms": duration_ms, **extra}) if job.schedule_id else "",
+                "dedup" in job.fields,
+                result,
+                run=run_record(
+                    job.fields,
+                    queue=job.queue,
+                    status=event,
+                    worker=state.consumer,
+                    duration_ms=duration_ms,
+                    error_type=str(extra.get("reason", "")),  # why it was cancelled
+                ),
+            ),
+        )
+        try:
+            self.acks.send_nowait(item)  # no checkpoint per job on the hot path
+        except anyio.WouldBlock:
+            await self.acks.send(item)
+
+    async def _fail(
+        self, job: Job, duration_ms: float, error: BaseException | None, *, timed_out: bool = False
+    ) -> None:
+        """A run that did not complete: it failed, timed out, or its handler raised
+        :class:`Retry` (an outcome of its own, not a failure, but an attempt all the same: past
+        ``max_retries`` the job is dead-lettered, as in Celery and arq)."""
+        error_type, message, tb = self._describe(job, error, timed_out)
+        if job.is_last_attempt:
+            if isinstance(error, Retry):
+                message = _exhausted(job, message)
+            await self._dead(job, duration_ms, error_type, message, tb, timed_out=timed_out)
+            return
+        delay_ms = round(_next_delay_s(job, error) * 1000)
+        if isinstance(error, Retry):
+            await self._retry_asked(job, error, duration_ms, delay_ms)
+        else:
+            event = "timed_out" if timed_out else "failed"
+            await self._retry_failed(job, event, duration_ms, delay_ms, error_type, message)
+        if delay_ms < self.state.cfg.promote_interval_ms:
+            self.state.promote_wake.set()
+
+    def _describe(
+        self, job: Job, error: BaseException | None, timed_out: bool
+    ) -> tuple[str, str, str]:
+        """(error type, message, traceback) of a run that did not complete."""
+        if timed_out:
+            return "TimeoutError", f"timed out after {job.timeout_s}s", ""
+        if isinstance(error, Retry):
+            return "Retry", str(error), ""
+        assert error is not None
+        tb = "".join(traceback.format_exception(error))[-self.state.cfg.traceback_max_chars :]
+        return type(error).__name__, str(error), tb
+
+    async def _dead(
+        self,
+        job: Job,
+        duration_ms: float,
+        error_type: str,
+        message: str,
+        tb: str,
+        *,
+        timed_out: bool,
+    ) -> None:
+        """Dead-letter a job whose last attempt did not complete."""
+        state = self.state
+        state.failed += 1
+        reason = "timeout" if timed_out else "max_retries"
+        extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
+        _log_end(
+            jobs_log.error,
+            job,
+            "dead",
+            reason=reason,
+            duration_ms=duration_ms,
+            error_type=error_type,
+            error=message,
+        )
+        await self._record(
+            job,
+            lambda: state.stores[job.partition].dead(
+                job.queue,
+                job.entry_id,
+                raw=dict(job.fields),
+                reason=reason,
+                error_type=error_type,
+                error_message=message,
+                traceback=tb,
+                deliveries=job.deliveries,
+                worker=state.consumer,
+                first_event="timed_out" if timed_out else "",
+                extra=fragment({**extra, "reason": reason}),
+                priority=job.priority,
+                run=run_record(
+                    job.fields,
+                    queue=job.queue,
+                    status="dead",
+                    worker=state.consumer,
+                    duration_ms=duration_ms,
+                    error_type=error_type,
+                    error=message,
+                ),
+            ),
+        )
+
+    async def _retry_asked(self, job: Job, error: Retry, duration_ms: float, delay_ms: int) -> None:
+        """Schedule the next attempt of a job whose handler raised :class:`Retry`."""
+        self.state.retried += 1
+        extra: dict[str, Any] = {"duration_ms": duration_ms}
+        if error.reason:
+            extra["reason"] = error.reason[:500]
+        _log_end(
+            jobs_log.info,
+            job,
+            "retry",
+            duration_ms=duration_ms,
+            retry_in_ms=delay_ms,
+            **({"reason": error.reason} if error.reason else {}),
+        )
+        reason = str(extra.get("reason", ""))
+        await self._retry(job, "retry", duration_ms, delay_ms, extra, "", reason)
+
+    async def _retry_failed(
+        self,
+        job: Job,
+        event: str,
+        duration_ms: float,
+        delay_ms: int,
+        error_type: str,
+        message: str,
+    ) -> None:
+        """Schedule the next attempt of a job that failed or timed out."""
+        self.state.failed += 1
+        extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
+        _log_end(
+            jobs_log.warning,
+            job,
+            event,
+            duration_ms=duration_ms,
+            retry_in_ms=delay_ms,
+            error_type=error_type,
+            error=message,
+        )
+        await self._retry(job, event, duration_ms, delay_ms, extra, error_type, message)
+
+    async def _retry(
+        self,
+        job: Job,
+        event: str,
+        duration_ms: float,
+        delay_ms: int,
+        extra: dict[str, Any],
+        error_type: str,
+        error: str,
+    ) -> None:
+        """Record the attempt and put the job's next attempt in its delayed set."""
+        state = self.state
+        await self._record(
+            job,
+            lambda: state.stores[job.partition].retry(
+                job.queue,
+                job.entry_id,
+                next_fields=job.next_attempt_fields(),
+                delay_ms=delay_ms,
+                execution_id=job.execution_id,
+                schedule_id=job.schedule_id,
+                attempt=job.attempt,
+                event=event,
+                extra=fragment(extra),
+                priority=job.priority,
+                run=run_record(
+                    job.fields,
+                    queue=job.queue,
+                    status=event,
+                    worker=state.consumer,
+                    duration_ms=duration_ms,
+                    error_type=error_type,
+                    error=error,
+                ),
+            ),
+        )
+
+    async def _record(self, job: Job, call: Callable[[], Awaitable[Any]]) -> None:
+        """Run a recording script until Redis takes it (the entry stays pending meanwhile)."""
+        try:
+            refused = await until_taken(call, "runner")
+            if refused is not None:
+                log.error("job.unrecorded", execution_id=job.execution_id, error=str(refused))
+        finally:
+            self.state.inflight.discard((job.partition, job.queue, job.priority, job.entry_id))
+
+
+def _exhausted(job: Job, message: str) -> str:
+    """The dead letter's message of a job whose handler asked for an attempt past the last."""
+    return (
+        f"retries exhausted: the handler asked for another attempt after attempt "
+        f"{job.attempt} of {job.max_retries + 1} (max_retries={job.max_retries})"
+        + (f": {message}" if message else "")
+    )
+
+
+def _next_delay_s(job: Job, error: BaseException | None) -> float:
+    """How long the next attempt waits: what the handler's :class:`Retry` asked for (bounded),
+    else the job's backoff."""
+    requested = error.delay_s if isinstance(error, Retry) else None
+    if isinstance(requested, int | float) and not math.isnan(requested):
+        return min(max(float(requested), 0.0), MAX_RETRY_DELAY_S)
+    return retry_delay_s(job.options, job.attempt)
+
+
+def _log_end(log_at: Callable[..., None], job: Job, outcome: str, **fields: Any) -> None:
+    """The ``job.end`` line of a run, at the level the outcome deserves."""
+    log_at(
+        "job.end",
+        execution_id=job.execution_id,
+        task=job.task,
+        attempt=job.attempt,
+        outcome=outcome,
+        **fields,
+    )
