@@ -37,7 +37,7 @@ from rsched._core.settings import SchedulerSettings, Settings
 from rsched._redis.connection import connect
 from rsched._redis.scripts import names as script_names
 from rsched._redis.scripts import source
-from rsched._store import parking as _parking
+from rsched._store import parking
 from rsched._store.firing import FiringStore
 from rsched._store.leases import LeaseStore
 from rsched._store.schedules import ScheduleStore
@@ -202,7 +202,7 @@ class Ctx:
         upsert = self.store.script("upsert")
         await self.store.ensure_loaded(["upsert"])  # a cluster pipeline does not load it
         k = self.keys
-        park_after = _parking.PARK_AFTER_MS if park else ""
+        park_after = parking.PARK_AFTER_MS if park else ""
         for start in range(0, len(ids), CHUNK):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for i in range(start, min(start + CHUNK, len(ids))):
@@ -520,7 +520,7 @@ async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
     async def create_and_park(some: list[str]) -> int:
         await ctx.create(some, lambda i: spec, lambda i: now + HOUR_MS, now)
         await ctx.slowlog_reset(200)
-        while await _parking.park(ctx.store, lease):
+        while await parking.park(ctx.store, lease):
             pass
         park_us.extend(us for us, name, _ in await ctx.slowlog() if name == "EVALSHA park")
         await ctx.drop_op_keys()
@@ -534,7 +534,7 @@ async def parked_memory(ctx: Ctx, n: int) -> dict[str, Any]:
     await ctx.slowlog_reset(200)
     started = time.perf_counter()
     while True:
-        back = await _parking.unpark(ctx.store, lease, everything=True)
+        back = await parking.unpark(ctx.store, lease, everything=True)
         if not back or not back[0]:
             break
     unpark_s = time.perf_counter() - started

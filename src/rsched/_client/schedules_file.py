@@ -77,7 +77,7 @@ _ENTRY = re.compile(r"^schedule\[(\d+)\]")
 _OPERATOR_FIELDS = frozenset({"paused", "pause_note"})
 _NOT_IN_FILE = STATE_FIELDS | {"source"}
 APPLY_ATTEMPTS = 5
-#: A schedules file's messages name its keys and show TOML (``_words``).
+#: A schedules file's messages name its keys and show TOML (``_core/words.py``).
 FILE_WORDS = Words(
     setting='{name} = "{value}"',
     one_trigger='cron = "0 2 * * *", every = "5m" or at = 2030-01-01T09:00:00Z',

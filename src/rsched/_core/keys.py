@@ -1,7 +1,7 @@
 """Every Redis key and channel name rsched uses; nothing else formats a key string.
 
 A deployment's keys are of two kinds. Partition keys (schedules, queues, leases, ...) carry
-their partition's hash tag (``_partition.partition_tags``); deployment keys (meta, the worker
+their partition's hash tag (``partitions.partition_tags``); deployment keys (meta, the worker
 and scheduler registries) carry ``{prefix}``. With one partition both tags are ``{prefix}``, the
 layout of a deployment without partitions. Every key one script touches has one tag, so it hashes
 to one slot and the scripts run unchanged on Redis Cluster. docs/keys.md documents each key.

@@ -1,7 +1,7 @@
 """When a schedule fires: occurrences of its trigger inside its window, as epoch milliseconds.
 
 Pure arithmetic shared by the scheduler, the SDK preview and the CLI. Cron DST rules live in
-_cron; ``every`` intervals are elapsed time (they ignore DST) anchored at ``start_at``, or one
+``cron``; ``every`` intervals are elapsed time (they ignore DST) anchored at ``start_at``, or one
 interval after creation; ``at`` is a single occurrence.
 """
 

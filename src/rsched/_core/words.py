@@ -6,7 +6,8 @@ upsert``), the HTTP API (JSON fields, ``PUT /api/v1/schedules/ID``) and schedule
 A message names a field, an example or what to do instead through the :class:`Words` of the surface
 being served (:func:`speaking`), so each surface reads in its own terms while the rule and its
 wording stay in one place. The SDK's words are the default; the other surfaces define theirs beside
-their code (``_cli_common.CLI_WORDS``, ``_declare.FILE_WORDS``, ``web._api.HTTP_WORDS``). Pure."""
+their code (``_cli/common.py``'s ``CLI_WORDS``, ``_client/schedules_file.py``'s ``FILE_WORDS``,
+``web/_api.py``'s ``HTTP_WORDS``). Pure."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ from rsched._core.keys import GROUP, Keys
 from rsched._core.rules import NAME_RE, PRIORITIES
 from rsched._core.settings import Settings
 from rsched._redis.scripts import server_time_ms
-from rsched._store import parking as _parking
+from rsched._store import parking
 from rsched._store.partitions import gather
 from rsched._store.queues import QueueStore
 
@@ -134,7 +134,7 @@ class HealthReader:
             self.keys.schedules, "-inf", f"({now_ms}", start=0, num=limit + 1, withscores=True
         )
         # Parked ones are due only when no scheduler brought them back (rsched._store.parking).
-        parked = await _parking.due_ids(self.redis, self.keys, now_ms, limit + 1)
+        parked = await parking.due_ids(self.redis, self.keys, now_ms, limit + 1)
         entries = sorted(
             [(float(score), str(sid)) for sid, score in found] + [(s, m) for m, s in parked]
         )
@@ -288,8 +288,8 @@ class HealthReader:
             pipe.zrangebyscore(k.schedules, "-inf", f"({now_ms}", start=0, num=1, withscores=True)
             leader, due, oldest = await pipe.execute()
         first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
-        parked, parked_oldest = await _parking.due(self.redis, self.keys, now_ms - 1)
-        first = _parking.earliest(first, parked_oldest)
+        parked, parked_oldest = await parking.due(self.redis, self.keys, now_ms - 1)
+        first = parking.earliest(first, parked_oldest)
         schedules, truncated = await self.schedules(now_ms)
         return _Found(
             owner=str(leader).partition(":")[2] if leader else None,

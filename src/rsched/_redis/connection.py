@@ -49,7 +49,7 @@ from rsched._core.errors import (
 )
 from rsched._core.log import EventLogger
 from rsched._core.settings import Settings, safe_url
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._redis.cluster import NOT_A_CLUSTER, connect_cluster, is_cluster, per_primary
 from rsched._redis.durability import Durability
 
@@ -94,7 +94,7 @@ def connect(
                 timeout_s=timeout_s,
                 max_connections=settings.max_connections,
                 retries=CONNECT_RETRIES,
-                scripts=[_lua.source(name) for name in _lua.names()],
+                scripts=[scripts.source(name) for name in scripts.names()],
                 encoding_errors=encoding_errors,
                 **_tls_options(settings, url),
             )

@@ -26,7 +26,7 @@ from rsched._core.settings import SchedulerSettings
 from rsched._scheduler.batching import FIRST_BATCH, Batching
 from rsched._scheduler.fire import DueRead, FireRound
 from rsched._scheduler.spec_cache import QUARANTINE_S, SpecCache
-from rsched._store import parking as _parking
+from rsched._store import parking
 from rsched._store.firing import FiringStore
 
 log = get_logger("rsched.scheduler")
@@ -307,22 +307,22 @@ class Ticker:
         park = self.cfg.park
         earliest: int | None = None
         for _ in range(UNPARK_CALLS):
-            back = await _parking.unpark(self.store, lease, everything=not park)
+            back = await parking.unpark(self.store, lease, everything=not park)
             if back is None:
                 raise LostLease
             moved, first = back
             if first is not None and (earliest is None or first < earliest):
                 earliest = first
-            if moved < _parking.MOVE_LIMIT:
+            if moved < parking.MOVE_LIMIT:
                 break
         else:
             return earliest, True
         if park and idle_ms >= PARK_IDLE_MS:
             for _ in range(PARK_CALLS):
-                parked = await _parking.park(self.store, lease)
+                parked = await parking.park(self.store, lease)
                 if parked is None:
                     raise LostLease
-                if parked < _parking.MOVE_LIMIT:
+                if parked < parking.MOVE_LIMIT:
                     break
             else:
                 return earliest, True

@@ -15,14 +15,14 @@ from rsched._core.codes import check
 from rsched._core.errors import DeadLetterNotFound, InvalidArgument
 from rsched._core.job import DeadLetter, Entry
 from rsched._core.rules import check_page
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._redis.cluster import is_cluster
 
 #: Entries read per call while walking a dead-letter stream.
 PAGE = 500
 
 
-class DeadLetters(_lua.ScriptCaller):
+class DeadLetters(scripts.ScriptCaller):
     """The dead letters of one partition's queues."""
 
     async def dead_letters(

@@ -18,7 +18,7 @@ from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.rules import PRIORITIES, Priority
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._redis.durability import Durability
 from rsched._store.schedules import state_fields
 
@@ -26,7 +26,7 @@ from rsched._store.schedules import state_fields
 WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
 
 
-class FiringStore(_lua.ScriptCaller):
+class FiringStore(scripts.ScriptCaller):
     """The scheduler's script calls and reads for one partition's schedules."""
 
     def __init__(

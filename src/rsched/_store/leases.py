@@ -12,10 +12,10 @@ from redis.asyncio import Redis
 
 from rsched._core.codes import Code, check
 from rsched._core.keys import Keys
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 
 
-class LeaseStore(_lua.ScriptCaller):
+class LeaseStore(scripts.ScriptCaller):
     """The lease scripts of one partition, and the schedulers' membership list."""
 
     def __init__(self, redis: Redis, keys: Keys) -> None:

@@ -40,9 +40,9 @@ from rsched._core.rules import (
 from rsched._core.schedule import Schedule
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._core.timing import first_run_ms
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._redis.durability import Durability
-from rsched._store import parking as _parking
+from rsched._store import parking
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ class Checked:
     problems: list[Problem] = field(default_factory=list)
 
 
-class ScheduleStore(_lua.ScriptCaller):
+class ScheduleStore(scripts.ScriptCaller):
     """Schedule writes and reads for one Redis client and one partition's keys."""
 
     def __init__(
@@ -108,7 +108,7 @@ class ScheduleStore(_lua.ScriptCaller):
         self.max_payload_bytes = max_payload_bytes
         # Writes put a schedule due later than this from now in its parked bucket (None: never;
         # scheduler.park off), as the leader would park it (rsched._store.parking).
-        self.park_after_ms: int | None = _parking.PARK_AFTER_MS
+        self.park_after_ms: int | None = parking.PARK_AFTER_MS
 
     @classmethod
     def from_settings(
@@ -544,7 +544,7 @@ class ScheduleStore(_lua.ScriptCaller):
                 # someone else's key: nothing of rsched's to trim
             rank = rank + count if len(ids) == count else -1
         if rank < 0 and len(ids) < count:  # past the index's end: the parked buckets
-            more, after = await _parking.bucket_ids(self.redis, k, -1 - rank, count - len(ids))
+            more, after = await parking.bucket_ids(self.redis, k, -1 - rank, count - len(ids))
             ids += more
             rank = -1 - after if after else 0
         return ids, rank
@@ -569,9 +569,9 @@ class ScheduleStore(_lua.ScriptCaller):
             pipe.pttl(k.leader)
             pipe.get(k.leader_ttl)
             total, active, due, oldest, leader, pttl, lease_ttl = await pipe.execute()
-        parked = await _parking.counts(self, now_ms)
+        parked = await parking.counts(self, now_ms)
         first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
-        first = _parking.earliest(first, parked.oldest)
+        first = parking.earliest(first, parked.oldest)
         return IndexStats(
             total=int(total) + parked.total,
             active=int(active) + parked.active,
@@ -594,10 +594,10 @@ class ScheduleStore(_lua.ScriptCaller):
             pipe.zrange(k.schedules, "-inf", now_ms, byscore=True, offset=0, num=1, withscores=True)
             pipe.zcount(k.schedules, "-inf", late_before_ms)
             due, oldest, late = await pipe.execute()
-        parked_due, parked_oldest = await _parking.due(self.redis, k, now_ms)
-        parked_late, _ = await _parking.due(self.redis, k, late_before_ms)
+        parked_due, parked_oldest = await parking.due(self.redis, k, now_ms)
+        parked_late, _ = await parking.due(self.redis, k, late_before_ms)
         first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
-        first = _parking.earliest(first, parked_oldest)
+        first = parking.earliest(first, parked_oldest)
         return DueSummary(
             due=int(due) + parked_due,
             oldest_ms=int(first[1]) if first else None,
@@ -630,12 +630,12 @@ class ScheduleStore(_lua.ScriptCaller):
         if pos is None:
             page = _pairs(await self.redis.zrange(key, 0, n - 1, withscores=True))
         else:
-            args = [_parking.score_arg(pos[0]), pos[1], n]
+            args = [parking.score_arg(pos[0]), pos[1], n]
             flat = await self.call_read("index_after", [key], args)
             page = [(str(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
         # Parked entries come in where they sort: only those at or before the page's last one
         # can, when the page is full.
-        parked = await _parking.after(self, pos, n, page[-1][1] if len(page) == n else math.inf)
+        parked = await parking.after(self, pos, n, page[-1][1] if len(page) == n else math.inf)
         if not parked:
             return page
         return sorted(page + parked, key=lambda e: (e[1], e[0]))[:n]

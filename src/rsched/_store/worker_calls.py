@@ -18,7 +18,7 @@ from rsched._core.codes import Code, check
 from rsched._core.job import Entry, Lane
 from rsched._core.keys import GROUP
 from rsched._core.rules import NAME_RE, Priority
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._store.alerts import EventLog
 
 
@@ -34,10 +34,10 @@ class Done:
     extra: str = ""  # JSON fragment ('' or ',"k":v…')
     dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
     result: bytes | None = None  # what the handler returned (JSON), kept before the ack
-    run: str | None = None  # the runs log record (_runs.run_record); None: not logged
+    run: str | None = None  # the runs log record (runs_log.run_record); None: not logged
 
 
-class WorkerCalls(_lua.ScriptCaller):
+class WorkerCalls(scripts.ScriptCaller):
     """The worker's script calls and reads on the queues of one partition."""
 
     history_limit: int
@@ -141,7 +141,7 @@ class WorkerCalls(_lua.ScriptCaller):
     ) -> int | None:
         """Schedule the next attempt; returns its due time (ms) or None when not pending.
         ``next_fields`` carry the job's level (its 'priority' field) for the promoter; ``run``
-        is the attempt's record for the runs log (_runs.run_record)."""
+        is the attempt's record for the runs log (runs_log.run_record)."""
         stream = self.keys.queue(queue, priority)
         history = self.keys.history(schedule_id) if schedule_id else stream
         hash_key = self.keys.schedule(schedule_id) if schedule_id else stream
@@ -186,7 +186,7 @@ class WorkerCalls(_lua.ScriptCaller):
     ) -> str | None:
         """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
         entry was no longer pending). The stored job names its level, for ``requeue``; ``run``
-        is the run's record for the runs log (_runs.run_record)."""
+        is the run's record for the runs log (runs_log.run_record)."""
         sid = raw.get("schedule_id") or ""
         has_schedule = bool(sid) and NAME_RE.match(sid) is not None
         k = self.keys

@@ -11,10 +11,10 @@ from typing import cast
 
 from rsched._core.codes import check
 from rsched._core.workers import WorkerInfo, parse_worker
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 
 
-class WorkerRegistry(_lua.ScriptCaller):
+class WorkerRegistry(scripts.ScriptCaller):
     """The live workers of one partition."""
 
     async def register(self, worker_id: str, record: bytes, ttl_ms: int, prune_ms: int) -> int:
