@@ -95,8 +95,8 @@ def when(dt: datetime | None, zone: str, now: int) -> str:
 
 # --- the command line's words ------------------------------------------------------------------
 
-#: Messages name the flags and commands of ``rsched`` (``_core/words.py``): a schedule's fields and job
-#: options by the flag of add / upsert / update / enqueue, a read's arguments by theirs.
+#: Messages name the flags and commands of ``rsched`` (``_core/words.py``): a schedule's fields and
+#: job options by the flag of add / upsert / update / enqueue, a read's arguments by theirs.
 CLI_WORDS = Words(
     fields={
         "task": "--task", "cron": "--cron", "every": "--every", "at": "--at",
