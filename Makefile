@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: help venv test test-fast test-min-deps lint fmt bench demo check-rules clean
+.PHONY: help venv test test-core test-fast test-min-deps lint fmt bench demo check-rules clean
 
 help:
 	@echo "make demo   run scheduler + worker + demo schedules (embedded server unless RSCHED_REDIS_URL is set);"
@@ -17,7 +17,7 @@ help:
 	@echo "make lint   ruff + mypy --strict"
 	@echo "make bench  run the benchmarks in bench/ and print their tables"
 	@echo "make check-rules   promtool check + test of the alerting rules in docs/prometheus"
-	@echo "make test-fast / test-min-deps / fmt / venv / clean   see DEVELOPERS.md"
+	@echo "make test-core / test-fast / test-min-deps / fmt / venv / clean   see DEVELOPERS.md"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
@@ -42,6 +42,10 @@ XDIST ?= -n 4 --dist loadgroup
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
+
+# The tests that need no Redis (tests/core): pure arithmetic, models, rules, the layout. Seconds.
+test-core: $(STAMP)
+	$(BIN)/python -m pytest -q tests/core $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
@@ -69,7 +73,7 @@ $(MIN_STAMP): pyproject.toml
 test-min-deps: $(MIN_STAMP)
 	$(VENV_MIN)/bin/python -m pip list --format=freeze | grep -iE '^(redis|anyio|orjson|pydantic|pydantic.settings|cronsim|tzdata|prometheus.client)=='
 	RSCHED_TEST_SERVERS=redis $(VENV_MIN)/bin/python -m pytest -q $(XDIST) -m "not slow" \
-		--ignore=tests/test_web_api.py --ignore=tests/test_web_browser.py $(PYTEST_ARGS)
+		--ignore=tests/web $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

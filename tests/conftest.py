@@ -1,31 +1,26 @@
 """Fixtures shared by the whole suite.
 
-Integration tests run against private servers this suite starts itself (see servers.py):
-one per server kind for the session (Redis 7 and Valkey, each test under both), plus
-``make_server`` for fault tests that kill and restart their own. Every test gets a fresh key
-prefix, so tests never see each other's keys and nothing is flushed.
+Integration tests run against private servers this suite starts itself (see
+support/servers.py): one per server kind for the session (Redis 7 and Valkey, each test under
+both), plus ``make_server`` for fault tests that kill and restart their own. Every test gets a
+fresh key prefix, so tests never see each other's keys and nothing is flushed. No fixture here is
+autouse: a server starts only for a test that asks for one, so tests/core starts none.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
-from cluster import Cluster
 from rsched._core.settings import Settings
 from rsched._redis.connection import connect
-from servers import Server, env_kinds
+from tests.support.cluster import Cluster
+from tests.support.processes import Proc
+from tests.support.servers import Server, env_kinds
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -63,13 +58,6 @@ def prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
 
-async def written_keys(redis: Redis, prefix: str) -> list[str]:
-    """The keys under ``prefix`` but the deployment's facts ({prefix}:meta, which a client
-    stores on first use): what a write left."""
-    meta = f"{{{prefix}}}:meta"
-    return sorted([k async for k in redis.scan_iter(match=f"{{{prefix}}}:*") if k != meta])
-
-
 @pytest.fixture
 def settings(redis_url: str, prefix: str, topology: str) -> Settings:
     return Settings(redis_url=redis_url, prefix=prefix, cluster=topology == "cluster")
@@ -92,7 +80,7 @@ async def redis(redis_url: str, prefix: str, topology: str) -> AsyncIterator[Red
         await client.aclose()
 
 
-# --- clusters (cluster.py) -------------------------------------------------------------------
+# --- clusters (support/cluster.py) ----------------------------------------------------------
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -144,53 +132,6 @@ def make_server(server: Server) -> Iterator[Callable[..., Server]]:
     yield make
     for srv in made:
         srv.close()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for a server a test starts)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Proc:
-    """A child Python process (``python -m module args``) with its output kept in a file."""
-
-    def __init__(self, module: str, *args: str, env: dict[str, str] | None = None) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="rsched-proc-", suffix=".log")[1])
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=full_env,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout_s: float = 15.0) -> None:
-        """Wait until ``text`` appears in the output; fail with the output otherwise."""
-        deadline = time.monotonic() + timeout_s
-        while text not in self.output():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} never appeared; output:\n{self.output()[-4000:]}")
-            time.sleep(0.05)
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def wait(self, timeout_s: float = 15.0) -> int:
-        return self.proc.wait(timeout_s)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-        self.log.unlink(missing_ok=True)
 
 
 @pytest.fixture

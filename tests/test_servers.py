@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from servers import SHARED_PORT, Server
+from tests.support.servers import SHARED_PORT, Server
 
 
 async def test_private_server_is_real_and_private(server: Server, redis: Redis) -> None:

@@ -1,5 +1,5 @@
 -- Include: codes — every code a script returns, by name. The same table as
--- rsched._core.codes.Code (tests/test_lua.py checks that names and values agree). A code above 0
+-- rsched._core.codes.Code (tests/store/test_lua.py checks that names and values agree). A code above 0
 -- means the script did what was asked; 0 or below means it wrote nothing.
 
 -- What became of one occurrence (fire, backfill, trigger: one code per occurrence).

@@ -33,7 +33,10 @@ from rsched._redis.durability import durability_flag
 DELEGATES = {
     "scheduler": ("rsched._cli.scheduler_process", "run the scheduler process"),
     "worker": ("rsched._cli.worker_process", "run the worker process"),
-    "demo": ("rsched._devtools.demo", "run a scheduler, a worker and demo schedules, narrated"),
+    "demo": (
+        "rsched._devtools.demo.main",
+        "run a scheduler, a worker and demo schedules, narrated",
+    ),
     "web": ("rsched.web._main", "serve the dashboard and HTTP API (extra: rsched[web])"),
 }
 

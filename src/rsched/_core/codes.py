@@ -4,7 +4,7 @@ Each number has one meaning in every script (docs/keys.md lists them with the sc
 return each). A code above 0 means the script did what was asked; 0 or below means it wrote
 nothing. Scripts that return a count (complete, requeue, promote) return it as a number >= 0,
 or a negative code. Each script's header names the codes it returns as ``NAME=number``
-(tests/test_lua.py checks them against this table).
+(tests/store/test_lua.py checks them against this table).
 """
 
 from __future__ import annotations

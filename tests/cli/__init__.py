@@ -1,0 +1,1 @@
+"""The rsched command and the rsched-scheduler / rsched-worker processes."""

@@ -1,0 +1,1 @@
+"""The SDK (async and blocking clients, schedules files) against real servers."""

@@ -1,0 +1,1 @@
+"""rsched as deployed: clusters, partitions, durability, faults, TLS and least privilege."""

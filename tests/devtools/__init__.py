@@ -1,0 +1,1 @@
+"""The demo and the embedded server it runs on."""

@@ -1,0 +1,1 @@
+"""Operating rsched: schedule health, events and alerts, metrics and the alerting rules."""

@@ -1,0 +1,1 @@
+"""The Scheduler in process against real servers: firing, misfires, pending runs, retention."""

@@ -1,0 +1,1 @@
+"""The stores and their Lua scripts against real servers: each key family, each script."""

@@ -1,0 +1,18 @@
+"""The ``rsched`` command run as a user runs it: a child process, its exit code and output."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import anyio
+
+from rsched._core.settings import Settings
+
+
+async def cli(settings: Settings, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "RSCHED_REDIS_URL": settings.url, "RSCHED_PREFIX": settings.prefix}
+    done = await anyio.run_process(
+        [sys.executable, "-m", "rsched._cli.main", *args], env=env, check=False
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
