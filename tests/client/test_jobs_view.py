@@ -508,5 +508,7 @@ async def test_an_ended_scheduled_job_trimmed_from_the_runs_log_keeps_its_start(
     await redis.delete(Keys(settings.prefix).runs)  # the history alone knows it now
     job = await client.job(fired.execution_id)
     assert job.state == "completed"
-    assert job.started_at is not None  # its running event; the record's is its end less its run
-    assert abs((job.started_at - recorded.started_at).total_seconds()) < 0.01
+    # Its running event; the record's start is its end less its run, measured apart: they agree
+    # to within the time between the start script and the handler's start (more when loaded).
+    assert job.started_at is not None
+    assert abs((job.started_at - recorded.started_at).total_seconds()) < 1

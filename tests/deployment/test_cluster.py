@@ -27,7 +27,7 @@ from rsched._core.keys import Keys
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._ops.health import HealthReader
 from rsched._redis import cluster as _cluster
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._redis.connection import check_server, connect
 from rsched._redis.scripts import ScriptCaller
 from rsched._scheduler.retention import Retention
@@ -109,7 +109,7 @@ async def test_every_script_runs_on_the_cluster(
     # With several partitions such a script would span two slots.
     mixed = {n for n, used in seen.items() if len({_is_deployment_key(k) for k in used}) > 1}
     assert not mixed, "scripts touching deployment and partition keys together"
-    assert set(_lua.names()) - set(seen) == set(), "scripts this test never ran"
+    assert set(scripts.names()) - set(seen) == set(), "scripts this test never ran"
 
 
 async def _has_dead(client: rsched.Client) -> bool:
@@ -208,8 +208,12 @@ def _slot_and_target(cluster: Cluster, keys: Keys) -> tuple[int, Any]:
 def _recording_worker(
     settings: Settings, *, concurrency: int, run_s: float = 0.0
 ) -> tuple[rsched.Worker, list[tuple[str, str]]]:
-    """A worker whose task ``t`` records (schedule id, scheduled time) and takes ``run_s``."""
-    worker = rsched.Worker(settings=fast_settings(settings, concurrency=concurrency))
+    """A worker whose task ``t`` records (schedule id, scheduled time) and takes ``run_s``. No job
+    is reclaimed while a loaded machine starves its heartbeat: a reclaimed job would rightly run
+    again, and the tests count runs."""
+    worker = rsched.Worker(
+        settings=fast_settings(settings, concurrency=concurrency, visibility_timeout_s=60)
+    )
     ran: list[tuple[str, str]] = []
 
     @worker.task("t")
@@ -383,7 +387,7 @@ async def test_fires_held_back_past_their_retries_by_a_migration_fire_after_it(
 ) -> None:
     # The slot moves key by key for longer than a call retries TRYAGAIN (shortened here): the
     # scheduler backs off and tries again, sets no schedule aside, and fires once it has moved.
-    monkeypatch.setattr(_lua, "TRYAGAIN_LIMIT_S", 0.3)
+    monkeypatch.setattr(scripts, "TRYAGAIN_LIMIT_S", 0.3)
     cluster = make_cluster(replicas=False)
     settings = cluster_settings(cluster.url, prefix)
     keys = Keys(prefix)
@@ -494,7 +498,7 @@ async def test_every_primary_has_the_scripts_once_a_client_connects(
         await redis.exists(Keys(prefix).meta)  # the first command: the client learns the nodes
     finally:
         await redis.aclose()
-    shas = [ScriptCaller(redis).script(name).sha for name in _lua.names()]
+    shas = [ScriptCaller(redis).script(name).sha for name in scripts.names()]
     for node in cluster.primaries():
         assert all(cluster.command(node, "SCRIPT EXISTS", *shas)), node.port
     # The next process finds them there: it sends none of their sources.

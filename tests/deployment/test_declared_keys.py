@@ -25,7 +25,7 @@ from rsched._core.fire_plan import OVERLAPS, FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.schedule import Schedule
 from rsched._core.settings import SchedulerSettings, Settings
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._redis.connection import connect
 from rsched._redis.scripts import ScriptCaller
 from rsched._scheduler.retention import Retention
@@ -89,7 +89,7 @@ class Strict:
 @pytest.fixture
 def strict(monkeypatch: pytest.MonkeyPatch, topology: str) -> Iterator[Strict]:
     seen = Strict()
-    original = _lua.source
+    original = scripts.source
 
     def source(name: str) -> str:
         shebang, _, body = original(name).partition("\n")
@@ -97,7 +97,7 @@ def strict(monkeypatch: pytest.MonkeyPatch, topology: str) -> Iterator[Strict]:
         lenient = "#KEYS <= 4" if name == "fire" and topology == "single" else "false"
         return f"{shebang}\n{_PRELUDE.replace('LENIENT', lenient)}\n{body}"
 
-    monkeypatch.setattr(_lua, "source", source)
+    monkeypatch.setattr(scripts, "source", source)
     for method in ("call", "call_packed", "call_read"):
         monkeypatch.setattr(ScriptCaller, method, _recording(getattr(ScriptCaller, method), seen))
     read_response = AbstractConnection.read_response
@@ -275,7 +275,7 @@ async def test_every_script_declares_every_key_it_touches(
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
-    assert set(_lua.names()) - strict.ran == set(), "scripts this test never ran"
+    assert set(scripts.names()) - strict.ran == set(), "scripts this test never ran"
 
 
 async def _has_dead(client: rsched.Client) -> bool:

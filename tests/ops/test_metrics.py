@@ -31,7 +31,7 @@ from rsched._core.settings import SchedulerSettings, Settings
 from rsched._devtools.embedded import free_port
 from rsched._ops.deployment_gauges import read_deployment
 from rsched._ops.probe import serve
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 from rsched._scheduler.readiness import operate_scheduler, scheduler_readiness
 from rsched._scheduler.scheduler import Scheduler
 from rsched._store.queues import QueueStore
@@ -291,7 +291,7 @@ async def test_readyz_loads_scripts_the_server_forgot(redis: Redis, settings: Se
     ok, details = await scheduler_readiness(scheduler, redis)
     assert not ok  # not started
     assert "starting" in details["reason"]
-    sha = _lua.ScriptCaller(redis).script("fire").sha
+    sha = scripts.ScriptCaller(redis).script("fire").sha
     assert await redis.script_exists(sha) == [True]
 
 
@@ -315,6 +315,11 @@ async def test_scheduler_series_and_readiness(redis: Redis, settings: Settings) 
             return held > value(before, "rsched_overlap_total", policy="skip", action="skipped")
 
         await eventually(skipped)
+
+        async def states_read() -> bool:  # the leader's gauge read, every metrics_interval_s
+            return value(await scrape(port), "rsched_schedules", state="active") == 1
+
+        await eventually(states_read)
         s = await scrape(port)
         assert value(s, "rsched_fires_total", queue=queue, origin="schedule") >= 1
         assert value(s, "rsched_fire_lag_seconds_count") > value(

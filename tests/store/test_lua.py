@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched._core.codes import Code
-from rsched._redis import scripts as _lua
+from rsched._redis import scripts
 
 ENGINE_SCRIPTS = (
     "due", "fire", "upsert", "upsert_many", "remove", "pause", "resume", "trigger",
@@ -26,7 +26,7 @@ def test_expand_inlines_includes_recursively(tmp_path: Path) -> None:
     inc = tmp_path / "includes"
     write(inc, "a", "local a = 1\n-- @include b\n")
     write(inc, "b", "local b = 2\n")
-    out = _lua.expand("-- @include a\nreturn a + b\n", inc)
+    out = scripts.expand("-- @include a\nreturn a + b\n", inc)
     assert out == "local a = 1\nlocal b = 2\n\nreturn a + b\n"
 
 
@@ -34,13 +34,13 @@ def test_expand_inlines_an_include_once(tmp_path: Path) -> None:
     inc = tmp_path / "includes"
     write(inc, "a", "local a = 1\n")
     write(inc, "b", "-- @include a\nlocal b = a\n")
-    out = _lua.expand("-- @include b\n-- @include a\nreturn b\n", inc)
+    out = scripts.expand("-- @include b\n-- @include a\nreturn b\n", inc)
     assert out == "local a = 1\n\nlocal b = a\n\n\nreturn b\n"
 
 
 def test_expand_leaves_other_comments(tmp_path: Path) -> None:
     text = "-- @include\n--  @include a\n-- see @include a\nreturn 1\n"
-    assert _lua.expand(text, tmp_path) == text
+    assert scripts.expand(text, tmp_path) == text
 
 
 def test_expand_rejects_cycles_and_missing_files(tmp_path: Path) -> None:
@@ -48,21 +48,21 @@ def test_expand_rejects_cycles_and_missing_files(tmp_path: Path) -> None:
     write(inc, "a", "-- @include b\n")
     write(inc, "b", "-- @include a\n")
     with pytest.raises(ValueError, match="cycle: a -> b -> a"):
-        _lua.expand("-- @include a\n", inc)
+        scripts.expand("-- @include a\n", inc)
     with pytest.raises(FileNotFoundError, match="'nope'"):
-        _lua.expand("-- @include nope\n", inc)
+        scripts.expand("-- @include nope\n", inc)
 
 
 def test_every_engine_script_exists_with_a_header() -> None:
-    assert set(ENGINE_SCRIPTS) <= set(_lua.names())
+    assert set(ENGINE_SCRIPTS) <= set(scripts.names())
     for name in ENGINE_SCRIPTS:
-        text = (_lua.lua_dir() / f"{name}.lua").read_text()
+        text = (scripts.lua_dir() / f"{name}.lua").read_text()
         assert text.startswith(f"--[[ {name} "), name
         header = text.split("]]", 1)[0]
         assert "KEYS[1]" in header, name
         assert re.search(r"ARGV\[1\]|ARGV: none", header), name
         assert "Returns" in header or "returns" in header, name
-        assert "@include" not in _lua.source(name), name
+        assert "@include" not in scripts.source(name), name
 
 
 CODE_NAMED = re.compile(r"\b([A-Z][A-Z_]+)=(-?\d+)\b")
@@ -87,7 +87,7 @@ def _header(path: Path) -> str:
 
 
 def test_lua_codes_are_the_python_table() -> None:
-    text = (_lua.lua_dir() / "includes" / "codes.lua").read_text()
+    text = (scripts.lua_dir() / "includes" / "codes.lua").read_text()
     assert {name: int(number) for name, number in LUA_CODE.findall(text)} == {
         code.name: code.value for code in Code
     }
@@ -95,7 +95,7 @@ def test_lua_codes_are_the_python_table() -> None:
 
 def test_codes_in_script_headers_are_the_tables() -> None:
     named: set[Code] = set()
-    paths = [*_lua.lua_dir().glob("*.lua"), *_lua.lua_dir().glob("includes/*.lua")]
+    paths = [*scripts.lua_dir().glob("*.lua"), *scripts.lua_dir().glob("includes/*.lua")]
     for path in paths:
         header = _header(path)
         listed = {name for name, number in CODE_NAMED.findall(header)}
@@ -113,7 +113,7 @@ def test_codes_in_script_headers_are_the_tables() -> None:
     assert named == set(Code), "codes no script returns"
 
 
-@pytest.mark.parametrize("name", _lua.names())
+@pytest.mark.parametrize("name", scripts.names())
 async def test_scripts_load_on_the_server(redis: Redis, name: str) -> None:
-    sha = await redis.script_load(_lua.source(name))
+    sha = await redis.script_load(scripts.source(name))
     assert (await redis.script_exists(sha)) == [True]

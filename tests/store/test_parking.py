@@ -19,7 +19,7 @@ from rsched._core.schedule import to_ms
 from rsched._core.settings import Settings
 from rsched._scheduler import ticker
 from rsched._scheduler.retention import Retention
-from rsched._store import parking as _parking
+from rsched._store import parking
 from rsched._store.schedules import ScheduleStore
 from tests.support.history import int_b62
 from tests.support.leading import leases
@@ -111,8 +111,8 @@ async def _parked(store: ScheduleStore, ids: set[str]) -> bool:
 async def test_a_parked_schedule_is_back_before_it_is_due_and_fires_on_time(
     fast: Settings, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_parking, "PARK_AFTER_MS", 1_500)
-    monkeypatch.setattr(_parking, "UNPARK_WITHIN_MS", 800)
+    monkeypatch.setattr(parking, "PARK_AFTER_MS", 1_500)
+    monkeypatch.setattr(parking, "UNPARK_WITHIN_MS", 800)
     async with Client.from_settings(fast) as client:
         await client.add({"id": "x", "task": "t", "every": 4})
         async with running(fast):
@@ -155,7 +155,7 @@ async def test_every_write_puts_a_schedule_where_its_next_run_says(
         assert (await client.stats()).schedules["paused"] == 1
         await client.resume("a")  # resume and trigger write the index; the leader parks
         await indexed("a")
-        assert await _parking.park(store, held) == 1
+        assert await parking.park(store, held) == 1
         await parked("a")
         await client.trigger("a")  # its next run stays: so does its place
         await parked("a")
@@ -171,12 +171,12 @@ async def test_parking_and_bringing_back_need_the_lease(store: ScheduleStore) ->
     store.park_after_ms = None  # written to the index, as an earlier rsched wrote it
     await store.save(Schedule(id="a", task="t", every=3600))
     held = await lease(store)
-    assert await _parking.park(store, "1:someone-else") is None
+    assert await parking.park(store, "1:someone-else") is None
     assert await where(store, "a") != (None, None)
     assert (await where(store, "a"))[1] is None
-    assert await _parking.park(store, held) == 1
+    assert await parking.park(store, held) == 1
     await store.redis.zadd(store.keys.parked, {str(parked_bucket("a")): 0})
-    assert await _parking.unpark(store, "1:someone-else") is None
+    assert await parking.unpark(store, "1:someone-else") is None
     assert (await where(store, "a"))[0] is None
 
 
@@ -206,7 +206,7 @@ async def test_a_parked_schedule_overdue_while_no_scheduler_ran_is_late_then_fir
 async def test_list_pages_merge_the_index_and_many_buckets_in_order(
     fast: Settings, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_parking, "READ_BUCKETS", 5)  # several script calls per page
+    monkeypatch.setattr(parking, "READ_BUCKETS", 5)  # several script calls per page
     start = datetime.now(UTC) + timedelta(hours=1)
     specs: list[dict[str, Any]] = []
     for i in range(240):
@@ -225,10 +225,10 @@ async def test_list_pages_merge_the_index_and_many_buckets_in_order(
             await client.pause(sid)
         before = listed(await everything(client, page_size=9))
         held = await lease(store)
-        while await _parking.park(store, held):
+        while await parking.park(store, held):
             pass
         assert len(await parked_ids(store)) > 100
-        assert len(await _parking.buckets(store.redis, store.keys)) > 5
+        assert len(await parking.buckets(store.redis, store.keys)) > 5
         for size in (1, 9, 100, 500):
             assert listed(await everything(client, page_size=size)) == before
         filtered = [s.id async for s in client.iter_schedules(paused=True, page_size=2)]
@@ -283,9 +283,9 @@ async def test_a_bucket_key_of_another_type_is_left_alone(store: ScheduleStore) 
     await store.save(Schedule(id="a", task="t", every=3600))
     await store.redis.set(store.keys.parked_of("a"), "not rsched's")
     held = await lease(store)
-    assert await _parking.park(store, held) == 0
+    assert await parking.park(store, held) == 0
     assert await store.redis.zscore(store.keys.schedules, "a") is not None  # still in the index
     await store.redis.zadd(store.keys.parked, {str(parked_bucket("a")): 0})
-    assert await _parking.unpark(store, held) == (0, None)
+    assert await parking.unpark(store, held) == (0, None)
     assert await store.redis.zcard(store.keys.parked) == 0
     assert await store.redis.get(store.keys.parked_of("a")) == "not rsched's"

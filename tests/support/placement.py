@@ -6,14 +6,14 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from rsched._core.keys import Keys
-from rsched._store import parking as _parking
+from rsched._store import parking
 from rsched._store.schedules import ScheduleStore
 
 
 async def parked_ids(store: ScheduleStore) -> set[str]:
     k = store.keys
     out: set[str] = set()
-    for key in await _parking.buckets(store.redis, k):
+    for key in await parking.buckets(store.redis, k):
         out |= {str(m) for m in await store.redis.zrange(key, 0, -1)}
     return out
 

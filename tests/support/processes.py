@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,3 +63,17 @@ class Proc:
             self.proc.kill()
             self.proc.wait(5)
         self.log.unlink(missing_ok=True)
+
+
+def start_up_s() -> float:
+    """How long a child Python takes now to start and load rsched's command (``rsched
+    --version``): what a test that times a whole child process subtracts, so that its bound
+    holds on a loaded machine, where start-up alone can take seconds."""
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "rsched._cli.main", "--version"],
+        capture_output=True,
+        check=True,
+        timeout=WAIT_S,
+    )
+    return time.monotonic() - started

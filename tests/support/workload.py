@@ -13,7 +13,7 @@ import rsched
 from rsched._core.settings import Settings
 from rsched._redis.connection import connect
 from rsched._scheduler.scheduler import Scheduler
-from rsched._store import parking as _parking
+from rsched._store import parking
 from rsched._store.schedules import ScheduleStore
 
 
@@ -50,14 +50,14 @@ async def park_and_bring_back(store: ScheduleStore, lease: str) -> None:
     """Park the schedules due far off (the hourly ``m`` ones of :func:`some_schedules`), list
     them, and bring back one whose bucket's bound is made due (nothing in it is due yet)."""
     keys = store.keys
-    assert await _parking.park(store, lease)
-    parked = await _parking.buckets(store.redis, keys)
+    assert await parking.park(store, lease)
+    parked = await parking.buckets(store.redis, keys)
     assert parked
-    listed = [sid for sid, _ in await _parking.after(store, None, 100)]
+    listed = [sid for sid, _ in await parking.after(store, None, 100)]
     assert {"m0", "m1", "m2"} <= set(listed)
-    assert (await _parking.counts(store, await store.time_ms())).total >= 3
+    assert (await parking.counts(store, await store.time_ms())).total >= 3
     await store.redis.zadd(keys.parked, {parked[0].rsplit(":", 1)[1]: 0})
-    assert await _parking.unpark(store, lease) == (0, None)
+    assert await parking.unpark(store, lease) == (0, None)
 
 
 def ok_and_failing_tasks(worker: rsched.Worker, ran: list[str]) -> None:

@@ -415,7 +415,11 @@ async def test_many_jobs_over_several_workers_and_queues_run_once_each(
 
     def make() -> rsched.Worker:
         worker = rsched.Worker(
-            queues=["a", "b"], concurrency=7, settings=fast_settings(settings, read_batch=5)
+            queues=["a", "b"],
+            concurrency=7,
+            # Long enough that no job is reclaimed while a loaded machine starves its heartbeat:
+            # the test counts runs, and a reclaimed job would rightly run again.
+            settings=fast_settings(settings, read_batch=5, visibility_timeout_s=60),
         )
 
         @worker.task("t")

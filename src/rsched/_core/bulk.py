@@ -43,7 +43,6 @@ class BulkResult:
     (upsert_many: the stored spec was already this one, so nothing was written and its
     generation and next run stay) or ``exists`` (add_many: another writer created the id after
     the check and before the write; that schedule was left as the other writer made it).
-
     """
 
     outcomes: dict[str, str]

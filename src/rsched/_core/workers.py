@@ -57,7 +57,6 @@ class WorkerInfo:
     ``id`` is the worker's consumer name on the queues' groups (``host:pid:random``);
     ``running`` counts the jobs it runs now (``jobs`` lists them); ``last_seen`` is its last
     heartbeat (Redis time), at most a few ``heartbeat_s`` ago. Datetimes are aware UTC.
-
     """
 
     id: str

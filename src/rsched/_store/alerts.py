@@ -50,7 +50,6 @@ class HealthEvent:
     schedule_late, schedule_failing, schedule_stuck, schedule_recovered, dead_letter,
     leader_changed; ``at`` when it was recorded (Redis time, aware UTC); ``schedule_id`` the
     schedule concerned, if any; ``fields`` every stored field but ``kind`` and ``schedule_id``.
-
     """
 
     id: str
