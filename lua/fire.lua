@@ -207,12 +207,9 @@ end
 -- The stream of `queue`, false when that key holds another type (checked once per batch:
 -- `streams` remembers each queue's).
 local function queue_stream(streams, queue)
-  local stream = streams[queue]
-  if stream == nil then
-    stream = stream_prefix .. queue
-    if not key_is(stream, 'stream') then stream = false end
-    streams[queue] = stream
-  end
+  local stream = stream_prefix .. queue
+  if not key_is(stream, 'stream') then stream = false end
+  streams[queue] = stream
   return stream
 end
 
@@ -232,38 +229,23 @@ local function record_misfire(shared, sid, hash, sched, ms, nxt, action, missed,
   return MISFIRE_SKIPPED, score
 end
 
--- An occurrence that runs ('fire', 'misfire', 'catch_up'): fire_job, then advance. Returns code,
--- new index score.
-local function fire_occurrence(shared, streams, sid, hash, sched, nxt, action, missed, f, p, runs,
-                               gen)
-  local stream = queue_stream(streams, p.queue)
-  if not stream then return WRONG_TYPE end
-  -- Pending occurrences exist only beside a run marker (marker.lua): with none, a fire never
-  -- looks at them.
-  local pending = nil
-  if f[F_RUN] and p.overlap ~= 'allow' then pending = pending_prefix .. sid end
-  local origin, late_ones = 'schedule', nil
-  if action and action ~= 'fire' then -- misfire, catch_up
-    origin, late_ones = 'misfire', missed
-  end
-  local code, exec, run_until = fire_job(shared, hash, history_prefix .. sid, pending, stream, sid,
-                                         sched, origin, late_ones, f, gen, p,
-                                         action == 'catch_up')
-  if code <= 0 then return code end
-  -- A pending occurrence counts as a run: it is queued as soon as the run ends.
-  return code, advance(hash, sched, nxt, code ~= SKIPPED, true, p, runs, run_until and exec,
-                       run_until)
-end
-
--- Every item in order: one code each (a number), and the index moved as it goes.
+-- Every item in order: one code each (a number), and the index moved as it goes. An occurrence
+-- that runs ('fire', 'misfire', 'catch_up') is fire_job, then advance, written out in the loop:
+-- it is what nearly every item of a herd does, and in Redis's Lua each function call and table
+-- lookup on that path shows in the herd's time (so are move and queue_stream's cache hit).
 local function fire_groups(groups, index, shared)
   local results, streams = {}, {}
-  local scores, now, rpcall, unpack = index.score, shared.now, redis.pcall, unpack
+  local scores, zadd = index.score, index.zadd
+  local now, rpcall, unpack = shared.now, redis.pcall, unpack
   local i = 0
   for _, g in ipairs(groups) do
     local expect, nxt, p, action, missed = g.expect, g.nxt, g.p, g.action, g.missed
     local sched = g.sched or expect
     local ms = sched_ms(sched)
+    local origin, late_ones, keep = 'schedule', nil, action == 'catch_up'
+    if action and action ~= 'fire' then -- misfire, catch_up
+      origin, late_ones = 'misfire', missed
+    end
     for k = g.first, g.last, 2 do
       i = i + 1
       local sid = ARGV[k]
@@ -288,11 +270,31 @@ local function fire_groups(groups, index, shared)
           code, score = record_misfire(shared, sid, hash, sched, ms, nxt, action, missed, f, p,
                                        runs)
         else
-          code, score = fire_occurrence(shared, streams, sid, hash, sched, nxt, action, missed, f,
-                                        p, runs, gen)
+          local stream = streams[p.queue]
+          if stream == nil then stream = queue_stream(streams, p.queue) end
+          if not stream then
+            code = WRONG_TYPE
+          else
+            -- Pending occurrences exist only beside a run marker (marker.lua): with none, a fire
+            -- never looks at them.
+            local pending = nil
+            if f[F_RUN] and p.overlap ~= 'allow' then pending = pending_prefix .. sid end
+            local exec, run_until
+            code, exec, run_until = fire_job(shared, hash, history_prefix .. sid, pending, stream,
+                                             sid, sched, origin, late_ones, f, gen, p, keep)
+            if code > 0 then
+              -- A pending occurrence counts as a run: it is queued as soon as the run ends.
+              score = advance(hash, sched, nxt, code ~= SKIPPED, true, p, runs,
+                              run_until and exec, run_until)
+            end
+          end
         end
       end
-      if score then move(index, sid, score) end
+      if score then -- move(index, sid, score)
+        scores[sid] = score
+        local z = #zadd
+        zadd[z + 1], zadd[z + 2] = score, sid
+      end
       results[i] = code
     end
   end

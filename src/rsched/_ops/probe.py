@@ -20,8 +20,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from rsched._core.errors import ConfigError
+from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
+from rsched._core.settings import Settings
+from rsched._ops.deployment_gauges import watch_deployment
+from rsched._redis.connection import connect
 from rsched._redis.scripts import ScriptCaller
 
 log = get_logger("rsched.metrics")
@@ -127,3 +131,29 @@ async def redis_and_scripts(redis: Redis, names: Sequence[str]) -> dict[str, Any
     if loaded:
         log.info("metrics.scripts_loaded", scripts=",".join(loaded))
     return None
+
+
+async def operate(
+    settings: Settings,
+    readiness: Callable[[Redis], Awaitable[tuple[bool, dict[str, Any]]]],
+    keys: Callable[[], Keys],
+    leads: Callable[[], bool],
+    *,
+    task_status: TaskStatus[int],
+) -> None:
+    """Serve a process's probe on ``--metrics-port`` (``readiness`` answers /readyz) and read the
+    deployment's gauges over the partitions of ``keys()`` (the schedules by state too while
+    ``leads()``). Both use their own small Redis client, so a readiness check or a gauge read
+    never queues behind the process's own traffic (a worker's blocking reads), and report what
+    that client sees."""
+    assert settings.metrics_port is not None
+    redis = connect(settings, socket_timeout_s=READY_TIMEOUT_S)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_deployment, redis, settings, keys, leads)
+            ready = functools.partial(readiness, redis)
+            port = await tg.start(serve, settings.metrics_host, settings.metrics_port, ready)
+            task_status.started(port)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await redis.aclose()

@@ -8,17 +8,15 @@ traffic, and reports what that client sees.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-import anyio
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 
 from rsched._core.metrics import METRICS
 from rsched._core.settings import Settings
 from rsched._ops import probe
-from rsched._ops.deployment_gauges import watch_deployment
-from rsched._redis.connection import connect
 from rsched._scheduler.scheduler import Scheduler
 
 # The scripts a scheduler needs: /readyz loads any the server lacks (after a restart without
@@ -31,31 +29,19 @@ SCHEDULER_SCRIPTS = (
 async def operate_scheduler(
     scheduler: Scheduler, settings: Settings, *, task_status: TaskStatus[int]
 ) -> None:
-    """Serve the scheduler's probe, and its deployment gauges while it leads."""
-    assert settings.metrics_port is not None
-    redis = connect(settings, socket_timeout_s=probe.READY_TIMEOUT_S)
+    """Serve the scheduler's probe, and the deployment gauges (the schedules by state too while it
+    leads partition 0)."""
     METRICS.serve("scheduler")
     METRICS.is_leader.set_function(lambda: float(scheduler.is_leader))
     METRICS.led_partitions.set_function(lambda: float(len(scheduler.led())))
     METRICS.partitions.set_function(lambda: float(scheduler.partitions))
-
-    async def ready() -> tuple[bool, dict[str, Any]]:
-        return await scheduler_readiness(scheduler, redis)
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(
-                watch_deployment,
-                redis,
-                settings,
-                lambda: scheduler.keys,
-                lambda: scheduler.leads(0),
-            )
-            port = await tg.start(probe.serve, settings.metrics_host, settings.metrics_port, ready)
-            task_status.started(port)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await redis.aclose()
+    await probe.operate(
+        settings,
+        functools.partial(scheduler_readiness, scheduler),
+        lambda: scheduler.keys,
+        lambda: scheduler.leads(0),
+        task_status=task_status,
+    )
 
 
 async def scheduler_readiness(scheduler: Scheduler, redis: Redis) -> tuple[bool, dict[str, Any]]:

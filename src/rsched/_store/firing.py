@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import orjson
 from redis.asyncio import Redis
 
 from rsched._core.codes import Code, check
@@ -20,7 +19,7 @@ from rsched._core.rules import PRIORITIES, Priority
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._redis import scripts
 from rsched._redis.durability import Durability
-from rsched._store.schedules import state_fields
+from rsched._store.schedules import state_fields, unpack_fields
 
 # The codes fire.lua returns alone, about the whole call; never the code of an item.
 WHOLE_CALL_CODES = frozenset({Code.NOT_LEADER, Code.BAD_ARGS, Code.BAD_INDEX})
@@ -97,19 +96,7 @@ class FiringStore(scripts.ScriptCaller):
         raw = await self.call_packed(
             "plan_fields", [self.keys.schedule(sid) for sid in schedule_ids], list(names)
         )
-        out: list[dict[str, str] | None] = []
-        for values in orjson.loads(raw):
-            if values == "!":
-                out.append(None)
-            elif not values:
-                out.append({})
-            else:
-                out.append(
-                    state_fields(
-                        {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
-                    )
-                )
-        return out
+        return [f if f is None else state_fields(f) for f in unpack_fields(raw, names)]
 
     async def fire(self, lease: str, items: Sequence[FireItem]) -> list[int] | None:
         """Fire a batch of items; returns a code per item, None when not leader.

@@ -325,16 +325,7 @@ class ScheduleStore(scripts.ScriptCaller):
             if not await self.redis.exists(*keys):
                 out += ({} for _ in chunk)
                 continue
-            raw = await self.call_packed("plan_fields", keys, names)
-            for values in orjson.loads(raw):
-                if values == "!":
-                    out.append(None)
-                elif not values:
-                    out.append({})
-                else:
-                    out.append(
-                        {n: v for n, v in zip(names, values, strict=False) if isinstance(v, str)}
-                    )
+            out += unpack_fields(await self.call_packed("plan_fields", keys, names), names)
         return out
 
     async def _write_chunk(
@@ -680,6 +671,20 @@ def split_version(version: str) -> tuple[str, str]:
     (docs/keys.md); empty strings when malformed."""
     gen, _, created = version.partition(":")
     return (gen, created) if gen.isdigit() and created.isdigit() else ("", "")
+
+
+def unpack_fields(raw: str | bytes, names: Sequence[str]) -> list[dict[str, str] | None]:
+    """The reply of lua/plan_fields.lua: each hash's named fields ({} when it does not exist,
+    None when the key holds another type)."""
+    out: list[dict[str, str] | None] = []
+    for values in orjson.loads(raw):
+        if values == "!":
+            out.append(None)
+        else:
+            out.append(
+                {n: v for n, v in zip(names, values or (), strict=False) if isinstance(v, str)}
+            )
+    return out
 
 
 def state_fields(fields: dict[str, str]) -> dict[str, str]:

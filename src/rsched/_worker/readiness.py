@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 
@@ -19,8 +18,6 @@ from rsched._core.keys import Keys
 from rsched._core.metrics import METRICS
 from rsched._core.settings import Settings
 from rsched._ops import probe
-from rsched._ops.deployment_gauges import watch_deployment
-from rsched._redis.connection import connect
 from rsched._store.queues import QueueStore
 from rsched._worker.worker import Worker
 
@@ -34,29 +31,19 @@ WORKER_SCRIPTS = (
 async def operate_worker(
     worker: Worker, settings: Settings, *, task_status: TaskStatus[int]
 ) -> None:
-    """Serve the worker's probe."""
-    assert settings.metrics_port is not None
-    redis = connect(settings, socket_timeout_s=probe.READY_TIMEOUT_S)
-    keys = Keys(settings.prefix)
+    """Serve the worker's probe, and the deployment gauges."""
     METRICS.serve("worker", tasks=worker.tasks, queues=settings.worker.queues)
 
-    async def ready() -> tuple[bool, dict[str, Any]]:
-        return await worker_readiness(worker, redis, keys, settings.worker.queues)
+    async def ready(redis: Redis) -> tuple[bool, dict[str, Any]]:
+        return await worker_readiness(worker, redis, Keys(settings.prefix), settings.worker.queues)
 
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(
-                watch_deployment,
-                redis,
-                settings,
-                lambda: Keys(settings.prefix, worker.partitions),
-                lambda: False,
-            )
-            port = await tg.start(probe.serve, settings.metrics_host, settings.metrics_port, ready)
-            task_status.started(port)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await redis.aclose()
+    await probe.operate(
+        settings,
+        ready,
+        lambda: Keys(settings.prefix, worker.partitions),
+        lambda: False,
+        task_status=task_status,
+    )
 
 
 async def worker_readiness(
