@@ -33,13 +33,13 @@ FIRST_BATCH = MIN_BATCH
 IN_FLIGHT_MAX = 32
 # A due entry costs due.lua about this share of what a fired item costs fire.lua on average
 # (0.5-0.7 µs against 7-9 µs, both measured in a 100k herd on one VM), and reading one
-# schedule's planning fields (policies.lua) this share of what an item is taken to cost: the due
+# schedule's planning fields (plan_fields.lua) this share of what an item is taken to cost: the due
 # reads' and spec reads' sizes follow the budget too. A due read re-reads the entries still
 # queued to fire (left out by id), so it is sized from the average cost, without headroom:
 # a smaller one would be mostly those.
 DUE_ENTRY_SHARE = 1 / 12
 LOAD_SHARE = 1 / 2
-# Specs read per policies.lua call (and per step of the prefetch), at most.
+# Specs read per plan_fields.lua call (and per step of the prefetch), at most.
 LOAD_CHUNK = 1_000
 # While rounds keep finding a full window (a herd), each reads twice as many due entries as the
 # last, up to this multiple of window_size: fewer rounds, so fewer pauses between them.
@@ -82,7 +82,7 @@ class Batching:
         return max(self.batch_size(), min(self.window, fit))
 
     def load_chunk(self) -> int:
-        """Specs per policies.lua call: as many as fit in the time budget, at most LOAD_CHUNK."""
+        """Specs per plan_fields.lua call: as many as fit in the time budget, at most LOAD_CHUNK."""
         fit = int(self.cfg.fire_budget_ms * 1000 / (self.item_cost_us() * LOAD_SHARE))
         return max(MIN_BATCH, min(LOAD_CHUNK, fit))
 

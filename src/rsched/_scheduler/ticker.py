@@ -43,7 +43,8 @@ READ_AHEAD_BATCHES = 8
 # what is in flight can span more than one read.
 READS_EXCLUDED = 3
 # How often the leader looks for pending occurrences whose run was lost (its marker expired):
-# markers live for hours, so a few seconds late is nothing; release.lua, at most this many a call.
+# markers live for hours, so a few seconds late is nothing; release_lost.lua, at most this many a
+# call.
 RELEASE_EVERY_S = 5.0
 RELEASE_BATCH = 100
 # Parked schedules (rsched._store.parking): brought back every PARK_EVERY_S, at most UNPARK_CALLS
