@@ -117,7 +117,6 @@ async def test_paused_leader_fires_nothing_after_resume(
     before = len(await jobs(store))
     await eventually(lambda: _has_jobs(store, before + 3))
 
-    seen = len(old.output())
     old.signal(signal.SIGCONT)
     await old.appears("leader.lost")
     await anyio.sleep(0.5)
@@ -135,12 +134,8 @@ async def test_paused_leader_fires_nothing_after_resume(
         assert await store.redis.xlen(store.keys.queue("default")) == length
     finally:
         new.signal(signal.SIGCONT)
-    # What the old leader fired with its old lease: until it takes a new one (it may, on a loaded
-    # machine, if the new leader's lease ran out while it was held still).
-    with_old_lease = old.output()[seen:].split("event=leader.acquired", 1)[0]
-    for fired in re.findall(r"event=fired fired=(\d+)", with_old_lease):
-        assert fired == "0"
-
+    # No occurrence ran twice or was lost. (Its log is no judge of what the old leader fired after
+    # it resumed: a round whose call the server ran before the pause logs its fires after it.)
     entries = await jobs(store)
     assert Counter(j["execution_id"] for j in entries).most_common(1)[0][1] == 1
     times = sorted(int(j["scheduled_at"]) for j in entries)

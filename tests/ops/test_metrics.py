@@ -210,12 +210,19 @@ def test_each_process_exports_what_it_knows() -> None:
 def test_misfires_counted_per_occurrence() -> None:
     m = Metrics(CollectorRegistry())
     m.serve("scheduler")
-    m.misfire("run_once", "misfire", 85)  # one late run stands for 85 missed occurrences
-    m.misfire("catch_up", "catch_up", 1)
-    m.misfire("catch_up", "limit", 40)  # past catch_up_limit: skipped
-    m.misfire("skip", "skip", 3)
+
+    def item(action: str, missed: int) -> FireItem:
+        return FireItem("s", "1:1", 1, 1, None, action, missed)
+
+    # One late run standing for 85 missed occurrences, a catch-up run, 40 occurrences past
+    # catch_up_limit skipped, 3 skipped by misfire=skip.
+    late = [item("misfire", 85), item("catch_up", 1), item("limit", 40), item("skip", 3)]
+    m.fired(late, [Code.FIRED, Code.FIRED, Code.MISFIRE_SKIPPED, Code.MISFIRE_SKIPPED])
+    # Refused or not applied (stale, not due): not counted; planned again, it counts once.
+    m.fired([item("misfire", 7), item("catch_up", 1)], [Code.STALE, Code.NOT_DUE])
+    m.fired([item("misfire", 2)] * 2, [Code.FIRED, Code.FIRED])
     s = parse_registry(m.registry)
-    assert value(s, "rsched_misfires_total", policy="run_once", action="run") == 85
+    assert value(s, "rsched_misfires_total", policy="run_once", action="run") == 85 + 4
     assert value(s, "rsched_misfires_total", policy="catch_up", action="run") == 1
     assert value(s, "rsched_misfires_total", policy="catch_up", action="skip") == 40
     assert value(s, "rsched_misfires_total", policy="skip", action="skip") == 3

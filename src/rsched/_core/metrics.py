@@ -66,14 +66,14 @@ DURATION_BUCKETS = (
 Role = Literal["scheduler", "worker"]
 
 FIRED, STALE = Code.FIRED, Code.STALE
-# The labels (policy, action) of rsched_misfires_total, by the misfire policy and the action of
-# its fire item (rsched._core.fire_plan): a late run stands for missed occurrences or runs one
-# of them; the others are recorded as skipped.
-MISFIRE_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
-    ("run_once", "misfire"): ("run_once", "run"),
-    ("skip", "skip"): ("skip", "skip"),
-    ("catch_up", "catch_up"): ("catch_up", "run"),
-    ("catch_up", "limit"): ("catch_up", "skip"),
+# The labels (policy, action) of rsched_misfires_total, by the action of a fire item
+# (rsched._core.fire_plan), which only one misfire policy makes: a late run stands for missed
+# occurrences or runs one of them; the others are recorded as skipped.
+MISFIRE_ACTIONS: dict[str, tuple[str, str]] = {
+    "misfire": ("run_once", "run"),
+    "skip": ("skip", "skip"),
+    "catch_up": ("catch_up", "run"),
+    "limit": ("catch_up", "skip"),
 }
 # The (policy, action) label sets of rsched_overlap_total.
 OVERLAP_ACTIONS = (("skip", "skipped"), ("buffer_one", "buffered"), ("buffer_all", "buffered"))
@@ -424,7 +424,9 @@ class Metrics:
         self.clock_offset_ms = time.time() * 1000 - now_ms
 
     def fired(self, items: Sequence[FireItem], codes: Sequence[int]) -> None:
-        """Count one fire batch from its codes, in bulk."""
+        """Count one fire batch from its codes, in bulk. Misfires are counted here, from what
+        the script did, not where they are planned: an item planned again after a failed call
+        counts once."""
         now_ms = time.time() * 1000 - self.clock_offset_ms
         fired: dict[tuple[str, str], int] = {}
         lags: dict[int, int] = {}  # scheduled time -> fires (a herd shares a few)
@@ -432,13 +434,18 @@ class Metrics:
             # Every item fired (a herd's batches): count runs of items that share spec, action
             # and scheduled time (consecutive in a batch), without a Python step per item.
             # Specs compare by identity first (a batch shares a few cached instances).
+            late = False
             for (spec, action, sched), run in itertools.groupby(map(_GROUP_KEY, items)):
                 n = len(list(run))
                 key = (spec.queue, "schedule" if action == "fire" else "misfire")
                 fired[key] = fired.get(key, 0) + n
                 lags[sched] = lags.get(sched, 0) + n
+                late = late or action != "fire"
+            if late:
+                self._misfires(items, codes)
         else:
             self._fired_mixed(items, codes, fired, lags)
+            self._misfires(items, codes)
         for (queue, origin), n in fired.items():
             self.fires.labels(queue, origin).inc(n)
         self.fire_lag.observe_many((max(0.0, (now_ms - s) / 1000), n) for s, n in lags.items())
@@ -467,10 +474,15 @@ class Metrics:
         if stale:
             self.stale_refused.inc(stale)
 
-    def misfire(self, policy: str, action: str, occurrences: int) -> None:
-        """Late occurrences a fire item of the misfire policy stands for (its ``action``:
-        misfire, skip, catch_up or limit; ``occurrences``: how many it runs or skips)."""
-        self.misfires.labels(*MISFIRE_ACTIONS[policy, action]).inc(occurrences)
+    def _misfires(self, items: Sequence[FireItem], codes: Sequence[int]) -> None:
+        """The late occurrences the applied items of the misfire policies stand for (a code
+        above 0: run, held back by the overlap policy, or recorded as skipped)."""
+        counts: dict[str, int] = {}
+        for item, code in zip(items, codes, strict=True):
+            if item.action != "fire" and code > 0:
+                counts[item.action] = counts.get(item.action, 0) + item.missed
+        for action, n in counts.items():
+            self.misfires.labels(*MISFIRE_ACTIONS[action]).inc(n)
 
     # --- worker ----------------------------------------------------------------------------
 

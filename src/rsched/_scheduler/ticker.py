@@ -259,8 +259,6 @@ class Ticker:
                 continue
             for item in items:
                 if item.action != "fire":
-                    if METRICS.on:
-                        METRICS.misfire(spec.misfire, item.action, item.missed)
                     log.info(
                         "misfire",
                         schedule=sid,
