@@ -19,8 +19,8 @@ from tests.support.paths import ROOT
 from tests.support.processes import Proc
 from tests.support.servers import Server
 from tests.support.waiting import eventually
-from tests.support.worker_app import any_, fast_env, fast_settings, marks_key
-from tests.support.workers import running, settled
+from tests.support.worker_app import any_, fast_settings, marks_key
+from tests.support.workers import running, settled, start_worker
 
 pytestmark = pytest.mark.slow
 
@@ -29,20 +29,6 @@ Spawn = Callable[..., Proc]
 
 async def marks(redis: Redis, settings: Settings) -> list[list[str]]:
     return [m.split(":") for m in await any_(redis).lrange(marks_key(settings.prefix), 0, -1)]
-
-
-def start_worker(spawn: Spawn, settings: Settings, **env: str) -> Proc:
-    proc = spawn(
-        "rsched._cli.worker_process",
-        "tests.support.worker_app:worker",
-        "--queues",
-        "default",
-        "--concurrency",
-        "4",
-        env=fast_env(settings, **env),
-    )
-    proc.wait_for("event=worker.start")
-    return proc
 
 
 @pytest.mark.cluster

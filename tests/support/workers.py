@@ -1,8 +1,9 @@
-"""In-process workers for the tests: one running for a block, and whether its queue is settled."""
+"""Workers for the tests: one running in-process for a block, a worker process started and
+ready, and whether a queue is settled."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -12,6 +13,8 @@ import rsched
 from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
 from rsched._store.queues import QueueStore
+from tests.support.processes import Proc
+from tests.support.worker_app import fast_env
 
 
 @asynccontextmanager
@@ -33,3 +36,19 @@ async def settled(redis: Redis, settings: Settings, queue: str = "default") -> b
     key = Keys(settings.prefix).queue(queue)
     pending = await redis.xpending(key, GROUP)
     return int(await redis.xlen(key)) == 0 and int(pending["pending"]) == 0
+
+
+def start_worker(spawn: Callable[..., Proc], settings: Settings, **env: str) -> Proc:
+    """An ``rsched-worker`` process of tests.support.worker_app on the default queue (fast
+    timings, ``env`` on top), once it has started."""
+    proc = spawn(
+        "rsched._cli.worker_process",
+        "tests.support.worker_app:worker",
+        "--queues",
+        "default",
+        "--concurrency",
+        "4",
+        env=fast_env(settings, **env),
+    )
+    proc.wait_for("event=worker.start")
+    return proc

@@ -20,7 +20,7 @@ from rsched._store.queues import QueueStore
 from tests.support.processes import Proc
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_env, fast_settings, marks_key
-from tests.support.workers import running, settled
+from tests.support.workers import running, settled, start_worker
 
 Spawn = Callable[..., Proc]
 
@@ -240,26 +240,12 @@ async def test_stats_counts_live_workers_per_queue(redis: Redis, settings: Setti
 # --- worker processes ----------------------------------------------------------------------------
 
 
-def _start(spawn: Spawn, settings: Settings, **env: str) -> Proc:
-    proc = spawn(
-        "rsched._cli.worker_process",
-        "tests.support.worker_app:worker",
-        "--queues",
-        "default",
-        "--concurrency",
-        "4",
-        env=fast_env(settings, **env),
-    )
-    proc.wait_for("event=worker.start")
-    return proc
-
-
 @pytest.mark.slow
 async def test_a_killed_worker_leaves_the_registry(
     redis: Redis, settings: Settings, spawn: Spawn
 ) -> None:
     client = rsched.Client(redis, settings)
-    proc = _start(spawn, settings)
+    proc = start_worker(spawn, settings)
 
     async def listed() -> bool:
         return len(await client.workers()) == 1
@@ -284,7 +270,7 @@ async def test_a_forced_exit_hands_its_running_jobs_back(
     worker's reclaim takes it at once, not after the visibility timeout (30 s here)."""
     client = rsched.Client(redis, settings)
     env = {"RSCHED_WORKER__VISIBILITY_TIMEOUT_S": "30", "RSCHED_WORKER__HEARTBEAT_S": "0.2"}
-    first = _start(spawn, settings, **env)
+    first = start_worker(spawn, settings, **env)
     done = await client.enqueue("app.sleep", {"s": 60}, execution_id="long-1")
 
     async def started() -> bool:
@@ -298,7 +284,7 @@ async def test_a_forced_exit_hands_its_running_jobs_back(
     assert "handed_back=1" in first.output()
     pending = await redis.xpending_range(Keys(settings.prefix).queue("default"), GROUP, "-", "+", 1)
     assert int(pending[0]["time_since_delivered"]) > 30_000
-    second = _start(spawn, settings, **env)
+    second = start_worker(spawn, settings, **env)
     t0 = time.monotonic()
 
     async def restarted() -> bool:
