@@ -17,12 +17,18 @@ ARGV[1] group   ARGV[2] history cap
 ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
                 event ('completed' | 'cancelled'), extra (JSON fragment, '' or ',…'),
                 dedup (optional: 1 = a dedup key follows, 0 = none),
-                run (optional: the runs log record, a JSON array as text, run_log.lua)]
+                run (optional: the runs log record, a JSON array as text, run_log.lua; '' =
+                none),
+                limits (optional: the limit keys the job holds, a JSON array, released
+                here; with ARGV[5])]
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
+ARGV[5] optional: the index of the first of the limits' keys (rsched._core.keys.Keys.limits, 11
+        keys, given before the runs log) when an item holds limits
 
 Returns the number of items recorded (the others were no longer pending: nothing done), or
-BAD_ARGS=-7 when ARGV[3] is not a JSON array. (A count, not a code per item: a reply of thousands of
+BAD_ARGS=-7 when ARGV[3] is not a JSON array, or WRONG_TYPE=-6 when a limits key has another
+type (nothing done). (A count, not a code per item: a reply of thousands of
 integers would cost the client more than the whole script.)
 ]]
 -- @include codes
@@ -35,6 +41,9 @@ integers would cost the client more than the whole script.)
 -- @include dedup_finish
 -- @include level_of
 -- @include run_log
+-- @include limit_keys
+-- @include limit_keys_ok
+-- @include limit_release
 
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
@@ -44,6 +53,8 @@ if not ok or type(items) ~= 'table' then return BAD_ARGS end
 local runs_cap = tonumber(ARGV[4])
 local runs = runs_cap and KEYS[#KEYS]
 local level = level_of(stream)
+local L = ARGV[5] and limit_keys(tonumber(ARGV[5]))
+if L and not limit_keys_ok(L) then return WRONG_TYPE end
 local now = now_ms()
 local recorded = 0
 local k = 2
@@ -68,7 +79,8 @@ for i = 1, #items do
        and job_event(history, cap, event, exec, attempt, now, extra) then
       finish_run(hash, pending, stream, history, cap, exec, now)
     end
-    if runs and it[8] then run_log(runs, runs_cap, it[8], level) end
+    if runs and it[8] and it[8] ~= '' then run_log(runs, runs_cap, it[8], level) end
+    if L and type(it[9]) == 'table' then limit_release(L, now, exec, it[9]) end
     recorded = recorded + 1
   end
 end

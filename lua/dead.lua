@@ -24,9 +24,12 @@ ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
 ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or with KEYS[7]:
 ARGV[10] runs log cap   ARGV[11] the record (JSON array, run_log.lua)   ARGV[12..] the fields
+KEYS[8..18] optional, with KEYS[7]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
+         is then the limit keys the job holds (JSON array, released here) and the fields start
+         at ARGV[13]
 
 Returns {OK=5, dead-letter entry id} | {NOT_PENDING=-10} the entry was not pending (nothing
-done) | {WRONG_TYPE=-6} wrong key type.
+done) | {WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the limit keys are not a JSON array.
 ]]
 -- @include codes
 -- @include rcall
@@ -40,6 +43,9 @@ done) | {WRONG_TYPE=-6} wrong key type.
 -- @include dedup_finish
 -- @include level_of
 -- @include run_log
+-- @include limit_keys
+-- @include limit_keys_ok
+-- @include limit_release
 
 local stream, dead, history, hash, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local dedup = KEYS[6]
@@ -48,6 +54,15 @@ local has_schedule, exec, attempt = ARGV[5] == '1', ARGV[6], ARGV[7]
 local first, extra = ARGV[8], ARGV[9]
 local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
 if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
+local L, held = nil, nil
+if KEYS[8] then
+  L = limit_keys(8)
+  local ok
+  ok, held = pcall(cjson.decode, ARGV[12])
+  if not ok or type(held) ~= 'table' then return {BAD_ARGS} end
+  if not limit_keys_ok(L) then return {WRONG_TYPE} end
+  from = 13
+end
 
 if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {WRONG_TYPE} end
 if rcall('XACK', stream, group, id) == 0 then return {NOT_PENDING} end
@@ -65,4 +80,5 @@ if has_schedule and schedule_keys_ok(history, hash, pending) and schedule_exists
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
 if runs then run_log(runs, runs_cap, run, level_of(stream)) end
+if L then limit_release(L, now, exec, held) end
 return {OK, dead_id}

@@ -24,6 +24,9 @@ ARGV[9] has history     '1' | '0'
 ARGV[10] extra          JSON fragment for the history event ('' or ',…')
 ARGV[11] runs log cap (entries; with KEYS[5])
 ARGV[12] the runs log record (JSON array, run_log.lua; with KEYS[5])
+KEYS[6..16] optional: the limits' keys (rsched._core.keys.Keys.limits), with
+ARGV[13] the limit keys the job holds (JSON array): released here, the next attempt takes them
+         again when it is read
 
 Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing done) |
 {WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the next attempt is not a JSON list of strings.
@@ -38,6 +41,9 @@ Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing do
 -- @include schedule_exists
 -- @include level_of
 -- @include run_log
+-- @include limit_keys
+-- @include limit_keys_ok
+-- @include limit_release
 
 local stream, delayed, history = KEYS[1], KEYS[2], KEYS[3]
 local group, id, delay, member = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -48,6 +54,14 @@ local hash, runs = KEYS[4], KEYS[5]
 if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {WRONG_TYPE} end
 local fields = decode_fields(member)
 if not fields then return {BAD_ARGS} end
+local L, held = nil, nil
+if KEYS[6] then
+  L = limit_keys(6)
+  local ok
+  ok, held = pcall(cjson.decode, ARGV[13] or '')
+  if not ok or type(held) ~= 'table' then return {BAD_ARGS} end
+  if not limit_keys_ok(L) then return {WRONG_TYPE} end
+end
 if rcall('XACK', stream, group, id) == 0 then return {NOT_PENDING} end
 rcall('XDEL', stream, id)
 local now = now_ms()
@@ -62,4 +76,5 @@ if has_history and key_is(history, 'list') and (not hash or schedule_exists(hash
             ',"retry_in_ms":' .. int_text(due - now) .. extra)
 end
 if runs then run_log(runs, tonumber(ARGV[11]), ARGV[12], level_of(stream)) end
+if L then limit_release(L, now, exec, held) end
 return {OK, int_text(due)}

@@ -36,6 +36,7 @@ from rsched._core.errors import (
 from rsched._core.health import Health, HealthProblem, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DeadLetter, Enqueued, Job
+from rsched._core.limits import Limit, LimitInfo, Rate
 from rsched._core.page import Page
 from rsched._core.schedule import Schedule
 from rsched._core.settings import Settings
@@ -69,9 +70,12 @@ __all__ = (
     "Job",
     "JobInfo",
     "JobNotFound",
+    "Limit",
+    "LimitInfo",
     "Page",
     "PartitionMismatch",
     "PoolExhausted",
+    "Rate",
     "ReadOnlyServer",
     "RedisUnavailable",
     "RedisUrlMismatch",

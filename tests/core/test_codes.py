@@ -23,6 +23,7 @@ NOT_ERRORS = {
     Code.BUFFERED,
     Code.MISFIRE_SKIPPED,
     Code.OK,
+    Code.LIMITED,
     Code.QUEUED,
     Code.DELAYED,
     Code.NOT_LEADER,

@@ -39,6 +39,7 @@ from rsched._core.errors import (
 from rsched._core.health import Health, ScheduleHealth, Thresholds
 from rsched._core.history import HistoryEvent, page_events
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
+from rsched._core.limits import Limit, LimitInfo, check_key, override_doc
 from rsched._core.page import Page, every_item
 from rsched._core.partitions import check_partitions
 from rsched._core.rules import (
@@ -635,9 +636,13 @@ class Client:
         execution_id: str | None = None,
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
+        limits: Sequence[Limit] = (),
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
+
+        ``limits`` (rsched.Limit) are held by the job while it runs, with those its task
+        declares (docs/limits.md); their keys are filled from ``payload`` here.
 
         ``delay`` (seconds, "90s", "5m", a timedelta) holds it back that long by Redis time.
         ``priority`` (``high``, ``normal``, ``low``) picks the stream workers take it from. With
@@ -647,7 +652,8 @@ class Client:
         InvalidJob naming the bad field (task, queue, payload, delay_s, priority, …).
         """
         job_id = execution_id or new_execution_id()
-        store = await self._queues(job_id)
+        # Every limit lives in partition 0, where a job holding one runs: placed there at once.
+        store = (await self._partitions()).queues[0] if limits else await self._queues(job_id)
         return await store.enqueue(
             task,
             payload,
@@ -659,7 +665,45 @@ class Client:
             execution_id=execution_id,
             priority=priority,
             dedup_window_s=dedup_window_s,
+            limits=limits,
         )
+
+    # --- limits ------------------------------------------------------------------------------
+
+    @_redis_errors
+    async def set_limit(
+        self, key: str, *, concurrency: int | None = None, rate: str | tuple[int, Any] | None = None
+    ) -> int:
+        """Override the numbers of a limit key at run time, for every job that holds it,
+        whatever its task, schedule or enqueue declared: ``concurrency`` (0 pauses the key: no
+        job of it starts) and/or ``rate`` ("100/m", or (count, period)); a number not given
+        keeps the declared one. ``key`` may be a pattern where ``*`` matches any text
+        (``customer:*``); a key's own override wins over a pattern's, a longer pattern over a
+        shorter one. Jobs waiting on the keys it concerns are looked at again at once. Returns
+        how many keys with waiting jobs it concerns. Raises InvalidArgument naming ``key``,
+        ``concurrency`` or ``rate``."""
+        doc = override_doc(concurrency, rate)
+        _argument("key", functools.partial(check_key, pattern=True), key)
+        return await (await self._partitions()).queues[0].set_limit(key, doc)
+
+    @_redis_errors
+    async def clear_limit(self, key: str) -> int:
+        """Remove an operator's numbers for a key or pattern (set with :meth:`set_limit`): the
+        declared numbers hold again. Returns how many keys with waiting jobs it concerns."""
+        _argument("key", functools.partial(check_key, pattern=True), key)
+        return await (await self._partitions()).queues[0].set_limit(key, None)
+
+    @_redis_errors
+    async def limits(
+        self, *, match: str | None = None, limit: int = 1000, cursor: str | None = None
+    ) -> Page[LimitInfo]:
+        """A page of the limit keys in use (held by a job, waited on, or started in their rate
+        window) and of the operators' overrides: per key the numbers in force, the jobs holding
+        it, the jobs waiting on it and the starts in its current window. ``match`` is a glob on
+        the keys (``customer:*``). Pass the page's ``cursor`` back for the next (None: the
+        last). Raises InvalidArgument naming ``limit``."""
+        _argument("limit", check_page, limit)
+        return await (await self._partitions()).queues[0].limit_rows(cursor, limit, match)
 
     @_redis_errors
     async def dead_letters(

@@ -204,6 +204,7 @@ class InvalidArgument(RschedError, ValueError):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
+        self.message = message
         super().__init__(f"{words().argument(field)}: {message}")
 
 

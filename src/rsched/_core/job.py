@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from rsched._core.errors import InvalidJob, MalformedJob
+from rsched._core.limits import JobLimit
 from rsched._core.rules import NAME_RE, Priority, check_option, check_retry_window
 
 #: One entry of a stream: (entry id, fields).
@@ -164,6 +165,8 @@ class Job:
     priority: Priority = "normal"
     fields: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     partition: int = 0
+    # The limits it holds while it runs (the task's, filled from the payload, and its own).
+    limits: tuple[JobLimit, ...] = ()
     # Set for sync handlers (threads cannot be cancelled): see should_stop.
     stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
 
@@ -202,7 +205,8 @@ class Job:
         the job's level (lua/promote.lua puts it back in that level's stream)."""
         out: list[str] = []
         for name, value in self.fields.items():
-            if name != "priority":
+            # A retry waits on its limits as a new arrival, not in the first attempt's place.
+            if name not in ("priority", "limit_order"):
                 out += [name, str(self.attempt + 1) if name == "attempt" else value]
         if "attempt" not in self.fields:
             out += ["attempt", str(self.attempt + 1)]

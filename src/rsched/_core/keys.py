@@ -139,6 +139,42 @@ class Keys:
         scripts that route a job by its level (promote, requeue) take them."""
         return [self.queue(name), self.queue(name, "high"), self.queue(name, "low")]
 
+    @property
+    def limits(self) -> tuple[str, ...]:
+        """The keys of the deployment's flow-control limits (docs/limits.md), in the order every
+        limit script takes them (lua/includes/limit_keys.lua). They live in partition 0, where
+        every job that holds a limit runs: one slot, so that one script sees a key's holders,
+        starts and waiting jobs. A key of a limit is a field or a member in each, never a Redis
+        key of its own, so an idle limit key costs nothing.
+
+        - ``held``     HASH limit key -> the number of jobs holding it (running, or granted and
+                       on their way to a worker)
+        - ``holds``    ZSET ``<key>\\0<execution id>`` -> when the hold lapses (ms): renewed by the
+                       holder's heartbeat; a lapsed hold (its worker died) is released
+        - ``starts``   ZSET (all scores 0) ``<key>\\0<ms, 13 digits>\\0<execution id>``: the starts
+                       of the rate windows, counted by lexical range
+        - ``expiry``   ZSET the same members -> when they leave their window (ms)
+        - ``waiting``  ZSET (all scores 0) ``<key>\\0<order>\\0<execution id>``: jobs waiting on a
+                       key, by level then arrival
+        - ``jobs``     HASH execution id -> a waiting job (JSON: its fields, stream, limits, key)
+        - ``ready``    ZSET limit key -> when its waiting jobs may start (ms): set when a hold is
+                       released or a rate window opens; read by the workers' resume calls
+        - ``keys``     HASH limit key -> its declared numbers, while it is held or has starts
+        - ``set``      HASH limit key -> an operator's numbers (JSON), overriding the declared ones
+        - ``patterns`` HASH key pattern with '*' -> an operator's numbers (JSON)
+        - ``counts``   HASH ``h:<template>`` / ``w:<template>`` -> holders / waiting jobs of the
+                       keys of one declared template (the metrics' label)
+        """
+        tag = self.for_partition(0).tag
+        names = ("held", "holds", "starts", "expiry", "waiting", "jobs", "ready", "keys", "set",
+                 "patterns", "counts")  # fmt: skip
+        return tuple(f"{tag}:limits:{name}" for name in names)
+
+    def forwarded(self, execution_id: str, attempt: int) -> str:
+        """STRING with a TTL (partition 0): this attempt of a job holding limits was written to
+        partition 0's stream from another partition's (lua/forward.lua): it is written once."""
+        return f"{self.for_partition(0).tag}:forwarded:{execution_id}:{attempt}"
+
     def dedup(self, execution_id: str) -> str:
         """STRING (the queue name) with a TTL: an ``enqueue`` with this execution id was taken;
         alive while the job waits or runs and ``dedup_window_s`` after it finished."""

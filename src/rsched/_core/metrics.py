@@ -183,6 +183,8 @@ class Deployment:
     queues: dict[str, dict[str, int]] = field(default_factory=dict)  # queue -> field -> count
     # state -> count (active, paused, completed): read by the leader of partition 0 only.
     schedules: dict[str, int] | None = None
+    # limit template -> (jobs holding its keys, jobs waiting on them)
+    limits: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class DeploymentGauges(Collector):
@@ -217,6 +219,19 @@ class DeploymentGauges(Collector):
         )
         for name, key, doc in _QUEUE_GAUGES:
             yield _labelled(name, doc, "queue", ((q, f[key]) for q, f in now.queues.items()))
+        yield _labelled(
+            "rsched_limit_holders",
+            "Jobs holding the keys of a limit (running, or granted and on their way to a "
+            "worker), by the limit's declared key template.",
+            "limit",
+            ((t, h) for t, (h, _) in now.limits.items()),
+        )
+        yield _labelled(
+            "rsched_limit_waiting",
+            "Jobs waiting aside on the keys of a limit, by the limit's declared key template.",
+            "limit",
+            ((t, w) for t, (_, w) in now.limits.items()),
+        )
 
 
 _QUEUE_GAUGES = (
@@ -353,6 +368,13 @@ class Metrics:
             ["queue"],
             registry=None,
         )
+        self.limit_throttled = Counter(
+            "rsched_limit_throttled",
+            "Jobs this worker read that had to wait on a limit key, by the limit's declared key "
+            "template (never the filled key).",
+            ["limit"],
+            registry=None,
+        )
         self.running = 0
         in_progress = Gauge(
             "rsched_jobs_in_progress", "Handlers running in this worker now.", registry=None
@@ -366,7 +388,7 @@ class Metrics:
             ),
             "worker": (
                 self.jobs, self.job_duration, self.job_start_lag, self.job_timeout,
-                self.retries, self.reclaims, in_progress,
+                self.retries, self.reclaims, self.limit_throttled, in_progress,
             ),
         }  # fmt: skip
         # --- every process ---------------------------------------------------------------

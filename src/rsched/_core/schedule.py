@@ -11,21 +11,23 @@ import math
 from collections.abc import Collection, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from rsched._core.cron import Cron
-from rsched._core.errors import InvalidSchedule, MalformedJob, StateError
+from rsched._core.errors import InvalidArgument, InvalidSchedule, MalformedJob, StateError
 from rsched._core.job import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_BASE_S,
@@ -36,6 +38,7 @@ from rsched._core.job import (
     OPTION_NAMES,
     JobOptions,
 )
+from rsched._core.limits import Limit, coerce_limits, fill_all, with_limits
 from rsched._core.rules import (
     BUFFER_LIMIT_DEFAULT,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -108,7 +111,7 @@ class Schedule(BaseModel):
     ignored on write. Raises :class:`InvalidSchedule` naming each bad field.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=False)
+    model_config = ConfigDict(extra="forbid", validate_default=False, arbitrary_types_allowed=True)
 
     id: str
     task: str
@@ -138,6 +141,24 @@ class Schedule(BaseModel):
     misfire_grace_s: float = Field(
         default=60.0, ge=0, allow_inf_nan=False, json_schema_extra=_duration_schema
     )
+
+    limits: Annotated[
+        tuple[Limit, ...],
+        PlainSerializer(lambda v: [lim.to_dict() for lim in v], return_type=list),
+        WithJsonSchema(
+            {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "key": {"type": "string"},
+                        "concurrency": {"type": ["integer", "null"]},
+                        "rate": {"type": ["string", "null"], "examples": ["100/m"]},
+                    },
+                },
+            }
+        ),
+    ] = ()
 
     paused: bool = False
     pause_note: str | None = None
@@ -186,6 +207,19 @@ class Schedule(BaseModel):
     @classmethod
     def _buffer_limit(cls, v: Any) -> int:
         return check_buffer_limit(v)
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limits(cls, v: Any) -> tuple[Limit, ...]:
+        if isinstance(v, str):  # the stored hash field
+            try:
+                v = orjson.loads(v)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"limits is not valid JSON ({exc})") from None
+        try:
+            return coerce_limits(v)
+        except InvalidArgument as exc:
+            raise ValueError(f"{exc.field}: {exc.message}") from None
 
     @field_validator("pause_note")
     @classmethod
@@ -241,6 +275,11 @@ class Schedule(BaseModel):
             w = words()
             raise ValueError(f"{w.field('end_at')} must be later than {w.field('start_at')}")
         check_retry_window(self.retry_base_s, self.retry_max_s)
+        if self.limits:
+            try:
+                fill_all(self.limits, self.payload)
+            except ValueError as exc:
+                raise ValueError(f"{words().field('limits')}: {exc}") from None
         return self
 
     # --- storage -------------------------------------------------------------------------
@@ -260,10 +299,15 @@ class Schedule(BaseModel):
                 continue
             if value == info.get_default(call_default_factory=True) and name != "task":
                 continue
+            if name == "limits":
+                out[name] = orjson.dumps([lim.to_dict() for lim in value]).decode()
+                continue
             out[name] = _encode(value)
         # The job options are one field, in the form a job entry carries them: the fire script
         # copies it into the job as it is, and reads one field instead of six.
         opts = JobOptions(**{name: getattr(self, name) for name in OPTION_NAMES}).encode()
+        # The limits travel filled in, as an enqueued job's do: the worker reads no schedule.
+        opts = with_limits(opts, fill_all(self.limits, self.payload))
         if opts != "{}":
             out["opts"] = opts
         return out

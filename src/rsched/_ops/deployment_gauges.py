@@ -90,6 +90,7 @@ async def read_deployment(
         unhealthy=unhealthy,
         queues=queues,
         schedules=await _schedule_states(stores, now) if states else None,
+        limits=await queue_stores[0].limit_counts(),
     )
     log.debug("metrics.deployment", took_ms=round((time.perf_counter() - started) * 1000, 1))
     return deployment

@@ -37,11 +37,11 @@ CONFIRMED = frozenset(
     {
         # client
         "upsert", "upsert_many", "remove", "pause", "resume", "trigger", "backfill",
-        "enqueue", "requeue", "cancel",
+        "enqueue", "requeue", "cancel", "limit_set", "limit_cancel",
         # scheduler
         "fire",
         # worker
-        "complete", "retry", "dead",
+        "complete", "retry", "dead", "limit_acquire", "limit_resume", "forward",
     }
 )  # fmt: skip
 #: WAITAOF came with Redis 7.2 (Valkey reports redis_version 7.2.4 from its 8.0 on). The version

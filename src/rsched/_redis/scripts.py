@@ -65,7 +65,15 @@ _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 
 #: Scripts that only read: ``flags=no-writes`` lets them run under maxmemory and on replicas.
 READ_ONLY = frozenset(
-    {"due", "find_job", "index_after", "parked_after", "parked_counts", "plan_fields"}
+    {
+        "due",
+        "find_job",
+        "index_after",
+        "limits_read",
+        "parked_after",
+        "parked_counts",
+        "plan_fields",
+    }
 )
 #: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.
 TRYAGAIN_LIMIT_S = 10.0

@@ -21,9 +21,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsched._core.codes import Code, check
-from rsched._core.errors import InvalidJob
+from rsched._core.errors import InvalidArgument, InvalidJob
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, Enqueued, JobOptions
 from rsched._core.keys import GROUP, Keys
+from rsched._core.limits import JobLimit, Limit, coerce_limits, fill_all, with_limits
 from rsched._core.rules import (
     DEFAULT_DEDUP_WINDOW_S,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -41,12 +42,13 @@ from rsched._redis.durability import Durability
 from rsched._store.alerts import EventLog
 from rsched._store.dead_letters import DeadLetters
 from rsched._store.jobs import Jobs
+from rsched._store.limits import Limits
 from rsched._store.worker_calls import WorkerCalls
 
 T = TypeVar("T")
 
 
-class QueueStore(WorkerCalls, DeadLetters, Jobs):
+class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
     """Every script call and read on the queues of one partition, for one Redis client."""
 
     def __init__(
@@ -105,6 +107,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs):
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
         job_id: str | None = None,
+        limits: Sequence[Limit] = (),
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
 
@@ -130,6 +133,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs):
             dedup_ms = round(_job_field("dedup_window_s", check_dedup_window, window) * 1000)
         limit = self.max_payload_bytes
         body = _job_field("payload", encode_payload, {} if payload is None else payload, limit)
+        declared = _limits(limits, {} if payload is None else payload)
         options = JobOptions.checked(
             max_retries=max_retries,
             timeout_s=timeout_s,
@@ -147,7 +151,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs):
             "payload", body.decode(),
             "attempt", "1",
             "origin", "enqueue",
-            "opts", options.encode(),
+            "opts", with_limits(options.encode(), declared),
         ]  # fmt: skip
         if level != "normal":
             fields += ["priority", level]  # a retry or a requeue keeps it (lua/promote.lua)
@@ -287,6 +291,18 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
         return check(*args)
     except ValueError as exc:
         raise InvalidJob(field, str(exc)) from None
+
+
+def _limits(limits: object, payload: Any) -> list[JobLimit]:
+    """The limits an enqueued job carries, filled from its payload; raises InvalidJob naming
+    ``limits`` (a field a key needs, or a malformed limit)."""
+    try:
+        declared = coerce_limits(limits)
+        return fill_all(declared, payload) if declared else []
+    except InvalidArgument as exc:
+        raise InvalidJob(exc.field, exc.message) from None
+    except ValueError as exc:
+        raise InvalidJob("limits", str(exc)) from None
 
 
 def _group(info: Any) -> dict[str, Any] | None:

@@ -35,6 +35,7 @@ class Done:
     dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
     result: bytes | None = None  # what the handler returned (JSON), kept before the ack
     run: str | None = None  # the runs log record (runs_log.run_record); None: not logged
+    limits: tuple[str, ...] = ()  # the limit keys the job holds, released with the ack
 
 
 class WorkerCalls(scripts.ScriptCaller):
@@ -103,6 +104,7 @@ class WorkerCalls(scripts.ScriptCaller):
         (the others were no longer pending)."""
         keys = [self.keys.queue(queue, priority)]
         items: list[tuple[Any, ...]] = []
+        limited = any(d.limits for d in done)
         for d in done:
             if d.schedule_id:
                 sid = d.schedule_id
@@ -112,13 +114,18 @@ class WorkerCalls(scripts.ScriptCaller):
             )  # fmt: skip
             if d.dedup:
                 keys.append(self.keys.dedup(d.execution_id))
-            if d.run is not None:
+            if limited:
+                item = (*item, 1 if d.dedup else 0, d.run or "", d.limits)
+            elif d.run is not None:
                 item = (*item, 1 if d.dedup else 0, d.run)
             elif d.dedup:
                 item = (*item, 1)
             items.append(item)
+        args: list[Any] = [GROUP, self.history_limit, orjson.dumps(items), self.runs_max_entries]
+        if limited:
+            args.append(len(keys) + 1)
+            keys += self.keys.limits
         keys.append(self.keys.runs)
-        args = [GROUP, self.history_limit, orjson.dumps(items), self.runs_max_entries]
         recorded = int(await self.call("complete", keys, args))
         if recorded < 0:
             check(recorded, script="complete", queue=queue)
@@ -138,6 +145,7 @@ class WorkerCalls(scripts.ScriptCaller):
         extra: str,
         priority: Priority = "normal",
         run: str = "",
+        limits: Sequence[str] = (),
     ) -> int | None:
         """Schedule the next attempt; returns its due time (ms) or None when not pending.
         ``next_fields`` carry the job's level (its 'priority' field) for the promoter; ``run``
@@ -145,9 +153,12 @@ class WorkerCalls(scripts.ScriptCaller):
         stream = self.keys.queue(queue, priority)
         history = self.keys.history(schedule_id) if schedule_id else stream
         hash_key = self.keys.schedule(schedule_id) if schedule_id else stream
+        keys = [stream, self.keys.delayed_queue(queue), history, hash_key, self.keys.runs]
+        if limits:
+            keys += self.keys.limits
         res = await self.call(
             "retry",
-            [stream, self.keys.delayed_queue(queue), history, hash_key, self.keys.runs],
+            keys,
             [
                 GROUP,
                 entry_id,
@@ -161,6 +172,7 @@ class WorkerCalls(scripts.ScriptCaller):
                 extra,
                 self.runs_max_entries,
                 run,
+                *([orjson.dumps(list(limits)).decode()] if limits else []),
             ],
         )
         if check(res, script="retry", queue=queue) == Code.NOT_PENDING:
@@ -183,6 +195,7 @@ class WorkerCalls(scripts.ScriptCaller):
         extra: str = "",
         priority: Priority = "normal",
         run: str = "",
+        limits: Sequence[str] = (),
     ) -> str | None:
         """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
         entry was no longer pending). The stored job names its level, for ``requeue``; ``run``
@@ -201,6 +214,8 @@ class WorkerCalls(scripts.ScriptCaller):
         # alone), then the runs log.
         has_dedup = bool(raw.get("dedup")) and NAME_RE.match(exec_id) is not None
         keys += [k.dedup(exec_id) if has_dedup else stream, k.runs]
+        if limits:
+            keys += k.limits
         job = {name: value for name, value in raw.items() if name != "priority"}
         if priority != "normal":
             job["priority"] = priority
@@ -232,6 +247,7 @@ class WorkerCalls(scripts.ScriptCaller):
                 extra,
                 self.runs_max_entries,
                 run,
+                *([orjson.dumps(list(limits)).decode()] if limits else []),
                 *fields,
             ],
         )

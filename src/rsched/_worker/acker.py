@@ -62,3 +62,6 @@ class Acker:
                 log.error("queue.unrecorded", queue=queue, jobs=len(items), error=str(refused))
             for item in items:
                 state.inflight.discard((partition, queue, level, item.entry_id))
+                if item.limits:
+                    state.holding.pop(item.execution_id, None)
+                    state.promote_wake.set()  # a released key may start a waiting job

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -24,7 +25,9 @@ from rsched._core.codes import Code
 from rsched._core.errors import MalformedJob
 from rsched._core.history import fragment
 from rsched._core.job import Entry, Job, Lane, parse_entry
+from rsched._core.limits import limits_of
 from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS
 from rsched._core.rules import PRIORITIES, Priority
 from rsched._store.runs_log import run_record
 from rsched._worker.failures import ACTOR_FAILURES, back_off
@@ -228,16 +231,103 @@ class Reader:
                 await self._unknown_task(job, fields)
                 continue
             jobs.append(job)
+        if state.task_limits or any('"limits"' in j.fields.get("opts", "") for j in jobs):
+            jobs = await self._limit(stream, jobs)
         if not jobs:
             return
         scheduled = [j for j in jobs if j.schedule_id]
         if scheduled:
             superseded = await self._start_scheduled(stream, scheduled)
             if superseded:
+                await self._let_go([j for j in jobs if j.entry_id in superseded])
                 jobs = [j for j in jobs if j.entry_id not in superseded]
         for job in jobs:
             state.inflight.add((partition, queue, level, job.entry_id))
             self.jobs.send_nowait(job)
+
+    async def _limit(self, stream: Stream, jobs: list[Job]) -> list[Job]:
+        """Jobs that hold limits take them or wait aside (lua/acquire.lua); the others pass.
+        A job whose key cannot be filled from its payload is dead-lettered (bad_limit)."""
+        state = self.state
+        out: list[Job] = []
+        limited: list[Job] = []
+        for job in jobs:
+            try:
+                held = limits_of(
+                    state.task_limits.get(job.task, ()), job.payload, job.fields.get("opts")
+                )
+            except ValueError as exc:
+                await self._refuse(stream, job.entry_id, dict(job.fields), "bad_limit", str(exc))
+                continue
+            if held:
+                limited.append(replace(job, limits=held))
+            else:
+                out.append(job)
+        if not limited:
+            return out
+        partition, queue, level = stream
+        if partition != 0:
+            await self._forward(stream, limited)
+            return out
+        items = [(j.entry_id, j.execution_id, j.fields.get("limit_order", ""), j.limits)
+                 for j in limited]  # fmt: skip
+        try:
+            codes = await state.store.acquire(
+                state.store.keys.queue(queue, level), items, state.hold_ms
+            )
+        except ACTOR_FAILURES as exc:
+            # Left pending and unheld: reclaimed after the visibility timeout, and judged again.
+            log.warning("redis.error", actor="acquire", error=str(exc))
+            state.slots.release(len(limited))
+            return out
+        for job, (code, key) in zip(limited, codes, strict=True):
+            if code == Code.OK:
+                state.holding[job.execution_id] = tuple(lim.key for lim in job.limits)
+                out.append(job)
+                continue
+            state.slots.release()
+            if code == Code.LIMITED:
+                template = next((lim.template for lim in job.limits if lim.key == key), key)
+                if METRICS.on:
+                    METRICS.limit_throttled.labels(template).inc()
+                log.info(
+                    "job.waiting",
+                    execution_id=job.execution_id,
+                    task=job.task,
+                    queue=queue,
+                    limit=key,
+                )
+        return out
+
+    async def _forward(self, stream: Stream, jobs: list[Job]) -> None:
+        """Jobs holding limits read from another partition go to partition 0's stream of their
+        queue and level, where every limit lives (docs/limits.md): the next read there takes
+        them. A job is written there once, even when this call is repeated after a crash."""
+        state = self.state
+        partition, queue, level = stream
+        state.slots.release(len(jobs))
+        try:
+            await state.store.forward(
+                state.stores[partition],
+                queue,
+                level,
+                [(j.entry_id, j.execution_id, j.attempt, dict(j.fields)) for j in jobs],
+            )
+        except ACTOR_FAILURES as exc:
+            # Left pending: reclaimed after the visibility timeout, and forwarded then.
+            log.warning("redis.error", actor="forward", error=str(exc))
+
+    async def _let_go(self, jobs: list[Job]) -> None:
+        """Jobs that hold limits and will not run let go of them."""
+        state = self.state
+        holds = [(j.execution_id, state.holding.pop(j.execution_id)) for j in jobs
+                 if j.execution_id in state.holding]  # fmt: skip
+        if not holds:
+            return
+        try:
+            await state.store.release(holds)
+        except ACTOR_FAILURES as exc:  # the holds lapse after the visibility timeout
+            log.warning("redis.error", actor="release", error=str(exc))
 
     async def _start_scheduled(self, stream: Stream, jobs: list[Job]) -> set[str]:
         state = self.state

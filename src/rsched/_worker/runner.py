@@ -165,6 +165,7 @@ class Runner:
                     duration_ms=duration_ms,
                     error_type=str(extra.get("reason", "")),  # why it was cancelled
                 ),
+                limits=_keys(job),
             ),
         )
         try:
@@ -253,6 +254,7 @@ class Runner:
                     error_type=error_type,
                     error=message,
                 ),
+                limits=_keys(job),
             ),
         )
 
@@ -330,6 +332,7 @@ class Runner:
                     error_type=error_type,
                     error=error,
                 ),
+                limits=_keys(job),
             ),
         )
 
@@ -341,6 +344,9 @@ class Runner:
                 log.error("job.unrecorded", execution_id=job.execution_id, error=str(refused))
         finally:
             self.state.inflight.discard((job.partition, job.queue, job.priority, job.entry_id))
+            if job.limits:
+                self.state.holding.pop(job.execution_id, None)
+                self.state.promote_wake.set()  # a released key may start a waiting job
 
 
 def _exhausted(job: Job, message: str) -> str:
@@ -371,3 +377,8 @@ def _log_end(log_at: Callable[..., None], job: Job, outcome: str, **fields: Any)
         outcome=outcome,
         **fields,
     )
+
+
+def _keys(job: Job) -> tuple[str, ...]:
+    """The limit keys a job holds (released by the script that records its outcome)."""
+    return tuple(lim.key for lim in job.limits)

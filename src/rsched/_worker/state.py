@@ -6,6 +6,7 @@ Everything runs on one event loop, so no lock is needed.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import anyio
 import anyio.lowlevel
 
 from rsched._core.job import Job
+from rsched._core.limits import Limit
 from rsched._core.rules import Priority
 from rsched._core.settings import Settings, WorkerSettings
 from rsched._store.queues import QueueStore
@@ -95,14 +97,22 @@ class WorkerState:
     # cancel channel).
     stores: list[QueueStore]
     settings: Settings
+    # The limits each task declared (Worker.task(..., limits=...)).
+    task_limits: Mapping[str, tuple[Limit, ...]] = field(default_factory=dict)
     cfg: WorkerSettings = field(init=False)
     store: QueueStore = field(init=False)  # partition 0's
     slots: Slots = field(init=False)
+    hold_ms: int = field(
+        init=False
+    )  # how long a limit hold lasts unrenewed: the visibility timeout
     # (partition, queue, level, entry id) of every entry read and not yet acknowledged (ids are
     # per stream, and each level of a queue in each partition is a stream): the heartbeat keeps
     # these fresh.
     inflight: set[Held] = field(default_factory=set)
     running: dict[str, Running] = field(default_factory=dict)  # execution id -> its run
+    # Execution id -> the limit keys it holds, from its grant until its outcome is recorded:
+    # the heartbeat renews these holds.
+    holding: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Entries of jobs cancelled by a forced stop (no outcome): handed back on the way out.
     abandoned: set[Held] = field(default_factory=set)
     # Set by a runner that scheduled a retry due sooner than the promoter's next look; the
@@ -117,3 +127,4 @@ class WorkerState:
         self.cfg = self.settings.worker
         self.store = self.stores[0]
         self.slots = Slots(self.cfg.concurrency)
+        self.hold_ms = math.ceil(self.cfg.visibility_timeout_s * 1000)

@@ -27,6 +27,8 @@ log = get_logger("rsched.worker")
 
 # Most delayed jobs one promote call moves (a call that moved this many is followed by another).
 PROMOTE_BATCH = 1_000
+# Most waiting jobs one resume call starts (a call that started this many is followed by another).
+RESUME_BATCH = 500
 CONSUMER_IDLE_FORGET_MS = 3_600_000
 # A registry record lives this many heartbeats: a worker that misses them is gone.
 REGISTRY_HEARTBEATS = 3
@@ -180,8 +182,25 @@ class Upkeep:
                 backoffs[partition].reset()
                 if next_ms is not None:
                     wait_s = min(wait_s, next_ms / 1000)
+            wait_s = min(wait_s, await self._resume(queues))
             with anyio.move_on_after(max(wait_s, 0.005)):
                 await wake.wait()
+
+    async def _resume(self, queues: list[str]) -> float:
+        """Start the jobs waiting on limit keys that became ready (lua/resume.lua); returns
+        how long until a rate window opens for one (seconds; inf when none). A key whose
+        waiting job is of another worker's queue stays ready for that worker: it does not
+        shorten this worker's wait."""
+        state = self.state
+        try:
+            while True:
+                moved, next_ms = await state.store.resume(queues, state.hold_ms, RESUME_BATCH)
+                if moved < RESUME_BATCH:
+                    break
+        except ACTOR_FAILURES as exc:
+            log.warning("redis.error", actor="resume", error=str(exc))
+            return math.inf
+        return next_ms / 1000 if next_ms else math.inf
 
     # --- cancel listener ---------------------------------------------------------------------
 
@@ -244,8 +263,16 @@ class Upkeep:
                 log.warning("redis.error", actor="registry", error=str(exc))
 
     async def heartbeat(self) -> None:
-        """Refresh the entries of the jobs this worker holds, once."""
+        """Refresh the entries of the jobs this worker holds, and their limit holds, once."""
         state = self.state
+        if state.holding:
+            try:
+                lapsed = await state.store.renew(list(state.holding.items()), state.hold_ms)
+            except ACTOR_FAILURES as exc:
+                log.warning("redis.error", actor="heartbeat", error=str(exc))
+            else:
+                if lapsed:
+                    log.warning("limit.holds_lapsed", holds=lapsed)
         for (partition, queue, level), ids in _by_stream(state.inflight).items():
             for start in range(0, len(ids), 1000):
                 try:

@@ -45,8 +45,9 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from rsched._core.backoff import Backoff
-from rsched._core.errors import ConfigError
+from rsched._core.errors import ConfigError, InvalidArgument
 from rsched._core.job import Job
+from rsched._core.limits import Limit, coerce_limits
 from rsched._core.log import get_logger
 from rsched._core.rules import check_name
 from rsched._core.settings import DurabilityLevel, Settings, WorkerSettings, problems
@@ -97,6 +98,7 @@ class Worker:
         settings: Settings | None = None,
     ) -> None:
         self._handlers: dict[str, tuple[Handler, bool]] = {}
+        self._limits: dict[str, tuple[Limit, ...]] = {}
         self._queues_arg = list(queues) if queues is not None else None
         self._concurrency_arg = concurrency
         self._settings_arg = settings
@@ -111,17 +113,20 @@ class Worker:
 
     # --- registration ----------------------------------------------------------------------
 
-    def task(self, name: str) -> Callable[[F], F]:
-        """Register the decorated function as the handler of task ``name``."""
+    def task(self, name: str, *, limits: Sequence[Limit] = ()) -> Callable[[F], F]:
+        """Register the decorated function as the handler of task ``name``; its jobs start only
+        while they may hold every one of ``limits`` (rsched.Limit: per-key concurrency and rate
+        caps across every worker, docs/limits.md)."""
 
         def decorate(fn: F) -> F:
-            self.add_task(name, fn)
+            self.add_task(name, fn, limits=limits)
             return fn
 
         return decorate
 
-    def add_task(self, name: str, fn: Handler) -> None:
-        """Register ``fn`` (async or plain function taking a :class:`Job`) for task ``name``."""
+    def add_task(self, name: str, fn: Handler, *, limits: Sequence[Limit] = ()) -> None:
+        """Register ``fn`` (async or plain function taking a :class:`Job`) for task ``name``,
+        its jobs holding ``limits`` while they run. Raises ConfigError naming what is wrong."""
         try:
             check_name(name, "task name")
         except ValueError as exc:
@@ -133,7 +138,13 @@ class Worker:
         is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
         )
+        try:
+            declared = coerce_limits(limits)
+        except InvalidArgument as exc:
+            raise ConfigError(f"task {name!r}: {exc}") from None
         self._handlers[name] = (fn, is_async)
+        if declared:
+            self._limits[name] = declared
 
     @property
     def tasks(self) -> list[str]:
@@ -350,7 +361,9 @@ class Worker:
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
-        state = self._state = WorkerState(self._handlers, self.consumer, stores, settings)
+        state = self._state = WorkerState(
+            self._handlers, self.consumer, stores, settings, task_limits=self._limits
+        )
         reader = Reader(state, jobs)
         runner = Runner(state, send)
         upkeep = Upkeep(state, reader)

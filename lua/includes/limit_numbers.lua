@@ -1,0 +1,37 @@
+-- Include: limit_numbers(L, key, c, n, ms, cache) — a key's numbers: an operator's for the key
+-- (L.set), else for the longest pattern that matches it (L.patterns, read once per call into
+-- cache), else the declared ones. c: concurrency (nil: none); n, ms: starts per window (0: none).
+-- @include rcall
+
+local function limit_numbers(L, key, c, n, ms, cache)
+  local raw = rcall('HGET', L.set, key)
+  if not raw then
+    if not cache.patterns then
+      cache.patterns = {}
+      local all = rcall('HGETALL', L.patterns)
+      for i = 1, #all, 2 do
+        -- '*' matches any text; every other magic character is literal.
+        local lp = (string.gsub(all[i], '[%^%$%(%)%%%.%[%]%+%-%?]', '%%%0'))
+        lp = '^' .. (string.gsub(lp, '%*', '.*')) .. '$'
+        cache.patterns[#cache.patterns + 1] = {lp, all[i + 1], #all[i]}
+      end
+      table.sort(cache.patterns, function(a, b) return a[3] > b[3] end)
+    end
+    for _, p in ipairs(cache.patterns) do
+      if string.find(key, p[1]) then
+        raw = p[2]
+        break
+      end
+    end
+  end
+  if raw then
+    local ok, o = pcall(cjson.decode, raw)
+    if ok and type(o) == 'table' then
+      if type(o.c) == 'number' then c = o.c end
+      if type(o.r) == 'table' and type(o.r[1]) == 'number' and type(o.r[2]) == 'number' then
+        n, ms = o.r[1], o.r[2]
+      end
+    end
+  end
+  return c, n, ms
+end

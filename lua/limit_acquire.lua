@@ -1,0 +1,100 @@
+--[[ limit_acquire — jobs a worker read that hold limits (docs/limits.md) start, or wait aside.
+
+For each item, in order: when the job may hold every one of its limit keys now (limit_check),
+it takes them (a hold on each, renewed by the worker's heartbeat, and a start in the window of
+each rated key) and the worker runs it. Otherwise it waits on the first key that stops it: its
+entry is acknowledged and deleted from the stream, and the job (its fields, stream, limits and
+waiting order) is kept in the limits' jobs hash, listed under the key in the waiting set, so
+that a key at its limit never blocks the stream for other keys; a resume call (resume.lua)
+puts it back on its stream holding its keys once the key lets it start. The holds are taken in
+this call only (all or none), so two jobs that share keys in any order never deadlock.
+Lapsed holds (a dead worker's) and starts out of their window are purged first.
+Running it twice: a job granted by the first call holds its keys (it runs, nothing counted
+again); one parked by it is no longer pending (LIMITED again, with its key).
+
+KEYS[1]..KEYS[11] the limits' keys (rsched._core.keys.Keys.limits; lua/includes/limit_keys.lua)
+KEYS[12..]        the streams the items were read from ({p}:queue:<queue>[#level], partition 0)
+ARGV[1] group   ARGV[2] hold ms (a hold lapses this long after its grant or last renewal)
+ARGV[3] items   JSON array of [stream (index into KEYS from 12 = 1), entry id, execution id,
+                order ('' = a job not parked before: its level and now), limits
+                [[template, key, concurrency|null, rate count, rate ms], …] ]
+
+Returns one {code, key} per item: {OK=5, ''} it holds its keys: run it | {LIMITED=8, key} it
+waits on key (out of the stream) | {NOT_PENDING=-10, ''} the entry is gone (do not run it); or
+{BAD_ARGS=-7} when ARGV[3] is not a JSON array | {WRONG_TYPE=-6} a limits key has another type
+(nothing done).
+]]
+-- @include codes
+-- @include rcall
+-- @include now_ms
+-- @include limit_keys
+-- @include limit_keys_ok
+-- @include limit_purge
+-- @include limit_check
+-- @include limit_grant
+-- @include limit_release
+-- @include limit_park
+
+local L = limit_keys(1)
+local group, hold_ms = ARGV[1], tonumber(ARGV[2])
+local ok, items = pcall(cjson.decode, ARGV[3])
+if not ok or type(items) ~= 'table' then return {BAD_ARGS} end
+if not limit_keys_ok(L) then return {WRONG_TYPE} end
+local RANK = {high = '0', low = '2'}
+local now = now_ms()
+local cache = {}
+
+local function order_of(stream, given)
+  if given ~= '' then return given end
+  return (RANK[string.match(stream, '#(%a+)$') or ''] or '1') .. string.format('%013d', now)
+end
+
+-- The entry's fields, its order field set (a job parked again keeps its place).
+local function fields_of(stream, id, order)
+  local e = rcall('XRANGE', stream, id, id)[1]
+  local f = {}
+  if e then
+    for i = 1, #e[2], 2 do
+      if e[2][i] ~= 'limit_order' then
+        f[#f + 1] = e[2][i]
+        f[#f + 1] = e[2][i + 1]
+      end
+    end
+  end
+  f[#f + 1] = 'limit_order'
+  f[#f + 1] = order
+  return f
+end
+
+local function acquire(stream, id, exec, order, lims)
+  if not rcall('XPENDING', stream, group, id, id, 1)[1] then
+    local rec = rcall('HGET', L.jobs, exec)
+    if rec then
+      local dok, r = pcall(cjson.decode, rec)
+      if dok and type(r) == 'table' and r.k then return {LIMITED, r.k} end
+    end
+    return {NOT_PENDING, ''}
+  end
+  local plan, key, when = limit_check(L, now, exec, order, lims, cache)
+  if plan then
+    limit_grant(L, now, exec, plan, now + hold_ms)
+    return {OK, ''}
+  end
+  -- A reclaimed job may still hold some of its keys: waiting, it holds none.
+  local keys = {}
+  for i, lim in ipairs(lims) do keys[i] = lim[2] end
+  limit_release(L, now, exec, keys)
+  local rec = {o = order, s = stream, f = fields_of(stream, id, order), l = lims, t = now}
+  rcall('XACK', stream, group, id)
+  rcall('XDEL', stream, id)
+  limit_park(L, exec, order, key, when, rec)
+  return {LIMITED, key}
+end
+
+limit_purge(L, now)
+local out = {}
+for i, it in ipairs(items) do
+  local stream = KEYS[11 + tonumber(it[1])]
+  out[i] = acquire(stream, it[2], it[3], order_of(stream, it[4]), it[5])
+end
+return out

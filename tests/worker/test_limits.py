@@ -1,0 +1,192 @@
+"""Flow-control limits in-process against real servers: concurrency and rate caps per key,
+waiting aside, fairness between keys, overrides, release on every outcome."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+import rsched
+from rsched._core.keys import Keys
+from rsched._core.settings import Settings
+from tests.support.waiting import eventually
+from tests.support.worker_app import fast_settings
+from tests.support.workers import running, settled, store_for
+
+
+class Peak:
+    """How many handlers of each key run at once, and the most ever seen."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.starts: list[tuple[str, float]] = []
+
+    async def run(self, key: str, seconds: float) -> None:
+        self.now[key] = self.now.get(key, 0) + 1
+        self.most[key] = max(self.most.get(key, 0), self.now[key])
+        self.starts.append((key, time.monotonic()))
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            self.now[key] -= 1
+
+
+async def limits_empty(redis: Redis, settings: Settings) -> bool:
+    """Nothing held and nothing waiting: every hold was released."""
+    k = Keys(settings.prefix).limits
+    return (
+        not await redis.hgetall(k[0])
+        and not await redis.zcard(k[1])
+        and not await redis.zcard(k[4])
+    )
+
+
+async def test_concurrency_per_key_across_the_workers_slots(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=20))
+    peak = Peak()
+
+    @worker.task("sync", limits=[rsched.Limit("customer:{c}", concurrency=2)])
+    async def sync(job: rsched.Job) -> None:
+        await peak.run(job.payload["c"], 0.05)
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        for i in range(30):
+            await store.enqueue("sync", {"c": f"c{i % 3}"})
+        await eventually(lambda: len(peak.starts) == 30)
+        await eventually(lambda: settled(redis, settings))
+        await eventually(lambda: limits_empty(redis, settings))
+    assert peak.most == {"c0": 2, "c1": 2, "c2": 2}
+
+
+async def test_a_key_at_its_limit_does_not_block_another(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=4))
+    started: list[str] = []
+    gate = anyio.Event()
+
+    @worker.task("t", limits=[rsched.Limit("k:{k}", concurrency=1)])
+    async def t(job: rsched.Job) -> None:
+        started.append(job.payload["k"])
+        if job.payload["k"] == "busy":
+            await gate.wait()
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        for _ in range(50):
+            await store.enqueue("t", {"k": "busy"})
+        await eventually(lambda: started == ["busy"])
+        await store.enqueue("t", {"k": "free"})
+        await eventually(lambda: "free" in started)
+        page = await rsched.Client(redis, settings).limits()
+        by_key = {row.key: row for row in page}
+        assert by_key["k:busy"].holders == 1
+        assert by_key["k:busy"].waiting == 49
+        assert by_key["k:busy"].concurrency == 1
+        gate.set()
+        await eventually(lambda: started.count("busy") == 50)
+        await eventually(lambda: limits_empty(redis, settings))
+
+
+async def test_rate_limit_caps_starts_in_any_window(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=10))
+    starts: list[float] = []
+
+    @worker.task("api", limits=[rsched.Limit("crm", rate="5/s")])
+    async def api(job: rsched.Job) -> None:
+        starts.append(time.monotonic())
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        for _ in range(15):
+            await store.enqueue("api")
+        await eventually(lambda: len(starts) == 15)
+    starts.sort()
+    # Any 5 + 1 consecutive starts span at least the period (less the clocks' slack).
+    for i in range(len(starts) - 5):
+        assert starts[i + 5] - starts[i] >= 0.9, starts
+    assert starts[-1] - starts[0] >= 1.8
+
+
+async def test_fair_between_keys_a_big_backlog_does_not_delay_small_keys(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=10))
+    first: dict[str, float] = {}
+
+    @worker.task("t", limits=[rsched.Limit("tenant:{t}", concurrency=1)])
+    async def t(job: rsched.Job) -> None:
+        first.setdefault(job.payload["t"], time.monotonic())
+        await anyio.sleep(0.01)
+
+    store = store_for(redis, settings)
+    payloads = [{"t": "big"}] * 2000 + [{"t": f"s{i}"} for i in range(20) for _ in range(3)]
+    for p in payloads:
+        await store.enqueue("t", p)
+    async with running(worker, redis):
+        start = time.monotonic()
+        await eventually(lambda: len(first) == 21)
+        took = max(first.values()) - start
+    assert took < 5, took
+
+
+@pytest.mark.parametrize("outcome", ["fail", "retry", "cancel_none"])
+async def test_holds_are_released_by_every_outcome(
+    redis: Redis, settings: Settings, outcome: str
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    runs: list[int] = []
+
+    @worker.task("t", limits=[rsched.Limit("one", concurrency=1)])
+    async def t(job: rsched.Job) -> None:
+        runs.append(job.attempt)
+        if outcome == "fail":
+            raise RuntimeError("boom")
+        if outcome == "retry" and job.attempt == 1:
+            raise rsched.Retry(delay_s=0.05)
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        await store.enqueue("t", max_retries=0 if outcome == "fail" else 3)
+        await store.enqueue("t", max_retries=0 if outcome == "fail" else 3)
+        await eventually(lambda: len(runs) >= 2)
+        await eventually(lambda: settled(redis, settings))
+        await eventually(lambda: limits_empty(redis, settings))
+
+
+async def test_enqueue_limits_and_set_limit_override(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=10))
+    peak = Peak()
+
+    @worker.task("t")
+    async def t(job: rsched.Job) -> None:
+        await peak.run("x", 0.05)
+
+    client = rsched.Client(redis, settings)
+    await client.set_limit("acct:*", concurrency=1)
+    async with running(worker, redis):
+        for _ in range(6):
+            await client.enqueue("t", {"a": 7}, limits=[rsched.Limit("acct:{a}", concurrency=5)])
+        await eventually(lambda: len(peak.starts) == 6)
+    assert peak.most["x"] == 1
+    await client.clear_limit("acct:*")
+    assert not [r for r in await client.limits() if r.override]
+
+
+async def test_bad_limits_are_refused_naming_the_field(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    with pytest.raises(rsched.InvalidJob, match="customer"):
+        await client.enqueue("t", {}, limits=[rsched.Limit("customer:{customer}", concurrency=1)])
+    with pytest.raises(rsched.InvalidArgument, match="rate"):
+        rsched.Limit("crm", rate="fast")
+    with pytest.raises(rsched.InvalidArgument, match="concurrency"):
+        rsched.Limit("crm")
+    with pytest.raises(rsched.InvalidArgument, match="concurrency"):
+        await client.set_limit("crm", concurrency=-1)
+    assert not await redis.keys(f"*{settings.prefix}*:queue:*")
+    assert not await redis.keys(f"*{settings.prefix}*:limits:*")
