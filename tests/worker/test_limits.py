@@ -190,3 +190,37 @@ async def test_bad_limits_are_refused_naming_the_field(redis: Redis, settings: S
         await client.set_limit("crm", concurrency=-1)
     assert not await redis.keys(f"*{settings.prefix}*:queue:*")
     assert not await redis.keys(f"*{settings.prefix}*:limits:*")
+
+
+async def test_a_waiting_job_is_found_and_cancelled(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    gate = anyio.Event()
+    ran: list[str] = []
+
+    @worker.task("t", limits=[rsched.Limit("k", concurrency=1)])
+    async def t(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+        await gate.wait()
+
+    client = rsched.Client(redis, settings)
+    async with running(worker, redis):
+        await client.enqueue("t", {"n": 1})
+        await eventually(lambda: len(ran) == 1)
+        second = (await client.enqueue("t", {"n": 2}, priority="high")).execution_id
+
+        async def waits() -> bool:
+            try:
+                return (await client.job(second)).state == "waiting"
+            except rsched.JobNotFound:
+                return False
+
+        await eventually(waits)
+        info = await client.job(second)
+        assert (info.limit, info.task, info.priority, info.payload) == ("k", "t", "high", {"n": 2})
+        assert await client.cancel(second) == "waiting"
+        gate.set()
+        await eventually(lambda: settled(redis, settings))
+        await eventually(lambda: limits_empty(redis, settings))
+    assert second not in ran
+    with pytest.raises(rsched.JobNotFound):
+        await client.job(second)

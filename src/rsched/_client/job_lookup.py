@@ -12,10 +12,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
+import orjson
+
 from rsched._core.codes import Code
 from rsched._core.errors import JobNotFound
 from rsched._core.history import HistoryEvent, page_events
 from rsched._core.rules import PAGE_MAX
+from rsched._core.schedule import from_ms
 from rsched._core.workers import JobInfo, JobState, WorkerInfo, state_from_history
 from rsched._store.queues import QueueStore
 from rsched._store.runs_log import RunFilter, read_runs
@@ -44,7 +47,7 @@ async def find(
     this execution and its kept result (``schedules`` gives a schedule's store). Raises
     JobNotFound."""
     found = await store.find_job(execution_id, await store.queue_names(), workers)
-    job = found[0] if found else None
+    job = found[0] if found else await _waiting(store, execution_id)
     sid = job.schedule_id if job else schedule_of(execution_id)
     history: tuple[HistoryEvent, ...] = ()
     if sid:
@@ -71,6 +74,8 @@ async def find(
 async def cancel(store: QueueStore, registry: QueueStore, execution_id: str) -> str:
     """Cancel a waiting job in ``store``, or ask its worker (through ``registry``) to cancel a
     running one; returns the state it was cancelled in. Raises JobNotFound."""
+    if await store.cancel_limited(execution_id):
+        return "waiting"
     for _ in range(3):
         found = await store.find_job(execution_id, await store.queue_names())
         if found is not None and found[0].state != "running":
@@ -88,6 +93,37 @@ async def cancel(store: QueueStore, registry: QueueStore, execution_id: str) -> 
             return "running"
         break
     raise JobNotFound(execution_id, "it does not wait or run (finished, or never existed)")
+
+
+async def _waiting(store: QueueStore, execution_id: str) -> JobInfo | None:
+    """A job waiting aside on a limit key (docs/limits.md), or None."""
+    rec = await store.waiting_job(execution_id)
+    if rec is None or not isinstance(rec.get("f"), list):
+        return None
+    flat = [str(v) for v in rec["f"]]
+    fields = dict(zip(flat[::2], flat[1::2], strict=False))
+    stream = str(rec.get("s", ""))
+    name = stream.partition(":queue:")[2]
+    queue, _, level = name.partition("#")
+    key = str(rec.get("k", ""))
+    try:
+        payload = orjson.loads(fields.get("payload", "{}"))
+    except orjson.JSONDecodeError:
+        payload = None
+    since = rec.get("t")
+    return JobInfo(
+        execution_id,
+        "waiting",
+        queue=queue or None,
+        task=fields.get("task"),
+        priority=level or "normal",
+        attempt=int(fields.get("attempt", "1")) if fields.get("attempt", "1").isdigit() else None,
+        schedule_id=fields.get("schedule_id") or None,
+        enqueued_at=from_ms(int(since)) if isinstance(since, int) else None,
+        waiting=f"waits on limit key {key!r} until it lets another job start",
+        limit=key,
+        payload=payload if isinstance(payload, dict) else None,
+    )
 
 
 async def _ended(

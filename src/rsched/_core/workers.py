@@ -18,7 +18,9 @@ import orjson
 
 from rsched._core.history import HistoryEvent
 
-JobState = Literal["queued", "running", "delayed", "completed", "failed", "dead", "cancelled"]
+JobState = Literal[
+    "queued", "running", "delayed", "waiting", "completed", "failed", "dead", "cancelled"
+]
 #: The states ``Client.jobs`` lists (the others are read by execution id only).
 LISTED_STATES: tuple[str, ...] = ("running", "queued", "delayed")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -161,7 +163,8 @@ class JobInfo:
     ``state``: ``queued`` (in its queue's stream, not yet read; or read by a worker that is
     gone, a forced stop's or one no longer in the worker registry, until another worker takes
     it over), ``running`` (read by ``worker``, a live one), ``delayed`` (a retry or a delayed
-    enqueue, due at ``due_at``), or, for a job read by execution id after it ended,
+    enqueue, due at ``due_at``), ``waiting`` (aside, on the limit key ``limit``: it starts
+    when the key lets it, docs/limits.md), or, for a job read by execution id after it ended,
     ``completed``, ``failed`` (its last attempt failed and the next is not written yet),
     ``dead`` or ``cancelled`` (from its schedule's history, the runs log, or its kept result).
     ``priority`` is its level (``high``, ``normal``, ``low``), in every state.
@@ -188,6 +191,7 @@ class JobInfo:
     started_at: datetime | None = None
     due_at: datetime | None = None
     waiting: str | None = None
+    limit: str | None = None
     deliveries: int | None = None
     payload: dict[str, Any] | None = None
     result: Any = None
