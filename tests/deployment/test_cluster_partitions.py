@@ -15,7 +15,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from rsched import Client, Schedule, Settings
+from rsched import Client, Limit, Schedule, Settings
 from rsched._core.partitions import job_partition, partition_of
 from rsched._redis.connection import connect
 from tests.support.cluster import Cluster
@@ -201,3 +201,60 @@ async def test_enqueued_jobs_of_every_partition_run_and_dead_letters_requeue(
     await eventually(ran([*every, *failing]))
     assert (await pclient.dead_letters()).items == []
     assert set((await ends()).values()) == {1}  # each job ran to its end once
+
+
+async def test_a_limit_holds_across_every_partition(
+    pclient: Client, predis: Redis, psettings: Settings, spawn: Spawn
+) -> None:
+    """Jobs of every partition that share a limit key (declared by their task, by enqueue, by
+    their schedule) never run more at once than the key allows: they run from partition 0."""
+    prefix = psettings.prefix
+    jobs = [(await pclient.enqueue("app.limited", {"k": "task", "s": 0.1})).execution_id
+            for _ in range(16)]  # fmt: skip
+    assert len({job_partition(j, N) for j in jobs}) > 4  # spread, then gathered in partition 0
+    own = Limit("own", concurrency=1)
+    for _ in range(6):
+        enq = await pclient.enqueue("app.limited", {"k": "own", "s": 0.1}, limits=[own])
+        jobs.append(enq.execution_id)
+    for i in range(4):
+        await pclient.add(Schedule(id=f"lim-{i}", task="app.limited", every=0.5,
+                                   payload={"k": "sched", "s": 0.3},
+                                   limits=[Limit("sched", concurrency=1)]))  # fmt: skip
+    assert len({partition_of(f"lim-{i}", N) for i in range(4)}) > 1
+    start_scheduler(spawn, psettings)
+    for _ in range(2):
+        start_worker(spawn, psettings)
+
+    async def runs() -> dict[str, list[tuple[float, float]]]:
+        times: dict[tuple[str, str], list[float]] = {}
+        for raw in await any_(predis).lrange(marks_key(prefix), 0, -1):
+            what, exec_id, _attempt, _pid, at = str(raw).rsplit(":", 4)
+            times.setdefault((what.split("-")[1], exec_id), []).append(float(at))
+        out: dict[str, list[tuple[float, float]]] = {}
+        for (key, _), t in times.items():
+            if len(t) == 2:
+                out.setdefault(key, []).append((min(t), max(t)))
+        return out
+
+    async def enough() -> bool:
+        done = await runs()
+        return (
+            len(done.get("task", [])) == 16
+            and len(done.get("own", [])) == 6
+            and len(done.get("sched", [])) >= 6
+        )
+
+    await eventually(enough)
+    done = await runs()
+    assert most_at_once(done["task"]) <= 2  # the task's lim:{k}
+    assert most_at_once(done["own"]) == 1
+    assert most_at_once(done["sched"]) == 1
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    now = most = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most

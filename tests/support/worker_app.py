@@ -114,3 +114,17 @@ def fail_first(job: rsched.Job) -> None:
     if first:
         raise RuntimeError("first run fails")
     _mark(job, "end")
+
+
+@worker.task("app.limited", limits=[rsched.Limit("lim:{k}", concurrency=2)])
+async def limited(job: rsched.Job) -> None:
+    """At most 2 of one key ``k`` at once, across every worker process."""
+    _mark(job, f"start-{job.payload['k']}")
+    await anyio.sleep(float(job.payload.get("s", 0.2)))
+    _mark(job, f"end-{job.payload['k']}")
+
+
+@worker.task("app.rated", limits=[rsched.Limit("rated", rate="5/s")])
+async def rated(job: rsched.Job) -> None:
+    """At most 5 starts in any second, across every worker process."""
+    _mark(job, "start")

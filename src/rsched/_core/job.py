@@ -167,6 +167,9 @@ class Job:
     partition: int = 0
     # The limits it holds while it runs (the task's, filled from the payload, and its own).
     limits: tuple[JobLimit, ...] = ()
+    # The partition of its schedule when that is not ``partition``: a schedule's job holding
+    # limits runs from partition 0's stream, its schedule's history stays in its own.
+    home: int | None = None
     # Set for sync handlers (threads cannot be cancelled): see should_stop.
     stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
 

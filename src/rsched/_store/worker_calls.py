@@ -36,6 +36,9 @@ class Done:
     result: bytes | None = None  # what the handler returned (JSON), kept before the ack
     run: str | None = None  # the runs log record (runs_log.run_record); None: not logged
     limits: tuple[str, ...] = ()  # the limit keys the job holds, released with the ack
+    # The partition of its schedule when the job ran from another one's stream (a job holding
+    # limits runs from partition 0): the schedule's side is recorded there (``finish``).
+    home: int | None = None
 
 
 class WorkerCalls(scripts.ScriptCaller):
@@ -106,11 +109,12 @@ class WorkerCalls(scripts.ScriptCaller):
         items: list[tuple[Any, ...]] = []
         limited = any(d.limits for d in done)
         for d in done:
-            if d.schedule_id:
+            if d.schedule_id and d.home is None:
                 sid = d.schedule_id
                 keys += [self.keys.history(sid), self.keys.schedule(sid), self.keys.pending(sid)]
+            sid_arg = d.schedule_id if d.schedule_id and d.home is None else ""
             item: tuple[Any, ...] = (
-                d.entry_id, d.execution_id, d.schedule_id or "", d.attempt, d.event, d.extra
+                d.entry_id, d.execution_id, sid_arg, d.attempt, d.event, d.extra
             )  # fmt: skip
             if d.dedup:
                 keys.append(self.keys.dedup(d.execution_id))
@@ -196,12 +200,15 @@ class WorkerCalls(scripts.ScriptCaller):
         priority: Priority = "normal",
         run: str = "",
         limits: Sequence[str] = (),
+        elsewhere: bool = False,
     ) -> str | None:
         """Move an entry to the dead-letter stream; returns the dead letter's id (None when the
         entry was no longer pending). The stored job names its level, for ``requeue``; ``run``
         is the run's record for the runs log (runs_log.run_record)."""
         sid = raw.get("schedule_id") or ""
-        has_schedule = bool(sid) and NAME_RE.match(sid) is not None
+        # A job from another partition's schedule (Job.home) has its schedule's side recorded
+        # there (finish).
+        has_schedule = bool(sid) and NAME_RE.match(sid) is not None and not elsewhere
         k = self.keys
         stream = k.queue(queue, priority)
         keys = [stream, k.dead(queue)]
@@ -264,6 +271,35 @@ class WorkerCalls(scripts.ScriptCaller):
             reason=reason,
         )
         return str(res[1])
+
+    async def finish(
+        self,
+        queue: str,
+        priority: Priority,
+        schedule_id: str,
+        *,
+        execution_id: str,
+        attempt: int,
+        event: str,
+        extra: str,
+        over: bool,
+    ) -> None:
+        """The schedule's side of a run whose job ran from another partition's stream: its
+        history event, and the end of the run when ``over`` (lua/finish.lua)."""
+        k = self.keys
+        keys = [k.queue(queue, priority), k.history(schedule_id), k.schedule(schedule_id),
+                k.pending(schedule_id)]  # fmt: skip
+        res = await self.call(
+            "finish",
+            keys,
+            [self.history_limit, execution_id, attempt, event, extra, "1" if over else "0"],
+        )
+        check(res, script="finish", schedule_id=schedule_id)
+
+    async def drop(self, queue: str, priority: Priority, entry_ids: Sequence[str]) -> int:
+        """Acknowledge and delete entries that must not run (lua/forwarded.lua)."""
+        res = await self.call("forwarded", [self.keys.queue(queue, priority)], [GROUP, *entry_ids])
+        return int(res)
 
     async def heartbeat(
         self, queue: str, consumer: str, entry_ids: Sequence[str], priority: Priority = "normal"

@@ -8,6 +8,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from rsched._core.log import get_logger
+from rsched._core.rules import Priority
 from rsched._store.worker_calls import Done
 from rsched._worker.failures import until_taken
 from rsched._worker.state import Stream, WorkerState
@@ -55,6 +56,8 @@ class Acker:
             if refused is not None:
                 log.error("job.results_unrecorded", jobs=len(kept), error=str(refused))
         for (partition, queue, level), items in by_stream.items():
+            for item in items:  # the script releases their limit holds: no more renewals
+                state.holding.pop(item.execution_id, None)
             refused = await until_taken(
                 functools.partial(state.stores[partition].complete, queue, items, level), "acker"
             )
@@ -62,6 +65,43 @@ class Acker:
                 log.error("queue.unrecorded", queue=queue, jobs=len(items), error=str(refused))
             for item in items:
                 state.inflight.discard((partition, queue, level, item.entry_id))
+                if item.home is not None and item.schedule_id:
+                    await finish_home(
+                        state, item.home, queue, level, item.schedule_id, item.execution_id,
+                        item.attempt, item.event, item.extra, over=True,
+                    )  # fmt: skip
                 if item.limits:
-                    state.holding.pop(item.execution_id, None)
                     state.promote_wake.set()  # a released key may start a waiting job
+
+
+async def finish_home(
+    state: WorkerState,
+    home: int,
+    queue: str,
+    level: Priority,
+    schedule_id: str,
+    execution_id: str,
+    attempt: int,
+    event: str,
+    extra: str,
+    *,
+    over: bool,
+) -> None:
+    """The schedule's side of a run whose job ran from another partition's stream (Job.home),
+    recorded in the schedule's partition once the job's own outcome is."""
+    refused = await until_taken(
+        functools.partial(
+            state.stores[home].finish,
+            queue,
+            level,
+            schedule_id,
+            execution_id=execution_id,
+            attempt=attempt,
+            event=event,
+            extra=extra,
+            over=over,
+        ),
+        "acker",
+    )
+    if refused is not None:
+        log.error("job.unrecorded", execution_id=execution_id, error=str(refused))

@@ -28,6 +28,7 @@ from rsched._core.job import Entry, Job, Lane, parse_entry
 from rsched._core.limits import limits_of
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
+from rsched._core.partitions import partition_of
 from rsched._core.rules import PRIORITIES, Priority
 from rsched._store.runs_log import run_record
 from rsched._worker.failures import ACTOR_FAILURES, back_off
@@ -260,7 +261,7 @@ class Reader:
                 await self._refuse(stream, job.entry_id, dict(job.fields), "bad_limit", str(exc))
                 continue
             if held:
-                limited.append(replace(job, limits=held))
+                limited.append(replace(job, limits=held, home=self._home(job)))
             else:
                 out.append(job)
         if not limited:
@@ -299,6 +300,15 @@ class Reader:
                 )
         return out
 
+    def _home(self, job: Job) -> int | None:
+        """The partition of a schedule's job that runs from partition 0 (forwarded there
+        because it holds limits) when its schedule is in another, else None."""
+        partitions = len(self.state.stores)
+        if partitions == 1 or job.partition != 0 or not job.schedule_id:
+            return None
+        home = partition_of(job.schedule_id, partitions)
+        return home if home != 0 else None
+
     async def _forward(self, stream: Stream, jobs: list[Job]) -> None:
         """Jobs holding limits read from another partition go to partition 0's stream of their
         queue and level, where every limit lives (docs/limits.md): the next read there takes
@@ -330,27 +340,36 @@ class Reader:
             log.warning("redis.error", actor="release", error=str(exc))
 
     async def _start_scheduled(self, stream: Stream, jobs: list[Job]) -> set[str]:
+        """Mark schedule jobs running, in the partition of each one's schedule (a job holding
+        limits may run from partition 0's stream while its schedule is elsewhere: Job.home);
+        returns the entry ids of those superseded (acknowledged: not to run)."""
         state = self.state
-        items = [
-            (
-                j.entry_id,
-                j.execution_id,
-                j.schedule_id or "",
-                j.attempt,
-                fragment({"worker": state.consumer, "deliveries": j.deliveries}),
-            )
-            for j in jobs
-        ]
-        try:
-            partition, queue, level = stream
-            codes = await state.stores[partition].start(queue, state.consumer, items, level)
-        except ACTOR_FAILURES as exc:
-            # Run them anyway: the marker and history are bookkeeping; the job must not wait.
-            log.warning("redis.error", actor="start", error=str(exc))
-            return set()
+        partition, queue, level = stream
+        by_home: dict[int, list[Job]] = {}
+        for job in jobs:
+            by_home.setdefault(partition if job.home is None else job.home, []).append(job)
         superseded: set[str] = set()
-        for job, code in zip(jobs, codes, strict=True):
-            if code == Code.SUPERSEDED:
+        for home, group in by_home.items():
+            items = [
+                (
+                    j.entry_id,
+                    j.execution_id,
+                    j.schedule_id or "",
+                    j.attempt,
+                    fragment({"worker": state.consumer, "deliveries": j.deliveries}),
+                )
+                for j in group
+            ]
+            try:
+                codes = await state.stores[home].start(queue, state.consumer, items, level)
+                gone = [j for j, c in zip(group, codes, strict=True) if c == Code.SUPERSEDED]
+                if gone and home != partition:  # acknowledged in its schedule's partition only
+                    await state.stores[partition].drop(queue, level, [j.entry_id for j in gone])
+            except ACTOR_FAILURES as exc:
+                # Run them anyway: the marker and history are bookkeeping; the job must not wait.
+                log.warning("redis.error", actor="start", error=str(exc))
+                continue
+            for job in gone:
                 superseded.add(job.entry_id)
                 state.slots.release()
                 log.info(

@@ -24,6 +24,7 @@ from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Done
+from rsched._worker.acker import finish_home
 from rsched._worker.failures import until_taken
 from rsched._worker.state import Running, Stream, WorkerState
 
@@ -166,6 +167,7 @@ class Runner:
                     error_type=str(extra.get("reason", "")),  # why it was cancelled
                 ),
                 limits=_keys(job),
+                home=job.home,
             ),
         )
         try:
@@ -236,6 +238,7 @@ class Runner:
                 job.queue,
                 job.entry_id,
                 raw=dict(job.fields),
+                elsewhere=job.home is not None,
                 reason=reason,
                 error_type=error_type,
                 error_message=message,
@@ -256,6 +259,7 @@ class Runner:
                 ),
                 limits=_keys(job),
             ),
+            ("dead", fragment({**extra, "reason": reason}), True),
         )
 
     async def _retry_asked(self, job: Job, error: Retry, duration_ms: float, delay_ms: int) -> None:
@@ -318,7 +322,7 @@ class Runner:
                 next_fields=job.next_attempt_fields(),
                 delay_ms=delay_ms,
                 execution_id=job.execution_id,
-                schedule_id=job.schedule_id,
+                schedule_id=job.schedule_id if job.home is None else None,
                 attempt=job.attempt,
                 event=event,
                 extra=fragment(extra),
@@ -334,18 +338,32 @@ class Runner:
                 ),
                 limits=_keys(job),
             ),
+            (event, fragment({**extra, "retry_in_ms": delay_ms}), False),
         )
 
-    async def _record(self, job: Job, call: Callable[[], Awaitable[Any]]) -> None:
-        """Run a recording script until Redis takes it (the entry stays pending meanwhile)."""
+    async def _record(
+        self,
+        job: Job,
+        call: Callable[[], Awaitable[Any]],
+        home: tuple[str, str, bool] | None = None,
+    ) -> None:
+        """Run a recording script until Redis takes it (the entry stays pending meanwhile);
+        then, for a job whose schedule is in another partition (Job.home), record ``home``
+        (event, extra, whether the run is over) there."""
+        # The script releases the job's limit holds: the heartbeat stops renewing them now.
+        self.state.holding.pop(job.execution_id, None)
         try:
             refused = await until_taken(call, "runner")
             if refused is not None:
                 log.error("job.unrecorded", execution_id=job.execution_id, error=str(refused))
+            elif job.home is not None and job.schedule_id and home is not None:
+                await finish_home(
+                    self.state, job.home, job.queue, job.priority, job.schedule_id,
+                    job.execution_id, job.attempt, *home[:2], over=home[2],
+                )  # fmt: skip
         finally:
             self.state.inflight.discard((job.partition, job.queue, job.priority, job.entry_id))
             if job.limits:
-                self.state.holding.pop(job.execution_id, None)
                 self.state.promote_wake.set()  # a released key may start a waiting job
 
 
