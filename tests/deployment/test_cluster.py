@@ -39,7 +39,14 @@ from tests.support.leading import firing, leases
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workers import settled
-from tests.support.workload import engine, ok_and_failing_tasks, park_and_bring_back, some_schedules
+from tests.support.workload import (
+    engine,
+    limited_task,
+    limits_tour,
+    ok_and_failing_tasks,
+    park_and_bring_back,
+    some_schedules,
+)
 
 #: Deployment keys (docs/keys.md): with partitions they carry another tag than a partition's.
 DEPLOYMENT_KEYS = (":meta", ":schedulers", ":workers", ":worker:")
@@ -74,17 +81,22 @@ async def test_every_script_runs_on_the_cluster(
     worker = rsched.Worker(settings=settings)
     ran: list[str] = []
     ok_and_failing_tasks(worker, ran)
+    limited: list[str] = []
+    limited_task(worker, limited)
 
     async with rsched.Client.from_settings(settings) as client:
         await some_schedules(client)
         await client.trigger("m1")
         await client.enqueue("t.fail", max_retries=1)
+        for _ in range(3):  # one at a time: two wait aside, then resume
+            await client.enqueue("t.limited", {"n": 1})
         await client.enqueue("t.ok", delay=0.2)
         queued = await client.enqueue("t.ok", queue="idle")
         await client.cancel(queued.execution_id)
         async with engine(settings, worker):
             await eventually(lambda: _has_dead(client))
             await eventually(lambda: len(ran) >= 6)
+            await eventually(lambda: len(limited) == 3)
         await client.job(ran[0])
         first = await client.list(limit=1)
         await client.list(limit=1, cursor=first.cursor)
@@ -103,6 +115,8 @@ async def test_every_script_runs_on_the_cluster(
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
+    async with rsched.Client.from_settings(settings) as client:
+        await limits_tour(client, queues)
     await redis.aclose()
     for name, used in seen.items():
         assert len({slot_of(k) for k in used}) <= 1, (name, used)

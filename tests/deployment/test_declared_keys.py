@@ -36,7 +36,13 @@ from tests.support.history import int_b62
 from tests.support.leading import firing, leases
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
-from tests.support.workload import ok_and_failing_tasks, park_and_bring_back, some_schedules
+from tests.support.workload import (
+    limited_task,
+    limits_tour,
+    ok_and_failing_tasks,
+    park_and_bring_back,
+    some_schedules,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -205,6 +211,8 @@ async def test_every_script_declares_every_key_it_touches(
     ran: list[str] = []
     gate = anyio.Event()
     ok_and_failing_tasks(worker, ran)
+    limited: list[str] = []
+    limited_task(worker, limited)
 
     @worker.task("t.gated")
     async def gated(job: rsched.Job) -> None:
@@ -234,6 +242,8 @@ async def test_every_script_declares_every_key_it_touches(
         await client.cancel(str(await redis.hget(keys.schedule("x"), "run")))
         await client.trigger("x")
         await client.enqueue("t.fail", max_retries=1)
+        for _ in range(3):  # one at a time: two wait aside, then resume
+            await client.enqueue("t.limited", {"n": 1})
         await client.enqueue("t.ok", delay=0.2)
         queued = await client.enqueue("t.ok", queue="idle")
         await client.cancel(queued.execution_id)
@@ -257,6 +267,7 @@ async def test_every_script_declares_every_key_it_touches(
                 await tg.start(worker.run)
                 await eventually(lambda: _has_dead(client))
                 await eventually(lambda: len(ran) >= 8)
+                await eventually(lambda: len(limited) == 3)
                 # the occurrence the end on "idle" left pending, released into "gated"
                 await eventually(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()
@@ -275,6 +286,8 @@ async def test_every_script_declares_every_key_it_touches(
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
+    async with rsched.Client.from_settings(settings) as client:
+        await limits_tour(client, queues)
     assert set(scripts.names()) - strict.ran == set(), "scripts this test never ran"
 
 

@@ -14,6 +14,7 @@ from rsched._core.settings import Settings
 from rsched._redis.connection import connect
 from rsched._scheduler.scheduler import Scheduler
 from rsched._store import parking
+from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
 
 
@@ -73,3 +74,31 @@ def ok_and_failing_tasks(worker: rsched.Worker, ran: list[str]) -> None:
         if job.attempt == 1:
             raise rsched.Retry(delay_s=0.05)
         raise ValueError("boom")
+
+
+def limited_task(worker: rsched.Worker, ran: list[str]) -> None:
+    """Task ``t.limited``: one at a time per key ``tour:{n}``, a rate on top (limit_acquire,
+    limit_resume, the release in complete)."""
+
+    @worker.task("t.limited", limits=[rsched.Limit("tour:{n}", concurrency=1, rate="100/s")])
+    async def limited(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+        await anyio.sleep(0.05)
+
+
+async def limits_tour(client: rsched.Client, queues: QueueStore) -> None:
+    """Every other limit script once, through the client and the store: overrides, the
+    listing, a waiting job's cancel, renew, release, forwarding and the schedule's side of a
+    forwarded run."""
+    await client.set_limit("tour:*", concurrency=2)
+    await client.set_limit("tour:1", rate="10/s")
+    await client.limits()
+    await client.clear_limit("tour:*")
+    await queues.cancel_limited("nobody")
+    await queues.renew([("nobody", ["tour:1"])], 1000)
+    await queues.release([("nobody", ["tour:1"])])
+    await queues.forward(queues, "idle", "normal", [("0-1", "fwd-1", 1, {"task": "t.ok"})])
+    await queues.drop("idle", "normal", ["0-1"])
+    await queues.finish(
+        "idle", "normal", "m1", execution_id="x", attempt=1, event="completed", extra="", over=True
+    )
