@@ -187,7 +187,7 @@ def test_each_process_exports_what_it_knows() -> None:
 
     scheduler, worker = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
     scheduler.serve("scheduler")
-    worker.serve("worker", tasks=["a", "b"], queues=["q"])
+    worker.serve("worker", tasks=["a", "b"], queues=["q"], limits=["crm"])
     assert "rsched_is_leader" in names(scheduler)
     for name in ("rsched_is_leader", "rsched_partitions", "rsched_leader_changes_total"):
         assert name not in names(worker), name
@@ -204,6 +204,7 @@ def test_each_process_exports_what_it_knows() -> None:
         assert value(s, "rsched_jobs_total", task=task, outcome="failed") == 0
         assert value(s, "rsched_retries_total", task=task) == 0
     assert value(s, "rsched_reclaims_total", queue="q") == 0
+    assert value(s, "rsched_limit_throttled_total", limit="crm") == 0
     assert value(s, "rsched_writes_unreplicated_total", op="complete") == 0
 
 
@@ -547,7 +548,8 @@ CONTRACT = {
     "rsched_queue_pending", "rsched_queue_delayed", "rsched_queue_dead", "rsched_jobs_total",
     "rsched_job_duration_seconds", "rsched_job_start_lag_seconds", "rsched_retries_total",
     "rsched_reclaims_total", "rsched_jobs_in_progress", "rsched_workers", "rsched_build_info",
-    "rsched_redis_up",
+    "rsched_redis_up", "rsched_limit_holders", "rsched_limit_waiting",
+    "rsched_limit_throttled_total",
 }  # fmt: skip
 
 
@@ -561,6 +563,7 @@ def exported_names() -> set[str]:
         {"late": 0},
         {"q": dict.fromkeys(("length", "pending", "delayed", "dead", "workers"), 0)},
         {"active": 1},
+        {"customer:{id}": (1, 2)},
     )
     names: set[str] = set()
     for family in m.registry.collect():

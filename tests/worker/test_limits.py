@@ -88,9 +88,12 @@ async def test_a_key_at_its_limit_does_not_block_another(redis: Redis, settings:
         assert by_key["k:busy"].holders == 1
         assert by_key["k:busy"].waiting == 49
         assert by_key["k:busy"].concurrency == 1
+        # The metrics' counts, by the declared template (never the filled key).
+        assert await store.limit_counts() == {"k:{k}": (1, 49)}
         gate.set()
         await eventually(lambda: started.count("busy") == 50)
         await eventually(lambda: limits_empty(redis, settings))
+        assert await store.limit_counts() == {"k:{k}": (0, 0)}
 
 
 async def test_rate_limit_caps_starts_in_any_window(redis: Redis, settings: Settings) -> None:

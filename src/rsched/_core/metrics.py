@@ -412,10 +412,17 @@ class Metrics:
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
 
-    def serve(self, role: Role, *, tasks: Iterable[str] = (), queues: Iterable[str] = ()) -> None:
+    def serve(
+        self,
+        role: Role,
+        *,
+        tasks: Iterable[str] = (),
+        queues: Iterable[str] = (),
+        limits: Iterable[str] = (),
+    ) -> None:
         """Export the series of a scheduler or a worker (``role``) from now on, each labelled
-        counter that alerts read at 0 for every label set known now: a worker's ``tasks`` and
-        ``queues``. Serving a role twice (two in one process, as the tests do) adds only the
+        counter that alerts read at 0 for every label set known now: a worker's ``tasks``,
+        ``queues`` and the key templates of its tasks' ``limits``. Serving a role twice (two in one process, as the tests do) adds only the
         new label sets."""
         if role not in self.served:
             self.served.add(role)
@@ -436,6 +443,8 @@ class Metrics:
                 self.jobs.values.setdefault((task, outcome), 0)
         for queue in queues:
             self.reclaims.labels(queue)
+        for template in limits:
+            self.limit_throttled.labels(template)
         for op in ("complete", "retry", "dead"):
             self.writes_unreplicated.labels(op)
 

@@ -25,6 +25,7 @@ from rsched._worker.worker import Worker
 # persistence the server forgets them; redis-py would reload one only at its next call).
 WORKER_SCRIPTS = (
     "take", "start", "complete", "retry", "dead", "heartbeat", "reclaim", "promote",
+    "limit_acquire", "limit_resume", "limit_renew",
 )  # fmt: skip
 
 
@@ -32,7 +33,12 @@ async def operate_worker(
     worker: Worker, settings: Settings, *, task_status: TaskStatus[int]
 ) -> None:
     """Serve the worker's probe, and the deployment gauges."""
-    METRICS.serve("worker", tasks=worker.tasks, queues=settings.worker.queues)
+    METRICS.serve(
+        "worker",
+        tasks=worker.tasks,
+        queues=settings.worker.queues,
+        limits=worker.limit_templates,
+    )
 
     async def ready(redis: Redis) -> tuple[bool, dict[str, Any]]:
         return await worker_readiness(worker, redis, Keys(settings.prefix), settings.worker.queues)

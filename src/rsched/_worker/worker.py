@@ -150,6 +150,11 @@ class Worker:
     def tasks(self) -> list[str]:
         return sorted(self._handlers)
 
+    @property
+    def limit_templates(self) -> list[str]:
+        """The key templates of the limits its tasks declare (the metrics' ``limit`` label)."""
+        return sorted({lim.key for limits in self._limits.values() for lim in limits})
+
     def configure(
         self,
         *,
