@@ -13,8 +13,11 @@
    how long after the fire (``fired_at``, Redis TIME in the fire script, ms) and after the
    occurrence's scheduled time it started. p50/p99/max are printed.
 
+``--limits`` runs the no-op jobs without limits and then under limits (a concurrency of 1 on
+each of 1,000 keys, the jobs' keys in turn, and one rate over all), in turns, ``--repeat`` times.
+
 ``python -m bench.worker [--quick] [--jobs N] [--concurrency N] [--seconds S] [--kind K]
-[--priorities] [--scheduled]``
+[--priorities] [--scheduled] [--limits] [--repeat N]``
 Every run uses a private server (bench._servers); port 6379 is never touched. With
 ``PYTHONPATH=<another tree>/src`` the benchmark and its worker run that tree's rsched (a
 comparison with another commit).
@@ -56,6 +59,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 worker = rsched.Worker(queues=["bench"])
 _client: Redis | None = None
+# The same no-op under limits (``--limits``): one key of 1,000 per job, one at a time each, and
+# one rate over every job, high enough never to hold a job back (its bookkeeping is measured).
+limited = rsched.Worker(queues=["bench"])
+LIMIT_KEYS = 1_000
+
+
+@limited.task(
+    "bench.noop",
+    limits=[rsched.Limit("key:{k}", concurrency=1), rsched.Limit("api", rate="100000/m")],
+)
+async def limited_noop(job: rsched.Job) -> None:
+    pass
 
 
 @worker.task("bench.noop")
@@ -99,6 +114,7 @@ def _spawn_worker(
     *,
     metrics: bool = False,
     cluster: bool = False,
+    app: str = "bench.worker:worker",
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -112,7 +128,7 @@ def _spawn_worker(
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
     return subprocess.Popen(
-        [sys.executable, "-m", "rsched._cli.worker_process", "bench.worker:worker",
+        [sys.executable, "-m", "rsched._cli.worker_process", app,
          "--queues", "bench", "--concurrency", str(concurrency), "--log-level", log_level],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -128,17 +144,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(5)
 
 
-async def _fill(redis: Redis, stream: str, n: int) -> None:
+async def _fill(redis: Redis, stream: str, n: int, *, keyed: bool = False) -> None:
+    """``n`` no-op jobs; ``keyed``: each with a payload ``k`` of LIMIT_KEYS keys in turn."""
     now = str(int(time.time() * 1000))
     for start in range(0, n, 5000):
         async with redis.pipeline(transaction=False) as pipe:
-            for _ in range(start, min(n, start + 5000)):
+            for i in range(start, min(n, start + 5000)):
                 pipe.xadd(
                     stream,
                     {
                         "execution_id": f"job-{uuid.uuid4().hex}",
                         "task": "bench.noop",
-                        "payload": "{}",
+                        "payload": f'{{"k":{i % LIMIT_KEYS}}}' if keyed else "{}",
                         "attempt": "1",
                         "origin": "enqueue",
                         "opts": "{}",
@@ -193,6 +210,7 @@ async def throughput(
     priorities: bool = False,
     metrics: bool = False,
     scheduled: bool = False,
+    limits: bool = False,
 ) -> dict[str, Any]:
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
@@ -204,8 +222,10 @@ async def throughput(
             await _fire_schedules(server.url, prefix, jobs)
         else:
             for i, stream in enumerate(streams):
-                await _fill(redis, stream, jobs // len(streams) + (i < jobs % len(streams)))
-        proc = _spawn_worker(server.url, prefix, concurrency, log_level, metrics=metrics)
+                n = jobs // len(streams) + (i < jobs % len(streams))
+                await _fill(redis, stream, n, keyed=limits)
+        app = "bench.worker:limited" if limits else "bench.worker:worker"
+        proc = _spawn_worker(server.url, prefix, concurrency, log_level, metrics=metrics, app=app)
         try:
             first: float | None = None
             cpu0 = 0.0
@@ -233,6 +253,7 @@ async def throughput(
                 "priorities": "high/normal/low" if priorities else "normal",
                 "metrics": "on" if metrics else "off",
                 "origin": "schedules" if scheduled else "enqueued",
+                "limits": "1,000 keys x concurrency 1 + a rate" if limits else "none",
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
                 "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
@@ -331,6 +352,14 @@ async def _main(args: argparse.Namespace) -> None:
         if args.priorities:
             await _priorities(server, args)
             return
+        if args.limits:
+            for _ in range(args.repeat):  # in turns: without, then with limits
+                for with_limits in (False, True):
+                    row = await throughput(
+                        server, args.jobs, args.concurrency, "warning", limits=with_limits
+                    )
+                    print(_table([row], list(row)), flush=True)
+            return
         if args.scheduled:
             for _ in range(args.repeat):
                 row = await throughput(
@@ -373,7 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--scheduled", action="store_true", help="only throughput, jobs fired from schedules"
     )
-    parser.add_argument("--repeat", type=int, default=1, help="--scheduled: runs")
+    parser.add_argument(
+        "--limits", action="store_true", help="only throughput, without and with limits, in turns"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="--scheduled, --limits: runs")
     args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
     if args.quick:
         args.jobs, args.seconds = min(args.jobs, 10_000), min(args.seconds, 8.0)

@@ -19,8 +19,8 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 dedup (optional: 1 = a dedup key follows, 0 = none),
                 run (optional: the runs log record, a JSON array as text, run_log.lua; '' =
                 none),
-                limits (optional: the limit keys the job holds, a JSON array, released
-                here; with ARGV[5])]
+                limits (optional: the limits the job holds, [[key, template], …], released
+                here; with ARGV[5]) ]
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 ARGV[5] optional: the index of the first of the limits' keys (rsched._core.keys.Keys.limits, 11
@@ -54,6 +54,7 @@ local runs_cap = tonumber(ARGV[4])
 local runs = runs_cap and KEYS[#KEYS]
 local level = level_of(stream)
 local L = ARGV[5] and limit_keys(tonumber(ARGV[5]))
+local lcache = {}
 if L and not limit_keys_ok(L) then return WRONG_TYPE end
 local now = now_ms()
 local recorded = 0
@@ -80,7 +81,7 @@ for i = 1, #items do
       finish_run(hash, pending, stream, history, cap, exec, now)
     end
     if runs and it[8] and it[8] ~= '' then run_log(runs, runs_cap, it[8], level) end
-    if L and type(it[9]) == 'table' then limit_release(L, now, exec, it[9]) end
+    if L and type(it[9]) == 'table' then limit_release(L, now, exec, it[9], lcache) end
     recorded = recorded + 1
   end
 end

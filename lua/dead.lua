@@ -25,7 +25,7 @@ ARGV[9] extra        JSON fragment for the history events ('' or ',…')
 ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or with KEYS[7]:
 ARGV[10] runs log cap   ARGV[11] the record (JSON array, run_log.lua)   ARGV[12..] the fields
 KEYS[8..18] optional, with KEYS[7]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
-         is then the limit keys the job holds (JSON array, released here) and the fields start
+         is then the limits the job holds ([[key, template], …], released here) and the fields start
          at ARGV[13]
 
 Returns {OK=5, dead-letter entry id} | {NOT_PENDING=-10} the entry was not pending (nothing

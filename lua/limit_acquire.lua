@@ -10,7 +10,7 @@ puts it back on its stream holding its keys once the key lets it start. The hold
 this call only (all or none), so two jobs that share keys in any order never deadlock.
 Lapsed holds (a dead worker's) and starts out of their window are purged first.
 Running it twice: a job granted by the first call holds its keys (it runs, nothing counted
-again); one parked by it is no longer pending (LIMITED again, with its key).
+again); one parked by it is found waiting (LIMITED again, with its key).
 
 KEYS[1]..KEYS[11] the limits' keys (rsched._core.keys.Keys.limits; lua/includes/limit_keys.lua)
 KEYS[12..]        the streams the items were read from ({p}:queue:<queue>[#level], partition 0)
@@ -19,10 +19,11 @@ ARGV[3] items   JSON array of [stream (index into KEYS from 12 = 1), entry id, e
                 order ('' = a job not parked before: its level and now), limits
                 [[template, key, concurrency|null, rate count, rate ms], …] ]
 
-Returns one {code, key} per item: {OK=5, ''} it holds its keys: run it | {LIMITED=8, key} it
-waits on key (out of the stream) | {NOT_PENDING=-10, ''} the entry is gone (do not run it); or
-{BAD_ARGS=-7} when ARGV[3] is not a JSON array | {WRONG_TYPE=-6} a limits key has another type
-(nothing done).
+Returns a JSON array of the items that may not run, each [item index (1-based), code, key]:
+LIMITED=8 it waits on key (out of the stream) | NOT_PENDING=-10 the entry is gone (do not run
+it); every other item holds its keys: OK=5, run it ('[]' when all may run: one string to parse,
+not a reply per item). Or {BAD_ARGS=-7} when ARGV[3] is not a JSON array | {WRONG_TYPE=-6} a
+limits key has another type (nothing done).
 ]]
 -- @include codes
 -- @include rcall
@@ -67,34 +68,35 @@ local function fields_of(stream, id, order)
 end
 
 local function acquire(stream, id, exec, order, lims)
-  if not rcall('XPENDING', stream, group, id, id, 1)[1] then
-    local rec = rcall('HGET', L.jobs, exec)
-    if rec then
-      local dok, r = pcall(cjson.decode, rec)
-      if dok and type(r) == 'table' and r.k then return {LIMITED, r.k} end
-    end
-    return {NOT_PENDING, ''}
+  -- A call re-sent after a lost reply finds the job it parked (a granted one holds its keys).
+  local parked = rcall('HGET', L.jobs, exec)
+  if parked then
+    local dok, r = pcall(cjson.decode, parked)
+    if dok and type(r) == 'table' and type(r.k) == 'string' then return LIMITED, r.k end
   end
   local plan, key, when = limit_check(L, now, exec, order, lims, cache)
   if plan then
     limit_grant(L, now, exec, plan, now + hold_ms)
-    return {OK, ''}
+    return OK
   end
   -- A reclaimed job may still hold some of its keys: waiting, it holds none.
   local keys = {}
-  for i, lim in ipairs(lims) do keys[i] = lim[2] end
-  limit_release(L, now, exec, keys)
+  for i, lim in ipairs(lims) do keys[i] = {lim[2], lim[1]} end
+  limit_release(L, now, exec, keys, cache)
+  if rcall('XACK', stream, group, id) == 0 then return NOT_PENDING, '' end
   local rec = {o = order, s = stream, f = fields_of(stream, id, order), l = lims, t = now}
-  rcall('XACK', stream, group, id)
   rcall('XDEL', stream, id)
   limit_park(L, exec, order, key, when, rec)
-  return {LIMITED, key}
+  cache.waiting = true
+  return LIMITED, key
 end
 
 limit_purge(L, now)
 local out = {}
 for i, it in ipairs(items) do
   local stream = KEYS[11 + tonumber(it[1])]
-  out[i] = acquire(stream, it[2], it[3], order_of(stream, it[4]), it[5])
+  local code, key = acquire(stream, it[2], it[3], order_of(stream, it[4]), it[5])
+  if code ~= OK then out[#out + 1] = {i, code, key} end
 end
-return out
+if #out == 0 then return '[]' end
+return cjson.encode(out)

@@ -25,7 +25,7 @@ ARGV[10] extra          JSON fragment for the history event ('' or ',…')
 ARGV[11] runs log cap (entries; with KEYS[5])
 ARGV[12] the runs log record (JSON array, run_log.lua; with KEYS[5])
 KEYS[6..16] optional: the limits' keys (rsched._core.keys.Keys.limits), with
-ARGV[13] the limit keys the job holds (JSON array): released here, the next attempt takes them
+ARGV[13] the limits the job holds ([[key, template], …]): released here, the next attempt takes them
          again when it is read
 
 Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing done) |

@@ -30,7 +30,9 @@ local function limit_check(L, now, exec, order, lims, cache)
           return nil, key, tonumber(string.sub(oldest, #key + 2, #key + 14)) + ms
         end
       end
-      local head = limit_head(L, key)
+      -- (Whether anything waits at all is read once per call: mostly nothing does.)
+      if cache.waiting == nil then cache.waiting = rcall('EXISTS', L.waiting) == 1 end
+      local head = cache.waiting and limit_head(L, key)
       if head and string.match(head, '^.-%z([^%z]*)%z') < order then return nil, key, now end
     end
     plan[i] = {key, tmpl, n, ms, mine, c or ''}

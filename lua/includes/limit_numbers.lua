@@ -1,10 +1,11 @@
 -- Include: limit_numbers(L, key, c, n, ms, cache) — a key's numbers: an operator's for the key
--- (L.set), else for the longest pattern that matches it (L.patterns, read once per call into
--- cache), else the declared ones. c: concurrency (nil: none); n, ms: starts per window (0: none).
+-- (L.set, looked up only when some key has one), else for the longest pattern that matches it
+-- (L.patterns, read once per call into cache), else the declared ones. c: concurrency (nil: none); n, ms: starts per window (0: none).
 -- @include rcall
 
 local function limit_numbers(L, key, c, n, ms, cache)
-  local raw = rcall('HGET', L.set, key)
+  if cache.exact == nil then cache.exact = rcall('EXISTS', L.set) == 1 end
+  local raw = cache.exact and rcall('HGET', L.set, key)
   if not raw then
     if not cache.patterns then
       cache.patterns = {}

@@ -127,12 +127,13 @@ class Limit:
     both. Raises InvalidArgument naming ``key``, ``concurrency`` or ``rate``.
     """
 
-    __slots__ = ("concurrency", "fields", "key", "rate")
+    __slots__ = ("_parts", "concurrency", "fields", "key", "rate")
 
     key: str
     concurrency: int | None
     rate: Rate | None
     fields: tuple[str, ...]
+    _parts: tuple[str, ...]
 
     def __init__(
         self,
@@ -169,6 +170,8 @@ class Limit:
         object.__setattr__(self, "concurrency", conc)
         object.__setattr__(self, "rate", parsed)
         object.__setattr__(self, "fields", tuple(_FIELD.findall(key)))
+        # The template split at its fields: literal, field, literal, field, …, literal.
+        object.__setattr__(self, "_parts", tuple(_FIELD.split(key)))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Limit is immutable")
@@ -194,24 +197,33 @@ class Limit:
         payload field."""
         if not self.fields:
             return self.key
-
-        def value(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in payload:
+        parts = list(self._parts)
+        for i in range(1, len(parts), 2):  # the fields (odd places of the split)
+            name = parts[i]
+            try:
+                v = payload[name]
+            except KeyError:
                 raise ValueError(
                     f"limit key {self.key!r} needs the payload field {name!r}, which this job's "
                     "payload lacks; add it to the payload or change the key"
-                )
-            v = payload[name]
-            if isinstance(v, bool) or not isinstance(v, str | int):
+                ) from None
+            if isinstance(v, str):
+                if _BAD_KEY_CHAR.search(v):
+                    raise ValueError(
+                        f"limit key {self.key!r}: payload field {name!r} holds {v!r}; a key "
+                        "holds no control characters, braces or '*'"
+                    )
+                parts[i] = v
+            elif isinstance(v, int) and not isinstance(v, bool):
+                parts[i] = str(v)
+            else:
                 raise ValueError(
                     f"limit key {self.key!r}: payload field {name!r} is {type(v).__name__}; "
                     "a key is filled from text or a whole number"
                 )
-            return str(v)
-
-        filled = _FIELD.sub(value, self.key)
-        check_key(filled)
+        filled = "".join(parts)
+        if len(filled) > KEY_MAX:
+            raise ValueError(f"limit key {filled[:40]!r}… is longer than {KEY_MAX} characters")
         return filled
 
     def to_dict(self) -> dict[str, Any]:
@@ -286,9 +298,12 @@ def fill_all(limits: Sequence[Limit], payload: Mapping[str, Any]) -> list[JobLim
     ]
 
 
-def merge(*groups: Iterable[JobLimit]) -> tuple[JobLimit, ...]:
+def merge(*groups: Sequence[JobLimit]) -> tuple[JobLimit, ...]:
     """The limits of one job, one per key in first-seen order: a key declared twice (by the
     task and by enqueue, say) keeps the stricter of each number."""
+    flat = [h for group in groups for h in group]
+    if len({h.key for h in flat}) == len(flat):
+        return tuple(flat)
     by_key: dict[str, JobLimit] = {}
     for held in (h for group in groups for h in group):
         old = by_key.get(held.key)

@@ -422,8 +422,8 @@ class Metrics:
     ) -> None:
         """Export the series of a scheduler or a worker (``role``) from now on, each labelled
         counter that alerts read at 0 for every label set known now: a worker's ``tasks``,
-        ``queues`` and the key templates of its tasks' ``limits``. Serving a role twice (two in one process, as the tests do) adds only the
-        new label sets."""
+        ``queues`` and the key templates of its tasks' ``limits``. Serving a role twice (two
+        in one process, as the tests do) adds only the new label sets."""
         if role not in self.served:
             self.served.add(role)
             for collector in self._series[role]:

@@ -40,9 +40,12 @@ class Limits(scripts.ScriptCaller):
         res = await self.call(
             "limit_acquire", [*self.keys.limits, stream], [GROUP, hold_ms, orjson.dumps(doc)]
         )
-        if res and not isinstance(res[0], list):
+        if isinstance(res, list):
             check(int(res[0]), script="limit_acquire")
-        return [(Code(int(code)), str(key)) for code, key in res]
+        out = [(Code.OK, "")] * len(items)
+        for index, code, key in orjson.loads(res):
+            out[int(index) - 1] = (Code(int(code)), str(key))
+        return out
 
     async def resume(
         self, queues: Sequence[str], hold_ms: int, most: int = 500

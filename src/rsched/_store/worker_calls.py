@@ -35,7 +35,8 @@ class Done:
     dedup: bool = False  # an enqueued job with its own execution id (its dedup key is re-armed)
     result: bytes | None = None  # what the handler returned (JSON), kept before the ack
     run: str | None = None  # the runs log record (runs_log.run_record); None: not logged
-    limits: tuple[str, ...] = ()  # the limit keys the job holds, released with the ack
+    # The limits the job holds, (key, template) each: released with the ack.
+    limits: tuple[tuple[str, str], ...] = ()
     # The partition of its schedule when the job ran from another one's stream (a job holding
     # limits runs from partition 0): the schedule's side is recorded there (``finish``).
     home: int | None = None
@@ -149,7 +150,7 @@ class WorkerCalls(scripts.ScriptCaller):
         extra: str,
         priority: Priority = "normal",
         run: str = "",
-        limits: Sequence[str] = (),
+        limits: Sequence[tuple[str, str]] = (),
     ) -> int | None:
         """Schedule the next attempt; returns its due time (ms) or None when not pending.
         ``next_fields`` carry the job's level (its 'priority' field) for the promoter; ``run``
@@ -199,7 +200,7 @@ class WorkerCalls(scripts.ScriptCaller):
         extra: str = "",
         priority: Priority = "normal",
         run: str = "",
-        limits: Sequence[str] = (),
+        limits: Sequence[tuple[str, str]] = (),
         elsewhere: bool = False,
     ) -> str | None:
         """Move an entry to the dead-letter stream; returns the dead letter's id (None when the

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -261,7 +260,11 @@ class Reader:
                 await self._refuse(stream, job.entry_id, dict(job.fields), "bad_limit", str(exc))
                 continue
             if held:
-                limited.append(replace(job, limits=held, home=self._home(job)))
+                # Set on the job just parsed (cheaper than a copy on this path; nobody else
+                # holds it yet).
+                object.__setattr__(job, "limits", held)
+                object.__setattr__(job, "home", self._home(job))
+                limited.append(job)
             else:
                 out.append(job)
         if not limited:

@@ -397,6 +397,7 @@ def _log_end(log_at: Callable[..., None], job: Job, outcome: str, **fields: Any)
     )
 
 
-def _keys(job: Job) -> tuple[str, ...]:
-    """The limit keys a job holds (released by the script that records its outcome)."""
-    return tuple(lim.key for lim in job.limits)
+def _keys(job: Job) -> tuple[tuple[str, str], ...]:
+    """The limits a job holds, (key, template) each: released by the script that records its
+    outcome (the template names the metrics' count)."""
+    return tuple((lim.key, lim.template) for lim in job.limits)
