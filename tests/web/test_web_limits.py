@@ -242,6 +242,11 @@ async def test_the_dashboard_with_a_job_waiting_on_its_key(
             )
             assert "concurrency 1" in schedule
             assert "rate 100/m" in schedule
+            # The editor shows the limits as the API takes them, and none where there are none.
+            edit = (await browser.get("/schedules/sync/edit")).text
+            assert "&#34;key&#34;: &#34;customer:{customer_id}&#34;" in edit
+            await client.add({"id": "plain", "task": "t", "every": 60})
+            assert "&#34;limits&#34;" not in (await browser.get("/schedules/plain/edit")).text
 
             token = browser.cookies["rsched_csrf"]
             r = await browser.post("/limits/set", data={"key": "k", "concurrency": "2"})

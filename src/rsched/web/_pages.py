@@ -305,11 +305,12 @@ def _spec(s: Schedule) -> dict[str, Any]:
     """The schedule's spec as JSON (what PUT and the edit form take)."""
     data = s.model_dump(mode="json", exclude=set(STATE_FIELDS) | {"paused", "pause_note"})
     defaults = Schedule.model_fields
-    return {
-        k: v
-        for k, v in data.items()
-        if k in ("id", "task") or v != defaults[k].get_default(call_default_factory=True)
-    }
+
+    def default(name: str) -> Any:
+        value = defaults[name].get_default(call_default_factory=True)
+        return list(value) if isinstance(value, tuple) else value  # as JSON has it (limits)
+
+    return {k: v for k, v in data.items() if k in ("id", "task") or v != default(k)}
 
 
 @router.get("/schedules/{schedule_id}", response_class=HTMLResponse)
