@@ -4,7 +4,8 @@ Client.limits / `rsched limits` (reads only).
 A key is in use while a job holds it, waits on it, or started in its rate window. Each row has
 the numbers in force (an operator's, for the key or the longest pattern matching it, over the
 declared ones), the holders, the waiting jobs and the starts in the window ending now. The
-first page also lists the operators' numbers for keys not in use and for patterns.
+first page also lists the operators' numbers for keys not in use and for patterns (those the
+glob matches).
 
 KEYS[1]..KEYS[11] the limits' keys (rsched._core.keys.Keys.limits; lua/includes/limit_keys.lua)
 ARGV[1] cursor (HSCAN's; '0' first)   ARGV[2] rows per page (about)   ARGV[3] glob ('' = all)
@@ -65,14 +66,30 @@ for i = 1, #scan[2], 2 do
   seen[scan[2][i]] = true
   rows[#rows + 1] = row(scan[2][i], scan[2][i + 1])
 end
+-- The fields of a small hash the glob matches (HSCAN's MATCH: the same globs as the keys').
+local function matching(hash)
+  if match == '' then return rcall('HKEYS', hash) end
+  local out, at = {}, '0'
+  repeat
+    local page = rcall('HSCAN', hash, at, 'MATCH', match, 'COUNT', 1000)
+    at = page[1]
+    for i = 1, #page[2], 2 do out[#out + 1] = page[2][i] end
+  until at == '0'
+  return out
+end
+
 if cursor == '0' then
-  for _, k in ipairs(rcall('HKEYS', L.set)) do
+  for _, k in ipairs(matching(L.set)) do
     if not seen[k] and rcall('HEXISTS', L.keys, k) == 0 then rows[#rows + 1] = row(k, nil) end
+    seen[k] = true
   end
-  for _, p in ipairs(rcall('HKEYS', L.patterns)) do
-    local r = row(p, nil)
-    r[9] = cjson.decode(rcall('HGET', L.patterns, p))
-    rows[#rows + 1] = r
+  for _, p in ipairs(matching(L.patterns)) do
+    if not seen[p] then
+      local r = row(p, nil)
+      r[9] = cjson.decode(rcall('HGET', L.patterns, p))
+      rows[#rows + 1] = r
+      seen[p] = true
+    end
   end
 end
 if #rows == 0 then return cjson.encode({scan[1], {}}) end

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from rsched import Client, Schedule, ScheduleFileError, Settings
+from rsched import Client, Limit, Schedule, ScheduleFileError, Settings
 from rsched._client.schedules_file import load_file, sync_file
 from tests.support.keys import written_keys
 from tests.support.processes import Proc
@@ -429,3 +429,96 @@ async def test_a_large_file_syncs_in_a_few_round_trips(
     assert stats["cmdstat_evalsha"]["calls"] <= 10  # upsert_many, 1,000 a call
     assert (await sync_file(redis, settings, path)).summary() == "0 to add, 0 to update, " \
         "0 to remove, 2000 unchanged"  # fmt: skip
+
+
+LIMITED = """
+[[schedule]]
+id = "crm-sync"
+task = "crm.sync"
+every = "5m"
+payload = { customer_id = 42 }
+limits = [{ key = "crm", rate = "100/m" }, { key = "customer:{customer_id}", concurrency = 1 }]
+
+[[schedule]]
+id = "tables"
+task = "t"
+every = 60
+
+[[schedule.limits]]
+key = "reports"
+concurrency = 2
+rate = "10/30s"
+"""
+
+
+async def test_limits_in_a_file_sync_and_compare(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    path = write(tmp_path, LIMITED)
+    plan = await sync_file(redis, settings, path)
+    assert sorted(plan.ids("add")) == ["crm-sync", "tables"]
+    client = Client(redis, settings)
+    stored = await client.get("crm-sync")
+    assert stored.limits == (Limit("crm", rate="100/m"), Limit("customer:{customer_id}", 1))
+    assert (await client.get("tables")).limits == (Limit("reports", 2, "10/30s"),)
+    again = await sync_file(redis, settings, path)
+    assert (again.changes, sorted(again.unchanged)) == ([], ["crm-sync", "tables"])
+    path.write_text(LIMITED.replace('rate = "100/m"', 'rate = "50/m"'))
+    plan = await sync_file(redis, settings, path, dry_run=True)
+    assert plan.ids("update") == ["crm-sync"]
+    (line,) = plan.lines()[1:]
+    assert line.endswith(
+        'limits: [{ key = "crm", rate = "100/m" }, { key = "customer:{customer_id}", '
+        'concurrency = 1 }] -> [{ key = "crm", rate = "50/m" }, { key = '
+        '"customer:{customer_id}", concurrency = 1 }]'
+    )
+
+
+def test_bad_limits_in_a_file_name_the_schedule_and_the_field(tmp_path: Path) -> None:
+    text = """
+[[schedule]]
+id = "a"
+task = "t"
+every = 60
+limits = [{ key = "crm", rate = "100/q" }]
+
+[[schedule]]
+id = "b"
+task = "t"
+every = 60
+limits = { key = "crm", rate = "100/m" }
+
+[[schedule]]
+id = "c"
+task = "t"
+every = 60
+limits = [{ key = "crm", conc = 2 }, { key = "x" }]
+
+[[schedule]]
+id = "d"
+task = "t"
+every = 60
+limits = [{ key = "customer:{customer_id}", concurrency = 0 }]
+
+[[schedule]]
+id = "e"
+task = "t"
+every = 60
+limits = [{ key = "customer:{customer_id}", concurrency = 1 }]
+"""
+    with pytest.raises(ScheduleFileError) as err:
+        load_file(write(tmp_path, text))
+    said = dict(err.value.errors)
+    assert said["schedule[0] (id 'a').limits[0].rate"].startswith("'100/q' is not a rate")
+    assert said["schedule[1] (id 'b').limits"] == (
+        'give a list of limits, e.g. limits = [{ key = "crm", rate = "100/m" }]; got '
+        "{'key': 'crm', 'rate': '100/m'}"
+    )
+    assert said["schedule[2] (id 'c').limits[0]"].startswith("unknown field(s) ['conc']")
+    assert (
+        "concurrency is a whole number from 1" in said["schedule[3] (id 'd').limits[0].concurrency"]
+    )
+    assert said["schedule[4] (id 'e')"].startswith(
+        "limits: limit key 'customer:{customer_id}' needs the payload field 'customer_id'"
+    )
+    assert "rsched.Limit" not in str(err.value)

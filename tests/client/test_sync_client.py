@@ -106,3 +106,23 @@ def test_sync_client_from_settings(redis_url: str, prefix: str) -> None:
     with SyncClient.from_settings(Settings(redis_url=redis_url, prefix=prefix)) as client:
         assert client.settings.prefix == prefix
         assert client.server_time().tzinfo is not None
+
+
+def test_sync_client_limits(sync_client: SyncClient) -> None:
+    assert sync_client.set_limit("crm", rate="100/m") == 0
+    assert sync_client.set_limit("customer:*", concurrency=0) == 0
+    rows = {r.key: r for r in sync_client.limits()}
+    assert rows["crm"].override == {"r": [100, 60_000]}
+    assert str(rows["crm"].rate) == "100/m"
+    assert (rows["customer:*"].concurrency, rows["customer:*"].override) == (0, {"c": 0})
+    assert [r.key for r in sync_client.limits(match="crm")] == ["crm"]
+    with pytest.raises(rsched.InvalidArgument, match="concurrency"):
+        sync_client.set_limit("crm", concurrency=-1)
+    assert sync_client.clear_limit("customer:*") == 0
+    assert [r.key for r in sync_client.limits()] == ["crm"]
+    done = sync_client.enqueue(
+        "t", {"customer_id": 7}, limits=[rsched.Limit("customer:{customer_id}", concurrency=1)]
+    )
+    assert sync_client.job(done.execution_id).state == "queued"
+    with pytest.raises(rsched.InvalidJob, match="customer_id"):
+        sync_client.enqueue("t", {}, limits=[rsched.Limit("customer:{customer_id}", concurrency=1)])

@@ -14,6 +14,7 @@ from rsched import Settings
 from rsched._devtools.embedded import free_port
 from rsched.web import create_app
 from tests.support.waiting import WAIT_S, eventually_blocking
+from tests.support.workers import worker_thread as worker_thread
 
 
 @contextmanager
@@ -96,28 +97,3 @@ def publish_event(settings: Settings, kind: str, **fields: str) -> None:
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(anyio.run, lambda: apublish_event(settings, kind, **fields)).result()
-
-
-@contextmanager
-def worker_thread(settings: Settings, **fields: Any) -> Iterator[Any]:
-    """An in-process worker on ``default`` running ``web.wait`` (sleeps ``payload["s"]``
-    seconds), on an event loop of its own thread; stopped on exit."""
-    import anyio
-    import anyio.from_thread
-
-    import rsched
-    from tests.support.worker_app import fast_settings
-
-    worker = rsched.Worker(settings=fast_settings(settings, **fields))
-
-    @worker.task("web.wait")
-    async def wait(job: rsched.Job) -> None:
-        await anyio.sleep(float(job.payload.get("s", 60)))
-
-    with anyio.from_thread.start_blocking_portal() as portal:
-        future, _ = portal.start_task(worker.run, None)
-        try:
-            yield worker
-        finally:
-            portal.call(worker.stop)
-            future.result(timeout=30)

@@ -1,10 +1,12 @@
-"""Workers for the tests: one running in-process for a block, a worker process started and
-ready, and whether a queue is settled."""
+"""Workers for the tests: one running in-process for a block (in the test's event loop, or in
+a thread of its own for plain tests), a worker process started and ready, and whether a queue
+is settled."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import anyio
 from redis.asyncio import Redis
@@ -14,7 +16,7 @@ from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
 from rsched._store.queues import QueueStore
 from tests.support.processes import Proc
-from tests.support.worker_app import fast_env
+from tests.support.worker_app import fast_env, fast_settings
 
 
 @asynccontextmanager
@@ -52,3 +54,24 @@ def start_worker(spawn: Callable[..., Proc], settings: Settings, **env: str) -> 
     )
     proc.wait_for("event=worker.start")
     return proc
+
+
+@contextmanager
+def worker_thread(settings: Settings, **fields: Any) -> Iterator[rsched.Worker]:
+    """An in-process worker on ``default`` running ``web.wait`` (sleeps ``payload["s"]``
+    seconds), on an event loop of its own thread; stopped on exit."""
+    import anyio.from_thread
+
+    worker = rsched.Worker(settings=fast_settings(settings, **fields))
+
+    @worker.task("web.wait")
+    async def wait(job: rsched.Job) -> None:
+        await anyio.sleep(float(job.payload.get("s", 60)))
+
+    with anyio.from_thread.start_blocking_portal() as portal:
+        future, _ = portal.start_task(worker.run, None)
+        try:
+            yield worker
+        finally:
+            portal.call(worker.stop)
+            future.result(timeout=30)

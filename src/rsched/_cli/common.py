@@ -108,6 +108,7 @@ CLI_WORDS = Words(
         "buffer_limit": "--buffer-limit", "misfire": "--misfire",
         "catch_up_limit": "--catch-up-limit", "misfire_grace_s": "--misfire-grace",
         "description": "--description", "paused": "--paused", "pause_note": "--note",
+        "limits": "--limit",
     },
     job_fields={"task": "TASK", "delay_s": "--delay", "execution_id": "--id"},
     arguments={
@@ -117,6 +118,7 @@ CLI_WORDS = Words(
         "schedule_id": "--schedule", "task": "--task", "state": "--state", "queue": "--queue",
         "max_due": "--max-due", "max_overdue_s": "--max-overdue",
         "dead_letter_window_s": "--dead-letter-window", "partitions": "--partitions",
+        "concurrency": "--concurrency", "rate": "--rate", "key": "KEY", "match": "--match",
     },
     setting="{name} {value}",
     one_trigger="--cron '0 2 * * *', --every 5m or --at 2030-01-01T09:00",
@@ -128,6 +130,7 @@ CLI_WORDS = Words(
     run_now="use rsched enqueue to run a job now",
     unknown_field="check the spelling against the fields rsched add --help lists",
     json_object="a JSON object",
+    limits="--limit crm,rate=100/m (repeat it for several)",
 )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from importlib import metadata
 from typing import Any, NoReturn, get_args
 
 from rsched._cli import health as health
+from rsched._cli import limits as limits
 from rsched._cli import partitions as partitions
 from rsched._cli import queues as queues
 from rsched._cli import runs as runs
@@ -151,6 +152,7 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
         "--misfire-grace", dest="misfire_grace_s", help="lateness that is no misfire (60s)"
     )
     p.add_argument("--description")
+    _limit_option(p, "its jobs hold" + ("; replaces every limit it had" if update else ""))
     p.add_argument(
         "--paused",
         action="store_true",
@@ -174,6 +176,71 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
                 const=name,
                 help=f"remove {name} (the same as --clear {name})",
             )
+
+
+def _limit_option(p: argparse.ArgumentParser, whose: str) -> None:
+    """``--limit KEY,concurrency=N,rate=100/m``, repeatable: a flow-control limit."""
+    p.add_argument(
+        "--limit",
+        dest="limits",
+        action="append",
+        type=limits.limit_arg,
+        metavar="LIMIT",
+        help=f"a flow-control limit {whose} (docs/limits.md): the key, then concurrency=N "
+        "(jobs of the key running at once, across workers) and/or rate=COUNT/PERIOD (starts "
+        "in any window: 10/s, 100/m, 5000/h, 10/30s), comma-separated; {field} in the key is "
+        "the payload's field, e.g. --limit 'customer:{customer_id},concurrency=1' --limit "
+        "crm,rate=100/m; repeat for several",
+    )
+
+
+def _limit_commands(subs: Any) -> None:
+    """``limits`` and ``limit set|clear``."""
+    p = _sub(
+        subs,
+        "limits",
+        "Flow-control limit keys in use and operators' overrides: the numbers in force, jobs "
+        "holding each key, jobs waiting on it, starts in its rate window",
+        "  rsched limits\n  rsched limits --match 'customer:*'\n  rsched limits --json",
+        limits.cmd_limits,
+    )
+    p.add_argument("--match", metavar="GLOB", help="only keys the glob matches, e.g. 'customer:*'")
+    limit = _sub(
+        subs,
+        "limit",
+        "Override a limit key's numbers at run time: set, clear",
+        "  rsched limit set crm --rate 50/m\n  rsched limit set 'customer:*' --concurrency 0\n"
+        "  rsched limit clear crm",
+        None,
+    )
+    lsubs = limit.add_subparsers(dest="limit_command", metavar="ACTION")
+    p = _sub(
+        lsubs,
+        "set",
+        "Set a limit key's numbers (or those of every key a pattern matches), over what its "
+        "jobs declare; a number not given stays as declared",
+        "  rsched limit set crm --rate 50/m\n"
+        "  rsched limit set customer:42 --concurrency 5 --rate 10/s\n"
+        "  rsched limit set 'customer:*' --concurrency 0   (pauses every customer key)\n"
+        "  (a key's own override wins over a pattern's, a longer pattern over a shorter one)",
+        limits.cmd_limit_set,
+    )
+    p.add_argument("key", metavar="KEY", help="a limit key, or a pattern where * matches any text")
+    p.add_argument(
+        "--concurrency",
+        type=whole,
+        metavar="N",
+        help="jobs of the key running at once across workers (0 pauses the key)",
+    )
+    p.add_argument("--rate", metavar="COUNT/PERIOD", help="starts in any window: 10/s, 100/m")
+    p = _sub(
+        lsubs,
+        "clear",
+        "Remove an override set with rsched limit set: the declared numbers hold again",
+        "  rsched limit clear crm\n  rsched limit clear 'customer:*'",
+        limits.cmd_limit_clear,
+    )
+    p.add_argument("key", metavar="KEY", help="the key or pattern given to rsched limit set")
 
 
 def _workers_and_jobs(subs: Any) -> None:
@@ -479,6 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", dest="timeout_s", type=duration_s, default=3600, help="job timeout (1h)"
     )
+    _limit_option(p, "the job holds while it runs")
 
     _sub(
         subs,
@@ -490,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _health_commands(subs)
     _workers_and_jobs(subs)
+    _limit_commands(subs)
     _sub(
         subs,
         "init",

@@ -37,6 +37,7 @@ async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
         timeout_s=args.timeout_s,
         execution_id=args.execution_id,
         priority=args.priority,
+        limits=args.limits or (),
     )
     where = f"queue {args.queue}" + ("" if args.priority == "normal" else f" ({args.priority})")
     if not done.created:

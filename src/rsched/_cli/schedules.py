@@ -36,7 +36,7 @@ SPEC_OPTIONS = (
     "task", "cron", "every", "at", "timezone", "queue", "priority", "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
     "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
-    "misfire_grace_s", "description", "paused",
+    "misfire_grace_s", "description", "paused", "limits",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")
 #: The spec fields a command compares before and after a write (what it reports as changed).
@@ -54,6 +54,7 @@ _FIELD_OF = {
     "retry-max": "retry_max_s",
     "timeout": "timeout_s",
     "misfire-grace": "misfire_grace_s",
+    "limit": "limits",
 }
 
 
@@ -107,6 +108,8 @@ def _shown(value: Any, name: str = "") -> str:
         return str(int(value))
     if isinstance(value, dict):
         return orjson.dumps(value).decode()
+    if name == "limits":
+        return " ".join(fmt.limit_text(lim) for lim in value) or "-"
     return str(value)
 
 
@@ -330,6 +333,7 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
         ("misfire", f"{s.misfire} (grace {fmt.duration(s.misfire_grace_s * 1000)})"),
         ("retries", fmt.retries(s.max_retries, s.retry_base_s, s.retry_multiplier, s.retry_max_s)),
         ("timeout", fmt.duration(s.timeout_s * 1000)),
+        ("limits", _shown(s.limits, "limits")),
         ("source", s.source or "sdk/cli"),
         ("created", when(s.created_at, zone, now)),
         ("updated", when(s.updated_at, zone, now)),

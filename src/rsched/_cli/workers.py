@@ -94,6 +94,8 @@ def _job_text(job: JobInfo, now: int) -> str:
     ]
     if job.waiting:
         pairs.insert(2, ("waiting", job.waiting))
+    if job.limit:
+        pairs.insert(3 if job.waiting else 2, ("limit", job.limit))
     for name, value in (
         ("enqueued", job.enqueued_at),
         ("started", job.started_at),

@@ -17,6 +17,9 @@ A schedules file::
     id = "poll-feeds"
     task = "feeds.poll"
     every = "5m"                  # seconds (300) or 90s, 5m, 1h30m, 2d (any duration field)
+    payload = { customer_id = 42 }
+    # flow-control limits its jobs hold (docs/limits.md); a key's {field} comes from the payload
+    limits = [{ key = "crm", rate = "100/m" }, { key = "customer:{customer_id}", concurrency = 1 }]
 
 Syncing adds what is new, replaces what changed (bumping its generation), leaves unchanged
 schedules untouched and removes the schedules this file created earlier that it no longer lists.
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import orjson
 from redis.asyncio import Redis
 
 from rsched._core import humanize as fmt
@@ -87,6 +91,7 @@ FILE_WORDS = Words(
     unknown_field="check the spelling; a schedule's keys are "
     + ", ".join(sorted(set(Schedule.model_fields) - _NOT_IN_FILE)),
     json_object='a table, e.g. payload = { kind = "sales" }',
+    limits='limits = [{ key = "crm", rate = "100/m" }]',
 )
 
 
@@ -523,6 +528,13 @@ def _show(value: Any, name: str) -> str:
     """A field's value in a plan line: a duration as 5m, anything else as its JSON value."""
     if name in DURATION_FIELDS and isinstance(value, int | float):
         return fmt.duration(value * 1000)
+    if name == "limits" and isinstance(value, list):  # as the file writes them
+        tables = (
+            ", ".join(f"{k} = {orjson.dumps(v).decode()}" for k, v in lim.items() if v is not None)
+            for lim in value
+            if isinstance(lim, dict)
+        )
+        return "[" + ", ".join(f"{{ {t} }}" for t in tables) + "]"
     return repr(_json(value))
 
 

@@ -29,6 +29,7 @@ from rsched._core.bulk import BulkResult
 from rsched._core.health import Health, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
+from rsched._core.limits import Limit, LimitInfo
 from rsched._core.page import Page, every_item_sync
 from rsched._core.rules import Priority
 from rsched._core.schedule import Schedule
@@ -230,6 +231,7 @@ class SyncClient:
         execution_id: str | None = None,
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
+        limits: Sequence[Limit] = (),
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -243,7 +245,24 @@ class SyncClient:
             execution_id=execution_id,
             priority=priority,
             dedup_window_s=dedup_window_s,
+            limits=limits,
         )
+
+    def set_limit(
+        self, key: str, *, concurrency: int | None = None, rate: str | tuple[int, Any] | None = None
+    ) -> int:
+        """See :meth:`rsched.Client.set_limit`."""
+        return self._run(self._client.set_limit, key, concurrency=concurrency, rate=rate)
+
+    def clear_limit(self, key: str) -> int:
+        """See :meth:`rsched.Client.clear_limit`."""
+        return self._run(self._client.clear_limit, key)
+
+    def limits(
+        self, *, match: str | None = None, limit: int = 1000, cursor: str | None = None
+    ) -> Page[LimitInfo]:
+        """See :meth:`rsched.Client.limits`."""
+        return self._run(self._client.limits, match=match, limit=limit, cursor=cursor)
 
     def dead_letters(
         self,

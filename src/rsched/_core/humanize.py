@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
+from rsched._core.limits import Limit, Rate
 from rsched._core.schedule import Schedule, to_ms
 from rsched._core.timezones import resolve_timezone
 
@@ -95,3 +97,35 @@ def trigger_text(s: Schedule) -> str:
 
 def status_text(s: Schedule) -> str:
     return "completed" if s.completed else "paused" if s.paused else "active"
+
+
+def concurrency_text(concurrency: int | None) -> str:
+    """A limit's concurrency as a table shows it: ``3``, ``0 (paused)``, ``-`` (no cap)."""
+    if concurrency is None:
+        return "-"
+    return "0 (paused)" if concurrency == 0 else str(concurrency)
+
+
+def override_text(override: Mapping[str, Any] | None) -> str:
+    """An operator's numbers for a limit key (``{"c": n, "r": [count, ms]}``, as
+    ``LimitInfo.override`` holds them): ``concurrency 0 (paused), rate 100/m``; ``-`` for none."""
+    if not override:
+        return "-"
+    parts = []
+    if isinstance(override.get("c"), int):
+        parts.append(f"concurrency {concurrency_text(override['c'])}")
+    r = override.get("r")
+    if isinstance(r, list) and len(r) == 2 and all(isinstance(n, int) and n > 0 for n in r):
+        parts.append(f"rate {Rate(r[0], r[1] / 1000)}")
+    return ", ".join(parts) or "-"
+
+
+def limit_text(limit: Limit) -> str:
+    """A declared limit in the ``--limit`` syntax of the command line (``rsched show``, the
+    dashboard): ``customer:{customer_id},concurrency=1``, ``crm,rate=100/m``."""
+    text = limit.key
+    if limit.concurrency is not None:
+        text += f",concurrency={limit.concurrency}"
+    if limit.rate is not None:
+        text += f",rate={limit.rate}"
+    return text

@@ -20,6 +20,7 @@ import orjson
 
 from rsched._core.errors import InvalidArgument
 from rsched._core.rules import parse_duration_s
+from rsched._core.words import words
 
 #: Longest key, template or filled.
 KEY_MAX = 200
@@ -66,13 +67,15 @@ def parse_rate(value: object) -> Rate:
         count, period = value.count, value.period_s
     elif isinstance(value, str):
         head, sep, tail = value.strip().partition("/")
+        refused = f"{value!r} is not a rate; give it as count/period: 10/s, 100/m, 5000/h, 10/30s"
         if not sep or not head.strip().isdigit():
-            raise ValueError(
-                f"{value!r} is not a rate; give it as count/period: 10/s, 100/m, 5000/h"
-            )
+            raise ValueError(refused)
         count = int(head)
         unit = tail.strip()
-        period = _UNITS[unit] if unit in _UNITS else parse_duration_s(unit)
+        try:
+            period = _UNITS[unit] if unit in _UNITS else parse_duration_s(unit)
+        except ValueError:
+            raise ValueError(refused) from None
     elif isinstance(value, tuple | list) and len(value) == 2:
         count_raw, period_raw = value
         if isinstance(count_raw, bool) or not isinstance(count_raw, int):
@@ -259,7 +262,9 @@ def coerce_limits(value: object) -> tuple[Limit, ...]:
         or not isinstance(value, Iterable)
         or isinstance(value, str)
     ):
-        raise InvalidArgument("limits", f"limits is a list of rsched.Limit, got {value!r}")
+        raise InvalidArgument(
+            "limits", f"give a list of limits, e.g. {words().limits}; got {value!r}"
+        )
     out: list[Limit] = []
     for i, item in enumerate(value):
         if isinstance(item, Limit):
@@ -277,7 +282,7 @@ def coerce_limits(value: object) -> tuple[Limit, ...]:
                 raise InvalidArgument(f"limits[{i}].{exc.field}", exc.message) from None
         else:
             raise InvalidArgument(
-                f"limits[{i}]", f"a limit is rsched.Limit(key, concurrency=, rate=), got {item!r}"
+                f"limits[{i}]", f"give each limit as in {words().limits}; got {item!r}"
             )
     if len(out) > LIMITS_MAX:
         raise InvalidArgument("limits", f"a job holds at most {LIMITS_MAX} limits, got {len(out)}")

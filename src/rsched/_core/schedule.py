@@ -8,6 +8,7 @@ Times in the hash are epoch milliseconds; the payload is JSON text.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -68,6 +69,8 @@ _reading_stored: ContextVar[bool] = ContextVar("rsched_reading_stored", default=
 DURATION_FIELDS = frozenset(
     {"every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s"}
 )
+#: A limit's own problem in the message of ``limits``: ``limits[1].rate: <message>``.
+_LIMIT_PART = re.compile(r"^(limits\[\d+\](?:\.\w+)?|limits): (.*)$", re.DOTALL)
 #: The shortest interval ``every`` may give.
 MIN_EVERY_S = 0.001
 #: A schedule gives exactly one of them.
@@ -445,6 +448,8 @@ def invalid(data: Mapping[str, Any], exc: ValidationError) -> InvalidSchedule:
             msg = f"unknown field; {words().unknown_field}"
         elif err["type"] == "missing":
             msg = "required"
+        elif field == "limits" and (part := _LIMIT_PART.match(msg)):
+            field, msg = part.group(1), part.group(2)  # the limit and its field: limits[1].rate
         errors.append((field, msg))
     if all(err["loc"] for err in exc.errors()):  # only fields failed: the whole was not checked
         errors += _across_fields(data, {str(err["loc"][0]) for err in exc.errors()})

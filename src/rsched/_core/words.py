@@ -28,7 +28,8 @@ class Words:
     formats a field set to a value (``{name}`` and ``{value}``); ``one_trigger`` lists the three
     triggers by example; ``durations`` the forms a duration takes; ``exists`` says how to
     replace or change an existing schedule (``{id}``); ``run_now`` how to run a job at once;
-    ``unknown_field`` where the fields are listed; ``json_object`` what a payload must be.
+    ``unknown_field`` where the fields are listed; ``json_object`` what a payload must be;
+    ``limits`` how flow-control limits are given, by example.
     """
 
     fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -41,6 +42,7 @@ class Words:
     run_now: str = "use enqueue() to run a job now"
     unknown_field: str = "check the spelling against rsched.Schedule's fields"
     json_object: str = "a JSON object (a dict)"
+    limits: str = "limits=[rsched.Limit('crm', rate='100/m')]"
 
     def field(self, name: str) -> str:
         """A schedule's field (or a job option) as this surface names it."""

@@ -1,5 +1,5 @@
-"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, workers, runs, stats, health
-and events.
+"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, workers, runs, flow-control
+limits, stats, health and events.
 
 Every route is one SDK call (or a few reads) through ``_sdk``; errors are rsched's own, turned
 into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsched itself
@@ -18,6 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rsched import DeadLetter, DeadLetterNotFound, InvalidArgument, InvalidJob, Schedule, Stats
+from rsched import Limit as LimitSpec
+from rsched._core.limits import coerce_limits, parse_rate
 from rsched.web import _views as views
 from rsched.web._errors import http_words
 from rsched.web._listing import State, find
@@ -34,6 +36,15 @@ def sdk(request: Request) -> Sdk:
 SdkDep = Annotated[Sdk, Depends(sdk)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 Cursor = Annotated[str | None, Query(description="the cursor of the previous page")]
+_LIMIT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string", "examples": ["customer:{customer_id}"]},
+        "concurrency": {"type": ["integer", "null"], "minimum": 1},
+        "rate": {"type": ["string", "null"], "examples": ["100/m"]},
+    },
+    "required": ["key"],
+}
 _SCHEDULE_BODY = {
     "requestBody": {
         "required": True,
@@ -66,6 +77,11 @@ class JobRequest(BaseModel):
     execution_id: str | None = None
     priority: Literal["high", "normal", "low"] = "normal"
     dedup_window_s: float | None = None
+    limits: list[Any] = Field(
+        default_factory=list,
+        description="flow-control limits the job holds while it runs (docs/limits.md)",
+        json_schema_extra={"items": _LIMIT_SCHEMA},
+    )
 
 
 class PauseRequest(BaseModel):
@@ -336,10 +352,19 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
         execution_id=job.execution_id,
         priority=job.priority,
         dedup_window_s=job.dedup_window_s,
+        limits=_job_limits(job.limits),
     )
     if not done.created:
         response.status_code = 200
     return {"execution_id": done.execution_id, "created": done.created}
+
+
+def _job_limits(given: list[Any]) -> tuple[LimitSpec, ...]:
+    """A job's ``limits`` as rsched.Limit; raises InvalidJob naming the limit and its field."""
+    try:
+        return coerce_limits(given)
+    except InvalidArgument as exc:
+        raise InvalidJob(exc.field, exc.message) from None
 
 
 @router.get("/jobs", tags=["jobs"])
@@ -398,6 +423,74 @@ async def list_runs(
         status=status, schedule_id=schedule, task=task, since=since, limit=limit, cursor=cursor
     )
     return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+
+
+# --- flow-control limits ----------------------------------------------------------------------
+
+
+@router.get("/limits", tags=["limits"])
+async def list_limits(
+    sdk: SdkDep,
+    match: Annotated[str | None, Query(description="a glob on the keys, e.g. customer:*")] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """The limit keys in use (held by a job, waited on, or started in their rate window) and
+    the operators' overrides (``Client.limits``): per key the numbers in force, ``holders``,
+    ``waiting`` jobs and ``starts`` in its current rate window, ``override`` (the operator's
+    numbers, ``{"c": concurrency, "r": [count, ms]}``, or null). A page may hold fewer items
+    than ``limit`` and still have a cursor."""
+    page = await sdk.limits(match=match or None, limit=limit, cursor=cursor)
+    return {"items": [r.to_dict() for r in page.items], "cursor": page.cursor}
+
+
+_OVERRIDE_FIELDS = ("concurrency", "rate")
+
+
+@router.put(
+    "/limits/{key:path}",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "concurrency": {"type": ["integer", "null"], "minimum": 0},
+                            "rate": {"type": ["string", "null"], "examples": ["100/m"]},
+                        },
+                    }
+                }
+            },
+        }
+    },
+    tags=["limits"],
+)
+async def set_limit(sdk: SdkDep, key: str, request: Request) -> dict[str, Any]:
+    """Override a limit key's numbers (or those of every key a pattern with ``*`` matches), over
+    what its jobs declare: ``{"concurrency": N, "rate": "100/m"}``, one or both (a number left
+    out stays as declared; concurrency 0 pauses the key). Answers ``{"key", "concurrency",
+    "rate", "waiting_keys": how many keys with waiting jobs it concerns}``."""
+    body = await json_object(request)
+    for name in body:
+        if name not in _OVERRIDE_FIELDS:
+            raise InvalidArgument(name, "unknown field; give concurrency, rate or both")
+    concurrency, rate = body.get("concurrency"), body.get("rate")
+    if concurrency is None and rate is None:
+        raise InvalidArgument(
+            "concurrency", 'give "concurrency" (0 pauses the key), "rate" ("100/m") or both'
+        )
+    woke = await sdk.set_limit(key, concurrency, rate)
+    shown = None if rate is None else str(parse_rate(rate))
+    return {"key": key, "concurrency": concurrency, "rate": shown, "waiting_keys": woke}
+
+
+@router.delete("/limits/{key:path}", tags=["limits"])
+async def clear_limit(sdk: SdkDep, key: str) -> dict[str, Any]:
+    """Remove an override set with PUT: the declared numbers hold again. Answers ``{"key",
+    "cleared": true, "waiting_keys": n}``."""
+    return {"key": key, "cleared": True, "waiting_keys": await sdk.clear_limit(key)}
 
 
 # --- deployment -------------------------------------------------------------------------------

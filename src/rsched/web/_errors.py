@@ -39,6 +39,7 @@ HTTP_WORDS = Words(
     run_now="use POST /api/v1/jobs to run a job now",
     unknown_field="check the spelling against the Schedule schema of /api/v1/openapi.json",
     json_object="a JSON object",
+    limits='"limits": [{"key": "crm", "rate": "100/m"}]',
 )
 
 

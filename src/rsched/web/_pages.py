@@ -52,6 +52,8 @@ FLASH_COOKIE = "rsched_flash"
 ACTIVITY_SAMPLE = 50
 #: Events of the events stream the overview shows, newest first.
 RECENT_EVENTS = 20
+#: Limit keys the Limits page reads per page (about: a page of a hash scan).
+LIMITS_PAGE = 200
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
@@ -82,7 +84,15 @@ def _when(ctx: Context, value: datetime | int | str | None, own: str = "UTC") ->
     return views.moment(value, ctx["tz"], own, ctx["now"])
 
 
-templates.env.globals.update(when=_when, duration=views.duration, retries=fmt.retries)
+templates.env.globals.update(
+    when=_when,
+    duration=views.duration,
+    retries=fmt.retries,
+    concurrency_text=views.concurrency_text,
+    override_text=views.override_text,
+    limit_text=views.limit_text,
+    limit_glob=views.limit_glob,
+)
 templates.env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).decode()
 
 
@@ -295,11 +305,12 @@ def _spec(s: Schedule) -> dict[str, Any]:
     """The schedule's spec as JSON (what PUT and the edit form take)."""
     data = s.model_dump(mode="json", exclude=set(STATE_FIELDS) | {"paused", "pause_note"})
     defaults = Schedule.model_fields
-    return {
-        k: v
-        for k, v in data.items()
-        if k in ("id", "task") or v != defaults[k].get_default(call_default_factory=True)
-    }
+
+    def default(name: str) -> Any:
+        value = defaults[name].get_default(call_default_factory=True)
+        return list(value) if isinstance(value, tuple) else value  # as JSON has it (limits)
+
+    return {k: v for k, v in data.items() if k in ("id", "task") or v != default(k)}
 
 
 @router.get("/schedules/{schedule_id}", response_class=HTMLResponse)
@@ -531,6 +542,100 @@ async def cancel(request: Request, queue: str) -> Response:
     if was == "running":
         return back(request, page, f"cancelling {execution_id}: its worker stops it")
     return back(request, page, f"cancelled {execution_id} ({was})")
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+@router.get("/jobs/{execution_id}", response_class=HTMLResponse)
+async def job(request: Request, execution_id: str) -> Response:
+    """One job (``Client.job``): where it waits or runs (the limit key it waits on), or how it
+    ended, with its schedule's history of it and its kept result."""
+    return render(request, "job.html", job=await sdk_of(request).job(execution_id))
+
+
+@router.post("/jobs/{execution_id}/cancel")
+async def cancel_job(request: Request, execution_id: str) -> Response:
+    await form(request)
+    page = f"/jobs/{_quoted(execution_id)}"
+    try:
+        was = await sdk_of(request).cancel(execution_id)
+    except RschedError as exc:
+        return back(request, page, str(exc), ok=False)
+    if was == "running":
+        return back(request, page, f"cancelling {execution_id}: its worker stops it")
+    return back(request, page, f"cancelled {execution_id} ({was})")
+
+
+# --- flow-control limits ------------------------------------------------------------------------
+
+
+async def limits_context(request: Request) -> dict[str, Any]:
+    p = request.query_params
+    match = p.get("match", "").strip()
+    cursor = p.get("cursor") or None
+    page = await sdk_of(request).limits(match=match or None, limit=LIMITS_PAGE, cursor=cursor)
+    return {
+        "rows": sorted(page.items, key=lambda r: r.key),
+        "match": match,
+        "cursor": page.cursor,
+        "at_cursor": cursor or "",
+        "params": {"match": match} if match else {},
+    }
+
+
+@router.get("/limits", response_class=HTMLResponse)
+async def limits(request: Request) -> Response:
+    return render(request, "limits.html", **await limits_context(request))
+
+
+@router.get("/_live/limits", response_class=HTMLResponse)
+async def limits_live(request: Request) -> Response:
+    return render(request, "_limits.html", **await limits_context(request))
+
+
+def _what(key: str) -> str:
+    return f"limit keys matching {key!r}" if "*" in key else f"limit key {key!r}"
+
+
+def _concerned(n: int) -> str:
+    return f"; the waiting jobs of {n} key(s) are looked at again" if n else ""
+
+
+@router.post("/limits/set")
+async def limit_set(request: Request) -> Response:
+    """Override a key's numbers from the Limits page's form (empty fields: not given)."""
+    fields = await form(request)
+    key, text, rate = first(fields, "key"), first(fields, "concurrency"), first(fields, "rate")
+    try:
+        if text and not text.isdigit():
+            raise InvalidArgument("concurrency", f"{text!r} is not a whole number, e.g. 1")
+        concurrency = int(text) if text else None
+        if concurrency is None and not rate:
+            raise InvalidArgument(
+                "concurrency", "give a concurrency (0 pauses the key), a rate or both"
+            )
+        woke = await sdk_of(request).set_limit(key, concurrency, rate or None)
+    except RschedError as exc:
+        return back(request, "/limits", str(exc), ok=False)
+    numbers = [f"concurrency {views.concurrency_text(concurrency)}"] if text else []
+    numbers += [f"rate {rate}"] if rate else []
+    return back(request, "/limits", f"set {_what(key)}: {', '.join(numbers)}{_concerned(woke)}")
+
+
+@router.post("/limits/clear")
+async def limit_clear(request: Request) -> Response:
+    fields = await form(request)
+    key = first(fields, "key")
+    try:
+        woke = await sdk_of(request).clear_limit(key)
+    except RschedError as exc:
+        return back(request, "/limits", str(exc), ok=False)
+    return back(
+        request,
+        "/limits",
+        f"cleared {_what(key)}: the declared numbers hold again{_concerned(woke)}",
+    )
 
 
 # --- workers ------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from rsched import (
     HealthEvent,
     HistoryEvent,
     JobInfo,
+    LimitInfo,
     Page,
     RunRecord,
     Schedule,
@@ -124,6 +125,22 @@ class Sdk:
         self, queue: str, entry_ids: Sequence[str] | None, task: str | None = None
     ) -> int:
         return await self.client.purge(queue, entry_ids, task=task)
+
+    # --- flow-control limits ----------------------------------------------------------------
+
+    async def limits(
+        self, *, match: str | None = None, limit: int = 1000, cursor: str | None = None
+    ) -> Page[LimitInfo]:
+        """A page of the limit keys in use and of the operators' overrides."""
+        return await self.client.limits(match=match, limit=limit, cursor=cursor)
+
+    async def set_limit(self, key: str, concurrency: int | None, rate: Any) -> int:
+        """Override a key's (or a pattern's) numbers; returns how many keys with waiting jobs
+        it concerns."""
+        return await self.client.set_limit(key, concurrency=concurrency, rate=rate)
+
+    async def clear_limit(self, key: str) -> int:
+        return await self.client.clear_limit(key)
 
     # --- deployment -----------------------------------------------------------------------
 

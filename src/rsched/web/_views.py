@@ -3,6 +3,7 @@ grouped from history events, a listed schedule's health state, per-minute activi
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -10,7 +11,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rsched import HistoryEvent, Schedule, ScheduleHealth
-from rsched._core.humanize import clock, duration, relative, status_text, trigger_text
+from rsched._core.humanize import (
+    clock,
+    concurrency_text,
+    duration,
+    limit_text,
+    override_text,
+    relative,
+    status_text,
+    trigger_text,
+)
 from rsched._core.schedule import to_ms
 from rsched._core.timezones import canonical_timezone, resolve_timezone
 
@@ -18,10 +28,14 @@ __all__ = (
     "Moment",
     "Run",
     "activity",
+    "concurrency_text",
     "duration",
     "health_of",
+    "limit_glob",
+    "limit_text",
     "moment",
     "next_runs",
+    "override_text",
     "runs",
     "status_text",
     "trigger_text",
@@ -42,6 +56,15 @@ def valid_zone(name: str | None) -> str | None:
         return canonical_timezone(name)
     except ValueError:
         return None
+
+
+_TEMPLATE_FIELD = re.compile(r"\{[^{}]*\}")
+
+
+def limit_glob(key: str) -> str:
+    """The glob of the keys a limit's template fills (``customer:{customer_id}`` ->
+    ``customer:*``): the Limits page's filter for a schedule's limit."""
+    return _TEMPLATE_FIELD.sub("*", key)
 
 
 @dataclass(frozen=True, slots=True)
