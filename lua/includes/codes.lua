@@ -12,6 +12,7 @@ local MISFIRE_SKIPPED = 4 -- not run: misfire policy skip (recorded in the histo
 local OK = 5
 local QUEUED = 6 -- enqueue: the job is on the queue stream
 local DELAYED = 7 -- enqueue: the job waits in the delayed set
+local DEBOUNCED = 8 -- merged into an open debounce window: its job is due later
 -- Nothing written.
 local NOT_LEADER = -1 -- the lease is not the caller's
 local NOT_FOUND = -2 -- the schedule does not exist

@@ -25,6 +25,7 @@ NOT_ERRORS = {
     Code.OK,
     Code.QUEUED,
     Code.DELAYED,
+    Code.DEBOUNCED,
     Code.NOT_LEADER,
     Code.NOT_PENDING,
     Code.SUPERSEDED,

@@ -235,6 +235,8 @@ async def test_every_script_declares_every_key_it_touches(
         await client.trigger("x")
         await client.enqueue("t.fail", max_retries=1)
         await client.enqueue("t.ok", delay=0.2)
+        for _ in range(2):  # a debounce window opened, then joined
+            await client.enqueue("t.ok", debounce_key="burst", debounce=0.05)
         queued = await client.enqueue("t.ok", queue="idle")
         await client.cancel(queued.execution_id)
         # A lost run's backlog, released by the leader's sweep.

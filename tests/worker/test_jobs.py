@@ -4,6 +4,7 @@ rsched.Retry as an outcome of its own."""
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio
 import pytest
@@ -264,6 +265,43 @@ def test_settings_refuse_bad_weights() -> None:
         Settings(worker={"priority_weights": {"low": 0}})  # type: ignore[arg-type]
     filled = Settings(worker={"priority_weights": {"high": 10}})  # type: ignore[arg-type]
     assert filled.worker.priority_weights == {"high": 10, "normal": 3, "low": 1}
+
+
+# --- debounced enqueue -------------------------------------------------------------------------
+
+
+async def test_a_debounced_burst_runs_once_with_the_last_payload(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    seen: list[tuple[rsched.Job, float]] = []
+
+    @worker.task("t.reindex")
+    async def reindex(job: rsched.Job) -> None:
+        seen.append((job, time.monotonic()))
+
+    async with rsched.Client.from_settings(settings) as client, running(worker, redis):
+        burst = [
+            await client.enqueue("t.reindex", {"n": n}, debounce_key="doc:7", debounce="300ms")
+            for n in range(10)
+        ]
+        last_call = time.monotonic()
+        assert [e.created for e in burst] == [True] + [False] * 9
+        await eventually(lambda: seen)
+        # Every call collapsed into the window's one job, which ran after the last call.
+        await eventually(lambda: settled(redis, settings))
+        [(job, ran_at)] = seen
+        assert job.execution_id == burst[0].execution_id
+        assert job.payload == {"n": 9}
+        assert ran_at - last_call >= 0.25  # 300 ms after the last call, less clock slack
+        # The window closed when its job ran: the next call opens another, run on its own.
+        after = await client.enqueue("t.reindex", {"n": 10}, debounce_key="doc:7", debounce=0.05)
+        assert after.created
+        assert after.execution_id != job.execution_id
+        await eventually(lambda: len(seen) == 2)
+        assert seen[1][0].payload == {"n": 10}
+        stats = await client.stats()
+        assert stats.queues["default"]["delayed"] == 0
 
 
 # --- Retry as an outcome ------------------------------------------------------------------------

@@ -109,7 +109,10 @@ CLI_WORDS = Words(
         "catch_up_limit": "--catch-up-limit", "misfire_grace_s": "--misfire-grace",
         "description": "--description", "paused": "--paused", "pause_note": "--note",
     },
-    job_fields={"task": "TASK", "delay_s": "--delay", "execution_id": "--id"},
+    job_fields={
+        "task": "TASK", "delay_s": "--delay", "execution_id": "--id",
+        "debounce_key": "--debounce-key", "debounce": "--debounce",
+    },
     arguments={
         "limit": "-n/--limit", "n": "-n/--limit", "cursor": "--cursor", "start": "--start",
         "end": "--end", "status": "--status", "after": "--after", "note": "--note",

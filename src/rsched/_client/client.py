@@ -40,7 +40,7 @@ from rsched._core.health import Health, ScheduleHealth, Thresholds
 from rsched._core.history import HistoryEvent, page_events
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._core.page import Page, every_item
-from rsched._core.partitions import check_partitions
+from rsched._core.partitions import check_partitions, partition_of
 from rsched._core.rules import (
     PAGE_MAX,
     Priority,
@@ -635,6 +635,8 @@ class Client:
         execution_id: str | None = None,
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
+        debounce_key: str | None = None,
+        debounce: float | str | timedelta | None = None,
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
@@ -643,11 +645,21 @@ class Client:
         ``priority`` (``high``, ``normal``, ``low``) picks the stream workers take it from. With
         your own ``execution_id`` the call is idempotent: while a job with that id is queued,
         delayed, running or finished less than ``dedup_window_s`` ago (default: the
-        ``dedup_window_s`` setting, 24 h), nothing is added and ``created`` is False. Raises
-        InvalidJob naming the bad field (task, queue, payload, delay_s, priority, …).
+        ``dedup_window_s`` setting, 24 h), nothing is added and ``created`` is False.
+        With ``debounce_key`` and ``debounce`` (a duration up to a day), the calls with that key
+        on that queue collapse: one job runs, with the last call's payload and options,
+        ``debounce`` after the last call; ``created`` is True for the call that opened the
+        window, and every call gets the window's execution id (docs/debounce.md). Raises
+        InvalidJob naming the bad field (task, queue, payload, delay_s, priority, debounce, …).
         """
-        job_id = execution_id or new_execution_id()
-        store = await self._queues(job_id)
+        if debounce_key is None:
+            job_id = execution_id or new_execution_id()
+            store = await self._queues(job_id)
+        else:  # every call of a key in the key's partition, the window's job too
+            parts = await self._partitions()
+            partition = partition_of(debounce_key, parts.count)
+            store = parts.queues[partition]
+            job_id = new_execution_id(partition, parts.count)
         return await store.enqueue(
             task,
             payload,
@@ -659,6 +671,8 @@ class Client:
             execution_id=execution_id,
             priority=priority,
             dedup_window_s=dedup_window_s,
+            debounce_key=debounce_key,
+            debounce=debounce,
         )
 
     @_redis_errors

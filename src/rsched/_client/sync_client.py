@@ -230,6 +230,8 @@ class SyncClient:
         execution_id: str | None = None,
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
+        debounce_key: str | None = None,
+        debounce: float | str | timedelta | None = None,
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -243,6 +245,8 @@ class SyncClient:
             execution_id=execution_id,
             priority=priority,
             dedup_window_s=dedup_window_s,
+            debounce_key=debounce_key,
+            debounce=debounce,
         )
 
     def dead_letters(

@@ -37,6 +37,8 @@ class Code(IntEnum):
     OK = 5
     QUEUED = 6  # enqueue: the job is on the queue stream (the reply carries its entry id)
     DELAYED = 7  # enqueue: the job waits in the delayed set (the reply carries its due time)
+    # Merged into an open debounce window: no job of its own, the window's job is due later.
+    DEBOUNCED = 8
     # Nothing written.
     NOT_LEADER = -1  # the lease is not the caller's (another scheduler holds it, or none does)
     NOT_FOUND = -2  # the schedule does not exist

@@ -37,7 +37,7 @@ CONFIRMED = frozenset(
     {
         # client
         "upsert", "upsert_many", "remove", "pause", "resume", "trigger", "backfill",
-        "enqueue", "requeue", "cancel",
+        "enqueue", "debounce", "requeue", "cancel",
         # scheduler
         "fire",
         # worker

@@ -66,6 +66,16 @@ class JobRequest(BaseModel):
     execution_id: str | None = None
     priority: Literal["high", "normal", "low"] = "normal"
     dedup_window_s: float | None = None
+    debounce_key: str | None = Field(
+        default=None,
+        description="collapse the requests with this key (on this queue) into one job, with the "
+        "last one's payload and options; give debounce too",
+    )
+    debounce: float | str | None = Field(
+        default=None,
+        description="run that job this long after the last request of the burst: seconds, or "
+        "text such as 500ms, 2s, 5m (at most 1d)",
+    )
 
 
 class PauseRequest(BaseModel):
@@ -319,7 +329,9 @@ async def purge_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[s
 async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict[str, Any]:
     """Enqueue a one-off job outside any schedule: 201 with its execution id, or 200 when a job
     with the given ``execution_id`` already exists (queued, delayed, running or finished inside
-    the dedup window: nothing was added)."""
+    the dedup window: nothing was added). With ``debounce_key`` and ``debounce``: 201 when the
+    request opened a debounce window (``created`` true), 200 when it joined the open one, whose
+    job now has this request's payload and runs ``debounce`` after it (docs/debounce.md)."""
     try:
         job = JobRequest.model_validate(await json_object(request))
     except ValidationError as exc:
@@ -336,6 +348,8 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
         execution_id=job.execution_id,
         priority=job.priority,
         dedup_window_s=job.dedup_window_s,
+        debounce_key=job.debounce_key,
+        debounce=job.debounce,
     )
     if not done.created:
         response.status_code = 200
