@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -704,6 +705,25 @@ def test_buffer_all_from_the_command_line(cli: Cli) -> None:
     assert "--buffer-limit: give a whole number from 1" in err
     assert "ba" in cli("ls")[1]
     assert "bad" not in cli("ls")[1]
+
+
+def test_a_debounced_schedule_shows_and_merges_triggers(cli: Cli) -> None:
+    code, _, err = cli("add", "deb", "--task", "t", "--every", "1h", "--debounce", "5s")
+    assert code == 0, err
+    code, out, _ = cli("trigger", "deb")
+    window = out.split()[-1]
+    assert f"fired {window}" in out
+    code, out, _ = cli("trigger", "deb")
+    assert f"debounced {window} (merged into the open debounce window: its job runs later)" in out
+    shown = cli("show", "deb")[1]
+    assert re.search(r"^debounce: +5s$", shown, re.MULTILINE), shown
+    assert f"skipped (debounced into {window})" in shown
+    assert orjson.loads(cli("show", "deb", "--json")[1])["schedule"]["debounce"] == 5
+    code, _, err = cli("update", "deb", "--debounce", "2d")
+    assert code == 1
+    assert "--debounce: 172800 s is longer than a day" in err
+    assert cli("update", "deb", "--clear", "debounce")[0] == 0
+    assert orjson.loads(cli("show", "deb", "--json")[1])["schedule"]["debounce"] is None
 
 
 def test_enqueue_debounced_opens_then_joins_a_window(cli: Cli) -> None:

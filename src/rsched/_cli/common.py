@@ -107,6 +107,7 @@ CLI_WORDS = Words(
         "retry_jitter": "--retry-jitter", "timeout_s": "--timeout", "overlap": "--overlap",
         "buffer_limit": "--buffer-limit", "misfire": "--misfire",
         "catch_up_limit": "--catch-up-limit", "misfire_grace_s": "--misfire-grace",
+        "debounce": "--debounce",
         "description": "--description", "paused": "--paused", "pause_note": "--note",
     },
     job_fields={

@@ -150,6 +150,11 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     p.add_argument(
         "--misfire-grace", dest="misfire_grace_s", help="lateness that is no misfire (60s)"
     )
+    p.add_argument(
+        "--debounce",
+        help="run each job this long after its occurrence, and collapse occurrences that pile up "
+        "(catch-up, backfill, triggers) into one job: 5s, 1m (at most 1d)",
+    )
     p.add_argument("--description")
     p.add_argument(
         "--paused",

@@ -86,18 +86,21 @@ WRITE_ATTEMPTS = 5
 _TRIGGERS = ("cron", "every", "at")
 _Schedules = list[Schedule]
 #: What a trigger or a backfilled occurrence did.
-FiredStatus = Literal["fired", "skipped", "buffered", "already_fired"]
+FiredStatus = Literal["fired", "skipped", "buffered", "debounced", "already_fired"]
 _OUTCOMES: dict[int, FiredStatus] = {
     Code.FIRED: "fired",
     Code.SKIPPED: "skipped",
     Code.BUFFERED: "buffered",
+    Code.DEBOUNCED: "debounced",
     Code.STALE: "already_fired",
 }
 
 
 @dataclass(frozen=True, slots=True)
 class Fired:
-    """What :meth:`Client.trigger` did: ``status`` is fired, skipped or buffered (overlap)."""
+    """What :meth:`Client.trigger` did: ``status`` is fired, skipped or buffered (overlap), or
+    debounced (merged into the schedule's open debounce window: ``execution_id`` is the window's
+    job, which now runs ``debounce`` after this trigger)."""
 
     execution_id: str
     status: FiredStatus
@@ -108,7 +111,8 @@ class BackfillResult:
     """Per occurrence of a backfilled range: its execution id and what happened to it.
 
     ``outcomes`` maps execution id to fired, buffered (runs when the schedule's run before it
-    ends) or already_fired (by the schedule or an earlier backfill; nothing done).
+    ends), debounced (merged into the schedule's debounce window: one job runs for them all) or
+    already_fired (by the schedule or an earlier backfill; nothing done).
     """
 
     outcomes: dict[str, str] = field(default_factory=dict)

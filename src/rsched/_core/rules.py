@@ -110,10 +110,7 @@ def check_debounce(value: object) -> float:
     and at most a day."""
     seconds = parse_duration_s(value)
     if seconds > DEBOUNCE_MAX_S:
-        raise ValueError(
-            f"{seconds:g} s is longer than a day, the longest debounce; for a job that must wait "
-            "longer, give a delay instead"
-        )
+        raise ValueError(f"{seconds:g} s is longer than a day, the longest debounce (1d)")
     if seconds < 0.001:
         raise ValueError(f"{seconds:g} s is shorter than 1ms, the shortest debounce")
     return seconds

@@ -219,7 +219,9 @@ async def trigger_schedule(sdk: SdkDep, schedule_id: str) -> dict[str, str]:
 async def backfill_schedule(sdk: SdkDep, schedule_id: str, body: BackfillRequest) -> dict[str, Any]:
     """Fire each occurrence of a past range at most once (at most 1000 per call)."""
     result = await sdk.backfill(schedule_id, body.start, body.end)
-    counts = {k: result.count(k) for k in ("fired", "skipped", "buffered", "already_fired")}
+    counts = {
+        k: result.count(k) for k in ("fired", "skipped", "buffered", "debounced", "already_fired")
+    }
     return {"counts": counts, "outcomes": result.outcomes}
 
 
