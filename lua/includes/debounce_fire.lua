@@ -1,10 +1,12 @@
--- Include: debounce_fire(shared, hash, history, sid, exec, sched, origin, missed, f, gen, p, prev)
--- — what fire_job does with an occurrence of a schedule with a debounce (p.debounce ms, p.delayed
--- its queue's delayed set, false when that key holds another type) once the overlap policy let
--- it run: merge it into the open window (debounce_merge), or open a window with its job.
+-- Include: debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f, gen,
+-- p, prev) — what fire_job does with an occurrence of a schedule with a debounce (p.debounce ms,
+-- p.delayed its queue's delayed set, false when that key holds another type) once the overlap
+-- policy let it run: merge it into the open window (debounce_merge), or open a window with its
+-- job.
 --
--- A new window's job goes to the delayed set, due p.debounce after now (promote.lua moves it to
--- its level's stream then), and its member is kept in the hash's `debounce_job` field
+-- A new window's job goes to the delayed set, due p.debounce after now, with the priority level
+-- of `stream` (the stream it would have gone to) as its 'priority' field: promote.lua moves it
+-- to that stream then. Its member is kept in the hash's `debounce_job` field
 -- (debounce_window); the history records it fired (under cancel_previous, cancel_requested
 -- first, and the previous run `prev` is told to stop). Its run marker lives p.debounce longer
 -- than an undebounced one's. Returns as fire_job: FIRED (or DEBOUNCED), the execution id and
@@ -20,11 +22,12 @@
 -- @include sched_ms
 -- @include job_fields
 -- @include job_pairs
+-- @include level_of
 -- @include debounce_window
 -- @include debounce_merge
 
-local function debounce_fire(shared, hash, history, sid, exec, sched, origin, missed, f, gen, p,
-                             prev)
+local function debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f,
+                             gen, p, prev)
   local member, wexec = debounce_window(hash, p.delayed)
   if member == false then return WRONG_TYPE, exec end
   if member then
@@ -47,7 +50,13 @@ local function debounce_fire(shared, hash, history, sid, exec, sched, origin, mi
   end
   if not hist_first(history, shared.cap, record) then return WRONG_TYPE, exec end
   local due = now + p.debounce
-  local job = cjson.encode({job_pairs(exec, sid, sched, int_text(now), origin, f, gen, p.opts)})
+  local fields = {job_pairs(exec, sid, sched, int_text(now), origin, f, gen, p.opts)}
+  local level = level_of(stream)
+  if level then
+    fields[#fields + 1] = 'priority'
+    fields[#fields + 1] = level
+  end
+  local job = cjson.encode(fields)
   rcall('ZADD', p.delayed, due, job)
   rcall('HSET', hash, 'debounce_job', job)
   local run_until = nil

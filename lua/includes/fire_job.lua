@@ -136,7 +136,8 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
   end
 
   if p.debounce then
-    return debounce_fire(shared, hash, history, sid, exec, sched, origin, missed, f, gen, p, prev)
+    return debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f, gen, p,
+                         prev)
   end
   local fired = key .. 'f' .. late .. tail
   if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop

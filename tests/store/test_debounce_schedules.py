@@ -164,6 +164,42 @@ async def test_a_catch_up_burst_collapses_into_one_job(store: ScheduleStore, ove
     assert job["execution_id"] == f"a@{sched}"
 
 
+@pytest.mark.cluster
+async def test_the_job_goes_to_the_stream_of_the_schedules_priority(
+    store: ScheduleStore, client: rsched.Client
+) -> None:
+    queues = QueueStore(store.redis, store.keys)
+    await add(store, "hi", debounce="50ms", priority="high", queue="q")
+    lease = await lease_of(store)
+    now = await store.time_ms()
+    await move_to(store.redis, store.keys, "hi", now - 10)
+    (fields,) = await store.fields(["hi"])
+    spec = FireSpec.from_hash(fields)
+    item = FireItem("hi", fields["version"], now - 10, now - 10, now + HOUR_MS, "fire", 0, spec)
+    assert await firing(store).fire(lease, [item]) == [Code.FIRED]
+    # No promoter runs: the fire's job is still delayed, and the trigger merges into it.
+    assert (await client.trigger("hi")).status == "debounced"
+    await add(store, "lo", debounce="50ms", priority="low", queue="q")
+    assert (await client.trigger("lo")).status == "fired"  # the trigger's path opens one
+    assert {job["priority"] for job, _ in await delayed(store, "q")} == {"high", "low"}
+
+    async def promoted() -> int:
+        return (await queues.promote(["q"]))[0]
+
+    await eventually(promoted)
+    await eventually(lambda: _empty_delayed(store, "q"))
+    high: Any = await store.redis.xrange(store.keys.queue("q", "high"))
+    low: Any = await store.redis.xrange(store.keys.queue("q", "low"))
+    assert [f["schedule_id"] for _, f in high] == ["hi"]
+    assert [f["schedule_id"] for _, f in low] == ["lo"]
+    assert await store.redis.xlen(store.keys.queue("q")) == 0
+
+
+async def _empty_delayed(store: ScheduleStore, queue: str) -> bool:
+    await QueueStore(store.redis, store.keys).promote([queue])
+    return not await store.redis.zcard(store.keys.delayed_queue(queue))
+
+
 async def test_a_backfill_collapses_and_is_not_fired_again(
     store: ScheduleStore, client: rsched.Client
 ) -> None:
