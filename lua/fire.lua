@@ -27,9 +27,9 @@ KEYS[5+P..4+P+D]    the delayed set of each plan with a debounce, in plan order 
                     ARGV[8] and the plan's queue without its level)
 KEYS[5+P+D..]       3 keys per item, in item order: its hash, history and pending set (the
                     prefixes ARGV[4..6] followed by its id)
-so #KEYS = 4 + P + D + 3 x items. The script still builds every name from the prefixes (on a single
-server, where no slot moves, the batch carries no names: they would cost the herd's fires more
-than noise) and refuses the call as BAD_ARGS when a declared name is not the one it builds.
+so #KEYS = 4 + P + D + 3 x items. The script still builds every name from the prefixes (on a
+single server, where no slot moves, the batch carries no names: they would cost the herd's fires
+more than noise) and refuses the call as BAD_ARGS when a declared name is not the one it builds.
 
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
@@ -298,7 +298,7 @@ local function fire_groups(groups, index, shared)
                                              sid, sched, origin, late_ones, f, gen, p, keep)
             if code > 0 then
               -- A pending occurrence counts as a run: it is queued as soon as the run ends (one
-            -- merged into a debounce window does not: the window's job is the run).
+              -- merged into a debounce window does not: the window's job is the run).
               score = advance(hash, sched, nxt, code == FIRED or code == BUFFERED, true, p,
                               runs, run_until and exec, run_until)
             end

@@ -2,9 +2,10 @@
 -- and the positions of each in its reply (F_…).
 --
 -- First the STATE_FIELDS (version, status, task, payload, runs and the run marker), then the
--- plan's (overlap, queue, max_runs, opts, buffer_limit, debounce in seconds; plan_of). fire.lua reads only the state
--- fields: the scheduler sends the plan fields of the version it planned with, which are the
--- hash's when the version matches (only an upsert writes them, and it moves the version).
+-- plan's (overlap, queue, max_runs, opts, buffer_limit, debounce in seconds; plan_of). fire.lua
+-- reads only the state fields: the scheduler sends the plan fields of the version it planned
+-- with, which are the hash's when the version matches (only an upsert writes them, and it moves
+-- the version).
 -- @include rcall
 
 local JOB_FIELDS = {'version', 'status', 'task', 'payload', 'runs', 'run', 'run_until',

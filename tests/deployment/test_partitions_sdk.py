@@ -183,6 +183,8 @@ async def test_calls_with_one_debounce_key_land_in_its_partition(
     assert reopened.created
     assert reopened.execution_id != first
     assert job_partition(reopened.execution_id, N) == partition_of(keys[0], N)
+    with pytest.raises(rsched.InvalidJob, match="debounce_key"):
+        await pclient.enqueue("t", debounce_key=42, debounce="1s")  # type: ignore[arg-type]
 
 
 @pytest.mark.cluster

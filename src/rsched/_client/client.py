@@ -656,7 +656,7 @@ class Client:
         window, and every call gets the window's execution id (docs/debounce.md). Raises
         InvalidJob naming the bad field (task, queue, payload, delay_s, priority, debounce, …).
         """
-        if debounce_key is None:
+        if not isinstance(debounce_key, str):  # (not one: the store refuses it, naming it)
             job_id = execution_id or new_execution_id()
             store = await self._queues(job_id)
         else:  # every call of a key in the key's partition, the window's job too
