@@ -36,14 +36,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1000, help="items per fire call")
     p.add_argument("--rounds", type=int, default=5, help="rounds (best and median reported)")
     p.add_argument("--overlap", default="skip", help="the schedules' overlap policy")
+    p.add_argument("--debounce", help="the schedules' debounce (each fire opens a window): 5s, 1m")
     return p
 
 
-async def one_round(store: ScheduleStore, n: int, batch: int, overlap: str) -> float:
+async def one_round(
+    store: ScheduleStore, n: int, batch: int, overlap: str, debounce: str | None = None
+) -> float:
     """Fire ``n`` due schedules; returns the server µs per fired item."""
     redis = store.redis
     await redis.flushdb()
-    await store.save(Schedule(id="s-0", task="t", every=3600, overlap=overlap))
+    debounced = {} if debounce is None else {"debounce": debounce}
+    await store.save(Schedule(id="s-0", task="t", every=3600, overlap=overlap, **debounced))
     (fields,) = await store.fields(["s-0"])
     stored = await redis.hgetall(store.keys.schedule("s-0"))
     pairs = [text for pair in stored.items() for text in pair]
@@ -83,7 +87,7 @@ async def run(args: argparse.Namespace) -> list[float]:
         try:
             store = ScheduleStore(redis, Keys("rsched"), history_limit=15)
             return [
-                await one_round(store, args.schedules, args.batch, args.overlap)
+                await one_round(store, args.schedules, args.batch, args.overlap, args.debounce)
                 for _ in range(args.rounds)
             ]
         finally:
@@ -95,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     per_item = anyio.run(run, args)
     print(
         f"fire.lua ({args.lua or 'lua/'}): {args.schedules} items in batches of {args.batch}, "
-        f"overlap={args.overlap}: µs per item best {min(per_item):.2f} "
+        f"overlap={args.overlap}"
+        + ("" if args.debounce is None else f", debounce={args.debounce}")
+        + f": µs per item best {min(per_item):.2f} "
         f"median {statistics.median(per_item):.2f} "
         f"({', '.join(f'{v:.2f}' for v in per_item)})"
     )

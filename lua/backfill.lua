@@ -8,7 +8,10 @@ pending_push.lua).
 Idempotent by execution id ("<id>@<scheduled ms>"): an occurrence whose execution id is in the
 backfilled set, or appears as fired/buffered in the schedule's history, is not fired again.
 Backfilled runs do not move next_run, last_run or runs: they fill the past, the schedule's
-future is unchanged. Every argument is checked before the first write.
+future is unchanged. Every argument is checked before the first write. A schedule with a
+debounce collapses them as it collapses any pile-up: the first opens its debounce window (or
+joins the open one) and each of the others joins it, so one job runs, a debounce after the call
+(fire_job.lua).
 
 KEYS[1] hash        {p}:schedule:<id>
 KEYS[2] history     {p}:history:<id>
@@ -17,6 +20,7 @@ KEYS[4] stream      {p}:queue:<queue of the schedule>
 KEYS[5] backfilled  {p}:backfilled:<id>  SET of execution ids fired by backfills
 KEYS[6] op          {p}:ops:<minute> (replay protection)
 KEYS[7] backlogs    {p}:backlogs
+KEYS[8] delayed     {p}:delayed:<queue of the schedule> (a schedule with a debounce)
 ARGV[1] id
 ARGV[2] generation  the generation the client computed the occurrences from
 ARGV[3] cap         history length cap
@@ -25,7 +29,8 @@ ARGV[5] op_id       request id of this call
 ARGV[6..] sched     occurrences to fire (ms), oldest first
 
 Returns {OK=5, code, code, …} with one code per occurrence: FIRED=1, BUFFERED=3 (pending
-behind the schedule's unfinished run), STALE=0 already fired before (nothing done);
+behind the schedule's unfinished run), DEBOUNCED=9 (merged into the schedule's debounce
+window), STALE=0 already fired before (nothing done);
 {NOT_FOUND=-2} | {CONFLICT=-3, generation} the spec changed since the client read it (nothing
 done) | {NOT_DUE=-5} an occurrence is in the future by Redis TIME (nothing done) |
 {WRONG_TYPE=-6} a key has the wrong type or the schedule's stored fields are unusable (edited by
@@ -47,7 +52,7 @@ hand; nothing done)
 -- @include fire_job
 
 local hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local backfilled_key, op_key, backlogs_key = KEYS[5], KEYS[6], KEYS[7]
+local backfilled_key, op_key, backlogs_key, delayed = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local sid, generation, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local op_id = ARGV[5]
 
@@ -55,7 +60,7 @@ local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(hash, 'hash') and key_is(history, 'list') and key_is(pending, 'zset')
         and key_is(stream, 'stream') and key_is(backfilled_key, 'set')
-        and key_is(backlogs_key, 'zset')) then
+        and key_is(backlogs_key, 'zset') and key_is(delayed, 'zset')) then
   return {WRONG_TYPE}
 end
 local f = job_fields(hash)
@@ -65,6 +70,7 @@ if tostring(cur) ~= generation then return {CONFLICT, cur} end
 local p = hash_plan(f)
 local _, gen = job_state(f)
 if not p or not gen then return {WRONG_TYPE} end
+p.delayed = delayed
 local now = now_ms()
 for i = 6, #ARGV do
   if tonumber(ARGV[i]) > now then return {NOT_DUE} end
@@ -87,14 +93,16 @@ for i = 6, #ARGV do
   local exec = sid .. '@' .. sched
   local code = STALE
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
-    local _, run_until
-    code, _, run_until = fire_job(shared, hash, history, pending, stream, sid, sched, 'backfill',
-                                  nil, f, gen, p, true)
-    if code == FIRED or code == BUFFERED then rcall('SADD', backfilled_key, exec) end
+    local run, run_until
+    code, run, run_until = fire_job(shared, hash, history, pending, stream, sid, sched, 'backfill',
+                                    nil, f, gen, p, true)
+    if code == FIRED or code == BUFFERED or code == DEBOUNCED then
+      rcall('SADD', backfilled_key, exec)
+    end
     if run_until then
-      rcall('HSET', hash, marker_pairs(exec, run_until))
-      -- The next occurrence of this backfill sees the run it just queued.
-      f[F_RUN], f[F_RUN_UNTIL] = exec, run_until
+      rcall('HSET', hash, marker_pairs(run, run_until))
+      -- The next occurrence of this backfill sees the run it just queued (or moved).
+      f[F_RUN], f[F_RUN_UNTIL] = run, run_until
     end
   end
   out[#out + 1] = code

@@ -21,13 +21,15 @@ With 4 KEYS, that is all (a single server). On a cluster every key the script to
 declared, so that a live migration of the slot answers ASK / TRYAGAIN for the whole call
 (rather than failing it half-way, or reading a key not moved yet as absent): more than 4 KEYS,
 KEYS[4] the runs log, then:
-KEYS[5..4+P]        the stream of each plan of ARGV[9..8+P], in that order (its queue's
+KEYS[5..4+P]        the stream of each plan of ARGV[10..9+P], in that order (its queue's
                     stream: the prefix ARGV[7] and the plan's queue)
-KEYS[5+P..]         3 keys per item, in item order: its hash, history and pending set (the
+KEYS[5+P..4+P+D]    the delayed set of each plan with a debounce, in plan order (the prefix
+                    ARGV[8] and the plan's queue without its level)
+KEYS[5+P+D..]       3 keys per item, in item order: its hash, history and pending set (the
                     prefixes ARGV[4..6] followed by its id)
-so #KEYS = 4 + P + 3 x items. The script still builds every name from the prefixes (on a single
-server, where no slot moves, the batch carries no names: they would cost the herd's fires more
-than noise) and refuses the call as BAD_ARGS when a declared name is not the one it builds.
+so #KEYS = 4 + P + D + 3 x items. The script still builds every name from the prefixes (on a
+single server, where no slot moves, the batch carries no names: they would cost the herd's fires
+more than noise) and refuses the call as BAD_ARGS when a declared name is not the one it builds.
 
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
@@ -38,14 +40,16 @@ ARGV[4..7]          key prefixes of a schedule's hash, history, pending set, and
                     the stream). Passing prefixes instead of four names per item
                     halves what a batch carries; every key keeps the hash tag of KEYS, so the
                     script still touches a single slot (and declares them all on a cluster).
-ARGV[8]             P, the number of plans that follow
-ARGV[9..8+P]        the plans of the batch's items, one string each (FireSpec.arg):
-                    "<overlap> <queue> <max_runs> <buffer_limit> <opts>" (max_runs '' = none,
-                    buffer_limit '' = 100, opts '' = all defaults, else the hash's JSON
-                    object): the plan fields of the version the scheduler planned with. Only
-                    an upsert writes them and it moves the version, so they are the hash's
-                    whenever the item's version check passes; sending them spares every fire
-                    reading five more fields.
+ARGV[8]             key prefix of a queue's delayed set ("{p}:delayed:"), where a plan with a
+                    debounce puts its jobs (includes/debounce_fire.lua)
+ARGV[9]             P, the number of plans that follow
+ARGV[10..9+P]       the plans of the batch's items, one string each (FireSpec.arg):
+                    "<overlap> <queue> <max_runs> <buffer_limit> <debounce> <opts>" (max_runs
+                    '' = none, buffer_limit '' = 100, debounce '' = none, else ms, opts '' =
+                    all defaults, else the hash's JSON object): the plan fields of the version
+                    the scheduler planned with. Only an upsert writes them and it moves the
+                    version, so they are the hash's whenever the item's version check passes;
+                    sending them spares every fire reading six more fields.
 then the items, in order, in groups of items that share a header: a header arg, then two args
   per item of the group, its id and its version. A herd's items share their times and plan:
   the header is sent and parsed once for all of them, and an item costs two plain args
@@ -55,7 +59,7 @@ then the items, in order, in groups of items that share a header: a header arg, 
   count    the number of items in the group (> 0)
   expect   the next_run the scheduler read (ms)
   next     the following occurrence (ms), or '' when there is none
-  plan     the position of its plan among ARGV[9..8+P] (1 = the first)
+  plan     the position of its plan among ARGV[10..9+P] (1 = the first)
   sched    the occurrence to run (ms; the short form runs `expect`)
   action   'fire' (on time), 'misfire' (one run standing for `missed` late occurrences),
            'catch_up' (one occurrence of a catch-up: it runs under any overlap policy, queued
@@ -71,7 +75,8 @@ script took by the server's clock (TIME at its start and end; 0 where the server
 one frozen TIME, as Valkey does). The scheduler sizes its batches by that time.
 The codes:
   FIRED=1   SKIPPED=2 by overlap policy   BUFFERED=3 (pending behind the unfinished run)
-  MISFIRE_SKIPPED=4
+  MISFIRE_SKIPPED=4   DEBOUNCED=9 merged into the schedule's open debounce window (its job,
+    in the delayed set, falls due later)
   STALE=0 (gone, paused, completed, other version, or already fired; the index entry is
     removed when the hash is gone, and set to +inf when the hash is paused or completed)
   NOT_DUE=-5 not due yet
@@ -102,7 +107,8 @@ local leader_key, schedules_key, backlogs_key, runs_key = KEYS[1], KEYS[2], KEYS
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local hash_prefix, history_prefix, pending_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
   ARGV[7]
-local nplans = tonumber(ARGV[8])
+local delayed_prefix = ARGV[8]
+local nplans = tonumber(ARGV[9])
 
 local ACTIONS = {fire = true, misfire = true, catch_up = true, skip = true, limit = true}
 local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = true,
@@ -110,22 +116,30 @@ local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = tru
 -- Character sets rather than %S/%d classes, and the long form only when needed.
 local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([0-9]+)$'
-local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) (.*)$'
+local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) (.*)$'
 
--- The batch's plans (ARGV[9..8+P]), keyed by their position as text (how items name them:
--- looking a string up costs less than tonumber), or nil when one is malformed or its declared
--- stream (declared: true on a cluster) is not its queue's.
+-- The batch's plans (ARGV[10..9+P]), keyed by their position as text (how items name them:
+-- looking a string up costs less than tonumber), and how many have a debounce; or nil when one
+-- is malformed or a declared key (declared: true on a cluster) is not the one it names. A
+-- debounced plan's delayed set is p.delayed (false when that key holds another type: its
+-- items are refused as WRONG_TYPE).
 local function read_plans(declared)
-  local plans = {}
+  local plans, ndebounced = {}, 0
   for i = 1, nplans do
-    local overlap, queue, max_runs, limit, opts = string.match(ARGV[8 + i], PLAN)
+    local overlap, queue, max_runs, limit, debounce, opts = string.match(ARGV[9 + i], PLAN)
     if not OVERLAPS[overlap] then return nil end
     local p = plan_of(overlap, queue, max_runs ~= '' and max_runs, opts ~= '' and opts,
-                      limit ~= '' and limit)
+                      limit ~= '' and limit, debounce ~= '' and debounce)
     if not p or (declared and KEYS[4 + i] ~= stream_prefix .. queue) then return nil end
+    if p.debounce then
+      ndebounced = ndebounced + 1
+      local delayed = delayed_prefix .. string.match(queue, '^[^#]*')
+      if declared and KEYS[4 + nplans + ndebounced] ~= delayed then return nil end
+      p.delayed = key_is(delayed, 'zset') and delayed
+    end
     plans[tostring(i)] = p
   end
-  return plans
+  return plans, ndebounced
 end
 
 -- The groups of items in order (their header fields, their plan and where their items start in
@@ -134,7 +148,7 @@ end
 -- single server); they must be the names the script builds.
 local function read_groups(plans, first_declared)
   local groups, sids = {}, {}
-  local n, j, last = 0, 8 + nplans + 1, #ARGV
+  local n, j, last = 0, 9 + nplans + 1, #ARGV
   while j <= last do
     local count, expect, nxt, pos, tail = string.match(ARGV[j], GROUP)
     count = tonumber(count)
@@ -283,9 +297,10 @@ local function fire_groups(groups, index, shared)
             code, exec, run_until = fire_job(shared, hash, history_prefix .. sid, pending, stream,
                                              sid, sched, origin, late_ones, f, gen, p, keep)
             if code > 0 then
-              -- A pending occurrence counts as a run: it is queued as soon as the run ends.
-              score = advance(hash, sched, nxt, code ~= SKIPPED, true, p, runs,
-                              run_until and exec, run_until)
+              -- A pending occurrence counts as a run: it is queued as soon as the run ends (one
+              -- merged into a debounce window does not: the window's job is the run).
+              score = advance(hash, sched, nxt, code == FIRED or code == BUFFERED, true, p,
+                              runs, run_until and exec, run_until)
             end
           end
         end
@@ -320,14 +335,15 @@ local function took_us(started_at)
                        tonumber(ended[2]) - tonumber(started_at[2]))
 end
 
-if #KEYS < 4 or not cap or cap < 1 or not nplans or #ARGV < 8 + nplans then
+if #KEYS < 4 or not cap or cap < 1 or not nplans or #ARGV < 9 + nplans then
   return tostring(BAD_ARGS)
 end
--- On a cluster every key is declared: the plans' streams, then each item's keys.
+-- On a cluster every key is declared: the plans' streams, their delayed sets (debounce), then
+-- each item's keys.
 local declared = #KEYS > 4
-local first_declared = declared and 5 + nplans or nil
-local plans = read_plans(declared)
+local plans, ndebounced = read_plans(declared)
 if not plans then return tostring(BAD_ARGS) end
+local first_declared = declared and 5 + nplans + ndebounced or nil
 local groups, sids = read_groups(plans, first_declared)
 if not groups or (declared and #KEYS ~= first_declared - 1 + 3 * #sids) then
   return tostring(BAD_ARGS)

@@ -4,11 +4,13 @@ occurrences are not moved. The run counts towards max_runs.
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] stream
 KEYS[6] op  KEYS[7] backlogs  KEYS[8] parked bucket ({p}:parked:<n>, see park.lua)
 KEYS[9] parked ({p}:parked)  KEYS[10] runs (the runs log, where a trigger the overlap policy
-skips is recorded)
+skips is recorded)  KEYS[11] delayed ({p}:delayed:<queue of the schedule>, where the job of a
+schedule with a debounce waits)
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 
 Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUFFERED=3
-(buffer_one, buffer_all: pending behind the unfinished run);
+(buffer_one, buffer_all: pending behind the unfinished run), DEBOUNCED=9 merged into the
+schedule's open debounce window (the execution id is the window's);
 {NOT_FOUND=-2} | {COMPLETED=-4} | {WRONG_TYPE=-6} a key has the wrong type, or the hash holds
 fields rsched did not write (no task, a number field that is not a number). A re-sent call
 returns the first result (the execution id is derived from the Redis time of the first call).
@@ -30,13 +32,15 @@ returns the first result (the execution id is derived from the Redis time of the
 local schedules_key, hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op_key, backlogs_key, bucket_key, parked_key, runs_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9],
   KEYS[10]
+local delayed = KEYS[11]
 local sid, cap, cancel_channel, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(schedules_key, 'zset') and key_is(hash, 'hash') and key_is(history, 'list')
         and key_is(pending, 'zset') and key_is(stream, 'stream') and key_is(backlogs_key, 'zset')
-        and key_is(bucket_key, 'zset') and key_is(parked_key, 'zset')) then
+        and key_is(bucket_key, 'zset') and key_is(parked_key, 'zset')
+        and key_is(delayed, 'zset')) then
   return {WRONG_TYPE}
 end
 local f = job_fields(hash)
@@ -45,14 +49,15 @@ if f[F_STATUS] == 'completed' then return {COMPLETED} end
 local p = hash_plan(f)
 local runs, gen = job_state(f)
 if not p or not runs then return {WRONG_TYPE} end
+p.delayed = delayed
 local now = now_ms()
 local shared = {now = now, cap = cap, cancel = cancel_channel, backlogs = backlogs_key,
                 runs = runs_key}
 local sched = int_text(now)
 local code, exec, run_until = fire_job(shared, hash, history, pending, stream, sid, sched,
                                        'manual', nil, f, gen, p, false)
-if code > 0 and advance(hash, sched, '', code ~= SKIPPED, false, p, runs, run_until and exec,
-                        run_until) then
+if code > 0 and advance(hash, sched, '', code == FIRED or code == BUFFERED, false, p, runs,
+                        run_until and exec, run_until) then
   rcall('ZADD', schedules_key, 'inf', sid)  -- completed (max_runs reached)
   unpark_one(bucket_key, parked_key, sid)
 end

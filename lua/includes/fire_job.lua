@@ -26,8 +26,14 @@
 -- (s), or cancel_requested + fired (x, f) under cancel_previous. A skipped occurrence is also
 -- recorded in the runs log (run_skipped) when shared.runs names it.
 --
+-- A plan with a debounce (p.debounce, p.delayed: debounce_fire.lua) writes its job to the
+-- delayed set instead, due a debounce later; an occurrence that finds the schedule's debounce
+-- window open is merged into it (DEBOUNCED), whatever the marker of the window's job says.
+--
 -- Returns code, execution id, run_until: code FIRED, SKIPPED by the overlap policy, BUFFERED (in
--- the pending set), or WRONG_TYPE when the history key holds another type (nothing written).
+-- the pending set), DEBOUNCED (merged into the open window, whose execution id it returns), or
+-- WRONG_TYPE when the history key (or the debounced plan's delayed set) holds another type
+-- (nothing written).
 -- When a job was written under an overlap policy, run_until is the expiry of its run marker: the
 -- caller writes the marker into the hash with the fields it updates anyway (advance), so marking
 -- the run costs no call of its own. The caller has checked the stream's type, job_state, and
@@ -52,6 +58,9 @@
 -- @include pending_push
 -- @include release_next
 -- @include run_skipped
+-- @include debounce_window
+-- @include debounce_merge
+-- @include debounce_fire
 
 local function fire_job(shared, hash, history, pending, stream, sid, sched, origin, missed, f, gen,
                         p, keep)
@@ -72,6 +81,15 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
   -- (hist_first): a history list someone else overwrote refuses the occurrence whole.
   local prev = nil
   if overlap ~= 'allow' and f[F_RUN] then -- a marker: maybe a run in progress, maybe a backlog
+    if p.debounce then -- the marker may be the open debounce window's job: merge into it
+      local member, wexec = debounce_window(hash, p.delayed)
+      if member == false then return WRONG_TYPE, exec end
+      if member then
+        local code, merged, run_until = debounce_merge(shared, history, sid, sched, origin, missed,
+                                                       f, p, member, wexec)
+        return code, merged or exec, run_until
+      end
+    end
     local run_until = f[F_RUN_UNTIL]
     if not run_until or tonumber(run_until) > now then -- marker_live
       prev = f[F_RUN]
@@ -117,6 +135,10 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
     end
   end
 
+  if p.debounce then
+    return debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f, gen, p,
+                         prev)
+  end
   local fired = key .. 'f' .. late .. tail
   if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop
     -- cancel_requested, then fired in the same millisecond: the cancelled run is named by its

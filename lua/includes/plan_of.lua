@@ -1,14 +1,20 @@
--- Include: plan_of(overlap, queue, max_runs, opts, buffer_limit) — the plan of a schedule's spec
--- (what decides what a fire writes; rsched._core.fire_plan.FireSpec) from those field values
--- (false/nil = absent): {overlap=, queue=, max_runs= (number or false), opts= (JSON text or
--- false when all default), ttl= (run marker lifetime, ms), buffer_limit= (number, 100 when
--- absent)}, or nil when max_runs or buffer_limit is not a number or opts not a JSON object.
+-- Include: plan_of(overlap, queue, max_runs, opts, buffer_limit, debounce) — the plan of a
+-- schedule's spec (what decides what a fire writes; rsched._core.fire_plan.FireSpec) from those
+-- field values (false/nil = absent): {overlap=, queue=, max_runs= (number or false), opts= (JSON
+-- text or false when all default), ttl= (run marker lifetime, ms), buffer_limit= (number, 100
+-- when absent), debounce= (ms, a number > 0, or false)}, or nil when max_runs, buffer_limit or
+-- debounce is not such a number or opts not a JSON object. The caller of a plan with a debounce
+-- sets its delayed= (the queue's delayed set; debounce_fire.lua).
 -- @include marker_ttl
 
 local DEFAULT_BUFFER_LIMIT = 100
 local DEFAULT_TTL = marker_ttl(nil, nil, nil)
 
-local function plan_of(overlap, queue, max_runs, opts, buffer_limit)
+local function plan_of(overlap, queue, max_runs, opts, buffer_limit, debounce)
+  if debounce then
+    debounce = tonumber(debounce)
+    if not debounce or debounce <= 0 then return nil end
+  end
   if max_runs then
     max_runs = tonumber(max_runs)
     if not max_runs then return nil end
@@ -26,5 +32,6 @@ local function plan_of(overlap, queue, max_runs, opts, buffer_limit)
     ttl = marker_ttl(o.timeout_s, o.max_retries, o.retry_max_s)
   end
   return {overlap = overlap or 'skip', queue = queue or 'default', max_runs = max_runs or false,
-          opts = opts or false, ttl = ttl, buffer_limit = buffer_limit or DEFAULT_BUFFER_LIMIT}
+          opts = opts or false, ttl = ttl, buffer_limit = buffer_limit or DEFAULT_BUFFER_LIMIT,
+          debounce = debounce or false}
 end

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -560,7 +561,7 @@ def test_messages_name_the_flags_each_rule_is_given_by(here: Run, cli: Cli, tmp_
     # The words are real flags of the commands that take the fields.
     assert set(CLI_WORDS.fields.values()) - {"--note"} <= _flags("add")
     assert "--note" in _flags("pause")
-    assert {"--delay", "--id"} <= _flags("enqueue")
+    assert set(CLI_WORDS.job_fields.values()) - {"TASK"} <= _flags("enqueue")
     spec = ("add", "y", "--task", "t")
     two = tmp_path / "two.json"
     two.write_text('{"every": 300, "at": "2030-01-01T00:00:00Z"}')
@@ -704,6 +705,50 @@ def test_buffer_all_from_the_command_line(cli: Cli) -> None:
     assert "--buffer-limit: give a whole number from 1" in err
     assert "ba" in cli("ls")[1]
     assert "bad" not in cli("ls")[1]
+
+
+def test_a_debounced_schedule_shows_and_merges_triggers(cli: Cli) -> None:
+    code, _, err = cli("add", "deb", "--task", "t", "--every", "1h", "--debounce", "5s")
+    assert code == 0, err
+    code, out, _ = cli("trigger", "deb")
+    window = out.split()[-1]
+    assert f"fired {window}" in out
+    code, out, _ = cli("trigger", "deb")
+    assert f"debounced {window} (merged into the open debounce window: its job runs later)" in out
+    shown = cli("show", "deb")[1]
+    assert re.search(r"^debounce: +5s$", shown, re.MULTILINE), shown
+    assert f"skipped (debounced into {window})" in shown
+    assert orjson.loads(cli("show", "deb", "--json")[1])["schedule"]["debounce"] == 5
+    code, _, err = cli("update", "deb", "--debounce", "2d")
+    assert code == 1
+    assert "--debounce: 172800 s is longer than a day" in err
+    assert cli("update", "deb", "--clear", "debounce")[0] == 0
+    assert orjson.loads(cli("show", "deb", "--json")[1])["schedule"]["debounce"] is None
+
+
+def test_enqueue_debounced_opens_then_joins_a_window(cli: Cli) -> None:
+    args = ("enqueue", "search.reindex", "--debounce-key", "reindex:42", "--debounce", "2m")
+    code, out, _ = cli(*args, "--payload", '{"n": 1}')
+    assert code == 0, out
+    execution_id = out.split(" ")[0]
+    assert out.strip() == (
+        f"{execution_id} on queue default: debounce window reindex:42 opened, the job runs "
+        "2m after the last call"
+    )
+    joined = orjson.loads(cli(*args, "--payload", '{"n": 2}', "--json")[1])
+    assert joined == {"execution_id": execution_id, "created": False}
+    code, out, _ = cli(*args)
+    assert "debounce window reindex:42 joined" in out
+    queues = orjson.loads(cli("stats", "--json")[1])["queues"]
+    assert (queues["default"]["length"], queues["default"]["delayed"]) == (0, 1)
+    code, _, err = cli("enqueue", "t", "--debounce", "2s")
+    assert code == 1
+    assert "--debounce-key: give the key of the calls to collapse with --debounce" in err
+    code, _, err = cli(*args, "--delay", "5s")
+    assert code == 1
+    assert "--delay: a debounced job runs --debounce after the last call" in err
+    code, _, err = cli("enqueue", "t", "--debounce-key", "k", "--debounce", "2d")
+    assert (code, "--debounce: 172800 s is longer than a day" in err) == (1, True)
 
 
 def test_enqueue_new_then_already_there(cli: Cli) -> None:

@@ -26,6 +26,7 @@ NOT_ERRORS = {
     Code.LIMITED,
     Code.QUEUED,
     Code.DELAYED,
+    Code.DEBOUNCED,
     Code.NOT_LEADER,
     Code.NOT_PENDING,
     Code.SUPERSEDED,

@@ -12,7 +12,7 @@ import pytest
 from rsched import InvalidSchedule, Schedule, ScheduleFileError
 from rsched._client.schedules_file import load_file
 from rsched._core.job import JobOptions
-from rsched._core.rules import parse_duration_s
+from rsched._core.rules import DEBOUNCE_MAX_S, parse_duration_s
 
 ACCEPTED = [
     (300, 300.0),
@@ -69,8 +69,15 @@ def test_zero_only_where_allowed() -> None:
         parse_duration_s("-1s", allow_zero=True)
 
 
-@pytest.mark.parametrize("field", ["every", "retry_base_s", "retry_max_s", "timeout_s"])
-@pytest.mark.parametrize(("value", "seconds"), ACCEPTED)
+@pytest.mark.parametrize(
+    ("field", "value", "seconds"),
+    [
+        (field, value, seconds)
+        for field in ("every", "retry_base_s", "retry_max_s", "timeout_s", "debounce")
+        for value, seconds in ACCEPTED
+        if field != "debounce" or seconds <= DEBOUNCE_MAX_S
+    ],
+)
 def test_schedule_fields_take_every_form(field: str, value: object, seconds: float) -> None:
     base: dict[str, object] = {"id": "d", "task": "t", "every": 60, "retry_base_s": 0.1}
     base["retry_max_s"] = "3d"  # at least retry_base_s
@@ -102,6 +109,9 @@ def test_schedule_durations_are_stored_in_seconds() -> None:
         ({"timeout_s": "an hour"}, "timeout_s: 'an hour' is not a duration"),
         ({"misfire_grace_s": "-1m"}, "misfire_grace_s: -1m is negative"),
         ({"retry_max_s": "10s"}, "retry_max_s must be at least retry_base_s"),
+        ({"debounce": "0s"}, "debounce: 0s is zero"),
+        ({"debounce": "25h"}, "debounce: 90000 s is longer than a day, the longest debounce"),
+        ({"debounce": "soon"}, "debounce: 'soon' is not a duration"),
     ],
 )
 def test_bad_durations_name_the_field(changes: dict[str, object], message: str) -> None:
@@ -123,11 +133,11 @@ def test_schedules_file_durations(tmp_path: Path) -> None:
     path.write_text(
         '[defaults]\nretry_base_s = "30s"\ntimeout_s = "10m"\n\n'
         '[[schedule]]\nid = "a"\ntask = "t"\nevery = "1h30m"\nmisfire_grace_s = "2m"\n\n'
-        '[[schedule]]\nid = "b"\ntask = "t"\nevery = 90\nretry_max_s = "2h"\n'
+        '[[schedule]]\nid = "b"\ntask = "t"\nevery = 90\nretry_max_s = "2h"\ndebounce = "5s"\n'
     )
     _, (a, b) = load_file(path)
     assert (a.every, a.retry_base_s, a.timeout_s, a.misfire_grace_s) == (5400, 30, 600, 120)
-    assert (b.every, b.retry_max_s) == (90, 7200)
+    assert (b.every, b.retry_max_s, b.debounce, a.debounce) == (90, 7200, 5, None)
     path.write_text(
         '[[schedule]]\nid = "a"\ntask = "t"\nevery = true\n\n'
         '[[schedule]]\nid = "b"\ntask = "t"\nevery = "-5m"\n\n'
@@ -146,7 +156,14 @@ def test_schedules_file_durations(tmp_path: Path) -> None:
 def test_json_schema_says_durations_take_text() -> None:
     """The HTTP API's OpenAPI is built from Schedule: clients learn that "5m" is fine."""
     props = Schedule.model_json_schema()["properties"]
-    for name in ("every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s"):
+    for name in (
+        "every",
+        "retry_base_s",
+        "retry_max_s",
+        "timeout_s",
+        "misfire_grace_s",
+        "debounce",
+    ):
         kinds = {option.get("type") for option in props[name]["anyOf"]}
         assert {"number", "string"} <= kinds, name
         assert "1h30m" in props[name]["description"]

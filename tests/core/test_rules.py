@@ -54,3 +54,11 @@ async def test_retry_window_is_checked_for_jobs_too() -> None:
         await store.enqueue("t", retry_base_s=10, retry_max_s=5)
     with pytest.raises(InvalidSchedule, match="retry_max_s must be at least retry_base_s"):
         Schedule(id="a", task="t", every=60, retry_base_s=10, retry_max_s=5)
+
+
+@pytest.mark.parametrize("value", ["2d", 0, -1, "soon", True])
+async def test_schedule_and_enqueue_refuse_a_debounce_alike(value: Any) -> None:
+    store = QueueStore(cast(Redis, None), Keys("rules"))
+    with pytest.raises(InvalidJob) as caught:
+        await store.enqueue("t", debounce_key="k", debounce=value)
+    assert str(caught.value) == f"debounce: {_schedule_error('debounce', value)}"

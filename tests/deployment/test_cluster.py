@@ -91,12 +91,18 @@ async def test_every_script_runs_on_the_cluster(
         for _ in range(3):  # one at a time: two wait aside, then resume
             await client.enqueue("t.limited", {"n": 1})
         await client.enqueue("t.ok", delay=0.2)
+        for _ in range(2):  # a debounce window opened, then joined
+            await client.enqueue("t.ok", debounce_key="burst", debounce=0.05)
+        await client.add({"id": "deb", "task": "t.ok", "every": 3600, "debounce": 0.05})
+        await client.trigger("deb")  # its job in the delayed set: the same slot
+        await client.trigger("deb")
         queued = await client.enqueue("t.ok", queue="idle")
         await client.cancel(queued.execution_id)
         async with engine(settings, worker):
             await eventually(lambda: _has_dead(client))
             await eventually(lambda: len(ran) >= 6)
             await eventually(lambda: len(limited) == 3)
+            await eventually(lambda: "fire" in seen)  # not only jobs of the client's
         await client.job(ran[0])
         first = await client.list(limit=1)
         await client.list(limit=1, cursor=first.cursor)

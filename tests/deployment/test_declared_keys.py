@@ -11,6 +11,7 @@ on the cluster, where it declares them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -155,11 +156,11 @@ async def test_fire_declares_the_keys_of_every_policy_and_action(
 ) -> None:
     store = ScheduleStore(redis, Keys(settings.prefix), history_limit=100)
     lease = await _lease(store)
-    for overlap in sorted(OVERLAPS):
-        sid = f"s-{overlap}"
-        await store.save(
-            Schedule(id=sid, task="t", every=3600, overlap=overlap, queue=f"q-{overlap}")
-        )
+    for overlap, debounce in [(o, d) for o in sorted(OVERLAPS) for d in (None, 3600.0)]:
+        sid = f"s-{overlap}" if debounce is None else f"d-{overlap}"
+        spec = Schedule(id=sid, task="t", every=3600, overlap=overlap, queue=f"q-{overlap}")
+        # A debounce puts the jobs in the queue's delayed set, and merges what piles up.
+        await store.save(spec.model_copy(update={"debounce": debounce}))
         # catch_up: queued behind one another (pending) unless overlap=allow
         await _fire(store, lease, [await _item(store, sid, "catch_up", 1)])
         await anyio.sleep(0.003)  # another occurrence (its execution id is its ms)
@@ -173,7 +174,9 @@ async def test_fire_declares_the_keys_of_every_policy_and_action(
             await _fire(store, lease, [await _item(store, sid, action, missed)])
     # A batch of several schedules and policies, then stale items: removed by hand (the index
     # heals) or paused.
-    items = [await _item(store, f"s-{overlap}", "fire") for overlap in sorted(OVERLAPS)]
+    items = [
+        await _item(store, f"{k}-{overlap}", "fire") for overlap in sorted(OVERLAPS) for k in "sd"
+    ]
     assert Code.FIRED in await _fire(store, lease, items)
     await redis.delete(store.keys.schedule("s-allow"))
     await store.pause("s-skip", None)
@@ -245,6 +248,13 @@ async def test_every_script_declares_every_key_it_touches(
         for _ in range(3):  # one at a time: two wait aside, then resume
             await client.enqueue("t.limited", {"n": 1})
         await client.enqueue("t.ok", delay=0.2)
+        for _ in range(2):  # a debounce window opened, then joined
+            await client.enqueue("t.ok", debounce_key="burst", debounce=0.05)
+        await client.add({"id": "deb", "task": "t.ok", "every": 3600, "debounce": 0.05})
+        await client.trigger("deb")
+        await client.trigger("deb")
+        now = await client.server_time()
+        await client.backfill("deb", now - timedelta(hours=3), now)
         queued = await client.enqueue("t.ok", queue="idle")
         await client.cancel(queued.execution_id)
         # A lost run's backlog, released by the leader's sweep.
@@ -268,6 +278,7 @@ async def test_every_script_declares_every_key_it_touches(
                 await eventually(lambda: _has_dead(client))
                 await eventually(lambda: len(ran) >= 8)
                 await eventually(lambda: len(limited) == 3)
+                await eventually(lambda: "fire" in strict.ran)  # not only jobs of the client's
                 # the occurrence the end on "idle" left pending, released into "gated"
                 await eventually(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()

@@ -152,6 +152,42 @@ async def test_enqueue_job_cancel_result_by_execution_id(
 
 
 @pytest.mark.cluster
+async def test_calls_with_one_debounce_key_land_in_its_partition(
+    pclient: Client, redis: Redis, prefix: str
+) -> None:
+    keys = [f"reindex:{n}" for n in range(12)]
+    assert len({partition_of(key, N) for key in keys}) > 4
+    for key in keys:
+        made = [
+            await pclient.enqueue("t", {"n": n}, queue="q", debounce_key=key, debounce="1h")
+            for n in range(3)
+        ]
+        assert [m.created for m in made] == [True, False, False]
+        execution_id = made[0].execution_id
+        assert {m.execution_id for m in made} == {execution_id}
+        # The window's job, its key and the job's execution id: all in the key's partition.
+        home = keys_of(prefix, partition_of(key, N))
+        assert job_partition(execution_id, N) == partition_of(key, N)
+        member = await redis.get(home.debounce("q", key))
+        assert member is not None
+        assert await redis.zscore(home.delayed_queue("q"), member) is not None
+        job = await pclient.job(execution_id)
+        assert (job.state, job.payload) == ("delayed", {"n": 2})
+    assert (await pclient.stats()).queues["q"]["delayed"] == len(keys)
+    # Cancelled, the window is closed: the next call opens another, in the same partition.
+    first = (
+        await pclient.enqueue("t", queue="q", debounce_key=keys[0], debounce="1h")
+    ).execution_id
+    assert await pclient.cancel(first) == "delayed"
+    reopened = await pclient.enqueue("t", queue="q", debounce_key=keys[0], debounce="1h")
+    assert reopened.created
+    assert reopened.execution_id != first
+    assert job_partition(reopened.execution_id, N) == partition_of(keys[0], N)
+    with pytest.raises(rsched.InvalidJob, match="debounce_key"):
+        await pclient.enqueue("t", debounce_key=42, debounce="1s")  # type: ignore[arg-type]
+
+
+@pytest.mark.cluster
 async def test_dead_letters_merge_newest_first(pclient: Client, redis: Redis, prefix: str) -> None:
     # Entries of the same id in several partitions: ordered by partition, none lost.
     written = []

@@ -310,6 +310,8 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
         await sdk.backfill("tick", now - timedelta(seconds=3), now)
         await sdk.enqueue("sec.ok", execution_id="later", delay="1m")
         await sdk.cancel("later")
+        burst = [await sdk.enqueue("sec.ok", debounce_key="burst", debounce="50ms") for _ in "ab"]
+        assert [e.created for e in burst] == [True, False]
         await sdk.purge("default")
         await sdk.remove("tick")
     for proc in (scheduler, worker):  # readiness and metrics read with these users too
@@ -346,6 +348,7 @@ async def writes(client: rsched.Client) -> dict[str, Callable[[], Any]]:
         "backfill": lambda: client.backfill("nightly", now - timedelta(hours=3), now),
         "remove": lambda: client.remove("nightly"),
         "enqueue": lambda: client.enqueue("sec.ok", execution_id="by-hand"),
+        "debounce": lambda: client.enqueue("sec.ok", debounce_key="burst", debounce="1m"),
         "cancel": lambda: client.cancel("waiting"),
         "requeue": lambda: client.requeue("default"),
         "purge": lambda: client.purge("default"),
@@ -387,7 +390,7 @@ SCHEDULE_WRITES = {
 
 
 async def test_a_worker_user_cannot_change_schedules(users: Server, prefix: str) -> None:
-    await refused_writes(users, prefix, "rsched-worker", SCHEDULE_WRITES | {"enqueue"})
+    await refused_writes(users, prefix, "rsched-worker", SCHEDULE_WRITES | {"enqueue", "debounce"})
     worker = user_url(users, "rsched-worker")
     refused(run_cli(worker, prefix, "pause", "nightly"))
     line = refused(run_cli(worker, prefix, "add", "x", "--every", "1m", "--task", "sec.ok"))
@@ -395,7 +398,10 @@ async def test_a_worker_user_cannot_change_schedules(users: Server, prefix: str)
 
 
 #: What docs/security.md adds to the worker's user when its handlers enqueue jobs.
-MAY_ENQUEUE = "ACL SETUSER rsched-worker ~{rsched}:ops:* ~{rsched:[0-9]*}:ops:*"
+MAY_ENQUEUE = (
+    "ACL SETUSER rsched-worker ~{rsched}:ops:* ~{rsched:[0-9]*}:ops:* ~{rsched}:debounce:* "
+    "~{rsched:[0-9]*}:debounce:*"
+)
 
 
 async def test_a_worker_that_may_enqueue_still_cannot_change_schedules(
@@ -407,6 +413,7 @@ async def test_a_worker_that_may_enqueue_still_cannot_change_schedules(
     await refused_writes(users, prefix, "rsched-worker", SCHEDULE_WRITES)
     async with rsched.Client.from_url(user_url(users, "rsched-worker"), prefix=prefix) as client:
         assert (await client.enqueue("sec.ok")).created
+        assert (await client.enqueue("sec.ok", debounce_key="burst", debounce="1m")).created
 
 
 async def test_a_client_user_with_durability_has_its_writes_judged_without_info(
@@ -424,7 +431,7 @@ async def test_a_client_user_with_durability_has_its_writes_judged_without_info(
 
 
 async def test_the_read_only_user_writes_nothing(users: Server, prefix: str) -> None:
-    every_write = SCHEDULE_WRITES | {"enqueue", "cancel", "requeue", "purge"}
+    every_write = SCHEDULE_WRITES | {"enqueue", "debounce", "cancel", "requeue", "purge"}
     await refused_writes(users, prefix, "rsched-readonly", every_write)
     readonly = user_url(users, "rsched-readonly")
     refused(run_cli(readonly, prefix, "enqueue", "sec.ok"))

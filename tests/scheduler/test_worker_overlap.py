@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -76,6 +77,28 @@ async def test_skip_never_overlaps_and_records_outcomes(redis: Redis, settings: 
     assert done[0]["attempt"] == 1
     assert "execution_id" in done[0]
     assert "at" in done[0]
+
+
+async def test_a_steady_debounced_schedule_runs_each_occurrence_late_by_its_debounce(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    started: list[tuple[rsched.Job, float]] = []
+
+    @worker.task("t")
+    async def handler(job: rsched.Job) -> None:
+        started.append((job, time.time()))
+
+    spec = {"every": 0.6, "debounce": "250ms"}
+    async with running(worker, redis), scheduling(redis, settings, **spec) as store:
+        await eventually(lambda: len(started) >= 3)
+    ids = [job.execution_id for job, _ in started]
+    assert len(set(ids)) == len(ids)  # occurrences further apart than the debounce: one job each
+    for job, at in started:
+        assert job.scheduled_at is not None
+        # Started no sooner than its debounce after its occurrence (the clocks are one machine's).
+        assert at - job.scheduled_at.timestamp() >= 0.2, (job, at)
+    assert "skipped" not in [e["event"] for e in await events(store)]
 
 
 async def test_allow_runs_concurrently(redis: Redis, settings: Settings) -> None:

@@ -319,6 +319,7 @@ async def test_malformed_arguments_write_nothing(store: ScheduleStore) -> None:
     # Groups whose count does not match the items that follow, or with no items at all.
     k = store.keys
     head = [lease, "5", k.cancel, k.schedule(""), k.history(""), k.pending(""), k.queue("")]
+    head.append(k.delayed_queue(""))
     with_spec = [*head, "1", item.spec.arg()]
     group = f"{item.expect} {item.next} 1"
     for items in (

@@ -366,6 +366,14 @@ async def test_a_hundred_runs_cost_less_than_a_kilobyte(redis: Redis, settings: 
     assert len(events) == 45  # fired, running, completed: the last 15 runs
 
 
+def test_an_occurrence_merged_into_a_debounce_window_names_the_window() -> None:
+    # zz = 2205; the window's run is 5 ms older (its scheduled ms less this one's: -5).
+    assert expand_record("zz|s3,debounced,,manual,,-5", "s") == [
+        {"event": "skipped", "reason": "debounced", "into": "s@2200", "scheduled_at": 2205,
+         "at": 2208, "late_ms": 3, "execution_id": "s@2205", "origin": "manual"},
+    ]  # fmt: skip
+
+
 def test_records_it_cannot_read_whole_still_give_what_they_can() -> None:
     assert expand_record("zz|f1|q5,new|r2", "s") == [
         {"event": "fired", "scheduled_at": 2205, "at": 2206, "late_ms": 1,

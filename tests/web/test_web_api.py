@@ -333,6 +333,27 @@ async def test_queues_dead_letters_and_jobs(web: Web, settings: Settings) -> Non
         assert set(stats) >= {"schedules", "due", "queues", "dead_letters", "leader"}
 
 
+async def test_debounced_jobs(web: Web, client: rsched.Client) -> None:
+    base = web() + "/api/v1"
+    async with httpx.AsyncClient(base_url=base) as http:
+        job = {"task": "t", "payload": {"n": 1}, "debounce_key": "reindex:7", "debounce": "1m"}
+        r = await http.post("/jobs", json=job)
+        assert r.status_code == 201, r.text
+        first = r.json()
+        assert first["created"] is True
+        r = await http.post("/jobs", json={**job, "payload": {"n": 2}, "debounce": 60})
+        assert (r.status_code, r.json()) == (200, {**first, "created": False})
+        found = await client.job(first["execution_id"])
+        assert (found.state, found.payload) == ("delayed", {"n": 2})
+        r = await http.post("/jobs", json={"task": "t", "debounce": "2s"})
+        error(r, 422, "InvalidJob", "debounce_key")
+        assert "collapse with debounce," in r.json()["message"]
+        r = await http.post("/jobs", json={**job, "debounce": "2d"})
+        error(r, 422, "InvalidJob", "debounce")
+        r = await http.post("/jobs", json={**job, "delay_s": 5})
+        error(r, 422, "InvalidJob", "delay_s")
+
+
 async def test_health_schedule_health_and_events(
     web: Web, client: rsched.Client, settings: Settings
 ) -> None:

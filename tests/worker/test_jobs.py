@@ -4,6 +4,7 @@ rsched.Retry as an outcome of its own."""
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio
 import pytest
@@ -266,6 +267,84 @@ def test_settings_refuse_bad_weights() -> None:
     assert filled.worker.priority_weights == {"high": 10, "normal": 3, "low": 1}
 
 
+# --- debounced enqueue -------------------------------------------------------------------------
+
+
+async def test_a_debounced_burst_runs_once_with_the_last_payload(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    seen: list[tuple[rsched.Job, float]] = []
+
+    @worker.task("t.reindex")
+    async def reindex(job: rsched.Job) -> None:
+        seen.append((job, time.monotonic()))
+
+    async with rsched.Client.from_settings(settings) as client, running(worker, redis):
+        burst = [
+            await client.enqueue("t.reindex", {"n": n}, debounce_key="doc:7", debounce="300ms")
+            for n in range(10)
+        ]
+        last_call = time.monotonic()
+        assert [e.created for e in burst] == [True] + [False] * 9
+        await eventually(lambda: seen)
+        # Every call collapsed into the window's one job, which ran after the last call.
+        await eventually(lambda: settled(redis, settings))
+        [(job, ran_at)] = seen
+        assert job.execution_id == burst[0].execution_id
+        assert job.payload == {"n": 9}
+        assert ran_at - last_call >= 0.25  # 300 ms after the last call, less clock slack
+        # The window closed when its job ran: the next call opens another, run on its own.
+        after = await client.enqueue("t.reindex", {"n": 10}, debounce_key="doc:7", debounce=0.05)
+        assert after.created
+        assert after.execution_id != job.execution_id
+        await eventually(lambda: len(seen) == 2)
+        assert seen[1][0].payload == {"n": 10}
+        stats = await client.stats()
+        assert stats.queues["default"]["delayed"] == 0
+
+
+async def test_a_debounced_schedule_runs_a_trigger_burst_once(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    seen: list[tuple[rsched.Job, float]] = []
+
+    @worker.task("t.sync")
+    async def sync(job: rsched.Job) -> None:
+        seen.append((job, time.monotonic()))
+
+    async with rsched.Client.from_settings(settings) as client, running(worker, redis):
+        await client.add(
+            {
+                "id": "sync",
+                "task": "t.sync",
+                "every": 3600,
+                "debounce": "300ms",
+                "payload": {"a": 1},
+            }
+        )
+        burst = [await client.trigger("sync") for _ in range(6)]
+        last_call = time.monotonic()
+        assert [f.status for f in burst] == ["fired"] + ["debounced"] * 5
+        await eventually(lambda: seen)
+        await eventually(lambda: settled(redis, settings))
+        [(job, ran_at)] = seen
+        assert (job.execution_id, job.schedule_id) == (burst[0].execution_id, "sync")
+        assert job.payload == {"a": 1}
+        assert ran_at - last_call >= 0.25
+        # The run ended: its marker is cleared, and the next trigger opens another window.
+        await eventually(lambda: _run_marker_cleared(redis, settings, "sync"))
+        again = await client.trigger("sync")
+        assert again.status == "fired"
+        await eventually(lambda: len(seen) == 2)
+        assert (await client.get("sync")).runs == 2
+
+
+async def _run_marker_cleared(redis: Redis, settings: Settings, sid: str) -> bool:
+    return not await redis.hexists(Keys(settings.prefix).schedule(sid), "run")
+
+
 # --- Retry as an outcome ------------------------------------------------------------------------
 
 
@@ -329,8 +408,9 @@ async def test_retry_then_success_is_no_failure(redis: Redis, settings: Settings
 
 
 def test_the_fire_spec_names_the_stream_of_its_level() -> None:
-    assert FireSpec.from_hash({"queue": "q"}).arg() == "skip q   "
-    assert FireSpec.from_hash({"queue": "q", "priority": "high"}).arg() == "skip q#high   "
-    assert FireSpec.from_hash({"priority": "low"}).arg() == "skip default#low   "
+    assert FireSpec.from_hash({"queue": "q"}).arg() == "skip q    "
+    assert FireSpec.from_hash({"queue": "q", "priority": "high"}).arg() == "skip q#high    "
+    assert FireSpec.from_hash({"priority": "low"}).arg() == "skip default#low    "
+    assert FireSpec.from_hash({"debounce": "2.5"}).arg() == "skip default   2500 "
     with pytest.raises(ValueError, match="not a priority"):
         FireSpec.from_hash({"priority": "urgent"})

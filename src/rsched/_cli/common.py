@@ -107,10 +107,14 @@ CLI_WORDS = Words(
         "retry_jitter": "--retry-jitter", "timeout_s": "--timeout", "overlap": "--overlap",
         "buffer_limit": "--buffer-limit", "misfire": "--misfire",
         "catch_up_limit": "--catch-up-limit", "misfire_grace_s": "--misfire-grace",
+        "debounce": "--debounce",
         "description": "--description", "paused": "--paused", "pause_note": "--note",
         "limits": "--limit",
     },
-    job_fields={"task": "TASK", "delay_s": "--delay", "execution_id": "--id"},
+    job_fields={
+        "task": "TASK", "delay_s": "--delay", "execution_id": "--id",
+        "debounce_key": "--debounce-key", "debounce": "--debounce",
+    },
     arguments={
         "limit": "-n/--limit", "n": "-n/--limit", "cursor": "--cursor", "start": "--start",
         "end": "--end", "status": "--status", "after": "--after", "note": "--note",

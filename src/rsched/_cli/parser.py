@@ -151,6 +151,11 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     p.add_argument(
         "--misfire-grace", dest="misfire_grace_s", help="lateness that is no misfire (60s)"
     )
+    p.add_argument(
+        "--debounce",
+        help="run each job this long after its occurrence, and collapse occurrences that pile up "
+        "(catch-up, backfill, triggers) into one job: 5s, 1m (at most 1d)",
+    )
     p.add_argument("--description")
     _limit_option(p, "its jobs hold" + ("; replaces every limit it had" if update else ""))
     p.add_argument(
@@ -521,7 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Add a one-off job to a queue",
         '  rsched enqueue emails.send --payload \'{"to": "a@example.com"}\'\n'
         "  rsched enqueue reports.build --queue reports --delay 5m --priority low\n"
-        "  rsched enqueue billing.charge --id order-42   (again: nothing added, says so)",
+        "  rsched enqueue billing.charge --id order-42   (again: nothing added, says so)\n"
+        "  rsched enqueue search.reindex --debounce-key reindex:42 --debounce 2s\n"
+        "      (a burst of these: one job, the last one's payload, 2s after the last)",
         queues.cmd_enqueue,
     )
     p.add_argument("task", help="the handler name a worker runs")
@@ -547,6 +554,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", dest="timeout_s", type=duration_s, default=3600, help="job timeout (1h)"
     )
     _limit_option(p, "the job holds while it runs")
+    p.add_argument(
+        "--debounce-key",
+        help="collapse the calls with this key (on this queue) into one job, with the last "
+        "call's payload and options (give --debounce too)",
+    )
+    p.add_argument(
+        "--debounce",
+        help="run that job this long after the last call of the burst: 500ms, 2s, 5m (at most 1d)",
+    )
 
     _sub(
         subs,

@@ -38,9 +38,18 @@ async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
         execution_id=args.execution_id,
         priority=args.priority,
         limits=args.limits or (),
+        debounce_key=args.debounce_key,
+        debounce=args.debounce,
     )
     where = f"queue {args.queue}" + ("" if args.priority == "normal" else f" ({args.priority})")
-    if not done.created:
+    if args.debounce_key is not None:
+        seconds = parse_duration_s(args.debounce)  # checked by enqueue
+        how = "opened" if done.created else "joined"
+        text = (
+            f"{done.execution_id} on {where}: debounce window {args.debounce_key} {how}, the job "
+            f"runs {fmt.duration(seconds * 1000)} after the last call"
+        )
+    elif not done.created:
         text = (
             f"{done.execution_id} already there (queued, running or finished inside the dedup "
             "window): nothing added"

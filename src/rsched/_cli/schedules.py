@@ -36,7 +36,7 @@ SPEC_OPTIONS = (
     "task", "cron", "every", "at", "timezone", "queue", "priority", "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
     "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
-    "misfire_grace_s", "description", "paused", "limits",
+    "misfire_grace_s", "debounce", "description", "paused", "limits",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")
 #: The spec fields a command compares before and after a write (what it reports as changed).
@@ -224,9 +224,10 @@ async def cmd_resume(client: Client, args: argparse.Namespace) -> None:
 async def cmd_trigger(client: Client, args: argparse.Namespace) -> None:
     async def trigger(sid: str) -> tuple[str, Any]:
         fired = await client.trigger(sid)
-        note = (
-            "" if fired.status == "fired" else " (the previous run is unfinished: overlap policy)"
-        )
+        note = {
+            "fired": "",
+            "debounced": " (merged into the open debounce window: its job runs later)",
+        }.get(fired.status, " (the previous run is unfinished: overlap policy)")
         data = {"id": sid, "execution_id": fired.execution_id, "status": fired.status}
         return f"{fired.status} {fired.execution_id}{note}", data
 
@@ -293,6 +294,8 @@ def _runs(history: list[HistoryEvent], zone: str, now: int) -> tuple[list[Any], 
         if name == "skipped" and event.reason:
             policy = event.extra.get("policy")
             result = f"skipped ({event.reason}" + (f", overlap={policy})" if policy else ")")
+            if event.reason == "debounced" and event.extra.get("into"):
+                result = f"skipped (debounced into {event.extra['into']})"
         rows.append(
             (
                 when(event.scheduled_at, zone, now),
@@ -340,6 +343,9 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     ]
     if s.description:
         pairs.insert(1, ("description", s.description))
+    if s.debounce:
+        at = [name for name, _ in pairs].index("overlap") + 1
+        pairs.insert(at, ("debounce", fmt.duration(s.debounce * 1000)))
     rows, run_data = _runs(history, zone, now)
     text = fmt.fields(pairs)
     text += "\n\nnext fire times" + (" (if resumed now)" if s.paused else "") + ":\n"
@@ -400,14 +406,20 @@ async def cmd_backfill(client: Client, args: argparse.Namespace) -> None:
     result = await client.backfill(args.id, args.start, args.end)
     # Backfilled occurrences are never skipped (the overlap policy only orders them); the key
     # stays for --json readers.
-    counts = {k: result.count(k) for k in ("fired", "buffered", "skipped", "already_fired")}
+    kinds = ("fired", "buffered", "skipped", "debounced", "already_fired")
+    counts = {k: result.count(k) for k in kinds}
     said = [f"{counts['fired']} fired", f"{counts['buffered']} buffered"]
-    if counts["skipped"]:
-        said.append(f"{counts['skipped']} skipped")
+    for kind in ("skipped", "debounced"):
+        if counts[kind]:
+            said.append(f"{counts[kind]} {kind}")
     said.append(f"{counts['already_fired']} already fired")
     lines = [f"{len(result.outcomes)} occurrence(s): " + ", ".join(said)]
     if counts["buffered"]:
         lines.append("  buffered ones run one after another, each when the run before it ends")
+    if counts["debounced"]:
+        lines.append(
+            "  debounced ones joined the schedule's debounce window: one job runs for them"
+        )
     lines += [f"  {eid}  {status}" for eid, status in result.outcomes.items()]
     out(args, {"counts": counts, "outcomes": result.outcomes}, "\n".join(lines))
 

@@ -41,7 +41,7 @@ from rsched._core.history import HistoryEvent, page_events
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._core.limits import Limit, LimitInfo, check_key, override_doc
 from rsched._core.page import Page, every_item
-from rsched._core.partitions import check_partitions
+from rsched._core.partitions import check_partitions, partition_of
 from rsched._core.rules import (
     PAGE_MAX,
     Priority,
@@ -87,18 +87,21 @@ WRITE_ATTEMPTS = 5
 _TRIGGERS = ("cron", "every", "at")
 _Schedules = list[Schedule]
 #: What a trigger or a backfilled occurrence did.
-FiredStatus = Literal["fired", "skipped", "buffered", "already_fired"]
+FiredStatus = Literal["fired", "skipped", "buffered", "debounced", "already_fired"]
 _OUTCOMES: dict[int, FiredStatus] = {
     Code.FIRED: "fired",
     Code.SKIPPED: "skipped",
     Code.BUFFERED: "buffered",
+    Code.DEBOUNCED: "debounced",
     Code.STALE: "already_fired",
 }
 
 
 @dataclass(frozen=True, slots=True)
 class Fired:
-    """What :meth:`Client.trigger` did: ``status`` is fired, skipped or buffered (overlap)."""
+    """What :meth:`Client.trigger` did: ``status`` is fired, skipped or buffered (overlap), or
+    debounced (merged into the schedule's open debounce window: ``execution_id`` is the window's
+    job, which now runs ``debounce`` after this trigger)."""
 
     execution_id: str
     status: FiredStatus
@@ -109,7 +112,8 @@ class BackfillResult:
     """Per occurrence of a backfilled range: its execution id and what happened to it.
 
     ``outcomes`` maps execution id to fired, buffered (runs when the schedule's run before it
-    ends) or already_fired (by the schedule or an earlier backfill; nothing done).
+    ends), debounced (merged into the schedule's debounce window: one job runs for them all) or
+    already_fired (by the schedule or an earlier backfill; nothing done).
     """
 
     outcomes: dict[str, str] = field(default_factory=dict)
@@ -637,6 +641,8 @@ class Client:
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
         limits: Sequence[Limit] = (),
+        debounce_key: str | None = None,
+        debounce: float | str | timedelta | None = None,
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
@@ -648,12 +654,23 @@ class Client:
         ``priority`` (``high``, ``normal``, ``low``) picks the stream workers take it from. With
         your own ``execution_id`` the call is idempotent: while a job with that id is queued,
         delayed, running or finished less than ``dedup_window_s`` ago (default: the
-        ``dedup_window_s`` setting, 24 h), nothing is added and ``created`` is False. Raises
-        InvalidJob naming the bad field (task, queue, payload, delay_s, priority, …).
+        ``dedup_window_s`` setting, 24 h), nothing is added and ``created`` is False.
+        With ``debounce_key`` and ``debounce`` (a duration up to a day), the calls with that key
+        on that queue collapse: one job runs, with the last call's payload and options,
+        ``debounce`` after the last call; ``created`` is True for the call that opened the
+        window, and every call gets the window's execution id (docs/debounce.md). Raises
+        InvalidJob naming the bad field (task, queue, payload, delay_s, priority, debounce, …).
         """
-        job_id = execution_id or new_execution_id()
-        # Every limit lives in partition 0, where a job holding one runs: placed there at once.
-        store = (await self._partitions()).queues[0] if limits else await self._queues(job_id)
+        if isinstance(debounce_key, str):  # every call of a key in its partition, its job too
+            parts = await self._partitions()
+            partition = partition_of(debounce_key, parts.count)
+            store = parts.queues[partition]
+            job_id = new_execution_id(partition, parts.count)
+        else:  # (a key that is not one: the store refuses it, naming it)
+            job_id = execution_id or new_execution_id()
+            # Every limit lives in partition 0, where a job holding one runs: placed there at
+            # once (a debounced one is forwarded there when a worker reads it).
+            store = (await self._partitions()).queues[0] if limits else await self._queues(job_id)
         return await store.enqueue(
             task,
             payload,
@@ -666,6 +683,8 @@ class Client:
             priority=priority,
             dedup_window_s=dedup_window_s,
             limits=limits,
+            debounce_key=debounce_key,
+            debounce=debounce,
         )
 
     # --- limits ------------------------------------------------------------------------------

@@ -232,6 +232,8 @@ class SyncClient:
         priority: Priority = "normal",
         dedup_window_s: float | None = None,
         limits: Sequence[Limit] = (),
+        debounce_key: str | None = None,
+        debounce: float | str | timedelta | None = None,
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -246,6 +248,8 @@ class SyncClient:
             priority=priority,
             dedup_window_s=dedup_window_s,
             limits=limits,
+            debounce_key=debounce_key,
+            debounce=debounce,
         )
 
     def set_limit(

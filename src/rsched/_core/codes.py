@@ -38,6 +38,8 @@ class Code(IntEnum):
     QUEUED = 6  # enqueue: the job is on the queue stream (the reply carries its entry id)
     DELAYED = 7  # enqueue: the job waits in the delayed set (the reply carries its due time)
     LIMITED = 8  # acquire: the job waits on a limit key (moved out of its stream)
+    # Merged into an open debounce window: no job of its own, the window's job is due later.
+    DEBOUNCED = 9
     # Nothing written.
     NOT_LEADER = -1  # the lease is not the caller's (another scheduler holds it, or none does)
     NOT_FOUND = -2  # the schedule does not exist

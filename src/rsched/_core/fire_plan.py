@@ -20,12 +20,13 @@ queues two runs of a non-``allow`` schedule at once.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import NamedTuple, get_args
 
 from rsched._core.job import JobOptions
 from rsched._core.keys import stream_name
-from rsched._core.rules import NAME_RE, Priority, check_priority
+from rsched._core.rules import NAME_RE, Priority, check_debounce, check_priority
 from rsched._core.schedule import Overlap
 from rsched._core.timing import Timing
 
@@ -50,6 +51,7 @@ class FireSpec:
     priority: Priority = (
         "normal"  # picks the queue's stream of that level (rsched._core.keys.queue)
     )
+    debounce_ms: int | None = None  # None: fired jobs go straight to the stream
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> FireSpec:
@@ -65,17 +67,19 @@ class FireSpec:
             get("opts"),
             get("buffer_limit"),
             get("priority"),
+            get("debounce"),
         )
 
     def arg(self) -> str:
         """The spec as fire.lua reads it (its "policy"):
-        "<overlap> <queue> <max_runs> <buffer_limit> <opts>". The queue part names the stream of
-        the schedule's priority level (``q`` or ``q#high``): fire.lua appends it to the streams'
-        key prefix, so a priority costs a fire nothing."""
+        "<overlap> <queue> <max_runs> <buffer_limit> <debounce ms> <opts>". The queue part names
+        the stream of the schedule's priority level (``q`` or ``q#high``): fire.lua appends it
+        to the streams' key prefix, so a priority costs a fire nothing."""
         max_runs = "" if self.max_runs is None else self.max_runs
         limit = "" if self.buffer_limit is None else self.buffer_limit
+        debounce = "" if self.debounce_ms is None else self.debounce_ms
         queue = stream_name(self.queue, self.priority)
-        return f"{self.overlap} {queue} {max_runs} {limit} {self.opts}"
+        return f"{self.overlap} {queue} {max_runs} {limit} {debounce} {self.opts}"
 
 
 DEFAULT_FIRE_SPEC = FireSpec()
@@ -89,6 +93,7 @@ def _fire_spec(
     opts: str | None,
     buffer_limit: str | None = None,
     priority: str | None = None,
+    debounce: str | None = None,
 ) -> FireSpec:
     overlap = "skip" if overlap is None else overlap
     queue = "default" if queue is None else queue
@@ -105,6 +110,13 @@ def _fire_spec(
         raise ValueError(f"buffer_limit must be a whole number, not {buffer_limit!r}")
     JobOptions.parse(opts)  # MalformedJob, a ValueError naming the option
     level = check_priority("normal" if priority is None else priority)
+    debounce_ms = None
+    if debounce is not None:
+        # Rounded as lua/includes/hash_plan.lua rounds it (trigger and backfill read the hash).
+        try:
+            debounce_ms = math.floor(check_debounce(debounce) * 1000 + 0.5)
+        except ValueError as exc:
+            raise ValueError(f"debounce is not one rsched writes: {exc}") from None
     return FireSpec(
         overlap,
         queue,
@@ -112,6 +124,7 @@ def _fire_spec(
         opts,
         None if buffer_limit is None else int(buffer_limit),
         level,
+        debounce_ms,
     )
 
 
@@ -141,7 +154,7 @@ class FireItem(NamedTuple):
 PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
-    "buffer_limit", "priority",
+    "buffer_limit", "priority", "debounce",
 )  # fmt: skip
 
 

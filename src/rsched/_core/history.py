@@ -188,7 +188,7 @@ _CODES = {
 _OCCURRENCE_FIELDS = {
     "f": ("origin", "missed"),
     "b": ("policy", "origin", "missed"),
-    "s": ("reason", "policy", "origin", "missed"),
+    "s": ("reason", "policy", "origin", "missed", "into"),
     "x": ("cancelled", "origin", "missed"),
 }
 #: The codes of run outcomes, and the fields of their tokens after the delta.
@@ -197,7 +197,7 @@ _OUTCOME_FIELDS = (
     "duration_ms", "attempt", "retry_in_ms", "reason", "error_type", "error", "deliveries", "by",
 )  # fmt: skip
 _NUMBERS = frozenset(("missed", "attempt", "retry_in_ms", "deliveries"))
-_EXEC_FIELDS = frozenset(("cancelled", "after", "by"))
+_EXEC_FIELDS = frozenset(("cancelled", "after", "by", "into"))
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _VALUE = {c: i for i, c in enumerate(_DIGITS)}
 

@@ -130,7 +130,9 @@ def retry_delay_s(opts: JobOptions, attempt: int, rng: random.Random | None = No
 class Enqueued:
     """What ``enqueue`` did: the job's execution id, and whether this call added it
     (``created=False``: a job with that execution id was already queued, delayed, running or
-    finished inside the dedup window, and nothing was added)."""
+    finished inside the dedup window, and nothing was added). With a debounce key, the window's
+    job: ``created`` is True for the call that opened the window and False for a call that
+    joined it (the job then has that call's payload and options, and falls due later)."""
 
     execution_id: str
     created: bool

@@ -180,6 +180,14 @@ class Keys:
         alive while the job waits or runs and ``dedup_window_s`` after it finished."""
         return f"{self.tag}:dedup:{execution_id}"
 
+    def debounce(self, queue: str, key: str) -> str:
+        """STRING with a TTL: the open debounce window of ``enqueue(..., debounce_key=key)`` on
+        ``queue``, as the member its job is in :meth:`delayed_queue` (the job's fields as a JSON
+        list). The window is open while that member is there; the key lives until the job is
+        due and 5 minutes more. '#' is no character of a queue name, so ``a:b`` + ``c`` and
+        ``a`` + ``b:c`` never share a key."""
+        return f"{self.tag}:debounce:{queue}#{key}"
+
     def dead(self, name: str) -> str:
         """STREAM of dead letters of one queue."""
         return f"{self.tag}:dead:{name}"

@@ -52,6 +52,9 @@ PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 #: How long an ``enqueue`` with an ``execution_id`` keeps that id taken after the job finished.
 DEFAULT_DEDUP_WINDOW_S = 86_400.0
 DEDUP_WINDOW_MAX_S = 366 * 86_400.0
+#: The longest ``debounce`` (an enqueue's or a schedule's): a window that stays open longer is a
+#: delay, not a debounce, and its key must not live for ever.
+DEBOUNCE_MAX_S = 86_400.0
 
 
 # An execution id as a reader gives it: a schedule's is "<schedule id>@<ms>", an enqueued
@@ -99,6 +102,18 @@ def check_dedup_window(value: object) -> float:
             f"got {value!r}"
         )
     return float(value)
+
+
+def check_debounce(value: object) -> float:
+    """A ``debounce``: how long after the last call of a burst (or the last occurrence of a
+    schedule's pile-up) its one job runs; a duration (:func:`parse_duration_s`), more than 0
+    and at most a day."""
+    seconds = parse_duration_s(value)
+    if seconds > DEBOUNCE_MAX_S:
+        raise ValueError(f"{seconds:g} s is longer than a day, the longest debounce (1d)")
+    if seconds < 0.001:
+        raise ValueError(f"{seconds:g} s is shorter than 1ms, the shortest debounce")
+    return seconds
 
 
 def check_prefix(prefix: str) -> str:

@@ -46,6 +46,7 @@ from rsched._core.rules import (
     MAX_PAYLOAD_BYTES,
     Priority,
     check_buffer_limit,
+    check_debounce,
     check_name,
     check_option,
     check_pause_note,
@@ -67,7 +68,7 @@ _reading_stored: ContextVar[bool] = ContextVar("rsched_reading_stored", default=
 
 #: Fields given in seconds; each also takes text ("90s", "5m", "1h30m") or a timedelta.
 DURATION_FIELDS = frozenset(
-    {"every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s"}
+    {"every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s", "debounce"}
 )
 #: A limit's own problem in the message of ``limits``: ``limits[1].rate: <message>``.
 _LIMIT_PART = re.compile(r"^(limits\[\d+\](?:\.\w+)?|limits): (.*)$", re.DOTALL)
@@ -108,10 +109,13 @@ class Schedule(BaseModel):
     Exactly one of ``cron``, ``every`` and ``at`` must be given. Naive datetimes are read in
     ``timezone``, which is stored in its canonical spelling (``europe/rome`` -> ``Europe/Rome``,
     ``US/Eastern`` -> ``America/New_York``; abbreviations such as ``EST`` are refused). The
-    durations (``every``, ``retry_base_s``, ``retry_max_s``, ``timeout_s``, ``misfire_grace_s``)
-    take seconds, text such as ``"90s"``, ``"5m"``, ``"1h30m"`` or a timedelta, and are kept as
-    seconds. The state fields (``generation`` … ``completed``) are filled in by rsched and
-    ignored on write. Raises :class:`InvalidSchedule` naming each bad field.
+    durations (``every``, ``retry_base_s``, ``retry_max_s``, ``timeout_s``, ``misfire_grace_s``,
+    ``debounce``) take seconds, text such as ``"90s"``, ``"5m"``, ``"1h30m"`` or a timedelta, and
+    are kept as seconds. With a ``debounce`` (up to a day), occurrences that pile up (a catch-up,
+    a backfill, triggers in a row) collapse into one job that runs ``debounce`` after the last
+    of them, and every run starts that much after its occurrence (docs/debounce.md). The state
+    fields (``generation`` … ``completed``) are filled in by rsched and ignored on write. Raises
+    :class:`InvalidSchedule` naming each bad field.
     """
 
     model_config = ConfigDict(extra="forbid", validate_default=False, arbitrary_types_allowed=True)
@@ -144,6 +148,7 @@ class Schedule(BaseModel):
     misfire_grace_s: float = Field(
         default=60.0, ge=0, allow_inf_nan=False, json_schema_extra=_duration_schema
     )
+    debounce: float | None = Field(default=None, json_schema_extra=_duration_schema)
 
     limits: Annotated[
         tuple[Limit, ...],
@@ -237,8 +242,10 @@ class Schedule(BaseModel):
     @field_validator(*sorted(DURATION_FIELDS), mode="before")
     @classmethod
     def _duration(cls, v: Any, info: ValidationInfo) -> Any:
-        if v is None and info.field_name == "every":
+        if v is None and info.field_name in ("every", "debounce"):
             return None
+        if info.field_name == "debounce":
+            return check_debounce(v)
         # A grace of 0 is a choice (every late occurrence is a misfire); no other one may be 0.
         seconds = parse_duration_s(v, allow_zero=info.field_name == "misfire_grace_s")
         if info.field_name == "every" and seconds < MIN_EVERY_S:

@@ -37,7 +37,7 @@ CONFIRMED = frozenset(
     {
         # client
         "upsert", "upsert_many", "remove", "pause", "resume", "trigger", "backfill",
-        "enqueue", "requeue", "cancel", "limit_set", "limit_cancel",
+        "enqueue", "debounce", "requeue", "cancel", "limit_set", "limit_cancel",
         # scheduler
         "fire",
         # worker

@@ -198,6 +198,7 @@ class FireRound:
             fired=counts.get(Code.FIRED, 0),
             skipped=counts.get(Code.SKIPPED, 0),
             buffered=counts.get(Code.BUFFERED, 0),
+            debounced=counts.get(Code.DEBOUNCED, 0),
             misfire_skipped=counts.get(Code.MISFIRE_SKIPPED, 0),
             stale=counts.get(Code.STALE, 0),
             late_ms=late_ms,

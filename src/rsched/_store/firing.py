@@ -108,7 +108,7 @@ class FiringStore(scripts.ScriptCaller):
         keys = [k.leader, k.schedules, k.backlogs, k.runs]
         args = [
             lease, str(self.history_limit), k.cancel,
-            k.schedule(""), k.history(""), k.pending(""), k.queue(""),
+            k.schedule(""), k.history(""), k.pending(""), k.queue(""), k.delayed_queue(""),
         ]  # fmt: skip
         # Each distinct spec once, and a header only where it differs from the item before:
         # a batch's items mostly share their times and spec.
@@ -133,6 +133,7 @@ class FiringStore(scripts.ScriptCaller):
         if self.declare_keys:
             # Every key declared, so that a migration of the slot holds the call back whole.
             keys += (k.queue(spec.queue, spec.priority) for spec in positions)
+            keys += (k.delayed_queue(spec.queue) for spec in positions if spec.debounce_ms)
             for item in items:
                 sid = item.schedule_id
                 keys += (k.schedule(sid), k.history(sid), k.pending(sid))

@@ -25,11 +25,13 @@ from rsched._core.errors import InvalidArgument, InvalidJob
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, Enqueued, JobOptions
 from rsched._core.keys import GROUP, Keys
 from rsched._core.limits import JobLimit, Limit, coerce_limits, fill_all, with_limits
+from rsched._core.partitions import job_partition
 from rsched._core.rules import (
     DEFAULT_DEDUP_WINDOW_S,
     DEFAULT_MAX_PAYLOAD_BYTES,
     PRIORITIES,
     Priority,
+    check_debounce,
     check_dedup_window,
     check_name,
     check_priority,
@@ -37,6 +39,7 @@ from rsched._core.rules import (
     parse_duration_s,
 )
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
+from rsched._core.words import words
 from rsched._redis.cluster import is_cluster
 from rsched._redis.durability import Durability
 from rsched._store.alerts import EventLog
@@ -108,6 +111,8 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
         dedup_window_s: float | None = None,
         job_id: str | None = None,
         limits: Sequence[Limit] = (),
+        debounce_key: str | None = None,
+        debounce: float | str | timedelta | None = None,
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
 
@@ -118,10 +123,15 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
         the existing job (``created=False``). Without one the job gets ``job_id`` (a caller
         that must know the job's partition makes it with new_execution_id) or a new random
         id, and skips that check.
+
+        With a ``debounce_key`` and a ``debounce`` (a duration, at most a day) the calls with
+        that key on this queue collapse into one job while its window is open (see
+        :meth:`_debounced`); ``created`` then says whether this call opened the window.
         """
         _job_field("task", check_name, task, "task name")
         _job_field("queue", check_name, queue, "queue name")
         level = _job_field("priority", check_priority, priority)
+        own_id = execution_id is not None
         dedup_ms: int | None = None
         if execution_id is None:
             execution_id = job_id or new_execution_id()
@@ -145,6 +155,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
         delay = _job_field("delay_s", functools.partial(parse_duration_s, allow_zero=True), delay_s)
         if delay > 10 * 365 * 86400:
             raise InvalidJob("delay_s", f"at most 10 years, got {delay:g} s")
+        debounce_ms = _debounce_ms(debounce_key, debounce, own_id, delay)
         fields = [
             "execution_id", execution_id,
             "task", task,
@@ -155,6 +166,9 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
         ]  # fmt: skip
         if level != "normal":
             fields += ["priority", level]  # a retry or a requeue keeps it (lua/promote.lua)
+        if debounce_ms is not None:
+            assert debounce_key is not None  # checked with debounce_ms
+            return await self._debounced(queue, debounce_key, debounce_ms, fields)
         k = self.keys
         keys = [k.queue(queue, level), k.delayed_queue(queue), k.queues]
         if dedup_ms is not None:
@@ -170,6 +184,22 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
             return Enqueued(execution_id, created=False)
         check(res, script="enqueue", queue=queue)
         return Enqueued(execution_id, created=True)
+
+    async def _debounced(
+        self, queue: str, key: str, debounce_ms: int, fields: list[str]
+    ) -> Enqueued:
+        """Open the debounce window of ``key`` on ``queue`` with a job due in ``debounce_ms``,
+        or move the open window's job to these fields and that due time (lua/debounce.lua).
+        ``fields`` start with the execution id a new window's job takes."""
+        k = self.keys
+        op_key, op_id = k.new_op()
+        res = await self.call(
+            "debounce",
+            [k.delayed_queue(queue), k.queues, op_key, k.debounce(queue, key)],
+            [queue, debounce_ms, op_id, fields[1], *fields[2:]],
+        )
+        code = check(res, script="debounce", queue=queue)
+        return Enqueued(str(res[2]), created=code == Code.DELAYED)
 
     async def queue_names(self) -> list[str]:
         return sorted(str(q) for q in await self.redis.smembers(self.keys.queues))
@@ -280,9 +310,54 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
         return forgotten
 
 
-def new_execution_id() -> str:
-    """A random execution id for an enqueued job given none."""
-    return f"job-{uuid.uuid4().hex}"
+def new_execution_id(partition: int = 0, partitions: int = 1) -> str:
+    """A random execution id for an enqueued job given none; with ``partitions`` > 1, one whose
+    job is in ``partition`` (drawn again until it is: N draws on average, a few µs each)."""
+    while True:
+        execution_id = f"job-{uuid.uuid4().hex}"
+        if partitions == 1 or job_partition(execution_id, partitions) == partition:
+            return execution_id
+
+
+def _debounce_ms(
+    key: str | None,
+    debounce: float | str | timedelta | None,
+    own_id: bool,
+    delay_s: float,
+) -> int | None:
+    """The debounce of an enqueue in ms (None: not debounced), its arguments checked together;
+    raises InvalidJob naming the field and the fix."""
+    if key is None and debounce is None:
+        return None
+    w = words()
+    if key is None:
+        raise InvalidJob(
+            "debounce_key",
+            f"give the key of the calls to collapse with {w.job_field('debounce')}, "
+            "e.g. 'reindex:42'",
+        )
+    if debounce is None:
+        raise InvalidJob(
+            "debounce",
+            f"give how long after the last call the job runs with {w.job_field('debounce_key')}, "
+            "e.g. 2s",
+        )
+    _job_field("debounce_key", check_name, key, "debounce key")
+    seconds = _job_field("debounce", check_debounce, debounce)
+    if own_id:
+        raise InvalidJob(
+            "execution_id",
+            f"a debounced job takes its window's execution id: leave "
+            f"{w.job_field('execution_id')} out ({w.job_field('debounce_key')} collapses the "
+            f"calls), or drop {w.job_field('debounce')} to enqueue with your own id",
+        )
+    if delay_s:
+        raise InvalidJob(
+            "delay_s",
+            f"a debounced job runs {w.job_field('debounce')} after the last call: leave "
+            f"{w.job_field('delay_s')} out and give the wait as {w.job_field('debounce')}",
+        )
+    return max(1, round(seconds * 1000))
 
 
 def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:

@@ -406,9 +406,10 @@ class ScheduleStore(scripts.ScriptCaller):
         check(res, script="resume", schedule_id=schedule_id)
 
     async def trigger(self, schedule_id: str, queue: str | None = None) -> tuple[Code, str]:
-        """Run one extra occurrence now; returns (code, execution id): FIRED, SKIPPED or BUFFERED.
+        """Run one extra occurrence now; returns (code, execution id): FIRED, SKIPPED, BUFFERED or
+        DEBOUNCED (merged into the open debounce window, whose execution id it returns).
         ``queue`` is the schedule's (read from its hash when not given); the job goes to the
-        stream of the schedule's priority."""
+        stream of the schedule's priority (to the queue's delayed set first with a debounce)."""
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
@@ -432,6 +433,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.parked_of(schedule_id),
                 k.parked,
                 k.runs,
+                k.delayed_queue(queue),
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
         )
@@ -440,8 +442,8 @@ class ScheduleStore(scripts.ScriptCaller):
 
     async def backfill(self, schedule: Schedule, times: Sequence[int]) -> list[Code]:
         """Fire past occurrences of the schedule as of its ``generation``; a code per time
-        (FIRED, BUFFERED to run after the schedule's unfinished run, or STALE when fired
-        before). Raises ScheduleNotFound,
+        (FIRED, BUFFERED to run after the schedule's unfinished run, DEBOUNCED merged into its
+        debounce window, or STALE when fired before). Raises ScheduleNotFound,
         Conflict when the generation moved, InvalidArgument (``end``) for a time in the future
         by Redis TIME."""
         k, sid = self.keys, schedule.id
@@ -456,6 +458,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.backfilled(sid),
                 op_key,
                 k.backlogs,
+                k.delayed_queue(schedule.queue),
             ],
             [sid, schedule.generation, self.history_limit, k.cancel, op_id, *times],
         )

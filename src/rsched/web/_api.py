@@ -82,6 +82,16 @@ class JobRequest(BaseModel):
         description="flow-control limits the job holds while it runs (docs/limits.md)",
         json_schema_extra={"items": _LIMIT_SCHEMA},
     )
+    debounce_key: str | None = Field(
+        default=None,
+        description="collapse the requests with this key (on this queue) into one job, with the "
+        "last one's payload and options; give debounce too",
+    )
+    debounce: float | str | None = Field(
+        default=None,
+        description="run that job this long after the last request of the burst: seconds, or "
+        "text such as 500ms, 2s, 5m (at most 1d)",
+    )
 
 
 class PauseRequest(BaseModel):
@@ -225,7 +235,9 @@ async def trigger_schedule(sdk: SdkDep, schedule_id: str) -> dict[str, str]:
 async def backfill_schedule(sdk: SdkDep, schedule_id: str, body: BackfillRequest) -> dict[str, Any]:
     """Fire each occurrence of a past range at most once (at most 1000 per call)."""
     result = await sdk.backfill(schedule_id, body.start, body.end)
-    counts = {k: result.count(k) for k in ("fired", "skipped", "buffered", "already_fired")}
+    counts = {
+        k: result.count(k) for k in ("fired", "skipped", "buffered", "debounced", "already_fired")
+    }
     return {"counts": counts, "outcomes": result.outcomes}
 
 
@@ -335,7 +347,9 @@ async def purge_dead_letters(sdk: SdkDep, queue: str, body: Selection) -> dict[s
 async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict[str, Any]:
     """Enqueue a one-off job outside any schedule: 201 with its execution id, or 200 when a job
     with the given ``execution_id`` already exists (queued, delayed, running or finished inside
-    the dedup window: nothing was added)."""
+    the dedup window: nothing was added). With ``debounce_key`` and ``debounce``: 201 when the
+    request opened a debounce window (``created`` true), 200 when it joined the open one, whose
+    job now has this request's payload and runs ``debounce`` after it (docs/debounce.md)."""
     try:
         job = JobRequest.model_validate(await json_object(request))
     except ValidationError as exc:
@@ -353,6 +367,8 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
         priority=job.priority,
         dedup_window_s=job.dedup_window_s,
         limits=_job_limits(job.limits),
+        debounce_key=job.debounce_key,
+        debounce=job.debounce,
     )
     if not done.created:
         response.status_code = 200

@@ -382,7 +382,8 @@ async def _backfill(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
             raise InvalidArgument(name, f"{text!r} is not a time; e.g. 2026-05-01T09:30") from None
     result = await sdk.backfill(sid, ends[0], ends[1])
     counts = ", ".join(
-        f"{result.count(k)} {k}" for k in ("fired", "skipped", "buffered", "already_fired")
+        f"{result.count(k)} {k}"
+        for k in ("fired", "skipped", "buffered", "debounced", "already_fired")
     )
     return f"backfilled {len(result.outcomes)} occurrence(s): {counts}"
 
