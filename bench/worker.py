@@ -13,6 +13,8 @@
    how long after the fire (``fired_at``, Redis TIME in the fire script, ms) and after the
    occurrence's scheduled time it started. p50/p99/max are printed.
 
+``--fairness`` queues 10,000 jobs of one key ahead of 100 keys with 10 jobs each (every key
+one at a time) and measures how soon after the first start every small key's first job starts.
 ``--limits`` runs the no-op jobs without limits and then under limits (a concurrency of 1 on
 each of 1,000 keys, the jobs' keys in turn, and one rate over all), in turns, ``--repeat`` times.
 
@@ -63,6 +65,16 @@ _client: Redis | None = None
 # one rate over every job, high enough never to hold a job back (its bookkeeping is measured).
 limited = rsched.Worker(queues=["bench"])
 LIMIT_KEYS = 1_000
+
+
+@limited.task("bench.fair", limits=[rsched.Limit("tenant:{k}", concurrency=1)])
+async def fair(job: rsched.Job) -> None:
+    """Notes when each job of a key starts (``--fairness``), then takes 10 ms."""
+    global _client
+    if _client is None:
+        _client = Redis.from_url(os.environ["RSCHED_REDIS_URL"], decode_responses=True)
+    await _client.rpush(_lat_key(os.environ["RSCHED_PREFIX"]), f"{job.payload['k']},{time.time()}")
+    await anyio.sleep(0.01)
 
 
 @limited.task(
@@ -265,6 +277,50 @@ async def throughput(
         await redis.aclose()
 
 
+async def fairness(server: BenchServer, big: int, small_keys: int, each: int) -> dict[str, Any]:
+    """One key with ``big`` jobs queued ahead of ``small_keys`` keys with ``each`` jobs, every
+    key one at a time (a concurrency of 1): how long after the first start every small key's
+    first job started, and how many of the big key's ran before."""
+    prefix = f"bf{uuid.uuid4().hex[:8]}"
+    stream = Keys(prefix).queue("bench")
+    redis = Redis.from_url(server.url, decode_responses=True)
+    payloads = ["big"] * big + [f"s{i}" for i in range(small_keys) for _ in range(each)]
+    now = str(int(time.time() * 1000))
+    try:
+        for start in range(0, len(payloads), 5000):
+            async with redis.pipeline(transaction=False) as pipe:
+                for k in payloads[start : start + 5000]:
+                    pipe.xadd(stream, {"execution_id": f"job-{uuid.uuid4().hex}",
+                                       "task": "bench.fair", "payload": f'{{"k":"{k}"}}',
+                                       "attempt": "1", "origin": "enqueue", "scheduled_at": now,
+                                       "fired_at": now})  # fmt: skip
+                await pipe.execute()
+        proc = _spawn_worker(server.url, prefix, 100, "warning", app="bench.worker:limited")
+        try:
+            first: dict[str, float] = {}
+            order: list[str] = []
+            deadline = time.monotonic() + 120
+            while len(first) < small_keys + 1 and time.monotonic() < deadline:
+                popped: Any = await redis.lpop(_lat_key(prefix), 1000)
+                for raw in popped or []:
+                    key, at = str(raw).split(",")
+                    first.setdefault(key, float(at))
+                    order.append(key)
+                await anyio.sleep(0.02)
+        finally:
+            _stop(proc)
+        t0 = min(first.values())
+        last = max(order.index(k) for k in first if k != "big")  # the last small key's first
+        return {
+            "big_key_jobs": big,
+            "small_keys": f"{small_keys} x {each}",
+            "all_small_started_s": round(first[order[last]] - t0, 3),
+            "big_runs_before": order[:last].count("big"),
+        }
+    finally:
+        await redis.aclose()
+
+
 async def fire_to_start(server: BenchServer, seconds: float, schedules: int) -> dict[str, Any]:
     prefix = f"bl{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
@@ -352,6 +408,11 @@ async def _main(args: argparse.Namespace) -> None:
         if args.priorities:
             await _priorities(server, args)
             return
+        if args.fairness:
+            for _ in range(args.repeat):
+                row = await fairness(server, 10_000, 100, 10)
+                print(_table([row], list(row)), flush=True)
+            return
         if args.limits:
             for _ in range(args.repeat):  # in turns: without, then with limits
                 for with_limits in (False, True):
@@ -405,7 +466,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--limits", action="store_true", help="only throughput, without and with limits, in turns"
     )
-    parser.add_argument("--repeat", type=int, default=1, help="--scheduled, --limits: runs")
+    parser.add_argument(
+        "--fairness",
+        action="store_true",
+        help="only: a key with 10,000 jobs ahead of 100 keys with 10, how soon each starts",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="--scheduled, --limits, --fairness: runs"
+    )
     args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
     if args.quick:
         args.jobs, args.seconds = min(args.jobs, 10_000), min(args.seconds, 8.0)

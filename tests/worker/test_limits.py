@@ -119,23 +119,28 @@ async def test_rate_limit_caps_starts_in_any_window(redis: Redis, settings: Sett
 async def test_fair_between_keys_a_big_backlog_does_not_delay_small_keys(
     redis: Redis, settings: Settings
 ) -> None:
-    worker = rsched.Worker(settings=fast_settings(settings, concurrency=10))
-    first: dict[str, float] = {}
+    # One key with 10,000 jobs queued ahead of 100 keys with 10 each: every small key's first
+    # job starts while the big key has run only a few of its own (its backlog waits aside, it
+    # does not hold the stream). Judged by order, not by the clock: bench/worker.py --fairness
+    # measures how soon.
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=20))
+    starts: list[str] = []
 
     @worker.task("t", limits=[rsched.Limit("tenant:{t}", concurrency=1)])
     async def t(job: rsched.Job) -> None:
-        first.setdefault(job.payload["t"], time.monotonic())
-        await anyio.sleep(0.01)
+        starts.append(job.payload["t"])
+        await anyio.sleep(0.05)
 
     store = store_for(redis, settings)
-    payloads = [{"t": "big"}] * 2000 + [{"t": f"s{i}"} for i in range(20) for _ in range(3)]
-    for p in payloads:
-        await store.enqueue("t", p)
+    payloads = [{"t": "big"}] * 10_000 + [{"t": f"s{i}"} for i in range(100) for _ in range(10)]
+    for start in range(0, len(payloads), 50):
+        async with anyio.create_task_group() as tg:
+            for p in payloads[start : start + 50]:
+                tg.start_soon(store.enqueue, "t", p)
     async with running(worker, redis):
-        start = time.monotonic()
-        await eventually(lambda: len(first) == 21)
-        took = max(first.values()) - start
-    assert took < 5, took
+        await eventually(lambda: len(set(starts)) == 101)
+        big_before = starts.index(max(set(starts) - {"big"}, key=starts.index))
+    assert starts[:big_before].count("big") <= 100, starts[:big_before].count("big")
 
 
 @pytest.mark.parametrize("outcome", ["fail", "retry", "cancel_none"])
