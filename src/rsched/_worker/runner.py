@@ -400,4 +400,6 @@ def _log_end(log_at: Callable[..., None], job: Job, outcome: str, **fields: Any)
 def _keys(job: Job) -> tuple[tuple[str, str], ...]:
     """The limits a job holds, (key, template) each: released by the script that records its
     outcome (the template names the metrics' count)."""
+    if not job.limits:  # most jobs: no tuple built on the hot path
+        return ()
     return tuple((lim.key, lim.template) for lim in job.limits)
