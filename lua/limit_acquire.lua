@@ -16,7 +16,7 @@ KEYS[1]..KEYS[11] the limits' keys (rsched._core.keys.Keys.limits; lua/includes/
 KEYS[12..]        the streams the items were read from ({p}:queue:<queue>[#level], partition 0)
 ARGV[1] group   ARGV[2] hold ms (a hold lapses this long after its grant or last renewal)
 ARGV[3] items   JSON array of [stream (index into KEYS from 12 = 1), entry id, execution id,
-                order ('' = a job not parked before: its level and now), limits
+                order ('' = a job not parked before: its level and entry id), limits
                 [[template, key, concurrency|null, rate count, rate ms], …] ]
 
 Returns a JSON array of the items that may not run, each [item index (1-based), code, key]:
@@ -45,9 +45,13 @@ local RANK = {high = '0', low = '2'}
 local now = now_ms()
 local cache = {}
 
-local function order_of(stream, given)
+-- A job's place among a key's waiting jobs: its level, then when it entered its stream (its
+-- entry id: ms and sequence), so that jobs of one millisecond keep their order.
+local function order_of(stream, given, id)
   if given ~= '' then return given end
-  return (RANK[string.match(stream, '#(%a+)$') or ''] or '1') .. string.format('%013d', now)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return (RANK[string.match(stream, '#(%a+)$') or ''] or '1')
+         .. string.format('%013d%06d', tonumber(ms) or now, tonumber(seq) or 0)
 end
 
 -- The entry's fields, its order field set (a job parked again keeps its place).
@@ -95,7 +99,7 @@ limit_purge(L, now)
 local out = {}
 for i, it in ipairs(items) do
   local stream = KEYS[11 + tonumber(it[1])]
-  local code, key = acquire(stream, it[2], it[3], order_of(stream, it[4]), it[5])
+  local code, key = acquire(stream, it[2], it[3], order_of(stream, it[4], it[2]), it[5])
   if code ~= OK then out[#out + 1] = {i, code, key} end
 end
 if #out == 0 then return '[]' end

@@ -13,7 +13,9 @@ Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUF
 schedule's open debounce window (the execution id is the window's);
 {NOT_FOUND=-2} | {COMPLETED=-4} | {WRONG_TYPE=-6} a key has the wrong type, or the hash holds
 fields rsched did not write (no task, a number field that is not a number). A re-sent call
-returns the first result (the execution id is derived from the Redis time of the first call).
+returns the first result (the execution id is derived from the Redis time of the first call,
+or the millisecond after the schedule's last run when that is later: each trigger's execution
+id is its own).
 ]]
 -- @include codes
 -- @include rcall
@@ -53,7 +55,10 @@ p.delayed = delayed
 local now = now_ms()
 local shared = {now = now, cap = cap, cancel = cancel_channel, backlogs = backlogs_key,
                 runs = runs_key}
-local sched = int_text(now)
+-- Two triggers in one millisecond (or a trigger in the millisecond of a fire) would write two
+-- jobs of one execution id: the run takes the next millisecond after the last run instead.
+local last = tonumber(rcall('HGET', hash, 'last_run'))
+local sched = int_text((last and last >= now) and last + 1 or now)
 local code, exec, run_until = fire_job(shared, hash, history, pending, stream, sid, sched,
                                        'manual', nil, f, gen, p, false)
 if code > 0 and advance(hash, sched, '', code == FIRED or code == BUFFERED, false, p, runs,

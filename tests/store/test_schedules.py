@@ -224,6 +224,16 @@ async def test_trigger_goes_through_overlap(store: ScheduleStore) -> None:
         await store.trigger("nope", "default")
 
 
+async def test_triggers_in_one_millisecond_get_their_own_execution_ids(
+    store: ScheduleStore,
+) -> None:
+    await store.save(Schedule(id="fast", task="t", every=3600, overlap="allow"))
+    ids = [(await store.trigger("fast", "default"))[1] for _ in range(30)]
+    assert len(set(ids)) == 30
+    times = [int(i.partition("@")[2]) for i in ids]
+    assert times == sorted(times)
+
+
 async def test_buffer_one_and_cancel_previous(store: ScheduleStore) -> None:
     await store.save(Schedule(id="b", task="t", every=3600, overlap="buffer_one"))
     assert (await store.trigger("b", "default"))[0] == Code.FIRED

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched._core.keys import Keys
+from rsched._core.rules import Priority
 from rsched._core.settings import Settings
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
@@ -232,3 +233,133 @@ async def test_a_waiting_job_is_found_and_cancelled(redis: Redis, settings: Sett
     assert second not in ran
     with pytest.raises(rsched.JobNotFound):
         await client.job(second)
+
+
+async def test_a_key_the_payload_cannot_fill_dead_letters_the_job(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("t", limits=[rsched.Limit("customer:{customer_id}", concurrency=1)])
+    async def t(job: rsched.Job) -> None:
+        raise AssertionError("never runs")
+
+    client = rsched.Client(redis, settings)
+    async with running(worker, redis):
+        await client.enqueue("t", {"other": 1})
+        await eventually(lambda: settled(redis, settings))
+    (letter,) = (await client.dead_letters()).items
+    assert letter.reason == "bad_limit"
+    assert "customer_id" in letter.error_message
+
+
+async def test_two_tasks_sharing_keys_in_either_order_never_deadlock(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=10))
+    peak = Peak()
+    a, b = rsched.Limit("k1", concurrency=1), rsched.Limit("k2", concurrency=1)
+
+    @worker.task("ab", limits=[a, b])
+    async def ab(job: rsched.Job) -> None:
+        await peak.run("both", 0.01)
+
+    @worker.task("ba", limits=[b, a])
+    async def ba(job: rsched.Job) -> None:
+        await peak.run("both", 0.01)
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        for i in range(40):
+            await store.enqueue("ab" if i % 2 else "ba")
+        await eventually(lambda: len(peak.starts) == 40)
+        await eventually(lambda: limits_empty(redis, settings))
+    assert peak.most["both"] == 1
+
+
+async def test_waiting_jobs_start_by_priority_then_arrival(
+    redis: Redis, settings: Settings
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    order: list[str] = []
+    gate = anyio.Event()
+
+    @worker.task("t", limits=[rsched.Limit("one", concurrency=1)])
+    async def t(job: rsched.Job) -> None:
+        order.append(job.payload["n"])
+        if job.payload["n"] == "first":
+            await gate.wait()
+
+    client = rsched.Client(redis, settings)
+    async with running(worker, redis):
+        await client.enqueue("t", {"n": "first"})
+        await eventually(lambda: order == ["first"])
+        levels: list[tuple[str, Priority]] = [
+            ("low", "low"), ("normal-1", "normal"), ("high", "high"), ("normal-2", "normal")
+        ]  # fmt: skip
+        for n, level in levels:
+            await client.enqueue("t", {"n": n}, priority=level)
+
+        async def all_wait() -> bool:
+            return sum(r.waiting for r in await client.limits()) == 4
+
+        await eventually(all_wait)
+        gate.set()
+        await eventually(lambda: len(order) == 5)
+    assert order == ["first", "high", "normal-1", "normal-2", "low"]
+
+
+async def test_a_schedule_s_limits_hold_for_its_jobs(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=10))
+    peak = Peak()
+
+    @worker.task("t")
+    async def t(job: rsched.Job) -> None:
+        await peak.run("s", 0.05)
+
+    client = rsched.Client(redis, settings)
+    await client.add(
+        rsched.Schedule(
+            id="s",
+            task="t",
+            every=3600,
+            overlap="allow",
+            payload={"r": "eu"},
+            limits=[rsched.Limit("region:{r}", concurrency=1)],
+        )
+    )
+    assert (await client.get("s")).limits == (rsched.Limit("region:{r}", concurrency=1),)
+    async with running(worker, redis):
+        for _ in range(5):
+            await client.trigger("s")
+        await eventually(lambda: len(peak.starts) == 5)
+    assert peak.most["s"] == 1
+    with pytest.raises(rsched.InvalidSchedule, match="r"):
+        await client.add(
+            rsched.Schedule(
+                id="bad", task="t", every=60, limits=[rsched.Limit("region:{r}", concurrency=1)]
+            )
+        )
+
+
+async def test_an_idle_key_keeps_nothing_in_redis(redis: Redis, settings: Settings) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    ran: list[int] = []
+
+    @worker.task("t", limits=[rsched.Limit("c:{n}", concurrency=1, rate="20/s")])
+    async def t(job: rsched.Job) -> None:
+        ran.append(job.payload["n"])
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        for n in range(5):
+            await store.enqueue("t", {"n": n})
+        await eventually(lambda: len(ran) == 5)
+        limits = Keys(settings.prefix).limits
+
+        async def nothing_kept() -> bool:
+            # Every limit key gone, but the per-template counts (at 0) of the metrics.
+            left = [k for k in limits if await redis.exists(k)]
+            return left == [limits[10]]
+
+        await eventually(nothing_kept)
