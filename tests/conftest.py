@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from rsched._core.settings import Settings
 from rsched._redis.connection import connect
 from tests.support.cluster import Cluster
+from tests.support.command import Cli
 from tests.support.processes import Proc
 from tests.support.servers import Server, env_kinds
 
@@ -148,3 +149,22 @@ def spawn() -> Iterator[Callable[..., Proc]]:
     yield start
     for proc in procs:
         proc.close()
+
+
+@pytest.fixture
+def cli(redis_url: str, prefix: str, topology: str, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Run ``rsched ARGS`` in this process against the test's deployment (cheap set-up steps
+    and reads); returns (code, out, err)."""
+    from rsched._cli.main import main
+
+    where = ["--redis-url", redis_url, "--prefix", prefix]
+    if topology == "cluster":
+        where.append("--cluster")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([*where, *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run

@@ -25,6 +25,7 @@ from rsched._cli.common import CLI_WORDS
 from rsched._cli.main import duration_s, main
 from rsched._cli.parser import build_parser
 from tests.support.cluster import sync_client
+from tests.support.command import Cli
 from tests.support.processes import Proc
 from tests.support.servers import Server
 from tests.support.worker_app import fast_env
@@ -53,27 +54,6 @@ def rsched(server: Server, redis_url: str, prefix: str, topology: str) -> Iterat
         keys = list(raw.scan_iter(match=f"{{{prefix}}}:*", count=1000))
         if keys:
             raw.delete(*keys)
-
-
-@pytest.fixture
-def cli(
-    redis_url: str, prefix: str, topology: str, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., tuple[int, str, str]]:
-    """Run ``rsched ARGS`` in this process (cheap set-up steps); returns (code, out, err)."""
-    where = ["--redis-url", redis_url, "--prefix", prefix]
-    if topology == "cluster":
-        where.append("--cluster")
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main([*where, *args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
-
-Cli = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ enqueue and on a schedule's spec, and a job waiting on a key as ``rsched job`` s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -11,23 +10,9 @@ import pytest
 
 from rsched import Settings
 from rsched._cli.main import main
+from tests.support.command import Cli
 from tests.support.waiting import eventually_blocking
 from tests.support.workers import worker_thread
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]) -> Cli:
-    """Run ``rsched ARGS`` in this process; returns (code, out, err)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(["--redis-url", redis_url, "--prefix", prefix, *args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
 
 
 def fields_of(text: str) -> dict[str, str]:

@@ -3,30 +3,14 @@ the add command takes them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 import redis as redis_sync
 
-from rsched._cli.main import main
 from rsched._core.keys import Keys
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]) -> Cli:
-    """Run ``rsched ARGS`` in this process; returns (code, out, err)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(["--redis-url", redis_url, "--prefix", prefix, *args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
+from tests.support.command import Cli
 
 
 def test_add_takes_durations_in_every_form(cli: Cli) -> None:

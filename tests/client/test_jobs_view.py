@@ -3,7 +3,7 @@ kept results, cancelling a queued, delayed or running job; the CLI commands over
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -12,28 +12,13 @@ import pytest
 from redis.asyncio import Redis
 
 import rsched
-from rsched._cli.main import main
 from rsched._core.keys import GROUP, Keys
 from rsched._core.rules import Priority
 from rsched._core.settings import Settings
+from tests.support.command import Cli
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workers import running, settled
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]) -> Cli:
-    """Run ``rsched ARGS`` (in a thread: the tests' own loop keeps running workers)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(["--redis-url", redis_url, "--prefix", prefix, *args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
 
 
 async def in_thread(cli: Cli, *args: str) -> tuple[int, str, str]:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 import anyio
 
 from rsched._core.settings import Settings
+
+#: The ``cli`` fixture (tests/conftest.py): ``cli(*args)`` runs ``rsched ARGS`` in the test's
+#: process against its deployment; (exit code, stdout, stderr).
+Cli = Callable[..., tuple[int, str, str]]
 
 
 async def cli(settings: Settings, *args: str) -> tuple[int, str, str]:
