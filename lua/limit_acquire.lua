@@ -5,7 +5,7 @@ it takes them (a hold on each, renewed by the worker's heartbeat, and a start in
 each rated key) and the worker runs it. Otherwise it waits on the first key that stops it: its
 entry is acknowledged and deleted from the stream, and the job (its fields, stream, limits and
 waiting order) is kept in the limits' jobs hash, listed under the key in the waiting set, so
-that a key at its limit never blocks the stream for other keys; a resume call (resume.lua)
+that a key at its limit never blocks the stream for other keys; a resume call (limit_resume.lua)
 puts it back on its stream holding its keys once the key lets it start. The holds are taken in
 this call only (all or none), so two jobs that share keys in any order never deadlock.
 Lapsed holds (a dead worker's) and starts out of their window are purged first.

@@ -4,7 +4,7 @@ the form a job carries (docs/limits.md).
 A limit names a key (a template such as ``customer:{customer_id}``, filled from the job's
 payload) and caps, across every worker of the deployment, how many jobs holding that key run at
 once (``concurrency``) and how many start in any sliding window of a period (``rate``). The
-numbers are enforced by the worker's scripts (lua/acquire.lua and the scripts that end a run);
+numbers are enforced by the worker's scripts (lua/limit_acquire.lua and the scripts that end a run);
 this module only checks and encodes them.
 """
 

@@ -246,7 +246,7 @@ class Reader:
             self.jobs.send_nowait(job)
 
     async def _limit(self, stream: Stream, jobs: list[Job]) -> list[Job]:
-        """Jobs that hold limits take them or wait aside (lua/acquire.lua); the others pass.
+        """Jobs that hold limits take them or wait aside (lua/limit_acquire.lua); the others pass.
         A job whose key cannot be filled from its payload is dead-lettered (bad_limit)."""
         state = self.state
         out: list[Job] = []

@@ -187,7 +187,7 @@ class Upkeep:
                 await wake.wait()
 
     async def _resume(self, queues: list[str]) -> float:
-        """Start the jobs waiting on limit keys that became ready (lua/resume.lua); returns
+        """Start the jobs waiting on limit keys that became ready (lua/limit_resume.lua); returns
         how long until a rate window opens for one (seconds; inf when none). A key whose
         waiting job is of another worker's queue stays ready for that worker: it does not
         shorten this worker's wait."""
