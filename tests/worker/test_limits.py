@@ -89,6 +89,9 @@ async def test_a_key_at_its_limit_does_not_block_another(redis: Redis, settings:
         assert by_key["k:busy"].holders == 1
         assert by_key["k:busy"].waiting == 49
         assert by_key["k:busy"].concurrency == 1
+        waiting = await rsched.Client(redis, settings).waiting("k:busy", limit=5)
+        assert [(j.state, j.limit, j.task) for j in waiting] == [("waiting", "k:busy", "t")] * 5
+        assert await rsched.Client(redis, settings).waiting("k:free") == []
         # The metrics' counts, by the declared template (never the filled key).
         assert await store.limit_counts() == {"k:{k}": (1, 49)}
         gate.set()

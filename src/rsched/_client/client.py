@@ -725,6 +725,16 @@ class Client:
         return await (await self._partitions()).queues[0].limit_rows(cursor, limit, match)
 
     @_redis_errors
+    async def waiting(self, key: str, *, limit: int = 100) -> list[JobInfo]:
+        """The jobs waiting aside on a limit key, in the order they will start (by level, then
+        arrival): at most ``limit`` (1 to 1,000). Raises InvalidArgument naming ``key`` or
+        ``limit``."""
+        _argument("key", check_key, key)
+        _argument("limit", check_page, limit)
+        found = await (await self._partitions()).queues[0].waiting_on(key, limit)
+        return [j for exec_id, rec in found if (j := job_lookup.waiting_info(exec_id, rec))]
+
+    @_redis_errors
     async def dead_letters(
         self,
         queue: str = "default",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 
@@ -98,26 +99,31 @@ async def cancel(store: QueueStore, registry: QueueStore, execution_id: str) -> 
 async def _waiting(store: QueueStore, execution_id: str) -> JobInfo | None:
     """A job waiting aside on a limit key (docs/limits.md), or None."""
     rec = await store.waiting_job(execution_id)
-    if rec is None or not isinstance(rec.get("f"), list):
+    return None if rec is None else waiting_info(execution_id, rec)
+
+
+def waiting_info(execution_id: str, rec: dict[str, Any]) -> JobInfo | None:
+    """A job waiting on a limit key, from its record in the limits' jobs hash (None: not a
+    record rsched wrote)."""
+    if not isinstance(rec.get("f"), list):
         return None
     flat = [str(v) for v in rec["f"]]
     fields = dict(zip(flat[::2], flat[1::2], strict=False))
-    stream = str(rec.get("s", ""))
-    name = stream.partition(":queue:")[2]
-    queue, _, level = name.partition("#")
+    queue, _, level = str(rec.get("s", "")).partition(":queue:")[2].partition("#")
     key = str(rec.get("k", ""))
     try:
         payload = orjson.loads(fields.get("payload", "{}"))
     except orjson.JSONDecodeError:
         payload = None
     since = rec.get("t")
+    attempt = fields.get("attempt", "1")
     return JobInfo(
         execution_id,
         "waiting",
         queue=queue or None,
         task=fields.get("task"),
         priority=level or "normal",
-        attempt=int(fields.get("attempt", "1")) if fields.get("attempt", "1").isdigit() else None,
+        attempt=int(attempt) if attempt.isdigit() else None,
         schedule_id=fields.get("schedule_id") or None,
         enqueued_at=from_ms(int(since)) if isinstance(since, int) else None,
         waiting=f"waits on limit key {key!r} until it lets another job start",

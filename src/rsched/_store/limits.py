@@ -160,6 +160,24 @@ class Limits(scripts.ScriptCaller):
             return None
         return rec if isinstance(rec, dict) else None
 
+    async def waiting_on(self, key: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """The first ``limit`` jobs waiting on a limit key, in the order they will start:
+        (execution id, record as waiting_job reads it)."""
+        lk = self.keys.limits
+        members = await self.redis.zrangebylex(lk[4], f"[{key}\0", f"({key}\1", 0, limit)
+        ids = [str(m).rsplit("\0", 1)[-1] for m in members]
+        if not ids:
+            return []
+        out = []
+        for exec_id, raw in zip(ids, await self.redis.hmget(lk[5], ids), strict=True):
+            try:
+                rec = orjson.loads(raw) if raw is not None else None
+            except orjson.JSONDecodeError:
+                rec = None
+            if isinstance(rec, dict):
+                out.append((exec_id, rec))
+        return out
+
     async def cancel_limited(self, execution_id: str) -> bool:
         """Drop a job that waits on a limit (it never runs); False when it does not wait."""
         res = await self.call("limit_cancel", self.keys.limits, [execution_id])
