@@ -1,14 +1,16 @@
 --[[ limits_read — a page of the limit keys in use and of the operators' numbers, for
-Client.limits / `rsched limits` (reads only).
+Client.limits / `rsched limits`; or one key's row, for Client.limit (reads only).
 
 A key is in use while a job holds it, waits on it, or started in its rate window. Each row has
 the numbers in force (an operator's, for the key or the longest pattern matching it, over the
 declared ones), the holders, the waiting jobs and the starts in the window ending now. The
 first page also lists the operators' numbers for keys not in use and for patterns (those the
-glob matches).
+glob matches). Given one key (ARGV[4]), the answer is that key's row alone, in use or not
+(one not in use: its numbers in force, nothing held, waiting or started), without a scan.
 
 KEYS[1]..KEYS[11] the limits' keys (rsched._core.keys.Keys.limits; lua/includes/limit_keys.lua)
 ARGV[1] cursor (HSCAN's; '0' first)   ARGV[2] rows per page (about)   ARGV[3] glob ('' = all)
+ARGV[4] one key ('' = a page; ARGV[1..3] are then not used)
 
 Returns JSON [next cursor ('0': last page), [[key, template, concurrency|null, rate count,
 rate ms, holders, waiting, starts, override object|null], …] ].
@@ -19,7 +21,7 @@ rate ms, holders, waiting, starts, override object|null], …] ].
 -- @include limit_numbers
 
 local L = limit_keys(1)
-local cursor, count, match = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local cursor, count, match, one = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] or ''
 local now = now_ms()
 local cache = {}
 
@@ -53,6 +55,8 @@ local function row(key, decl)
   if c == nil then c = cjson.null end
   return {key, tmpl or '', c, n, ms, held, waiting, starts, override_of(key)}
 end
+
+if one ~= '' then return cjson.encode({'0', {row(one, rcall('HGET', L.keys, one))}}) end
 
 local args = {'HSCAN', L.keys, cursor, 'COUNT', count}
 if match ~= '' then

@@ -12,6 +12,9 @@ import redis as redis_sync
 
 import rsched
 from rsched import Client, Schedule, ScheduleExists, ScheduleNotFound, Settings, SyncClient
+from rsched._core.rules import Priority
+from tests.support.waiting import eventually_blocking
+from tests.support.workers import worker_thread
 
 
 @pytest.fixture
@@ -126,3 +129,38 @@ def test_sync_client_limits(sync_client: SyncClient) -> None:
     assert sync_client.job(done.execution_id).state == "queued"
     with pytest.raises(rsched.InvalidJob, match="customer_id"):
         sync_client.enqueue("t", {}, limits=[rsched.Limit("customer:{customer_id}", concurrency=1)])
+
+
+def test_sync_client_waiting(sync_client: SyncClient, settings: Settings) -> None:
+    key = [rsched.Limit("k/1", concurrency=1)]
+    assert sync_client.waiting("k/1") == []
+    assert sync_client.limit("k/1") == rsched.LimitInfo("k/1", "", None, None, 0, 0, 0, None)
+    with worker_thread(settings):
+        sync_client.enqueue("web.wait", {"s": 30}, execution_id="a", limits=key)
+        eventually_blocking(lambda: sync_client.job("a").state == "running", what="a to run")
+        order: list[tuple[str, Priority]] = [("b", "low"), ("c", "normal"), ("d", "high")]
+        for job_id, priority in order:
+            sync_client.enqueue(
+                "web.wait", {"s": 30}, execution_id=job_id, limits=key, priority=priority
+            )
+        eventually_blocking(lambda: len(sync_client.waiting("k/1")) == 3, what="three to wait")
+        waiting = sync_client.waiting("k/1")
+        assert [(j.execution_id, j.state, j.limit, j.priority) for j in waiting] == [
+            ("d", "waiting", "k/1", "high"),
+            ("c", "waiting", "k/1", "normal"),
+            ("b", "waiting", "k/1", "low"),
+        ]
+        assert [j.execution_id for j in sync_client.waiting("k/1", limit=1)] == ["d"]
+        info = sync_client.limit("k/1")
+        assert (info.concurrency, info.holders, info.waiting, info.template) == (1, 1, 3, "k/1")
+        for job_id in "abcd":
+            sync_client.cancel(job_id)
+    with pytest.raises(rsched.InvalidArgument, match="key") as bad:
+        sync_client.waiting("k*")
+    assert bad.value.field == "key"
+    with pytest.raises(rsched.InvalidArgument) as bad:
+        sync_client.waiting("k", limit=0)
+    assert bad.value.field == "limit"
+    with pytest.raises(rsched.InvalidArgument) as bad:
+        sync_client.limit("a{b")
+    assert bad.value.field == "key"

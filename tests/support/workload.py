@@ -93,6 +93,8 @@ async def limits_tour(client: rsched.Client, queues: QueueStore) -> None:
     await client.set_limit("tour:*", concurrency=2)
     await client.set_limit("tour:1", rate="10/s")
     await client.limits()
+    await client.limit("tour:1")
+    await client.waiting("tour:1")
     await client.clear_limit("tour:*")
     await queues.cancel_limited("nobody")
     await queues.renew([("nobody", ["tour:1"])], 1000)

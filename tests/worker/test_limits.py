@@ -92,6 +92,8 @@ async def test_a_key_at_its_limit_does_not_block_another(redis: Redis, settings:
         waiting = await rsched.Client(redis, settings).waiting("k:busy", limit=5)
         assert [(j.state, j.limit, j.task) for j in waiting] == [("waiting", "k:busy", "t")] * 5
         assert await rsched.Client(redis, settings).waiting("k:free") == []
+        # One key's row, read without a scan, is the row the listing has.
+        assert await rsched.Client(redis, settings).limit("k:busy") == by_key["k:busy"]
         # The metrics' counts, by the declared template (never the filled key).
         assert await store.limit_counts() == {"k:{k}": (1, 49)}
         gate.set()
@@ -181,6 +183,10 @@ async def test_enqueue_limits_and_set_limit_override(redis: Redis, settings: Set
 
     client = rsched.Client(redis, settings)
     await client.set_limit("acct:*", concurrency=1)
+    # A key not in use: the numbers in force (here a pattern's override) and nothing else.
+    assert await client.limit("acct:7") == rsched.LimitInfo(
+        "acct:7", "", 1, None, 0, 0, 0, {"c": 1}
+    )
     async with running(worker, redis):
         for _ in range(6):
             await client.enqueue("t", {"a": 7}, limits=[rsched.Limit("acct:{a}", concurrency=5)])

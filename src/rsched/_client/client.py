@@ -725,9 +725,18 @@ class Client:
         return await (await self._partitions()).queues[0].limit_rows(cursor, limit, match)
 
     @_redis_errors
+    async def limit(self, key: str) -> LimitInfo:
+        """One limit key as :meth:`limits` lists it, in one read whatever the number of keys:
+        the numbers in force, the jobs holding it, the jobs waiting on it and the starts in its
+        current window (a key not in use: its numbers in force and zeros). Raises
+        InvalidArgument naming ``key``."""
+        _argument("key", check_key, key)
+        return await (await self._partitions()).queues[0].limit_row(key)
+
+    @_redis_errors
     async def waiting(self, key: str, *, limit: int = 100) -> list[JobInfo]:
         """The jobs waiting aside on a limit key, in the order they will start (by level, then
-        arrival): at most ``limit`` (1 to 1,000). Raises InvalidArgument naming ``key`` or
+        arrival): at most ``limit`` (1 to 10,000). Raises InvalidArgument naming ``key`` or
         ``limit``."""
         _argument("key", check_key, key)
         _argument("limit", check_page, limit)

@@ -268,6 +268,14 @@ class SyncClient:
         """See :meth:`rsched.Client.limits`."""
         return self._run(self._client.limits, match=match, limit=limit, cursor=cursor)
 
+    def limit(self, key: str) -> LimitInfo:
+        """See :meth:`rsched.Client.limit`."""
+        return self._run(self._client.limit, key)
+
+    def waiting(self, key: str, *, limit: int = 100) -> list[JobInfo]:
+        """See :meth:`rsched.Client.waiting`."""
+        return self._run(self._client.waiting, key, limit=limit)
+
     def dead_letters(
         self,
         queue: str = "default",

@@ -120,23 +120,17 @@ class Limits(scripts.ScriptCaller):
         """A page of the active limit keys (held, waiting or started in their window) and of the
         operator's overrides: the numbers in force, holders, waiting jobs, starts."""
         res = await self.call_read(
-            "limits_read", self.keys.limits, [cursor or "0", count, match or ""]
+            "limits_read", self.keys.limits, [cursor or "0", count, match or "", ""]
         )
         nxt, rows = orjson.loads(res)
-        items = [
-            LimitInfo(
-                key=str(r[0]),
-                template=str(r[1]),
-                concurrency=r[2] if isinstance(r[2], int) else None,
-                rate=Rate(r[3], r[4] / 1000) if r[3] and r[4] else None,
-                holders=int(r[5]),
-                waiting=int(r[6]),
-                starts=int(r[7]),
-                override=r[8] if isinstance(r[8], dict) else None,
-            )
-            for r in (rows if isinstance(rows, list) else [])
-        ]
+        items = [_limit_info(r) for r in (rows if isinstance(rows, list) else [])]
         return Page(items, None if str(nxt) == "0" else str(nxt))
+
+    async def limit_row(self, key: str) -> LimitInfo:
+        """One limit key as limit_rows reads it, in use or not (one read, no scan)."""
+        res = await self.call_read("limits_read", self.keys.limits, ["0", 1, "", key])
+        _, (row,) = orjson.loads(res)
+        return _limit_info(row)
 
     async def limit_counts(self) -> dict[str, tuple[int, int]]:
         """Per declared template: (holders, waiting jobs) of its keys (the metrics' series)."""
@@ -184,3 +178,17 @@ class Limits(scripts.ScriptCaller):
         if isinstance(res, list):
             check(int(res[0]), script="limit_cancel")
         return int(res) == Code.OK
+
+
+def _limit_info(r: list[Any]) -> LimitInfo:
+    """A row of lua/limits_read.lua."""
+    return LimitInfo(
+        key=str(r[0]),
+        template=str(r[1]),
+        concurrency=r[2] if isinstance(r[2], int) else None,
+        rate=Rate(r[3], r[4] / 1000) if r[3] and r[4] else None,
+        holders=int(r[5]),
+        waiting=int(r[6]),
+        starts=int(r[7]),
+        override=r[8] if isinstance(r[8], dict) else None,
+    )
