@@ -212,3 +212,90 @@ def test_a_schedules_limits_from_the_command_line(cli: Cli) -> None:
     assert code == 1
     assert "--limit: limit key 'c:{c}' needs the payload field 'c'" in err
     assert cli("show", "bad")[0] == 1
+
+
+def test_limit_waiting_lists_a_keys_jobs_in_the_order_they_will_start(
+    cli: Cli, settings: Settings
+) -> None:
+    limit = ["--limit", "c:{c},concurrency=1"]
+    code, out, _ = cli("limit", "waiting", "c:7")
+    assert (code, out.splitlines()) == (
+        0,
+        [
+            "limit key 'c:7': no cap in force; 0 holding it, 0 waiting",
+            "no job waits on limit key 'c:7'",
+        ],
+    )
+    assert as_json(cli("--json", "limit", "waiting", "c:7")) == []
+    with worker_thread(settings, concurrency=4):
+        assert cli("enqueue", "web.wait", "--id", "first", "--payload", '{"c": 7}', *limit)[0] == 0
+
+        def is_(job_id: str, state: str) -> bool:
+            code, out, _ = cli("--json", "job", job_id)
+            return code == 0 and orjson.loads(out)["state"] == state
+
+        eventually_blocking(lambda: is_("first", "running"), what="the first job to hold its key")
+        # Enqueued low, normal, high, normal: they start high first, then by arrival.
+        for job_id, priority in (
+            ("low", "low"),
+            ("n1", "normal"),
+            ("high", "high"),
+            ("n2", "normal"),
+        ):
+            code, _, err = cli(
+                "enqueue", "web.wait", "--id", job_id, "--payload", '{"c": 7}', *limit,
+                "--priority", priority,
+            )  # fmt: skip
+            assert code == 0, err
+            eventually_blocking(lambda j=job_id: is_(j, "waiting"), what=f"{job_id} to wait")
+
+        code, out, err = cli("limit", "waiting", "c:7")
+        assert code == 0, err
+        head, header, *rows, note = out.strip().splitlines()
+        assert head == "limit key 'c:7': concurrency 1; 1 holding it, 4 waiting"
+        assert header.split() == ["EXECUTION", "TASK", "QUEUE", "LEVEL", "ATTEMPT", "SINCE"]
+        assert [r.split()[:5] for r in rows] == [
+            [job_id, "web.wait", "default", level, "1"]
+            for job_id, level in (
+                ("high", "high"),
+                ("n1", "normal"),
+                ("n2", "normal"),
+                ("low", "low"),
+            )
+        ]
+        assert note.startswith("in the order they will start (by level: high, normal, low;")
+
+        listed = as_json(cli("--json", "limit", "waiting", "c:7", "-n", "2"))
+        assert [(j["execution_id"], j["state"], j["limit"]) for j in listed] == [
+            ("high", "waiting", "c:7"),
+            ("n1", "waiting", "c:7"),
+        ]
+        assert listed[0]["payload"] == {"c": 7}
+        assert listed[0]["priority"] == "high"
+        code, out, _ = cli("limit", "waiting", "c:7", "--limit", "1")
+        assert out.strip().splitlines()[-1].startswith("the first 1 of 4, in the order they will")
+        for job_id in ("first", "low", "n1", "high", "n2"):
+            assert cli("cancel", job_id)[0] == 0
+        assert as_json(cli("--json", "limit", "waiting", "c:7")) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["a{b"], "KEY: limit key 'a{b' holds '{'"),
+        (["customer:*"], "KEY: limit key 'customer:*' holds '*'"),
+        (["crm", "-n", "0"], "-n/--limit: give 1-10000 (a whole number), got 0"),
+        (["crm", "--limit", "x"], "-n/--limit: 'x' is not a whole number"),
+    ],
+)
+def test_limit_waiting_a_bad_key_or_count_is_a_usage_error(
+    cli: Cli, args: list[str], message: str
+) -> None:
+    code, out, err = cli("limit", "waiting", *args)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"rsched: error: {message}"), err
+    assert err.count("\n") == 1, err
+    assert "(see rsched limit waiting --help)" in err
+    code, _, err = cli("--json", "limit", "waiting", *args)
+    assert code == 2
+    assert orjson.loads(err)["message"].startswith(message)

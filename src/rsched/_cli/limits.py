@@ -1,6 +1,6 @@
-"""``rsched`` commands on flow-control limits (docs/limits.md): ``limits``, ``limit set`` and
-``limit clear``; and the ``--limit`` argument of ``enqueue``, ``add``, ``upsert`` and
-``update``."""
+"""``rsched`` commands on flow-control limits (docs/limits.md): ``limits``, ``limit waiting``,
+``limit set`` and ``limit clear``; and the ``--limit`` argument of ``enqueue``, ``add``,
+``upsert`` and ``update``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rsched._client.client import Client
 from rsched._core import humanize as fmt
 from rsched._core.errors import InvalidArgument, UsageError
 from rsched._core.limits import Limit, LimitInfo, parse_rate
+from rsched._core.schedule import to_ms
 
 #: What ``--limit`` takes, for its messages.
 LIMIT_SYNTAX = "KEY,concurrency=N and/or KEY,rate=COUNT/PERIOD"
@@ -82,12 +83,58 @@ async def cmd_limits(client: Client, args: argparse.Namespace) -> None:
     if table:
         text = fmt.table(headers, table) + (
             "\nthe numbers in force (an override over the declared ones); holders: jobs holding "
-            "the key; waiting: jobs waiting on it; starts: in its current rate window"
+            "the key; waiting: jobs waiting on it (rsched limit waiting KEY lists them); starts: "
+            "in its current rate window"
         )
     else:
         where = f" matching {args.match!r}" if args.match else ""
         text = f"no limit key in use and no override{where}"
     out(args, [r.to_dict() for r in rows], text)
+
+
+def _in_force(info: LimitInfo) -> str:
+    """``limit key 'c:7': concurrency 1, rate 100/m; 1 holding it, 2 waiting, 1 started in its
+    window``."""
+    numbers = []
+    if info.concurrency is not None:
+        numbers.append(f"concurrency {fmt.concurrency_text(info.concurrency)}")
+    if info.rate is not None:
+        numbers.append(f"rate {info.rate}")
+    counts = f"{info.holders} holding it, {info.waiting} waiting"
+    if info.rate is not None:
+        counts += f", {info.starts} started in its window"
+    return f"limit key {info.key!r}: {', '.join(numbers) or 'no cap in force'}; {counts}"
+
+
+async def cmd_limit_waiting(client: Client, args: argparse.Namespace) -> None:
+    try:
+        info = await client.limit(args.key)
+        jobs = await client.waiting(args.key, limit=args.limit)
+    except InvalidArgument as exc:  # KEY or -n/--limit: a usage error
+        raise UsageError(f"{exc} (see rsched limit waiting --help)") from None
+    now = to_ms(await client.server_time())
+    rows = [
+        (
+            j.execution_id,
+            j.task,
+            j.queue,
+            j.priority,
+            j.attempt,
+            fmt.relative(to_ms(j.enqueued_at) if j.enqueued_at else None, now),
+        )
+        for j in jobs
+    ]
+    text = _in_force(info)
+    if rows:
+        shown = f"the first {len(rows)} of {info.waiting}, " if info.waiting > len(rows) else ""
+        text += "\n" + fmt.table(("EXECUTION", "TASK", "QUEUE", "LEVEL", "ATTEMPT", "SINCE"), rows)
+        text += (
+            f"\n{shown}in the order they will start (by level: high, normal, low; then by "
+            "arrival); since: when each began to wait"
+        )
+    else:
+        text += f"\nno job waits on limit key {args.key!r}"
+    out(args, [j.as_dict() for j in jobs], text)
 
 
 def _what(key: str) -> str:

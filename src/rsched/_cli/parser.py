@@ -200,7 +200,7 @@ def _limit_option(p: argparse.ArgumentParser, whose: str) -> None:
 
 
 def _limit_commands(subs: Any) -> None:
-    """``limits`` and ``limit set|clear``."""
+    """``limits`` and ``limit waiting|set|clear``."""
     p = _sub(
         subs,
         "limits",
@@ -213,12 +213,24 @@ def _limit_commands(subs: Any) -> None:
     limit = _sub(
         subs,
         "limit",
-        "Override a limit key's numbers at run time: set, clear",
-        "  rsched limit set crm --rate 50/m\n  rsched limit set 'customer:*' --concurrency 0\n"
-        "  rsched limit clear crm",
+        "One limit key: the jobs waiting on it, or override its numbers at run time: waiting, "
+        "set, clear",
+        "  rsched limit waiting customer:42\n  rsched limit set crm --rate 50/m\n"
+        "  rsched limit set 'customer:*' --concurrency 0\n  rsched limit clear crm",
         None,
     )
     lsubs = limit.add_subparsers(dest="limit_command", metavar="ACTION")
+    p = _sub(
+        lsubs,
+        "waiting",
+        "The jobs waiting on a limit key, in the order they will start (by level, then "
+        "arrival), under the key's numbers in force, holders and waiting count",
+        "  rsched limit waiting customer:42\n  rsched limit waiting crm -n 10\n"
+        "  rsched limit waiting crm --json",
+        limits.cmd_limit_waiting,
+    )
+    p.add_argument("key", metavar="KEY", help="a limit key as rsched limits lists it (no pattern)")
+    _limit(p, 100, "how many, the first to start first (default 100)")
     p = _sub(
         lsubs,
         "set",
