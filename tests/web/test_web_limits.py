@@ -1,12 +1,13 @@
-"""Flow-control limits over HTTP: the API's routes (list, set, clear, bad input, read-only), jobs
-enqueued with limits, and the dashboard's Limits page, job page and schedule page with a job
-waiting on its key."""
+"""Flow-control limits over HTTP: the API's routes (list, set, clear, a key's waiting jobs, bad
+input, read-only), jobs enqueued with limits, and the dashboard's Limits page, a key's page, job
+page and schedule page with jobs waiting on their key."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -16,6 +17,7 @@ pytest.importorskip("fastapi", reason="the web extra is not installed")
 
 import rsched
 from rsched import Settings
+from rsched._core.rules import Priority
 from tests.support.waiting import eventually
 from tests.support.web import serve
 from tests.support.worker_app import fast_settings
@@ -143,9 +145,14 @@ def test_read_only_refuses_overrides(web: Web) -> None:
         r = httpx.request(method, base + "/api/v1/limits/crm", json={"concurrency": 1})
         error(r, 403, "ReadOnly")
     assert httpx.get(base + "/api/v1/limits").status_code == 200
+    assert httpx.get(base + "/api/v1/limits/crm/waiting").json() == {"items": []}
     with httpx.Client(base_url=base) as browser:
         page = browser.get("/limits")
         assert page.status_code == 200
+        assert '<form method="post"' not in page.text
+        page = browser.get("/limits/crm")
+        assert page.status_code == 200
+        assert "no job waits on this key" in page.text
         assert '<form method="post"' not in page.text
         token = browser.cookies["rsched_csrf"]
         data = {"csrf_token": token, "key": "crm", "concurrency": "1"}
@@ -229,7 +236,7 @@ async def test_the_dashboard_with_a_job_waiting_on_its_key(
             job = (await browser.get("/jobs/second")).text
             assert "o-waiting" in job
             assert "waits on limit key &#39;k&#39;" in job
-            assert '<a href="/limits?match=k"><code>k</code></a>' in job
+            assert '<a href="/limits/k"><code>k</code></a>' in job
             assert "&lt;b&gt;2&lt;/b&gt;" in job
             assert "<b>2</b>" not in job
             queue = (await browser.get("/queues/default")).text
@@ -287,6 +294,135 @@ async def test_the_dashboard_with_a_job_waiting_on_its_key(
             assert "cancelling second: its worker stops it" in flash(r)
             r = await browser.get("/jobs/nope")
             assert r.status_code == 404
+        finally:
+            release.set()
+            worker.stop()
+
+
+async def test_waiting_jobs_bad_input_and_routes_that_share_the_path(web: Web) -> None:
+    async with httpx.AsyncClient(base_url=web() + "/api/v1") as http:
+        assert (await http.get("/limits/crm/waiting")).json() == {"items": []}
+        for given in ("0", "1001", "x"):
+            r = await http.get("/limits/crm/waiting", params={"limit": given})
+            error(r, 400, "InvalidArgument", "limit")
+        body = error(await http.get("/limits/a{b/waiting"), 400, "InvalidArgument", "key")
+        assert body["message"].startswith("key: limit key 'a{b' holds '{'")
+        error(await http.get("/limits/customer:*/waiting"), 400, "InvalidArgument", "key")
+        error(await http.get("/limits//waiting"), 400, "InvalidArgument", "key")
+        # A key that ends in /waiting is still a key to PUT and DELETE, and has waiting jobs.
+        r = await http.put("/limits/x/waiting", json={"concurrency": 1})
+        assert r.json()["key"] == "x/waiting"
+        assert [i["key"] for i in (await http.get("/limits")).json()["items"]] == ["x/waiting"]
+        assert (await http.get("/limits/x/waiting/waiting")).json() == {"items": []}
+        assert (await http.delete("/limits/x/waiting")).json()["key"] == "x/waiting"
+        assert (await http.get("/limits")).json()["items"] == []
+
+
+async def test_a_keys_page_lists_its_waiting_jobs_in_order(
+    web: Web, client: rsched.Client, settings: Settings
+) -> None:
+    key = "<i>k</i>"  # HTML, and a '/' in the path
+    path = quote(key, safe="/")  # as the pages link it: %3Ci%3Ek%3C/i%3E
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=2))
+    release = anyio.Event()
+
+    @worker.task("t.wait")
+    async def wait(job: rsched.Job) -> None:
+        await release.wait()
+
+    base = web()
+    async with (
+        anyio.create_task_group() as tg,
+        httpx.AsyncClient(base_url=base) as browser,
+    ):
+        await tg.start(worker.run, None)
+        try:
+            limits = [rsched.Limit(key, concurrency=1)]
+            await client.enqueue("t.wait", {}, execution_id="first", limits=limits)
+
+            async def runs() -> bool:
+                return (await client.job("first")).state == "running"
+
+            await eventually(runs)
+            # Enqueued low, normal, high, normal: they start high first, then by arrival.
+            order: list[tuple[str, Priority]] = [
+                ("w-low", "low"),
+                ("w-n1", "normal"),
+                ("w-high", "high"),
+                ("w-n2", "normal"),
+            ]
+            for job_id, level in order:
+                await client.enqueue(
+                    "t.wait", {"n": "<b>x</b>"}, execution_id=job_id, limits=limits, priority=level
+                )
+
+            async def all_wait() -> bool:
+                r = await browser.get(f"/api/v1/limits/{path}/waiting")
+                return len(r.json()["items"]) == 4
+
+            await eventually(all_wait)
+            items = (await browser.get(f"/api/v1/limits/{path}/waiting")).json()["items"]
+            expected = ["w-high", "w-n1", "w-n2", "w-low"]
+            assert [i["execution_id"] for i in items] == expected
+            assert {(i["state"], i["limit"], i["task"]) for i in items} == {
+                ("waiting", key, "t.wait")
+            }
+            assert items[0] == (await browser.get("/api/v1/jobs/w-high")).json() | {"history": []}
+            r = await browser.get(f"/api/v1/limits/{path}/waiting", params={"limit": 2})
+            assert [i["execution_id"] for i in r.json()["items"]] == expected[:2]
+
+            listing = (await browser.get("/limits")).text
+            shown = "<code>&lt;i&gt;k&lt;/i&gt;</code>"
+            assert f'<a href="/limits/{path}" title="its waiting jobs">{shown}</a>' in listing
+            page = await browser.get(f"/limits/{path}")
+            assert page.status_code == 200
+            assert "<i>k</i>" not in page.text
+            assert "&lt;b&gt;" not in page.text  # payloads stay on the job page
+            assert '<h1><span class="muted">limit key</span> &lt;i&gt;k&lt;/i&gt;</h1>' in page.text
+            assert 'href="/limits" aria-current="page">Limits</a>' in page.text
+            at = [page.text.index(f'<a href="/jobs/{j}"><code>{j}</code></a>') for j in expected]
+            assert at == sorted(at)
+            assert "<td>high</td>" in page.text
+            assert '<a href="/jobs/first">' not in page.text  # it holds the key: not waiting
+            big = [c.split("<", 1)[0] for c in page.text.split('<p class="big')[1:]]
+            assert [c.split(">", 1)[1] for c in big] == ["1", "-", "1", "4", "-"]
+            live = (await browser.get(f"/_live/limits/{path}")).text
+            assert f'hx-get="/_live/limits/{path}"' in live
+            assert '<a href="/jobs/w-low"><code>w-low</code></a>' in live
+            job = (await browser.get("/jobs/w-n1")).text
+            assert f'<a href="/limits/{path}">{shown}</a>' in job
+
+            # The override form on the key's page comes back to it.
+            token = browser.cookies["rsched_csrf"]
+            data = {"csrf_token": token, "key": key, "from": "key", "concurrency": "2"}
+            r = await browser.post("/limits/set", data=data)
+            assert r.headers["location"] == "/limits/" + quote(key, safe="")
+            assert "set limit key '<i>k</i>': concurrency 2" in flash(r)
+
+            async def two_hold() -> bool:
+                return (await client.limit(key)).holders == 2
+
+            await eventually(two_hold)
+            page = await browser.get(r.headers["location"])
+            assert page.status_code == 200
+            assert "&lt;i&gt;k&lt;/i&gt;" in page.text
+            assert '<a href="/jobs/w-high">' not in page.text
+            assert 'aria-label="clear the override of &lt;i&gt;k&lt;/i&gt;"' in page.text
+            r = await browser.post("/limits/clear", data=data)
+            assert r.headers["location"] == "/limits/" + quote(key, safe="")
+            assert "cleared limit key '<i>k</i>'" in flash(r)
+            r = await browser.post("/limits/set", data={**data, "concurrency": "x"})
+            assert r.headers["location"] == "/limits/" + quote(key, safe="")
+            assert "concurrency: 'x' is not a whole number" in flash(r)
+            r = await browser.post("/limits/clear", data={**data, "from": ""})
+            assert r.headers["location"] == "/limits"
+
+            page = await browser.get("/limits/nobody")
+            assert "no job waits on this key" in page.text
+            assert "No job holds this key, waits on it or started in its rate window." in page.text
+            r = await browser.get("/limits/a{b")
+            assert r.status_code == 400
+            assert "limit key &#39;a{b&#39; holds" in r.text
         finally:
             release.set()
             worker.stop()

@@ -460,6 +460,15 @@ async def list_limits(
     return {"items": [r.to_dict() for r in page.items], "cursor": page.cursor}
 
 
+@router.get("/limits/{key:path}/waiting", tags=["limits"])
+async def limit_waiting(sdk: SdkDep, key: str, limit: Limit = 100) -> dict[str, Any]:
+    """The jobs waiting on a limit key (``Client.waiting``), in the order they will start (by
+    level, then arrival): the first ``limit``, each a job as ``GET /jobs/{execution_id}`` shows
+    it (``state`` waiting, ``limit`` the key). No cursor: past the first 1,000, the key's
+    ``waiting`` count in ``GET /limits`` says how many more. 400 naming ``key`` or ``limit``."""
+    return {"items": [j.as_dict() for j in await sdk.waiting(key, limit)]}
+
+
 _OVERRIDE_FIELDS = ("concurrency", "rate")
 
 

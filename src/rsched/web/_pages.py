@@ -54,6 +54,8 @@ ACTIVITY_SAMPLE = 50
 RECENT_EVENTS = 20
 #: Limit keys the Limits page reads per page (about: a page of a hash scan).
 LIMITS_PAGE = 200
+#: Jobs a limit key's page lists of those waiting on it, the first to start first.
+WAITING_SHOWN = 100
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
@@ -595,8 +597,37 @@ async def limits_live(request: Request) -> Response:
     return render(request, "_limits.html", **await limits_context(request))
 
 
+async def limit_context(request: Request, key: str) -> dict[str, Any]:
+    sdk = sdk_of(request)
+    return {
+        "key": key,
+        "info": await sdk.limit(key),
+        "jobs": await sdk.waiting(key, WAITING_SHOWN),
+        "shown": WAITING_SHOWN,
+    }
+
+
+# A key may hold '/' ({key:path}). The forms' /limits/set and /limits/clear are POSTs: a route
+# that matches the path and the method wins over this GET's, so a key named "set" keeps its page.
+@router.get("/limits/{key:path}", response_class=HTMLResponse)
+async def limit_page(request: Request, key: str) -> Response:
+    """One limit key: its numbers, holders, and the jobs waiting on it in the order they will
+    start (``Client.limit``, ``Client.waiting``)."""
+    return render(request, "limit.html", **await limit_context(request, key))
+
+
+@router.get("/_live/limits/{key:path}", response_class=HTMLResponse)
+async def limit_live(request: Request, key: str) -> Response:
+    return render(request, "_limit.html", **await limit_context(request, key))
+
+
 def _what(key: str) -> str:
     return f"limit keys matching {key!r}" if "*" in key else f"limit key {key!r}"
+
+
+def _limits_page(fields: dict[str, list[str]], key: str) -> str:
+    """Where a limit form goes back to: the key's own page when it was posted there."""
+    return f"/limits/{_quoted(key)}" if first(fields, "from") == "key" and key else "/limits"
 
 
 def _concerned(n: int) -> str:
@@ -608,6 +639,7 @@ async def limit_set(request: Request) -> Response:
     """Override a key's numbers from the Limits page's form (empty fields: not given)."""
     fields = await form(request)
     key, text, rate = first(fields, "key"), first(fields, "concurrency"), first(fields, "rate")
+    page = _limits_page(fields, key)
     try:
         if text and not text.isdigit():
             raise InvalidArgument("concurrency", f"{text!r} is not a whole number, e.g. 1")
@@ -618,23 +650,24 @@ async def limit_set(request: Request) -> Response:
             )
         woke = await sdk_of(request).set_limit(key, concurrency, rate or None)
     except RschedError as exc:
-        return back(request, "/limits", str(exc), ok=False)
+        return back(request, page, str(exc), ok=False)
     numbers = [f"concurrency {views.concurrency_text(concurrency)}"] if text else []
     numbers += [f"rate {rate}"] if rate else []
-    return back(request, "/limits", f"set {_what(key)}: {', '.join(numbers)}{_concerned(woke)}")
+    return back(request, page, f"set {_what(key)}: {', '.join(numbers)}{_concerned(woke)}")
 
 
 @router.post("/limits/clear")
 async def limit_clear(request: Request) -> Response:
     fields = await form(request)
     key = first(fields, "key")
+    page = _limits_page(fields, key)
     try:
         woke = await sdk_of(request).clear_limit(key)
     except RschedError as exc:
-        return back(request, "/limits", str(exc), ok=False)
+        return back(request, page, str(exc), ok=False)
     return back(
         request,
-        "/limits",
+        page,
         f"cleared {_what(key)}: the declared numbers hold again{_concerned(woke)}",
     )
 

@@ -134,6 +134,14 @@ class Sdk:
         """A page of the limit keys in use and of the operators' overrides."""
         return await self.client.limits(match=match, limit=limit, cursor=cursor)
 
+    async def limit(self, key: str) -> LimitInfo:
+        """One key's numbers in force, holders, waiting jobs and starts (one read)."""
+        return await self.client.limit(key)
+
+    async def waiting(self, key: str, limit: int = 100) -> list[JobInfo]:
+        """The first ``limit`` jobs waiting on a key, in the order they will start."""
+        return await self.client.waiting(key, limit=limit)
+
     async def set_limit(self, key: str, concurrency: int | None, rate: Any) -> int:
         """Override a key's (or a pattern's) numbers; returns how many keys with waiting jobs
         it concerns."""
