@@ -47,8 +47,12 @@ async def find(
     """The job ``execution_id`` of the partition ``store`` serves, with its schedule's history of
     this execution and its kept result (``schedules`` gives a schedule's store). Raises
     JobNotFound."""
-    found = await store.find_job(execution_id, await store.queue_names(), workers)
+    queues = await store.queue_names()
+    found = await store.find_job(execution_id, queues, workers)
     job = found[0] if found else await _waiting(store, execution_id)
+    if job is None:  # it may have moved between the reads (from waiting back to its stream)
+        found = await store.find_job(execution_id, queues, workers)
+        job = found[0] if found else None
     sid = job.schedule_id if job else schedule_of(execution_id)
     history: tuple[HistoryEvent, ...] = ()
     if sid:
