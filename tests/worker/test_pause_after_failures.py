@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -180,3 +181,64 @@ async def test_a_re_sent_finish_counts_once(redis: Redis, settings: Settings) ->
         extra="", over=True, counted=True,
     )  # fmt: skip
     assert await count(redis, settings) is None
+
+
+@pytest.fixture
+async def two_partitions(settings: Settings, redis: Redis, prefix: str) -> AsyncIterator[Settings]:
+    yield settings.model_copy(update={"partitions": 2})
+    # Partition keys carry {prefix:k...}: the redis fixture deletes only {prefix}:*.
+    found = [k async for k in redis.scan_iter(match=f"{{{prefix}:*", count=1000)]
+    if found:
+        await redis.delete(*found)
+
+
+async def test_a_schedule_in_another_partition_than_its_limited_jobs_counts_and_expires(
+    redis: Redis, two_partitions: Settings
+) -> None:
+    """A schedule's job holding limits runs from partition 0's stream; its schedule's side, the
+    count included and an expiry, is recorded in the schedule's partition (lua/finish.lua)."""
+    from rsched._core.partitions import partition_of
+
+    settings = two_partitions
+    sid = next(f"p{i}" for i in range(100) if partition_of(f"p{i}", 2) == 1)
+    late = next(f"q{i}" for i in range(100) if partition_of(f"q{i}", 2) == 1)
+    ran: list[str] = []
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("t", limits=[rsched.Limit("k", concurrency=1)])
+    async def fail(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+        raise ValueError("boom")
+
+    async with rsched.Client.from_settings(settings) as client:
+        spec = {"task": "t", "every": 3600, "max_retries": 0, "overlap": "allow"}
+        await client.add(Schedule(id=sid, pause_after_failures=2, **spec))
+        await client.add(Schedule(id=late, start_deadline="50ms", **spec))
+        expired = (await client.trigger(late)).execution_id
+        until = await client.server_time() + timedelta(milliseconds=100)
+
+        async def passed() -> bool:  # its deadline, before any worker runs
+            return await client.server_time() > until
+
+        await eventually(passed)
+        for _ in range(2):
+            await client.trigger(sid)
+        async with running(worker, None):
+            s = await eventually(lambda: paused_id(client, sid))
+            job = await eventually(lambda: ended(client, expired))
+    assert expired not in ran
+    assert job.state == "expired"
+    assert s.consecutive_failures == 2
+    assert s.pause_note == (
+        "paused after 2 failed runs in a row (pause_after_failures=2); last error: ValueError: boom"
+    )
+
+
+async def paused_id(client: rsched.Client, sid: str) -> rsched.Schedule | None:
+    s = await client.get(sid)
+    return s if s.paused else None
+
+
+async def ended(client: rsched.Client, execution_id: str) -> Any:
+    found = await client.job(execution_id)
+    return found if found is not None and found.state == "expired" else None
