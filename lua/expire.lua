@@ -21,11 +21,13 @@ ARGV[4] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 limits (the limits the job holds, [[key, template], …]; [] = none)]
 ARGV[5] optional: the index of the first of the limits' keys, when an item holds limits
 
-Returns one code per item: OK=5 not expired, run it (nothing written) | EXPIRED=10 expired:
-acknowledged and recorded, do not run it | NOT_PENDING=-10 past its deadline but no longer
-pending (an earlier call expired it, or another worker took it over): do not run it. Or one
-code for the whole call, nothing written: BAD_ARGS=-7 ARGV[4] is not a JSON array of items |
-WRONG_TYPE=-6 the stream or a limits key has another type.
+Returns the Redis time it decided by (ms), then one code per item: OK=5 not expired, run it
+(nothing written) | EXPIRED=10 expired: acknowledged and recorded, do not run it |
+NOT_PENDING=-10 past its deadline but no longer pending (an earlier call expired it, or another
+worker took it over): do not run it. Or one code for the whole call, nothing written:
+BAD_ARGS=-7 ARGV[4] is not a JSON array of items | WRONG_TYPE=-6 the stream or a limits key has
+another type. (The worker learns the server's clock from the time: it does not call for jobs
+whose deadline is far off by it.)
 ]]
 -- @include codes
 -- @include rcall
@@ -54,7 +56,7 @@ if not key_is(stream, 'stream') or (L and not limit_keys_ok(L)) then return WRON
 local level = level_of(stream)
 local lcache = {}
 local now = now_ms()
-local out = {}
+local out = {now}
 local k = 2
 
 -- The schedule's side of an expired job: its history event and the end of its run.

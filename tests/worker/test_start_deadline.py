@@ -272,3 +272,42 @@ async def test_a_bad_start_deadline_is_refused_naming_it(
     with pytest.raises(rsched.InvalidSchedule, match="start_deadline"):
         await client.add(rsched.Schedule(id="s", task="t", every=60, start_deadline=bad))
     assert await redis.xlen(Keys(settings.prefix).queue("default")) == 0
+
+
+async def test_a_busy_worker_expires_what_waited_and_asks_only_about_near_deadlines(
+    redis: Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[list[str]] = []
+    expire = QueueStore.expire
+
+    async def counting(self: QueueStore, queue: str, items: Any, *args: Any) -> Any:
+        asked.append([item.execution_id for item in items])
+        return await expire(self, queue, items, *args)
+
+    monkeypatch.setattr(QueueStore, "expire", counting)
+    worker = rsched.Worker(settings=fast_settings(settings, concurrency=1))
+    ran: list[str] = []
+    gate = anyio.Event()
+
+    @worker.task("busy.t")
+    async def handler(job: rsched.Job) -> None:
+        ran.append(job.execution_id)
+        if job.payload.get("block"):
+            await gate.wait()
+
+    store = store_for(redis, settings)
+    async with running(worker, redis):
+        first = await store.enqueue("busy.t", {}, start_deadline="1h")
+        await eventually(lambda: ran == [first.execution_id])  # asked once: the clock is read
+        assert asked == [[first.execution_id]]
+        await store.enqueue("busy.t", {"block": True})
+        await eventually(lambda: len(ran) == 2)  # the only slot is taken
+        late = await store.enqueue("busy.t", {}, start_deadline="200ms")
+        far = await store.enqueue("busy.t", {}, start_deadline="1h")
+        await past(store, 300)
+        gate.set()
+        await eventually(lambda: far.execution_id in ran)
+        await eventually(lambda: settled(redis, settings))
+    assert late.execution_id not in ran
+    # The job far from its deadline by the clock the first call read was not asked about.
+    assert asked[1:] == [[late.execution_id]]

@@ -172,10 +172,11 @@ class WorkerCalls(scripts.ScriptCaller):
 
     async def expire(
         self, queue: str, items: Sequence[Expiring], priority: Priority = "normal"
-    ) -> list[Code]:
+    ) -> tuple[int, list[Code]]:
         """Jobs about to start whose start deadline passed by Redis time end ``expired``
-        unrun (lua/expire.lua): per item OK (run it), EXPIRED (recorded, do not run) or
-        NOT_PENDING (expired before, or taken over: do not run)."""
+        unrun (lua/expire.lua): (the Redis time it decided by, ms; per item OK (run it),
+        EXPIRED (recorded, do not run) or NOT_PENDING (expired before, or taken over: do not
+        run))."""
         k = self.keys
         keys = [k.queue(queue, priority)]
         rows: list[list[Any]] = []
@@ -198,7 +199,7 @@ class WorkerCalls(scripts.ScriptCaller):
         res = await self.call("expire", keys, args)
         if not isinstance(res, list):
             check(res, script="expire", queue=queue)
-        return [Code(int(c)) for c in res]
+        return int(res[0]), [Code(int(c)) for c in res[1:]]
 
     async def retry(
         self,

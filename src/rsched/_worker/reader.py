@@ -45,6 +45,12 @@ UNKNOWN_TASK_RETRY_MS = 1_000
 UNKNOWN_TASK_WAIT_MS = 5_000
 # How long the tasks of live workers are trusted before the registry is read again.
 LIVE_TASKS_TTL_S = 2.0
+# A job whose start deadline is further off than this by the server's clock, as the last
+# expire call told it, starts without asking (a read of the clock is trusted this long): the
+# decision is the script's, by Redis TIME; the learnt clock only spares it the jobs far from
+# theirs, and the margin covers the reply's way back and a step of the server's clock.
+DEADLINE_MARGIN_MS = 1_000
+SERVER_CLOCK_TTL_S = 30.0
 
 
 class LevelTurns:
@@ -83,6 +89,8 @@ class Reader:
         self._idle = anyio.Event()
         self._found = anyio.Event()
         self._live_tasks: tuple[float, set[str]] = (-math.inf, set())
+        # Per partition: (time.monotonic(), Redis TIME in ms) at the last expire call's reply.
+        self._server_clock: dict[int, tuple[float, int]] = {}
 
     async def run(self) -> None:
         state = self.state
@@ -318,7 +326,8 @@ class Reader:
         holds released in one step); returns the others."""
         state = self.state
         partition, queue, level = stream
-        timed = [j for j in jobs if j.start_by_ms is not None]
+        horizon = self._deadline_horizon(partition)
+        timed = [j for j in jobs if (by := j.start_by_ms) is not None and by <= horizon]
         if not timed:
             return jobs
         # In partition 0 a job read again after waiting on a limit holds its keys, and a
@@ -341,14 +350,16 @@ class Reader:
             for j, held, home in zip(timed, holds, homes, strict=True)
         ]
         try:
-            codes = await state.stores[partition].expire(queue, items, level)
+            server_ms, codes = await state.stores[partition].expire(queue, items, level)
         except ACTOR_FAILURES as exc:
             # Left pending: when the call did expire them they are acknowledged and nothing
             # runs; else they are taken over after the visibility timeout, and run then (the
             # holds a job was granted lapse meanwhile).
             log.warning("redis.error", actor="expire", error=str(exc))
             state.slots.release(len(timed))
-            return [j for j in jobs if j.start_by_ms is None]
+            held_back = {j.entry_id for j in timed}
+            return [j for j in jobs if j.entry_id not in held_back]
+        self._server_clock[partition] = (time.monotonic(), server_ms)
         gone: set[str] = set()
         for job, code, held, home in zip(timed, codes, holds, homes, strict=True):
             if code == Code.OK:
@@ -375,6 +386,18 @@ class Reader:
             if held:
                 state.promote_wake.set()  # a released key may start a waiting job
         return [j for j in jobs if j.entry_id not in gone]
+
+    def _deadline_horizon(self, partition: int) -> float:
+        """The latest deadline (ms, Redis clock) worth asking the script about now: every one
+        until the partition's clock was read lately, then DEADLINE_MARGIN_MS past its now."""
+        read = self._server_clock.get(partition)
+        if read is None:
+            return math.inf
+        at, server_ms = read
+        age_s = time.monotonic() - at
+        if age_s > SERVER_CLOCK_TTL_S:
+            return math.inf
+        return server_ms + age_s * 1000 + DEADLINE_MARGIN_MS
 
     def _granted(self, job: Job) -> tuple[tuple[str, str], ...]:
         """The limits (key, template) a job read in partition 0 may hold already: all of them
