@@ -17,9 +17,11 @@
 one at a time) and measures how soon after the first start every small key's first job starts.
 ``--limits`` runs the no-op jobs without limits and then under limits (a concurrency of 1 on
 each of 1,000 keys, the jobs' keys in turn, and one rate over all), in turns, ``--repeat`` times.
+``--start-deadline`` runs them without and then with a start deadline they never reach (its
+check by ``lua/expire.lua`` is what is measured), in turns, ``--repeat`` times.
 
 ``python -m bench.worker [--quick] [--jobs N] [--concurrency N] [--seconds S] [--kind K]
-[--priorities] [--scheduled] [--limits] [--repeat N]``
+[--priorities] [--scheduled] [--limits] [--start-deadline] [--repeat N]``
 Every run uses a private server (bench._servers); port 6379 is never touched. With
 ``PYTHONPATH=<another tree>/src`` the benchmark and its worker run that tree's rsched (a
 comparison with another commit).
@@ -156,7 +158,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(5)
 
 
-async def _fill(redis: Redis, stream: str, n: int, *, keyed: bool = False) -> None:
+async def _fill(
+    redis: Redis, stream: str, n: int, *, keyed: bool = False, opts: str = "{}"
+) -> None:
     """``n`` no-op jobs; ``keyed``: each with a payload ``k`` of LIMIT_KEYS keys in turn."""
     now = str(int(time.time() * 1000))
     for start in range(0, n, 5000):
@@ -170,7 +174,7 @@ async def _fill(redis: Redis, stream: str, n: int, *, keyed: bool = False) -> No
                         "payload": f'{{"k":{i % LIMIT_KEYS}}}' if keyed else "{}",
                         "attempt": "1",
                         "origin": "enqueue",
-                        "opts": "{}",
+                        "opts": opts,
                         "scheduled_at": now,
                         "fired_at": now,
                     },
@@ -223,6 +227,7 @@ async def throughput(
     metrics: bool = False,
     scheduled: bool = False,
     limits: bool = False,
+    timed: bool = False,
 ) -> dict[str, Any]:
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
@@ -235,7 +240,9 @@ async def throughput(
         else:
             for i, stream in enumerate(streams):
                 n = jobs // len(streams) + (i < jobs % len(streams))
-                await _fill(redis, stream, n, keyed=limits)
+                # A start deadline never reached: what its check costs is measured.
+                opts = '{"start_deadline":3600}' if timed else "{}"
+                await _fill(redis, stream, n, keyed=limits, opts=opts)
         app = "bench.worker:limited" if limits else "bench.worker:worker"
         proc = _spawn_worker(server.url, prefix, concurrency, log_level, metrics=metrics, app=app)
         try:
@@ -266,6 +273,7 @@ async def throughput(
                 "metrics": "on" if metrics else "off",
                 "origin": "schedules" if scheduled else "enqueued",
                 "limits": "1,000 keys x concurrency 1 + a rate" if limits else "none",
+                "start_deadline": "1h" if timed else "none",
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
                 "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
@@ -421,6 +429,14 @@ async def _main(args: argparse.Namespace) -> None:
                     )
                     print(_table([row], list(row)), flush=True)
             return
+        if args.start_deadline:
+            for _ in range(args.repeat):  # in turns: without, then with a start deadline
+                for with_deadline in (False, True):
+                    row = await throughput(
+                        server, args.jobs, args.concurrency, "warning", timed=with_deadline
+                    )
+                    print(_table([row], list(row)), flush=True)
+            return
         if args.scheduled:
             for _ in range(args.repeat):
                 row = await throughput(
@@ -470,6 +486,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--fairness",
         action="store_true",
         help="only: a key with 10,000 jobs ahead of 100 keys with 10, how soon each starts",
+    )
+    parser.add_argument(
+        "--start-deadline",
+        action="store_true",
+        help="only throughput, without and with a start deadline (never reached), in turns",
     )
     parser.add_argument(
         "--repeat", type=int, default=1, help="--scheduled, --limits, --fairness: runs"

@@ -20,7 +20,9 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 run (optional: the runs log record, a JSON array as text, run_log.lua; '' =
                 none),
                 limits (optional: the limits the job holds, [[key, template], …], released
-                here; with ARGV[5]) ]
+                here; with ARGV[5]),
+                counted (optional: 1 = its schedule pauses after failed runs: a completed run
+                clears the count, failure_streak.lua) ]
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 ARGV[5] optional: the index of the first of the limits' keys (rsched._core.keys.Keys.limits, 11
@@ -44,6 +46,7 @@ integers would cost the client more than the whole script.)
 -- @include limit_keys
 -- @include limit_keys_ok
 -- @include limit_release
+-- @include failure_streak
 
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
@@ -79,6 +82,7 @@ for i = 1, #items do
     if sid ~= '' and schedule_live(hash) and key_is(pending, 'zset')
        and job_event(history, cap, event, exec, attempt, now, extra) then
       finish_run(hash, pending, stream, history, cap, exec, now)
+      if it[10] == 1 and event == 'completed' then failure_streak(hash, exec, false) end
     end
     if runs and it[8] and it[8] ~= '' then run_log(runs, runs_cap, it[8], level) end
     if L and type(it[9]) == 'table' then limit_release(L, now, exec, it[9], lcache) end

@@ -2,8 +2,9 @@
 task, malformed entry, timeout).
 
 Guarantees: acknowledge + delete the entry, write the dead letter, record "dead" (in the
-schedule's history while the schedule exists, and in the runs log) and end the schedule's run,
-all in one step. Running it twice does nothing the second time (the entry is
+schedule's history while the schedule exists, and in the runs log), end the schedule's run and,
+for a schedule that pauses after failed runs, count it (failure_streak.lua: the schedule may
+pause itself), all in one step. Running it twice does nothing the second time (the entry is
 no longer pending). The dead-letter stream keeps about ARGV[3] newest entries.
 
 KEYS[1] stream    {p}:queue:<queue>
@@ -18,7 +19,9 @@ KEYS[7] runs      optional: the runs log {p}:runs (run_log.lua); when given, ARG
                   ARGV[11] are the log's cap and the record, and the dead letter fields start
                   at ARGV[12]
 ARGV[1] group     ARGV[2] entry id   ARGV[3] dead-letter cap (entries)   ARGV[4] history cap
-ARGV[5] has schedule '1' | '0'
+ARGV[5] has schedule '1' | '0' | '2' (it has one, and the job says its schedule pauses after
+        failed runs: this run is counted, with the last error in the argument before the dead
+        letter fields)
 ARGV[6] execution id   ARGV[7] attempt
 ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
@@ -27,9 +30,12 @@ ARGV[10] runs log cap   ARGV[11] the record (JSON array, run_log.lua)   ARGV[12.
 KEYS[8..18] optional, with KEYS[7]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
          is then the limits the job holds ([[key, template], …], released here) and the fields start
          at ARGV[13]
+With ARGV[5] '2', the argument where the fields would start is the run's error (for the pause
+note, at most 300 characters) and the fields start after it.
 
-Returns {OK=5, dead-letter entry id} | {NOT_PENDING=-10} the entry was not pending (nothing
-done) | {WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the limit keys are not a JSON array.
+Returns {OK=5, dead-letter entry id} ({OK=5, id, count} when the schedule paused itself after
+count failed runs in a row) | {NOT_PENDING=-10} the entry was not pending (nothing done) |
+{WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the limit keys are not a JSON array.
 ]]
 -- @include codes
 -- @include rcall
@@ -46,11 +52,13 @@ done) | {WRONG_TYPE=-6} wrong key type | {BAD_ARGS=-7} the limit keys are not a 
 -- @include limit_keys
 -- @include limit_keys_ok
 -- @include limit_release
+-- @include failure_streak
 
 local stream, dead, history, hash, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local dedup = KEYS[6]
 local group, id, dead_max, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local has_schedule, exec, attempt = ARGV[5] == '1', ARGV[6], ARGV[7]
+local has_schedule, exec, attempt = ARGV[5] ~= '0', ARGV[6], ARGV[7]
+local counted = ARGV[5] == '2'
 local first, extra = ARGV[8], ARGV[9]
 local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
 if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
@@ -63,6 +71,11 @@ if KEYS[8] then
   if not limit_keys_ok(L) then return {WRONG_TYPE} end
   from = 13
 end
+local err = ''
+if counted then
+  err = ARGV[from]
+  from = from + 1
+end
 
 if not (key_is(stream, 'stream') and key_is(dead, 'stream')) then return {WRONG_TYPE} end
 if rcall('XACK', stream, group, id) == 0 then return {NOT_PENDING} end
@@ -74,11 +87,14 @@ fields[#fields + 1] = 'dead_at'
 fields[#fields + 1] = int_text(now)
 local dead_id = rcall('XADD', dead, 'MAXLEN', '~', dead_max, '*', unpack(fields))
 if dedup then dedup_finish(dedup) end
+local paused = nil
 if has_schedule and schedule_keys_ok(history, hash, pending) and schedule_exists(hash) then
   if first ~= '' then job_event(history, cap, first, exec, attempt, now, extra) end
   job_event(history, cap, 'dead', exec, attempt, now, extra)
   finish_run(hash, pending, stream, history, cap, exec, now)
+  if counted then paused = failure_streak(hash, exec, true, err, now) end
 end
 if runs then run_log(runs, runs_cap, run, level_of(stream)) end
 if L then limit_release(L, now, exec, held) end
+if paused then return {OK, dead_id, paused} end
 return {OK, dead_id}

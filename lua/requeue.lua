@@ -5,7 +5,8 @@ is gone (already re-queued or purged) is skipped, so running it twice re-queues 
 A dead letter whose stored job cannot be read is left in place and not counted.
 
 A job goes back to the stream of its priority level (its 'priority' field), so it keeps its
-level.
+level. It is marked 'requeued' (field 'requeued' = '1'): an operator asked for it to run, so its
+start deadline (docs/keys.md, "expire") no longer applies.
 
 KEYS[1] dead    {p}:dead:<queue>
 KEYS[2] stream  {p}:queue:<queue>         (normal level)
@@ -36,8 +37,14 @@ for i = 1, #ARGV do
       if f[j] == 'job' then job = decode_fields(f[j + 1]) end
     end
     if job then
+      local marked = false
       for j = 1, #job, 2 do
         if job[j] == 'attempt' then job[j + 1] = '1' end
+        if job[j] == 'requeued' then marked = true end
+      end
+      if not marked then
+        job[#job + 1] = 'requeued'
+        job[#job + 1] = '1'
       end
       rcall('XADD', stream_of(job, stream, high, low), '*', unpack(job))
       rcall('XDEL', dead, ARGV[i])

@@ -1,4 +1,5 @@
---[[ resume — let a paused schedule fire again from its next occurrence after now.
+--[[ resume — let a paused schedule fire again from its next occurrence after now, its count of
+failed runs in a row (failure_streak.lua) back at 0.
 
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] op  KEYS[4] parked bucket ({p}:parked:<n>, see park.lua)
 KEYS[5] parked ({p}:parked)
@@ -35,7 +36,7 @@ local gen = version_parts(st[1]) or 0
 if tostring(gen) ~= ARGV[2] then return {CONFLICT, gen} end
 if st[2] == 'completed' then return {COMPLETED} end
 if st[2] ~= 'paused' then return op_store(KEYS[3], ARGV[5], {OK}) end
-rcall('HDEL', KEYS[2], 'pause_note', 'status')
+rcall('HDEL', KEYS[2], 'pause_note', 'status', 'consecutive_failures', 'failures_last')
 rcall('HSET', KEYS[2], 'updated_at', int_text(now_ms()))
 unpark_one(KEYS[4], KEYS[5], ARGV[1])
 if ARGV[3] == '' then

@@ -1,6 +1,6 @@
 -- Include: job_event(history, cap, event, exec, attempt, now, extra) — record a worker's event
--- (running, completed, cancelled, failed, timed_out, retry, dead, waiting) on the history record
--- of its run (rec_first.lua).
+-- (running, completed, cancelled, failed, timed_out, retry, dead, waiting, expired) on the history
+-- record of its run (rec_first.lua).
 --
 -- Token `r` (running: attempt, deliveries), or an outcome's code with duration, attempt,
 -- retry_in_ms, reason, error_type, error, deliveries, by (the newer run that superseded it).
@@ -21,7 +21,8 @@
 -- @include job_text
 
 local JOB_CODES = {running = 'r', completed = 'c', cancelled = 'C', failed = 'F',
-                   timed_out = 'T', retry = 'R', dead = 'D', waiting = 'W'}
+                   timed_out = 'T', retry = 'R', dead = 'D', waiting = 'W',
+                   expired = 'E'}
 
 local function job_event(history, cap, event, exec, attempt, now, extra)
   local code, sched = JOB_CODES[event], exec_sched(exec)

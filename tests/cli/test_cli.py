@@ -755,3 +755,39 @@ def test_enqueue_new_then_already_there(cli: Cli) -> None:
     code, _, err = cli("enqueue", "bad task")
     assert code == 1
     assert "task" in err
+
+
+def test_a_start_deadline_and_a_pause_after_failures_show_and_clear(cli: Cli) -> None:
+    code, _, err = cli(
+        "add", "dl", "--task", "t", "--every", "1h", "--start-deadline", "10m",
+        "--pause-after-failures", "3",
+    )  # fmt: skip
+    assert code == 0, err
+    shown = cli("show", "dl")[1]
+    assert re.search(r"^start deadline: +10m$", shown, re.MULTILINE), shown
+    assert re.search(r"^pause after: +3 failed runs in a row \(0 in a row now\)$", shown, re.M)
+    data = orjson.loads(cli("show", "dl", "--json")[1])["schedule"]
+    assert (data["start_deadline"], data["pause_after_failures"]) == (600, 3)
+    assert data["consecutive_failures"] == 0
+    code, out, err = cli(
+        "update", "dl", "--clear", "start-deadline", "--clear", "pause_after_failures"
+    )
+    assert code == 0, err
+    assert "start_deadline 10m -> -; pause_after_failures 3 -> -" in out
+    data = orjson.loads(cli("show", "dl", "--json")[1])["schedule"]
+    assert (data["start_deadline"], data["pause_after_failures"]) == (None, None)
+    for flag, value, message in [
+        ("--start-deadline", "-5m", "--start-deadline: -5m is negative"),
+        ("--start-deadline", "0", "--start-deadline: 0 is zero"),
+        ("--start-deadline", "1000d", "--start-deadline: 1000d is longer than 366 days"),
+        ("--pause-after-failures", "0", "--pause-after-failures: give a whole number from 1"),
+    ]:
+        code, _, err = cli("update", "dl", flag, value)
+        assert (code, message in err) == (1, True), err
+
+
+def test_enqueue_with_a_start_deadline(cli: Cli) -> None:
+    code, _, err = cli("enqueue", "t", "--start-deadline", "5m")
+    assert code == 0, err
+    code, _, err = cli("enqueue", "t", "--start-deadline", "1000d")
+    assert (code, "--start-deadline: 1000d is longer than 366 days" in err) == (1, True), err

@@ -522,3 +522,32 @@ limits = [{ key = "customer:{customer_id}", concurrency = 1 }]
         "limits: limit key 'customer:{customer_id}' needs the payload field 'customer_id'"
     )
     assert "rsched.Limit" not in str(err.value)
+
+
+GUARDED = """
+[[schedule]]
+id = "guarded"
+task = "t"
+every = "5m"
+start_deadline = "2m"
+pause_after_failures = 3
+"""
+
+
+async def test_a_start_deadline_and_pause_after_failures_in_a_file(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    path = write(tmp_path, GUARDED)
+    assert (await sync_file(redis, settings, path)).ids("add") == ["guarded"]
+    stored = await Client(redis, settings).get("guarded")
+    assert (stored.start_deadline, stored.pause_after_failures) == (120, 3)
+    assert (await sync_file(redis, settings, path)).unchanged == ["guarded"]
+    path.write_text(GUARDED.replace("pause_after_failures = 3", "pause_after_failures = 5"))
+    plan = await sync_file(redis, settings, path, dry_run=True)
+    (line,) = plan.lines()[1:]
+    assert line.endswith("pause_after_failures: 3 -> 5"), line
+    path.write_text(GUARDED.replace('"2m"', '"-2m"').replace("= 3", "= 0"))
+    with pytest.raises(ScheduleFileError) as caught:
+        load_file(path)
+    assert "start_deadline: -2m is negative" in str(caught.value)
+    assert "pause_after_failures: give a whole number from 1" in str(caught.value)

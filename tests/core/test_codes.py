@@ -27,6 +27,7 @@ NOT_ERRORS = {
     Code.QUEUED,
     Code.DELAYED,
     Code.DEBOUNCED,
+    Code.EXPIRED,
     Code.NOT_LEADER,
     Code.NOT_PENDING,
     Code.SUPERSEDED,

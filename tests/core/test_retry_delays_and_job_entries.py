@@ -49,6 +49,18 @@ def test_options_round_trip_only_non_defaults() -> None:
     assert JobOptions.parse(opts.encode()) == opts
     assert '"retry_base_s"' not in opts.encode()
     assert JobOptions.parse('{"max_retries":1,"future_option":3}').max_retries == 1
+    carried = JobOptions(start_deadline=600.0, pause_after_failures=3)
+    assert carried.encode() == '{"pause_after_failures":3,"start_deadline":600.0}'
+    assert JobOptions.parse(carried.encode()) == carried
+
+
+def test_only_a_first_attempt_on_its_first_delivery_has_a_start_deadline() -> None:
+    fields = {**GOOD, "attempt": "1", "opts": '{"start_deadline":0.5}'}
+    assert parse_entry("q", "1-0", fields).start_by_ms == 1500
+    assert parse_entry("q", "1-0", {**fields, "attempt": "2"}).start_by_ms is None
+    assert parse_entry("q", "1-0", fields, deliveries=2).start_by_ms is None
+    assert parse_entry("q", "1-0", {**fields, "requeued": "1"}).start_by_ms is None
+    assert parse_entry("q", "1-0", {**fields, "opts": "{}"}).start_by_ms is None
 
 
 @pytest.mark.parametrize(
@@ -59,6 +71,8 @@ def test_options_round_trip_only_non_defaults() -> None:
         ('{"timeout_s":"x"}', "opts.timeout_s is not a number"),
         ('{"retry_base_s":-1}', ">= 0"),
         ('{"timeout_s":0}', "timeout_s must be > 0"),
+        ('{"start_deadline":0}', "start_deadline must be > 0"),
+        ('{"pause_after_failures":"3"}', "pause_after_failures is not a number"),
     ],
 )
 def test_bad_options_are_malformed(text: str, message: str) -> None:

@@ -20,6 +20,12 @@ BAD = [
     ("retry_max_s", float("inf")),
     ("retry_jitter", 1.5),
     ("timeout_s", -5),
+    ("start_deadline", 0),
+    ("start_deadline", -30),
+    ("start_deadline", "0.0001s"),
+    ("start_deadline", "367d"),
+    ("start_deadline", "soon"),
+    ("start_deadline", True),
     ("queue", "a b"),
     ("queue", "q" * 201),
     ("task", "x*"),
@@ -62,3 +68,18 @@ async def test_schedule_and_enqueue_refuse_a_debounce_alike(value: Any) -> None:
     with pytest.raises(InvalidJob) as caught:
         await store.enqueue("t", debounce_key="k", debounce=value)
     assert str(caught.value) == f"debounce: {_schedule_error('debounce', value)}"
+
+
+@pytest.mark.parametrize("value", [0, -1, 1001, 2.5, "3x", True, "1e3"])
+def test_pause_after_failures_is_a_whole_number_from_1_to_1000(value: Any) -> None:
+    assert _schedule_error("pause_after_failures", value).startswith(
+        "give a whole number from 1 to 1000 (failed runs in a row)"
+    )
+
+
+def test_pause_after_failures_and_a_start_deadline_read_as_given() -> None:
+    s = Schedule(id="a", task="t", every=60, pause_after_failures="7", start_deadline="1h30m")
+    assert (s.pause_after_failures, s.start_deadline) == (7, 5400)
+    assert Schedule(id="a", task="t", every=60, start_deadline=None).start_deadline is None
+    with pytest.raises(InvalidSchedule, match="start_deadline or debounce, not both"):
+        Schedule(id="a", task="t", every=60, debounce=1, start_deadline=60)

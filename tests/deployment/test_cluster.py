@@ -40,11 +40,13 @@ from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workers import settled
 from tests.support.workload import (
+    deadlines_and_failures,
     engine,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,
     park_and_bring_back,
+    paused,
     some_schedules,
 )
 
@@ -86,6 +88,7 @@ async def test_every_script_runs_on_the_cluster(
 
     async with rsched.Client.from_settings(settings) as client:
         await some_schedules(client)
+        await deadlines_and_failures(client)
         await client.trigger("m1")
         await client.enqueue("t.fail", max_retries=1)
         for _ in range(3):  # one at a time: two wait aside, then resume
@@ -103,6 +106,8 @@ async def test_every_script_runs_on_the_cluster(
             await eventually(lambda: len(ran) >= 6)
             await eventually(lambda: len(limited) == 3)
             await eventually(lambda: "fire" in seen)  # not only jobs of the client's
+            await eventually(lambda: "expire" in seen)
+            await eventually(lambda: paused(client, "pf"))
         await client.job(ran[0])
         first = await client.list(limit=1)
         await client.list(limit=1, cursor=first.cursor)

@@ -38,10 +38,12 @@ from tests.support.leading import firing, leases
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workload import (
+    deadlines_and_failures,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,
     park_and_bring_back,
+    paused,
     some_schedules,
 )
 
@@ -224,6 +226,7 @@ async def test_every_script_declares_every_key_it_touches(
 
     async with rsched.Client.from_settings(settings) as client:
         await some_schedules(client)
+        await deadlines_and_failures(client)
         # A run that ends dead releases the occurrence waiting behind it.
         await client.add({"id": "d", "task": "t.fail", "every": 3600, "overlap": "buffer_one"})
         await client.trigger("d")
@@ -279,6 +282,8 @@ async def test_every_script_declares_every_key_it_touches(
                 await eventually(lambda: len(ran) >= 8)
                 await eventually(lambda: len(limited) == 3)
                 await eventually(lambda: "fire" in strict.ran)  # not only jobs of the client's
+                await eventually(lambda: "expire" in strict.ran)
+                await eventually(lambda: paused(client, "pf"))
                 # the occurrence the end on "idle" left pending, released into "gated"
                 await eventually(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()

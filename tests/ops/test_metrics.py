@@ -202,7 +202,9 @@ def test_each_process_exports_what_it_knows() -> None:
     s = parse_registry(worker.registry)
     for task in ("a", "b"):
         assert value(s, "rsched_jobs_total", task=task, outcome="failed") == 0
+        assert value(s, "rsched_jobs_total", task=task, outcome="expired") == 0
         assert value(s, "rsched_retries_total", task=task) == 0
+    assert value(s, "rsched_schedules_auto_paused_total") == 0
     assert value(s, "rsched_reclaims_total", queue="q") == 0
     assert value(s, "rsched_limit_throttled_total", limit="crm") == 0
     assert value(s, "rsched_writes_unreplicated_total", op="complete") == 0
@@ -549,7 +551,7 @@ CONTRACT = {
     "rsched_job_duration_seconds", "rsched_job_start_lag_seconds", "rsched_retries_total",
     "rsched_reclaims_total", "rsched_jobs_in_progress", "rsched_workers", "rsched_build_info",
     "rsched_redis_up", "rsched_limit_holders", "rsched_limit_waiting",
-    "rsched_limit_throttled_total",
+    "rsched_limit_throttled_total", "rsched_schedules_auto_paused_total",
 }  # fmt: skip
 
 

@@ -319,3 +319,38 @@ async def test_forget_consumers_keeps_busy_and_recent_ones(store: QueueStore) ->
         for c in await any_(store.redis).xinfo_consumers(store.keys.queue("default"), GROUP)
     }
     assert names == {"busy"}
+
+
+async def test_expire_records_a_job_past_its_deadline_once_and_leaves_the_others(
+    store: QueueStore, redis: Redis
+) -> None:
+    from rsched._core.codes import Code
+    from rsched._store.worker_calls import Expiring
+
+    await store.create_groups(["default"])
+    for _ in range(2):
+        await store.enqueue("t")
+    [(_, entries)] = await store.read([("default", "normal")], "c1", 2, 100)
+    now = await store.time_ms()
+    late, soon = (
+        Expiring(eid, f["execution_id"], None, 1, by, '["x",null,"t","default","expired"]')
+        for (eid, f), by in zip(entries, (now - 1, now + 60_000), strict=True)
+    )
+    at, codes = await store.expire("default", [late, soon])
+    assert (codes, at >= now) == ([Code.EXPIRED, Code.OK], True)
+    # Re-sent after a lost reply: nothing recorded twice, and still not to be run.
+    assert (await store.expire("default", [late, soon]))[1] == [Code.NOT_PENDING, Code.OK]
+    assert await redis.xlen(store.keys.runs) == 1
+    assert await redis.xlen(store.keys.queue("default")) == 1  # the one within its deadline
+    assert int((await redis.xpending(store.keys.queue("default"), GROUP))["pending"]) == 1
+
+
+async def test_expire_refuses_malformed_items_writing_nothing(
+    store: QueueStore, redis: Redis
+) -> None:
+    await store.create_groups(["default"])
+    await store.enqueue("t")
+    keys = [store.keys.queue("default"), store.keys.runs]
+    for items in ("nope", '[["1-0","e","",1,"soon"]]'):
+        assert await store.call("expire", keys, [GROUP, 10, 10, items]) == -7  # BAD_ARGS
+    assert await redis.xlen(store.keys.queue("default")) == 1

@@ -104,3 +104,24 @@ async def limits_tour(client: rsched.Client, queues: QueueStore) -> None:
     await queues.finish(
         "idle", "normal", "m1", execution_id="x", attempt=1, event="completed", extra="", over=True
     )
+    await queues.finish(
+        "idle", "normal", "m1", execution_id="y", attempt=1, event="dead", extra="", over=True,
+        counted=True, error="E: boom",
+    )  # fmt: skip
+
+
+async def paused(client: rsched.Client, schedule_id: str) -> bool:
+    return (await client.get(schedule_id)).paused
+
+
+async def deadlines_and_failures(client: rsched.Client) -> None:
+    """Jobs past their start deadline when a worker reads them (lua/expire.lua): an enqueued
+    one, one holding limits, a schedule's; and a schedule that pauses after one dead run."""
+    await client.enqueue("t.ok", start_deadline=0.001)
+    await client.enqueue("t.limited", {"n": 2}, start_deadline=0.001)
+    await client.add({"id": "late", "task": "t.ok", "every": 3600, "start_deadline": 0.001})
+    await client.trigger("late")
+    await client.add(
+        {"id": "pf", "task": "t.fail", "every": 3600, "max_retries": 0, "pause_after_failures": 1}
+    )
+    await client.trigger("pf")

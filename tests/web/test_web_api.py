@@ -354,6 +354,31 @@ async def test_debounced_jobs(web: Web, client: rsched.Client) -> None:
         error(r, 422, "InvalidJob", "delay_s")
 
 
+async def test_start_deadline_and_pause_after_failures(web: Web, client: rsched.Client) -> None:
+    url = web()
+    async with httpx.AsyncClient(base_url=url + "/api/v1") as http:
+        body = spec("g", start_deadline="10m", pause_after_failures=3)
+        r = await http.post("/schedules", json=body)
+        assert r.status_code == 201, r.text
+        got = r.json()
+        assert (got["start_deadline"], got["pause_after_failures"]) == (600, 3)
+        assert got["consecutive_failures"] == 0
+        r = await http.patch("/schedules/g", json={"start_deadline": -1})
+        error(r, 422, "InvalidSchedule", "start_deadline")
+        r = await http.patch("/schedules/g", json={"pause_after_failures": 0})
+        error(r, 422, "InvalidSchedule", "pause_after_failures")
+        r = await http.patch("/schedules/g", json={"consecutive_failures": 0})
+        error(r, 422, "InvalidSchedule", "consecutive_failures")
+        r = await http.post("/jobs", json={"task": "t", "start_deadline": "5m"})
+        assert r.status_code == 201, r.text
+        r = await http.post("/jobs", json={"task": "t", "start_deadline": "1000d"})
+        error(r, 422, "InvalidJob", "start_deadline")
+    async with httpx.AsyncClient(base_url=url) as http:
+        page = (await http.get("/schedules/g")).text
+    assert "start deadline 10m" in page
+    assert '<dd id="failures">0 in a row · pauses at 3</dd>' in page
+
+
 async def test_health_schedule_health_and_events(
     web: Web, client: rsched.Client, settings: Settings
 ) -> None:

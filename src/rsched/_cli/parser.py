@@ -156,6 +156,16 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
         help="run each job this long after its occurrence, and collapse occurrences that pile up "
         "(catch-up, backfill, triggers) into one job: 5s, 1m (at most 1d)",
     )
+    p.add_argument(
+        "--start-deadline",
+        help="a job not started this long after its occurrence (workers busy or down) ends "
+        "expired without running: 30s, 10m (at most 366d; default none)",
+    )
+    p.add_argument(
+        "--pause-after-failures",
+        metavar="N",
+        help="pause the schedule after N runs in a row ended dead-lettered (default never)",
+    )
     p.add_argument("--description")
     _limit_option(p, "its jobs hold" + ("; replaces every limit it had" if update else ""))
     p.add_argument(
@@ -171,7 +181,7 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
             type=schedules.clearable,
             metavar="FIELD",
             help="set FIELD back to its default (none for start_at, end_at, max_runs, "
-            "description); repeat for several",
+            "start_deadline, pause_after_failures, description); repeat for several",
         )
         for name in ("start_at", "end_at", "max_runs", "description"):
             p.add_argument(
@@ -574,6 +584,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--debounce",
         help="run that job this long after the last call of the burst: 500ms, 2s, 5m (at most 1d)",
+    )
+    p.add_argument(
+        "--start-deadline",
+        help="not started this long after it falls due (workers busy or down), the job ends "
+        "expired without running: 30s, 10m (at most 366d; default none)",
     )
 
     _sub(

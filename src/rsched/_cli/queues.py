@@ -40,6 +40,7 @@ async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
         limits=args.limits or (),
         debounce_key=args.debounce_key,
         debounce=args.debounce,
+        start_deadline=args.start_deadline,
     )
     where = f"queue {args.queue}" + ("" if args.priority == "normal" else f" ({args.priority})")
     if args.debounce_key is not None:

@@ -36,7 +36,8 @@ SPEC_OPTIONS = (
     "task", "cron", "every", "at", "timezone", "queue", "priority", "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
     "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
-    "misfire_grace_s", "debounce", "description", "paused", "limits",
+    "misfire_grace_s", "debounce", "description", "paused", "limits", "start_deadline",
+    "pause_after_failures",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")
 #: The spec fields a command compares before and after a write (what it reports as changed).
@@ -100,7 +101,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _shown(value: Any, name: str = "") -> str:
     if value is None:
         return "-"
-    if name == "every" or name.endswith("_s"):
+    if name in ("every", "start_deadline") or name.endswith("_s"):
         return fmt.duration(float(value) * 1000)
     if isinstance(value, datetime):
         return value.isoformat()
@@ -346,6 +347,12 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     if s.debounce:
         at = [name for name, _ in pairs].index("overlap") + 1
         pairs.insert(at, ("debounce", fmt.duration(s.debounce * 1000)))
+    if s.start_deadline is not None:
+        at = [name for name, _ in pairs].index("timeout") + 1
+        pairs.insert(at, ("start deadline", fmt.duration(s.start_deadline * 1000)))
+    if s.pause_after_failures is not None:
+        at = [name for name, _ in pairs].index("status") + 1
+        pairs.insert(at, ("pause after", _failures_text(s)))
     rows, run_data = _runs(history, zone, now)
     text = fmt.fields(pairs)
     text += "\n\nnext fire times" + (" (if resumed now)" if s.paused else "") + ":\n"
@@ -361,6 +368,12 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
         {"schedule": s.public_dict(), "next": [t.isoformat() for t in upcoming], "runs": run_data},
         text,
     )
+
+
+def _failures_text(s: Schedule) -> str:
+    """``pause_after_failures`` and where the count stands, for ``rsched show``."""
+    runs = "run" if s.pause_after_failures == 1 else "runs in a row"
+    return f"{s.pause_after_failures} failed {runs} ({s.consecutive_failures} in a row now)"
 
 
 async def cmd_next(client: Client, args: argparse.Namespace) -> None:

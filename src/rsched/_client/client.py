@@ -643,6 +643,7 @@ class Client:
         limits: Sequence[Limit] = (),
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
+        start_deadline: float | str | timedelta | None = None,
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
@@ -658,8 +659,11 @@ class Client:
         With ``debounce_key`` and ``debounce`` (a duration up to a day), the calls with that key
         on that queue collapse: one job runs, with the last call's payload and options,
         ``debounce`` after the last call; ``created`` is True for the call that opened the
-        window, and every call gets the window's execution id (docs/debounce.md). Raises
-        InvalidJob naming the bad field (task, queue, payload, delay_s, priority, debounce, …).
+        window, and every call gets the window's execution id (docs/debounce.md).
+        ``start_deadline`` (a duration up to 366 days; default none): a job not started that
+        long after it fell due (all workers busy or down) ends ``expired`` without running.
+        Raises InvalidJob naming the bad field (task, queue, payload, delay_s, priority,
+        debounce, start_deadline, …).
         """
         if isinstance(debounce_key, str):  # every call of a key in its partition, its job too
             parts = await self._partitions()
@@ -685,6 +689,7 @@ class Client:
             limits=limits,
             debounce_key=debounce_key,
             debounce=debounce,
+            start_deadline=start_deadline,
         )
 
     # --- limits ------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ _RUN_ENDS: dict[str, JobState] = {
     "failed": "failed",
     "timed_out": "failed",
     "retried": "failed",
+    "expired": "expired",
 }
 
 

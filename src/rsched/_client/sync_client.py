@@ -234,6 +234,7 @@ class SyncClient:
         limits: Sequence[Limit] = (),
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
+        start_deadline: float | str | timedelta | None = None,
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -250,6 +251,7 @@ class SyncClient:
             limits=limits,
             debounce_key=debounce_key,
             debounce=debounce,
+            start_deadline=start_deadline,
         )
 
     def set_limit(

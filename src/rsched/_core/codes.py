@@ -40,6 +40,8 @@ class Code(IntEnum):
     LIMITED = 8  # acquire: the job waits on a limit key (moved out of its stream)
     # Merged into an open debounce window: no job of its own, the window's job is due later.
     DEBOUNCED = 9
+    # expire: the job's start deadline passed; acknowledged and recorded expired (do not run it).
+    EXPIRED = 10
     # Nothing written.
     NOT_LEADER = -1  # the lease is not the caller's (another scheduler holds it, or none does)
     NOT_FOUND = -2  # the schedule does not exist

@@ -61,7 +61,8 @@ class HistoryEvent:
 
     ``event`` names what happened: ``fired``, ``skipped``, ``buffered``, ``misfired``,
     ``released``, ``cancel_requested`` (the scheduler), ``running``, ``completed``,
-    ``failed``, ``timed_out``, ``retried``, ``dead``, ``cancelled`` (workers), or a name a newer
+    ``failed``, ``timed_out``, ``retried``, ``dead``, ``cancelled``, ``expired`` (not started within
+    its start deadline) (workers), or a name a newer
     rsched records. ``at`` is when it was recorded (Redis time); ``scheduled_at`` the
     occurrence's time and ``late_ms`` how late it fired; ``origin`` (schedule, trigger,
     backfill, misfire, ...) how it came to run; ``reason`` why it was skipped or dead-lettered.
@@ -182,7 +183,7 @@ _RECORD = re.compile(r"^-?[0-9a-zA-Z]+\|")
 _CODES = {
     "f": "fired", "b": "buffered", "s": "skipped", "x": "cancel_requested", "e": "released",
     "m": "misfired", "r": "running", "c": "completed", "C": "cancelled", "F": "failed",
-    "T": "timed_out", "R": "retried", "D": "dead", "W": "waiting",
+    "T": "timed_out", "R": "retried", "D": "dead", "W": "waiting", "E": "expired",
 }  # fmt: skip
 #: The fields of an occurrence's token, after its delta (origin '' = schedule).
 _OCCURRENCE_FIELDS = {
@@ -192,7 +193,7 @@ _OCCURRENCE_FIELDS = {
     "x": ("cancelled", "origin", "missed"),
 }
 #: The codes of run outcomes, and the fields of their tokens after the delta.
-_OUTCOMES = frozenset("cCFTRDW")
+_OUTCOMES = frozenset("cCFTRDWE")
 _OUTCOME_FIELDS = (
     "duration_ms", "attempt", "retry_in_ms", "reason", "error_type", "error", "deliveries", "by",
 )  # fmt: skip

@@ -33,15 +33,27 @@ DEFAULT_RETRY_MAX_S = 3600.0
 DEFAULT_RETRY_JITTER = 0.2
 DEFAULT_TIMEOUT_S = 3600.0
 
-#: A job's retry and timeout settings: the ``opts`` of a job entry and of a schedule's hash.
+#: A job's retry, timeout and start deadline settings: the ``opts`` of a job entry and of a
+#: schedule's hash.
 OPTION_NAMES = frozenset(
-    {"max_retries", "retry_base_s", "retry_multiplier", "retry_max_s", "retry_jitter", "timeout_s"}
-)
+    {
+        "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s", "retry_jitter",
+        "timeout_s", "start_deadline",
+    }
+)  # fmt: skip
+#: What ``opts`` carries besides the options: a schedule's job says its schedule pauses after
+#: failed runs (the scripts that record the run's end then count it; the number they compare
+#: with is the schedule's own field, read when counting).
+CARRIED_NAMES = OPTION_NAMES | {"pause_after_failures"}
+_WHOLE = frozenset({"max_retries", "pause_after_failures"})
 
 
 @dataclass(frozen=True, slots=True)
 class JobOptions:
-    """Retry and timeout settings a job carries (the schedule's, or those given to enqueue)."""
+    """Retry, timeout and start deadline settings a job carries (the schedule's, or those given
+    to enqueue). ``start_deadline`` (seconds, None: none) is how long after its scheduled time
+    the job's first attempt may still start; ``pause_after_failures`` is its schedule's (set by
+    the schedule only: it says the job's end is counted, see Schedule)."""
 
     max_retries: int = DEFAULT_MAX_RETRIES
     retry_base_s: float = DEFAULT_RETRY_BASE_S
@@ -49,12 +61,14 @@ class JobOptions:
     retry_max_s: float = DEFAULT_RETRY_MAX_S
     retry_jitter: float = DEFAULT_RETRY_JITTER
     timeout_s: float = DEFAULT_TIMEOUT_S
+    start_deadline: float | None = None
+    pause_after_failures: int | None = None
 
     @classmethod
     def checked(cls, **given: object) -> JobOptions:
         """Options given by a user (absent or None: the default), checked by the rules of
         rsched._core.rules; raises InvalidJob naming the option."""
-        values: dict[str, float] = {}
+        values: dict[str, float | None] = {}
         for name in sorted(OPTION_NAMES):
             value = given.get(name)
             if value is not None:
@@ -83,28 +97,30 @@ class JobOptions:
             raise MalformedJob("opts is not a JSON object")
         values: dict[str, Any] = {}
         for name, value in raw.items():
-            if name not in OPTION_NAMES:
+            if name not in CARRIED_NAMES:
                 continue  # an option of a newer rsched: ignore rather than refuse the job
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise MalformedJob(f"opts.{name} is not a number: {value!r}")
             if not math.isfinite(value) or value < 0:
                 raise MalformedJob(f"opts.{name} must be a finite number >= 0: {value!r}")
-            values[name] = int(value) if name == "max_retries" else float(value)
-        if values.get("timeout_s") == 0:
-            raise MalformedJob("opts.timeout_s must be > 0")
+            values[name] = int(value) if name in _WHOLE else float(value)
+        for name in ("timeout_s", "start_deadline", "pause_after_failures"):
+            if values.get(name) == 0:
+                raise MalformedJob(f"opts.{name} must be > 0")
         return cls(**values)
 
     def encode(self) -> str:
         """The ``opts`` field: only the settings that differ from their default."""
         diff = {
             name: getattr(self, name)
-            for name in sorted(OPTION_NAMES)
+            for name in _ENCODED
             if getattr(self, name) != getattr(_DEFAULT_OPTIONS, name)
         }
         return orjson.dumps(diff).decode()
 
 
 _DEFAULT_OPTIONS = JobOptions()
+_ENCODED = sorted(CARRIED_NAMES)
 
 
 def retry_delay_s(opts: JobOptions, attempt: int, rng: random.Random | None = None) -> float:
@@ -199,6 +215,23 @@ class Job:
     @property
     def timeout_s(self) -> float:
         return self.options.timeout_s
+
+    @property
+    def start_by_ms(self) -> int | None:
+        """The time (ms, Redis clock) by which this delivery must start, else it ends
+        ``expired`` unrun; None when it has no start deadline. Only a first attempt on its first
+        delivery has one: a retry, or an entry handed over from another worker, may have started
+        before, and a requeued dead letter (``requeued``) is an operator's wish to run it."""
+        deadline = self.options.start_deadline
+        if (
+            deadline is None
+            or self.attempt != 1
+            or self.deliveries != 1
+            or self.scheduled_ms is None
+            or "requeued" in self.fields
+        ):
+            return None
+        return self.scheduled_ms + round(deadline * 1000)
 
     @property
     def is_last_attempt(self) -> bool:

@@ -78,7 +78,7 @@ MISFIRE_ACTIONS: dict[str, tuple[str, str]] = {
 # The (policy, action) label sets of rsched_overlap_total.
 OVERLAP_ACTIONS = (("skip", "skipped"), ("buffer_one", "buffered"), ("buffer_all", "buffered"))
 RETENTION_KINDS = ("runs", "dead_letters", "history")
-OUTCOMES = ("completed", "failed", "timed_out", "cancelled", "retry")
+OUTCOMES = ("completed", "failed", "timed_out", "cancelled", "retry", "expired")
 # What fire.lua did with an occurrence the overlap policy held back, by its code.
 _OVERLAP_ACTIONS: dict[int, str] = {Code.SKIPPED: "skipped", Code.BUFFERED: "buffered"}
 # A fire item's (spec, action, scheduled time), by a C-level getter.
@@ -336,7 +336,7 @@ class Metrics:
         self.jobs = LoopCounter(
             "rsched_jobs",
             "Job runs that ended, by task and outcome (completed, failed, timed_out, "
-            "cancelled, retry).",
+            "cancelled, retry, expired: not started within its start deadline, never run).",
             ["task", "outcome"],
             self.flush_jobs,
         )
@@ -375,6 +375,12 @@ class Metrics:
             ["limit"],
             registry=None,
         )
+        self.auto_paused = Counter(
+            "rsched_schedules_auto_paused",
+            "Schedules this worker paused because their last pause_after_failures runs in a row "
+            "ended dead-lettered.",
+            registry=None,
+        )
         self.running = 0
         in_progress = Gauge(
             "rsched_jobs_in_progress", "Handlers running in this worker now.", registry=None
@@ -388,7 +394,8 @@ class Metrics:
             ),
             "worker": (
                 self.jobs, self.job_duration, self.job_start_lag, self.job_timeout,
-                self.retries, self.reclaims, self.limit_throttled, in_progress,
+                self.retries, self.reclaims, self.limit_throttled, self.auto_paused,
+                in_progress,
             ),
         }  # fmt: skip
         # --- every process ---------------------------------------------------------------

@@ -33,6 +33,10 @@ PAUSE_NOTE_MAX_CHARS = 500
 PAGE_MAX = 10_000
 BUFFER_LIMIT_DEFAULT = 100
 BUFFER_LIMIT_MAX = 100_000
+#: The longest ``start_deadline``: a job that may start a year late has no deadline.
+START_DEADLINE_MAX_S = 366 * 86_400.0
+#: The most consecutive failed runs ``pause_after_failures`` may wait for.
+PAUSE_AFTER_FAILURES_MAX = 1000
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -44,7 +48,7 @@ SECONDS_OPTIONS = frozenset({"retry_base_s", "retry_max_s", "timeout_s"})
 #: closed, so that a typo is an error instead of an empty answer.
 HISTORY_STATUSES = (
     "fired", "skipped", "buffered", "misfired", "released", "cancel_requested", "running",
-    "completed", "failed", "timed_out", "retried", "dead", "cancelled",
+    "completed", "failed", "timed_out", "retried", "dead", "cancelled", "expired",
 )  # fmt: skip
 #: A job's priority level: workers take ``high`` first, with a weighted share for the others.
 Priority = Literal["high", "normal", "low"]
@@ -114,6 +118,41 @@ def check_debounce(value: object) -> float:
     if seconds < 0.001:
         raise ValueError(f"{seconds:g} s is shorter than 1ms, the shortest debounce")
     return seconds
+
+
+def check_start_deadline(value: object) -> float:
+    """A ``start_deadline``: how long after its scheduled time a job may still start (not
+    started by then, it ends ``expired`` unrun); a duration (:func:`parse_duration_s`) from 1ms
+    to 366 days."""
+    seconds = parse_duration_s(value)
+    shown = value.strip() if isinstance(value, str) else f"{seconds:g} s"
+    if seconds < 0.001:
+        raise ValueError(f"{shown} is shorter than 1ms, the shortest start deadline")
+    if seconds > START_DEADLINE_MAX_S:
+        raise ValueError(
+            f"{shown} is longer than 366 days, the longest start deadline (366d); leave it out "
+            "for none"
+        )
+    return seconds
+
+
+def check_pause_after_failures(value: object) -> int:
+    """A schedule's ``pause_after_failures``: the consecutive failed runs (dead-lettered) after
+    which it pauses itself; a whole number from 1 to PAUSE_AFTER_FAILURES_MAX."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)  # as stored in the hash, or given on the command line
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= PAUSE_AFTER_FAILURES_MAX
+    ):
+        raise ValueError(
+            f"give a whole number from 1 to {PAUSE_AFTER_FAILURES_MAX} (failed runs in a row), "
+            f"got {value!r}"
+        )
+    return value
 
 
 def check_prefix(prefix: str) -> str:
@@ -190,6 +229,8 @@ def check_option(name: str, value: object) -> float:
     and timedeltas, read by :func:`parse_duration_s`."""
     if name in SECONDS_OPTIONS:
         return parse_duration_s(value)
+    if name == "start_deadline":
+        return check_start_deadline(value)
     number = math.nan  # refused by every check below
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = float(value)
@@ -240,7 +281,7 @@ def check_history_status(value: object) -> str:
 #: Every status of a run in the runs log (``Client.runs``), in the order of a run's life.
 RUN_STATUSES = (
     "fired", "started", "completed", "failed", "timed_out", "retried", "dead", "cancelled",
-    "skipped",
+    "skipped", "expired",
 )  # fmt: skip
 
 

@@ -49,8 +49,10 @@ from rsched._core.rules import (
     check_debounce,
     check_name,
     check_option,
+    check_pause_after_failures,
     check_pause_note,
     check_retry_window,
+    check_start_deadline,
     encode_payload,
     parse_duration_s,
 )
@@ -69,7 +71,10 @@ _reading_stored: ContextVar[bool] = ContextVar("rsched_reading_stored", default=
 #: Fields given in seconds; each also takes text ("90s", "5m", "1h30m") or a timedelta.
 DURATION_FIELDS = frozenset(
     {"every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s", "debounce"}
+    | {"start_deadline"}
 )
+#: Duration fields that may be None (none).
+_OPTIONAL_DURATIONS = ("every", "debounce", "start_deadline")
 #: A limit's own problem in the message of ``limits``: ``limits[1].rate: <message>``.
 _LIMIT_PART = re.compile(r"^(limits\[\d+\](?:\.\w+)?|limits): (.*)$", re.DOTALL)
 #: The shortest interval ``every`` may give.
@@ -80,6 +85,7 @@ TRIGGERS = ("cron", "every", "at")
 #: Fields the engine maintains; ignored when a schedule is written.
 STATE_FIELDS = frozenset(
     {"generation", "next_run", "last_run", "runs", "created_at", "updated_at", "completed"}
+    | {"consecutive_failures"}
 )
 _TIME_FIELDS = frozenset({"at", "start_at", "end_at", "next_run", "last_run"})
 _TIME_FIELDS_STATE = frozenset({"created_at", "updated_at"})
@@ -113,9 +119,14 @@ class Schedule(BaseModel):
     ``debounce``) take seconds, text such as ``"90s"``, ``"5m"``, ``"1h30m"`` or a timedelta, and
     are kept as seconds. With a ``debounce`` (up to a day), occurrences that pile up (a catch-up,
     a backfill, triggers in a row) collapse into one job that runs ``debounce`` after the last
-    of them, and every run starts that much after its occurrence (docs/debounce.md). The state
-    fields (``generation`` … ``completed``) are filled in by rsched and ignored on write. Raises
-    :class:`InvalidSchedule` naming each bad field.
+    of them, and every run starts that much after its occurrence (docs/debounce.md). With a
+    ``start_deadline`` (a duration, at most 366 days; not with ``debounce``), a job not started
+    that long after its occurrence's time ends ``expired`` without running. With
+    ``pause_after_failures=N`` the schedule pauses itself after N runs in a row ended
+    dead-lettered (``consecutive_failures`` counts them; a completed run, a resume or an update
+    starts the count again). The state fields (``generation`` … ``consecutive_failures``) are
+    filled in by rsched and ignored on write. Raises :class:`InvalidSchedule` naming each bad
+    field.
     """
 
     model_config = ConfigDict(extra="forbid", validate_default=False, arbitrary_types_allowed=True)
@@ -140,6 +151,7 @@ class Schedule(BaseModel):
     retry_max_s: float = Field(DEFAULT_RETRY_MAX_S, json_schema_extra=_duration_schema)
     retry_jitter: float = DEFAULT_RETRY_JITTER
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, json_schema_extra=_duration_schema)
+    start_deadline: float | None = Field(default=None, json_schema_extra=_duration_schema)
 
     overlap: Overlap = "skip"
     buffer_limit: int = BUFFER_LIMIT_DEFAULT
@@ -168,6 +180,8 @@ class Schedule(BaseModel):
         ),
     ] = ()
 
+    pause_after_failures: int | None = None
+
     paused: bool = False
     pause_note: str | None = None
     description: str | None = Field(default=None, max_length=2000)
@@ -180,6 +194,7 @@ class Schedule(BaseModel):
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed: bool = False
+    consecutive_failures: int = 0
 
     def __init__(self, **data: Any) -> None:
         # pydantic routes model_validate() through a custom __init__ too, without its context,
@@ -208,8 +223,13 @@ class Schedule(BaseModel):
 
     @field_validator(*sorted(OPTION_NAMES))
     @classmethod
-    def _option(cls, v: float, info: ValidationInfo) -> float:
-        return check_option(str(info.field_name), v)
+    def _option(cls, v: float | None, info: ValidationInfo) -> float | None:
+        return None if v is None else check_option(str(info.field_name), v)
+
+    @field_validator("pause_after_failures", mode="before")
+    @classmethod
+    def _pause_after_failures(cls, v: Any) -> int | None:
+        return None if v is None else check_pause_after_failures(v)
 
     @field_validator("buffer_limit", mode="before")
     @classmethod
@@ -242,10 +262,12 @@ class Schedule(BaseModel):
     @field_validator(*sorted(DURATION_FIELDS), mode="before")
     @classmethod
     def _duration(cls, v: Any, info: ValidationInfo) -> Any:
-        if v is None and info.field_name in ("every", "debounce"):
+        if v is None and info.field_name in _OPTIONAL_DURATIONS:
             return None
         if info.field_name == "debounce":
             return check_debounce(v)
+        if info.field_name == "start_deadline":
+            return check_start_deadline(v)
         # A grace of 0 is a choice (every late occurrence is a misfire); no other one may be 0.
         seconds = parse_duration_s(v, allow_zero=info.field_name == "misfire_grace_s")
         if info.field_name == "every" and seconds < MIN_EVERY_S:
@@ -285,6 +307,14 @@ class Schedule(BaseModel):
             w = words()
             raise ValueError(f"{w.field('end_at')} must be later than {w.field('start_at')}")
         check_retry_window(self.retry_base_s, self.retry_max_s)
+        if self.start_deadline is not None and self.debounce is not None:
+            w = words()
+            # A debounced job keeps its first occurrence's time while later ones move it on.
+            raise ValueError(
+                f"give {w.field('start_deadline')} or {w.field('debounce')}, not both: a debounced "
+                "job starts a debounce after the last occurrence it collapses, later than its "
+                "scheduled time by as long as the occurrences keep coming"
+            )
         if self.limits:
             try:
                 fill_all(self.limits, self.payload)
@@ -315,7 +345,10 @@ class Schedule(BaseModel):
             out[name] = _encode(value)
         # The job options are one field, in the form a job entry carries them: the fire script
         # copies it into the job as it is, and reads one field instead of six.
-        opts = JobOptions(**{name: getattr(self, name) for name in OPTION_NAMES}).encode()
+        opts = JobOptions(
+            **{name: getattr(self, name) for name in OPTION_NAMES},
+            pause_after_failures=self.pause_after_failures,
+        ).encode()
         # The limits travel filled in, as an enqueued job's do: the worker reads no schedule.
         opts = with_limits(opts, fill_all(self.limits, self.payload))
         if opts != "{}":

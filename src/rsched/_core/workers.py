@@ -19,7 +19,15 @@ import orjson
 from rsched._core.history import HistoryEvent
 
 JobState = Literal[
-    "queued", "running", "delayed", "waiting", "completed", "failed", "dead", "cancelled"
+    "queued",
+    "running",
+    "delayed",
+    "waiting",
+    "completed",
+    "failed",
+    "dead",
+    "cancelled",
+    "expired",
 ]
 #: The states ``Client.jobs`` lists (the others are read by execution id only).
 LISTED_STATES: tuple[str, ...] = ("running", "queued", "delayed")
@@ -31,6 +39,7 @@ _ENDS: dict[str, JobState] = {
     "cancelled": "cancelled",
     "failed": "failed",
     "timed_out": "failed",
+    "expired": "expired",
 }
 
 
@@ -166,7 +175,8 @@ class JobInfo:
     enqueue, due at ``due_at``), ``waiting`` (aside, on the limit key ``limit``: it starts
     when the key lets it, docs/limits.md), or, for a job read by execution id after it ended,
     ``completed``, ``failed`` (its last attempt failed and the next is not written yet),
-    ``dead`` or ``cancelled`` (from its schedule's history, the runs log, or its kept result).
+    ``dead``, ``cancelled`` or ``expired`` (not started within its start deadline: never run)
+    (from its schedule's history, the runs log, or its kept result).
     ``priority`` is its level (``high``, ``normal``, ``low``), in every state.
     ``enqueued_at`` is when its current attempt entered the stream; ``started_at`` when its
     current attempt started (running), or its last one (ended; None for a job that never ran).

@@ -41,7 +41,7 @@ CONFIRMED = frozenset(
         # scheduler
         "fire",
         # worker
-        "complete", "retry", "dead", "limit_acquire", "limit_resume", "forward",
+        "complete", "retry", "dead", "expire", "limit_acquire", "limit_resume", "forward",
     }
 )  # fmt: skip
 #: WAITAOF came with Redis 7.2 (Valkey reports redis_version 7.2.4 from its 8.0 on). The version

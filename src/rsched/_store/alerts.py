@@ -6,6 +6,9 @@ Kinds (the ``kind`` field of every entry):
   names the state it left). Written by the leading scheduler's health watch.
 - ``dead_letter``: a job was dead-lettered (``queue``, ``entry_id``, ``execution_id``,
   ``task``, ``schedule_id``, ``reason``). Written by the worker after the dead-letter script.
+- ``schedule_paused``: a schedule paused itself after ``failures`` runs in a row ended
+  dead-lettered (its ``pause_after_failures``), with ``schedule_id`` and ``error`` (the last
+  run's). Written by the worker after the script that recorded that run.
 - ``leader_changed``: a scheduler acquired the lease (``owner``, ``token``).
 
 Each entry's fields are flat strings; ``at`` is the stream id's time (Redis time). The stream
@@ -38,6 +41,7 @@ KINDS = (
     "schedule_stuck",
     "schedule_recovered",
     "dead_letter",
+    "schedule_paused",
     "leader_changed",
 )
 
@@ -48,8 +52,9 @@ class HealthEvent:
 
     ``id`` is the stream entry id (pass it as ``after`` to read on from there), ``kind`` one of
     schedule_late, schedule_failing, schedule_stuck, schedule_recovered, dead_letter,
-    leader_changed; ``at`` when it was recorded (Redis time, aware UTC); ``schedule_id`` the
-    schedule concerned, if any; ``fields`` every stored field but ``kind`` and ``schedule_id``.
+    schedule_paused, leader_changed; ``at`` when it was recorded (Redis time, aware UTC);
+    ``schedule_id`` the schedule concerned, if any; ``fields`` every stored field but ``kind``
+    and ``schedule_id``.
     """
 
     id: str

@@ -113,6 +113,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
         limits: Sequence[Limit] = (),
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
+        start_deadline: float | str | timedelta | None = None,
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
 
@@ -151,6 +152,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits):
             retry_multiplier=retry_multiplier,
             retry_max_s=retry_max_s,
             retry_jitter=retry_jitter,
+            start_deadline=start_deadline,
         )
         delay = _job_field("delay_s", functools.partial(parse_duration_s, allow_zero=True), delay_s)
         if delay > 10 * 365 * 86400:

@@ -17,9 +17,15 @@ import orjson
 from rsched._core.codes import Code, check
 from rsched._core.job import Entry, Lane
 from rsched._core.keys import GROUP
+from rsched._core.log import get_logger
+from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE, Priority
 from rsched._redis import scripts
 from rsched._store.alerts import EventLog
+
+log = get_logger("rsched.worker")
+#: Characters of a run's error a pause note keeps (check_pause_note allows 500 in all).
+LAST_ERROR_MAX = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,31 @@ class Done:
     # The partition of its schedule when the job ran from another one's stream (a job holding
     # limits runs from partition 0): the schedule's side is recorded there (``finish``).
     home: int | None = None
+    # Its schedule pauses after failed runs: a completed run clears the count.
+    counted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Expiring:
+    """A job about to start that has a start deadline, for ``expire``. ``schedule_id`` is None
+    for an enqueued job, and for a schedule's job whose schedule is in another partition (its
+    side is recorded there, ``finish``)."""
+
+    entry_id: str
+    execution_id: str
+    schedule_id: str | None
+    attempt: int
+    start_by_ms: int  # the latest Redis time (ms) it may start at
+    run: str  # its runs log record (runs_log.run_record)
+    dedup: bool = False
+    limits: tuple[tuple[str, str], ...] = ()  # the limits it holds: released when it expires
+
+
+def last_error(error_type: str, message: str) -> str:
+    """A run's error as a pause note names it: ``Type: message``, at most LAST_ERROR_MAX
+    characters."""
+    text = f"{error_type}: {message}" if error_type and message else error_type or message
+    return text[:LAST_ERROR_MAX]
 
 
 class WorkerCalls(scripts.ScriptCaller):
@@ -109,6 +140,7 @@ class WorkerCalls(scripts.ScriptCaller):
         keys = [self.keys.queue(queue, priority)]
         items: list[tuple[Any, ...]] = []
         limited = any(d.limits for d in done)
+        counted = any(d.counted for d in done)
         for d in done:
             if d.schedule_id and d.home is None:
                 sid = d.schedule_id
@@ -119,7 +151,9 @@ class WorkerCalls(scripts.ScriptCaller):
             )  # fmt: skip
             if d.dedup:
                 keys.append(self.keys.dedup(d.execution_id))
-            if limited:
+            if counted:
+                item = (*item, 1 if d.dedup else 0, d.run or "", d.limits, 1 if d.counted else 0)
+            elif limited:
                 item = (*item, 1 if d.dedup else 0, d.run or "", d.limits)
             elif d.run is not None:
                 item = (*item, 1 if d.dedup else 0, d.run)
@@ -135,6 +169,37 @@ class WorkerCalls(scripts.ScriptCaller):
         if recorded < 0:
             check(recorded, script="complete", queue=queue)
         return recorded
+
+    async def expire(
+        self, queue: str, items: Sequence[Expiring], priority: Priority = "normal"
+    ) -> tuple[int, list[Code]]:
+        """Jobs about to start whose start deadline passed by Redis time end ``expired``
+        unrun (lua/expire.lua): (the Redis time it decided by, ms; per item OK (run it),
+        EXPIRED (recorded, do not run) or NOT_PENDING (expired before, or taken over: do not
+        run))."""
+        k = self.keys
+        keys = [k.queue(queue, priority)]
+        rows: list[list[Any]] = []
+        limited = any(e.limits for e in items)
+        for e in items:
+            if e.schedule_id:
+                sid = e.schedule_id
+                keys += [k.history(sid), k.schedule(sid), k.pending(sid)]
+            if e.dedup:
+                keys.append(k.dedup(e.execution_id))
+            rows.append(
+                [e.entry_id, e.execution_id, e.schedule_id or "", e.attempt, e.start_by_ms,
+                 1 if e.dedup else 0, e.run, list(e.limits)]
+            )  # fmt: skip
+        args: list[Any] = [GROUP, self.history_limit, self.runs_max_entries, orjson.dumps(rows)]
+        if limited:
+            args.append(len(keys) + 1)
+            keys += k.limits
+        keys.append(k.runs)
+        res = await self.call("expire", keys, args)
+        if not isinstance(res, list):
+            check(res, script="expire", queue=queue)
+        return int(res[0]), [Code(int(c)) for c in res[1:]]
 
     async def retry(
         self,
@@ -210,6 +275,8 @@ class WorkerCalls(scripts.ScriptCaller):
         # A job from another partition's schedule (Job.home) has its schedule's side recorded
         # there (finish).
         has_schedule = bool(sid) and NAME_RE.match(sid) is not None and not elsewhere
+        # The job says its schedule pauses after failed runs: the script counts this one.
+        counted = has_schedule and '"pause_after_failures"' in raw.get("opts", "")
         k = self.keys
         stream = k.queue(queue, priority)
         keys = [stream, k.dead(queue)]
@@ -248,7 +315,7 @@ class WorkerCalls(scripts.ScriptCaller):
                 entry_id,
                 self.dead_letter_max_entries,
                 self.history_limit,
-                "1" if has_schedule else "0",
+                ("2" if counted else "1") if has_schedule else "0",
                 raw.get("execution_id", ""),
                 raw.get("attempt", "1"),
                 first_event,
@@ -256,11 +323,14 @@ class WorkerCalls(scripts.ScriptCaller):
                 self.runs_max_entries,
                 run,
                 *([orjson.dumps(list(limits)).decode()] if limits else []),
+                *([last_error(error_type, error_message)] if counted else []),
                 *fields,
             ],
         )
         if check(res, script="dead", queue=queue) == Code.NOT_PENDING:
             return None
+        if len(res) > 2:
+            await self._paused(sid, int(res[2]), last_error(error_type, error_message))
         # Recorded after the script (best effort): the dead letter is written either way.
         await self.events.publish(
             "dead_letter",
@@ -284,18 +354,35 @@ class WorkerCalls(scripts.ScriptCaller):
         event: str,
         extra: str,
         over: bool,
+        counted: bool = False,
+        error: str = "",
     ) -> None:
         """The schedule's side of a run whose job ran from another partition's stream: its
-        history event, and the end of the run when ``over`` (lua/finish.lua)."""
+        history event, and the end of the run when ``over`` (lua/finish.lua); ``counted``: the
+        job says its schedule pauses after failed runs (``error``: the run's, for the note)."""
         k = self.keys
         keys = [k.queue(queue, priority), k.history(schedule_id), k.schedule(schedule_id),
                 k.pending(schedule_id)]  # fmt: skip
-        res = await self.call(
-            "finish",
-            keys,
-            [self.history_limit, execution_id, attempt, event, extra, "1" if over else "0"],
-        )
+        args: list[Any] = [
+            self.history_limit, execution_id, attempt, event, extra, "1" if over else "0"
+        ]  # fmt: skip
+        if counted:
+            args += ["1", error[:LAST_ERROR_MAX]]
+        res = await self.call("finish", keys, args)
         check(res, script="finish", schedule_id=schedule_id)
+        if isinstance(res, list) and len(res) > 1:
+            await self._paused(schedule_id, int(res[1]), error[:LAST_ERROR_MAX])
+
+    async def _paused(self, schedule_id: str, failures: int, error: str) -> None:
+        """A schedule paused itself after ``failures`` runs in a row failed (the script that
+        counted the last one did it): announced after the script, best effort, as dead letters
+        are."""
+        log.warning("schedule.auto_paused", schedule_id=schedule_id, failures=failures, error=error)
+        if METRICS.on:
+            METRICS.auto_paused.inc()
+        await self.events.publish(
+            "schedule_paused", schedule_id=schedule_id, failures=failures, error=error
+        )
 
     async def drop(self, queue: str, priority: Priority, entry_ids: Sequence[str]) -> int:
         """Acknowledge and delete entries that must not run (lua/forwarded.lua)."""

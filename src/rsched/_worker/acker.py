@@ -68,7 +68,7 @@ class Acker:
                 if item.home is not None and item.schedule_id:
                     await finish_home(
                         state, item.home, queue, level, item.schedule_id, item.execution_id,
-                        item.attempt, item.event, item.extra, over=True,
+                        item.attempt, item.event, item.extra, over=True, counted=item.counted,
                     )  # fmt: skip
                 if item.limits:
                     state.promote_wake.set()  # a released key may start a waiting job
@@ -86,9 +86,12 @@ async def finish_home(
     extra: str,
     *,
     over: bool,
+    counted: bool = False,
+    error: str = "",
 ) -> None:
     """The schedule's side of a run whose job ran from another partition's stream (Job.home),
-    recorded in the schedule's partition once the job's own outcome is."""
+    recorded in the schedule's partition once the job's own outcome is (``counted``: its
+    schedule pauses after failed runs, ``error`` the run's)."""
     refused = await until_taken(
         functools.partial(
             state.stores[home].finish,
@@ -100,6 +103,8 @@ async def finish_home(
             event=event,
             extra=extra,
             over=over,
+            counted=counted,
+            error=error,
         ),
         "acker",
     )

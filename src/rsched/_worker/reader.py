@@ -23,6 +23,7 @@ from rsched._core.backoff import Backoff
 from rsched._core.codes import Code
 from rsched._core.errors import MalformedJob
 from rsched._core.history import fragment
+from rsched._core.humanize import duration
 from rsched._core.job import Entry, Job, Lane, parse_entry
 from rsched._core.limits import limits_of
 from rsched._core.log import get_logger
@@ -30,10 +31,13 @@ from rsched._core.metrics import METRICS
 from rsched._core.partitions import partition_of
 from rsched._core.rules import PRIORITIES, Priority
 from rsched._store.runs_log import run_record
+from rsched._store.worker_calls import Expiring
+from rsched._worker.acker import finish_home
 from rsched._worker.failures import ACTOR_FAILURES, back_off
 from rsched._worker.state import Stream, WorkerState
 
 log = get_logger("rsched.worker")
+jobs_log = get_logger("rsched.worker.jobs")
 
 # A job whose task this worker lacks goes back to its delayed set for this long while another
 # live worker has the task (it is taken from there by any reader), else while the grace lasts.
@@ -41,6 +45,12 @@ UNKNOWN_TASK_RETRY_MS = 1_000
 UNKNOWN_TASK_WAIT_MS = 5_000
 # How long the tasks of live workers are trusted before the registry is read again.
 LIVE_TASKS_TTL_S = 2.0
+# A job whose start deadline is further off than this by the server's clock, as the last
+# expire call told it, starts without asking (a read of the clock is trusted this long): the
+# decision is the script's, by Redis TIME; the learnt clock only spares it the jobs far from
+# theirs, and the margin covers the reply's way back and a step of the server's clock.
+DEADLINE_MARGIN_MS = 1_000
+SERVER_CLOCK_TTL_S = 30.0
 
 
 class LevelTurns:
@@ -79,6 +89,8 @@ class Reader:
         self._idle = anyio.Event()
         self._found = anyio.Event()
         self._live_tasks: tuple[float, set[str]] = (-math.inf, set())
+        # Per partition: (time.monotonic(), Redis TIME in ms) at the last expire call's reply.
+        self._server_clock: dict[int, tuple[float, int]] = {}
 
     async def run(self) -> None:
         state = self.state
@@ -231,6 +243,11 @@ class Reader:
                 await self._unknown_task(job, fields)
                 continue
             jobs.append(job)
+        # Before the limits: an expired job takes no hold and spends no start of a rate. One
+        # that waited on a limit comes back holding its keys (granted by limit_resume), which
+        # the script that records it expired releases.
+        if any(j.options.start_deadline is not None for j in jobs):
+            jobs = await self._expire(stream, jobs)
         if state.task_limits or any('"limits"' in j.fields.get("opts", "") for j in jobs):
             jobs = await self._limit(stream, jobs)
         if not jobs:
@@ -302,6 +319,100 @@ class Reader:
                     limit=key,
                 )
         return out
+
+    async def _expire(self, stream: Stream, jobs: list[Job]) -> list[Job]:
+        """Jobs whose start deadline passed by Redis time end ``expired`` without running
+        (lua/expire.lua: acknowledged, recorded, their schedule's run ended and their limit
+        holds released in one step); returns the others."""
+        state = self.state
+        partition, queue, level = stream
+        horizon = self._deadline_horizon(partition)
+        timed = [j for j in jobs if (by := j.start_by_ms) is not None and by <= horizon]
+        if not timed:
+            return jobs
+        # In partition 0 a job read again after waiting on a limit holds its keys, and a
+        # schedule's job may have its schedule elsewhere (Job.home); elsewhere neither.
+        holds = [self._granted(j) if partition == 0 else () for j in timed]
+        homes = [self._home(j) for j in timed]
+        items = [
+            Expiring(
+                j.entry_id,
+                j.execution_id,
+                j.schedule_id if home is None else None,
+                j.attempt,
+                j.start_by_ms or 0,
+                run_record(
+                    j.fields, queue=queue, status="expired", worker=state.consumer, error=_late(j)
+                ),
+                "dedup" in j.fields,
+                held,
+            )
+            for j, held, home in zip(timed, holds, homes, strict=True)
+        ]
+        try:
+            server_ms, codes = await state.stores[partition].expire(queue, items, level)
+        except ACTOR_FAILURES as exc:
+            # Left pending: when the call did expire them they are acknowledged and nothing
+            # runs; else they are taken over after the visibility timeout, and run then (the
+            # holds a job was granted lapse meanwhile).
+            log.warning("redis.error", actor="expire", error=str(exc))
+            state.slots.release(len(timed))
+            held_back = {j.entry_id for j in timed}
+            return [j for j in jobs if j.entry_id not in held_back]
+        self._server_clock[partition] = (time.monotonic(), server_ms)
+        gone: set[str] = set()
+        for job, code, held, home in zip(timed, codes, holds, homes, strict=True):
+            if code == Code.OK:
+                continue
+            gone.add(job.entry_id)
+            state.slots.release()
+            if code != Code.EXPIRED:
+                continue
+            if METRICS.on:
+                METRICS.jobs.inc((job.task, "expired"))
+            jobs_log.warning(
+                "job.end",
+                execution_id=job.execution_id,
+                task=job.task,
+                attempt=job.attempt,
+                outcome="expired",
+                start_deadline_s=job.options.start_deadline,
+            )
+            if home is not None and job.schedule_id:
+                await finish_home(
+                    state, home, queue, level, job.schedule_id, job.execution_id,
+                    job.attempt, "expired", "", over=True,
+                )  # fmt: skip
+            if held:
+                state.promote_wake.set()  # a released key may start a waiting job
+        return [j for j in jobs if j.entry_id not in gone]
+
+    def _deadline_horizon(self, partition: int) -> float:
+        """The latest deadline (ms, Redis clock) worth asking the script about now: every one
+        until the partition's clock was read lately, then DEADLINE_MARGIN_MS past its now."""
+        read = self._server_clock.get(partition)
+        if read is None:
+            return math.inf
+        at, server_ms = read
+        age_s = time.monotonic() - at
+        if age_s > SERVER_CLOCK_TTL_S:
+            return math.inf
+        return server_ms + age_s * 1000 + DEADLINE_MARGIN_MS
+
+    def _granted(self, job: Job) -> tuple[tuple[str, str], ...]:
+        """The limits (key, template) a job read in partition 0 may hold already: all of them
+        when it was granted them while waiting aside; a key it does not hold is skipped by the
+        release. Nothing when its keys cannot be filled (it holds nothing then)."""
+        state = self.state
+        if not state.task_limits and '"limits"' not in job.fields.get("opts", ""):
+            return ()
+        try:
+            held = limits_of(
+                state.task_limits.get(job.task, ()), job.payload, job.fields.get("opts")
+            )
+        except ValueError:
+            return ()
+        return tuple((lim.key, lim.template) for lim in held)
 
     def _home(self, job: Job) -> int | None:
         """The partition of a schedule's job that runs from partition 0 (forwarded there
@@ -527,6 +638,12 @@ def _of(
 ) -> list[tuple[int, Lane, list[Entry]]]:
     """Entries read from one partition's streams, with the partition."""
     return [(partition, lane, entries) for lane, entries in found]
+
+
+def _late(job: Job) -> str:
+    """Why an expired job did not run, for the runs log."""
+    deadline = job.options.start_deadline or 0
+    return f"not started within {duration(deadline * 1000)} of its scheduled time"
 
 
 def fmt_s(ms: int) -> str:

@@ -23,7 +23,7 @@ from rsched._core.job import Job, retry_delay_s
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._store.runs_log import run_record
-from rsched._store.worker_calls import Done
+from rsched._store.worker_calls import Done, last_error
 from rsched._worker.acker import finish_home
 from rsched._worker.failures import until_taken
 from rsched._worker.state import Running, Stream, WorkerState
@@ -168,6 +168,7 @@ class Runner:
                 ),
                 limits=_keys(job),
                 home=job.home,
+                counted=job.options.pause_after_failures is not None,
             ),
         )
         try:
@@ -260,6 +261,7 @@ class Runner:
                 limits=_keys(job),
             ),
             ("dead", fragment({**extra, "reason": reason}), True),
+            error=last_error(error_type, message),
         )
 
     async def _retry_asked(self, job: Job, error: Retry, duration_ms: float, delay_ms: int) -> None:
@@ -346,10 +348,12 @@ class Runner:
         job: Job,
         call: Callable[[], Awaitable[Any]],
         home: tuple[str, str, bool] | None = None,
+        *,
+        error: str = "",
     ) -> None:
         """Run a recording script until Redis takes it (the entry stays pending meanwhile);
         then, for a job whose schedule is in another partition (Job.home), record ``home``
-        (event, extra, whether the run is over) there."""
+        (event, extra, whether the run is over; ``error``: a dead run's) there."""
         # The script releases the job's limit holds: the heartbeat stops renewing them now.
         self.state.holding.pop(job.execution_id, None)
         try:
@@ -360,6 +364,7 @@ class Runner:
                 await finish_home(
                     self.state, job.home, job.queue, job.priority, job.schedule_id,
                     job.execution_id, job.attempt, *home[:2], over=home[2],
+                    counted=job.options.pause_after_failures is not None, error=error,
                 )  # fmt: skip
         finally:
             self.state.inflight.discard((job.partition, job.queue, job.priority, job.entry_id))

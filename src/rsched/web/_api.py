@@ -92,6 +92,11 @@ class JobRequest(BaseModel):
         description="run that job this long after the last request of the burst: seconds, or "
         "text such as 500ms, 2s, 5m (at most 1d)",
     )
+    start_deadline: float | str | None = Field(
+        default=None,
+        description="not started this long after it falls due (workers busy or down), the job "
+        "ends expired without running: seconds, or text such as 30s, 10m (at most 366d)",
+    )
 
 
 class PauseRequest(BaseModel):
@@ -369,6 +374,7 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
         limits=_job_limits(job.limits),
         debounce_key=job.debounce_key,
         debounce=job.debounce,
+        start_deadline=job.start_deadline,
     )
     if not done.created:
         response.status_code = 200
