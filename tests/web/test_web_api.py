@@ -936,3 +936,16 @@ def test_basic_header_helper() -> None:
     assert not Auth(token="t").header_ok(f"Basic {creds}")
     with pytest.raises(ValueError, match="user:password"):
         Auth(basic="nocolon")
+
+
+async def test_the_live_part_of_a_removed_schedule_stops_polling(
+    web: Web, client: rsched.Client
+) -> None:
+    await client.add({"id": "gone", "task": "t", "every": 60})
+    async with httpx.AsyncClient(base_url=web()) as http:
+        assert (await http.get("/_live/schedules/gone")).status_code == 200
+        await client.remove("gone")
+        r = await http.get("/_live/schedules/gone")
+    # 286: htmx stops polling, no error for a page being left after a removal.
+    assert r.status_code == 286
+    assert "removed" in r.text

@@ -42,8 +42,9 @@ async def test_concurrency_holds_across_processes_while_one_is_killed(
 ) -> None:
     store = store_for(redis, settings)
     keys = ["a", "b", "c"]
-    jobs = [(await store.enqueue("app.limited", {"k": keys[i % 3], "s": 0.3})).execution_id
-            for i in range(36)]  # fmt: skip
+    # Runs of a second: the kill below lands inside one of the first worker's runs.
+    jobs = [(await store.enqueue("app.limited", {"k": keys[i % 3], "s": 1.0})).execution_id
+            for i in range(18)]  # fmt: skip
     workers = [start_worker(spawn, settings) for _ in range(3)]
     # Kill one once it runs something: its holds must come back through the reclaim.
     await eventually(lambda: _started_by(redis, settings, workers[0].proc.pid))
@@ -101,6 +102,8 @@ async def test_rate_holds_across_processes(
     await eventually(all_started)
     starts = sorted(at for _, _, _, at in await marks(redis, settings))
     assert len(starts) == 20
-    # Any 6 starts span at least the period (less the time from the grant to the handler).
+    # 20 starts at 5 a second take at least three more windows; any 6 starts span about the
+    # period (less the time from the grant to the handler, which a loaded machine stretches).
+    assert starts[-1] - starts[0] >= 2.7
     for i in range(len(starts) - 5):
-        assert starts[i + 5] - starts[i] >= 0.85, starts
+        assert starts[i + 5] - starts[i] >= 0.6, starts

@@ -322,7 +322,12 @@ async def schedule(request: Request, schedule_id: str) -> Response:
 
 @router.get("/_live/schedules/{schedule_id}", response_class=HTMLResponse)
 async def schedule_live(request: Request, schedule_id: str) -> Response:
-    return render(request, "_schedule.html", **await schedule_context(request, schedule_id))
+    try:
+        return render(request, "_schedule.html", **await schedule_context(request, schedule_id))
+    except ScheduleNotFound:
+        # Removed while its page refreshes (or just removed from it): htmx stops polling on
+        # 286 instead of reporting an error the page would show for a page being left.
+        return HTMLResponse('<p class="muted">this schedule was removed</p>', status_code=286)
 
 
 #: An action on one schedule: (sdk, schedule id, form fields) -> the message to show.
