@@ -45,7 +45,7 @@ test: $(STAMP)
 
 # The tests that need no Redis (tests/core): pure arithmetic, models, rules, the layout. Seconds.
 test-core: $(STAMP)
-	$(BIN)/python -m pytest -q tests/core $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q tests/core -m "not slow" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)

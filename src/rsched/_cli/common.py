@@ -102,6 +102,7 @@ CLI_WORDS = Words(
         "task": "--task", "cron": "--cron", "every": "--every", "at": "--at",
         "timezone": "--tz", "queue": "--queue", "priority": "--priority",
         "payload": "--payload", "start_at": "--start-at", "end_at": "--end-at",
+        "dst_gap": "--dst-gap", "dst_fold": "--dst-fold",
         "max_runs": "--max-runs", "max_retries": "--max-retries", "retry_base_s": "--retry-base",
         "retry_multiplier": "--retry-multiplier", "retry_max_s": "--retry-max",
         "retry_jitter": "--retry-jitter", "timeout_s": "--timeout", "overlap": "--overlap",

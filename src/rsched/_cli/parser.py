@@ -24,7 +24,7 @@ from rsched._cli.common import (
     whole,
 )
 from rsched._core.errors import UsageError
-from rsched._core.rules import PRIORITIES
+from rsched._core.rules import DST_FOLDS, DST_GAPS, PRIORITIES
 from rsched._core.schedule import Overlap
 from rsched._core.settings import CLUSTER_HELP
 from rsched._redis.durability import durability_flag
@@ -130,6 +130,7 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
     trigger.add_argument("--every", help="interval: 300, 90s, 5m, 1h30m")
     trigger.add_argument("--at", type=iso_datetime, help="one-off time, ISO 8601")
     p.add_argument("--tz", "--timezone", dest="timezone", help="IANA zone, e.g. Europe/Rome")
+    _dst_options(p)
     p.add_argument("--queue", help="queue name (default: default)")
     p.add_argument("--priority", choices=PRIORITIES, help="high, normal (default) or low")
     p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
@@ -181,7 +182,8 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
             type=schedules.clearable,
             metavar="FIELD",
             help="set FIELD back to its default (none for start_at, end_at, max_runs, "
-            "start_deadline, pause_after_failures, description); repeat for several",
+            "start_deadline, pause_after_failures, description; cron's rule for dst_gap, "
+            "dst_fold); repeat for several",
         )
         for name in ("start_at", "end_at", "max_runs", "description"):
             p.add_argument(
@@ -191,6 +193,23 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
                 const=name,
                 help=f"remove {name} (the same as --clear {name})",
             )
+
+
+def _dst_options(p: argparse.ArgumentParser) -> None:
+    """``--dst-gap`` and ``--dst-fold``: a cron schedule's DST rule (README "Time rules")."""
+    p.add_argument(
+        "--dst-gap",
+        choices=DST_GAPS,
+        help="a wall time the spring-forward gap skips runs at the first instant after the gap "
+        "(shift) or not that day (skip); default: cron's rule (shift for fixed times, skip "
+        "for '*' and steps)",
+    )
+    p.add_argument(
+        "--dst-fold",
+        choices=DST_FOLDS,
+        help="a wall time the fall-back fold repeats runs at its first occurrence, its last or "
+        "both; default: cron's rule (first for fixed times, both for '*' and steps)",
+    )
 
 
 def _limit_option(p: argparse.ArgumentParser, whose: str) -> None:
@@ -411,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Preview a cron expression's next fire times in a zone and in UTC (creates nothing)",
         "  rsched cron '0 2 * * *' --tz Europe/Rome\n"
         "  rsched cron '30 2 * * *' --tz America/New_York -n 400   (DST changes are marked)\n"
+        "  rsched cron '30 1 * * *' --tz America/New_York --dst-fold both --after 2026-10-31\n"
         "  rsched cron '*/10 * * * * *' --after 2026-03-29T01:59:30 --tz Europe/Rome",
         None,
     )
@@ -418,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(local=local)
     p.add_argument("expression", metavar="EXPR", help="5 fields, or 6 with seconds first")
     p.add_argument("--tz", "--timezone", dest="timezone", default="UTC", help="IANA zone (UTC)")
+    _dst_options(p)
     _limit(p, 10, "how many fire times (default 10)")
     p.add_argument(
         "--after",

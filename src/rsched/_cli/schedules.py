@@ -33,7 +33,8 @@ from rsched._redis.connection import connect
 #: The spec options of ``add`` / ``upsert`` / ``update`` (argparse dests), copied into the spec
 #: when given.
 SPEC_OPTIONS = (
-    "task", "cron", "every", "at", "timezone", "queue", "priority", "payload", "start_at", "end_at",
+    "task", "cron", "every", "at", "timezone", "dst_gap", "dst_fold", "queue", "priority",
+    "payload", "start_at", "end_at",
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
     "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
     "misfire_grace_s", "debounce", "description", "paused", "limits", "start_deadline",
@@ -344,6 +345,9 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     ]
     if s.description:
         pairs.insert(1, ("description", s.description))
+    dst = fmt.dst_text(s)
+    if dst is not None:
+        pairs.insert([name for name, _ in pairs].index("timezone") + 1, ("dst", dst))
     if s.debounce:
         at = [name for name, _ in pairs].index("overlap") + 1
         pairs.insert(at, ("debounce", fmt.duration(s.debounce * 1000)))
@@ -476,7 +480,14 @@ def cmd_cron(args: argparse.Namespace) -> None:
     if after.tzinfo is None:
         after = after.replace(tzinfo=zone)
     try:
-        preview = Schedule(id="preview", task="preview", cron=args.expression, timezone=zone.key)
+        preview = Schedule(
+            id="preview",
+            task="preview",
+            cron=args.expression,
+            timezone=zone.key,
+            dst_gap=args.dst_gap,
+            dst_fold=args.dst_fold,
+        )
     except InvalidSchedule as exc:  # the cron parser's own message, on one line
         raise InvalidArgument(
             "expression", " ".join("; ".join(m for _, m in exc.errors).split())
@@ -503,9 +514,12 @@ def cmd_cron(args: argparse.Namespace) -> None:
             }
         )
     head = f"cron {args.expression!r} in {zone.key}, after {after.isoformat(timespec='seconds')}"
+    if args.dst_gap or args.dst_fold:
+        head += f"; DST {fmt.dst_text(preview)}"
     if not rows:
         text = f"{head}: no fire time within 50 years"
     else:
         table = fmt.table((f"FIRE TIME ({zone.key})", "UTC", ""), rows)
         text = f"{head}:\n{table}"
-    out(args, {"expression": args.expression, "timezone": zone.key, "times": data}, text)
+    doc = {"expression": args.expression, "timezone": zone.key, "times": data}
+    out(args, doc | {"dst_gap": preview.dst_gap, "dst_fold": preview.dst_fold}, text)

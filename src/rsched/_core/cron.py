@@ -19,6 +19,18 @@ DST rules (Debian/Vixie cron)
   reading matches fires, so ``*/15 * * * *`` fires through both passes of a repeated hour and
   wall times inside a gap simply never occur.
 
+Chosen rules (``dst_gap``, ``dst_fold``)
+---------------------------------------
+A schedule may choose otherwise for its gaps (``shift``: at the first instant after the gap, as
+fixed expressions do; ``skip``: no run, as the others do) and its folds (``first``, ``last`` or
+``both`` passes). Cron's rule above is ``shift``/``first`` for fixed expressions and
+``skip``/``both`` for the rest; :meth:`Cron.rule` maps a choice equal to it to None, so such
+schedules keep the paths above. Any other choice is evaluated the elapsed way, one constant-offset
+segment at a time, with two additions: a segment that starts after a gap also fires at its first
+instant (the gap's end) when a wall time inside the gap matches (``shift``), and a match in the
+pass of a repeated hour the rule leaves out (the second for ``first``, the first for ``last``)
+makes the search jump past that pass.
+
 What we work around in cronsim
 ------------------------------
 cronsim only applies its Debian-style DST fix-up to 5-field expressions with aware datetimes,
@@ -43,8 +55,9 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim, CronSimError
 
 from rsched._core.errors import CronError
+from rsched._core.rules import DstFold, DstGap, check_dst_fold, check_dst_gap
 
-__all__ = ["Cron"]
+__all__ = ["Cron", "DstRule"]
 
 _SECOND: Final = timedelta(seconds=1)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -417,6 +430,87 @@ def _elapsed_prev(fields: str, tz: ZoneInfo, at: int) -> int | None:
     return None
 
 
+#: An explicit DST rule (gap, fold) that differs from an expression's default (see Cron.rule).
+DstRule = tuple[DstGap, DstFold]
+
+
+def _pass_left_out(tz: ZoneInfo, t: int, fold: DstFold) -> tuple[int, int] | None:
+    """When `t` lies in the pass of a repeated hour that `fold` leaves out, that pass as
+    [start, end) in epoch seconds; None otherwise."""
+    local = datetime.fromtimestamp(t, tz)
+    own = _offset_of(local)
+    other = _offset_of(local.replace(fold=1 - local.fold))
+    if other == own or (fold == "first") != bool(local.fold):
+        return None
+    shift = abs(other - own)
+    if local.fold:  # second pass, left out by "first": it began at the change before t
+        change = _first_change(tz, t - shift, t, other)
+        start = change if change is not None else t
+        return start, start + shift
+    change = _first_change(tz, t, t + shift, own)  # first pass, left out by "last"
+    end = change if change is not None else t + 1
+    return end - shift, end
+
+
+def _chosen_next(fields: str, tz: ZoneInfo, after: int, rule: DstRule) -> int | None:
+    """First firing instant > `after` under an explicit rule (see the module docstring)."""
+    gap, fold = rule
+    start = after + 1
+    if gap == "shift":
+        # `start` may itself end a gap: does a wall time inside the gap match?
+        offset, earlier = _offset(tz, start), _offset(tz, start - 1)
+        if earlier < offset:
+            inside = next(CronSim(fields, _wall(start, earlier) - _SECOND))
+            if inside < _wall(start, offset):
+                return start
+    for _ in range(_MAX_SEGMENTS):
+        offset = _offset(tz, start)
+        wall = next(CronSim(fields, _wall(start, offset) - _SECOND))
+        candidate = _instant(wall, offset)
+        change = _first_change(tz, start, candidate, offset)
+        if change is not None:
+            # No match in [start, change): `wall` is also the first at or after the change's
+            # reading under this offset, i.e. in the gap when the change opens one.
+            later = _offset(tz, change)
+            if gap == "shift" and offset < later and wall < _wall(change, later):
+                return change
+            start = change
+            continue
+        if fold == "both":
+            return candidate
+        left_out = _pass_left_out(tz, candidate, fold)
+        if left_out is None:
+            return candidate
+        start = left_out[1]
+    return None
+
+
+def _chosen_prev(fields: str, tz: ZoneInfo, at: int, rule: DstRule) -> int | None:
+    """Latest firing instant <= `at` under an explicit rule (see the module docstring)."""
+    gap, fold = rule
+    end = at
+    for _ in range(_MAX_SEGMENTS):
+        offset = _offset(tz, end)
+        wall = next(CronSim(fields, _wall(end, offset) + _SECOND, reverse=True))
+        candidate = _instant(wall, offset)
+        change = _last_change(tz, candidate, end, offset)
+        if change is not None:
+            # The segment [change + 1, end] holds no match; a gap ending at change + 1 fires
+            # there under `shift` when its walls hold the latest match before the segment.
+            earlier = _offset(tz, change)
+            if gap == "shift" and earlier < offset and wall >= _wall(change + 1, earlier):
+                return change + 1
+            end = change
+            continue
+        if fold == "both":
+            return candidate
+        left_out = _pass_left_out(tz, candidate, fold)
+        if left_out is None:
+            return candidate
+        end = left_out[0] - 1
+    return None
+
+
 def _to_local(tz: ZoneInfo, t: int | None) -> datetime | None:
     """Epoch second as an aware datetime in `tz`."""
     return None if t is None else datetime.fromtimestamp(t, tz)
@@ -437,6 +531,26 @@ def _prev_cached(fields: str, tz: ZoneInfo, at: int, *, fixed: bool) -> datetime
     """Cached previous firing; `at` is an epoch second."""
     try:
         found = _fixed_prev(fields, tz, at) if fixed else _elapsed_prev(fields, tz, at)
+    except (StopIteration, OverflowError):
+        return None
+    return _to_local(tz, found)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _chosen_next_cached(fields: str, tz: ZoneInfo, after: int, rule: DstRule) -> datetime | None:
+    """Cached next firing under an explicit rule; `after` is an epoch second."""
+    try:
+        found = _chosen_next(fields, tz, after, rule)
+    except (StopIteration, OverflowError):
+        return None
+    return _to_local(tz, found)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _chosen_prev_cached(fields: str, tz: ZoneInfo, at: int, rule: DstRule) -> datetime | None:
+    """Cached previous firing under an explicit rule; `at` is an epoch second."""
+    try:
+        found = _chosen_prev(fields, tz, at, rule)
     except (StopIteration, OverflowError):
         return None
     return _to_local(tz, found)
@@ -465,14 +579,33 @@ class Cron:
         """Parse and validate `text`; raise ValueError naming the bad field and the fix."""
         return _parse(text)
 
-    def next_after(self, after: datetime, tz: ZoneInfo) -> datetime | None:
-        """First firing strictly after `after`, in `tz`; None if none within 50 years."""
+    def rule(self, gap: str | None = None, fold: str | None = None) -> DstRule | None:
+        """The DST rule a schedule's ``dst_gap`` and ``dst_fold`` choose for this expression,
+        or None when they leave cron's rule (``shift``/``first`` for a fixed expression,
+        ``skip``/``both`` for the others) in force: unset, or set to what it is anyway.
+        Raises ValueError for a value that is no rule."""
+        default: DstRule = ("shift", "first") if self.fixed else ("skip", "both")
+        chosen: DstRule = (check_dst_gap(gap) or default[0], check_dst_fold(fold) or default[1])
+        return None if chosen == default else chosen
+
+    def next_after(
+        self, after: datetime, tz: ZoneInfo, rule: DstRule | None = None
+    ) -> datetime | None:
+        """First firing strictly after `after`, in `tz` (under `rule` when given, see
+        :meth:`rule`); None if none within 50 years."""
         # ZoneInfo(key) returns one shared instance per key, so keying by the object is
         # keying by the zone name, and the result keeps the caller's tzinfo.
+        if rule is not None:
+            return _chosen_next_cached(self.fields, tz, _epoch_second(after, "after"), rule)
         return _next_cached(self.fields, tz, _epoch_second(after, "after"), fixed=self.fixed)
 
-    def prev_at_or_before(self, at: datetime, tz: ZoneInfo) -> datetime | None:
-        """Latest firing at or before `at`, in `tz`; None if none within 50 years."""
+    def prev_at_or_before(
+        self, at: datetime, tz: ZoneInfo, rule: DstRule | None = None
+    ) -> datetime | None:
+        """Latest firing at or before `at`, in `tz` (under `rule` when given); None if none
+        within 50 years."""
+        if rule is not None:
+            return _chosen_prev_cached(self.fields, tz, _epoch_second(at, "at"), rule)
         return _prev_cached(self.fields, tz, _epoch_second(at, "at"), fixed=self.fixed)
 
 

@@ -154,7 +154,7 @@ class FireItem(NamedTuple):
 PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
-    "buffer_limit", "priority", "debounce",
+    "buffer_limit", "priority", "debounce", "dst_gap", "dst_fold",
 )  # fmt: skip
 
 

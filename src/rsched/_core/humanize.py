@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from rsched._core.cron import Cron
 from rsched._core.limits import Limit, Rate
 from rsched._core.schedule import Schedule, to_ms
 from rsched._core.timezones import resolve_timezone
@@ -93,6 +94,18 @@ def trigger_text(s: Schedule) -> str:
     if s.every is not None:
         return f"every {duration(s.every * 1000)}"
     return f"at {clock(to_ms(s.at), s.timezone)}" if s.at else "-"
+
+
+def dst_text(s: Schedule) -> str | None:
+    """A cron schedule's DST rule in one phrase (``rsched show``, the dashboard): ``gap skip,
+    fold first (cron's rule)``, each field left unset marked as cron's rule for its expression;
+    None for ``every`` and ``at``, which no clock change moves."""
+    if s.cron is None:
+        return None
+    fixed = Cron.parse(s.cron).fixed
+    gap = s.dst_gap or f"{'shift' if fixed else 'skip'} (cron's rule)"
+    fold = s.dst_fold or f"{'first' if fixed else 'both'} (cron's rule)"
+    return f"gap {gap}, fold {fold}"
 
 
 def status_text(s: Schedule) -> str:

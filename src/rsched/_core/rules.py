@@ -53,6 +53,16 @@ HISTORY_STATUSES = (
 #: A job's priority level: workers take ``high`` first, with a weighted share for the others.
 Priority = Literal["high", "normal", "low"]
 PRIORITIES: tuple[Priority, ...] = get_args(Priority)
+#: What a cron schedule does with a wall time that does not exist (in a spring-forward gap):
+#: ``shift`` runs at the first instant after the gap, ``skip`` has no run at that time that day.
+#: Unset (None), cron's own rule: ``shift`` for fixed times, ``skip`` for the rest (``*``, steps).
+DstGap = Literal["shift", "skip"]
+DST_GAPS: tuple[DstGap, ...] = get_args(DstGap)
+#: What a cron schedule does with a wall time that happens twice (in a fall-back fold): it runs at
+#: the ``first`` occurrence, the ``last`` or ``both``. Unset (None), cron's own rule: ``first``
+#: for fixed times, ``both`` for the rest.
+DstFold = Literal["first", "last", "both"]
+DST_FOLDS: tuple[DstFold, ...] = get_args(DstFold)
 #: How long an ``enqueue`` with an ``execution_id`` keeps that id taken after the job finished.
 DEFAULT_DEDUP_WINDOW_S = 86_400.0
 DEDUP_WINDOW_MAX_S = 366 * 86_400.0
@@ -92,6 +102,38 @@ def check_priority(value: object) -> Priority:
         if value == level:
             return level
     raise ValueError(f"{value!r} is not a priority: use 'high', 'normal' (the default) or 'low'")
+
+
+def check_dst_gap(value: object) -> DstGap | None:
+    """A cron schedule's ``dst_gap``: 'shift', 'skip', or None (cron's rule)."""
+    for rule in DST_GAPS:
+        if value == rule:
+            return rule
+    if value is None:
+        return None
+    w = words()
+    raise ValueError(
+        f"{value!r} is not a DST gap rule: use {w.set_to('dst_gap', 'shift')} (a wall time the "
+        f"spring-forward gap skips runs at the first instant after it) or "
+        f"{w.set_to('dst_gap', 'skip')} (no run at that time that day), or leave it unset for "
+        "cron's rule (shift for fixed times, skip for '*' and steps)"
+    )
+
+
+def check_dst_fold(value: object) -> DstFold | None:
+    """A cron schedule's ``dst_fold``: 'first', 'last', 'both', or None (cron's rule)."""
+    for rule in DST_FOLDS:
+        if value == rule:
+            return rule
+    if value is None:
+        return None
+    w = words()
+    raise ValueError(
+        f"{value!r} is not a DST fold rule: use {w.set_to('dst_fold', 'first')}, "
+        f"{w.set_to('dst_fold', 'last')} or {w.set_to('dst_fold', 'both')} (a wall time the "
+        "fall-back fold repeats runs at its first occurrence, its second, or both), or leave it "
+        "unset for cron's rule (first for fixed times, both for '*' and steps)"
+    )
 
 
 def check_dedup_window(value: object) -> float:

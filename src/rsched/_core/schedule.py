@@ -44,9 +44,13 @@ from rsched._core.rules import (
     BUFFER_LIMIT_DEFAULT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES,
+    DstFold,
+    DstGap,
     Priority,
     check_buffer_limit,
     check_debounce,
+    check_dst_fold,
+    check_dst_gap,
     check_name,
     check_option,
     check_pause_after_failures,
@@ -114,7 +118,13 @@ class Schedule(BaseModel):
 
     Exactly one of ``cron``, ``every`` and ``at`` must be given. Naive datetimes are read in
     ``timezone``, which is stored in its canonical spelling (``europe/rome`` -> ``Europe/Rome``,
-    ``US/Eastern`` -> ``America/New_York``; abbreviations such as ``EST`` are refused). The
+    ``US/Eastern`` -> ``America/New_York``; abbreviations such as ``EST`` are refused). A
+    ``cron`` schedule may choose what a daylight-saving change does to it: ``dst_gap`` for a wall
+    time the spring-forward gap skips (``shift``: at the first instant after the gap; ``skip``: no
+    run that day) and ``dst_fold`` for one the fall-back fold repeats (``first``, ``last`` or
+    ``both`` occurrences); unset, cron's rule applies (README "Time rules (DST)"). ``every``
+    (elapsed time) and ``at`` (one instant) have no wall times, so both fields leave them as
+    they are, as ``buffer_limit`` leaves a schedule without ``overlap="buffer_all"``. The
     durations (``every``, ``retry_base_s``, ``retry_max_s``, ``timeout_s``, ``misfire_grace_s``,
     ``debounce``) take seconds, text such as ``"90s"``, ``"5m"``, ``"1h30m"`` or a timedelta, and
     are kept as seconds. With a ``debounce`` (up to a day), occurrences that pile up (a catch-up,
@@ -141,6 +151,8 @@ class Schedule(BaseModel):
     every: float | None = Field(default=None, json_schema_extra=_duration_schema)
     at: datetime | None = None
     timezone: str = "UTC"
+    dst_gap: DstGap | None = None
+    dst_fold: DstFold | None = None
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runs: int | None = Field(default=None, ge=1)
@@ -258,6 +270,16 @@ class Schedule(BaseModel):
     @classmethod
     def _cron(cls, v: str | None) -> str | None:
         return None if v is None else Cron.parse(v).text
+
+    @field_validator("dst_gap", mode="before")
+    @classmethod
+    def _dst_gap(cls, v: Any) -> DstGap | None:
+        return check_dst_gap(v)
+
+    @field_validator("dst_fold", mode="before")
+    @classmethod
+    def _dst_fold(cls, v: Any) -> DstFold | None:
+        return check_dst_fold(v)
 
     @field_validator(*sorted(DURATION_FIELDS), mode="before")
     @classmethod

@@ -1,8 +1,9 @@
 """When a schedule fires: occurrences of its trigger inside its window, as epoch milliseconds.
 
 Pure arithmetic shared by the scheduler, the SDK preview and the CLI. Cron DST rules live in
-``cron``; ``every`` intervals are elapsed time (they ignore DST) anchored at ``start_at``, or one
-interval after creation; ``at`` is a single occurrence.
+``cron`` (cron's own, or the one a schedule's ``dst_gap`` / ``dst_fold`` choose); ``every``
+intervals are elapsed time (they ignore DST) anchored at ``start_at``, or one interval after
+creation; ``at`` is a single occurrence.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from rsched._core.cron import Cron
+from rsched._core.cron import Cron, DstRule
 from rsched._core.errors import InvalidSchedule
 from rsched._core.schedule import Schedule, from_ms, to_ms
 from rsched._core.timezones import resolve_timezone
@@ -20,10 +21,13 @@ from rsched._core.words import words
 
 
 # The schedules of a herd share their expression, zone and due time: the next run is computed
-# once (Cron caches by second; this also skips the datetime conversions around it).
+# once (Cron caches by second; this also skips the datetime conversions around it). A schedule
+# on cron's DST rule calls it without `rule`, under the same key as before rules existed.
 @functools.lru_cache(maxsize=16_384)
-def _cron_next_ms(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
-    nxt = cron.next_after(from_ms(after_ms, UTC), tz)
+def _cron_next_ms(
+    cron: Cron, tz: ZoneInfo, after_ms: int, rule: DstRule | None = None
+) -> int | None:
+    nxt = cron.next_after(from_ms(after_ms, UTC), tz, rule)
     return to_ms(nxt) if nxt else None
 
 
@@ -38,6 +42,7 @@ class Timing:
     start_ms: int | None = None
     end_ms: int | None = None
     anchor_ms: int | None = None  # first occurrence of an `every` schedule, when known
+    rule: DstRule | None = None  # a cron schedule's chosen DST rule; None: cron's own
 
     @classmethod
     def of(cls, schedule: Schedule) -> Timing:
@@ -50,6 +55,8 @@ class Timing:
             start_ms=to_ms(schedule.start_at) if schedule.start_at else None,
             end_ms=to_ms(schedule.end_at) if schedule.end_at else None,
             created_ms=created,
+            dst_gap=schedule.dst_gap,
+            dst_fold=schedule.dst_fold,
         )
 
     @classmethod
@@ -64,6 +71,8 @@ class Timing:
             start_ms=_int(fields.get("start_at")),
             end_ms=_int(fields.get("end_at")),
             created_ms=_int(fields.get("created_at")),
+            dst_gap=fields.get("dst_gap"),
+            dst_fold=fields.get("dst_fold"),
         )
 
     @classmethod
@@ -77,6 +86,8 @@ class Timing:
         start_ms: int | None,
         end_ms: int | None,
         created_ms: int | None,
+        dst_gap: str | None = None,
+        dst_fold: str | None = None,
     ) -> Timing:
         anchor = None
         if every_ms is not None:
@@ -85,14 +96,16 @@ class Timing:
                 anchor = start_ms
             elif created_ms is not None:
                 anchor = created_ms + every_ms
+        parsed = Cron.parse(cron) if cron is not None else None
         return cls(
             tz=tz,
-            cron=Cron.parse(cron) if cron is not None else None,
+            cron=parsed,
             every_ms=every_ms,
             at_ms=at_ms,
             start_ms=start_ms,
             end_ms=end_ms,
             anchor_ms=anchor,
+            rule=parsed.rule(dst_gap, dst_fold) if parsed and (dst_gap or dst_fold) else None,
         )
 
     def _in_window(self, ms: int | None) -> int | None:
@@ -105,7 +118,9 @@ class Timing:
         if self.start_ms is not None and after_ms < self.start_ms:
             after_ms = self.start_ms - 1
         if self.cron is not None:
-            return self._in_window(_cron_next_ms(self.cron, self.tz, after_ms))
+            if self.rule is None:
+                return self._in_window(_cron_next_ms(self.cron, self.tz, after_ms))
+            return self._in_window(_cron_next_ms(self.cron, self.tz, after_ms, self.rule))
         if self.every_ms is not None:
             anchor = self.anchor_ms if self.anchor_ms is not None else after_ms + self.every_ms
             if after_ms < anchor:
@@ -121,7 +136,7 @@ class Timing:
             ms = min(ms, self.end_ms)
         found: int | None
         if self.cron is not None:
-            prev = self.cron.prev_at_or_before(from_ms(ms, UTC), self.tz)
+            prev = self.cron.prev_at_or_before(from_ms(ms, UTC), self.tz, self.rule)
             found = to_ms(prev) if prev else None
         elif self.every_ms is not None:
             anchor = self.anchor_ms if self.anchor_ms is not None else ms
@@ -180,9 +195,9 @@ def next_fire_times(
 ) -> list[datetime]:
     """The next ``n`` fire times of ``schedule`` strictly after ``after`` (default: now).
 
-    Pure: uses no Redis. Honours the trigger, ``timezone`` (with rsched's DST rules),
-    ``start_at``/``end_at`` and the runs left under ``max_runs``; a completed schedule has none.
-    Times are returned in the schedule's time zone.
+    Pure: uses no Redis. Honours the trigger, ``timezone`` (with cron's DST rules, or those
+    ``dst_gap`` / ``dst_fold`` choose), ``start_at``/``end_at`` and the runs left under
+    ``max_runs``; a completed schedule has none. Times are returned in the schedule's time zone.
     """
     if schedule.completed:
         return []

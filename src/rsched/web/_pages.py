@@ -27,7 +27,7 @@ from jinja2.runtime import Context
 from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
 from rsched._core import humanize as fmt
 from rsched._core.errors import CsrfError
-from rsched._core.rules import RUN_STATUSES
+from rsched._core.rules import DST_FOLDS, DST_GAPS, RUN_STATUSES
 from rsched._core.schedule import STATE_FIELDS
 from rsched.web import _views as views
 from rsched.web._errors import error_body, http_words
@@ -296,6 +296,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
         "s": s,
         "health": await sdk.schedule_health(schedule_id),
         "trigger": views.trigger_text(s),
+        "dst": views.dst_text(s),
         "state": views.status_text(s),
         "next_runs": views.next_runs(times, s.timezone, tz, sdk.now_ms()),
         "runs": views.runs(events),
@@ -403,16 +404,48 @@ async def _remove(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
     return f"removed {sid}"
 
 
+#: The fields the edit form gives a select each (out of its JSON), with their choices.
+_SELECTS = {"dst_gap": DST_GAPS, "dst_fold": DST_FOLDS}
+
+
 @router.get("/schedules/{schedule_id}/edit", response_class=HTMLResponse)
 async def edit_form(request: Request, schedule_id: str) -> Response:
     s = await sdk_of(request).get(schedule_id)
-    return render(request, "edit.html", s=s, text=views_json(_spec(s)), error=None)
+    spec = _spec(s)
+    chosen = {name: spec.pop(name, None) or "" for name in _SELECTS}
+    return render(request, "edit.html", s=s, text=views_json(spec), error=None, **_selects(chosen))
 
 
 @router.get("/new-schedule", response_class=HTMLResponse)
 async def new_form(request: Request) -> Response:
     example = {"id": "nightly-report", "task": "reports.nightly", "cron": "0 2 * * *"}
-    return render(request, "edit.html", s=None, text=views_json(example), error=None)
+    return render(
+        request, "edit.html", s=None, text=views_json(example), error=None, **_selects({})
+    )
+
+
+def _selects(chosen: dict[str, str]) -> dict[str, Any]:
+    """The edit form's selects: each one's choices and the one chosen ('' for the default)."""
+    return {
+        "selects": {name: (choices, chosen.get(name, "")) for name, choices in _SELECTS.items()}
+    }
+
+
+def _with_selects(spec: dict[str, Any], fields: dict[str, list[str]]) -> dict[str, Any]:
+    """The spec with the selects' choices in it: a select left at the default leaves the JSON's
+    value (if any) as it is; one that chose a value sets it, and the JSON may not say otherwise."""
+    for name in _SELECTS:
+        chosen = first(fields, name)
+        if not chosen:
+            continue
+        given = spec.get(name)
+        if given is not None and given != chosen:
+            raise InvalidArgument(
+                name,
+                f"the JSON says {given!r} and the select {chosen!r}; choose in one place",
+            )
+        spec[name] = chosen
+    return spec
 
 
 def views_json(data: dict[str, Any]) -> str:
@@ -431,15 +464,18 @@ async def _save(request: Request, schedule_id: str | None) -> Response:
         if not isinstance(spec, dict):
             raise InvalidArgument("spec", "give a JSON object")
         if schedule_id is None:
-            s = await sdk.add(spec)
+            s = await sdk.add(_with_selects(spec, fields))
         else:
             if spec.setdefault("id", schedule_id) != schedule_id:
                 raise InvalidArgument("id", "the id cannot change; add a new schedule instead")
             spec["paused"] = (await sdk.get(schedule_id)).paused
-            s = await sdk.upsert(spec)
+            s = await sdk.upsert(_with_selects(spec, fields))
     except RschedError as exc:
         old = await sdk.get(schedule_id) if schedule_id else None
-        return render(request, "edit.html", 400, s=old, text=text, error=error_body(exc))
+        chosen = {name: first(fields, name) for name in _SELECTS}
+        return render(
+            request, "edit.html", 400, s=old, text=text, error=error_body(exc), **_selects(chosen)
+        )
     verb = "added" if schedule_id is None else "saved"
     return back(request, f"/schedules/{_quoted(s.id)}", f"{verb} {s.id}")
 

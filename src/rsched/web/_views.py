@@ -14,6 +14,7 @@ from rsched import HistoryEvent, Schedule, ScheduleHealth
 from rsched._core.humanize import (
     clock,
     concurrency_text,
+    dst_text,
     duration,
     limit_text,
     override_text,
@@ -29,6 +30,7 @@ __all__ = (
     "Run",
     "activity",
     "concurrency_text",
+    "dst_text",
     "duration",
     "health_of",
     "limit_glob",
