@@ -19,6 +19,7 @@ from rsched import Client, Limit, Schedule, Settings
 from rsched._core.partitions import job_partition, partition_of
 from rsched._redis.connection import connect
 from tests.support.cluster import Cluster
+from tests.support.limits import most_at_once
 from tests.support.partitions import fired, led_by, once_each
 from tests.support.processes import Proc
 from tests.support.waiting import eventually
@@ -249,12 +250,3 @@ async def test_a_limit_holds_across_every_partition(
     assert most_at_once(done["task"]) <= 2  # the task's lim:{k}
     assert most_at_once(done["own"]) == 1
     assert most_at_once(done["sched"]) == 1
-
-
-def most_at_once(intervals: list[tuple[float, float]]) -> int:
-    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
-    now = most = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    return most

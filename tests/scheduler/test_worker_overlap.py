@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -14,37 +12,12 @@ from redis.asyncio import Redis
 import rsched
 from rsched._core.history import expand_record
 from rsched._core.keys import Keys
-from rsched._core.schedule import Schedule
 from rsched._core.settings import Settings
-from rsched._scheduler.scheduler import Scheduler
 from rsched._store.schedules import ScheduleStore
+from tests.support.schedulers import events, scheduling
 from tests.support.waiting import WAIT_S, eventually
 from tests.support.worker_app import any_, fast_settings
 from tests.support.workers import running
-
-
-@asynccontextmanager
-async def scheduling(redis: Redis, settings: Settings, **spec: Any) -> AsyncIterator[ScheduleStore]:
-    store = ScheduleStore(redis, Keys(settings.prefix))
-    now = await store.time_ms()
-    await store.write(
-        Schedule(id="s1", task="t", **spec),
-        mode="add",
-        expect_gen=None,
-        next_ms=now + 100,
-        created_ms=now,
-    )
-    scheduler = Scheduler(redis, settings)
-    async with anyio.create_task_group() as tg:
-        await tg.start(scheduler.run)
-        try:
-            yield store
-        finally:
-            scheduler.stop()
-
-
-async def events(store: ScheduleStore) -> list[dict[str, Any]]:
-    return list(reversed(await store.history("s1", 1000)))  # oldest first
 
 
 @pytest.mark.cluster
@@ -89,7 +62,7 @@ async def test_a_steady_debounced_schedule_runs_each_occurrence_late_by_its_debo
     async def handler(job: rsched.Job) -> None:
         started.append((job, time.time()))
 
-    spec = {"every": 0.6, "debounce": "250ms"}
+    spec: dict[str, Any] = {"every": 0.6, "debounce": "250ms"}
     async with running(worker, redis), scheduling(redis, settings, **spec) as store:
         await eventually(lambda: len(started) >= 3)
     ids = [job.execution_id for job, _ in started]

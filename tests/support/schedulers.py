@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from redis.asyncio import Redis
 
-from rsched import Scheduler
+from rsched import Schedule, Scheduler
+from rsched._core.keys import Keys
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._redis.connection import connect
 from rsched._store.schedules import ScheduleStore
@@ -45,3 +47,32 @@ async def running(settings: Settings, count: int = 1) -> AsyncIterator[list[Sche
 async def jobs(store: ScheduleStore, queue: str = "default") -> list[dict[str, str]]:
     entries: Any = await store.redis.xrange(store.keys.queue(queue))
     return [fields for _, fields in entries]
+
+
+@asynccontextmanager
+async def scheduling(
+    redis: Redis, settings: Settings, *, task: str = "t", **spec: Any
+) -> AsyncIterator[ScheduleStore]:
+    """Schedule ``s1`` of ``task`` (``spec`` on top), first due in 100 ms, with a Scheduler
+    running for the block: its store."""
+    store = ScheduleStore(redis, Keys(settings.prefix))
+    now = await store.time_ms()
+    await store.write(
+        Schedule(id="s1", task=task, **spec),
+        mode="add",
+        expect_gen=None,
+        next_ms=now + 100,
+        created_ms=now,
+    )
+    scheduler = Scheduler(redis, settings)
+    async with anyio.create_task_group() as tg:
+        await tg.start(scheduler.run)
+        try:
+            yield store
+        finally:
+            scheduler.stop()
+
+
+async def events(store: ScheduleStore) -> list[dict[str, Any]]:
+    """The history of ``s1``, oldest first."""
+    return list(reversed(await store.history("s1", 1000)))

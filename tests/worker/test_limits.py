@@ -13,6 +13,7 @@ import rsched
 from rsched._core.keys import Keys
 from rsched._core.rules import Priority
 from rsched._core.settings import Settings
+from tests.support.limits import limits_empty
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workers import running, settled, store_for
@@ -34,16 +35,6 @@ class Peak:
             await anyio.sleep(seconds)
         finally:
             self.now[key] -= 1
-
-
-async def limits_empty(redis: Redis, settings: Settings) -> bool:
-    """Nothing held and nothing waiting: every hold was released."""
-    k = Keys(settings.prefix).limits
-    return (
-        not await redis.hgetall(k[0])
-        and not await redis.zcard(k[1])
-        and not await redis.zcard(k[4])
-    )
 
 
 async def test_concurrency_per_key_across_the_workers_slots(

@@ -12,21 +12,13 @@ from redis.asyncio import Redis
 
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
+from tests.support.limits import most_at_once
 from tests.support.processes import Proc
 from tests.support.waiting import eventually
 from tests.support.worker_app import marks_key
 from tests.support.workers import start_worker, store_for
 
 pytestmark = pytest.mark.slow
-
-
-def most_at_once(intervals: list[tuple[float, float]]) -> int:
-    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
-    now = most = 0
-    for _, step in edges:  # an end sorts before a start at the same instant
-        now += step
-        most = max(most, now)
-    return most
 
 
 async def marks(redis: Redis, settings: Settings) -> list[tuple[str, str, int, float]]:

@@ -15,11 +15,10 @@ from redis.asyncio import Redis
 import rsched
 from rsched._core.keys import Keys
 from rsched._core.metrics import METRICS
-from rsched._core.schedule import Schedule
 from rsched._core.settings import Settings
-from rsched._scheduler.scheduler import Scheduler
 from rsched._store.queues import QueueStore
-from rsched._store.schedules import ScheduleStore
+from tests.support.limits import limits_empty
+from tests.support.schedulers import events, scheduling
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workers import running, settled, store_for
@@ -141,30 +140,6 @@ async def test_a_requeued_dead_letter_runs_past_its_deadline(
     assert await runs_of(settings, redis, "expired") == []
 
 
-@asynccontextmanager
-async def scheduling(redis: Redis, settings: Settings, **spec: Any) -> AsyncIterator[ScheduleStore]:
-    store = ScheduleStore(redis, Keys(settings.prefix))
-    now = await store.time_ms()
-    await store.write(
-        Schedule(id="s1", task="dl.t", **spec),
-        mode="add",
-        expect_gen=None,
-        next_ms=now + 100,
-        created_ms=now,
-    )
-    scheduler = Scheduler(redis, settings)
-    async with anyio.create_task_group() as tg:
-        await tg.start(scheduler.run)
-        try:
-            yield store
-        finally:
-            scheduler.stop()
-
-
-async def events(store: ScheduleStore) -> list[dict[str, Any]]:
-    return list(reversed(await store.history("s1", 1000)))  # oldest first
-
-
 @pytest.mark.cluster
 async def test_an_expired_occurrence_ends_its_run_and_the_next_one_runs(
     redis: Redis, settings: Settings
@@ -177,7 +152,7 @@ async def test_an_expired_occurrence_ends_its_run_and_the_next_one_runs(
         ran.append(job.execution_id)
 
     spec = {"every": 0.5, "start_deadline": "200ms"}
-    async with scheduling(redis, settings, **spec) as store:
+    async with scheduling(redis, settings, task="dl.t", **spec) as store:
 
         async def skipped() -> bool:  # the first run's marker holds the next occurrences back
             return "skipped" in [e["event"] for e in await events(store)]
@@ -250,16 +225,6 @@ async def test_a_job_expired_before_it_was_read_takes_no_hold_nor_rate_start(
         await eventually(lambda: settled(redis, settings))
     assert ran == []
     assert not await redis.zcard(Keys(settings.prefix).limits[2])  # no start in the window
-
-
-async def limits_empty(redis: Redis, settings: Settings) -> bool:
-    """Nothing held and nothing waiting: every hold was released."""
-    k = Keys(settings.prefix).limits
-    return (
-        not await redis.hgetall(k[0])
-        and not await redis.zcard(k[1])
-        and not await redis.zcard(k[4])
-    )
 
 
 @pytest.mark.parametrize("bad", [-1, 0, "0s", "1000d", "soon", True])
