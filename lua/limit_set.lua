@@ -18,6 +18,7 @@ Returns how many keys became ready | {WRONG_TYPE=-6} a limits key has another ty
 -- @include limit_keys
 -- @include limit_keys_ok
 -- @include limit_head
+-- @include glob_pattern
 
 local L = limit_keys(1)
 local key, body = ARGV[1], ARGV[2]
@@ -39,8 +40,7 @@ local function wake(k)
   end
 end
 if pattern then
-  local lp = (string.gsub(key, '[%^%$%(%)%%%.%[%]%+%-%?]', '%%%0'))
-  lp = '^' .. (string.gsub(lp, '%*', '.*')) .. '$'
+  local lp = glob_pattern(key)
   for _, k in ipairs(rcall('HKEYS', L.keys)) do
     if string.find(k, lp) then wake(k) end
   end

@@ -2,6 +2,7 @@
 -- (L.set, looked up only when some key has one), else for the longest pattern that matches it
 -- (L.patterns, read once per call into cache), else the declared ones. c: concurrency (nil: none); n, ms: starts per window (0: none).
 -- @include rcall
+-- @include glob_pattern
 
 local function limit_numbers(L, key, c, n, ms, cache)
   if cache.exact == nil then cache.exact = rcall('EXISTS', L.set) == 1 end
@@ -11,10 +12,7 @@ local function limit_numbers(L, key, c, n, ms, cache)
       cache.patterns = {}
       local all = rcall('HGETALL', L.patterns)
       for i = 1, #all, 2 do
-        -- '*' matches any text; every other magic character is literal.
-        local lp = (string.gsub(all[i], '[%^%$%(%)%%%.%[%]%+%-%?]', '%%%0'))
-        lp = '^' .. (string.gsub(lp, '%*', '.*')) .. '$'
-        cache.patterns[#cache.patterns + 1] = {lp, all[i + 1], #all[i]}
+        cache.patterns[#cache.patterns + 1] = {glob_pattern(all[i]), all[i + 1], #all[i]}
       end
       table.sort(cache.patterns, function(a, b) return a[3] > b[3] end)
     end
