@@ -49,6 +49,34 @@ class InvalidSchedule(RschedError, ValueError):
         super().__init__(f"invalid {who}: {lines}")
 
 
+class InvalidCalendar(RschedError, ValueError):
+    """Raised when a calendar (or a calendar file) fails validation; nothing was written.
+
+    ``errors`` lists ``(field, message)`` pairs, one per problem found (``dates[3]``,
+    ``ranges[0]``, ``weekdays[1]``, ``name``; ``line 7`` for a calendar file, whose name is
+    ``source``).
+    """
+
+    def __init__(
+        self, name: str | None, errors: Sequence[tuple[str, str]], *, source: str | None = None
+    ) -> None:
+        self.name = name
+        self.source = source
+        self.errors = list(errors)
+        if source is not None:
+            who = f"calendar file {source!r}"
+        else:
+            who = f"calendar {name!r}" if name else "calendar"
+        w = words()
+        lines = "; ".join(
+            f"{w.field(field)}: {msg}" if field else msg for field, msg in self.errors[:_SHOWN]
+        )
+        # A file of thousands of bad lines would make a message no one reads; ``errors`` has all.
+        if len(self.errors) > _SHOWN:
+            lines += f"; ... and {len(self.errors) - _SHOWN} more (see .errors)"
+        super().__init__(f"invalid {who}: {lines}")
+
+
 class InvalidSchedules(InvalidSchedule):
     """Raised by ``add_many`` / ``upsert_many`` when any entry cannot be written; nothing was.
 
@@ -89,6 +117,39 @@ class ScheduleNotFound(RschedError, KeyError):
 
     def __str__(self) -> str:
         return f"schedule {self.schedule_id!r} does not exist"
+
+
+class CalendarNotFound(RschedError, KeyError):
+    """Raised when a calendar name does not exist (or was removed meanwhile)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        return (
+            f"calendar {self.name!r} does not exist; create it first with "
+            f"`rsched calendar set {self.name} ...` or Client.set_calendar({self.name!r}, ...)"
+        )
+
+
+class CalendarInUse(RschedError):
+    """Raised when removing a calendar that schedules still name in their ``exclude``; nothing
+    was removed. ``schedule_ids`` lists every such schedule."""
+
+    def __init__(self, name: str, schedule_ids: Sequence[str]) -> None:
+        self.name = name
+        self.schedule_ids = list(schedule_ids)
+        shown = ", ".join(repr(one) for one in self.schedule_ids[:_IN_USE_SHOWN])
+        if len(self.schedule_ids) > _IN_USE_SHOWN:
+            shown += f" and {len(self.schedule_ids) - _IN_USE_SHOWN} more"
+        super().__init__(
+            f"calendar {name!r} is in the exclude of {len(self.schedule_ids)} schedule(s) "
+            f"({shown}); remove the calendar from their exclude first, then remove it"
+        )
+
+
+_IN_USE_SHOWN = 10
 
 
 class ScheduleExists(RschedError):
