@@ -65,7 +65,11 @@ then the items, in order, in groups of items that share a header: a header arg, 
            'catch_up' (one occurrence of a catch-up: it runs under any overlap policy, queued
            behind the schedule's unfinished run unless overlap=allow), 'skip' (misfire policy
            skip: no job, only history), 'limit' (`missed` occurrences older than what
-           catch_up_limit lets run: no job, only history)
+           catch_up_limit lets run: no job, only history), 'exclude' (an exclusion calendar
+           excludes it: no job, only history and the runs log). 'fire' in the long form is an
+           occurrence on time whose schedule has a jitter: it is due at `expect`, its delay
+           after `sched`, which its fired record keeps.
+  missed   for 'exclude', the name of the calendar instead
   id       a schedule id rsched accepts (letters, digits, '. _ - :')
   version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
            from ('' = none)
@@ -76,7 +80,8 @@ one frozen TIME, as Valkey does). The scheduler sizes its batches by that time.
 The codes:
   FIRED=1   SKIPPED=2 by overlap policy   BUFFERED=3 (pending behind the unfinished run)
   MISFIRE_SKIPPED=4   DEBOUNCED=9 merged into the schedule's open debounce window (its job,
-    in the delayed set, falls due later)
+    in the delayed set, falls due later)   EXCLUDED=11 not run: an exclusion calendar excludes
+    it (recorded in the history and the runs log, skipped with reason excluded)
   STALE=0 (gone, paused, completed, other version, or already fired; the index entry is
     removed when the hash is gone, and set to +inf when the hash is paused or completed)
   NOT_DUE=-5 not due yet
@@ -98,6 +103,7 @@ index is not a sorted set.
 -- @include job_fields
 -- @include plan_of
 -- @include job_state
+-- @include esc
 -- @include run_skipped
 -- @include fire_job
 -- @include advance
@@ -110,12 +116,13 @@ local hash_prefix, history_prefix, pending_prefix, stream_prefix = ARGV[4], ARGV
 local delayed_prefix = ARGV[8]
 local nplans = tonumber(ARGV[9])
 
-local ACTIONS = {fire = true, misfire = true, catch_up = true, skip = true, limit = true}
+local ACTIONS = {fire = true, misfire = true, catch_up = true, skip = true, limit = true,
+                 exclude = true}
 local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = true,
                   cancel_previous = true}
 -- Character sets rather than %S/%d classes, and the long form only when needed.
 local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
-local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([0-9]+)$'
+local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([^ ]+)$'
 local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) (.*)$'
 
 -- The batch's plans (ARGV[10..9+P]), keyed by their position as text (how items name them:
@@ -158,6 +165,11 @@ local function read_groups(plans, first_declared)
     if tail ~= '' then
       g.sched, g.action, g.missed = string.match(tail, TAIL)
       if not g.sched or not ACTIONS[g.action] then return nil end
+      if g.action == 'exclude' then -- the last field names the calendar, not a count
+        g.calendar, g.missed = g.missed, nil
+      elseif not string.match(g.missed, '^[0-9]+$') then
+        return nil
+      end
     end
     groups[#groups + 1] = g
     for k = g.first, g.last, 2 do
@@ -243,6 +255,16 @@ local function record_misfire(shared, sid, hash, sched, ms, nxt, action, missed,
   return MISFIRE_SKIPPED, score
 end
 
+-- An occurrence an exclusion calendar keeps from running: only the history and the runs log
+-- record it (skipped, reason excluded, and the calendar). Returns code, new index score.
+local function record_excluded(shared, sid, hash, sched, ms, nxt, calendar, f, p, runs)
+  local token = 's' .. b62(shared.now - ms) .. ',excluded,,,,,' .. esc(calendar)
+  if not rec_first(history_prefix .. sid, cap, sched, token) then return WRONG_TYPE end
+  local score = advance(hash, sched, nxt, false, true, p, runs)
+  run_skipped(runs_key, sid, f[F_TASK], p.queue, sched, 'excluded', 'calendar ' .. calendar)
+  return EXCLUDED, score
+end
+
 -- Every item in order: one code each (a number), and the index moved as it goes. An occurrence
 -- that runs ('fire', 'misfire', 'catch_up') is fire_job, then advance, written out in the loop:
 -- it is what nearly every item of a herd does, and in Redis's Lua each function call and table
@@ -257,7 +279,13 @@ local function fire_groups(groups, index, shared)
     local sched = g.sched or expect
     local ms = sched_ms(sched)
     local origin, late_ones, keep = 'schedule', nil, action == 'catch_up'
-    if action and action ~= 'fire' then -- misfire, catch_up
+    -- An on-time occurrence fires when it is due (expect): with a jitter, that is its delay
+    -- after its time (sched), which the history records.
+    local due_at, jitter = ms, nil
+    if action == 'fire' and sched ~= expect then
+      due_at = sched_ms(expect)
+      jitter = b62(due_at - ms)
+    elseif action and action ~= 'fire' then -- misfire, catch_up
       origin, late_ones = 'misfire', missed
     end
     for k = g.first, g.last, 2 do
@@ -278,11 +306,13 @@ local function fire_groups(groups, index, shared)
         runs, gen = job_state(f)
         if not runs then
           code = WRONG_TYPE
-        elseif ms > now then
+        elseif due_at > now then
           code = NOT_DUE
         elseif action == 'skip' or action == 'limit' then
           code, score = record_misfire(shared, sid, hash, sched, ms, nxt, action, missed, f, p,
                                        runs)
+        elseif action == 'exclude' then
+          code, score = record_excluded(shared, sid, hash, sched, ms, nxt, g.calendar, f, p, runs)
         else
           local stream = streams[p.queue]
           if stream == nil then stream = queue_stream(streams, p.queue) end
@@ -295,7 +325,8 @@ local function fire_groups(groups, index, shared)
             if f[F_RUN] and p.overlap ~= 'allow' then pending = pending_prefix .. sid end
             local exec, run_until
             code, exec, run_until = fire_job(shared, hash, history_prefix .. sid, pending, stream,
-                                             sid, sched, origin, late_ones, f, gen, p, keep)
+                                             sid, sched, origin, late_ones, f, gen, p, keep,
+                                             jitter)
             if code > 0 then
               -- A pending occurrence counts as a run: it is queued as soon as the run ends (one
               -- merged into a debounce window does not: the window's job is the run).

@@ -15,6 +15,7 @@ local DELAYED = 7 -- enqueue: the job waits in the delayed set
 local LIMITED = 8 -- acquire: the job waits on a limit key (moved out of its stream)
 local DEBOUNCED = 9 -- merged into an open debounce window: its job is due later
 local EXPIRED = 10 -- expire: the start deadline passed; recorded expired, not to run
+local EXCLUDED = 11 -- fire: not run, an exclusion calendar excludes the occurrence (recorded)
 -- Nothing written.
 local NOT_LEADER = -1 -- the lease is not the caller's
 local NOT_FOUND = -2 -- the schedule does not exist

@@ -1,5 +1,5 @@
 -- Include: fire_job(shared, hash, history, pending, stream, sid, sched, origin, missed, f, gen,
--- p, keep) — the one place an occurrence becomes a job. Shared by fire, trigger and backfill so
+-- p, keep, jitter) — the one place an occurrence becomes a job. Shared by fire, trigger and backfill so
 -- that every path applies the same overlap policy and writes the same job entry.
 --
 -- shared: what every occurrence of the calling script shares: {now (ms), cap (history length
@@ -12,6 +12,8 @@
 --   schedule|misfire|manual|backfill; missed: how many late occurrences a misfire run stands for
 --   (decimal text) or nil.
 -- f: job_fields (or the state fields); gen: its generation (job_state); p: its plan (plan_of).
+-- jitter: how long after its time the occurrence fired (b62 ms, a schedule's jitter; nil: none),
+--   recorded in its fired record.
 -- keep: true for an occurrence that must run whatever the overlap policy (catch_up, backfill):
 --   with a run unfinished it waits in the pending set instead of being skipped, and the
 --   policy's limit does not apply to it.
@@ -63,7 +65,7 @@
 -- @include debounce_fire
 
 local function fire_job(shared, hash, history, pending, stream, sid, sched, origin, missed, f, gen,
-                        p, keep)
+                        p, keep, jitter)
   local now, cap = shared.now, shared.cap
   local exec = sid .. '@' .. sched
   local overlap = p.overlap
@@ -139,14 +141,18 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
     return debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f, gen, p,
                          prev)
   end
-  local fired = key .. 'f' .. late .. tail
+  local ftail = tail -- the fired record's fields: origin, missed, jitter
+  if jitter then
+    ftail = hist_fields(origin ~= 'schedule' and origin, missed and b62(tonumber(missed)), jitter)
+  end
+  local fired = key .. 'f' .. late .. ftail
   if prev then -- cancel_previous: the new run replaces the marker; the old handler is told to stop
     -- cancel_requested, then fired in the same millisecond: the cancelled run is named by its
     -- scheduled ms less this one's.
     local cancelled = exec_sched(prev)
     if cancelled then cancelled = b62(cancelled - ms) else cancelled = '=' .. esc(prev) end
     if not hist_first(history, cap, key .. 'x' .. late .. ',' .. cancelled .. tail .. '|f' ..
-                      late .. tail) then
+                      late .. ftail) then
       return WRONG_TYPE, exec
     end
   else -- hist_first, inline: this is the path of nearly every fire

@@ -3,15 +3,19 @@
 import dataclasses as _dataclasses
 import typing as _typing
 
-from rsched._client.client import BackfillResult, Client, Fired
+from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
 from rsched._client.sync_client import SyncClient
 from rsched._core.bulk import BulkResult
+from rsched._core.calendars import Calendar
 from rsched._core.errors import (
     AccessDenied,
+    CalendarInUse,
+    CalendarNotFound,
     ConfigError,
     DeadLetterNotFound,
     InvalidArgument,
+    InvalidCalendar,
     InvalidJob,
     InvalidSchedule,
     InvalidSchedules,
@@ -53,6 +57,9 @@ __all__ = (
     "AccessDenied",
     "BackfillResult",
     "BulkResult",
+    "Calendar",
+    "CalendarInUse",
+    "CalendarNotFound",
     "Client",
     "ConfigError",
     "DeadLetter",
@@ -64,6 +71,7 @@ __all__ = (
     "HealthProblem",
     "HistoryEvent",
     "InvalidArgument",
+    "InvalidCalendar",
     "InvalidJob",
     "InvalidSchedule",
     "InvalidSchedules",
@@ -72,6 +80,7 @@ __all__ = (
     "JobNotFound",
     "Limit",
     "LimitInfo",
+    "Occurrence",
     "Page",
     "PartitionMismatch",
     "PoolExhausted",

@@ -28,6 +28,7 @@ NOT_ERRORS = {
     Code.DELAYED,
     Code.DEBOUNCED,
     Code.EXPIRED,
+    Code.EXCLUDED,
     Code.NOT_LEADER,
     Code.NOT_PENDING,
     Code.SUPERSEDED,

@@ -111,7 +111,7 @@ CLI_WORDS = Words(
         "debounce": "--debounce", "start_deadline": "--start-deadline",
         "pause_after_failures": "--pause-after-failures",
         "description": "--description", "paused": "--paused", "pause_note": "--note",
-        "limits": "--limit",
+        "limits": "--limit", "exclude": "--exclude", "jitter": "--jitter",
     },
     job_fields={
         "task": "TASK", "delay_s": "--delay", "execution_id": "--id",

@@ -7,6 +7,7 @@ import re
 from importlib import metadata
 from typing import Any, NoReturn, get_args
 
+from rsched._cli import calendars as calendars
 from rsched._cli import health as health
 from rsched._cli import limits as limits
 from rsched._cli import partitions as partitions
@@ -163,6 +164,18 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
         "expired without running: 30s, 10m (at most 366d; default none)",
     )
     p.add_argument(
+        "--exclude",
+        action="append",
+        metavar="CALENDAR",
+        help="skip the occurrences this exclusion calendar excludes (rsched calendar set); "
+        "repeat for several" + ("; replaces the calendars it had" if update else ""),
+    )
+    p.add_argument(
+        "--jitter",
+        help="fire each occurrence a delay in [0, JITTER) after its time, the same for every "
+        "scheduler (a hash of the execution id), always before the next: 30s, 5m (at most 7d)",
+    )
+    p.add_argument(
         "--pause-after-failures",
         metavar="N",
         help="pause the schedule after N runs in a row ended dead-lettered (default never)",
@@ -182,7 +195,8 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
             type=schedules.clearable,
             metavar="FIELD",
             help="set FIELD back to its default (none for start_at, end_at, max_runs, "
-            "start_deadline, pause_after_failures, description; cron's rule for dst_gap, "
+            "start_deadline, pause_after_failures, description, jitter; no calendars for "
+            "exclude; cron's rule for dst_gap, "
             "dst_fold); repeat for several",
         )
         for name in ("start_at", "end_at", "max_runs", "description"):
@@ -287,6 +301,84 @@ def _limit_commands(subs: Any) -> None:
         limits.cmd_limit_clear,
     )
     p.add_argument("key", metavar="KEY", help="the key or pattern given to rsched limit set")
+
+
+def _calendar_commands(subs: Any) -> None:
+    """``calendars`` and ``calendar show|set|rm|import``."""
+    _sub(
+        subs,
+        "calendars",
+        "Exclusion calendars: the days and periods schedules naming them in --exclude skip",
+        "  rsched calendars\n  rsched calendars --json",
+        calendars.cmd_calendars,
+    )
+    cal = _sub(
+        subs,
+        "calendar",
+        "One exclusion calendar: show, set, rm, import (a change applies to every schedule "
+        "using it from its next occurrence on)",
+        "  rsched calendar set bank-holidays --date 2026-12-25 --date 2026-12-26\n"
+        "  rsched calendar set weekends --weekday sat --weekday sun\n"
+        "  rsched calendar set freeze --range 2026-12-20..2027-01-06\n"
+        "  rsched calendar import holidays-it holidays-it.ics\n"
+        "  rsched calendar show bank-holidays\n  rsched calendar rm bank-holidays",
+        None,
+    )
+    csubs = cal.add_subparsers(dest="calendar_command", metavar="ACTION")
+    p = _sub(
+        csubs,
+        "show",
+        "One calendar's dates, ranges and weekdays",
+        "  rsched calendar show bank-holidays\n  rsched calendar show bank-holidays --json",
+        calendars.cmd_calendar_show,
+    )
+    p.add_argument("name", metavar="NAME")
+    p = _sub(
+        csubs,
+        "set",
+        "Create or replace a calendar (each flag may repeat; what is not given is not kept). "
+        "Dates and naive times are read in each schedule's own zone",
+        "  rsched calendar set bank-holidays --date 2026-12-25 --date 2027-01-01\n"
+        "  rsched calendar set weekends --weekday sat --weekday sun\n"
+        "  rsched calendar set freeze --range 2026-12-20..2027-01-06   (whole days)\n"
+        "  rsched calendar set window --range 2026-11-28T22:00..2026-11-29T02:00",
+        calendars.cmd_calendar_set,
+    )
+    p.add_argument("name", metavar="NAME", help="letters, digits, '. _ - :'")
+    p.add_argument("--date", dest="dates", action="append", metavar="YYYY-MM-DD")
+    p.add_argument(
+        "--range",
+        dest="ranges",
+        action="append",
+        metavar="A..B",
+        help="dates (whole days, both included) or ISO times (A included, B not; with an "
+        "offset, an instant everywhere)",
+    )
+    p.add_argument("--weekday", dest="weekdays", action="append", metavar="DAY", help="mon..sun")
+    p.add_argument("--description")
+    p = _sub(
+        csubs,
+        "import",
+        "Set a calendar from an iCalendar (.ics) file or a plain file of dates (one YYYY-MM-DD "
+        "or A..B per line, # comments)",
+        "  rsched calendar import holidays-it holidays-it.ics\n"
+        "  rsched calendar import closures closures.txt --merge",
+        calendars.cmd_calendar_import,
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument(
+        "--merge", action="store_true", help="add to the calendar's dates instead of replacing"
+    )
+    p.add_argument("--description", help="default: the file's calendar name (X-WR-CALNAME)")
+    p = _sub(
+        csubs,
+        "rm",
+        "Remove a calendar (refused while a schedule's --exclude names it, naming them)",
+        "  rsched calendar rm bank-holidays",
+        calendars.cmd_calendar_rm,
+    )
+    p.add_argument("name", metavar="NAME")
 
 
 def _workers_and_jobs(subs: Any) -> None:
@@ -431,7 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  rsched cron '0 2 * * *' --tz Europe/Rome\n"
         "  rsched cron '30 2 * * *' --tz America/New_York -n 400   (DST changes are marked)\n"
         "  rsched cron '30 1 * * *' --tz America/New_York --dst-fold both --after 2026-10-31\n"
-        "  rsched cron '*/10 * * * * *' --after 2026-03-29T01:59:30 --tz Europe/Rome",
+        "  rsched cron '*/10 * * * * *' --after 2026-03-29T01:59:30 --tz Europe/Rome\n"
+        "  rsched cron '0 9 * * mon-fri' --tz Europe/Rome --exclude holidays-it.ics",
         None,
     )
     local: LocalHandler = schedules.cmd_cron
@@ -440,6 +533,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tz", "--timezone", dest="timezone", default="UTC", help="IANA zone (UTC)")
     _dst_options(p)
     _limit(p, 10, "how many fire times (default 10)")
+    p.add_argument(
+        "--exclude",
+        action="append",
+        metavar="FILE",
+        help="an exclusion calendar file (ICS, or one YYYY-MM-DD or A..B per line): the times it "
+        "excludes are left out; repeat for several",
+    )
     p.add_argument(
         "--after",
         type=iso_datetime,
@@ -623,6 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
     _health_commands(subs)
     _workers_and_jobs(subs)
     _limit_commands(subs)
+    _calendar_commands(subs)
     _sub(
         subs,
         "init",

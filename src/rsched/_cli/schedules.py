@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from rsched._cli.calendars import calendar_file
 from rsched._cli.common import (
     each,
     json_object,
@@ -19,7 +20,7 @@ from rsched._cli.common import (
     when,
 )
 from rsched._cli.workers import warn_if_no_worker_has
-from rsched._client.client import Client
+from rsched._client.client import Client, Occurrence
 from rsched._client.schedules_file import sync_file
 from rsched._core import humanize as fmt
 from rsched._core.errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
@@ -38,7 +39,7 @@ SPEC_OPTIONS = (
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
     "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
     "misfire_grace_s", "debounce", "description", "paused", "limits", "start_deadline",
-    "pause_after_failures",
+    "pause_after_failures", "exclude", "jitter",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")
 #: The spec fields a command compares before and after a write (what it reports as changed).
@@ -102,7 +103,7 @@ def _spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _shown(value: Any, name: str = "") -> str:
     if value is None:
         return "-"
-    if name in ("every", "start_deadline") or name.endswith("_s"):
+    if name in ("every", "start_deadline", "jitter") or name.endswith("_s"):
         return fmt.duration(float(value) * 1000)
     if isinstance(value, datetime):
         return value.isoformat()
@@ -112,6 +113,8 @@ def _shown(value: Any, name: str = "") -> str:
         return orjson.dumps(value).decode()
     if name == "limits":
         return " ".join(fmt.limit_text(lim) for lim in value) or "-"
+    if name == "exclude":
+        return ", ".join(value) or "-"
     return str(value)
 
 
@@ -298,6 +301,8 @@ def _runs(history: list[HistoryEvent], zone: str, now: int) -> tuple[list[Any], 
             result = f"skipped ({event.reason}" + (f", overlap={policy})" if policy else ")")
             if event.reason == "debounced" and event.extra.get("into"):
                 result = f"skipped (debounced into {event.extra['into']})"
+            if event.reason == "excluded" and event.extra.get("calendar"):
+                result = f"skipped (excluded by {event.extra['calendar']})"
         rows.append(
             (
                 when(event.scheduled_at, zone, now),
@@ -315,7 +320,7 @@ def _runs(history: list[HistoryEvent], zone: str, now: int) -> tuple[list[Any], 
 
 async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     s = await client.get(args.id)
-    upcoming = await client.next_runs(args.id, 5)
+    coming = await client.upcoming(args.id, 5, with_excluded=bool(s.exclude))
     history = (await client.history(args.id, limit=PAGE_MAX)).items  # every kept run
     now = to_ms(await client.server_time())
     zone = s.timezone
@@ -357,10 +362,15 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     if s.pause_after_failures is not None:
         at = [name for name, _ in pairs].index("status") + 1
         pairs.insert(at, ("pause after", _failures_text(s)))
+    at = [name for name, _ in pairs].index("trigger") + 1
+    if s.jitter is not None:
+        pairs.insert(at, ("jitter", fmt.duration(s.jitter * 1000)))
+    if s.exclude:
+        pairs.insert(at, ("exclude", ", ".join(s.exclude)))
     rows, run_data = _runs(history, zone, now)
     text = fmt.fields(pairs)
     text += "\n\nnext fire times" + (" (if resumed now)" if s.paused else "") + ":\n"
-    text += "\n".join(f"  {fmt.when(to_ms(t), zone, now)}" for t in upcoming) or "  none"
+    text += "\n".join(f"  {_occurrence_text(o, zone, now)}" for o in coming) or "  none"
     text += "\n\nlast runs:\n"
     if rows:
         table = fmt.table(("SCHEDULED", "LATE", "ORIGIN", "OUTCOME", "EXECUTION"), rows)
@@ -369,9 +379,34 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
         text += "  none yet"
     out(
         args,
-        {"schedule": s.public_dict(), "next": [t.isoformat() for t in upcoming], "runs": run_data},
+        {
+            "schedule": s.public_dict(),
+            "next": [o.fires_at.isoformat() for o in coming if not o.excluded_by],
+            "upcoming": [_occurrence_data(o) for o in coming],
+            "runs": run_data,
+        },
         text,
     )
+
+
+def _occurrence_text(o: Occurrence, zone: str, now: int) -> str:
+    """A coming occurrence for ``rsched show``: when it fires, its time under a jitter, and the
+    calendar that excludes it."""
+    text = fmt.when(to_ms(o.fires_at), zone, now)
+    if o.fires_at != o.at:
+        delay = fmt.duration(to_ms(o.fires_at) - to_ms(o.at))
+        text += f"  (occurrence {fmt.clock(to_ms(o.at), zone)}, jitter +{delay})"
+    if o.excluded_by:
+        text = f"{fmt.when(to_ms(o.at), zone, now)}  excluded by {o.excluded_by}: not run"
+    return text
+
+
+def _occurrence_data(o: Occurrence) -> dict[str, Any]:
+    return {
+        "at": o.at.isoformat(),
+        "fires_at": o.fires_at.isoformat(),
+        "excluded_by": o.excluded_by,
+    }
 
 
 def _failures_text(s: Schedule) -> str:
@@ -492,7 +527,8 @@ def cmd_cron(args: argparse.Namespace) -> None:
         raise InvalidArgument(
             "expression", " ".join("; ".join(m for _, m in exc.errors).split())
         ) from None
-    times = next_fire_times(preview, after, args.limit)
+    excluded = [calendar_file(path) for path in args.exclude or ()]
+    times = next_fire_times(preview, after, args.limit, excluded)
     previous = _utc_offset(after.astimezone(zone))
     rows, data = [], []
     for t in times:
@@ -516,10 +552,13 @@ def cmd_cron(args: argparse.Namespace) -> None:
     head = f"cron {args.expression!r} in {zone.key}, after {after.isoformat(timespec='seconds')}"
     if args.dst_gap or args.dst_fold:
         head += f"; DST {fmt.dst_text(preview)}"
+    if excluded:
+        head += f"; leaving out what {', '.join(c.name for c in excluded)} exclude"
     if not rows:
         text = f"{head}: no fire time within 50 years"
     else:
         table = fmt.table((f"FIRE TIME ({zone.key})", "UTC", ""), rows)
         text = f"{head}:\n{table}"
     doc = {"expression": args.expression, "timezone": zone.key, "times": data}
+    doc["excluded_by"] = [c.name for c in excluded]
     out(args, doc | {"dst_gap": preview.dst_gap, "dst_fold": preview.dst_fold}, text)

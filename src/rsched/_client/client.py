@@ -6,6 +6,7 @@ every time decision (first run, due-ness) uses Redis TIME, never this host's clo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import (
@@ -18,7 +19,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -28,8 +29,11 @@ from redis.exceptions import RedisError
 from rsched._client import job_lookup
 from rsched._client.stats import Stats, read_stats
 from rsched._core.bulk import BulkResult, Validator, hash_fields
+from rsched._core.calendars import Calendar
 from rsched._core.codes import Code
 from rsched._core.errors import (
+    CalendarInUse,
+    CalendarNotFound,
     Conflict,
     InvalidArgument,
     InvalidSchedule,
@@ -57,11 +61,12 @@ from rsched._core.rules import (
 from rsched._core.schedule import STATE_FIELDS, Schedule, from_ms, to_ms
 from rsched._core.settings import BLOCK_MARGIN_MS, Settings
 from rsched._core.timezones import resolve_timezone
-from rsched._core.timing import Timing, next_fire_times
+from rsched._core.timing import Timing, upcoming
 from rsched._core.workers import LISTED_STATES, JobInfo, WorkerInfo
 from rsched._ops.health import HealthReader, check_deployment
 from rsched._redis.connection import connect, explain
 from rsched._store.alerts import EventLog, HealthEvent
+from rsched._store.calendars import schedules_using
 from rsched._store.deployment import init_deployment
 from rsched._store.partitions import (
     Partitions,
@@ -105,6 +110,18 @@ class Fired:
 
     execution_id: str
     status: FiredStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """A coming occurrence of a schedule (:meth:`Client.upcoming`): ``at`` is its time (its
+    jobs' ``scheduled_at``), ``fires_at`` when it fires (``at`` plus the delay of the schedule's
+    ``jitter``), ``excluded_by`` the exclusion calendar that keeps it from running (None: it
+    runs). Aware datetimes in the schedule's zone."""
+
+    at: datetime
+    fires_at: datetime
+    excluded_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +174,10 @@ def _argument(name: str, check: Callable[[Any], object], value: Any) -> None:
         check(value)
     except ValueError as exc:
         raise InvalidArgument(name, str(exc)) from None
+
+
+def _calendar_name(value: object) -> str:
+    return check_name(value, "calendar name")
 
 
 def _to_ms(value: datetime, zone: str, name: str) -> int:
@@ -410,7 +431,8 @@ class Client:
             now = await store.time_ms()
             next_ms: int | None = None
             if schedule.max_runs is None or schedule.runs < schedule.max_runs:
-                next_ms = Timing.of(schedule).next_after(now)
+                timing = Timing.of(schedule)
+                next_ms = timing.planned(schedule_id, timing.next_after(now))
             try:
                 await store.resume(schedule_id, schedule.generation, next_ms)
             except ScheduleCompleted as exc:
@@ -505,15 +527,95 @@ class Client:
 
     @_redis_errors
     async def next_runs(self, schedule_id: str, n: int = 5) -> list[datetime]:
-        """The next ``n`` fire times after now (Redis time), in the schedule's zone.
+        """The next ``n`` fire times after now (Redis time), in the schedule's zone: when each
+        occurrence fires (a ``jitter``'s delay included), those its exclusion calendars exclude
+        left out.
 
         A paused schedule shows when it would fire if resumed now.
+        """
+        return [o.fires_at for o in await self.upcoming(schedule_id, n) if not o.excluded_by]
+
+    @_redis_errors
+    async def upcoming(
+        self, schedule_id: str, n: int = 5, *, with_excluded: bool = False
+    ) -> list[Occurrence]:
+        """The schedule's next ``n`` occurrences after now (Redis time): each one's time (its
+        jobs' ``scheduled_at``), when it fires (a ``jitter``'s delay after it) and, with
+        ``with_excluded``, also those an exclusion calendar of its ``exclude`` keeps from
+        running (``excluded_by`` names it). Times are in the schedule's zone.
         """
         _argument("n", check_page, n)
         store = await self._store(schedule_id)
         schedule = await store.load(schedule_id)
         now = await store.time_ms()  # the clock its scripts read (on a cluster, its node's)
-        return next_fire_times(schedule, from_ms(now), n)
+        calendars = await self._calendars_of(schedule)
+        tz = resolve_timezone(schedule.timezone)
+        return [
+            Occurrence(from_ms(u.at, tz), from_ms(u.fires_at, tz), u.excluded_by)
+            for u in upcoming(schedule, now, n, calendars, with_excluded=with_excluded)
+        ]
+
+    async def _calendars_of(self, schedule: Schedule) -> list[Calendar]:
+        """The calendars a schedule's ``exclude`` names (one removed since: left out)."""
+        store = (await self._partitions()).calendars
+        found: list[Calendar] = []
+        for name in schedule.exclude:
+            with contextlib.suppress(CalendarNotFound):
+                found.append(await store.get(name))
+        return found
+
+    # --- exclusion calendars ---------------------------------------------------------------
+
+    @_redis_errors
+    async def set_calendar(
+        self,
+        name: str,
+        *,
+        dates: Iterable[str | date] = (),
+        ranges: Iterable[tuple[str | date | datetime, str | date | datetime] | str] = (),
+        weekdays: Iterable[str] = (),
+        description: str | None = None,
+    ) -> Calendar:
+        """Create or replace the exclusion calendar ``name``: ``dates`` (``YYYY-MM-DD``, read in
+        each schedule's own zone), ``ranges`` ((start, end) pairs or ``"A..B"``: a date bound
+        covers its whole day, a datetime is a start included / end left out, read in each
+        schedule's zone unless it has an offset) and ``weekdays`` (``mon`` .. ``sun``).
+        Schedules name it in their ``exclude``; a change applies to each of them from its next
+        occurrence on. Returns the calendar as stored. Raises InvalidCalendar naming each bad
+        field (nothing written)."""
+        calendar = Calendar.build(
+            name, dates=dates, ranges=ranges, weekdays=weekdays, description=description
+        )
+        return await (await self._partitions()).calendars.put(calendar)
+
+    @_redis_errors
+    async def calendars(self) -> list[Calendar]:
+        """Every exclusion calendar, by name."""
+        store = (await self._partitions()).calendars
+        raw = await store.raw()
+        return [Calendar.from_json(name, raw[name]) for name in sorted(raw)]
+
+    @_redis_errors
+    async def calendar(self, name: str) -> Calendar:
+        """The exclusion calendar ``name``; raises CalendarNotFound."""
+        _argument("name", _calendar_name, name)
+        return await (await self._partitions()).calendars.get(name)
+
+    @_redis_errors
+    async def remove_calendar(self, name: str) -> None:
+        """Remove the exclusion calendar ``name``. Raises CalendarNotFound, or CalendarInUse
+        naming the schedules whose ``exclude`` still names it (take it out of them first):
+        nothing is removed then."""
+        _argument("name", _calendar_name, name)
+        parts = await self._partitions()
+        await parts.calendars.get(name)  # CalendarNotFound before a look at every schedule
+        using = await parts.each(
+            lambda k: schedules_using(self._redis, parts.keys.for_partition(k), name)
+        )
+        found = sorted(sid for some in using for sid in some)
+        if found:
+            raise CalendarInUse(name, found)
+        await parts.calendars.remove(name)
 
     @_redis_errors
     async def history(

@@ -16,16 +16,17 @@ import queue
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from rsched._client.client import BackfillResult, Client, Fired
+from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
 from rsched._core.bulk import BulkResult
+from rsched._core.calendars import Calendar
 from rsched._core.health import Health, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
@@ -155,6 +156,43 @@ class SyncClient:
     def next_runs(self, schedule_id: str, n: int = 5) -> list[datetime]:
         """See :meth:`rsched.Client.next_runs`."""
         return self._run(self._client.next_runs, schedule_id, n)
+
+    def upcoming(
+        self, schedule_id: str, n: int = 5, *, with_excluded: bool = False
+    ) -> list[Occurrence]:
+        """See :meth:`rsched.Client.upcoming`."""
+        return self._run(self._client.upcoming, schedule_id, n, with_excluded=with_excluded)
+
+    def set_calendar(
+        self,
+        name: str,
+        *,
+        dates: Iterable[str | date] = (),
+        ranges: Iterable[tuple[str | date | datetime, str | date | datetime] | str] = (),
+        weekdays: Iterable[str] = (),
+        description: str | None = None,
+    ) -> Calendar:
+        """See :meth:`rsched.Client.set_calendar`."""
+        return self._run(
+            self._client.set_calendar,
+            name,
+            dates=dates,
+            ranges=ranges,
+            weekdays=weekdays,
+            description=description,
+        )
+
+    def calendars(self) -> list[Calendar]:
+        """See :meth:`rsched.Client.calendars`."""
+        return self._run(self._client.calendars)
+
+    def calendar(self, name: str) -> Calendar:
+        """See :meth:`rsched.Client.calendar`."""
+        return self._run(self._client.calendar, name)
+
+    def remove_calendar(self, name: str) -> None:
+        """See :meth:`rsched.Client.remove_calendar`."""
+        self._run(self._client.remove_calendar, name)
 
     def history(
         self,

@@ -42,6 +42,8 @@ class Code(IntEnum):
     DEBOUNCED = 9
     # expire: the job's start deadline passed; acknowledged and recorded expired (do not run it).
     EXPIRED = 10
+    # fire: not run, an exclusion calendar excludes the occurrence (history and runs log say so).
+    EXCLUDED = 11
     # Nothing written.
     NOT_LEADER = -1  # the lease is not the caller's (another scheduler holds it, or none does)
     NOT_FOUND = -2  # the schedule does not exist

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, get_args
 
 from rsched._core.job import JobOptions
 from rsched._core.keys import stream_name
-from rsched._core.rules import NAME_RE, Priority, check_debounce, check_priority
+from rsched._core.rules import NAME_RE, Priority, check_debounce, check_exclude, check_priority
 from rsched._core.schedule import Overlap
 from rsched._core.timing import Timing
 
@@ -140,6 +141,7 @@ class FireItem(NamedTuple):
     action: str  # fire | misfire | catch_up | skip | limit
     missed: int = 0
     spec: FireSpec = DEFAULT_FIRE_SPEC  # the fire spec of that version
+    calendar: str = ""  # action exclude: the exclusion calendar that keeps it from running
 
     def header(self, spec_index: int) -> str:
         """The item's group header as fire.lua reads it, less the count in front (short when on
@@ -147,14 +149,15 @@ class FireItem(NamedTuple):
         nxt = "" if self.next is None else self.next
         if self.action == "fire" and self.sched == self.expect:
             return f"{self.expect} {nxt} {spec_index}"
-        return f"{self.expect} {nxt} {spec_index} {self.sched} {self.action} {self.missed}"
+        last = self.calendar if self.action == "exclude" else self.missed
+        return f"{self.expect} {nxt} {spec_index} {self.sched} {self.action} {last}"
 
 
 # Every hash field PlannedSpec.from_hash reads: the scheduler fetches only these (no payload).
 PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
-    "buffer_limit", "priority", "debounce", "dst_gap", "dst_fold",
+    "buffer_limit", "priority", "debounce", "dst_gap", "dst_fold", "exclude", "jitter",
 )  # fmt: skip
 
 
@@ -172,9 +175,11 @@ class PlannedSpec:
     misfire: str = "run_once"
     grace_ms: int = 60_000
     catch_up_limit: int = 100
+    exclude: tuple[str, ...] = ()  # the exclusion calendars it names
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> PlannedSpec:
+        exclude = fields.get("exclude")
         return cls(
             version=fields["version"],
             timing=Timing.from_hash(fields),
@@ -182,50 +187,73 @@ class PlannedSpec:
             misfire=fields.get("misfire", "run_once"),
             grace_ms=round(float(fields.get("misfire_grace_s", "60")) * 1000),
             catch_up_limit=int(fields.get("catch_up_limit", "100")),
+            exclude=() if not exclude else check_exclude(exclude),
         )
 
 
-def plan(schedule_id: str, spec: PlannedSpec, due_ms: int, now_ms: int) -> list[FireItem]:
-    """The fire items for a schedule whose next run ``due_ms`` is at or before ``now_ms``."""
+#: Which exclusion calendar, if any, keeps an occurrence (ms) of the schedule planned from
+#: running (the scheduler's, over the calendars its ``exclude`` names).
+Excluding = Callable[[int], str | None]
+
+
+def plan(
+    schedule_id: str,
+    spec: PlannedSpec,
+    due_ms: int,
+    now_ms: int,
+    excluding: Excluding | None = None,
+) -> list[FireItem]:
+    """The fire items for a schedule whose next run ``due_ms`` (its index score: when its
+    occurrence fires, the jitter's delay included) is at or before ``now_ms``. An occurrence
+    ``excluding`` names a calendar for does not run: its item records it (action ``exclude``)."""
     timing, version, fire_spec = spec.timing, spec.version, spec.fire_spec
 
     def item(expect: int, sched: int, nxt: int | None, action: str, missed: int = 0) -> FireItem:
+        if excluding and action in ("fire", "catch_up") and (calendar := excluding(sched)):
+            return FireItem(schedule_id, version, expect, sched, nxt, "exclude", 0, fire_spec,
+                            calendar)  # fmt: skip
         return FireItem(schedule_id, version, expect, sched, nxt, action, missed, fire_spec)
 
+    due = timing.nominal(schedule_id, due_ms)  # the occurrence (due_ms without a jitter)
     if now_ms - due_ms <= spec.grace_ms:
-        return [item(due_ms, due_ms, timing.next_after(due_ms), "fire")]
+        return [item(due_ms, due, timing.planned(schedule_id, timing.next_after(due)), "fire")]
 
     latest = timing.prev_at_or_before(now_ms)
-    if latest is None or latest < due_ms:
-        latest = due_ms
-    after_now = timing.next_after(latest)
+    if latest is None or latest < due:
+        latest = due
+    # Occurrences late by more than the grace run now, with no jitter; the one after now keeps
+    # its delay.
+    after_now = timing.planned(schedule_id, timing.next_after(latest))
 
     if spec.misfire == "run_once":
-        missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
-        return [item(due_ms, latest, after_now, "misfire", max(missed, 1))]
+        missed = timing.count(due, latest, MISSED_COUNT_CAP)
+        run = latest if excluding is None else _latest_run(timing, due, latest, excluding)
+        if run is None:  # every one of them excluded: the oldest records it
+            return [item(due_ms, due, after_now, "fire")]
+        return [item(due_ms, run, after_now, "misfire", max(missed, 1))]
 
     if spec.misfire == "skip":
-        if now_ms - latest <= spec.grace_ms and latest > due_ms:
-            missed = timing.count(due_ms, latest - 1, MISSED_COUNT_CAP)
+        if now_ms - latest <= spec.grace_ms and latest > due:
+            missed = timing.count(due, latest - 1, MISSED_COUNT_CAP)
             return [
-                item(due_ms, due_ms, latest, "skip", missed),
+                item(due_ms, due, latest, "skip", missed),
                 item(latest, latest, after_now, "fire"),
             ]
-        missed = timing.count(due_ms, latest, MISSED_COUNT_CAP)
-        return [item(due_ms, due_ms, after_now, "skip", max(missed, 1))]
+        missed = timing.count(due, latest, MISSED_COUNT_CAP)
+        return [item(due_ms, due, after_now, "skip", max(missed, 1))]
 
     # catch_up: walk back from now to find the newest `limit` occurrences, then fire them in order.
     newest: list[int] = []
     t: int | None = latest
-    while t is not None and t >= due_ms and len(newest) < spec.catch_up_limit:
+    while t is not None and t >= due and len(newest) < spec.catch_up_limit:
         newest.append(t)
         t = timing.prev_at_or_before(t - 1)
     newest.reverse()
     items: list[FireItem] = []
     expect = due_ms
-    dropped = timing.count(due_ms, newest[0] - 1, MISSED_COUNT_CAP) if newest[0] > due_ms else 0
+    dropped = timing.count(due, newest[0] - 1, MISSED_COUNT_CAP) if newest[0] > due else 0
     if dropped:
-        items.append(item(due_ms, due_ms, newest[0], "limit", dropped))
+        items.append(item(due_ms, due, newest[0], "limit", dropped))
         expect = newest[0]
     for i, sched in enumerate(newest):
         nxt = newest[i + 1] if i + 1 < len(newest) else after_now
@@ -235,3 +263,16 @@ def plan(schedule_id: str, spec: PlannedSpec, due_ms: int, now_ms: int) -> list[
         items.append(item(expect, sched, nxt, "catch_up", 1))
         expect = nxt if nxt is not None else sched
     return items
+
+
+def _latest_run(timing: Timing, first: int, last: int, excluded: Excluding) -> int | None:
+    """The latest occurrence in [first, last] no calendar excludes (looking at no more than
+    MISSED_COUNT_CAP of them), or None."""
+    t: int | None = last
+    for _ in range(MISSED_COUNT_CAP):
+        if t is None or t < first:
+            return None
+        if excluded(t) is None:
+            return t
+        t = timing.prev_at_or_before(t - 1)
+    return None

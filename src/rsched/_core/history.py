@@ -64,16 +64,19 @@ class HistoryEvent:
     ``failed``, ``timed_out``, ``retried``, ``dead``, ``cancelled``, ``expired`` (not started within
     its start deadline) (workers), or a name a newer
     rsched records. ``at`` is when it was recorded (Redis time); ``scheduled_at`` the
-    occurrence's time and ``late_ms`` how late it fired; ``origin`` (schedule, trigger,
-    backfill, misfire, ...) how it came to run; ``reason`` why it was skipped or dead-lettered.
-    Every other field of the stored event is in ``extra`` as it was stored. Datetimes are aware
-    UTC.
+    occurrence's time, ``jittered_at`` when a schedule's ``jitter`` had it fire (``jitter_ms``
+    after it, in ``extra``) and ``late_ms`` how late it fired after that; ``origin``
+    (schedule, trigger, backfill, misfire, ...) how it came to run; ``reason`` why it was
+    skipped or dead-lettered (``excluded``: by the exclusion calendar ``calendar`` names, in
+    ``extra``). Every other field of the stored event is in ``extra`` as it was stored.
+    Datetimes are aware UTC.
     """
 
     event: str
     at: datetime
     execution_id: str | None = None
     scheduled_at: datetime | None = None
+    jittered_at: datetime | None = None
     late_ms: int | None = None
     origin: str | None = None
     status: str | None = None
@@ -117,7 +120,7 @@ def _record(at: int, name: str, data: Mapping[str, Any]) -> HistoryEvent:
             known[key] = value
         elif key in _INT_FIELDS and _whole(value) is not None:
             known[key] = _whole(value)
-        elif key == "scheduled_at" and _whole(value) is not None:
+        elif key in ("scheduled_at", "jittered_at") and _whole(value) is not None:
             known[key] = _datetime(_whole(value) or 0)
         elif key == "duration_ms" and (_whole(value) is not None or isinstance(value, float)):
             known[key] = float(value)
@@ -187,9 +190,9 @@ _CODES = {
 }  # fmt: skip
 #: The fields of an occurrence's token, after its delta (origin '' = schedule).
 _OCCURRENCE_FIELDS = {
-    "f": ("origin", "missed"),
+    "f": ("origin", "missed", "jitter_ms"),
     "b": ("policy", "origin", "missed"),
-    "s": ("reason", "policy", "origin", "missed", "into"),
+    "s": ("reason", "policy", "origin", "missed", "into", "calendar"),
     "x": ("cancelled", "origin", "missed"),
 }
 #: The codes of run outcomes, and the fields of their tokens after the delta.
@@ -197,7 +200,7 @@ _OUTCOMES = frozenset("cCFTRDWE")
 _OUTCOME_FIELDS = (
     "duration_ms", "attempt", "retry_in_ms", "reason", "error_type", "error", "deliveries", "by",
 )  # fmt: skip
-_NUMBERS = frozenset(("missed", "attempt", "retry_in_ms", "deliveries"))
+_NUMBERS = frozenset(("missed", "attempt", "retry_in_ms", "deliveries", "jitter_ms"))
 _EXEC_FIELDS = frozenset(("cancelled", "after", "by", "into"))
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _VALUE = {c: i for i, c in enumerate(_DIGITS)}
@@ -236,8 +239,13 @@ def _token_event(code: str, at: int, raw: list[str], sid: str, sched: int) -> di
     if code in _OCCURRENCE_FIELDS:
         fields = _values(_OCCURRENCE_FIELDS[code], raw, sid, sched)
         origin, missed = fields.pop("origin", "schedule"), fields.pop("missed", None)
-        event = {"event": name, **fields, "scheduled_at": sched, "at": at, "late_ms": at - sched,
-                 "execution_id": exec_id, "origin": origin}  # fmt: skip
+        # A jittered occurrence was due its delay after its time: it is late from then on.
+        jitter = fields.get("jitter_ms", 0)
+        event = {"event": name, **fields, "scheduled_at": sched, "at": at,
+                 "late_ms": at - sched - jitter, "execution_id": exec_id,
+                 "origin": origin}  # fmt: skip
+        if jitter:
+            event["jittered_at"] = sched + jitter
         return event if missed is None else {**event, "missed": missed}
     if code == "m":
         fields = _values(("policy", "missed", "reason"), raw, sid, sched)

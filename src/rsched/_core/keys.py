@@ -270,6 +270,19 @@ class Keys:
         per deployment: no script touches it)."""
         return f"{self.deployment_tag}:source_paths"
 
+    @property
+    def calendars(self) -> str:
+        """HASH calendar name -> the exclusion calendar (JSON: dates, ranges, weekdays; see
+        rsched._core.calendars). One per deployment: schedules of every partition name them."""
+        return f"{self.deployment_tag}:calendars"
+
+    @property
+    def calendars_version(self) -> str:
+        """STRING, a counter moved by every change to :attr:`calendars` (lua/calendar_write.lua):
+        a scheduler reads it before it plans occurrences that name a calendar, and reads the
+        calendars again only when it moved."""
+        return f"{self.deployment_tag}:calendars:version"
+
     def backfilled(self, schedule_id: str) -> str:
         """SET of the execution ids a backfill of this schedule has fired (never fired twice)."""
         return f"{self.tag}:backfilled:{schedule_id}"

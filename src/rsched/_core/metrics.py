@@ -65,7 +65,7 @@ DURATION_BUCKETS = (
 
 Role = Literal["scheduler", "worker"]
 
-FIRED, STALE = Code.FIRED, Code.STALE
+FIRED, STALE, EXCLUDED = Code.FIRED, Code.STALE, Code.EXCLUDED
 # The labels (policy, action) of rsched_misfires_total, by the action of a fire item
 # (rsched._core.fire_plan), which only one misfire policy makes: a late run stands for missed
 # occurrences or runs one of them; the others are recorded as skipped.
@@ -86,6 +86,7 @@ _GROUP_KEY = operator.itemgetter(
     FireItem._fields.index("spec"),
     FireItem._fields.index("action"),
     FireItem._fields.index("sched"),
+    FireItem._fields.index("expect"),
 )
 # Runs whose bookkeeping waits for one bulk update at most (see Metrics.flush_jobs).
 JOBS_FLUSH = 1_000
@@ -278,7 +279,8 @@ class Metrics:
         )
         self.fire_lag = BulkHistogram(
             "rsched_fire_lag_seconds",
-            "Fire time minus scheduled time of each occurrence fired.",
+            "Fire time minus due time of each occurrence fired (its scheduled time, plus the "
+            "delay of a schedule's jitter).",
             LAG_BUCKETS,
         )
         self.misfires = Counter(
@@ -287,6 +289,13 @@ class Metrics:
             "policy and action (run: a late run stands for them or runs them; skip: recorded "
             "as skipped).",
             ["policy", "action"],
+            registry=None,
+        )
+        self.excluded = Counter(
+            "rsched_occurrences_excluded",
+            "Occurrences not run because an exclusion calendar of their schedule excludes them, "
+            "by queue.",
+            ["queue"],
             registry=None,
         )
         self.overlap = Counter(
@@ -388,7 +397,8 @@ class Metrics:
         in_progress.set_function(lambda: self.running)
         self._series: dict[Role, tuple[Collector, ...]] = {
             "scheduler": (
-                self.fires, self.fire_lag, self.misfires, self.overlap, self.stale_refused,
+                self.fires, self.fire_lag, self.misfires, self.excluded, self.overlap,
+                self.stale_refused,
                 self.is_leader, self.led_partitions, self.partitions, self.leader_changes,
                 self.retention_removed,
             ),
@@ -473,11 +483,14 @@ class Metrics:
             # and scheduled time (consecutive in a batch), without a Python step per item.
             # Specs compare by identity first (a batch shares a few cached instances).
             late = False
-            for (spec, action, sched), run in itertools.groupby(map(_GROUP_KEY, items)):
+            for (spec, action, sched, expect), run in itertools.groupby(map(_GROUP_KEY, items)):
                 n = len(list(run))
                 key = (spec.queue, "schedule" if action == "fire" else "misfire")
                 fired[key] = fired.get(key, 0) + n
-                lags[sched] = lags.get(sched, 0) + n
+                # On time, an occurrence is due when its index score says (a jitter's delay
+                # after its time); a late one counts from its time.
+                due = expect if action == "fire" else sched
+                lags[due] = lags.get(due, 0) + n
                 late = late or action != "fire"
             if late:
                 self._misfires(items, codes)
@@ -501,9 +514,12 @@ class Metrics:
             if code == FIRED:
                 key = (item.spec.queue, "schedule" if item.action == "fire" else "misfire")
                 fired[key] = fired.get(key, 0) + 1
-                lags[item.sched] = lags.get(item.sched, 0) + 1
+                due = item.expect if item.action == "fire" else item.sched
+                lags[due] = lags.get(due, 0) + 1
             elif code == STALE:
                 stale += 1
+            elif code == EXCLUDED:
+                self.excluded.labels(item.spec.queue).inc()
             elif code in _OVERLAP_ACTIONS:
                 key = (item.spec.overlap, _OVERLAP_ACTIONS[code])
                 held[key] = held.get(key, 0) + 1
@@ -517,7 +533,7 @@ class Metrics:
         above 0: run, held back by the overlap policy, or recorded as skipped)."""
         counts: dict[str, int] = {}
         for item, code in zip(items, codes, strict=True):
-            if item.action != "fire" and code > 0:
+            if item.action in MISFIRE_ACTIONS and code > 0:
                 counts[item.action] = counts.get(item.action, 0) + item.missed
         for action, n in counts.items():
             self.misfires.labels(*MISFIRE_ACTIONS[action]).inc(n)

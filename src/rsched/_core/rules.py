@@ -69,6 +69,11 @@ DEDUP_WINDOW_MAX_S = 366 * 86_400.0
 #: The longest ``debounce`` (an enqueue's or a schedule's): a window that stays open longer is a
 #: delay, not a debounce, and its key must not live for ever.
 DEBOUNCE_MAX_S = 86_400.0
+#: The longest ``jitter`` of a schedule: an occurrence's delay is also kept short of the next
+#: occurrence, so a longer one would only matter to weekly and rarer schedules.
+JITTER_MAX_S = 7 * 86_400.0
+#: How many calendars one schedule's ``exclude`` may name (each costs its fires a lookup).
+EXCLUDE_MAX = 20
 
 
 # An execution id as a reader gives it: a schedule's is "<schedule id>@<ms>", an enqueued
@@ -176,6 +181,36 @@ def check_start_deadline(value: object) -> float:
             "for none"
         )
     return seconds
+
+
+def check_jitter(value: object) -> float:
+    """A schedule's ``jitter``: each occurrence fires a delay in [0, jitter) after its time,
+    derived from the schedule id and the occurrence; a duration from 1ms to 7 days."""
+    seconds = parse_duration_s(value)
+    shown = value.strip() if isinstance(value, str) else f"{seconds:g} s"
+    if seconds < 0.001:
+        raise ValueError(f"{shown} is shorter than 1ms, the shortest jitter; leave it out for none")
+    if seconds > JITTER_MAX_S:
+        raise ValueError(f"{shown} is longer than 7 days, the longest jitter (7d)")
+    return seconds
+
+
+def check_exclude(value: object) -> tuple[str, ...]:
+    """A schedule's ``exclude``: the names of the exclusion calendars it skips occurrences of,
+    as a list (or, as stored in the hash and given on a command line, comma-separated text);
+    at most EXCLUDE_MAX, no repeats."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple):
+        raise ValueError(
+            f"give a list of calendar names, e.g. ['bank-holidays'], got {type(value).__name__}"
+        )
+    names = tuple(check_name(name, "calendar name") for name in value)
+    if len(names) > EXCLUDE_MAX:
+        raise ValueError(f"{len(names)} calendars, over the limit of {EXCLUDE_MAX}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a calendar is named twice in {list(names)}; name each once")
+    return names
 
 
 def check_pause_after_failures(value: object) -> int:

@@ -51,6 +51,8 @@ from rsched._core.rules import (
     check_debounce,
     check_dst_fold,
     check_dst_gap,
+    check_exclude,
+    check_jitter,
     check_name,
     check_option,
     check_pause_after_failures,
@@ -75,10 +77,10 @@ _reading_stored: ContextVar[bool] = ContextVar("rsched_reading_stored", default=
 #: Fields given in seconds; each also takes text ("90s", "5m", "1h30m") or a timedelta.
 DURATION_FIELDS = frozenset(
     {"every", "retry_base_s", "retry_max_s", "timeout_s", "misfire_grace_s", "debounce"}
-    | {"start_deadline"}
+    | {"start_deadline", "jitter"}
 )
 #: Duration fields that may be None (none).
-_OPTIONAL_DURATIONS = ("every", "debounce", "start_deadline")
+_OPTIONAL_DURATIONS = ("every", "debounce", "start_deadline", "jitter")
 #: A limit's own problem in the message of ``limits``: ``limits[1].rate: <message>``.
 _LIMIT_PART = re.compile(r"^(limits\[\d+\](?:\.\w+)?|limits): (.*)$", re.DOTALL)
 #: The shortest interval ``every`` may give.
@@ -134,7 +136,13 @@ class Schedule(BaseModel):
     that long after its occurrence's time ends ``expired`` without running. With
     ``pause_after_failures=N`` the schedule pauses itself after N runs in a row ended
     dead-lettered (``consecutive_failures`` counts them; a completed run, a resume or an update
-    starts the count again). The state fields (``generation`` … ``consecutive_failures``) are
+    starts the count again). ``exclude`` names exclusion calendars
+    (:meth:`rsched.Client.set_calendar`): an occurrence that falls in one of them does not run
+    (history and the runs log record it skipped, reason ``excluded``). With a ``jitter`` (a
+    duration, at most 7 days) each occurrence fires a delay in [0, jitter) after its time, the
+    same for every scheduler and preview (a hash of the execution id), and always before the
+    next occurrence; its jobs keep the occurrence's time as ``scheduled_at``
+    (docs/calendars.md). The state fields (``generation`` … ``consecutive_failures``) are
     filled in by rsched and ignored on write. Raises :class:`InvalidSchedule` naming each bad
     field.
     """
@@ -153,6 +161,8 @@ class Schedule(BaseModel):
     timezone: str = "UTC"
     dst_gap: DstGap | None = None
     dst_fold: DstFold | None = None
+    exclude: tuple[str, ...] = ()
+    jitter: float | None = Field(default=None, json_schema_extra=_duration_schema)
     start_at: datetime | None = None
     end_at: datetime | None = None
     max_runs: int | None = Field(default=None, ge=1)
@@ -271,6 +281,11 @@ class Schedule(BaseModel):
     def _cron(cls, v: str | None) -> str | None:
         return None if v is None else Cron.parse(v).text
 
+    @field_validator("exclude", mode="before")
+    @classmethod
+    def _exclude(cls, v: Any) -> tuple[str, ...]:
+        return () if v is None else check_exclude(v)
+
     @field_validator("dst_gap", mode="before")
     @classmethod
     def _dst_gap(cls, v: Any) -> DstGap | None:
@@ -290,6 +305,8 @@ class Schedule(BaseModel):
             return check_debounce(v)
         if info.field_name == "start_deadline":
             return check_start_deadline(v)
+        if info.field_name == "jitter":
+            return check_jitter(v)
         # A grace of 0 is a choice (every late occurrence is a misfire); no other one may be 0.
         seconds = parse_duration_s(v, allow_zero=info.field_name == "misfire_grace_s")
         if info.field_name == "every" and seconds < MIN_EVERY_S:
@@ -363,6 +380,9 @@ class Schedule(BaseModel):
                 continue
             if name == "limits":
                 out[name] = orjson.dumps([lim.to_dict() for lim in value]).decode()
+                continue
+            if name == "exclude":  # calendar names never hold a comma
+                out[name] = ",".join(value)
                 continue
             out[name] = _encode(value)
         # The job options are one field, in the form a job entry carries them: the fire script

@@ -9,10 +9,14 @@ creation; ``at`` is a single occurrence.
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
+from rsched._core.calendars import Calendar, excluding
 from rsched._core.cron import Cron, DstRule
 from rsched._core.errors import InvalidSchedule
 from rsched._core.schedule import Schedule, from_ms, to_ms
@@ -43,6 +47,7 @@ class Timing:
     end_ms: int | None = None
     anchor_ms: int | None = None  # first occurrence of an `every` schedule, when known
     rule: DstRule | None = None  # a cron schedule's chosen DST rule; None: cron's own
+    jitter_ms: int | None = None  # the schedule's jitter; None: occurrences fire on time
 
     @classmethod
     def of(cls, schedule: Schedule) -> Timing:
@@ -57,12 +62,13 @@ class Timing:
             created_ms=created,
             dst_gap=schedule.dst_gap,
             dst_fold=schedule.dst_fold,
+            jitter_ms=None if schedule.jitter is None else round(schedule.jitter * 1000),
         )
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Timing:
         """Build straight from a stored hash (the scheduler's hot path: no model validation)."""
-        every = fields.get("every")
+        every, jitter = fields.get("every"), fields.get("jitter")
         return cls._build(
             tz=resolve_timezone(fields.get("timezone", "UTC")),
             cron=fields.get("cron"),
@@ -73,6 +79,7 @@ class Timing:
             created_ms=_int(fields.get("created_at")),
             dst_gap=fields.get("dst_gap"),
             dst_fold=fields.get("dst_fold"),
+            jitter_ms=None if jitter is None else max(1, round(float(jitter) * 1000)),
         )
 
     @classmethod
@@ -88,6 +95,7 @@ class Timing:
         created_ms: int | None,
         dst_gap: str | None = None,
         dst_fold: str | None = None,
+        jitter_ms: int | None = None,
     ) -> Timing:
         anchor = None
         if every_ms is not None:
@@ -106,6 +114,7 @@ class Timing:
             end_ms=end_ms,
             anchor_ms=anchor,
             rule=parsed.rule(dst_gap, dst_fold) if parsed and (dst_gap or dst_fold) else None,
+            jitter_ms=jitter_ms,
         )
 
     def _in_window(self, ms: int | None) -> int | None:
@@ -146,6 +155,37 @@ class Timing:
             found = self.at_ms if self.at_ms <= ms else None
         if found is None or (self.start_ms is not None and found < self.start_ms):
             return None
+        return found
+
+    def delay(self, schedule_id: str, ms: int) -> int:
+        """How long after occurrence ``ms`` it fires (0 without a jitter): a delay in
+        [0, jitter) from a hash of its execution id, so that every scheduler, retry and preview
+        agrees, cut short of the next occurrence (mod the gap instead), so occurrences keep
+        their order and never fire twice in one gap."""
+        span = self.jitter_ms
+        if not span:
+            return 0
+        digest = hashlib.blake2b(f"{schedule_id}@{ms}".encode(), digest_size=8).digest()
+        nxt = self.next_after(ms)
+        if nxt is not None and nxt - ms < span:
+            span = nxt - ms
+        return int.from_bytes(digest, "big") % span
+
+    def planned(self, schedule_id: str, ms: int | None) -> int | None:
+        """When occurrence ``ms`` fires: its time plus its :meth:`delay` (None stays None)."""
+        if ms is None or not self.jitter_ms:
+            return ms
+        return ms + self.delay(schedule_id, ms)
+
+    def nominal(self, schedule_id: str, planned_ms: int) -> int:
+        """The occurrence that fires at ``planned_ms`` (an index score): the latest occurrence
+        at or before it, since a delay never reaches the next one; ``planned_ms`` itself when
+        that does not hold (a score written by hand, or before the jitter was set)."""
+        if not self.jitter_ms:
+            return planned_ms
+        found = self.prev_at_or_before(planned_ms)
+        if found is None or self.planned(schedule_id, found) != planned_ms:
+            return planned_ms
         return found
 
     def between(self, first_ms: int, last_ms: int, limit: int) -> list[int]:
@@ -190,29 +230,67 @@ def _int(raw: str | None) -> int | None:
     return int(raw) if raw is not None else None
 
 
+class Upcoming(NamedTuple):
+    """One coming occurrence of a schedule (see :func:`upcoming`); times in epoch ms."""
+
+    at: int  # the occurrence's time: its jobs' scheduled_at
+    fires_at: int  # when it fires: ``at`` plus the jitter's delay
+    excluded_by: str | None = None  # the calendar that excludes it: it does not run
+
+
+def upcoming(
+    schedule: Schedule,
+    after_ms: int,
+    n: int,
+    calendars: Sequence[Calendar] = (),
+    *,
+    with_excluded: bool = False,
+) -> list[Upcoming]:
+    """The next ``n`` occurrences of ``schedule`` that fire strictly after ``after_ms``.
+
+    Those an exclusion calendar of ``calendars`` (the ones its ``exclude`` names) excludes are
+    left out, or with ``with_excluded`` listed with the calendar's name (they count toward
+    ``n`` but not as runs of ``max_runs``). An occurrence already past but still waiting out its
+    jitter is the first when the schedule's stored ``next_run`` says so.
+    """
+    if schedule.completed:
+        return []
+    runs_left = None if schedule.max_runs is None else max(0, schedule.max_runs - schedule.runs)
+    timing = Timing.of(schedule)
+    sid, tz = schedule.id, timing.tz
+    at: int | None = timing.next_after(after_ms)
+    if timing.jitter_ms and schedule.next_run is not None:
+        stored = to_ms(schedule.next_run)
+        if stored > after_ms and timing.nominal(sid, stored) <= after_ms:
+            at = timing.nominal(sid, stored)
+    out: list[Upcoming] = []
+    while at is not None and len(out) < n and runs_left != 0:
+        calendar = excluding(calendars, at, tz) if calendars else None
+        if calendar is None or with_excluded:
+            out.append(Upcoming(at, at + timing.delay(sid, at), calendar))
+        if calendar is None and runs_left is not None:
+            runs_left -= 1
+        at = timing.next_after(at)
+    return out
+
+
 def next_fire_times(
-    schedule: Schedule, after: datetime | None = None, n: int = 5
+    schedule: Schedule,
+    after: datetime | None = None,
+    n: int = 5,
+    calendars: Sequence[Calendar] = (),
 ) -> list[datetime]:
     """The next ``n`` fire times of ``schedule`` strictly after ``after`` (default: now).
 
     Pure: uses no Redis. Honours the trigger, ``timezone`` (with cron's DST rules, or those
-    ``dst_gap`` / ``dst_fold`` choose), ``start_at``/``end_at`` and the runs left under
-    ``max_runs``; a completed schedule has none. Times are returned in the schedule's time zone.
+    ``dst_gap`` / ``dst_fold`` choose), ``start_at``/``end_at``, the runs left under
+    ``max_runs``, the ``jitter`` (each time is when the occurrence fires, its delay included)
+    and, given the exclusion ``calendars`` its ``exclude`` names, leaves out the occurrences they
+    exclude; a completed schedule has none. Times are returned in the schedule's time zone.
     """
-    if schedule.completed:
-        return []
-    if schedule.max_runs is not None:
-        n = min(n, max(0, schedule.max_runs - schedule.runs))
-    timing = Timing.of(schedule)
-    at = to_ms(after if after is not None else datetime.now(UTC))
-    out: list[datetime] = []
-    while len(out) < n:
-        nxt = timing.next_after(at)
-        if nxt is None:
-            break
-        out.append(from_ms(nxt, timing.tz))
-        at = nxt
-    return out
+    tz = resolve_timezone(schedule.timezone)
+    now = to_ms(after if after is not None else datetime.now(UTC))
+    return [from_ms(u.fires_at, tz) for u in upcoming(schedule, now, n, calendars)]
 
 
 def first_run_ms(
@@ -221,8 +299,11 @@ def first_run_ms(
     *,
     created_ms: int | None = None,
     creating: bool = True,
+    schedule_id: str | None = None,
 ) -> int | None:
-    """The first occurrence strictly after ``now_ms`` (Redis time) of a schedule being written.
+    """When a schedule being written first fires: its first occurrence strictly after ``now_ms``
+    (Redis time), plus its jitter's delay for that occurrence (of ``schedule_id``, default
+    ``schedule.id``: a bulk write validates one schedule per shape).
 
     ``created_ms`` anchors an ``every`` interval without ``start_at`` (default ``now_ms``: a new
     schedule first runs one interval after it is created; pass the stored ``created_at`` when
@@ -239,7 +320,7 @@ def first_run_ms(
     timing = Timing.of(schedule.model_copy(update={"created_at": from_ms(anchor)}))
     nxt = timing.next_after(now_ms)
     if nxt is not None:
-        return nxt
+        return timing.planned(schedule_id or schedule.id, nxt)
     if not creating:
         return None
     now = from_ms(now_ms).isoformat(timespec="seconds")

@@ -200,6 +200,7 @@ class FireRound:
             buffered=counts.get(Code.BUFFERED, 0),
             debounced=counts.get(Code.DEBOUNCED, 0),
             misfire_skipped=counts.get(Code.MISFIRE_SKIPPED, 0),
+            excluded=counts.get(Code.EXCLUDED, 0),
             stale=counts.get(Code.STALE, 0),
             late_ms=late_ms,
             took_ms=round((time.perf_counter() - started) * 1000, 1),

@@ -24,9 +24,11 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE
 from rsched._core.settings import SchedulerSettings
 from rsched._scheduler.batching import FIRST_BATCH, Batching
+from rsched._scheduler.calendar_cache import CalendarCache
 from rsched._scheduler.fire import DueRead, FireRound
 from rsched._scheduler.spec_cache import QUARANTINE_S, SpecCache
 from rsched._store import parking
+from rsched._store.calendars import CalendarStore
 from rsched._store.firing import FiringStore
 
 log = get_logger("rsched.scheduler")
@@ -79,6 +81,7 @@ class Ticker:
         self._read_ahead: DueRead | None = None
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
         self._park_at = 0.0  # monotonic time of the next look at parked schedules
+        self.calendars = CalendarCache(CalendarStore(store.redis, store.keys))
 
     async def run(self, lease: str) -> None:
         """Fire rounds under ``lease`` until the fire script refuses its token (then return)."""
@@ -229,7 +232,7 @@ class Ticker:
         cache = self.cache
         specs = cache.specs
         budget_end = time.monotonic() + PLAN_BUDGET_S
-        planned = False
+        planned = calendars_read = False
         step = self.sizing.load_chunk()
         for index, (sid, score) in enumerate(ready):
             if index % step == 0:
@@ -251,14 +254,24 @@ class Ticker:
                 planned = True
                 yield [FireItem(sid, "", score, score, None, "fire")]
                 continue
+            excluding = None
+            if spec.exclude:
+                if not calendars_read:  # once a round, and only when a schedule names one
+                    await self.calendars.refresh()
+                    calendars_read = True
+                excluding = self.calendars.lookup(spec.exclude, spec.timing.tz)
             try:
-                items = plan(sid, spec, score, now)
+                items = plan(sid, spec, score, now, excluding)
             except (ValueError, ArithmeticError) as exc:
                 cache.set_aside(sid)
                 log.error("schedule.unplannable", schedule=sid, error=str(exc))
                 continue
             for item in items:
-                if item.action != "fire":
+                if item.action == "exclude":
+                    log.info(
+                        "excluded", schedule=sid, scheduled_at=item.sched, calendar=item.calendar
+                    )
+                elif item.action != "fire":
                     log.info(
                         "misfire",
                         schedule=sid,

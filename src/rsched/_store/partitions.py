@@ -31,6 +31,8 @@ from rsched._core.partitions import job_partition, partition_of
 from rsched._core.rules import PAGE_MAX, PRIORITIES
 from rsched._core.settings import Settings
 from rsched._core.workers import JobInfo, WorkerInfo
+from rsched._redis.durability import Durability
+from rsched._store.calendars import CalendarStore
 from rsched._store.deployment import deployment_keys
 from rsched._store.queues import QueueStore
 from rsched._store.runs_log import (
@@ -86,6 +88,8 @@ class Partitions:
         self.schedules = tuple(ScheduleStore.from_settings(redis, settings, k) for k in every)
         self.queues = tuple(QueueStore.from_settings(redis, settings, k) for k in every)
         self.sources = tuple(SourceStore(redis, k) for k in every)
+        # The deployment's calendars (keys of its own, not a partition's).
+        self.calendars = CalendarStore(redis, keys, Durability.from_settings(settings))
 
     @classmethod
     async def of(cls, redis: Redis, settings: Settings) -> Partitions:

@@ -70,7 +70,8 @@ class RunRecord:
     ``failed`` / ``timed_out`` (an attempt that will be retried), ``retried`` (the handler
     raised :class:`rsched.Retry`), ``dead``, ``cancelled``, ``skipped`` (the occurrence did not
     run; ``reason`` says why: ``overlap``, ``buffer_full``, ``misfire``, ``catch_up_limit``,
-    ``debounced`` (merged into the schedule's open debounce window, whose job runs for it);
+    ``debounced`` (merged into the schedule's open debounce window, whose job runs for it),
+    ``excluded`` (an exclusion calendar excludes it: ``error`` says ``calendar <name>``);
     of a cancelled run: ``cancel_previous`` while it ran, ``superseded`` before it started,
     ``cancelled`` by an operator, :meth:`rsched.Client.cancel` or ``rsched cancel``).
     ``schedule_id`` is None for an enqueued job. Times are aware UTC datetimes: the

@@ -43,6 +43,7 @@ from rsched._core.timing import first_run_ms
 from rsched._redis import scripts
 from rsched._redis.durability import Durability
 from rsched._store import parking
+from rsched._store.calendars import CalendarStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,9 @@ class ScheduleStore(scripts.ScriptCaller):
             raise wrong_type(schedule_id=schedule.id) from exc
         exists = version is not None
         created = split_version(str(version or ""))[1]
+        missing = await self._calendars_missing([schedule.exclude])
+        if missing:
+            raise InvalidSchedule(schedule.id, [_no_calendar(sorted(missing))])
         if mode == "add" and exists:
             raise ScheduleExists(schedule.id)
         if mode == "replace" and not exists:
@@ -218,8 +222,9 @@ class ScheduleStore(scripts.ScriptCaller):
         stored specs. Raises StateError for a key of the wrong type."""
         # Only the existence matters unless unchanged specs are to be recognised.
         stored = await self._read_specs([item.schedule_id for item in items], skip_unchanged)
+        missing = await self._calendars_missing([item.timing.exclude for item in items])
         now = await self.time_ms()
-        first_runs: dict[tuple[int, int | None, bool], int | InvalidSchedule | None] = {}
+        first_runs: dict[tuple[int, int | None, bool, str], int | InvalidSchedule | None] = {}
         checked = Checked(items, now)
         if None in stored:
             raise _wrong_types(
@@ -237,6 +242,9 @@ class ScheduleStore(scripts.ScriptCaller):
             if item.mode == "replace" and not exists:
                 checked.problems.append((item.index, sid, "id", "does not exist"))
                 continue
+            if missing and (lacking := [c for c in item.timing.exclude if c in missing]):
+                checked.problems.append((item.index, sid, *_no_calendar(lacking)))
+                continue
             if skip_unchanged and exists and _unchanged(found, item):
                 checked.outcomes[sid] = "unchanged"
                 continue
@@ -244,7 +252,8 @@ class ScheduleStore(scripts.ScriptCaller):
             # An ``every`` without start_at keeps the grid of the schedule it replaces.
             timing = item.timing
             anchor = int(created) if created and timing.every is not None else None
-            key = (id(timing), anchor, exists)
+            # A jitter's delay is the schedule's own: its first run is too.
+            key = (id(timing), anchor, exists, sid if timing.jitter is not None else "")
             if key not in first_runs:
                 try:
                     first_runs[key] = first_run_ms(
@@ -252,6 +261,7 @@ class ScheduleStore(scripts.ScriptCaller):
                         now,
                         created_ms=anchor if anchor is not None else now,
                         creating=not exists,
+                        schedule_id=sid,
                     )
                 except InvalidSchedule as exc:
                     first_runs[key] = exc
@@ -261,6 +271,11 @@ class ScheduleStore(scripts.ScriptCaller):
                 continue
             checked.sends.append((item, got))
         return checked
+
+    async def _calendars_missing(self, excludes: Sequence[tuple[str, ...]]) -> set[str]:
+        """The calendars named in ``excludes`` that do not exist (one read for all)."""
+        names = sorted({name for names in excludes for name in names})
+        return set(await CalendarStore(self.redis, self.keys).missing(names)) if names else set()
 
     async def write_many(
         self, checked: Checked, limiter: anyio.CapacityLimiter | None = None
@@ -633,6 +648,16 @@ class ScheduleStore(scripts.ScriptCaller):
         if not parked:
             return page
         return sorted(page + parked, key=lambda e: (e[1], e[0]))[:n]
+
+
+def _no_calendar(names: Sequence[str]) -> tuple[str, str]:
+    """The problem of a schedule whose ``exclude`` names calendars that do not exist."""
+    listed = ", ".join(repr(name) for name in names)
+    return (
+        "exclude",
+        f"no exclusion calendar named {listed}; create it first (rsched calendar set NAME "
+        "--date YYYY-MM-DD, or Client.set_calendar) or leave it out",
+    )
 
 
 def _chunks(
