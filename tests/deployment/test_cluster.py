@@ -40,8 +40,11 @@ from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workers import settled
 from tests.support.workload import (
+    calendars_tour,
+    calendars_tour_end,
     deadlines_and_failures,
     engine,
+    excluded,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,
@@ -89,6 +92,7 @@ async def test_every_script_runs_on_the_cluster(
     async with rsched.Client.from_settings(settings) as client:
         await some_schedules(client)
         await deadlines_and_failures(client)
+        await calendars_tour(client)
         await client.trigger("m1")
         await client.enqueue("t.fail", max_retries=1)
         for _ in range(3):  # one at a time: two wait aside, then resume
@@ -108,11 +112,13 @@ async def test_every_script_runs_on_the_cluster(
             await eventually(lambda: "fire" in seen)  # not only jobs of the client's
             await eventually(lambda: "expire" in seen)
             await eventually(lambda: paused(client, "pf"))
+            await eventually(lambda: excluded(client))
         await client.job(ran[0])
         first = await client.list(limit=1)
         await client.list(limit=1, cursor=first.cursor)
         await client.requeue(task="t.fail")
         await client.remove("a")
+        await calendars_tour_end(client)
     redis = connect(settings)
     keys = Keys(prefix)
     schedules, queues = ScheduleStore(redis, keys), QueueStore(redis, keys)

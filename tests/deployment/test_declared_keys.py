@@ -38,7 +38,10 @@ from tests.support.leading import firing, leases
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workload import (
+    calendars_tour,
+    calendars_tour_end,
     deadlines_and_failures,
+    excluded,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,
@@ -227,6 +230,7 @@ async def test_every_script_declares_every_key_it_touches(
     async with rsched.Client.from_settings(settings) as client:
         await some_schedules(client)
         await deadlines_and_failures(client)
+        await calendars_tour(client)
         # A run that ends dead releases the occurrence waiting behind it.
         await client.add({"id": "d", "task": "t.fail", "every": 3600, "overlap": "buffer_one"})
         await client.trigger("d")
@@ -284,6 +288,7 @@ async def test_every_script_declares_every_key_it_touches(
                 await eventually(lambda: "fire" in strict.ran)  # not only jobs of the client's
                 await eventually(lambda: "expire" in strict.ran)
                 await eventually(lambda: paused(client, "pf"))
+                await eventually(lambda: excluded(client))
                 # the occurrence the end on "idle" left pending, released into "gated"
                 await eventually(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()
@@ -296,6 +301,7 @@ async def test_every_script_declares_every_key_it_touches(
         await client.list(limit=1, cursor=listed.cursor)
         await client.requeue(task="t.fail")
         await client.remove("a")
+        await calendars_tour_end(client)
     old = f"{int_b62(await store.time_ms() - 400 * 86_400_000)}|f5|c2,1"
     await redis.rpush(keys.history("m1"), old)
     assert (await Retention(redis, settings, lambda: True).sweep()).history >= 1

@@ -306,6 +306,9 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
         await sdk.resume("tick")
         await sdk.trigger("tick")
         await sdk.update("tick", description="under ACL")
+        await sdk.set_calendar("holidays", dates=["2030-12-25"])
+        await sdk.update("tick", exclude=["holidays"], jitter="10ms")
+        assert [c.name for c in await sdk.calendars()] == ["holidays"]
         now = await sdk.server_time()
         await sdk.backfill("tick", now - timedelta(seconds=3), now)
         await sdk.enqueue("sec.ok", execution_id="later", delay="1m")
@@ -314,6 +317,7 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
         assert [e.created for e in burst] == [True, False]
         await sdk.purge("default")
         await sdk.remove("tick")
+        await sdk.remove_calendar("holidays")
     for proc in (scheduler, worker):  # readiness and metrics read with these users too
         port = re.search(r"metrics.listening .*port=(\d+)", proc.output())
         assert port is not None, proc.output()[-2000:]
@@ -347,6 +351,7 @@ async def writes(client: rsched.Client) -> dict[str, Callable[[], Any]]:
         "trigger": lambda: client.trigger("nightly"),
         "backfill": lambda: client.backfill("nightly", now - timedelta(hours=3), now),
         "remove": lambda: client.remove("nightly"),
+        "set_calendar": lambda: client.set_calendar("holidays", dates=["2030-12-25"]),
         "enqueue": lambda: client.enqueue("sec.ok", execution_id="by-hand"),
         "debounce": lambda: client.enqueue("sec.ok", debounce_key="burst", debounce="1m"),
         "cancel": lambda: client.cancel("waiting"),
@@ -386,6 +391,7 @@ async def refused_writes(users: Server, prefix: str, user: str, expected: set[st
 
 SCHEDULE_WRITES = {
     "add", "upsert", "upsert_many", "update", "pause", "resume", "trigger", "backfill", "remove",
+    "set_calendar",
 }  # fmt: skip
 
 

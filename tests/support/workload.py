@@ -125,3 +125,25 @@ async def deadlines_and_failures(client: rsched.Client) -> None:
         {"id": "pf", "task": "t.fail", "every": 3600, "max_retries": 0, "pause_after_failures": 1}
     )
     await client.trigger("pf")
+
+
+async def calendars_tour(client: rsched.Client) -> None:
+    """A calendar that excludes every day (calendar_write) and a jittered schedule naming it:
+    once a scheduler runs, its occurrences are recorded excluded (fire's exclude items)."""
+    await client.set_calendar(
+        "tour-cal", weekdays=["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+    )
+    await client.add(
+        {"id": "excl", "task": "t.ok", "every": 0.2, "exclude": ["tour-cal"], "jitter": "50ms"}
+    )
+
+
+async def excluded(client: rsched.Client) -> bool:
+    """Whether an occurrence of the tour's schedule ``excl`` was recorded excluded."""
+    return any(e.reason == "excluded" for e in (await client.history("excl")).items)
+
+
+async def calendars_tour_end(client: rsched.Client) -> None:
+    """The calendar removed once nothing names it (calendar_write's removal)."""
+    await client.remove("excl")
+    await client.remove_calendar("tour-cal")
