@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 
 from bench._os import SchedReading, affinity, pin, proc_cpu_s, realtime
 from bench._servers import BenchServer
+from rsched._core.calendars import Calendar
 from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, PlannedSpec, plan
 from rsched._core.keys import Keys
@@ -38,6 +39,7 @@ from rsched._redis.connection import connect
 from rsched._redis.scripts import names as script_names
 from rsched._redis.scripts import source
 from rsched._store import parking
+from rsched._store.calendars import CalendarStore
 from rsched._store.firing import FiringStore
 from rsched._store.leases import LeaseStore
 from rsched._store.schedules import ScheduleStore
@@ -168,6 +170,7 @@ class Ctx:
     node: Redis
     profile_dir: Path | None = None
     metrics: bool = False  # the scheduler serves /metrics (counting on)
+    exclude: bool = False  # every herd schedule names an exclusion calendar
     log_dir: Path = field(default_factory=lambda: RESULTS_DIR)
 
     @classmethod
@@ -357,10 +360,23 @@ class SchedulerProc:
 # --- the measurements -------------------------------------------------------------------------
 
 
-def template(kind: str, payload: dict[str, Any] | None = None) -> dict[str, str]:
-    """Spec fields of a bench schedule with rsched's defaults (only the trigger and task set)."""
+#: The calendar every schedule of a herd names with ``--exclude``: a year of holidays, none of
+#: them the herd's day, so every occurrence is looked up and still fires.
+BENCH_CALENDAR = Calendar.build(
+    "bench-holidays",
+    dates=[f"2030-{m:02d}-{d:02d}" for m in range(1, 13) for d in (1, 15)],
+    ranges=["2030-08-01..2030-08-20"],
+)
+
+
+def template(
+    kind: str, payload: dict[str, Any] | None = None, *, exclude: bool = False
+) -> dict[str, str]:
+    """Spec fields of a bench schedule with rsched's defaults (only the trigger and task set;
+    with ``exclude``, the bench calendar named)."""
     trigger: dict[str, Any] = {"cron": "0 * * * *"} if kind == "cron" else {"every": 3600}
-    sched = Schedule(id="template", task="bench.task", payload=payload or {}, **trigger)
+    named = {"exclude": [BENCH_CALENDAR.name]} if exclude else {}
+    sched = Schedule(id="template", task="bench.task", payload=payload or {}, **trigger, **named)
     return sched.spec_fields()
 
 
@@ -368,7 +384,9 @@ async def herd(ctx: Ctx, n: int, kind: str, timeout_s: float) -> dict[str, Any]:
     """N schedules come due at the same instant T; how long until all are jobs, and how late."""
     await ctx.reset()
     ids = [f"herd-{kind}-{i:06d}" for i in range(n)]
-    spec = template(kind)
+    spec = template(kind, exclude=ctx.exclude)
+    if ctx.exclude:
+        await CalendarStore(ctx.redis, ctx.keys).put(BENCH_CALENDAR)
     now = await ctx.now_ms()
     create_s = await ctx.create(ids, lambda i: spec, lambda i: now + SETUP_AHEAD_MS, now)
     await ctx.drop_op_keys()
@@ -719,6 +737,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics", action="store_true", help="the scheduler serves /metrics (its cost)"
     )
+    p.add_argument(
+        "--exclude",
+        action="store_true",
+        help="every herd schedule names an exclusion calendar (the cost of looking it up)",
+    )
     return p
 
 
@@ -750,7 +773,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             node = Redis.from_url(server.node_url, decode_responses=True)
         profile_dir = RESULTS_DIR if args.profile else None
         ctx = Ctx.new(server, redis, profile_dir, node)
-        ctx.metrics = args.metrics
+        ctx.metrics, ctx.exclude = args.metrics, args.exclude
         try:
             print(
                 f"machine: {report['machine']['nproc']} cores, {report['machine']['cpu']}, "
