@@ -194,6 +194,10 @@ class SyncClient:
         """See :meth:`rsched.Client.remove_calendar`."""
         self._run(self._client.remove_calendar, name)
 
+    def calendar_users(self, name: str) -> list[str]:
+        """See :meth:`rsched.Client.calendar_users`."""
+        return self._run(self._client.calendar_users, name)
+
     def history(
         self,
         schedule_id: str,

@@ -1,9 +1,10 @@
 """The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, workers, runs, flow-control
-limits, stats, health and events.
+limits, exclusion calendars, stats, health and events.
 
 Every route is one SDK call (or a few reads) through ``_sdk``; errors are rsched's own, turned
-into JSON by ``_app``. Bodies that are a schedule or a job are validated by rsched itself
-(InvalidSchedule / InvalidJob, 422), so the API and the SDK never disagree on what is valid.
+into JSON by ``_app``. Bodies that are a schedule, a job or a calendar are validated by rsched
+itself (InvalidSchedule / InvalidJob / InvalidCalendar, 422), so the API and the SDK never
+disagree on what is valid.
 """
 
 from __future__ import annotations
@@ -17,8 +18,17 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rsched import DeadLetter, DeadLetterNotFound, InvalidArgument, InvalidJob, Schedule, Stats
+from rsched import (
+    DeadLetter,
+    DeadLetterNotFound,
+    InvalidArgument,
+    InvalidCalendar,
+    InvalidJob,
+    Schedule,
+    Stats,
+)
 from rsched import Limit as LimitSpec
+from rsched._core.calendars import WEEKDAYS
 from rsched._core.limits import coerce_limits, parse_rate
 from rsched.web import _views as views
 from rsched.web._errors import http_words
@@ -262,20 +272,29 @@ async def schedule_executions(
 
 @router.get("/schedules/{schedule_id}/next", tags=["schedules"])
 async def schedule_next(
-    sdk: SdkDep, schedule_id: str, n: Annotated[int, Query(ge=1, le=1000)] = 10
-) -> dict[str, list[dict[str, str]]]:
-    """The next fire times in the schedule's zone, marked where its UTC offset changes."""
+    sdk: SdkDep,
+    schedule_id: str,
+    n: Annotated[int, Query(ge=1, le=1000)] = 10,
+) -> dict[str, list[dict[str, str | None]]]:
+    """The next ``n`` occurrences (``Client.upcoming``): ``at`` the occurrence's time in the
+    schedule's zone (its jobs' scheduled_at) and ``utc`` the same in UTC, ``fires_at`` when it
+    fires (``at`` plus its ``jitter``'s delay), ``excluded_by`` the exclusion calendar that keeps
+    it from running (null: it runs), ``utc_offset`` and ``transition`` where the zone's UTC
+    offset changes. The excluded occurrences count toward ``n``: a schedule whose calendars
+    exclude every occurrence still answers at once."""
     s = await sdk.get(schedule_id)
-    times = await sdk.next_runs(schedule_id, n)
-    marked = views.next_runs(times, s.timezone, "UTC", sdk.now_ms())
-    items: list[dict[str, str]] = [
+    found = await sdk.upcoming(schedule_id, n)
+    marked = views.next_runs(found, s.timezone, "UTC", sdk.now_ms())
+    items: list[dict[str, str | None]] = [
         {
-            "at": t.isoformat(),
+            "at": o.at.isoformat(),
+            "fires_at": o.fires_at.isoformat(),
+            "excluded_by": o.excluded_by,
             "utc": m.at.iso,
             "utc_offset": m.utc_offset,
             "transition": m.transition,
         }
-        for t, m in zip(times, marked, strict=True)
+        for o, m in zip(found, marked, strict=True)
     ]
     return {"items": items}
 
@@ -522,6 +541,104 @@ async def clear_limit(sdk: SdkDep, key: str) -> dict[str, Any]:
     """Remove an override set with PUT: the declared numbers hold again. Answers ``{"key",
     "cleared": true, "waiting_keys": n}``."""
     return {"key": key, "cleared": True, "waiting_keys": await sdk.clear_limit(key)}
+
+
+# --- exclusion calendars ----------------------------------------------------------------------
+
+_CALENDAR_FIELDS = ("dates", "ranges", "weekdays", "description")
+_CALENDAR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "dates": {
+            "type": "array",
+            "items": {"type": "string", "format": "date"},
+            "examples": [["2026-12-25", "2026-12-26"]],
+        },
+        "ranges": {
+            "type": "array",
+            "items": {
+                "oneOf": [
+                    {"type": "string", "examples": ["2026-12-24..2026-12-26"]},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+                ]
+            },
+        },
+        "weekdays": {
+            "type": "array",
+            # No enum: the full names ("saturday") and any case are taken too.
+            "items": {"type": "string", "examples": list(WEEKDAYS)},
+        },
+        "description": {"type": ["string", "null"]},
+    },
+}
+
+
+@router.get("/calendars", tags=["calendars"])
+async def list_calendars(sdk: SdkDep) -> dict[str, list[dict[str, Any]]]:
+    """Every exclusion calendar, by name (``Client.calendars``): ``name``, ``dates``, ``ranges``
+    (``[start, end]`` pairs), ``weekdays``, ``description``, ``updated_at``."""
+    return {"items": [c.as_dict() for c in await sdk.calendars()]}
+
+
+@router.get("/calendars/{name}", tags=["calendars"])
+async def get_calendar(sdk: SdkDep, name: str) -> dict[str, Any]:
+    """One exclusion calendar (404 CalendarNotFound)."""
+    return (await sdk.calendar(name)).as_dict()
+
+
+@router.put(
+    "/calendars/{name}",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _CALENDAR_SCHEMA}},
+        }
+    },
+    tags=["calendars"],
+)
+async def put_calendar(sdk: SdkDep, name: str, request: Request) -> dict[str, Any]:
+    """Create or replace an exclusion calendar: ``{"dates": ["2026-12-25"], "ranges":
+    ["2026-12-24..2026-12-26"] or [["2026-12-24T14:00", "2026-12-27"]], "weekdays": ["sat",
+    "sun"], "description": "..."}``, each optional (a date covers its whole day in each
+    schedule's zone; a range's datetime bound is read in each schedule's zone unless it has an
+    offset). What ``GET`` answers may be sent back as it is (``name`` must be the path's,
+    ``updated_at`` is set by rsched). Answers the calendar as stored; 422 InvalidCalendar
+    naming each bad field, nothing written."""
+    body = await json_object(request)
+    if body.get("name", name) != name:
+        raise InvalidArgument("name", f"the body's name {body['name']!r} is not the path's")
+    unknown = [key for key in body if key not in (*_CALENDAR_FIELDS, "name", "updated_at")]
+    if unknown:
+        raise InvalidCalendar(
+            name,
+            [
+                (key, "unknown field; give dates, ranges, weekdays or description")
+                for key in unknown
+            ],
+        )
+
+    def given(key: str) -> Any:
+        # A null list is an empty one, as the field left out; a wrong type is rsched's to name.
+        value = body.get(key)
+        return () if value is None else value
+
+    calendar = await sdk.set_calendar(
+        name,
+        dates=given("dates"),
+        ranges=given("ranges"),
+        weekdays=given("weekdays"),
+        description=body.get("description"),
+    )
+    return calendar.as_dict()
+
+
+@router.delete("/calendars/{name}", status_code=204, tags=["calendars"])
+async def delete_calendar(sdk: SdkDep, name: str) -> Response:
+    """Remove an exclusion calendar: 204; 404 CalendarNotFound; 409 CalendarInUse while a
+    schedule's ``exclude`` names it (the body's ``schedule_ids`` lists every such schedule:
+    take the calendar out of them first)."""
+    await sdk.remove_calendar(name)
+    return Response(status_code=204)
 
 
 # --- deployment -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,7 +16,7 @@ from starlette.types import ASGIApp
 
 from rsched import Client, InvalidArgument, RschedError, Settings, __version__
 from rsched._core.errors import CsrfError
-from rsched.web import _api, _pages
+from rsched.web import _api, _calendar_pages, _pages
 from rsched.web._errors import error_body, status_of
 from rsched.web._sdk import Sdk
 from rsched.web._security import Auth, Guard, Policy
@@ -76,13 +77,14 @@ def create_app(
     app.state.cache = _pages._Cache(ttl_s=2.0)
     app.include_router(_api.router)
     app.include_router(_pages.router)
+    app.include_router(_calendar_pages.router)
     app.mount("/static", StaticFiles(directory=_STATIC), name="static")
 
     @app.exception_handler(RschedError)
     async def rsched_error(request: Request, exc: RschedError) -> Response:
         if isinstance(exc, CsrfError):
             status = 403
-            body: dict[str, str | None] = {
+            body: dict[str, Any] = {
                 "error": "CSRFError",
                 "message": str(exc),
                 "field": "csrf_token",

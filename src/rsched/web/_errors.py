@@ -8,9 +8,14 @@ JSON fields and endpoints, not SDK calls.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rsched import (
+    CalendarInUse,
+    CalendarNotFound,
     DeadLetterNotFound,
     InvalidArgument,
+    InvalidCalendar,
     InvalidJob,
     InvalidSchedule,
     JobNotFound,
@@ -53,9 +58,12 @@ _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (ScheduleNotFound, 404),
     (DeadLetterNotFound, 404),
     (JobNotFound, 404),
+    (CalendarNotFound, 404),
     (ScheduleExists, 409),
     (ScheduleCompleted, 409),
+    (CalendarInUse, 409),
     (InvalidSchedule, 422),
+    (InvalidCalendar, 422),
     (InvalidJob, 422),
     (RedisUnavailable, 503),
     (PoolExhausted, 503),  # every connection busy: try again shortly
@@ -75,7 +83,7 @@ def status_of(exc: RschedError) -> int:
 def field_of(exc: RschedError) -> str | None:
     if isinstance(exc, InvalidArgument | InvalidJob):
         return exc.field
-    if isinstance(exc, InvalidSchedule):
+    if isinstance(exc, InvalidSchedule | InvalidCalendar):
         return exc.errors[0][0] or None if exc.errors else None
     if isinstance(exc, ScheduleNotFound | ScheduleExists | ScheduleCompleted):
         return "id"
@@ -83,8 +91,30 @@ def field_of(exc: RschedError) -> str | None:
         return "entry_id"
     if isinstance(exc, JobNotFound):
         return "execution_id"
+    if isinstance(exc, CalendarNotFound | CalendarInUse):
+        return "name"
     return None
 
 
-def error_body(exc: RschedError) -> dict[str, str | None]:
-    return {"error": type(exc).__name__, "message": str(exc), "field": field_of(exc)}
+def message_of(exc: RschedError) -> str:
+    if isinstance(exc, CalendarNotFound):
+        # The SDK's message names the CLI command and the SDK call that create one; here the
+        # fix is the API's (and the dashboard's Calendars page, which writes through the same).
+        return (
+            f"calendar {exc.name!r} does not exist; create it first with PUT "
+            f"/api/v1/calendars/{exc.name} or the dashboard's Calendars page"
+        )
+    return str(exc)
+
+
+def error_body(exc: RschedError) -> dict[str, Any]:
+    """The JSON of an error; a refused calendar removal also lists every schedule still naming
+    it (``schedule_ids``: the message shows the first ten)."""
+    body: dict[str, Any] = {
+        "error": type(exc).__name__,
+        "message": message_of(exc),
+        "field": field_of(exc),
+    }
+    if isinstance(exc, CalendarInUse):
+        body["schedule_ids"] = exc.schedule_ids
+    return body

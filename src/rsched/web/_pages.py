@@ -56,6 +56,8 @@ RECENT_EVENTS = 20
 LIMITS_PAGE = 200
 #: Jobs a limit key's page lists of those waiting on it, the first to start first.
 WAITING_SHOWN = 100
+#: Coming occurrences a schedule's page previews, those its calendars exclude included.
+NEXT_SHOWN = 10
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
@@ -94,6 +96,7 @@ templates.env.globals.update(
     override_text=views.override_text,
     limit_text=views.limit_text,
     limit_glob=views.limit_glob,
+    excluded_by=views.excluded_by,
 )
 templates.env.filters["json"] = lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).decode()
 
@@ -289,7 +292,7 @@ async def schedules_live(request: Request) -> Response:
 async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]:
     sdk = sdk_of(request)
     s = await sdk.get(schedule_id)
-    times = await sdk.next_runs(schedule_id, 10)
+    coming = await sdk.upcoming(schedule_id, NEXT_SHOWN)
     events = await sdk.history(schedule_id)
     tz, _ = _zone(request)
     return {
@@ -298,7 +301,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
         "trigger": views.trigger_text(s),
         "dst": views.dst_text(s),
         "state": views.status_text(s),
-        "next_runs": views.next_runs(times, s.timezone, tz, sdk.now_ms()),
+        "next_runs": views.next_runs(coming, s.timezone, tz, sdk.now_ms()),
         "runs": views.runs(events),
         "spec": _spec(s),
     }

@@ -14,6 +14,7 @@ from typing import Any
 
 from rsched import (
     BackfillResult,
+    Calendar,
     Client,
     DeadLetter,
     Enqueued,
@@ -23,6 +24,7 @@ from rsched import (
     HistoryEvent,
     JobInfo,
     LimitInfo,
+    Occurrence,
     Page,
     RunRecord,
     Schedule,
@@ -92,8 +94,12 @@ class Sdk:
     async def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
         return await self.client.backfill(schedule_id, start, end)
 
-    async def next_runs(self, schedule_id: str, n: int) -> list[datetime]:
-        return await self.client.next_runs(schedule_id, n)
+    async def upcoming(self, schedule_id: str, n: int) -> list[Occurrence]:
+        """The next ``n`` occurrences: time, fire time (jitter), the calendar excluding it.
+        Always with the excluded ones: without them the SDK looks past every excluded
+        occurrence for ``n`` that run, a search that never ends for a schedule whose calendars
+        exclude them all (weekdays mon..sun)."""
+        return await self.client.upcoming(schedule_id, n, with_excluded=True)
 
     async def history(
         self, schedule_id: str, limit: int | None = None, status: str | None = None
@@ -149,6 +155,36 @@ class Sdk:
 
     async def clear_limit(self, key: str) -> int:
         return await self.client.clear_limit(key)
+
+    # --- exclusion calendars ----------------------------------------------------------------
+
+    async def calendars(self) -> list[Calendar]:
+        return await self.client.calendars()
+
+    async def calendar(self, name: str) -> Calendar:
+        return await self.client.calendar(name)
+
+    async def set_calendar(
+        self,
+        name: str,
+        *,
+        dates: Any = (),
+        ranges: Any = (),
+        weekdays: Any = (),
+        description: str | None = None,
+    ) -> Calendar:
+        """Create or replace a calendar from what a request gave (checked by rsched:
+        InvalidCalendar naming each bad field); returns it as stored."""
+        return await self.client.set_calendar(
+            name, dates=dates, ranges=ranges, weekdays=weekdays, description=description
+        )
+
+    async def remove_calendar(self, name: str) -> None:
+        await self.client.remove_calendar(name)
+
+    async def calendar_users(self, name: str) -> list[str]:
+        """The schedules whose ``exclude`` names the calendar: a read of every schedule."""
+        return await self.client.calendar_users(name)
 
     # --- deployment -----------------------------------------------------------------------
 

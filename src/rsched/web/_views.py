@@ -1,5 +1,6 @@
-"""What pages and API answers derive from rsched's data: times in two zones, DST marks, runs
-grouped from history events, a listed schedule's health state, per-minute activity. Pure: no I/O."""
+"""What pages and API answers derive from rsched's data: times in two zones, DST marks, coming
+occurrences with their jitter and exclusions, runs grouped from history events, a listed
+schedule's health state, per-minute activity. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rsched import HistoryEvent, Schedule, ScheduleHealth
+from rsched import HistoryEvent, Occurrence, RunRecord, Schedule, ScheduleHealth
 from rsched._core.humanize import (
     clock,
     concurrency_text,
@@ -32,6 +33,7 @@ __all__ = (
     "concurrency_text",
     "dst_text",
     "duration",
+    "excluded_by",
     "health_of",
     "limit_glob",
     "limit_text",
@@ -106,7 +108,13 @@ def moment(when: datetime | int | str | None, viewer: str, own: str, now_ms: int
 
 @dataclass(frozen=True, slots=True)
 class NextRun:
+    #: The occurrence's time (its jobs' scheduled_at).
     at: Moment
+    #: When it fires: ``at`` plus its jitter's ``delay_ms`` (0 without a jitter).
+    fires: Moment
+    delay_ms: int
+    #: The exclusion calendar that keeps it from running, or None.
+    excluded_by: str | None
     utc_offset: str
     #: Set when the zone's UTC offset differs from the previous run's (or from now's, for
     #: the first): "UTC+01:00 → UTC+02:00".
@@ -122,17 +130,37 @@ def _offset(dt: datetime) -> str:
     return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def next_runs(times: Sequence[datetime], zone: str, viewer: str, now_ms: int) -> list[NextRun]:
-    """The next fire times, each marked where the schedule's zone changes its UTC offset."""
+def next_runs(
+    occurrences: Sequence[Occurrence], zone: str, viewer: str, now_ms: int
+) -> list[NextRun]:
+    """The coming occurrences, each marked where the schedule's zone changes its UTC offset
+    (read at the occurrence's time: the wall clock its trigger names)."""
     tz = resolve_timezone(zone)
     previous = _offset(datetime.fromtimestamp(now_ms / 1000, tz))
     out: list[NextRun] = []
-    for t in times:
-        offset = _offset(t.astimezone(tz))
+    for o in occurrences:
+        offset = _offset(o.at.astimezone(tz))
         change = f"{previous} → {offset}" if offset != previous else ""
-        out.append(NextRun(moment(t, viewer, zone, now_ms), offset, change))
+        out.append(
+            NextRun(
+                at=moment(o.at, viewer, zone, now_ms),
+                fires=moment(o.fires_at, viewer, zone, now_ms),
+                delay_ms=to_ms(o.fires_at) - to_ms(o.at),
+                excluded_by=o.excluded_by,
+                utc_offset=offset,
+                transition=change,
+            )
+        )
         previous = offset
     return out
+
+
+def excluded_by(record: RunRecord) -> str:
+    """The calendar a runs-log record of an excluded occurrence names ("" for any other): the
+    log keeps it as the record's error text, ``calendar <name>``."""
+    if record.reason != "excluded" or not record.error:
+        return ""
+    return record.error.removeprefix("calendar ").strip()
 
 
 @dataclass(slots=True)
@@ -145,6 +173,10 @@ class Run:
     scheduled_ms: int | None = None
     fired_ms: int | None = None
     late_ms: int | None = None
+    #: How long after its occurrence's time the schedule's jitter had it fire.
+    jitter_ms: int | None = None
+    #: The exclusion calendar that kept the occurrence from running ("" for a run).
+    excluded_by: str = ""
     attempt: int | None = None
     error: str = ""
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -160,6 +192,8 @@ class Run:
             "scheduled_at": iso(self.scheduled_ms),
             "fired_at": iso(self.fired_ms),
             "late_ms": self.late_ms,
+            "jitter_ms": self.jitter_ms,
+            "excluded_by": self.excluded_by or None,
             "attempt": self.attempt,
             "error": self.error or None,
             "events": self.events,
@@ -168,6 +202,11 @@ class Run:
 
 def _ms(value: datetime | None) -> int | None:
     return None if value is None else to_ms(value)
+
+
+def _whole(value: object) -> int | None:
+    """A whole number of an event's ``extra`` (stored by the scheduler; anything else: None)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def runs(events: Iterable[HistoryEvent]) -> list[Run]:
@@ -188,6 +227,10 @@ def runs(events: Iterable[HistoryEvent]) -> list[Run]:
             run.scheduled_ms = run.scheduled_ms or _ms(event.scheduled_at)
             run.fired_ms = run.fired_ms or to_ms(event.at)
             run.late_ms = run.late_ms if run.late_ms is not None else event.late_ms
+            jitter = _whole(event.extra.get("jitter_ms"))
+            run.jitter_ms = run.jitter_ms if run.jitter_ms is not None else jitter or None
+            if name == "skipped" and event.reason == "excluded" and not run.excluded_by:
+                run.excluded_by = str(event.extra.get("calendar") or "")
         if run.attempt is None and event.attempt is not None:
             run.attempt = event.attempt
         if not run.error and event.error:
