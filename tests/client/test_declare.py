@@ -551,3 +551,34 @@ async def test_a_start_deadline_and_pause_after_failures_in_a_file(
         load_file(path)
     assert "start_deadline: -2m is negative" in str(caught.value)
     assert "pause_after_failures: give a whole number from 1" in str(caught.value)
+
+
+CALENDARED = """
+[[schedule]]
+id = "weekdays"
+task = "t"
+cron = "0 9 * * *"
+timezone = "Europe/Rome"
+exclude = ["holidays"]
+jitter = "5m"
+"""
+
+
+async def test_exclude_and_jitter_in_a_file(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    path = write(tmp_path, CALENDARED)
+    with pytest.raises(ScheduleFileError) as caught:
+        await sync_file(redis, settings, path)
+    said = str(caught.value)
+    assert "exclude: no exclusion calendar named 'holidays'" in said
+    assert "rsched calendar set holidays" in said
+    client = Client(redis, settings)
+    await client.set_calendar("holidays", dates=["2026-12-25"])
+    assert (await sync_file(redis, settings, path)).ids("add") == ["weekdays"]
+    stored = await client.get("weekdays")
+    assert (stored.exclude, stored.jitter) == (("holidays",), 300)
+    assert (await sync_file(redis, settings, path)).unchanged == ["weekdays"]
+    path.write_text(CALENDARED.replace('"5m"', '"30s"'))
+    (line,) = (await sync_file(redis, settings, path, dry_run=True)).lines()[1:]
+    assert line.endswith("jitter: 5m -> 30s"), line

@@ -184,3 +184,9 @@ def test_exclude_and_jitter_are_stored_and_read_back() -> None:
     spec = PlannedSpec.from_hash({**fields, "version": "1:1"})
     assert spec.exclude == ("a", "b")
     assert spec.timing.jitter_ms == 90_000
+
+
+def test_a_preview_ends_when_every_occurrence_is_excluded() -> None:
+    every_day = Calendar.build("all", weekdays=["mon", "tue", "wed", "thu", "fri", "sat", "sun"])
+    s = rsched.Schedule(id="d", task="t", cron="0 9 * * *", exclude=["all"])
+    assert rsched.next_fire_times(s, datetime(2027, 1, 1, tzinfo=UTC), 3, [every_day]) == []

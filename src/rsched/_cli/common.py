@@ -134,6 +134,7 @@ CLI_WORDS = Words(
         "some fields"
     ),
     run_now="use rsched enqueue to run a job now",
+    set_calendar="rsched calendar set {name} --date YYYY-MM-DD",
     unknown_field="check the spelling against the fields rsched add --help lists",
     json_object="a JSON object",
     limits="--limit crm,rate=100/m (repeat it for several)",

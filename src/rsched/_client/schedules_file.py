@@ -69,6 +69,7 @@ from rsched._core.settings import Settings
 from rsched._core.timing import first_run_ms
 from rsched._core.words import Words, speaking
 from rsched._store.partitions import Partitions, gather, save_many
+from rsched._store.schedules import no_calendar
 from rsched._store.sources import SourceStore
 
 S = TypeVar("S")
@@ -88,6 +89,7 @@ FILE_WORDS = Words(
     durations='seconds (300) or text such as "90s", "5m", "1h30m" or "2d"',
     exists="rename it in the file, or sync with --adopt to take it over",
     run_now="use rsched enqueue to run a job now",
+    set_calendar="rsched calendar set {name} --date YYYY-MM-DD",
     unknown_field="check the spelling; a schedule's keys are "
     + ", ".join(sorted(set(Schedule.model_fields) - _NOT_IN_FILE)),
     json_object='a table, e.g. payload = { kind = "sales" }',
@@ -331,6 +333,8 @@ async def _plan_sync(parts: Partitions, parsed: ParsedFile, adopt: bool) -> Sync
     store = parts.schedules[0]
     now = await store.time_ms()
     errors = list(parsed.errors)
+    named = sorted({c for s in parsed.schedules for c in s.exclude})
+    missing = set(await parts.calendars.missing(named))
     for where, part in parsed.partial:
         if not stored[part.id]:
             errors += _first_run_errors(where, part, now)
@@ -340,6 +344,9 @@ async def _plan_sync(parts: Partitions, parsed: ParsedFile, adopt: bool) -> Sync
             encode_payload(new.payload, store.max_payload_bytes)
         except ValueError as exc:
             errors.append((f"{where}.payload", str(exc)))
+        if lacking := [c for c in new.exclude if c in missing]:
+            field, message = no_calendar(lacking)
+            errors.append((f"{where}.{field}", message))
         found = stored[sid]
         if not found:
             errors += _first_run_errors(where, new, now)

@@ -230,6 +230,11 @@ def _int(raw: str | None) -> int | None:
     return int(raw) if raw is not None else None
 
 
+#: How many occurrences a preview looks at, at most: calendars that exclude every occurrence
+#: (or a per-second cron behind a month-long range) would otherwise keep it looking for ever.
+PREVIEW_SCAN_MAX = 5_000
+
+
 class Upcoming(NamedTuple):
     """One coming occurrence of a schedule (see :func:`upcoming`); times in epoch ms."""
 
@@ -251,7 +256,9 @@ def upcoming(
     Those an exclusion calendar of ``calendars`` (the ones its ``exclude`` names) excludes are
     left out, or with ``with_excluded`` listed with the calendar's name (they count toward
     ``n`` but not as runs of ``max_runs``). An occurrence already past but still waiting out its
-    jitter is the first when the schedule's stored ``next_run`` says so.
+    jitter is the first when the schedule's stored ``next_run`` says so. No more than
+    PREVIEW_SCAN_MAX occurrences are looked at: fewer than ``n`` come back when calendars
+    exclude every one of them.
     """
     if schedule.completed:
         return []
@@ -264,7 +271,9 @@ def upcoming(
         if stored > after_ms and timing.nominal(sid, stored) <= after_ms:
             at = timing.nominal(sid, stored)
     out: list[Upcoming] = []
-    while at is not None and len(out) < n and runs_left != 0:
+    looked = 0
+    while at is not None and len(out) < n and runs_left != 0 and looked < PREVIEW_SCAN_MAX:
+        looked += 1
         calendar = excluding(calendars, at, tz) if calendars else None
         if calendar is None or with_excluded:
             out.append(Upcoming(at, at + timing.delay(sid, at), calendar))

@@ -29,7 +29,8 @@ class Words:
     triggers by example; ``durations`` the forms a duration takes; ``exists`` says how to
     replace or change an existing schedule (``{id}``); ``run_now`` how to run a job at once;
     ``unknown_field`` where the fields are listed; ``json_object`` what a payload must be;
-    ``limits`` how flow-control limits are given, by example.
+    ``limits`` how flow-control limits are given, by example; ``set_calendar`` how an
+    exclusion calendar is created (``{name}``).
     """
 
     fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -43,6 +44,7 @@ class Words:
     unknown_field: str = "check the spelling against rsched.Schedule's fields"
     json_object: str = "a JSON object (a dict)"
     limits: str = "limits=[rsched.Limit('crm', rate='100/m')]"
+    set_calendar: str = "Client.set_calendar({name!r}, dates=[...])"
 
     def field(self, name: str) -> str:
         """A schedule's field (or a job option) as this surface names it."""

@@ -40,6 +40,7 @@ from rsched._core.rules import (
 from rsched._core.schedule import Schedule
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._core.timing import first_run_ms
+from rsched._core.words import words
 from rsched._redis import scripts
 from rsched._redis.durability import Durability
 from rsched._store import parking
@@ -155,7 +156,7 @@ class ScheduleStore(scripts.ScriptCaller):
         created = split_version(str(version or ""))[1]
         missing = await self._calendars_missing([schedule.exclude])
         if missing:
-            raise InvalidSchedule(schedule.id, [_no_calendar(sorted(missing))])
+            raise InvalidSchedule(schedule.id, [no_calendar(sorted(missing))])
         if mode == "add" and exists:
             raise ScheduleExists(schedule.id)
         if mode == "replace" and not exists:
@@ -243,7 +244,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 checked.problems.append((item.index, sid, "id", "does not exist"))
                 continue
             if missing and (lacking := [c for c in item.timing.exclude if c in missing]):
-                checked.problems.append((item.index, sid, *_no_calendar(lacking)))
+                checked.problems.append((item.index, sid, *no_calendar(lacking)))
                 continue
             if skip_unchanged and exists and _unchanged(found, item):
                 checked.outcomes[sid] = "unchanged"
@@ -650,13 +651,13 @@ class ScheduleStore(scripts.ScriptCaller):
         return sorted(page + parked, key=lambda e: (e[1], e[0]))[:n]
 
 
-def _no_calendar(names: Sequence[str]) -> tuple[str, str]:
+def no_calendar(names: Sequence[str]) -> tuple[str, str]:
     """The problem of a schedule whose ``exclude`` names calendars that do not exist."""
     listed = ", ".join(repr(name) for name in names)
+    create = words().set_calendar.format(name=names[0])
     return (
         "exclude",
-        f"no exclusion calendar named {listed}; create it first (rsched calendar set NAME "
-        "--date YYYY-MM-DD, or Client.set_calendar) or leave it out",
+        f"no exclusion calendar named {listed}; create it first ({create}) or leave it out",
     )
 
 

@@ -42,6 +42,7 @@ HTTP_WORDS = Words(
         "/api/v1/schedules/{id} to change some fields"
     ),
     run_now="use POST /api/v1/jobs to run a job now",
+    set_calendar="PUT /api/v1/calendars/{name} (or the dashboard's Calendars page)",
     unknown_field="check the spelling against the Schedule schema of /api/v1/openapi.json",
     json_object="a JSON object",
     limits='"limits": [{"key": "crm", "rate": "100/m"}]',
