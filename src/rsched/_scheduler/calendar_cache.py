@@ -15,6 +15,9 @@ from rsched._store.calendars import CalendarStore
 
 log = get_logger("rsched.scheduler")
 
+# Due times remembered per lookup (a herd shares one; steady fires bring new ones).
+_SEEN_MAX = 4096
+
 
 class CalendarCache:
     def __init__(self, store: CalendarStore) -> None:
@@ -49,9 +52,17 @@ class CalendarCache:
             if missing:
                 log.error("calendar.missing", calendars=missing, fix="rsched calendar set NAME")
             chosen = tuple(self.calendars[name] for name in names if name in self.calendars)
+            # A herd's schedules share their due time: each is looked up once.
+            seen: dict[int, str | None] = {}
 
             def found(ms: int) -> str | None:
-                return excluding(chosen, ms, tz)
+                try:
+                    return seen[ms]
+                except KeyError:
+                    if len(seen) >= _SEEN_MAX:
+                        seen.clear()
+                    got = seen[ms] = excluding(chosen, ms, tz)
+                    return got
 
             self._lookups[key] = found
         return found
