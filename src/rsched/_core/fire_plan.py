@@ -187,8 +187,15 @@ class PlannedSpec:
             misfire=fields.get("misfire", "run_once"),
             grace_ms=round(float(fields.get("misfire_grace_s", "60")) * 1000),
             catch_up_limit=int(fields.get("catch_up_limit", "100")),
-            exclude=() if not exclude else check_exclude(exclude),
+            exclude=() if not exclude else _calendar_names(exclude),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _calendar_names(stored: str) -> tuple[str, ...]:
+    """A hash's ``exclude`` field, read once per distinct value (a herd's schedules share it:
+    the cache is warmed for all of them before they come due)."""
+    return check_exclude(stored)
 
 
 #: Which exclusion calendar, if any, keeps an occurrence (ms) of the schedule planned from
