@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from rsched._cli.main import main
-from tests.support.command import Cli
+from tests.support.command import Cli, as_json
 
 ICS = """BEGIN:VCALENDAR
 VERSION:2.0
@@ -26,12 +26,6 @@ SUMMARY:Capodanno
 END:VEVENT
 END:VCALENDAR
 """
-
-
-def as_json(result: tuple[int, str, str]) -> Any:
-    code, out, err = result
-    assert code == 0, err
-    return orjson.loads(out)
 
 
 def test_set_show_list_and_remove(cli: Cli) -> None:

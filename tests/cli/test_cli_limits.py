@@ -3,14 +3,12 @@ enqueue and on a schedule's spec, and a job waiting on a key as ``rsched job`` s
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 
 from rsched import Settings
 from rsched._cli.main import main
-from tests.support.command import Cli
+from tests.support.command import Cli, as_json
 from tests.support.waiting import eventually_blocking
 from tests.support.workers import worker_thread
 
@@ -19,12 +17,6 @@ def fields_of(text: str) -> dict[str, str]:
     """The ``name:  value`` lines of a command's output."""
     pairs = (line.partition(":") for line in text.splitlines() if ":" in line)
     return {name.strip(): value.strip() for name, _, value in pairs}
-
-
-def as_json(result: tuple[int, str, str]) -> Any:
-    code, out, err = result
-    assert code == 0, err
-    return orjson.loads(out)
 
 
 def test_set_list_and_clear_overrides(cli: Cli) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import anyio
+import orjson
 
 from rsched._core.settings import Settings
 
@@ -21,3 +23,10 @@ async def cli(settings: Settings, *args: str) -> tuple[int, str, str]:
         [sys.executable, "-m", "rsched._cli.main", *args], env=env, check=False
     )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def as_json(result: tuple[int, str, str]) -> Any:
+    """The JSON a ``cli(...)`` run printed, once it exited 0."""
+    code, out, err = result
+    assert code == 0, err
+    return orjson.loads(out)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import uvicorn
 
 from rsched import Settings
@@ -97,3 +98,13 @@ def publish_event(settings: Settings, kind: str, **fields: str) -> None:
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(anyio.run, lambda: apublish_event(settings, kind, **fields)).result()
+
+
+def api_error(
+    r: httpx.Response, status: int, name: str, field: str | None = None
+) -> dict[str, Any]:
+    """The body of an HTTP API error reply, checked: its status, error name and field."""
+    assert r.status_code == status, r.text
+    body: dict[str, Any] = r.json()
+    assert (body["error"], body["field"]) == (name, field), body
+    return body

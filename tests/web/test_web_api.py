@@ -7,8 +7,7 @@ import base64
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,19 +34,6 @@ from tests.support.web import (
 from tests.support.worker_app import fast_settings
 
 Web = Callable[..., str]
-
-
-@pytest.fixture
-def web(settings: Settings) -> Iterator[Web]:
-    """``web(**create_app options)`` serves the app for this test's prefix; returns its URL."""
-    with ExitStack() as stack:
-        yield lambda **options: stack.enter_context(serve(settings, **options))
-
-
-@pytest.fixture
-async def client(settings: Settings) -> Any:
-    async with rsched.Client.from_settings(settings) as c:
-        yield c
 
 
 def spec(sid: str, **extra: Any) -> dict[str, Any]:

@@ -5,8 +5,7 @@ page, its set and remove forms, and a schedule's page and history under a runnin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,28 +22,9 @@ from rsched._core.humanize import duration
 from rsched._core.settings import SchedulerSettings
 from tests.support.schedulers import running
 from tests.support.waiting import eventually
-from tests.support.web import serve
+from tests.support.web import api_error
 
 Web = Callable[..., str]
-
-
-@pytest.fixture
-def web(settings: Settings) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield lambda **options: stack.enter_context(serve(settings, **options))
-
-
-@pytest.fixture
-async def client(settings: Settings) -> Any:
-    async with rsched.Client.from_settings(settings) as c:
-        yield c
-
-
-def error(r: httpx.Response, status: int, name: str, field: str | None = None) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    body: dict[str, Any] = r.json()
-    assert (body["error"], body["field"]) == (name, field), body
-    return body
 
 
 def flash(r: httpx.Response) -> Any:
@@ -89,7 +69,7 @@ async def test_put_get_list_and_delete(web: Web) -> None:
         assert r.json()["dates"] == stored["dates"]
         r = await http.put("/calendars/holidays", json={"dates": None, "weekdays": ["mon"]})
         assert (r.json()["dates"], r.json()["weekdays"]) == ([], ["mon"])
-        body = error(
+        body = api_error(
             await http.put("/calendars/holidays", json={"name": "other"}),
             400,
             "InvalidArgument",
@@ -99,12 +79,12 @@ async def test_put_get_list_and_delete(web: Web) -> None:
 
         r = await http.delete("/calendars/holidays")
         assert (r.status_code, r.content) == (204, b"")
-        body = error(await http.get("/calendars/holidays"), 404, "CalendarNotFound", "name")
+        body = api_error(await http.get("/calendars/holidays"), 404, "CalendarNotFound", "name")
         assert body["message"] == (
             "calendar 'holidays' does not exist; create it first with PUT "
             "/api/v1/calendars/holidays or the dashboard's Calendars page"
         )
-        error(await http.delete("/calendars/holidays"), 404, "CalendarNotFound", "name")
+        api_error(await http.delete("/calendars/holidays"), 404, "CalendarNotFound", "name")
         assert [i["name"] for i in (await http.get("/calendars")).json()["items"]] == ["weekend"]
 
 
@@ -115,7 +95,9 @@ async def test_an_invalid_calendar_is_422_naming_each_field(web: Web) -> None:
             "ranges": ["2026-12-26..2026-12-24"],
             "weekdays": ["sat", "funday"],
         }
-        body = error(await http.put("/calendars/c", json=bad), 422, "InvalidCalendar", "dates[1]")
+        body = api_error(
+            await http.put("/calendars/c", json=bad), 422, "InvalidCalendar", "dates[1]"
+        )
         for field in ("dates[1]: ", "ranges[0]: ", "weekdays[1]: 'funday' is not a weekday"):
             assert field in body["message"], body
         cases: list[tuple[str, Any, str]] = [
@@ -126,13 +108,13 @@ async def test_an_invalid_calendar_is_422_naming_each_field(web: Web) -> None:
             ("/calendars/a{b", {"weekdays": ["sat"]}, "name"),
         ]
         for path, data, field in cases:
-            error(await http.put(path, json=data), 422, "InvalidCalendar", field)
-        body = error(
+            api_error(await http.put(path, json=data), 422, "InvalidCalendar", field)
+        body = api_error(
             await http.put("/calendars/c", json={"days": []}), 422, "InvalidCalendar", "days"
         )
         assert "unknown field; give dates, ranges, weekdays or description" in body["message"]
-        error(await http.put("/calendars/c", json=["sat"]), 400, "InvalidArgument", "body")
-        error(await http.get("/calendars/a{b"), 400, "InvalidArgument", "name")
+        api_error(await http.put("/calendars/c", json=["sat"]), 400, "InvalidArgument", "body")
+        api_error(await http.get("/calendars/a{b"), 400, "InvalidArgument", "name")
         assert (await http.get("/calendars")).json() == {"items": []}  # nothing was written
 
 
@@ -147,7 +129,7 @@ async def test_a_calendar_in_use_is_409_naming_every_schedule(
     assert await client.calendar_users("closed") == ids
     assert await client.calendar_users("nobody") == []
     async with httpx.AsyncClient(base_url=web() + "/api/v1") as http:
-        body = error(await http.delete("/calendars/closed"), 409, "CalendarInUse", "name")
+        body = api_error(await http.delete("/calendars/closed"), 409, "CalendarInUse", "name")
         assert body["schedule_ids"] == ids
         assert "in the exclude of 12 schedule(s) ('s00', 's01'," in body["message"]
         assert "and 2 more" in body["message"]
@@ -155,7 +137,7 @@ async def test_a_calendar_in_use_is_409_naming_every_schedule(
         r = await http.post(
             "/schedules", json={"id": "x", "task": "t", "every": 60, "exclude": ["nope"]}
         )
-        body = error(r, 422, "InvalidSchedule", "exclude")
+        body = api_error(r, 422, "InvalidSchedule", "exclude")
         assert "no exclusion calendar named 'nope'" in body["message"]
         for sid in ids:
             assert (await http.patch(f"/schedules/{sid}", json={"exclude": []})).status_code == 200
@@ -167,8 +149,8 @@ def test_read_only_refuses_calendar_writes(web: Web, settings: Settings) -> None
         c.set_calendar("closed", weekdays=["sun"])
     base = web(read_only=True)
     api = base + "/api/v1/calendars/closed"
-    error(httpx.put(api, json={"weekdays": ["sat"]}), 403, "ReadOnly")
-    error(httpx.delete(api), 403, "ReadOnly")
+    api_error(httpx.put(api, json={"weekdays": ["sat"]}), 403, "ReadOnly")
+    api_error(httpx.delete(api), 403, "ReadOnly")
     assert httpx.get(api).json()["weekdays"] == ["sun"]
     assert len(httpx.get(base + "/api/v1/calendars").json()["items"]) == 1
     with httpx.Client(base_url=base) as browser:
@@ -186,17 +168,17 @@ def test_read_only_refuses_calendar_writes(web: Web, settings: Settings) -> None
 def test_calendar_writes_need_authentication_and_the_csrf_token(web: Web) -> None:
     base = web(token="tok-123")
     api = base + "/api/v1/calendars/closed"
-    error(httpx.put(api, json={"weekdays": ["sun"]}), 401, "Unauthorized")
-    error(httpx.get(base + "/api/v1/calendars"), 401, "Unauthorized")
+    api_error(httpx.put(api, json={"weekdays": ["sun"]}), 401, "Unauthorized")
+    api_error(httpx.get(base + "/api/v1/calendars"), 401, "Unauthorized")
     bearer = {"Authorization": "Bearer tok-123"}
     assert httpx.put(api, json={"weekdays": ["sun"]}, headers=bearer).status_code == 200
     r = httpx.delete(api, headers={**bearer, "Origin": "http://evil.example"})
-    error(r, 403, "CrossSite")
+    api_error(r, 403, "CrossSite")
     with httpx.Client(base_url=base) as browser:
         browser.get("/login")
         token = browser.cookies["rsched_csrf"]
         browser.post("/login", data={"csrf_token": token, "token": "tok-123"})
-        error(browser.delete("/api/v1/calendars/closed"), 403, "CSRFError")
+        api_error(browser.delete("/api/v1/calendars/closed"), 403, "CSRFError")
         assert browser.post("/calendars/remove", data={"name": "closed"}).status_code == 403
         r = browser.delete("/api/v1/calendars/closed", headers={"X-CSRF-Token": token})
         assert r.status_code == 204

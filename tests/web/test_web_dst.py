@@ -3,8 +3,7 @@ dashboard's schedule page and edit form (a select for each field)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -14,22 +13,8 @@ import pytest
 pytest.importorskip("fastapi", reason="the web extra is not installed")
 
 import rsched
-from rsched import Settings
-from tests.support.web import serve
 
 Web = Callable[..., str]
-
-
-@pytest.fixture
-def web(settings: Settings) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield lambda **options: stack.enter_context(serve(settings, **options))
-
-
-@pytest.fixture
-async def client(settings: Settings) -> Any:
-    async with rsched.Client.from_settings(settings) as c:
-        yield c
 
 
 def spec(sid: str, **extra: Any) -> dict[str, Any]:

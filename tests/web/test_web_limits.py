@@ -4,8 +4,7 @@ page and schedule page with jobs waiting on their key."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -19,29 +18,10 @@ import rsched
 from rsched import Settings
 from rsched._core.rules import Priority
 from tests.support.waiting import eventually
-from tests.support.web import serve
+from tests.support.web import api_error
 from tests.support.worker_app import fast_settings
 
 Web = Callable[..., str]
-
-
-@pytest.fixture
-def web(settings: Settings) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield lambda **options: stack.enter_context(serve(settings, **options))
-
-
-@pytest.fixture
-async def client(settings: Settings) -> Any:
-    async with rsched.Client.from_settings(settings) as c:
-        yield c
-
-
-def error(r: httpx.Response, status: int, name: str, field: str | None = None) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    body: dict[str, Any] = r.json()
-    assert (body["error"], body["field"]) == (name, field), body
-    return body
 
 
 def flash(r: httpx.Response) -> str:
@@ -89,7 +69,7 @@ async def test_list_set_and_clear_overrides(web: Web) -> None:
 
 async def test_bad_input_is_400_naming_the_field(web: Web) -> None:
     async with httpx.AsyncClient(base_url=web() + "/api/v1") as http:
-        body = error(
+        body = api_error(
             await http.put("/limits/crm", json={"rate": "fast"}), 400, "InvalidArgument", "rate"
         )
         assert body["message"].startswith("rate: 'fast' is not a rate; give it as count/period")
@@ -104,12 +84,14 @@ async def test_bad_input_is_400_naming_the_field(web: Web) -> None:
             ("/limits/a{b", {"concurrency": 1}, "key"),
         ]
         for path, data, field in cases:
-            body = error(await http.put(path, json=data), 400, "InvalidArgument", field)
+            body = api_error(await http.put(path, json=data), 400, "InvalidArgument", field)
             assert "rsched.Limit" not in body["message"]
-        body = error(await http.put("/limits/crm", json={}), 400, "InvalidArgument", "concurrency")
+        body = api_error(
+            await http.put("/limits/crm", json={}), 400, "InvalidArgument", "concurrency"
+        )
         assert '"concurrency" (0 pauses the key), "rate" ("100/m") or both' in body["message"]
-        error(await http.get("/limits", params={"limit": 0}), 400, "InvalidArgument", "limit")
-        error(await http.delete("/limits/a{b"), 400, "InvalidArgument", "key")
+        api_error(await http.get("/limits", params={"limit": 0}), 400, "InvalidArgument", "limit")
+        api_error(await http.delete("/limits/a{b"), 400, "InvalidArgument", "key")
         assert (await http.get("/limits")).json()["items"] == []  # nothing was written
 
 
@@ -133,9 +115,9 @@ async def test_enqueue_with_limits(web: Web, client: rsched.Client) -> None:
         ]
         for given, field, message in cases:
             r = await http.post("/jobs", json={**job, "execution_id": "j2", "limits": given})
-            body = error(r, 422, "InvalidJob", field)
+            body = api_error(r, 422, "InvalidJob", field)
             assert message in body["message"], body
-        error(await http.get("/jobs/j2"), 404, "JobNotFound", "execution_id")
+        api_error(await http.get("/jobs/j2"), 404, "JobNotFound", "execution_id")
     assert {r.key for r in await client.limits()} == set()  # no worker took j1 yet
 
 
@@ -143,7 +125,7 @@ def test_read_only_refuses_overrides(web: Web) -> None:
     base = web(read_only=True)
     for method in ("PUT", "DELETE"):
         r = httpx.request(method, base + "/api/v1/limits/crm", json={"concurrency": 1})
-        error(r, 403, "ReadOnly")
+        api_error(r, 403, "ReadOnly")
     assert httpx.get(base + "/api/v1/limits").status_code == 200
     assert httpx.get(base + "/api/v1/limits/crm/waiting").json() == {"items": []}
     with httpx.Client(base_url=base) as browser:
@@ -163,12 +145,12 @@ def test_read_only_refuses_overrides(web: Web) -> None:
 def test_overrides_need_authentication_and_the_csrf_token(web: Web) -> None:
     base = web(token="tok-123")
     api = base + "/api/v1/limits/crm"
-    error(httpx.put(api, json={"concurrency": 1}), 401, "Unauthorized")
-    error(httpx.delete(api, headers={"Origin": "http://evil.example"}), 401, "Unauthorized")
+    api_error(httpx.put(api, json={"concurrency": 1}), 401, "Unauthorized")
+    api_error(httpx.delete(api, headers={"Origin": "http://evil.example"}), 401, "Unauthorized")
     bearer = {"Authorization": "Bearer tok-123"}
     assert httpx.put(api, json={"concurrency": 1}, headers=bearer).status_code == 200
     r = httpx.put(api, json={"concurrency": 1}, headers={**bearer, "Sec-Fetch-Site": "cross-site"})
-    error(r, 403, "CrossSite")
+    api_error(r, 403, "CrossSite")
     with httpx.Client(base_url=base) as browser:
         browser.get("/login")
         token = browser.cookies["rsched_csrf"]
@@ -176,7 +158,7 @@ def test_overrides_need_authentication_and_the_csrf_token(web: Web) -> None:
             browser.post("/login", data={"csrf_token": token, "token": "tok-123"}).status_code
             == 303
         )
-        error(browser.delete("/api/v1/limits/crm"), 403, "CSRFError")
+        api_error(browser.delete("/api/v1/limits/crm"), 403, "CSRFError")
         assert (
             browser.delete("/api/v1/limits/crm", headers={"X-CSRF-Token": token}).status_code == 200
         )
@@ -304,11 +286,11 @@ async def test_waiting_jobs_bad_input_and_routes_that_share_the_path(web: Web) -
         assert (await http.get("/limits/crm/waiting")).json() == {"items": []}
         for given in ("0", "1001", "x"):
             r = await http.get("/limits/crm/waiting", params={"limit": given})
-            error(r, 400, "InvalidArgument", "limit")
-        body = error(await http.get("/limits/a{b/waiting"), 400, "InvalidArgument", "key")
+            api_error(r, 400, "InvalidArgument", "limit")
+        body = api_error(await http.get("/limits/a{b/waiting"), 400, "InvalidArgument", "key")
         assert body["message"].startswith("key: limit key 'a{b' holds '{'")
-        error(await http.get("/limits/customer:*/waiting"), 400, "InvalidArgument", "key")
-        error(await http.get("/limits//waiting"), 400, "InvalidArgument", "key")
+        api_error(await http.get("/limits/customer:*/waiting"), 400, "InvalidArgument", "key")
+        api_error(await http.get("/limits//waiting"), 400, "InvalidArgument", "key")
         # A key that ends in /waiting is still a key to PUT and DELETE, and has waiting jobs.
         r = await http.put("/limits/x/waiting", json={"concurrency": 1})
         assert r.json()["key"] == "x/waiting"
