@@ -237,15 +237,19 @@ async def test_a_limit_holds_across_every_partition(
                 out.setdefault(key, []).append((min(t), max(t)))
         return out
 
+    seen: dict[str, int] = {}
+
     async def enough() -> bool:
         done = await runs()
+        seen.update({key: len(spans) for key, spans in done.items()})
         return (
             len(done.get("task", [])) == 16
             and len(done.get("own", [])) == 6
             and len(done.get("sched", [])) >= 6
         )
 
-    await eventually(enough)
+    # 16-partition cluster, a scheduler and two worker processes on a loaded 2-core machine.
+    await eventually(enough, timeout_s=180, what=lambda: f"runs ended by key: {seen}")
     done = await runs()
     assert most_at_once(done["task"]) <= 2  # the task's lim:{k}
     assert most_at_once(done["own"]) == 1
