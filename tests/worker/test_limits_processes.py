@@ -34,12 +34,13 @@ async def test_concurrency_holds_across_processes_while_one_is_killed(
 ) -> None:
     store = store_for(redis, settings)
     keys = ["a", "b", "c"]
-    # Runs of a second: the kill below lands inside one of the first worker's runs.
-    jobs = [(await store.enqueue("app.limited", {"k": keys[i % 3], "s": 1.0})).execution_id
+    # Runs of three seconds: the kill below lands inside one of the first worker's runs, even
+    # on a machine loaded enough to take a second between the look and the kill.
+    jobs = [(await store.enqueue("app.limited", {"k": keys[i % 3], "s": 3.0})).execution_id
             for i in range(18)]  # fmt: skip
     workers = [start_worker(spawn, settings) for _ in range(3)]
-    # Kill one once it runs something: its holds must come back through the reclaim.
-    await eventually(lambda: _started_by(redis, settings, workers[0].proc.pid))
+    # Kill one while it runs something: its holds must come back through the reclaim.
+    await eventually(lambda: _running_on(redis, settings, workers[0].proc.pid))
     workers[0].signal(signal.SIGKILL)
     killed_at = time.time()
     workers[0].wait()
@@ -75,8 +76,14 @@ async def test_concurrency_holds_across_processes_while_one_is_killed(
     await eventually(released)
 
 
-async def _started_by(redis: Redis, settings: Settings, pid: int) -> bool:
-    return any(p == pid and w.startswith("start") for w, _, p, _ in await marks(redis, settings))
+async def _running_on(redis: Redis, settings: Settings, pid: int) -> bool:
+    """Whether the worker process ``pid`` is inside a run: one started there has not ended."""
+    started: set[str] = set()
+    ended: set[str] = set()
+    for what, exec_id, p, _ in await marks(redis, settings):
+        if p == pid:
+            (started if what.startswith("start") else ended).add(exec_id)
+    return bool(started - ended)
 
 
 async def test_rate_holds_across_processes(
