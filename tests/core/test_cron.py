@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rsched._core.cron import Cron, _next_cached
+from rsched._core.cron import Cron, _cached
 
 NY = "America/New_York"
 LH = "Australia/Lord_Howe"
@@ -498,7 +498,7 @@ def test_identical_queries_hit_the_cache() -> None:
     cron, tz = Cron.parse("17 4 * * *"), ZoneInfo(ROME)
     after = datetime(2031, 7, 1, 12, 0, 0, 123, tzinfo=UTC)
     first = cron.next_after(after, tz)
-    hits = _next_cached.cache_info().hits
+    hits = _cached.cache_info().hits
     # Same whole second, different microseconds: still one evaluation.
     assert cron.next_after(after.replace(microsecond=999_999), tz) is first
-    assert _next_cached.cache_info().hits == hits + 1
+    assert _cached.cache_info().hits == hits + 1

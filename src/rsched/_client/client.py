@@ -6,7 +6,6 @@ every time decision (first run, due-ness) uses Redis TIME, never this host's clo
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from collections.abc import (
@@ -33,7 +32,6 @@ from rsched._core.calendars import Calendar
 from rsched._core.codes import Code
 from rsched._core.errors import (
     CalendarInUse,
-    CalendarNotFound,
     Conflict,
     InvalidArgument,
     InvalidSchedule,
@@ -548,21 +546,12 @@ class Client:
         store = await self._store(schedule_id)
         schedule = await store.load(schedule_id)
         now = await store.time_ms()  # the clock its scripts read (on a cluster, its node's)
-        calendars = await self._calendars_of(schedule)
+        calendars = await (await self._partitions()).calendars.some(schedule.exclude)
         tz = resolve_timezone(schedule.timezone)
         return [
             Occurrence(from_ms(u.at, tz), from_ms(u.fires_at, tz), u.excluded_by)
             for u in upcoming(schedule, now, n, calendars, with_excluded=with_excluded)
         ]
-
-    async def _calendars_of(self, schedule: Schedule) -> list[Calendar]:
-        """The calendars a schedule's ``exclude`` names (one removed since: left out)."""
-        store = (await self._partitions()).calendars
-        found: list[Calendar] = []
-        for name in schedule.exclude:
-            with contextlib.suppress(CalendarNotFound):
-                found.append(await store.get(name))
-        return found
 
     # --- exclusion calendars ---------------------------------------------------------------
 

@@ -47,6 +47,7 @@ seconds: the answer for ``after`` only depends on ``after`` truncated to the sec
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, NoReturn
@@ -517,41 +518,14 @@ def _to_local(tz: ZoneInfo, t: int | None) -> datetime | None:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _next_cached(fields: str, tz: ZoneInfo, after: int, *, fixed: bool) -> datetime | None:
-    """Cached next firing; `after` is an epoch second."""
+def _cached(
+    step: Callable[..., int | None], fields: str, tz: ZoneInfo, at: int, *rule: DstRule
+) -> datetime | None:
+    """``step`` (a next or previous firing, under cron's rule or an explicit one), cached; `at`
+    is an epoch second."""
     try:
-        found = _fixed_next(fields, tz, after) if fixed else _elapsed_next(fields, tz, after)
+        found = step(fields, tz, at, *rule)
     except (StopIteration, OverflowError):  # nothing within cronsim's 50 years, or year 9999
-        return None
-    return _to_local(tz, found)
-
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _prev_cached(fields: str, tz: ZoneInfo, at: int, *, fixed: bool) -> datetime | None:
-    """Cached previous firing; `at` is an epoch second."""
-    try:
-        found = _fixed_prev(fields, tz, at) if fixed else _elapsed_prev(fields, tz, at)
-    except (StopIteration, OverflowError):
-        return None
-    return _to_local(tz, found)
-
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _chosen_next_cached(fields: str, tz: ZoneInfo, after: int, rule: DstRule) -> datetime | None:
-    """Cached next firing under an explicit rule; `after` is an epoch second."""
-    try:
-        found = _chosen_next(fields, tz, after, rule)
-    except (StopIteration, OverflowError):
-        return None
-    return _to_local(tz, found)
-
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _chosen_prev_cached(fields: str, tz: ZoneInfo, at: int, rule: DstRule) -> datetime | None:
-    """Cached previous firing under an explicit rule; `at` is an epoch second."""
-    try:
-        found = _chosen_prev(fields, tz, at, rule)
-    except (StopIteration, OverflowError):
         return None
     return _to_local(tz, found)
 
@@ -595,18 +569,20 @@ class Cron:
         :meth:`rule`); None if none within 50 years."""
         # ZoneInfo(key) returns one shared instance per key, so keying by the object is
         # keying by the zone name, and the result keeps the caller's tzinfo.
+        second = _epoch_second(after, "after")
         if rule is not None:
-            return _chosen_next_cached(self.fields, tz, _epoch_second(after, "after"), rule)
-        return _next_cached(self.fields, tz, _epoch_second(after, "after"), fixed=self.fixed)
+            return _cached(_chosen_next, self.fields, tz, second, rule)
+        return _cached(_fixed_next if self.fixed else _elapsed_next, self.fields, tz, second)
 
     def prev_at_or_before(
         self, at: datetime, tz: ZoneInfo, rule: DstRule | None = None
     ) -> datetime | None:
         """Latest firing at or before `at`, in `tz` (under `rule` when given); None if none
         within 50 years."""
+        second = _epoch_second(at, "at")
         if rule is not None:
-            return _chosen_prev_cached(self.fields, tz, _epoch_second(at, "at"), rule)
-        return _prev_cached(self.fields, tz, _epoch_second(at, "at"), fixed=self.fixed)
+            return _cached(_chosen_prev, self.fields, tz, second, rule)
+        return _cached(_fixed_prev if self.fixed else _elapsed_prev, self.fields, tz, second)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,7 +1,8 @@
-"""A partition leader's copy of the exclusion calendars, read again only after a change: before
-it plans occurrences of schedules that name calendars, a round reads the calendars' version (one
-GET), and all of them when it moved. So a change to a calendar applies from each schedule's next
-occurrence on, and rounds of schedules naming none never read them."""
+"""A scheduler process's copy of the exclusion calendars, shared by the partitions it leads and
+read again only after a change: before it plans occurrences of schedules that name calendars, a
+round reads the calendars' version (one GET), and all of them when it moved. So a change to a
+calendar applies from each schedule's next occurrence on, and rounds of schedules naming none
+never read them."""
 
 from __future__ import annotations
 

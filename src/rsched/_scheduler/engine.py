@@ -55,7 +55,9 @@ class PartitionEngine:
         self._wakes, wakes_out = anyio.create_memory_object_stream[object](WAKE_BUFFER)
         self.sizing = Batching(self.cfg)
         self.cache = SpecCache(self.store, self.redis, self.cfg, self.sizing)
-        self.ticker = Ticker(self.store, self.cfg, self.cache, self.sizing, wakes_out)
+        self.ticker = Ticker(
+            self.store, self.cfg, self.cache, self.sizing, wakes_out, scheduler.calendars
+        )
         self._retention = Retention(self.redis, self.settings, self._leads, keys=keys)
 
     @property

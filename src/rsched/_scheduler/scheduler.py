@@ -41,8 +41,10 @@ from rsched._core.settings import Settings
 from rsched._ops.webhook import WebhookSender
 from rsched._redis.cluster import subscribed
 from rsched._redis.connection import messages
+from rsched._scheduler.calendar_cache import CalendarCache
 from rsched._scheduler.engine import LEAVE_S, PartitionEngine
 from rsched._scheduler.membership import Membership
+from rsched._store.calendars import CalendarStore
 from rsched._store.deployment import deployment_keys
 from rsched._store.firing import FiringStore
 
@@ -63,6 +65,8 @@ class Scheduler:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         # Partition 0's keys until resolve() reads the deployment's number of partitions.
         self.keys = Keys(self.settings.prefix)
+        # The deployment's calendars, one copy for every partition this process leads.
+        self.calendars = CalendarCache(CalendarStore(redis, self.keys))
         self.engines = [PartitionEngine(self, self.keys)]
         self._resolved = False
         self.running = False  # from run()'s start (its actors started) until it returns

@@ -28,7 +28,6 @@ from rsched._scheduler.calendar_cache import CalendarCache
 from rsched._scheduler.fire import DueRead, FireRound
 from rsched._scheduler.spec_cache import QUARANTINE_S, SpecCache
 from rsched._store import parking
-from rsched._store.calendars import CalendarStore
 from rsched._store.firing import FiringStore
 
 log = get_logger("rsched.scheduler")
@@ -70,6 +69,7 @@ class Ticker:
         cache: SpecCache,
         sizing: Batching,
         wakes: MemoryObjectReceiveStream[object],
+        calendars: CalendarCache,
     ) -> None:
         self.store = store
         self.cfg = cfg
@@ -81,7 +81,7 @@ class Ticker:
         self._read_ahead: DueRead | None = None
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
         self._park_at = 0.0  # monotonic time of the next look at parked schedules
-        self.calendars = CalendarCache(CalendarStore(store.redis, store.keys))
+        self.calendars = calendars  # shared by the partitions this process leads
 
     async def run(self, lease: str) -> None:
         """Fire rounds under ``lease`` until the fire script refuses its token (then return)."""

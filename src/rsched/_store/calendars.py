@@ -75,10 +75,23 @@ class CalendarStore(scripts.ScriptCaller):
 
     async def missing(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` no calendar has."""
+        found = await self._bodies(names)
+        return [name for name, body in zip(names, found, strict=True) if body is None]
+
+    async def some(self, names: Sequence[str]) -> list[Calendar]:
+        """The calendars of ``names`` that exist, in that order (one read)."""
+        found = await self._bodies(names)
+        return [
+            Calendar.from_json(name, body)
+            for name, body in zip(names, found, strict=True)
+            if body is not None
+        ]
+
+    async def _bodies(self, names: Sequence[str]) -> list[str | None]:
         if not names:
             return []
         found = await self.redis.hmget(self.keys.calendars, list(names))
-        return [name for name, body in zip(names, found, strict=True) if body is None]
+        return [None if body is None else _text(body) for body in found]
 
 
 async def schedules_using(redis: Redis, keys: Keys, name: str) -> list[str]:
