@@ -40,6 +40,7 @@ from rsched._core.errors import (
 from rsched._core.health import Health, HealthProblem, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DeadLetter, Enqueued, Job
+from rsched._core.job_logs import JobLogRecord, JobProgress
 from rsched._core.limits import Limit, LimitInfo, Rate
 from rsched._core.page import Page
 from rsched._core.schedule import Schedule
@@ -77,7 +78,9 @@ __all__ = (
     "InvalidSchedules",
     "Job",
     "JobInfo",
+    "JobLogRecord",
     "JobNotFound",
+    "JobProgress",
     "Limit",
     "LimitInfo",
     "Occurrence",

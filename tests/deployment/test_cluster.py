@@ -32,6 +32,7 @@ from rsched._redis.connection import check_server, connect
 from rsched._redis.scripts import ScriptCaller
 from rsched._scheduler.retention import Retention
 from rsched._scheduler.scheduler import Scheduler
+from rsched._store.job_logs import RunNews
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
 from tests.support.cluster import Cluster, slot_of
@@ -132,6 +133,7 @@ async def test_every_script_runs_on_the_cluster(
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
+    await queues.write_news([RunNews("j", 1, "t", (0.5, "", 1), [b'[1,"info","m"]'])], 60_000)
     async with rsched.Client.from_settings(settings) as client:
         await limits_tour(client, queues)
     await redis.aclose()

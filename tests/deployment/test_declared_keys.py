@@ -31,6 +31,7 @@ from rsched._redis.connection import connect
 from rsched._redis.scripts import ScriptCaller
 from rsched._scheduler.retention import Retention
 from rsched._scheduler.scheduler import Scheduler
+from rsched._store.job_logs import RunNews
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
 from tests.support.history import int_b62
@@ -308,6 +309,7 @@ async def test_every_script_declares_every_key_it_touches(
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])
+    await queues.write_news([RunNews("j", 1, "t", (0.5, "", 1), [b'[1,"info","m"]'])], 60_000)
     async with rsched.Client.from_settings(settings) as client:
         await limits_tour(client, queues)
     assert set(scripts.names()) - strict.ran == set(), "scripts this test never ran"

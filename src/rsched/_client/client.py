@@ -41,6 +41,7 @@ from rsched._core.errors import (
 from rsched._core.health import Health, ScheduleHealth, Thresholds
 from rsched._core.history import HistoryEvent, page_events
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
+from rsched._core.job_logs import JobLogRecord
 from rsched._core.limits import Limit, LimitInfo, check_key, override_doc
 from rsched._core.page import Page, every_item
 from rsched._core.partitions import check_partitions, partition_of
@@ -172,6 +173,12 @@ def _argument(name: str, check: Callable[[Any], object], value: Any) -> None:
         check(value)
     except ValueError as exc:
         raise InvalidArgument(name, str(exc)) from None
+
+
+def _attempt(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"give an attempt number from 1, not {value!r}")
+    return value
 
 
 def _calendar_name(value: object) -> str:
@@ -1008,6 +1015,36 @@ class Client:
         it completed; None when it returned None, is not finished, or the result expired."""
         _argument("execution_id", check_execution_id, execution_id)
         return (await (await self._queues(execution_id)).result(execution_id))[1]
+
+    @_redis_errors
+    async def job_logs(self, execution_id: str, attempt: int | None = None) -> list[JobLogRecord]:
+        """The log of a job, oldest first, as :class:`rsched.JobLogRecord` lines (time, level,
+        message, attempt): what its handler wrote with ``job.log`` and the records of the logging
+        module made inside it (``worker.job_log_level`` and above). Of ``attempt`` (from 1), or
+        of every attempt in order (None). Each attempt keeps its newest 200 lines (64 KiB), for
+        as long as the job's result (``worker.result_ttl_s``); a running job's lines arrive
+        within half a second. An empty list when there are none. Raises InvalidArgument."""
+        _argument("execution_id", check_execution_id, execution_id)
+        if attempt is not None:
+            _argument("attempt", _attempt, attempt)
+        return await (await self._queues(execution_id)).job_logs(execution_id, attempt)
+
+    @_redis_errors
+    async def job_attempts(self, execution_id: str, limit: int = 50) -> list[RunRecord]:
+        """The runs log's records of a job's attempts, newest first, its attempt in progress
+        included (status, times, worker, error of each): at most ``limit``. The records are
+        looked for among the runs log's last 10,000 (those since the occurrence's time for a
+        schedule's job). Raises InvalidArgument."""
+        _argument("execution_id", check_execution_id, execution_id)
+        _argument("limit", check_page, limit)
+        store = await self._queues(execution_id)
+        since, at, scheduled = execution_id.rpartition("@")
+        want = RunFilter(
+            execution_id=execution_id,
+            since_ms=int(scheduled) if since and at and scheduled.isdigit() else None,
+        )
+        page = await read_runs(store.redis, store.keys, want, limit=limit)
+        return list(page.items)
 
     @_redis_errors
     async def cancel(self, execution_id: str) -> str:

@@ -74,7 +74,8 @@ async def find(
             "their schedule's history, the runs log's last 10,000 records and their "
             "kept result)",
         )
-    return dataclasses.replace(job, history=history, result=result)
+    progress = await store.job_progress(execution_id)
+    return dataclasses.replace(job, history=history, result=result, progress=progress)
 
 
 async def cancel(store: QueueStore, registry: QueueStore, execution_id: str) -> str:

@@ -30,6 +30,7 @@ from rsched._core.calendars import Calendar
 from rsched._core.health import Health, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
+from rsched._core.job_logs import JobLogRecord
 from rsched._core.limits import Limit, LimitInfo
 from rsched._core.page import Page, every_item_sync
 from rsched._core.rules import Priority
@@ -385,6 +386,14 @@ class SyncClient:
     def result(self, execution_id: str) -> Any:
         """See :meth:`rsched.Client.result`."""
         return self._run(self._client.result, execution_id)
+
+    def job_logs(self, execution_id: str, attempt: int | None = None) -> list[JobLogRecord]:
+        """See :meth:`rsched.Client.job_logs`."""
+        return self._run(self._client.job_logs, execution_id, attempt)
+
+    def job_attempts(self, execution_id: str, limit: int = 50) -> list[RunRecord]:
+        """See :meth:`rsched.Client.job_attempts`."""
+        return self._run(self._client.job_attempts, execution_id, limit)
 
     def cancel(self, execution_id: str) -> str:
         """See :meth:`rsched.Client.cancel`."""

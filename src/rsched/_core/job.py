@@ -17,7 +17,15 @@ from typing import Any
 
 import orjson
 
-from rsched._core.errors import InvalidJob, MalformedJob
+from rsched._core.errors import InvalidArgument, InvalidJob, MalformedJob
+from rsched._core.job_logs import (
+    LEVELS,
+    MESSAGE_MAX_CHARS,
+    NOTE_MAX_CHARS,
+    JobJournal,
+    check_fraction,
+    cut,
+)
 from rsched._core.limits import JobLimit
 from rsched._core.rules import NAME_RE, Priority, check_option, check_retry_window
 
@@ -190,6 +198,34 @@ class Job:
     home: int | None = None
     # Set for sync handlers (threads cannot be cancelled): see should_stop.
     stop_event: threading.Event | None = field(default=None, repr=False, compare=False)
+    # Set by the worker that runs it: where set_progress and log go (None: nowhere).
+    journal: JobJournal | None = field(default=None, repr=False, compare=False)
+
+    def set_progress(self, fraction: float, note: str | None = None) -> None:
+        """Report how far the handler got: ``fraction`` from 0 to 1 and an optional ``note``
+        (cut to 500 characters). Readers see the latest (``Client.job(id).progress``, ``rsched
+        job ID``, the dashboard). Callable from async and sync handlers; it never blocks and
+        never fails the job (the worker writes it in the background, a few times a second).
+        Raises InvalidArgument for a fraction out of range. Since 0.1.0."""
+        try:
+            value = check_fraction(fraction)
+        except ValueError as exc:
+            raise InvalidArgument("fraction", str(exc)) from None
+        if note is not None and not isinstance(note, str):
+            raise InvalidArgument("note", f"give a string or None, not {type(note).__name__}")
+        if self.journal is not None:
+            self.journal.progress(self, value, cut(note or "", NOTE_MAX_CHARS))
+
+    def log(self, message: str, level: str = "info") -> None:
+        """Add a line to this attempt's log (``Client.job_logs``, ``rsched job ID --logs``, the
+        dashboard's job page); ``level`` is ``debug``, ``info``, ``warning``, ``error`` or
+        ``critical``. Records of the ``logging`` module made inside the handler are kept the
+        same way. The log keeps the newest 200 lines (64 KiB) of each attempt, a message is cut
+        to 8,192 characters. Never blocks, never fails the job. Since 0.1.0."""
+        if level not in LEVELS:
+            raise InvalidArgument("level", f"give one of {', '.join(LEVELS)}, not {level!r}")
+        if self.journal is not None:
+            self.journal.line(self, level, cut(str(message), MESSAGE_MAX_CHARS))
 
     @property
     def should_stop(self) -> bool:

@@ -224,6 +224,20 @@ class Keys:
         """STRING (JSON) with a TTL of ``result_ttl_s``: what a job's handler returned."""
         return f"{self.tag}:result:{execution_id}"
 
+    def job_log(self, execution_id: str, attempt: int) -> str:
+        """LIST of one attempt's log lines, oldest first, each the JSON ``[ms, level, message]``
+        (``job.log``, logging records inside the handler): its newest 200 lines and at most
+        64 KiB, with a TTL of ``result_ttl_s`` from its last write (lua/job_log.lua). Exists
+        only for an attempt whose handler logged."""
+        return f"{self.tag}:joblog:{execution_id}:{attempt}"
+
+    def job_progress(self, execution_id: str) -> str:
+        """HASH of a job's latest progress (``fraction``, ``note``, ``at`` ms, ``attempt``) and
+        the accounting of its attempts' logs (``bytes:<attempt>``, ``last:<attempt>``: the last
+        batch applied), with a TTL of ``result_ttl_s`` from its last write. Exists only for a
+        job whose handler set progress or logged."""
+        return f"{self.tag}:progress:{execution_id}"
+
     @property
     def leader_ttl(self) -> str:
         """STRING (ms) with the lease's TTL: the lease TTL the leading scheduler uses, so that

@@ -63,6 +63,7 @@ def safe_url(url: str) -> str:
 #: What a write rsched acknowledges waits for (docs/durability.md): nothing more than the
 #: primary's reply, that many replicas (WAIT), or their fsync and the primary's (WAITAOF).
 DurabilityLevel = Literal["async", "replicated", "replicated_fsync"]
+JobLogLevel = Literal["debug", "info", "warning", "error", "critical"]
 # A replica on the same network acknowledges a WAIT within a millisecond or two; a quarter of a
 # second rides out a replica's fork, fsync or a busy moment, and bounds what a call (and each
 # fire batch) waits when a replica is down.
@@ -135,6 +136,9 @@ class WorkerSettings(BaseModel):
     # A job whose task no live worker has registered waits this long (rolling deploys) before
     # it is dead-lettered with reason unknown_task; 0 dead-letters it at once.
     unknown_task_grace_s: float = Field(default=600.0, ge=0)
+    # Records of the logging module made inside a handler at this level or above are kept in
+    # the job's log (with job.log's lines; docs/jobs.md).
+    job_log_level: JobLogLevel = "info"
     # Share of reads each priority level leads (see DEFAULT_PRIORITY_WEIGHTS).
     priority_weights: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PRIORITY_WEIGHTS))
 
@@ -154,6 +158,11 @@ class WorkerSettings(BaseModel):
                 )
         self.priority_weights = {**DEFAULT_PRIORITY_WEIGHTS, **self.priority_weights}
         return self
+
+    @field_validator("job_log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("queues", mode="before")
     @classmethod

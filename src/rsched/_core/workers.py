@@ -17,6 +17,7 @@ from typing import Any, Literal
 import orjson
 
 from rsched._core.history import HistoryEvent
+from rsched._core.job_logs import JobProgress
 
 JobState = Literal[
     "queued",
@@ -184,8 +185,9 @@ class JobInfo:
     schedule; ``result`` what its handler returned (kept ``result_ttl_s``; None when nothing
     was kept). ``waiting`` says why a queued or delayed job waits, when rsched can tell (no
     live worker reads its queue or has its task, a worker without the task holds it back, a
-    retry's backoff, a delayed enqueue); None for one that just waits its turn. Datetimes are
-    aware UTC.
+    retry's backoff, a delayed enqueue); None for one that just waits its turn. ``progress``
+    is the latest its handler reported (``Job.set_progress``; None: none, or expired with its
+    result). Datetimes are aware UTC.
     """
 
     execution_id: str
@@ -206,6 +208,7 @@ class JobInfo:
     payload: dict[str, Any] | None = None
     result: Any = None
     history: tuple[HistoryEvent, ...] = field(default=(), hash=False)
+    progress: JobProgress | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes in ISO 8601, history as event dicts."""
@@ -216,6 +219,8 @@ class JobInfo:
                 value = value.isoformat()
             elif name == "history":
                 value = [event.as_dict() for event in value]
+            elif name == "progress" and value is not None:
+                value = value.as_dict()
             out[name] = value
         return out
 

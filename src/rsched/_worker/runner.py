@@ -26,6 +26,7 @@ from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Done, last_error
 from rsched._worker.acker import finish_home
 from rsched._worker.failures import until_taken
+from rsched._worker.journal import RUNNING, Journal
 from rsched._worker.state import Running, Stream, WorkerState
 
 log = get_logger("rsched.worker")
@@ -41,10 +42,14 @@ class Runner:
     share one limit of worker threads."""
 
     def __init__(
-        self, state: WorkerState, acks: MemoryObjectSendStream[tuple[Stream, Done]]
+        self,
+        state: WorkerState,
+        acks: MemoryObjectSendStream[tuple[Stream, Done]],
+        journal: Journal,
     ) -> None:
         self.state = state
         self.acks = acks
+        self.journal = journal
         self.threads = anyio.CapacityLimiter(state.cfg.concurrency)
 
     async def run(self, inbox: MemoryObjectReceiveStream[Job]) -> None:
@@ -73,8 +78,12 @@ class Runner:
         # One scope serves both the job's timeout (its deadline) and cancel_previous (cancel());
         # run.cancel_requested tells them apart.
         run.scope.deadline = anyio.current_time() + job.timeout_s
+        # Where job.set_progress and job.log go (set in place: no copy of the job per run).
+        object.__setattr__(job, "journal", self.journal)
         if not is_async:
             job = dataclasses.replace(job, stop_event=threading.Event())
+        # Marks the logging records made inside the handler (its thread copies the context).
+        running = RUNNING.set(job)
         try:
             with run.scope:
                 if is_async:
@@ -94,6 +103,7 @@ class Runner:
             state.abandoned.add(held)
             raise
         finally:
+            RUNNING.reset(running)
             state.running.pop(job.execution_id, None)
             state.slots.release()
             if METRICS.on:

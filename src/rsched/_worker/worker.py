@@ -32,6 +32,7 @@ outcome, so a worker that dies at any point leaves it pending for another worker
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import os
 import socket
@@ -58,6 +59,7 @@ from rsched._store.queues import QueueStore
 from rsched._store.worker_calls import Done
 from rsched._worker.acker import Acker
 from rsched._worker.failures import ACTOR_FAILURES
+from rsched._worker.journal import Journal, capture
 from rsched._worker.reader import Reader
 from rsched._worker.runner import Runner
 from rsched._worker.state import Stream, WorkerState
@@ -304,7 +306,8 @@ class Worker:
             if not stores:
                 task_status.started()
                 return
-            await self._serve(stores, settings, task_status)
+            with capture(logging.getLevelName(cfg.job_log_level.upper())):
+                await self._serve(stores, settings, task_status)
         finally:
             self._stopping, self._hard = anyio.Event(), False  # ready for another run()
             with anyio.CancelScope(shield=True):
@@ -370,11 +373,13 @@ class Worker:
             self._handlers, self.consumer, stores, settings, task_limits=self._limits
         )
         reader = Reader(state, jobs)
-        runner = Runner(state, send)
+        journal = Journal(state)
+        runner = Runner(state, send, journal)
         upkeep = Upkeep(state, reader)
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:
             services.start_soon(Acker(state).run, recv, acker_done)
+            await services.start(journal.run)
             services.start_soon(upkeep.promoter)
             await services.start(upkeep.cancel_listener)
             await services.start(upkeep.registry)
@@ -411,6 +416,8 @@ class Worker:
             if not self._hard:
                 with anyio.move_on_after(ACK_FLUSH_S):
                     await acker_done.wait()
+                with anyio.move_on_after(ACK_FLUSH_S):
+                    await journal.flush()  # what the last handlers said
             services.cancel_scope.cancel()
 
 
