@@ -405,11 +405,25 @@ def _workers_and_jobs(subs: Any) -> None:
     p = _sub(
         subs,
         "job",
-        "One job: state, attempts, worker, its schedule's history of it, its result",
-        "  rsched job nightly@1715000000000\n  rsched job order-42 --json",
+        "One job: state, attempts, worker, progress, its schedule's history of it, its result; "
+        "or its log",
+        "  rsched job nightly@1715000000000\n  rsched job order-42 --json\n"
+        "  rsched job order-42 --logs\n  rsched job order-42 --logs --follow",
         workers.cmd_job,
     )
     p.add_argument("execution_id")
+    p.add_argument(
+        "--logs",
+        action="store_true",
+        help="print its log instead (job.log and logging records inside its handler)",
+    )
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="with --logs: keep printing new lines until the job ends (Ctrl-C stops)",
+    )
+    p.add_argument("--attempt", type=whole, metavar="N", help="with --logs: only attempt N")
     p = _sub(
         subs,
         "cancel",

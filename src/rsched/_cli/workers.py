@@ -6,11 +6,13 @@ import argparse
 import sys
 from datetime import datetime
 
+import anyio
 import orjson
 
 from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core import humanize as fmt
+from rsched._core.job_logs import JobLogRecord
 from rsched._core.schedule import to_ms
 from rsched._core.workers import JobInfo, no_worker_for
 
@@ -92,6 +94,9 @@ def _job_text(job: JobInfo, now: int) -> str:
         ("schedule", job.schedule_id or "-"),
         ("worker", job.worker or "-"),
     ]
+    if job.progress is not None:
+        note = f"  {job.progress.note}" if job.progress.note else ""
+        pairs.append(("progress", f"{job.progress.fraction:.0%}{note}"))
     if job.waiting:
         pairs.insert(2, ("waiting", job.waiting))
     if job.limit:
@@ -124,9 +129,80 @@ def _job_text(job: JobInfo, now: int) -> str:
 
 
 async def cmd_job(client: Client, args: argparse.Namespace) -> None:
+    if args.follow or args.attempt is not None:
+        args.logs = True
+    if args.logs:
+        await _logs(client, args)
+        return
     job = await client.job(args.execution_id)
     now = to_ms(await client.server_time())
     out(args, job.as_dict(), _job_text(job, now))
+
+
+async def _logs(client: Client, args: argparse.Namespace) -> None:
+    """``rsched job ID --logs [--follow]``: the job's log; following, new lines as they come
+    (and progress changes) until the job ends."""
+    job = await client.job(args.execution_id)
+    records = await client.job_logs(args.execution_id, args.attempt)
+    if not args.follow:
+        if getattr(args, "json", False):
+            out(args, [r.as_dict() for r in records], "")
+        else:
+            print("\n".join(_log_line(r) for r in records) if records else "no log lines")
+        return
+    if not getattr(args, "json", False):
+        print(f"-- following {args.execution_id} ({job.state}); Ctrl-C stops", flush=True)
+    _print_logs(args, records)
+    last = records[-1] if records else None
+    progress = job.progress
+    ended = False
+    while True:
+        await anyio.sleep(FOLLOW_POLL_S)
+        job = await client.job(args.execution_id)
+        if job.progress != progress and job.progress is not None and not getattr(args, "json", False):
+            p = job.progress
+            print(f"-- progress {p.fraction:.0%}" + (f" {p.note}" if p.note else ""), flush=True)
+        progress = job.progress
+        records = await client.job_logs(args.execution_id, args.attempt)
+        fresh = _after(records, last)
+        _print_logs(args, fresh)
+        last = fresh[-1] if fresh else last
+        if ended:
+            if not getattr(args, "json", False):
+                print(f"-- {job.state}", flush=True)
+            return
+        # The worker writes what a handler said a little after its end: one more read.
+        ended = job.state in ENDED
+
+
+#: A job in one of these states writes no more log lines.
+ENDED = frozenset({"completed", "dead", "cancelled", "expired"})
+#: How often ``--follow`` reads the log (the worker writes it every 0.3 s at most).
+FOLLOW_POLL_S = 1.0
+
+
+def _after(records: list[JobLogRecord], last: JobLogRecord | None) -> list[JobLogRecord]:
+    """The records after ``last`` (the newest printed), as the log holds them now."""
+    if last is None:
+        return records
+    for i in range(len(records) - 1, -1, -1):
+        if records[i] == last:
+            return records[i + 1 :]
+    return [r for r in records if (r.attempt, r.at) > (last.attempt, last.at)]
+
+
+def _log_line(record: JobLogRecord) -> str:
+    at = record.at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return f"{at} #{record.attempt} {record.level:<8} {record.message}"
+
+
+def _print_logs(args: argparse.Namespace, records: list[JobLogRecord]) -> None:
+    for record in records:
+        if getattr(args, "json", False):
+            sys.stdout.write(orjson.dumps(record.as_dict()).decode() + "\n")
+        else:
+            print(_log_line(record))
+    sys.stdout.flush()
 
 
 async def cmd_cancel(client: Client, args: argparse.Namespace) -> None:
