@@ -155,11 +155,12 @@ async def _logs(client: Client, args: argparse.Namespace) -> None:
     _print_logs(args, records)
     last = records[-1] if records else None
     progress = job.progress
+    as_json = getattr(args, "json", False)
     ended = False
     while True:
         await anyio.sleep(FOLLOW_POLL_S)
         job = await client.job(args.execution_id)
-        if job.progress != progress and job.progress is not None and not getattr(args, "json", False):
+        if job.progress != progress and job.progress is not None and not as_json:
             p = job.progress
             print(f"-- progress {p.fraction:.0%}" + (f" {p.note}" if p.note else ""), flush=True)
         progress = job.progress
@@ -168,7 +169,7 @@ async def _logs(client: Client, args: argparse.Namespace) -> None:
         _print_logs(args, fresh)
         last = fresh[-1] if fresh else last
         if ended:
-            if not getattr(args, "json", False):
+            if not as_json:
                 print(f"-- {job.state}", flush=True)
             return
         # The worker writes what a handler said a little after its end: one more read.

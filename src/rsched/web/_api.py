@@ -429,6 +429,22 @@ async def get_job(sdk: SdkDep, execution_id: str) -> dict[str, Any]:
     return (await sdk.job(execution_id)).as_dict()
 
 
+@router.get("/jobs/{execution_id}/logs", tags=["jobs"])
+async def get_job_logs(
+    sdk: SdkDep,
+    execution_id: str,
+    attempt: Annotated[
+        int | None, Query(ge=1, description="only this attempt (default: every attempt)")
+    ] = None,
+) -> dict[str, Any]:
+    """A job's log, oldest first (``Client.job_logs``): ``{"execution_id", "items": [{"attempt",
+    "at", "level", "message"}, …]}``, what its handler wrote with ``job.log`` and the records
+    of the logging module made inside it; each attempt keeps its newest 200 lines (64 KiB), as
+    long as the job's result. An empty list when there are none."""
+    records = await sdk.job_logs(execution_id, attempt)
+    return {"execution_id": execution_id, "items": [r.as_dict() for r in records]}
+
+
 @router.post("/jobs/{execution_id}/cancel", tags=["jobs"])
 async def cancel_job(sdk: SdkDep, execution_id: str) -> dict[str, str]:
     """Cancel a queued, delayed or running job (a running one is stopped by its worker):

@@ -594,11 +594,58 @@ async def cancel(request: Request, queue: str) -> Response:
 # --- jobs ---------------------------------------------------------------------------------------
 
 
+#: A job in one of these states changes no more: its page stops polling.
+JOB_ENDED = ("completed", "dead", "cancelled", "expired")
+
+
+async def job_context(request: Request, execution_id: str) -> dict[str, Any]:
+    """One job (``Client.job``): where it waits or runs (the limit key it waits on), or how it
+    ended, with its attempts (the runs log's records), its progress and log, its schedule's
+    history of it, its kept result, and the error and traceback of a dead one (its dead
+    letter)."""
+    sdk = sdk_of(request)
+    job = await sdk.job(execution_id)
+    logs = await sdk.job_logs(execution_id)
+    attempts = await sdk.job_attempts(execution_id)
+    last = next((r for r in attempts if r.error_type or r.error), None)
+    return {
+        "job": job,
+        "attempts": attempts,
+        "logs": logs,
+        "last_error": last,
+        "dead": await sdk.dead_letter_of(job, attempts),
+        "ended": job.state in JOB_ENDED,
+    }
+
+
 @router.get("/jobs/{execution_id}", response_class=HTMLResponse)
 async def job(request: Request, execution_id: str) -> Response:
-    """One job (``Client.job``): where it waits or runs (the limit key it waits on), or how it
-    ended, with its schedule's history of it and its kept result."""
-    return render(request, "job.html", job=await sdk_of(request).job(execution_id))
+    return render(request, "job.html", **await job_context(request, execution_id))
+
+
+@router.get("/_live/jobs/{execution_id}", response_class=HTMLResponse)
+async def job_live(request: Request, execution_id: str) -> Response:
+    return render(request, "_job.html", **await job_context(request, execution_id))
+
+
+@router.post("/jobs/{execution_id}/requeue")
+async def requeue_job(request: Request, execution_id: str) -> Response:
+    """Put a dead job back on its queue as attempt 1 (its dead letter, found as its page
+    finds it)."""
+    await form(request)
+    page = f"/jobs/{_quoted(execution_id)}"
+    sdk = sdk_of(request)
+    try:
+        job = await sdk.job(execution_id)
+        dead = await sdk.dead_letter_of(job, await sdk.job_attempts(execution_id))
+        if dead is None:
+            return back(request, page, f"{execution_id} has no dead letter to requeue", ok=False)
+        n = await sdk.requeue(dead.queue, [dead.entry_id])
+    except RschedError as exc:
+        return back(request, page, str(exc), ok=False)
+    if not n:
+        return back(request, page, f"{execution_id}: its dead letter is gone", ok=False)
+    return back(request, page, f"requeued {execution_id} on queue {dead.queue} (attempt 1)")
 
 
 @router.post("/jobs/{execution_id}/cancel")

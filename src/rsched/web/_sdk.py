@@ -23,6 +23,7 @@ from rsched import (
     HealthEvent,
     HistoryEvent,
     JobInfo,
+    JobLogRecord,
     LimitInfo,
     Occurrence,
     Page,
@@ -35,6 +36,10 @@ from rsched import (
 
 #: A page of history events large enough for a whole kept history.
 HISTORY_EVENTS = 1_000
+#: A dead job's dead letter is looked for among this many of its queue's, from its dead
+#: record's time and this much after (the two are written by one script).
+DEAD_LETTER_LOOK = 50
+DEAD_LETTER_SLACK_MS = 1_000
 
 
 class Sdk:
@@ -229,6 +234,26 @@ class Sdk:
     async def cancel(self, execution_id: str) -> str:
         """Cancels a waiting or running job; returns the state it was cancelled in."""
         return await self.client.cancel(execution_id)
+
+    async def job_logs(self, execution_id: str, attempt: int | None = None) -> list[JobLogRecord]:
+        return await self.client.job_logs(execution_id, attempt)
+
+    async def job_attempts(self, execution_id: str) -> list[RunRecord]:
+        return await self.client.job_attempts(execution_id)
+
+    async def dead_letter_of(
+        self, job: JobInfo, attempts: Sequence[RunRecord]
+    ) -> DeadLetter | None:
+        """The dead letter of a dead job: among the few of its queue written about when its
+        dead record was (one script writes both), so no queue-long scan; None when gone."""
+        dead = next((r for r in attempts if r.status == "dead" and r.ended_at), None)
+        if job.state != "dead" or dead is None or dead.ended_at is None:
+            return None
+        after = round(dead.ended_at.timestamp() * 1000) + DEAD_LETTER_SLACK_MS
+        page = await self.client.dead_letters(
+            dead.queue, limit=DEAD_LETTER_LOOK, cursor=f"{after}-0", task=dead.task
+        )
+        return next((d for d in page.items if d.execution_id == job.execution_id), None)
 
     async def runs(
         self,
