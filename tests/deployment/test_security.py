@@ -293,10 +293,14 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
     eventually_blocking(
         lambda: root.hget("{" + prefix + "}:schedule:from-file", "task"), what="a sync"
     )
-    for argv in (["ls"], ["runs"], ["stats"], ["job", "one-off"]):
+    for argv in (["ls"], ["runs"], ["stats"], ["job", "one-off"], ["job", "one-off", "--logs"]):
         done = run_cli(client, prefix, *argv)
         assert done.returncode == 0, (argv, done.stderr)
     assert "tick" in run_cli(readonly, prefix, "ls").stdout
+    eventually_blocking(
+        lambda: "ran under ACL" in run_cli(readonly, prefix, "job", "one-off", "--logs").stdout,
+        what="the job's log, read by the read-only user",
+    )
     async with rsched.Client.from_url(client, prefix=prefix) as sdk:
         await eventually(lambda: _in_state(sdk, "slow-1", "running"))
         assert await sdk.cancel("slow-1") == "running"

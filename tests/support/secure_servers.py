@@ -34,6 +34,8 @@ worker = rsched.Worker(queues=["default"], concurrency=2)
 
 @worker.task("sec.ok")
 async def ok(job: rsched.Job) -> dict[str, str]:
+    job.set_progress(1.0, "done")  # the job's log and progress, written under the worker's user
+    job.log("ran under ACL")
     return {"ran": job.execution_id}
 
 
