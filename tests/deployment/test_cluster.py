@@ -115,7 +115,7 @@ async def test_every_script_runs_on_the_cluster(
             await eventually(lambda: paused(client, "pf"))
             await eventually(lambda: excluded(client))
         await client.job(ran[0])
-        await client.job_logs(ran[0])  # its attempts' logs: a pipeline in the job's slot
+        await client.job_logs(ran[0], attempt=1)  # a pipeline of reads in the job's slot
         first = await client.list(limit=1)
         await client.list(limit=1, cursor=first.cursor)
         await client.requeue(task="t.fail")
