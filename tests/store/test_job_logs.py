@@ -44,7 +44,8 @@ async def test_an_attempt_keeps_its_newest_200_lines(redis: Redis, settings: Set
     await store.write_news([RunNews("j", 1, "w:2", None, _lines(300, 150))], 60_000)
     logs = await store.job_logs("j", 1)
     assert len(logs) == MAX_LINES
-    assert logs[0].message.startswith("000100") and logs[-1].message.startswith("000299")
+    assert logs[0].message.startswith("000100")
+    assert logs[-1].message.startswith("000299")
 
 
 async def test_an_attempt_keeps_at_most_64_kib(redis: Redis, settings: Settings) -> None:
@@ -52,7 +53,7 @@ async def test_an_attempt_keeps_at_most_64_kib(redis: Redis, settings: Settings)
     big = _lines(40, size=4_000)  # 160 kB in all
     await store.write_news([RunNews("j", 1, "w:1", None, big[:20])], 60_000)
     await store.write_news([RunNews("j", 1, "w:2", None, big[20:])], 60_000)
-    stored = await redis.lrange(Keys(settings.prefix).job_log("j", 1), 0, -1)
+    stored: list[str] = await redis.lrange(Keys(settings.prefix).job_log("j", 1), 0, -1)  # type: ignore[assignment]
     total = sum(len(line.encode()) for line in stored)
     assert total <= MAX_BYTES
     assert total > MAX_BYTES - 4_100  # only what had to go went
@@ -72,7 +73,8 @@ async def test_attempts_are_kept_apart(redis: Redis, settings: Settings) -> None
     assert [r.attempt for r in await store.job_logs("j", 2)] == [2]
     assert await store.job_logs("j", 3) == []
     progress = await store.job_progress("j")
-    assert progress is not None and (progress.attempt, progress.note) == (2, "again")
+    assert progress is not None
+    assert (progress.attempt, progress.note) == (2, "again")
     assert len(await store.job_logs("k")) == 1
 
 

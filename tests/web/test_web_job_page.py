@@ -82,7 +82,7 @@ async def test_a_running_job_shows_its_progress_and_log_live(
             release.set()
 
             async def completed() -> bool:
-                return (await http.get("/jobs/s1")).json()["state"] == "completed"
+                return bool((await http.get("/jobs/s1")).json()["state"] == "completed")
 
             await eventually(completed)
 
