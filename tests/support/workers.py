@@ -59,7 +59,8 @@ def start_worker(spawn: Callable[..., Proc], settings: Settings, **env: str) -> 
 @contextmanager
 def worker_thread(settings: Settings, **fields: Any) -> Iterator[rsched.Worker]:
     """An in-process worker on ``default`` running ``web.wait`` (sleeps ``payload["s"]``
-    seconds), on an event loop of its own thread; stopped on exit."""
+    seconds) and ``web.steps`` (``payload["n"]`` steps of ``payload["s"]`` seconds, each with
+    its progress and a log line), on an event loop of its own thread; stopped on exit."""
     import anyio.from_thread
 
     worker = rsched.Worker(settings=fast_settings(settings, **fields))
@@ -67,6 +68,15 @@ def worker_thread(settings: Settings, **fields: Any) -> Iterator[rsched.Worker]:
     @worker.task("web.wait")
     async def wait(job: rsched.Job) -> None:
         await anyio.sleep(float(job.payload.get("s", 60)))
+
+    @worker.task("web.steps")
+    async def steps(job: rsched.Job) -> None:
+        n = int(job.payload.get("n", 3))
+        for i in range(n):
+            job.set_progress(i / n, f"step {i} of {n}")
+            job.log(f"step {i}")
+            await anyio.sleep(float(job.payload.get("s", 0.5)))
+        job.set_progress(1.0, "done")
 
     with anyio.from_thread.start_blocking_portal() as portal:
         future, _ = portal.start_task(worker.run, None)

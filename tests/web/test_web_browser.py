@@ -342,6 +342,22 @@ def test_workers_page_and_cancel_a_job(page: Page, web: Web, settings: Settings)
     expect(page.locator("#live")).to_contain_text("no live worker")
 
 
+def test_a_job_page_follows_its_progress_and_log(page: Page, web: Web, settings: Settings) -> None:
+    base = web()
+    with worker_thread(settings) as worker:
+        with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+            c.enqueue("web.steps", {"n": 4, "s": 1}, execution_id="steps-1")
+        page.goto(base + "/jobs/steps-1")
+        expect(page.locator("#logs")).to_contain_text("step 0")
+        expect(page.locator(".job-progress")).to_contain_text("of 4")
+        expect(page.locator("#live")).to_contain_text("running")
+        expect(page.locator("#logs")).to_contain_text("step 3")  # the page reloads its content
+        expect(page.locator("#live")).to_contain_text("completed")
+        expect(page.locator(".job-progress")).to_contain_text("100%")
+        expect(page.locator("#attempts")).to_contain_text(worker.consumer)
+        shot(page, "job")
+
+
 def test_runs_page_shows_a_completed_run(
     page: Page, web: Web, settings: Settings, spawn: Callable[..., Any]
 ) -> None:
