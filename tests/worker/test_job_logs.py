@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -132,7 +133,7 @@ async def test_the_worker_keeps_records_at_its_level(
 
 
 async def test_attempts_are_kept_apart(redis: Redis, settings: Settings) -> None:
-    worker = rsched.Worker(settings=fast_settings(settings))
+    worker = rsched.Worker(settings=fast_settings(settings, result_ttl_s=500))
 
     @worker.task("t")
     async def run(job: rsched.Job) -> None:
@@ -154,6 +155,9 @@ async def test_attempts_are_kept_apart(redis: Redis, settings: Settings) -> None
         progress = (await client.job(e)).progress
         assert progress is not None
         assert (progress.fraction, progress.attempt) == (1.0, 2)
+        keys = Keys(settings.prefix)
+        for key in (keys.job_log(e, 1), keys.job_log(e, 2), keys.job_progress(e)):
+            assert 450_000 < await redis.pttl(key) <= 500_000  # as long as the result
         attempts = await client.job_attempts(e)
         assert [(r.attempt, r.status) for r in attempts] == [(2, "completed"), (1, "retried")]
 
@@ -215,3 +219,43 @@ async def test_a_redis_hiccup_never_fails_the_job(
         assert progress is not None
         assert progress.fraction == 1.0
     assert took[0] < 1.0  # the handler never waited for Redis
+
+
+class _FlakyStore:
+    """A partition's store whose first ``fails`` writes Redis refuses; a batch's token is
+    applied once, as lua/job_log.lua does."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.written: list[tuple[str, str]] = []  # (token, message) of every line applied
+        self.tokens: set[str] = set()
+
+    async def write_news(self, runs: list[Any], ttl_ms: int) -> int:
+        if self.fails:
+            self.fails -= 1
+            raise ConnectionError("Redis is away")
+        for run in runs:
+            if run.token not in self.tokens:
+                self.written += [(run.token, orjson.loads(line)[2]) for line in run.lines]
+        self.tokens |= {run.token for run in runs}
+        return 0
+
+
+async def test_the_journal_keeps_news_in_order_through_refused_writes(settings: Settings) -> None:
+    from types import SimpleNamespace
+
+    from rsched._worker.journal import Journal
+
+    store = _FlakyStore(fails=3)
+    state = SimpleNamespace(
+        cfg=fast_settings(settings).worker, stores=[store], consumer="w", running={}
+    )
+    journal = Journal(state)  # type: ignore[arg-type]
+    job = rsched.Job(execution_id="e", task="t", queue="q")
+    for round_ in range(5):
+        journal.line(job, "info", f"line {round_}")
+        journal.progress(job, round_ / 4, "")
+        await journal.flush()
+    await journal.flush()
+    assert [m for _, m in store.written] == [f"line {i}" for i in range(5)]
+    assert not journal._refused

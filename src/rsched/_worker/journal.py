@@ -39,8 +39,8 @@ log = get_logger("rsched.worker")
 
 #: How often the journal writes what handlers said (at most this late).
 FLUSH_S = 0.3
-#: A write Redis refuses is tried this many more rounds, then dropped.
-RETRIES = 10
+#: A write Redis refuses is tried this many more rounds (a minute or more), then dropped.
+RETRIES = 200
 #: The job whose handler runs in this context (None outside handlers).
 RUNNING: ContextVar[Job | None] = ContextVar("rsched_running_job", default=None)
 
@@ -73,8 +73,8 @@ class Journal:
         self.level = logging.getLevelName(state.cfg.job_log_level.upper())
         self._lock = threading.Lock()
         self._news: dict[_Run, _Pending] = {}
-        # Writes Redis refused: (partition, runs, rounds tried), written again first.
-        self._refused: list[tuple[int, list[RunNews], int]] = []
+        # Per partition, the write Redis refused (its runs, rounds tried): written again first.
+        self._refused: dict[int, tuple[list[RunNews], int]] = {}
         self._batches = 0
 
     # --- what handlers call (any thread; never blocks on Redis, never raises) ---------------
@@ -125,35 +125,68 @@ class Journal:
             await self.flush()
 
     async def flush(self) -> None:
-        """Write the news of every run (one call per partition), and the refused writes again."""
+        """Write the news of every run, one call per partition. A partition whose last write
+        Redis refused gets that write again first (it may have been applied: its token makes a
+        second one harmless); its news waits in the buffer meanwhile, merged with what comes,
+        so a Redis outage holds at most one refused write per partition and the bounded
+        buffer."""
         if not self._news and not self._refused:
             return
         with self._lock:
             news, self._news = self._news, {}
         self._batches += 1
         token = f"{self.state.consumer}:{self._batches}"
-        by_partition: dict[int, list[RunNews]] = {}
-        for (partition, execution_id, attempt), pending in news.items():
-            by_partition.setdefault(partition, []).append(
-                RunNews(execution_id, attempt, token, pending.progress, list(pending.lines))
-            )
-        writes = self._refused + [(k, runs, 0) for k, runs in by_partition.items()]
-        self._refused = []
-        ttl_ms = round(self.state.cfg.result_ttl_s * 1000)
-        for partition, runs, tried in writes:
-            try:
-                skipped = await self.state.stores[partition].write_news(runs, ttl_ms)
-            except ACTOR_FAILURES as exc:
-                if tried < RETRIES:
-                    self._refused.append((partition, runs, tried + 1))
-                    log.warning("job.log_unwritten", runs=len(runs), error=str(exc), retry=True)
-                else:
-                    log.error("job.log_dropped", runs=len(runs), error=str(exc))
+        by_partition: dict[int, dict[_Run, _Pending]] = {}
+        for run, pending in news.items():
+            by_partition.setdefault(run[0], {})[run] = pending
+        for partition in sorted({*self._refused, *by_partition}):
+            fresh = by_partition.get(partition, {})
+            if partition in self._refused and not await self._again(partition):
+                self._keep(fresh)  # behind the refused write, in order
                 continue
-            if skipped:
-                log.warning(
-                    "job.log_skipped", runs=skipped, error="a job's log key holds another type"
-                )
+            if not fresh:
+                continue
+            runs = [
+                RunNews(eid, attempt, token, pending.progress, list(pending.lines))
+                for (_, eid, attempt), pending in fresh.items()
+            ]
+            if not await self._write(partition, runs):
+                self._refused[partition] = (runs, 1)
+
+    async def _again(self, partition: int) -> bool:
+        """Send a partition's refused write again; True once it is written or dropped."""
+        runs, tried = self._refused[partition]
+        if await self._write(partition, runs):
+            del self._refused[partition]
+            return True
+        if tried >= RETRIES:
+            del self._refused[partition]
+            log.error("job.log_dropped", runs=len(runs), rounds=tried + 1)
+            return True
+        self._refused[partition] = (runs, tried + 1)
+        return False
+
+    async def _write(self, partition: int, runs: list[RunNews]) -> bool:
+        ttl_ms = round(self.state.cfg.result_ttl_s * 1000)
+        try:
+            skipped = await self.state.stores[partition].write_news(runs, ttl_ms)
+        except ACTOR_FAILURES as exc:
+            log.warning("job.log_unwritten", runs=len(runs), error=str(exc), retry=True)
+            return False
+        if skipped:
+            log.warning("job.log_skipped", runs=skipped, error="a job's log key holds another type")
+        return True
+
+    def _keep(self, older: dict[_Run, _Pending]) -> None:
+        """Put news not written back in the buffer, before what came since."""
+        with self._lock:
+            for run, old in older.items():
+                newer = self._news.get(run)
+                if newer is not None:
+                    for line in newer.lines:
+                        old.add(line)
+                    old.progress = newer.progress or old.progress
+                self._news[run] = old
 
 
 _LEVELS = frozenset({"debug", "info", "warning", "error", "critical"})
