@@ -346,10 +346,10 @@ def test_a_job_page_follows_its_progress_and_log(page: Page, web: Web, settings:
     base = web()
     with worker_thread(settings) as worker:
         with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
-            c.enqueue("web.steps", {"n": 4, "s": 1}, execution_id="steps-1")
+            c.enqueue("web.steps", {"n": 6, "s": 1}, execution_id="steps-1")
         page.goto(base + "/jobs/steps-1")
         expect(page.locator("#logs")).to_contain_text("step 0")
-        expect(page.locator(".job-progress")).to_contain_text("of 4")
+        expect(page.locator(".job-progress")).to_contain_text("of 6")
         expect(page.locator("#live")).to_contain_text("running")
         expect(page.locator("#logs")).to_contain_text("step 3")  # the page reloads its content
         expect(page.locator("#live")).to_contain_text("completed")
