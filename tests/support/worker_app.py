@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -128,3 +129,11 @@ async def limited(job: rsched.Job) -> None:
 async def rated(job: rsched.Job) -> None:
     """At most 5 starts in any second, across every worker process."""
     _mark(job, "start")
+
+
+@worker.task("app.chatty")
+def chatty(job: rsched.Job) -> None:
+    """Says something through the logging module (a sync handler: from its thread)."""
+    logging.getLogger("app").info("chatty info")
+    logging.getLogger("app").warning("chatty warning")
+    job.set_progress(1.0, "said it")

@@ -18,9 +18,10 @@ from redis.asyncio import Redis
 import rsched
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
+from tests.support.processes import Proc
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
-from tests.support.workers import running
+from tests.support.workers import running, start_worker
 
 
 def _worker(settings: Settings, **fields: Any) -> rsched.Worker:
@@ -259,3 +260,21 @@ async def test_the_journal_keeps_news_in_order_through_refused_writes(settings: 
     await journal.flush()
     assert [m for _, m in store.written] == [f"line {i}" for i in range(5)]
     assert not journal._refused
+
+
+@pytest.mark.slow
+async def test_a_worker_process_keeps_records_and_still_prints_warnings(
+    spawn: Callable[..., Proc], settings: Settings
+) -> None:
+    proc = start_worker(spawn, settings)
+    async with rsched.Client.from_settings(settings) as client:
+        e = (await client.enqueue("app.chatty")).execution_id
+        await eventually(lambda: _logged(client, e, 2))
+        assert [r.message for r in await client.job_logs(e)] == [
+            "app: chatty info",
+            "app: chatty warning",
+        ]
+    # As before the worker kept them: a warning of a logger without a handler goes to stderr
+    # (the logging module's last resort), an info record does not.
+    await proc.appears("chatty warning")
+    assert "chatty info" not in proc.output()
