@@ -10,6 +10,8 @@ Actors (anyio tasks sharing one WorkerState, state.py; stopped in this order on 
   scope (cancel_previous);
 - acker (acker.py): records finished runs in batches (one script call acknowledges many
   entries);
+- journal (journal.py): writes what running handlers said (``job.set_progress``, ``job.log``,
+  logging records inside them) every 0.3 s, one script call per partition with news;
 - upkeep (upkeep.py):
   - reclaimer: takes over entries idle longer than the visibility timeout (a dead worker's),
     dead-lettering those delivered more than ``max_deliveries`` times (poison);
