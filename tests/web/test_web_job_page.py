@@ -77,6 +77,7 @@ async def test_a_running_job_shows_its_progress_and_log_live(
             assert "/jobs/s1/cancel" in page
             fragment = (await browser.get("/_live/jobs/s1")).text
             assert 'id="live"' in fragment
+            assert 'id="attempts"' not in fragment  # read with the page only
             assert "<html" not in fragment
 
             release.set()
@@ -96,6 +97,9 @@ async def test_a_running_job_shows_its_progress_and_log_live(
             assert "level-warning" in page
             assert "/jobs/s1/cancel" not in page
             assert "o-completed" in page  # the attempts table
+            # A poll that finds the job ended reloads the whole page once (its attempts).
+            r = await browser.get("/_live/jobs/s1", headers={"HX-Request": "true"})
+            assert r.headers["HX-Refresh"] == "true"
         finally:
             release.set()
             worker.stop()

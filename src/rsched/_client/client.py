@@ -1031,10 +1031,10 @@ class Client:
 
     @_redis_errors
     async def job_attempts(self, execution_id: str, limit: int = 50) -> list[RunRecord]:
-        """The runs log's records of a job's attempts, newest first, its attempt in progress
-        included (status, times, worker, error of each): at most ``limit``. The records are
-        looked for among the runs log's last 10,000 (those since the occurrence's time for a
-        schedule's job). Raises InvalidArgument."""
+        """The runs log's records of a job's attempts that ended, newest first (status, times,
+        worker, error of each): at most ``limit``. They are looked for among the runs log's last
+        10,000 records (those since the occurrence's time for a schedule's job); the attempt in
+        progress is :meth:`job`'s. Raises InvalidArgument."""
         _argument("execution_id", check_execution_id, execution_id)
         _argument("limit", check_page, limit)
         store = await self._queues(execution_id)
@@ -1043,7 +1043,7 @@ class Client:
             execution_id=execution_id,
             since_ms=int(scheduled) if since and at and scheduled.isdigit() else None,
         )
-        page = await read_runs(store.redis, store.keys, want, limit=limit)
+        page = await read_runs(store.redis, store.keys, want, limit=limit, cursor="+")
         return list(page.items)
 
     @_redis_errors

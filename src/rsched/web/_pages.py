@@ -598,22 +598,23 @@ async def cancel(request: Request, queue: str) -> Response:
 JOB_ENDED = ("completed", "dead", "cancelled", "expired")
 
 
-async def job_context(request: Request, execution_id: str) -> dict[str, Any]:
+async def job_context(
+    request: Request, execution_id: str, *, attempts: bool = True
+) -> dict[str, Any]:
     """One job (``Client.job``): where it waits or runs (the limit key it waits on), or how it
-    ended, with its attempts (the runs log's records), its progress and log, its schedule's
-    history of it, its kept result, and the error and traceback of a dead one (its dead
-    letter)."""
+    ended, with its progress and log, its schedule's history of it and its kept result; with
+    ``attempts``, its attempts that ended (the runs log's records) and, of a dead job, the
+    error and traceback of its dead letter."""
     sdk = sdk_of(request)
     job = await sdk.job(execution_id)
     logs = await sdk.job_logs(execution_id)
-    attempts = await sdk.job_attempts(execution_id)
-    last = next((r for r in attempts if r.error_type or r.error), None)
+    ended = await sdk.job_attempts(execution_id) if attempts else []
     return {
         "job": job,
-        "attempts": attempts,
+        "attempts": ended,
         "logs": logs,
-        "last_error": last,
-        "dead": await sdk.dead_letter_of(job, attempts),
+        "last_error": next((r for r in ended if r.error_type or r.error), None),
+        "dead": await sdk.dead_letter_of(job, ended) if attempts else None,
         "ended": job.state in JOB_ENDED,
     }
 
@@ -625,7 +626,13 @@ async def job(request: Request, execution_id: str) -> Response:
 
 @router.get("/_live/jobs/{execution_id}", response_class=HTMLResponse)
 async def job_live(request: Request, execution_id: str) -> Response:
-    return render(request, "_job.html", **await job_context(request, execution_id))
+    """The live part of a job's page: its state, progress and log. Its attempts (a runs log
+    scan) are read with the page only: once the job ended, a poll reloads the whole page."""
+    context = await job_context(request, execution_id, attempts=False)
+    response = render(request, "_job.html", **context)
+    if context["ended"] and request.headers.get("HX-Request"):
+        response.headers["HX-Refresh"] = "true"
+    return response
 
 
 @router.post("/jobs/{execution_id}/requeue")
