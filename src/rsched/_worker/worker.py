@@ -44,6 +44,7 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
+from rsched._core import tracing
 from rsched._core.backoff import Backoff
 from rsched._core.errors import ConfigError, InvalidArgument
 from rsched._core.job import Job
@@ -61,6 +62,7 @@ from rsched._worker.failures import ACTOR_FAILURES
 from rsched._worker.reader import Reader
 from rsched._worker.runner import Runner
 from rsched._worker.state import Stream, WorkerState
+from rsched._worker.traced import TracedRunner
 from rsched._worker.upkeep import Upkeep, hand_back
 
 log = get_logger("rsched.worker")
@@ -370,7 +372,9 @@ class Worker:
             self._handlers, self.consumer, stores, settings, task_limits=self._limits
         )
         reader = Reader(state, jobs)
-        runner = Runner(state, send)
+        # Decided once, at start (docs/tracing.md): a worker that does not trace runs the plain
+        # Runner, with nothing added per job.
+        runner = (TracedRunner if tracing.decide(settings.tracing) else Runner)(state, send)
         upkeep = Upkeep(state, reader)
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:
