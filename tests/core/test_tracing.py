@@ -88,15 +88,16 @@ def _job(**fields: str) -> Job:
 def test_an_attempt_continues_its_producer_and_links_the_attempt_before(
     exporter: InMemorySpanExporter,
 ) -> None:
-    first = tracing.consuming(_job(traceparent=PARENT), "w1")
-    with tracing.current(first):
-        outcome = tracing.failed(first, _job(traceparent=PARENT), ValueError("boom"), False)
-        retry = tracing.linked(_job(traceparent=PARENT), first)
+    first = tracing.consuming(_job(traceparent=PARENT))
+    token = tracing.enter(first)
+    outcome = tracing.failed(first, _job(traceparent=PARENT), ValueError("boom"), False)
+    retry = tracing.linked(_job(traceparent=PARENT), first)
+    tracing.leave(token, first)
     assert outcome == "failed"
     assert retry.fields[tracing.PARENT] == PARENT
     assert retry.fields[tracing.LINK] == tracing.traceparent(first)
     again = _job(**{**retry.fields, "attempt": "2"})
-    second = tracing.consuming(again, "w1")
+    second = tracing.consuming(again)
     tracing.finished(second, "completed")
     second.end()
     one, two = exporter.get_finished_spans()
@@ -116,6 +117,7 @@ def test_an_attempt_continues_its_producer_and_links_the_attempt_before(
     assert isinstance(attrs["rsched.start_lag_ms"], int)
     assert attrs["rsched.start_lag_ms"] > 0
     assert attrs["messaging.consumer.group.name"] == "rsched"
+    assert (one.attributes or {})["rsched.outcome"] == "failed"
 
 
 @pytest.mark.parametrize(
@@ -136,7 +138,7 @@ def test_the_outcome_of_an_attempt_that_did_not_complete(
     status: str,
 ) -> None:
     job = _job(attempt=attempt)
-    span = tracing.consuming(job, "w1")
+    span = tracing.consuming(job)
     assert tracing.failed(span, job, error, timed_out) == outcome
     span.end()
     (done,) = exporter.get_finished_spans()
@@ -145,7 +147,7 @@ def test_the_outcome_of_an_attempt_that_did_not_complete(
 
 
 def test_a_job_without_a_traceparent_starts_a_trace(exporter: InMemorySpanExporter) -> None:
-    span = tracing.consuming(_job(traceparent="nonsense", tracelink="nonsense"), "w1")
+    span = tracing.consuming(_job(traceparent="nonsense", tracelink="nonsense"))
     span.end()
     (done,) = exporter.get_finished_spans()
     assert done.parent is None

@@ -281,3 +281,15 @@ async def test_fire_and_trigger_refuse_a_malformed_traceparent(
         await firing.fire("lease", [item], ["00-zz-yy-01"])
     assert await _fields(redis, settings) == []
     assert Code.BAD_ARGS < 0
+
+
+def test_the_sync_client_continues_the_callers_trace(settings: Settings, traced: Traced) -> None:
+    """SyncClient runs the call in its own loop's thread: the caller's span still parents it."""
+    with (
+        rsched.SyncClient.from_settings(settings) as client,
+        traced.provider.get_tracer("test").start_as_current_span("caller") as caller,
+    ):
+        client.enqueue("t.sync")
+    (producer,) = traced.named("enqueue default")
+    assert producer.parent is not None
+    assert producer.parent.span_id == caller.get_span_context().span_id

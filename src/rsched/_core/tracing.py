@@ -31,6 +31,9 @@ from rsched._core.errors import ConfigError, Retry
 from rsched._core.keys import GROUP
 
 if TYPE_CHECKING:
+    from contextvars import Token
+
+    from opentelemetry.context import Context
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
     from rsched._core.fire_plan import FireItem
@@ -89,11 +92,10 @@ def set_provider(provider: TracerProvider | None) -> None:
 
 def _tracer() -> Tracer:
     global _tracer_of
-    from opentelemetry import trace
-
-    owner = _provider if _provider is not None else trace.get_tracer_provider()
+    ot = _ot()
+    owner = _provider if _provider is not None else ot.get_tracer_provider()
     if _tracer_of is None or _tracer_of[0] is not owner:
-        _tracer_of = (owner, trace.get_tracer("rsched", tracer_provider=owner))
+        _tracer_of = (owner, ot.get_tracer("rsched", tracer_provider=owner))
     return _tracer_of[1]
 
 
@@ -113,9 +115,10 @@ def span_context(text: str | None) -> SpanContext | None:
     match = _TRACEPARENT.match(text)
     if match is None or match[1] == "ff":
         return None
-    from opentelemetry.trace import SpanContext, TraceFlags
-
-    ctx = SpanContext(int(match[2], 16), int(match[3], 16), True, TraceFlags(int(match[4], 16) & 1))
+    ot = _ot()
+    ctx = ot.SpanContext(
+        int(match[2], 16), int(match[3], 16), True, ot.TraceFlags(int(match[4], 16) & 1)
+    )
     return ctx if ctx.is_valid else None
 
 
@@ -216,35 +219,31 @@ class FireSpans:
 # --- consumers ------------------------------------------------------------------------------
 
 
-def consuming(job: Job, consumer: str) -> Span:
+def consuming(job: Job) -> Span:
     """Start the CONSUMER span of one attempt of ``job`` (not ended, not yet current): child of
-    the job's producer span, linked to the attempt before (a retry)."""
-    from opentelemetry import context, trace
-    from opentelemetry.trace import Link, SpanKind
-
+    the job's producer span, linked to the attempt before (a retry). Run for every job of a
+    worker that traces: the SDK's cost per attribute is most of it, so only those of
+    docs/tracing.md are set."""
+    ot = _ot()
     fields = job.fields
     parent = span_context(fields.get(PARENT))
-    ctx = (
-        trace.set_span_in_context(trace.NonRecordingSpan(parent), context.Context())
-        if (parent is not None)
-        else context.Context()
-    )
-    before = span_context(fields.get(LINK))
-    links = [Link(before, {"rsched.link": "previous_attempt"})] if before is not None else None
-    attrs = _messaging("process", "process", job.queue)
-    attrs.update(
-        {
-            "messaging.message.id": job.execution_id,
-            "messaging.consumer.group.name": GROUP,
-            "messaging.client.id": consumer,
-            "rsched.task": job.task,
-            "rsched.execution_id": job.execution_id,
-            "rsched.attempt": job.attempt,
-            "rsched.deliveries": job.deliveries,
-            "rsched.priority": job.priority,
-            "rsched.origin": job.origin,
-        }
-    )
+    ctx = ot.root if parent is None else ot.with_parent(ot.remote(parent), ot.root)
+    links = None
+    if LINK in fields:
+        before = span_context(fields[LINK])
+        links = [ot.Link(before)] if before is not None else None
+    queue = job.queue
+    attrs: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": queue,
+        "messaging.consumer.group.name": GROUP,
+        "messaging.message.id": job.execution_id,
+        "rsched.execution_id": job.execution_id,
+        "rsched.task": job.task,
+        "rsched.attempt": job.attempt,
+    }
     if job.schedule_id:
         attrs["rsched.schedule_id"] = job.schedule_id
     now = time.time_ns()
@@ -252,9 +251,9 @@ def consuming(job: Job, consumer: str) -> Span:
     if due is not None:
         attrs["rsched.start_lag_ms"] = now // 1_000_000 - due
     return _tracer().start_span(
-        f"process {job.queue}",
+        f"process {queue}",
         context=ctx,
-        kind=SpanKind.CONSUMER,
+        kind=ot.CONSUMER,
         attributes=attrs,
         links=links,
         start_time=now,
@@ -309,13 +308,40 @@ def interrupted(span: Span) -> None:
     span.set_attribute("rsched.outcome", "abandoned")
 
 
-@contextmanager
-def current(span: Span) -> Iterator[None]:
+def enter(span: Span) -> Token[Context]:
     """Make ``span`` the current span (handlers' own spans nest under it; a sync handler's
-    thread runs in a copy of this context) and end it on the way out."""
-    from opentelemetry import trace
+    thread runs in a copy of this context); returns the token :func:`leave` takes."""
+    ot = _ot()
+    return ot.attach(ot.with_span(span))
 
-    with trace.use_span(
-        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
-    ):
-        yield
+
+def leave(token: Token[Context], span: Span) -> None:
+    """Restore the context :func:`enter` replaced and end ``span``."""
+    _ot().detach(token)
+    span.end()
+
+
+class _OpenTelemetry:
+    """What a worker's spans use of OpenTelemetry, imported once (on the first job)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+
+        self.root = context.Context()
+        self.attach, self.detach = context.attach, context.detach
+        self.with_parent = self.with_span = trace.set_span_in_context
+        self.remote = trace.NonRecordingSpan
+        self.Link = trace.Link
+        self.CONSUMER = trace.SpanKind.CONSUMER
+        self.SpanContext, self.TraceFlags = trace.SpanContext, trace.TraceFlags
+        self.get_tracer, self.get_tracer_provider = trace.get_tracer, trace.get_tracer_provider
+
+
+_loaded: _OpenTelemetry | None = None
+
+
+def _ot() -> _OpenTelemetry:
+    global _loaded
+    if _loaded is None:
+        _loaded = _OpenTelemetry()
+    return _loaded

@@ -27,16 +27,17 @@ class TracedRunner(Runner):
     """A :class:`Runner` whose attempts each run in a CONSUMER span."""
 
     async def run_job(self, job: Job) -> None:
-        span = tracing.consuming(job, self.state.consumer)
-        token = _SPAN.set(span)
+        span = tracing.consuming(job)
+        mine = _SPAN.set(span)
+        token = tracing.enter(span)
         try:
-            with tracing.current(span):
-                await super().run_job(job)
+            await super().run_job(job)
         except BaseException:  # stopped by shutdown, its outcome not recorded
             tracing.interrupted(span)
             raise
         finally:
-            _SPAN.reset(token)
+            tracing.leave(token, span)
+            _SPAN.reset(mine)
 
     async def _finish(self, job: Job, event: str, *args: Any, **kwargs: Any) -> None:
         span = _SPAN.get()
