@@ -15,10 +15,11 @@ import rsched
 from rsched._core import tracing
 from rsched._core.codes import Code
 from rsched._core.errors import InvalidSchedule, StateError
-from rsched._core.fire_plan import FireItem
+from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.settings import SchedulerSettings, Settings
 from rsched._store.firing import FiringStore
+from rsched._store.leases import LeaseStore
 from rsched._store.schedules import ScheduleStore
 from tests.support.processes import Proc
 from tests.support.schedulers import running as scheduling
@@ -293,3 +294,30 @@ def test_the_sync_client_continues_the_callers_trace(settings: Settings, traced:
     (producer,) = traced.named("enqueue default")
     assert producer.parent is not None
     assert producer.parent.span_id == caller.get_span_context().span_id
+
+
+@pytest.mark.cluster
+async def test_a_traced_fire_call_writes_each_jobs_traceparent(
+    redis: Redis, settings: Settings
+) -> None:
+    """The scheduler's fire call with a traceparent per item (fire.lua's traced form): each job
+    carries its own, an item sent without one carries none; on a cluster too."""
+    client = rsched.Client(redis, settings)
+    for sid in ("a", "b"):
+        await client.add(rsched.Schedule(id=sid, task="t", every=3600))
+    store = FiringStore.from_settings(redis, settings)
+    k = store.keys
+    lease, _ = await LeaseStore(redis, k).acquire("test", 60_000)
+    assert lease is not None
+    sched = await store.time_ms() - 3
+    await redis.zadd(k.schedules, {"a": sched, "b": sched})
+    items = [
+        FireItem(sid, str(await redis.hget(k.schedule(sid), "version")), sched, sched,
+                 sched + 3_600_000, "fire", spec=FireSpec())
+        for sid in ("a", "b")
+    ]  # fmt: skip
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert await store.fire(lease, items, [parent, ""]) == [Code.FIRED, Code.FIRED]
+    jobs = {f["schedule_id"]: f for f in await _fields(redis, settings)}
+    assert jobs["a"][tracing.PARENT] == parent
+    assert tracing.PARENT not in jobs["b"]

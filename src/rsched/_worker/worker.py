@@ -285,6 +285,9 @@ class Worker:
                 "no tasks registered: register a handler with @worker.task(name) before "
                 "running the worker (a worker without tasks would only turn jobs away)"
             )
+        # Decided once, at start (docs/tracing.md): a worker that does not trace runs the plain
+        # Runner, with nothing added per job.
+        runner_class = TracedRunner if tracing.decide(settings.tracing) else Runner
         own = redis is None
         # Entries written by others may hold bytes that are not UTF-8: read them (as U+FFFD)
         # and dead-letter them rather than fail on every read.
@@ -306,7 +309,7 @@ class Worker:
             if not stores:
                 task_status.started()
                 return
-            await self._serve(stores, settings, task_status)
+            await self._serve(stores, settings, runner_class, task_status)
         finally:
             self._stopping, self._hard = anyio.Event(), False  # ready for another run()
             with anyio.CancelScope(shield=True):
@@ -362,7 +365,11 @@ class Worker:
         return []
 
     async def _serve(
-        self, stores: list[QueueStore], settings: Settings, task_status: TaskStatus[None]
+        self,
+        stores: list[QueueStore],
+        settings: Settings,
+        runner_class: type[Runner],
+        task_status: TaskStatus[None],
     ) -> None:
         cfg = settings.worker
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
@@ -372,9 +379,7 @@ class Worker:
             self._handlers, self.consumer, stores, settings, task_limits=self._limits
         )
         reader = Reader(state, jobs)
-        # Decided once, at start (docs/tracing.md): a worker that does not trace runs the plain
-        # Runner, with nothing added per job.
-        runner = (TracedRunner if tracing.decide(settings.tracing) else Runner)(state, send)
+        runner = runner_class(state, send)
         upkeep = Upkeep(state, reader)
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:
