@@ -1,8 +1,8 @@
 -- Include: debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f, gen,
--- p, prev, tp) — what fire_job does with an occurrence of a schedule with a debounce (p.debounce ms,
--- p.delayed its queue's delayed set, false when that key holds another type) once the overlap
--- policy let it run: merge it into the open window (debounce_merge), or open a window with its
--- job.
+-- p, prev, tp) — what fire_job does with an occurrence of a schedule with a debounce
+-- (p.debounce ms, p.delayed its queue's delayed set, false when that key holds another type)
+-- once the overlap policy let it run: merge it into the open window (debounce_merge), or open a
+-- window with its job.
 --
 -- A new window's job goes to the delayed set, due p.debounce after now, with the priority level
 -- of `stream` (the stream it would have gone to) as its 'priority' field: promote.lua moves it

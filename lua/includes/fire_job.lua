@@ -1,6 +1,6 @@
 -- Include: fire_job(shared, hash, history, pending, stream, sid, sched, origin, missed, f, gen,
--- p, keep, jitter, tp) — the one place an occurrence becomes a job. Shared by fire, trigger and backfill so
--- that every path applies the same overlap policy and writes the same job entry.
+-- p, keep, jitter, tp) — the one place an occurrence becomes a job. Shared by fire, trigger and
+-- backfill so that every path applies the same overlap policy and writes the same job entry.
 --
 -- shared: what every occurrence of the calling script shares: {now (ms), cap (history length
 --   cap), cancel (pub/sub channel for cancel_previous), backlogs ({p}:backlogs), runs (the runs

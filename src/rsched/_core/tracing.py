@@ -169,48 +169,56 @@ def produced(span: Span, execution_id: str, **attributes: Any) -> None:
 class FireSpans:
     """The PRODUCER spans of one fire call: one per item that writes a job (a root span each:
     every fired job is a trace of its own), with the traceparents fire.lua writes into the
-    jobs ('' for an item that writes none)."""
+    jobs ('' for an item that writes none). Only what the traceparents need is made before the
+    call (the span, its ids); the attributes, most of a span's cost, are set after it, so that
+    the jobs are not written later for them."""
 
     def __init__(self, items: Sequence[FireItem]) -> None:
         from opentelemetry.trace import SpanKind
 
-        tracer = _tracer()
-        start = time.time_ns()
+        start = _tracer().start_span
+        root = _ot().root
+        now = time.time_ns()
+        self.items = items
         self.spans: list[Span | None] = []
         self.parents: list[str] = []
         for item in items:
-            if item.action not in _RUNS:
+            if item.action in _RUNS:
+                span = start(
+                    f"fire {item.spec.queue}",
+                    context=root,
+                    kind=SpanKind.PRODUCER,
+                    start_time=now,
+                )
+                self.spans.append(span)
+                self.parents.append(traceparent(span))
+            else:
                 self.spans.append(None)
                 self.parents.append("")
+
+    def end(self, codes: Sequence[int] | None) -> None:
+        """Set each span's attributes and end it, with its item's code as ``rsched.outcome``
+        (``fired``, ``skipped``, ``buffered``, ``debounced``, ``stale``, ...; None: the call
+        failed or was refused)."""
+        from opentelemetry.trace import StatusCode
+
+        for i, (item, span) in enumerate(zip(self.items, self.spans, strict=True)):
+            if span is None:
                 continue
-            queue = item.spec.queue
-            attrs = _messaging("create", "fire", queue)
             exec_id = f"{item.schedule_id}@{item.sched}"
+            attrs = _messaging("create", "fire", item.spec.queue)
             attrs["messaging.message.id"] = exec_id
             attrs["rsched.execution_id"] = exec_id
             attrs["rsched.schedule_id"] = item.schedule_id
             attrs["rsched.origin"] = "schedule" if item.action == "fire" else "misfire"
-            attrs["rsched.scheduled_ms"] = item.sched
-            span = tracer.start_span(
-                f"fire {queue}", kind=SpanKind.PRODUCER, attributes=attrs, start_time=start
-            )
-            self.spans.append(span)
-            self.parents.append(traceparent(span))
-
-    def end(self, codes: Sequence[int] | None) -> None:
-        """End the spans with each item's code as ``rsched.outcome`` (``fired``, ``skipped``,
-        ``buffered``, ``debounced``, ``stale``, ...; None: the call failed or was refused)."""
-        from opentelemetry.trace import StatusCode
-
-        for i, span in enumerate(self.spans):
-            if span is None:
-                continue
             if codes is None:
+                span.set_attributes(attrs)
                 span.set_status(StatusCode.ERROR, "the fire call did not complete")
             else:
                 code = codes[i]
                 outcome = Code(code).name.lower() if code in _CODES else str(code)
-                span.set_attribute("rsched.outcome", outcome)
+                attrs["rsched.outcome"] = outcome
+                span.set_attributes(attrs)
                 if code < 0:
                     span.set_status(StatusCode.ERROR, outcome)
             span.end()
