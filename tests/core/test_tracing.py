@@ -3,12 +3,13 @@ spans of a job's attempt and of a fire call (docs/tracing.md)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from rsched._core import tracing
-from rsched._core.errors import Retry
+from rsched._core.errors import ConfigError, Retry
 from rsched._core.fire_plan import FireItem
 from rsched._core.job import Job
 
@@ -175,3 +176,10 @@ def test_without_a_provider_on_writes_no_traceparent() -> None:
     # tracing="on" before any provider is configured: OpenTelemetry's no-op spans.
     with tracing.producing("enqueue", "q", task="t") as span:
         assert tracing.traceparent(span) == ""
+
+
+def test_on_without_opentelemetry_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)
+    with pytest.raises(ConfigError, match=r"rsched\[otel\]"):
+        tracing.decide("on")
+    assert not tracing.decide("off")
