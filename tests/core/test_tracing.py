@@ -10,7 +10,7 @@ import pytest
 
 from rsched._core import tracing
 from rsched._core.errors import ConfigError, Retry
-from rsched._core.fire_plan import FireItem
+from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.job import Job
 
 pytest.importorskip("opentelemetry.sdk.trace")
@@ -157,7 +157,7 @@ def test_a_job_without_a_traceparent_starts_a_trace(exporter: InMemorySpanExport
 
 def test_a_fire_call_has_a_span_per_job_it_writes(exporter: InMemorySpanExporter) -> None:
     items = [
-        FireItem("a", "1:1", 5_000, 5_000, 6_000, "fire"),
+        FireItem("a", "1:1", 5_000, 5_000, 6_000, "fire", spec=FireSpec(queue="q#high")),
         FireItem("b", "1:1", 5_000, 5_000, 6_000, "skip", 2),
         FireItem("c", "1:1", 5_000, 4_000, 6_000, "misfire", 1),
     ]
@@ -168,6 +168,8 @@ def test_a_fire_call_has_a_span_per_job_it_writes(exporter: InMemorySpanExporter
     fired, skipped = exporter.get_finished_spans()
     assert (fired.attributes or {})["rsched.outcome"] == "fired"
     assert (fired.attributes or {})["messaging.message.id"] == "a@5000"
+    assert fired.name == "fire q"  # the queue, whatever the level's stream
+    assert (fired.attributes or {})["messaging.destination.name"] == "q"
     assert (skipped.attributes or {})["rsched.outcome"] == "skipped"
     assert (skipped.attributes or {})["rsched.origin"] == "misfire"
 

@@ -185,7 +185,7 @@ class FireSpans:
         for item in items:
             if item.action in _RUNS:
                 span = start(
-                    f"fire {item.spec.queue}",
+                    f"fire {_queue(item)}",
                     context=root,
                     kind=SpanKind.PRODUCER,
                     start_time=now,
@@ -206,7 +206,7 @@ class FireSpans:
             if span is None:
                 continue
             exec_id = f"{item.schedule_id}@{item.sched}"
-            attrs = _messaging("create", "fire", item.spec.queue)
+            attrs = _messaging("create", "fire", _queue(item))
             attrs["messaging.message.id"] = exec_id
             attrs["rsched.execution_id"] = exec_id
             attrs["rsched.schedule_id"] = item.schedule_id
@@ -222,6 +222,11 @@ class FireSpans:
                 if code < 0:
                     span.set_status(StatusCode.ERROR, outcome)
             span.end()
+
+
+def _queue(item: FireItem) -> str:
+    """The queue of a fire item (its spec names the stream of its level: ``default#high``)."""
+    return item.spec.queue.partition("#")[0]
 
 
 # --- consumers ------------------------------------------------------------------------------
