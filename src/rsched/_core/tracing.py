@@ -12,8 +12,9 @@ job's stream entry (field :data:`PARENT`); a worker runs each attempt in a CONSU
 parent that is, current while the handler runs. A retry's entry carries the failed attempt's
 span context in :data:`LINK`, and the retry's span links to it.
 
-OpenTelemetry is imported inside the functions (never at import time): rsched does not depend
-on it, and a process that does not trace never loads it.
+OpenTelemetry is imported on first use, never at import time (a worker's per-job names are bound
+once, in :class:`_OpenTelemetry`): rsched does not depend on it, and a process that does not
+trace never loads it.
 """
 
 from __future__ import annotations
