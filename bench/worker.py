@@ -19,9 +19,13 @@ one at a time) and measures how soon after the first start every small key's fir
 each of 1,000 keys, the jobs' keys in turn, and one rate over all), in turns, ``--repeat`` times.
 ``--start-deadline`` runs them without and then with a start deadline they never reach (its
 check by ``lua/expire.lua`` is what is measured), in turns, ``--repeat`` times.
+``--tracing`` runs them without and then with OpenTelemetry tracing (docs/tracing.md), in
+turns, ``--repeat`` times: the worker then configures the SDK's TracerProvider with a
+BatchSpanProcessor and an exporter that drops the spans, and every job carries a traceparent
+(as one enqueued by a client that traces): what is measured is the consumer span of each job.
 
 ``python -m bench.worker [--quick] [--jobs N] [--concurrency N] [--seconds S] [--kind K]
-[--priorities] [--scheduled] [--limits] [--start-deadline] [--repeat N]``
+[--priorities] [--scheduled] [--limits] [--start-deadline] [--tracing] [--repeat N]``
 Every run uses a private server (bench._servers); port 6379 is never touched. With
 ``PYTHONPATH=<another tree>/src`` the benchmark and its worker run that tree's rsched (a
 comparison with another commit).
@@ -63,6 +67,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 worker = rsched.Worker(queues=["bench"])
 _client: Redis | None = None
+# A traceparent as a client that traces writes it (--tracing).
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _trace_to_nowhere() -> None:
+    """The SDK's provider with a BatchSpanProcessor whose exporter drops every span: the cost
+    of making the spans, as with a real exporter short of sending them."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class Nowhere(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+    trace.set_tracer_provider(provider)
+
+
+if os.environ.get("RSCHED_BENCH_TRACING") == "1":  # the worker process of a --tracing run
+    _trace_to_nowhere()
 # The same no-op under limits (``--limits``): one key of 1,000 per job, one at a time each, and
 # one rate over every job, high enough never to hold a job back (its bookkeeping is measured).
 limited = rsched.Worker(queues=["bench"])
@@ -129,6 +159,7 @@ def _spawn_worker(
     metrics: bool = False,
     cluster: bool = False,
     app: str = "bench.worker:worker",
+    tracing: bool = False,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -141,6 +172,8 @@ def _spawn_worker(
         env["RSCHED_CLUSTER"] = "true"
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
+    if tracing:
+        env["RSCHED_BENCH_TRACING"] = "1"
     return subprocess.Popen(
         [sys.executable, "-m", "rsched._cli.worker_process", app,
          "--queues", "bench", "--concurrency", str(concurrency), "--log-level", log_level],
@@ -159,10 +192,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def _fill(
-    redis: Redis, stream: str, n: int, *, keyed: bool = False, opts: str = "{}"
+    redis: Redis,
+    stream: str,
+    n: int,
+    *,
+    keyed: bool = False,
+    opts: str = "{}",
+    traced: bool = False,
 ) -> None:
-    """``n`` no-op jobs; ``keyed``: each with a payload ``k`` of LIMIT_KEYS keys in turn."""
+    """``n`` no-op jobs; ``keyed``: each with a payload ``k`` of LIMIT_KEYS keys in turn;
+    ``traced``: each with a traceparent."""
     now = str(int(time.time() * 1000))
+    extra: dict[Any, Any] = {"traceparent": TRACEPARENT} if traced else {}
     for start in range(0, n, 5000):
         async with redis.pipeline(transaction=False) as pipe:
             for i in range(start, min(n, start + 5000)):
@@ -177,6 +218,7 @@ async def _fill(
                         "opts": opts,
                         "scheduled_at": now,
                         "fired_at": now,
+                        **extra,
                     },
                 )
             await pipe.execute()
@@ -228,6 +270,7 @@ async def throughput(
     scheduled: bool = False,
     limits: bool = False,
     timed: bool = False,
+    tracing: bool = False,
 ) -> dict[str, Any]:
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
@@ -242,9 +285,11 @@ async def throughput(
                 n = jobs // len(streams) + (i < jobs % len(streams))
                 # A start deadline never reached: what its check costs is measured.
                 opts = '{"start_deadline":3600}' if timed else "{}"
-                await _fill(redis, stream, n, keyed=limits, opts=opts)
+                await _fill(redis, stream, n, keyed=limits, opts=opts, traced=tracing)
         app = "bench.worker:limited" if limits else "bench.worker:worker"
-        proc = _spawn_worker(server.url, prefix, concurrency, log_level, metrics=metrics, app=app)
+        proc = _spawn_worker(
+            server.url, prefix, concurrency, log_level, metrics=metrics, app=app, tracing=tracing
+        )
         try:
             first: float | None = None
             cpu0 = 0.0
@@ -274,6 +319,7 @@ async def throughput(
                 "origin": "schedules" if scheduled else "enqueued",
                 "limits": "1,000 keys x concurrency 1 + a rate" if limits else "none",
                 "start_deadline": "1h" if timed else "none",
+                "tracing": "on" if tracing else "off",
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
                 "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
@@ -437,6 +483,14 @@ async def _main(args: argparse.Namespace) -> None:
                     )
                     print(_table([row], list(row)), flush=True)
             return
+        if args.tracing:
+            for _ in range(args.repeat):  # in turns: without, then with tracing
+                for traced in (False, True):
+                    row = await throughput(
+                        server, args.jobs, args.concurrency, "warning", tracing=traced
+                    )
+                    print(_table([row], list(row)), flush=True)
+            return
         if args.scheduled:
             for _ in range(args.repeat):
                 row = await throughput(
@@ -493,7 +547,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only throughput, without and with a start deadline (never reached), in turns",
     )
     parser.add_argument(
-        "--repeat", type=int, default=1, help="--scheduled, --limits, --fairness: runs"
+        "--tracing",
+        action="store_true",
+        help="only throughput, without and with OpenTelemetry tracing (SDK, no export), in turns",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="--scheduled, --limits, --fairness, --start-deadline, --tracing: runs",
     )
     args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
     if args.quick:

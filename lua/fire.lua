@@ -42,7 +42,8 @@ ARGV[4..7]          key prefixes of a schedule's hash, history, pending set, and
                     script still touches a single slot (and declares them all on a cluster).
 ARGV[8]             key prefix of a queue's delayed set ("{p}:delayed:"), where a plan with a
                     debounce puts its jobs (includes/debounce_fire.lua)
-ARGV[9]             P, the number of plans that follow
+ARGV[9]             P, the number of plans that follow; "<P> traced" when the scheduler traces
+                    (docs/tracing.md): each item then has a third arg, below
 ARGV[10..9+P]       the plans of the batch's items, one string each (FireSpec.arg):
                     "<overlap> <queue> <max_runs> <buffer_limit> <debounce> <opts>" (max_runs
                     '' = none, buffer_limit '' = 100, debounce '' = none, else ms, opts '' =
@@ -51,7 +52,8 @@ ARGV[10..9+P]       the plans of the batch's items, one string each (FireSpec.ar
                     version, so they are the hash's whenever the item's version check passes;
                     sending them spares every fire reading six more fields.
 then the items, in order, in groups of items that share a header: a header arg, then two args
-  per item of the group, its id and its version. A herd's items share their times and plan:
+  per item of the group, its id and its version (three in a traced call: then the W3C
+  traceparent its job carries, '' for none). A herd's items share their times and plan:
   the header is sent and parsed once for all of them, and an item costs two plain args
   (parsing strings is a large part of what an item costs in Lua).
   header "<count> <expect> <next> <plan>" for occurrences on time,
@@ -73,6 +75,7 @@ then the items, in order, in groups of items that share a header: a header arg, 
   id       a schedule id rsched accepts (letters, digits, '. _ - :')
   version  the hash's "version" field ("<generation>:<created_at>") the plan was computed
            from ('' = none)
+  traceparent  (a traced call only) "00-<trace id>-<span id>-<flags>" in lowercase hex, or ''
 
 Returns one string: comma-separated codes, one per item, then ';' and the microseconds the
 script took by the server's clock (TIME at its start and end; 0 where the server gives a script
@@ -114,7 +117,10 @@ local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local hash_prefix, history_prefix, pending_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
   ARGV[7]
 local delayed_prefix = ARGV[8]
-local nplans = tonumber(ARGV[9])
+local nplans, traced = string.match(ARGV[9] or '', '^([0-9]+)( ?[a-z]*)$')
+nplans = tonumber(nplans)
+-- The args per item: id, version (and traceparent in a traced call).
+local stride = (traced == '' and 2) or (traced == ' traced' and 3) or nil
 
 local ACTIONS = {fire = true, misfire = true, catch_up = true, skip = true, limit = true,
                  exclude = true}
@@ -123,6 +129,7 @@ local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = tru
 -- Character sets rather than %S/%d classes, and the long form only when needed.
 local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([^ ]+)$'
+local TRACEPARENT = '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16) .. '%-%x%x$'
 local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) (.*)$'
 
 -- The batch's plans (ARGV[10..9+P]), keyed by their position as text (how items name them:
@@ -160,8 +167,8 @@ local function read_groups(plans, first_declared)
     local count, expect, nxt, pos, tail = string.match(ARGV[j], GROUP)
     count = tonumber(count)
     local p = plans[pos]
-    if not count or count < 1 or not p or j + 2 * count > last then return nil end
-    local g = {first = j + 1, last = j + 2 * count, expect = expect, nxt = nxt, p = p}
+    if not count or count < 1 or not p or j + stride * count > last then return nil end
+    local g = {first = j + 1, last = j + stride * count, expect = expect, nxt = nxt, p = p}
     if tail ~= '' then
       g.sched, g.action, g.missed = string.match(tail, TAIL)
       if not g.sched or not ACTIONS[g.action] then return nil end
@@ -172,9 +179,12 @@ local function read_groups(plans, first_declared)
       end
     end
     groups[#groups + 1] = g
-    for k = g.first, g.last, 2 do
+    for k = g.first, g.last, stride do
       local sid = ARGV[k]
       if sid == '' then return nil end
+      if stride == 3 and ARGV[k + 2] ~= '' and not string.match(ARGV[k + 2], TRACEPARENT) then
+        return nil
+      end
       if first_declared then
         local d = first_declared + 3 * n
         if KEYS[d] ~= hash_prefix .. sid or KEYS[d + 1] ~= history_prefix .. sid
@@ -272,7 +282,7 @@ end
 local function fire_groups(groups, index, shared)
   local results, streams = {}, {}
   local scores, zadd = index.score, index.zadd
-  local now, rpcall, unpack = shared.now, redis.pcall, unpack
+  local now, rpcall, unpack, step = shared.now, redis.pcall, unpack, stride
   local i = 0
   for _, g in ipairs(groups) do
     local expect, nxt, p, action, missed = g.expect, g.nxt, g.p, g.action, g.missed
@@ -288,7 +298,7 @@ local function fire_groups(groups, index, shared)
     elseif action and action ~= 'fire' then -- misfire, catch_up
       origin, late_ones = 'misfire', missed
     end
-    for k = g.first, g.last, 2 do
+    for k = g.first, g.last, step do
       i = i + 1
       local sid = ARGV[k]
       local code, score
@@ -323,10 +333,11 @@ local function fire_groups(groups, index, shared)
             -- never looks at them.
             local pending = nil
             if f[F_RUN] and p.overlap ~= 'allow' then pending = pending_prefix .. sid end
-            local exec, run_until
+            local exec, run_until, tp
+            if step == 3 and ARGV[k + 2] ~= '' then tp = ARGV[k + 2] end
             code, exec, run_until = fire_job(shared, hash, history_prefix .. sid, pending, stream,
                                              sid, sched, origin, late_ones, f, gen, p, keep,
-                                             jitter)
+                                             jitter, tp)
             if code > 0 then
               -- A pending occurrence counts as a run: it is queued as soon as the run ends (one
               -- merged into a debounce window does not: the window's job is the run).
@@ -366,7 +377,7 @@ local function took_us(started_at)
                        tonumber(ended[2]) - tonumber(started_at[2]))
 end
 
-if #KEYS < 4 or not cap or cap < 1 or not nplans or #ARGV < 9 + nplans then
+if #KEYS < 4 or not cap or cap < 1 or not nplans or not stride or #ARGV < 9 + nplans then
   return tostring(BAD_ARGS)
 end
 -- On a cluster every key is declared: the plans' streams, their delayed sets (debounce), then

@@ -7,12 +7,15 @@ KEYS[9] parked ({p}:parked)  KEYS[10] runs (the runs log, where a trigger the ov
 skips is recorded)  KEYS[11] delayed ({p}:delayed:<queue of the schedule>, where the job of a
 schedule with a debounce waits)
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
+ARGV[5] optional: the W3C traceparent the job carries ("00-<trace id>-<span id>-<flags>",
+        lowercase hex; absent or '': none), sent only by a client that traces
 
 Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUFFERED=3
 (buffer_one, buffer_all: pending behind the unfinished run), DEBOUNCED=9 merged into the
 schedule's open debounce window (the execution id is the window's);
 {NOT_FOUND=-2} | {COMPLETED=-4} | {WRONG_TYPE=-6} a key has the wrong type, or the hash holds
-fields rsched did not write (no task, a number field that is not a number). A re-sent call
+fields rsched did not write (no task, a number field that is not a number) |
+{BAD_ARGS=-7} the traceparent is malformed (nothing written). A re-sent call
 returns the first result (the execution id is derived from the Redis time of the first call,
 or the millisecond after the schedule's last run when that is later: each trigger's execution
 id is its own).
@@ -36,6 +39,12 @@ local op_key, backlogs_key, bucket_key, parked_key, runs_key = KEYS[6], KEYS[7],
   KEYS[10]
 local delayed = KEYS[11]
 local sid, cap, cancel_channel, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local tp = ARGV[5]
+if tp == '' then tp = nil end
+if tp and not string.match(tp, '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16)
+                           .. '%-%x%x$') then
+  return {BAD_ARGS}
+end
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
@@ -60,7 +69,7 @@ local shared = {now = now, cap = cap, cancel = cancel_channel, backlogs = backlo
 local last = tonumber(rcall('HGET', hash, 'last_run'))
 local sched = int_text((last and last >= now) and last + 1 or now)
 local code, exec, run_until = fire_job(shared, hash, history, pending, stream, sid, sched,
-                                       'manual', nil, f, gen, p, false)
+                                       'manual', nil, f, gen, p, false, nil, tp)
 if code > 0 and advance(hash, sched, '', code == FIRED or code == BUFFERED, false, p, runs,
                         run_until and exec, run_until) then
   rcall('ZADD', schedules_key, 'inf', sid)  -- completed (max_runs reached)

@@ -1,8 +1,8 @@
 -- Include: debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f, gen,
--- p, prev) — what fire_job does with an occurrence of a schedule with a debounce (p.debounce ms,
--- p.delayed its queue's delayed set, false when that key holds another type) once the overlap
--- policy let it run: merge it into the open window (debounce_merge), or open a window with its
--- job.
+-- p, prev, tp) — what fire_job does with an occurrence of a schedule with a debounce
+-- (p.debounce ms, p.delayed its queue's delayed set, false when that key holds another type)
+-- once the overlap policy let it run: merge it into the open window (debounce_merge), or open a
+-- window with its job.
 --
 -- A new window's job goes to the delayed set, due p.debounce after now, with the priority level
 -- of `stream` (the stream it would have gone to) as its 'priority' field: promote.lua moves it
@@ -10,7 +10,8 @@
 -- (debounce_window); the history records it fired (under cancel_previous, cancel_requested
 -- first, and the previous run `prev` is told to stop). Its run marker lives p.debounce longer
 -- than an undebounced one's. Returns as fire_job: FIRED (or DEBOUNCED), the execution id and
--- the marker's expiry; WRONG_TYPE (nothing written) for a key of another type.
+-- the marker's expiry; WRONG_TYPE (nothing written) for a key of another type. `tp`: the
+-- traceparent a new window's job carries (job_pairs; nil: none).
 -- @include codes
 -- @include rcall
 -- @include int_text
@@ -27,7 +28,7 @@
 -- @include debounce_merge
 
 local function debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f,
-                             gen, p, prev)
+                             gen, p, prev, tp)
   local member, wexec = debounce_window(hash, p.delayed)
   if member == false then return WRONG_TYPE, exec end
   if member then
@@ -50,7 +51,7 @@ local function debounce_fire(shared, hash, history, stream, sid, exec, sched, or
   end
   if not hist_first(history, shared.cap, record) then return WRONG_TYPE, exec end
   local due = now + p.debounce
-  local fields = {job_pairs(exec, sid, sched, int_text(now), origin, f, gen, p.opts)}
+  local fields = {job_pairs(exec, sid, sched, int_text(now), origin, f, gen, p.opts, tp)}
   local level = level_of(stream)
   if level then
     fields[#fields + 1] = 'priority'

@@ -1,6 +1,6 @@
 -- Include: fire_job(shared, hash, history, pending, stream, sid, sched, origin, missed, f, gen,
--- p, keep, jitter) — the one place an occurrence becomes a job. Shared by fire, trigger and backfill so
--- that every path applies the same overlap policy and writes the same job entry.
+-- p, keep, jitter, tp) — the one place an occurrence becomes a job. Shared by fire, trigger and
+-- backfill so that every path applies the same overlap policy and writes the same job entry.
 --
 -- shared: what every occurrence of the calling script shares: {now (ms), cap (history length
 --   cap), cancel (pub/sub channel for cancel_previous), backlogs ({p}:backlogs), runs (the runs
@@ -17,6 +17,7 @@
 -- keep: true for an occurrence that must run whatever the overlap policy (catch_up, backfill):
 --   with a run unfinished it waits in the pending set instead of being skipped, and the
 --   policy's limit does not apply to it.
+-- tp: the W3C traceparent its job carries (job_pairs; nil: none, the caller does not trace).
 --
 -- With a run unfinished (live marker): keep, or buffer_one / buffer_all under their limit (1,
 -- buffer_limit) -> pending, "buffered"; buffer_one / buffer_all at the limit -> skipped
@@ -65,7 +66,7 @@
 -- @include debounce_fire
 
 local function fire_job(shared, hash, history, pending, stream, sid, sched, origin, missed, f, gen,
-                        p, keep, jitter)
+                        p, keep, jitter, tp)
   local now, cap = shared.now, shared.cap
   local exec = sid .. '@' .. sched
   local overlap = p.overlap
@@ -125,7 +126,7 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
         if not hist_first(history, cap, key .. head .. tail) then return WRONG_TYPE, exec end
         if keep or held < limit then
           pending_push(pending, shared.backlogs, sid, sched,
-                       {job_pairs(exec, sid, sched, at, origin, f, gen, p.opts)}, run_until)
+                       {job_pairs(exec, sid, sched, at, origin, f, gen, p.opts, tp)}, run_until)
           return BUFFERED, exec
         end
         if shared.runs then
@@ -139,7 +140,7 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
 
   if p.debounce then
     return debounce_fire(shared, hash, history, stream, sid, exec, sched, origin, missed, f, gen, p,
-                         prev)
+                         prev, tp)
   end
   local ftail = tail -- the fired record's fields: origin, missed, jitter
   if jitter then
@@ -160,7 +161,7 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
     if type(len) == 'table' and wrong_type(len) then return WRONG_TYPE, exec end
     if len > cap then rcall('LTRIM', history, 0, cap - 1) end
   end
-  rcall('XADD', stream, '*', job_pairs(exec, sid, sched, at, origin, f, gen, p.opts))
+  rcall('XADD', stream, '*', job_pairs(exec, sid, sched, at, origin, f, gen, p.opts, tp))
   local run_until = nil
   if overlap ~= 'allow' then
     -- The state and worker of an earlier (expired or cancelled) run must not survive into

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from rsched._client import job_lookup
 from rsched._client.stats import Stats, read_stats
+from rsched._core import tracing
 from rsched._core.bulk import BulkResult, Validator, hash_fields
 from rsched._core.calendars import Calendar
 from rsched._core.codes import Code
@@ -217,6 +218,8 @@ class Client:
         )
         self._parts: Partitions | None = None
         self._owns_redis = False
+        # Decided once (docs/tracing.md): enqueue and trigger then make PRODUCER spans.
+        self._traced = tracing.decide(self.settings.tracing)
 
     @classmethod
     def from_url(cls, url: str | None = None, prefix: str | None = None, **settings: Any) -> Client:
@@ -451,8 +454,17 @@ class Client:
 
         Raises ScheduleNotFound, or ScheduleCompleted when the schedule has completed.
         """
+        store = await self._store(schedule_id)
         try:
-            code, execution_id = await (await self._store(schedule_id)).trigger(schedule_id)
+            if self._traced:
+                with tracing.producing("trigger", None, schedule_id=schedule_id) as span:
+                    code, execution_id = await store.trigger(
+                        schedule_id,
+                        traced=functools.partial(tracing.destination, span, "trigger"),
+                    )
+                    tracing.produced(span, execution_id, outcome=_OUTCOMES[code])
+            else:
+                code, execution_id = await store.trigger(schedule_id)
         except ScheduleCompleted as exc:
             raise await self._why_completed(exc) from None
         return Fired(execution_id, _OUTCOMES[code])
@@ -784,7 +796,8 @@ class Client:
             # Every limit lives in partition 0, where a job holding one runs: placed there at
             # once (a debounced one is forwarded there when a worker reads it).
             store = (await self._partitions()).queues[0] if limits else await self._queues(job_id)
-        return await store.enqueue(
+        enqueue = functools.partial(
+            store.enqueue,
             task,
             payload,
             job_id=job_id,
@@ -800,6 +813,14 @@ class Client:
             debounce=debounce,
             start_deadline=start_deadline,
         )
+        if not self._traced:
+            return await enqueue()
+        with tracing.producing(
+            "enqueue", queue, task=task, priority=priority, debounce_key=debounce_key
+        ) as span:
+            done = await enqueue(traceparent=tracing.traceparent(span))
+            tracing.produced(span, done.execution_id, created=done.created)
+        return done
 
     # --- limits ------------------------------------------------------------------------------
 

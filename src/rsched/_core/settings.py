@@ -286,6 +286,10 @@ class Settings(BaseSettings):
     durability: DurabilityLevel = "async"
     durability_replicas: int = Field(default=1, ge=1, le=100)
     durability_timeout_ms: int = Field(default=DEFAULT_DURABILITY_TIMEOUT_MS, ge=1, le=60_000)
+    # OpenTelemetry tracing (docs/tracing.md): auto traces when opentelemetry is loaded and a
+    # tracer provider is configured when the Client, Worker or Scheduler is created or starts;
+    # on always (the global provider, even one set later), off never.
+    tracing: Literal["auto", "on", "off"] = "auto"
 
     @model_validator(mode="after")
     def _block_inside_socket_timeout(self) -> Settings:

@@ -13,6 +13,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 from redis.exceptions import RedisError, ResponseError
 
+from rsched._core import tracing
 from rsched._core.codes import Code
 from rsched._core.errors import LostLease, RschedError
 from rsched._core.fire_plan import FireItem
@@ -120,7 +121,10 @@ class FireRound:
         try:
             async with self._limiter:
                 sent = time.perf_counter()
-                codes = await store.fire(self.lease, flat)
+                if store.traced:
+                    codes = await self._fire_traced(flat)
+                else:
+                    codes = await store.fire(self.lease, flat)
                 self.sizing.measured(
                     len(flat),
                     sent,
@@ -145,6 +149,16 @@ class FireRound:
             self.after_fire(item, code)
         if METRICS.on:
             METRICS.fired(flat, codes)
+
+    async def _fire_traced(self, flat: list[FireItem]) -> list[int] | None:
+        """The fire call with a PRODUCER span per job it writes (docs/tracing.md)."""
+        spans = tracing.FireSpans(flat)
+        codes = None
+        try:
+            codes = await self.store.fire(self.lease, flat, spans.parents)
+        finally:
+            spans.end(codes)
+        return codes
 
     async def _refused(self, batch: list[list[FireItem]], exc: ResponseError) -> None:
         """A fire call answered with an error."""

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
+from rsched._core import tracing
 from rsched._core.codes import Code, check
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
@@ -41,6 +42,8 @@ class FiringStore(scripts.ScriptCaller):
         # batches by it.
         self.fire_server_us = 0
         self.fire_timed_items = 0
+        # Whether the scheduler traces its fires (rsched._core.tracing.decide, at its start).
+        self.traced = False
 
     @classmethod
     def from_settings(
@@ -50,6 +53,7 @@ class FiringStore(scripts.ScriptCaller):
         when ``keys`` is not given)."""
         store = cls(redis, keys or Keys(settings.prefix), history_limit=settings.history_limit)
         store.durability = Durability.from_settings(settings)
+        store.traced = tracing.decide(settings.tracing)
         return store
 
     async def due(self, limit: int) -> tuple[int, list[tuple[str, int]], int | None]:
@@ -98,8 +102,11 @@ class FiringStore(scripts.ScriptCaller):
         )
         return [f if f is None else state_fields(f) for f in unpack_fields(raw, names)]
 
-    async def fire(self, lease: str, items: Sequence[FireItem]) -> list[int] | None:
-        """Fire a batch of items; returns a code per item, None when not leader.
+    async def fire(
+        self, lease: str, items: Sequence[FireItem], parents: Sequence[str] | None = None
+    ) -> list[int] | None:
+        """Fire a batch of items; returns a code per item, None when not leader. ``parents``
+        (a traced fire): the W3C traceparent each item's job carries ('' for none).
 
         Adds the µs each call took inside the server (by its clock) and its items to
         ``fire_server_us`` and ``fire_timed_items``; a server whose TIME stands still inside a
@@ -125,10 +132,17 @@ class FiringStore(scripts.ScriptCaller):
                 header, group = item_header, []
                 groups.append((header, group))
             group += (item.schedule_id, item.version)
-        args.append(str(len(positions)))
+        if parents is not None:  # a third arg per item: regroup (traced fires only)
+            flat = iter(parents)
+            groups = [
+                (h, [a for pair in zip(g[::2], g[1::2], flat, strict=False) for a in pair])
+                for h, g in groups
+            ]
+        args.append(str(len(positions)) if parents is None else f"{len(positions)} traced")
         args.extend(spec.arg() for spec in positions)
+        per_item = 2 if parents is None else 3
         for header, group in groups:
-            args.append(f"{len(group) // 2} {header}")
+            args.append(f"{len(group) // per_item} {header}")
             args.extend(group)
         if self.declare_keys:
             # Every key declared, so that a migration of the slot holds the call back whole.

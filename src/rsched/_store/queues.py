@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from rsched._core import tracing
 from rsched._core.codes import Code, check
 from rsched._core.errors import InvalidArgument, InvalidJob
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, Enqueued, JobOptions
@@ -115,8 +116,11 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
+        traceparent: str = "",
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
+
+        ``traceparent`` (a client that traces): the W3C traceparent the job carries.
 
         ``delay_s`` is a duration (seconds, "90s", "5m", a timedelta): the job waits in the
         queue's delayed set until then (Redis time).
@@ -169,6 +173,8 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
         ]  # fmt: skip
         if level != "normal":
             fields += ["priority", level]  # a retry or a requeue keeps it (lua/promote.lua)
+        if traceparent:
+            fields += [tracing.PARENT, traceparent]
         if debounce_ms is not None:
             assert debounce_key is not None  # checked with debounce_ms
             return await self._debounced(queue, debounce_key, debounce_ms, fields)

@@ -10,7 +10,7 @@ fires) and rsched._store.leases; a schedules file's bookkeeping in rsched._store
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -421,11 +421,19 @@ class ScheduleStore(scripts.ScriptCaller):
         )
         check(res, script="resume", schedule_id=schedule_id)
 
-    async def trigger(self, schedule_id: str, queue: str | None = None) -> tuple[Code, str]:
+    async def trigger(
+        self,
+        schedule_id: str,
+        queue: str | None = None,
+        *,
+        traced: Callable[[str], str] | None = None,
+    ) -> tuple[Code, str]:
         """Run one extra occurrence now; returns (code, execution id): FIRED, SKIPPED, BUFFERED or
         DEBOUNCED (merged into the open debounce window, whose execution id it returns).
         ``queue`` is the schedule's (read from its hash when not given); the job goes to the
-        stream of the schedule's priority (to the queue's delayed set first with a debounce)."""
+        stream of the schedule's priority (to the queue's delayed set first with a debounce).
+        ``traced`` (a client that traces) is told the queue and returns the W3C traceparent the
+        job carries."""
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
@@ -451,7 +459,8 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.runs,
                 k.delayed_queue(queue),
             ],
-            [schedule_id, self.history_limit, k.cancel, op_id],
+            [schedule_id, self.history_limit, k.cancel, op_id]
+            + ([traced(queue)] if traced is not None else []),
         )
         code = check(res, script="trigger", schedule_id=schedule_id)
         return code, str(res[1])

@@ -47,6 +47,7 @@ from anyio.abc import TaskStatus
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
+from rsched._core import tracing
 from rsched._core.backoff import Backoff
 from rsched._core.errors import ConfigError, InvalidArgument
 from rsched._core.job import Job
@@ -65,6 +66,7 @@ from rsched._worker.journal import Journal, capture
 from rsched._worker.reader import Reader
 from rsched._worker.runner import Runner
 from rsched._worker.state import Stream, WorkerState
+from rsched._worker.traced import TracedRunner
 from rsched._worker.upkeep import Upkeep, hand_back
 
 log = get_logger("rsched.worker")
@@ -287,6 +289,9 @@ class Worker:
                 "no tasks registered: register a handler with @worker.task(name) before "
                 "running the worker (a worker without tasks would only turn jobs away)"
             )
+        # Decided once, at start (docs/tracing.md): a worker that does not trace runs the plain
+        # Runner, with nothing added per job.
+        runner_class = TracedRunner if tracing.decide(settings.tracing) else Runner
         own = redis is None
         # Entries written by others may hold bytes that are not UTF-8: read them (as U+FFFD)
         # and dead-letter them rather than fail on every read.
@@ -309,7 +314,7 @@ class Worker:
                 task_status.started()
                 return
             with capture(logging.getLevelName(cfg.job_log_level.upper())):
-                await self._serve(stores, settings, task_status)
+                await self._serve(stores, settings, runner_class, task_status)
         finally:
             self._stopping, self._hard = anyio.Event(), False  # ready for another run()
             with anyio.CancelScope(shield=True):
@@ -365,7 +370,11 @@ class Worker:
         return []
 
     async def _serve(
-        self, stores: list[QueueStore], settings: Settings, task_status: TaskStatus[None]
+        self,
+        stores: list[QueueStore],
+        settings: Settings,
+        runner_class: type[Runner],
+        task_status: TaskStatus[None],
     ) -> None:
         cfg = settings.worker
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
@@ -376,7 +385,7 @@ class Worker:
         )
         reader = Reader(state, jobs)
         journal = Journal(state)
-        runner = Runner(state, send, journal)
+        runner = runner_class(state, send, journal)
         upkeep = Upkeep(state, reader)
         acker_done = anyio.Event()
         async with anyio.create_task_group() as services:

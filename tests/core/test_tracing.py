@@ -1,0 +1,187 @@
+"""Tracing's pure parts: deciding whether a process traces, traceparents read and written, the
+spans of a job's attempt and of a fire call (docs/tracing.md)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from rsched._core import tracing
+from rsched._core.errors import ConfigError, Retry
+from rsched._core.fire_plan import FireItem, FireSpec
+from rsched._core.job import Job
+
+pytest.importorskip("opentelemetry.sdk.trace")
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    found = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(found))
+    tracing.set_provider(provider)
+    try:
+        yield found
+    finally:
+        tracing.set_provider(None)
+
+
+def test_off_never_traces_and_auto_needs_a_provider() -> None:
+    assert not tracing.decide("off")
+    assert not tracing.decide("auto")  # the global provider is OpenTelemetry's no-op default
+    assert tracing.decide("on")
+
+
+def test_a_provider_of_its_own_makes_auto_trace(exporter: InMemorySpanExporter) -> None:
+    assert tracing.decide("auto")
+    assert not tracing.decide("off")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        None,
+        "garbage",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",  # no flags
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  # forbidden version
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",  # zero trace id
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",  # zero span id
+        "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",  # upper case
+        PARENT + "-extra",
+    ],
+)
+def test_a_malformed_traceparent_is_no_parent(text: str | None) -> None:
+    assert tracing.span_context(text) is None
+
+
+def test_a_traceparent_reads_back() -> None:
+    ctx = tracing.span_context(PARENT)
+    assert ctx is not None
+    assert ctx.is_remote
+    assert f"{ctx.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+    assert f"{ctx.span_id:016x}" == "b7ad6b7169203331"
+    assert ctx.trace_flags.sampled
+
+
+def _job(**fields: str) -> Job:
+    base = {"execution_id": "e1", "task": "t", "attempt": "1"}
+    return Job(
+        execution_id="e1",
+        task="t",
+        queue="q",
+        attempt=int(fields.get("attempt", "1")),
+        scheduled_ms=1_000,
+        schedule_id="s1",
+        fields={**base, **fields},
+    )
+
+
+def test_an_attempt_continues_its_producer_and_links_the_attempt_before(
+    exporter: InMemorySpanExporter,
+) -> None:
+    first = tracing.consuming(_job(traceparent=PARENT))
+    token = tracing.enter(first)
+    outcome = tracing.failed(first, _job(traceparent=PARENT), ValueError("boom"), False)
+    retry = tracing.linked(_job(traceparent=PARENT), first)
+    tracing.leave(token, first)
+    assert outcome == "failed"
+    assert retry.fields[tracing.PARENT] == PARENT
+    assert retry.fields[tracing.LINK] == tracing.traceparent(first)
+    again = _job(**{**retry.fields, "attempt": "2"})
+    second = tracing.consuming(again)
+    tracing.finished(second, "completed")
+    second.end()
+    one, two = exporter.get_finished_spans()
+    assert one.parent is not None
+    assert two.parent is not None
+    assert f"{one.parent.span_id:016x}" == "b7ad6b7169203331"
+    assert one.context is not None
+    assert two.context is not None
+    assert one.context.trace_id == two.context.trace_id == int(PARENT[3:35], 16)
+    assert one.status.status_code.name == "ERROR"
+    assert [e.name for e in one.events] == ["exception"]
+    assert [link.context.span_id for link in two.links] == [one.context.span_id]
+    attrs = two.attributes or {}
+    assert attrs["rsched.attempt"] == 2
+    assert attrs["rsched.outcome"] == "completed"
+    assert attrs["rsched.schedule_id"] == "s1"
+    assert isinstance(attrs["rsched.start_lag_ms"], int)
+    assert attrs["rsched.start_lag_ms"] > 0
+    assert attrs["messaging.consumer.group.name"] == "rsched"
+    assert (one.attributes or {})["rsched.outcome"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("attempt", "error", "timed_out", "outcome", "status"),
+    [
+        ("1", Retry(delay_s=1), False, "retry", "UNSET"),
+        ("1", None, True, "timed_out", "ERROR"),
+        ("4", RuntimeError("x"), False, "dead", "ERROR"),
+        ("4", Retry(), False, "dead", "ERROR"),
+    ],
+)
+def test_the_outcome_of_an_attempt_that_did_not_complete(
+    exporter: InMemorySpanExporter,
+    attempt: str,
+    error: BaseException | None,
+    timed_out: bool,
+    outcome: str,
+    status: str,
+) -> None:
+    job = _job(attempt=attempt)
+    span = tracing.consuming(job)
+    assert tracing.failed(span, job, error, timed_out) == outcome
+    span.end()
+    (done,) = exporter.get_finished_spans()
+    assert (done.attributes or {})["rsched.outcome"] == outcome
+    assert done.status.status_code.name == status
+
+
+def test_a_job_without_a_traceparent_starts_a_trace(exporter: InMemorySpanExporter) -> None:
+    span = tracing.consuming(_job(traceparent="nonsense", tracelink="nonsense"))
+    span.end()
+    (done,) = exporter.get_finished_spans()
+    assert done.parent is None
+    assert list(done.links) == []
+
+
+def test_a_fire_call_has_a_span_per_job_it_writes(exporter: InMemorySpanExporter) -> None:
+    items = [
+        FireItem("a", "1:1", 5_000, 5_000, 6_000, "fire", spec=FireSpec(queue="q#high")),
+        FireItem("b", "1:1", 5_000, 5_000, 6_000, "skip", 2),
+        FireItem("c", "1:1", 5_000, 4_000, 6_000, "misfire", 1),
+    ]
+    spans = tracing.FireSpans(items)
+    assert spans.parents[1] == ""
+    assert all(tracing.span_context(p) for p in (spans.parents[0], spans.parents[2]))
+    spans.end([1, 4, 2])
+    fired, skipped = exporter.get_finished_spans()
+    assert (fired.attributes or {})["rsched.outcome"] == "fired"
+    assert (fired.attributes or {})["messaging.message.id"] == "a@5000"
+    assert fired.name == "fire q"  # the queue, whatever the level's stream
+    assert (fired.attributes or {})["messaging.destination.name"] == "q"
+    assert (skipped.attributes or {})["rsched.outcome"] == "skipped"
+    assert (skipped.attributes or {})["rsched.origin"] == "misfire"
+
+
+def test_without_a_provider_on_writes_no_traceparent() -> None:
+    # tracing="on" before any provider is configured: OpenTelemetry's no-op spans.
+    with tracing.producing("enqueue", "q", task="t") as span:
+        assert tracing.traceparent(span) == ""
+
+
+def test_on_without_opentelemetry_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)
+    with pytest.raises(ConfigError, match=r"rsched\[otel\]"):
+        tracing.decide("on")
+    assert not tracing.decide("off")
