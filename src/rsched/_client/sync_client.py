@@ -25,6 +25,7 @@ from anyio.from_thread import BlockingPortal
 
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
+from rsched._core.audit import AuditRecord, SpecVersion
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
 from rsched._core.health import Health, ScheduleHealth
@@ -218,6 +219,41 @@ class SyncClient:
         return every_item_sync(
             lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
         )
+
+    def audit(
+        self,
+        id: str | None = None,
+        *,
+        since: float | str | timedelta | datetime | None = None,
+        actor: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[AuditRecord]:
+        """See :meth:`rsched.Client.audit`."""
+        return self._run(
+            self._client.audit, id, since=since, actor=actor, limit=limit, cursor=cursor
+        )
+
+    def iter_audit(
+        self,
+        id: str | None = None,
+        *,
+        since: float | str | timedelta | datetime | None = None,
+        actor: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[AuditRecord]:
+        """See :meth:`rsched.Client.iter_audit`."""
+        return every_item_sync(
+            lambda cursor: self.audit(id, since=since, actor=actor, limit=page_size, cursor=cursor)
+        )
+
+    def spec_history(self, schedule_id: str) -> list[SpecVersion]:
+        """See :meth:`rsched.Client.spec_history`."""
+        return self._run(self._client.spec_history, schedule_id)
+
+    def rollback(self, schedule_id: str, generation: int) -> Schedule:
+        """See :meth:`rsched.Client.rollback`."""
+        return self._run(self._client.rollback, schedule_id, generation)
 
     def runs(
         self,

@@ -1,0 +1,67 @@
+-- Include: spec_audit(s, old_gen, gen, fields, now) — the audit record of one upsert_one.lua
+-- write, and the schedule's spec history (docs/audit.md), before the hash is rewritten.
+--
+-- s is upsert_one's table (s.audit: the call's audit_ctx, nil for none; s.specs: the schedule's
+-- spec history key; s.id); old_gen nil for a new schedule, whose hash is not read; `fields` the
+-- new hash's field/value list (nil: the spec straight from s.args[s.from..s.to]). The record
+-- holds each field that differs between the stored hash and the new one (engine state left
+-- out: version, times, runs, the run marker, the failure count). The spec history is written
+-- from a schedule's first change on: that change pushes the spec it replaces (its actor
+-- unknown), then every change pushes its new spec; capped at s.audit.keep (0: none). A spec
+-- history key of another type is left alone (the change and its record are made).
+-- @include rcall
+-- @include key_is
+-- @include marker
+-- @include audit
+-- @include audit_value
+-- @include version_parts
+
+local SPEC_ENGINE = {version = true, created_at = true, updated_at = true, runs = true,
+                     last_run = true, consecutive_failures = true, failures_last = true}
+for _, name in ipairs(MARKER) do SPEC_ENGINE[name] = true end
+-- Not part of the spec a rollback writes back: the pause is the operator's, kept as it is.
+local SPEC_STATE = {status = true, pause_note = true}
+local SPEC_ACTIONS = {add = 'add', upsert = 'upsert', replace = 'update'}
+
+local function spec_audit(s, old_gen, gen, fields, now)
+  local ctx = s.audit
+  if not ctx then return end
+  local new = {}
+  if fields then
+    for i = 1, #fields, 2 do new[fields[i]] = fields[i + 1] end
+  else
+    for i = s.from, s.to, 2 do new[s.args[i]] = s.args[i + 1] end
+  end
+  local old = {}
+  if old_gen then
+    local flat = rcall('HGETALL', s.hash)
+    for i = 1, #flat, 2 do old[flat[i]] = flat[i + 1] end
+  end
+  local changes = {}
+  for name, value in pairs(new) do
+    if not SPEC_ENGINE[name] and old[name] ~= value then
+      changes[name] = {audit_value(old[name]), audit_value(value)}
+    end
+  end
+  for name, value in pairs(old) do
+    if not SPEC_ENGINE[name] and new[name] == nil then
+      changes[name] = {audit_value(value), cjson.null}
+    end
+  end
+  audit(ctx, SPEC_ACTIONS[s.mode], s.id, old_gen, gen, changes)
+  if not old_gen or ctx.keep < 1 or not key_is(s.specs, 'list') then return end
+  local function spec_of(hash)
+    local spec = {}
+    for name, value in pairs(hash) do
+      if not SPEC_ENGINE[name] and not SPEC_STATE[name] then spec[name] = value end
+    end
+    return spec
+  end
+  if rcall('EXISTS', s.specs) == 0 then
+    local _, created = version_parts(old.version)
+    local at = tonumber(old.updated_at or created) or now
+    rcall('LPUSH', s.specs, cjson.encode({old_gen, at, cjson.null, cjson.null, spec_of(old)}))
+  end
+  rcall('LPUSH', s.specs, cjson.encode({gen, now, ctx.actor, ctx.source, spec_of(new)}))
+  rcall('LTRIM', s.specs, 0, ctx.keep - 1)
+end
