@@ -728,7 +728,7 @@ class Client:
         try:
             return await read_audit(
                 self._redis,
-                audit_streams(parts.keys),
+                audit_streams(parts.keys, id),
                 want,
                 limit=limit,
                 cursor=cursor or None,

@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from rsched._core.audit import AuditFilter, AuditRecord, audit_record
 from rsched._core.keys import Keys
 from rsched._core.page import Page
+from rsched._core.partitions import partition_of
 
 #: Records one read looks at per stream, at most.
 SCAN_MAX = 10_000
@@ -30,10 +31,13 @@ Position = tuple[int, int, int]
 Entry = tuple[str, dict[str, str]]
 
 
-def audit_streams(keys: Keys) -> list[str]:
+def audit_streams(keys: Keys, name: str | None = None) -> list[str]:
     """The deployment's audit streams: each partition's, then the calendars' when it is
-    another key."""
-    streams = [k.audit for k in keys.every_partition()]
+    another key. With ``name`` only those its records can be on: its partition's if it is a
+    schedule id, partition 0's if a limit key, the calendars' if a calendar's name."""
+    every = keys.every_partition()
+    wanted = {0, partition_of(name, len(every))} if name is not None else set(range(len(every)))
+    streams = [k.audit for n, k in enumerate(every) if n in wanted]
     if keys.deployment_audit not in streams:
         streams.append(keys.deployment_audit)
     return streams
