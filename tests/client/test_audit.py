@@ -84,16 +84,16 @@ async def test_actor_defaults_and_bad_input(redis: Redis, settings: Settings) ->
     await from_settings.pause("a")
     assert (await records(nobody, "a"))[-1].actor == "deploy-bot"
     for bad in ("x" * 65, "has space", "semi;colon", ""):
-        with pytest.raises(InvalidArgument, match="^actor: ") as caught:
+        with pytest.raises(InvalidArgument, match=r"^actor: ") as caught:
             Client(redis, settings, actor=bad)
         assert caught.value.field == "actor"
-    with pytest.raises(InvalidArgument, match="^source: "):
+    with pytest.raises(InvalidArgument, match=r"^source: "):
         Client(redis, settings, source="elsewhere")
     with pytest.raises(ValueError, match="actor"):
         Settings(actor="two words")
-    with pytest.raises(InvalidArgument, match="^actor: "):
+    with pytest.raises(InvalidArgument, match=r"^actor: "):
         await nobody.audit(actor="no spaces allowed")
-    with pytest.raises(InvalidArgument, match="^cursor: "):
+    with pytest.raises(InvalidArgument, match=r"^cursor: "):
         await nobody.audit(cursor="nope")
     # A bad actor never reaches a script: nothing written.
     assert len(await records(nobody)) == 2
@@ -104,7 +104,8 @@ async def test_large_values_are_digested(client: Client) -> None:
     (record,) = await records(client, "r")
     old, new = record.changes["payload"]
     assert old is None
-    assert new is not None and re.fullmatch(r"#[0-9a-f]{12} 5\d\dB", new), new
+    assert new is not None
+    assert re.fullmatch(r"#[0-9a-f]{12} 5\d\dB", new), new
     assert len(new) < 30
 
 
@@ -187,7 +188,8 @@ async def test_spec_history_and_rollback(redis: Redis, settings: Settings) -> No
     rolled = await client.rollback("r", 4)
     assert rolled.generation == 7
     assert rolled.cron == "0 5 * * *"
-    assert rolled.paused and rolled.pause_note == "hold"  # the pause stays the operator's
+    assert rolled.paused  # the pause stays the operator's
+    assert rolled.pause_note == "hold"
     last = (await client.audit("r", limit=1)).items[0]
     assert (last.action, last.generation_before, last.generation_after) == ("rollback", 6, 7)
     assert last.changes == {"cron": ("0 7 * * *", "0 5 * * *")}
@@ -197,7 +199,7 @@ async def test_spec_history_and_rollback(redis: Redis, settings: Settings) -> No
         await client.rollback("r", 1)
     assert caught.value.field == "generation"
     assert "give one of those" in str(caught.value)
-    with pytest.raises(InvalidArgument, match="^generation: "):
+    with pytest.raises(InvalidArgument, match=r"^generation: "):
         await client.rollback("r", 0)
     assert (await client.get("r")).generation == 7
     assert len(await records(client)) == before
