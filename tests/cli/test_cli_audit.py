@@ -72,7 +72,7 @@ def test_sync_is_recorded_as_the_file(
     assert cli("sync", str(path))[0] == 0
     path.write_text('source = "jobs"\n')
     assert cli("sync", str(path))[0] == 0
-    code, out, _ = cli("audit", "a", "--json")
+    _, out, _ = cli("audit", "a", "--json")
     records = orjson.loads(out)["records"]
     assert [(r["action"], r["source"], r["actor"]) for r in records] == [
         ("remove", "sync:jobs", "ci"),

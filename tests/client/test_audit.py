@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched import AuditRecord, Client, InvalidArgument, ScheduleNotFound, Settings
+from rsched._core.audit import authored
 from rsched._core.keys import Keys
 from rsched._scheduler.retention import Retention
 
@@ -165,7 +166,7 @@ async def test_resent_calls_record_once(
         await client._partitions()
         store = (await client._partitions()).calendars
         calendar = rsched.Calendar.build("c", dates=["2030-01-01"])
-        with rsched._core.audit.authored(client.author):
+        with authored(client.author):
             await store._write("c", calendar.to_json())
             await (await client._partitions()).queues[0].set_limit("k", {"c": 1})
     assert [r.action for r in await records(client)][-2:] == ["calendar_set", "limit_set"]

@@ -58,6 +58,9 @@ class SyncClient:
     def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:
         self._start(functools.partial(_open, url, prefix, settings))
 
+    #: The client whose connections and loop this one shares (acting_as), None for its own.
+    _owner: SyncClient | None = None
+
     def _start(self, open_client: Callable[[], Awaitable[Client]]) -> None:
         self._portal, self._thread = _start_loop()
         try:
@@ -66,7 +69,7 @@ class SyncClient:
             _shutdown(self._portal, self._thread, None)
             raise
         # Not a method of self: a finalizer that holds self would keep it alive forever.
-        self._finalizer = weakref.finalize(
+        self._finalizer: Callable[[], Any] = weakref.finalize(
             self, _shutdown, self._portal, self._thread, self._client
         )
 
@@ -83,6 +86,16 @@ class SyncClient:
         client = cls.__new__(cls)
         client._start(functools.partial(_open_settings, settings))
         return client
+
+    def acting_as(self, actor: str | None, *, source: str = "sdk") -> SyncClient:
+        """See :meth:`rsched.Client.acting_as`: a client sharing this one's connections and
+        loop (closing it closes nothing)."""
+        other = SyncClient.__new__(SyncClient)
+        other._portal, other._thread = self._portal, self._thread
+        other._client = self._run(_acting, self._client, actor, source)
+        other._owner = self  # its loop lives while the other is used
+        other._finalizer = weakref.finalize(other, _nothing)
+        return other
 
     def __enter__(self) -> SyncClient:
         return self
@@ -561,3 +574,11 @@ def _shutdown(portal: BlockingPortal, thread: threading.Thread, client: Client |
         with contextlib.suppress(RuntimeError):
             portal.call(portal.stop, True)
         thread.join(CLOSE_TIMEOUT_S)
+
+
+async def _acting(client: Client, actor: str | None, source: str) -> Client:
+    return client.acting_as(actor, source=source)
+
+
+def _nothing() -> None:
+    """What closing a client that shares another's connections does."""
