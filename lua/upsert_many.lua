@@ -23,8 +23,9 @@ ARGV[5] audit      who and from where, the stream's cap, specs kept (lua/include
 ARGV[6..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
                    spec strings (field, value, …): each as upsert.lua's arguments of that name
 
-Each schedule written appends its own record to the audit trail, and its spec history as
-upsert.lua's does.
+Each schedule replaced appends its own record to the audit trail (its changes), and its spec
+history as upsert.lua's does; the schedules the call creates get one record per action for the
+whole call, naming them all (lua/includes/spec_audit.lua).
 
 Returns one string: a reply per item, comma-separated, in order: "5:<generation>:<created 0/1>"
 for OK=5, "-3:<generation>" for CONFLICT=-3, else the code alone: EXISTS=-9 (add),
@@ -43,6 +44,7 @@ arguments of any item, or the audit argument: every item is checked before the f
 -- @include upsert_one
 -- @include earlier_than_head
 -- @include audit_ctx
+-- @include audit
 
 local schedules_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, op_id, created_ms = ARGV[1], ARGV[2], ARGV[3]
@@ -61,6 +63,7 @@ if not ctx then return tostring(refused) end
 
 -- Every item parsed before the first write: malformed arguments write nothing at all.
 local items = {}
+local created = {}  -- action -> the ids this call created (one audit record each)
 local a, k = 6, 6
 while a <= #ARGV do
   local n = tonumber(ARGV[a + 6] or '')
@@ -72,7 +75,7 @@ while a <= #ARGV do
     hash = KEYS[k], pending = KEYS[k + 1], parked = KEYS[k + 2], id = ARGV[a], mode = ARGV[a + 1],
     expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
     created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n, specs = KEYS[k + 3],
-    audit = ctx,
+    audit = ctx, created = created,
   }
   a, k = a + 7 + n, k + 4
 end
@@ -135,5 +138,8 @@ local lows = {}
 for n, low in pairs(bounds) do lows[#lows + 1], lows[#lows + 2] = low[2], n end
 flush('ZADD', parked_key, lows, 'LT')
 for queue in pairs(queues) do rcall('SADD', queues_key, queue) end
+for action, ids in pairs(created) do
+  audit(ctx, action, ids[1], nil, 1, nil, #ids .. ' created', ids)
+end
 if earliest and earlier_than_head(earliest, head) then rcall('PUBLISH', wake, earliest) end
 return op_store(op_key, op_id, table.concat(out, ','))

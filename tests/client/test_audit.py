@@ -112,10 +112,18 @@ async def test_large_values_are_digested(client: Client) -> None:
 
 async def test_bulk_and_calendars_and_limits(client: Client) -> None:
     await client.add_many([spec("a"), spec("b")])
-    await client.upsert_many([spec("a"), spec("b", cron="0 4 * * *")])  # a unchanged
+    await client.upsert_many([spec("a"), spec("b", cron="0 4 * * *"), spec("c")])  # a unchanged
     got = await records(client)
-    assert [(r.action, r.id) for r in got] == [("add", "a"), ("add", "b"), ("upsert", "b")]
-    assert got[2].changes == {"cron": ("0 2 * * *", "0 4 * * *")}
+    # What a bulk write creates is one record for the call, naming every id; a replace its own.
+    assert [(r.action, r.id, r.ids) for r in got] == [
+        ("add", "a", ("a", "b")),
+        ("upsert", "b", ()),
+        ("upsert", "c", ("c",)),
+    ]
+    assert (got[0].generation_after, got[0].note) == (1, "2 created")
+    assert got[1].changes == {"cron": ("0 2 * * *", "0 4 * * *")}
+    assert [r.action for r in await records(client, "b")] == ["add", "upsert"]
+    assert got[0].as_dict()["ids"] == ["a", "b"]
 
     await client.set_calendar("holidays", dates=["2030-12-25"])
     await client.set_calendar("holidays", dates=["2030-12-25", "2030-12-26"])

@@ -9,8 +9,9 @@ stores read it when they call a script, and nothing below the client needs an ar
 A record is one stream entry, one field ``a`` holding a JSON array (AUDIT_FIELDS order): the
 action, the id (a schedule's, a calendar's name, a limit key), the actor (null when none was
 given), the source, the generation before and after (null where none), the fields changed as an
-object name -> [old, new] (null for a field absent on that side), and a note (a trigger's
-execution id, a backfill's occurrences). The entry id is when it happened (Redis TIME).
+object name -> [old, new] (null for a field absent on that side), a note (a trigger's
+execution id, a backfill's occurrences) and, for the schedules a bulk write created (one record
+per script call), the list of their ids. The entry id is when it happened (Redis TIME).
 
 Pure: no I/O.
 """
@@ -29,7 +30,7 @@ import orjson
 from rsched._core.rules import ACTOR_MAX_CHARS, NAME_RE, check_actor
 
 #: The record's values, in the order of its JSON array (lua/includes/audit.lua).
-AUDIT_FIELDS = ("action", "id", "actor", "source", "before", "after", "changes", "note")
+AUDIT_FIELDS = ("action", "id", "actor", "source", "before", "after", "changes", "note", "ids")
 #: Every action a record names.
 ACTIONS = (
     "add", "update", "upsert", "sync", "remove", "pause", "resume", "trigger", "backfill",
@@ -111,7 +112,10 @@ class AuditRecord:
     schedule's generation around the change (None: it did not exist before / after).
     ``changes`` maps each field that changed to (old, new) as stored (None: absent on that side;
     a value over 64 characters reads ``#<sha1 prefix> <length>B``). ``note`` says more: a
-    trigger's execution id, a backfill's occurrences.
+    trigger's execution id, a backfill's occurrences, how many a bulk write created. ``ids``:
+    every schedule a bulk write (``add_many``, ``upsert_many``, a schedules file's sync)
+    created, one record for the call (``id`` is the first; their specs are their first
+    generation's, in each schedule); empty for a record of one.
     """
 
     at: datetime
@@ -123,7 +127,12 @@ class AuditRecord:
     generation_after: int | None = None
     changes: Mapping[str, tuple[str | None, str | None]] = field(default_factory=dict)
     note: str | None = None
+    ids: tuple[str, ...] = ()
     entry_id: str = ""
+
+    def about(self, name: str) -> bool:
+        """Whether the record is about ``name`` (its id, or one of a bulk create's ids)."""
+        return self.id == name or name in self.ids
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data (``at`` in ISO 8601, changes as [old, new])."""
@@ -137,6 +146,7 @@ class AuditRecord:
             "generation_after": self.generation_after,
             "changes": {k: list(v) for k, v in self.changes.items()},
             "note": self.note,
+            **({"ids": list(self.ids)} if self.ids else {}),
         }
 
     def summary(self) -> str:
@@ -188,6 +198,9 @@ def audit_record(entry_id: str, fields: Mapping[str, str]) -> AuditRecord | None
         generation_after=_whole(row.get("after")),
         changes=changes,
         note=_text(row.get("note")),
+        ids=tuple(i for i in row.get("ids") or () if isinstance(i, str))
+        if isinstance(row.get("ids"), list)
+        else (),
         entry_id=entry_id,
     )
 
@@ -207,7 +220,7 @@ class AuditFilter:
     since_ms: int | None = None
 
     def keeps(self, record: AuditRecord) -> bool:
-        return (self.id is None or record.id == self.id) and (
+        return (self.id is None or record.about(self.id)) and (
             self.actor is None or record.actor == self.actor
         )
 
