@@ -2,16 +2,18 @@
 -- write, and the schedule's spec history (docs/audit.md), before the hash is rewritten.
 --
 -- s is upsert_one's table (s.audit: the call's audit_ctx, nil for none; s.specs: the schedule's
--- spec history key; s.id; s.created: in a bulk write, a table action -> the ids it created,
--- which then get one record per action for the whole call, written by the caller: a bulk create
--- of 100k schedules would otherwise add a record of ~150 bytes to each, for a spec its hash
--- holds); old_gen nil for a new schedule, whose hash is not read; `fields` the
--- new hash's field/value list (nil: the spec straight from s.args[s.from..s.to]). The record
--- holds each field that differs between the stored hash and the new one (engine state left
--- out: version, times, runs, the run marker, the failure count). The spec history is written
--- from a schedule's first change on: that change pushes the spec it replaces (its actor
--- unknown), then every change pushes its new spec; capped at s.audit.keep (0: none). A spec
--- history key of another type is left alone (the change and its record are made).
+-- spec history key; s.id; s.created: in a bulk write, a table action -> the ids it created);
+-- old_gen nil for a new schedule, whose hash is not read; `fields` the new hash's field/value
+-- list (nil: the spec straight from s.args[s.from..s.to]).
+--
+-- A change's record holds each field that differs between the stored hash and the new one
+-- (engine state left out: version, times, runs, the run marker, the failure count). A new
+-- schedule's record holds no fields: its spec is its generation 1, in its hash (and in its spec
+-- history from its first change on); in a bulk write, its id joins s.created instead, and the
+-- caller writes one record per action for the whole call. The spec history is written from a
+-- schedule's first change on: that change pushes the spec it replaces (its actor unknown), then
+-- every change pushes its new spec; capped at s.audit.keep (0: none). A spec history key of
+-- another type is left alone (the change and its record are made).
 -- @include rcall
 -- @include key_is
 -- @include marker
@@ -29,11 +31,18 @@ local SPEC_ACTIONS = {add = 'add', upsert = 'upsert', replace = 'update'}
 local function spec_audit(s, old_gen, gen, fields, now)
   local ctx = s.audit
   if not ctx then return end
-  if not old_gen and s.created then
-    local action = ctx.action or SPEC_ACTIONS[s.mode]
-    local ids = s.created[action] or {}
-    ids[#ids + 1] = s.id
-    s.created[action] = ids
+  if not old_gen then
+    -- A new schedule's spec is its generation 1: in its hash, and in its spec history from its
+    -- first change on. Its record says who created it, not the spec again (~100 bytes a
+    -- schedule at rest less, until the trail's cap).
+    if s.created then
+      local action = ctx.action or SPEC_ACTIONS[s.mode]
+      local ids = s.created[action] or {}
+      ids[#ids + 1] = s.id
+      s.created[action] = ids
+    else
+      audit(ctx, SPEC_ACTIONS[s.mode], s.id, nil, gen)
+    end
     return
   end
   local new = {}
