@@ -175,7 +175,7 @@ def audit_record(entry_id: str, fields: Mapping[str, str]) -> AuditRecord | None
         data = orjson.loads(fields.get("a", ""))
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(data, list) or len(data) < 6:
+    if not isinstance(data, list) or len(data) < 2:
         return None
     row = dict(zip(AUDIT_FIELDS, data, strict=False))
     ms = entry_id.split("-", 1)[0]
