@@ -76,7 +76,14 @@ local function spec_audit(s, old_gen, gen, fields, now)
     end
     return spec
   end
-  if rcall('EXISTS', s.specs) == 0 then
+  -- The spec it replaces is kept unless the history's newest entry is it already: the first
+  -- change, or after a writer that keeps no history (an older rsched during a rolling deploy).
+  -- A history of later generations is an earlier schedule's of the same id (removed by an
+  -- older rsched, which left it): it goes.
+  local head = rcall('LINDEX', s.specs, 0)
+  local head_gen = head and tonumber(string.match(head, '^%[(%d+),'))
+  if head_gen ~= old_gen then
+    if head and (not head_gen or head_gen > old_gen) then rcall('DEL', s.specs) end
     local _, created = version_parts(old.version)
     local at = tonumber(old.updated_at or created) or now
     rcall('LPUSH', s.specs, cjson.encode({old_gen, at, cjson.null, cjson.null, spec_of(old)}))

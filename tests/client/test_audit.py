@@ -296,3 +296,22 @@ async def test_partitions_gathered(redis: Redis, settings: Settings, topology: s
     one = await records(client, "p7")
     assert [(r.action, r.id) for r in one] == [("add", "p7")]
     assert [r.id for r in await records(client, "cal")] == ["cal"]
+
+
+async def test_a_history_left_by_an_older_writer(
+    client: Client, redis: Redis, settings: Settings
+) -> None:
+    keys = Keys(settings.prefix)
+    # An earlier schedule of the same id, removed by an rsched that kept no history, left one.
+    await redis.lpush(keys.specs("r"), '[7,1,"old",null,{"task":"t","every":"60.0"}]')
+    await client.add(spec())
+    await client.update("r", cron="0 4 * * *")
+    assert [v.generation for v in await client.spec_history("r")] == [2, 1]
+    # A generation written by a writer that keeps no history: the next change fills it in.
+    created = str(await redis.hget(keys.schedule("r"), "version")).partition(":")[2]
+    await redis.hset(keys.schedule("r"), "version", f"3:{created}")
+    await redis.hset(keys.schedule("r"), "cron", "0 5 * * *")
+    await client.update("r", cron="0 6 * * *")
+    kept = await client.spec_history("r")
+    assert [v.generation for v in kept] == [4, 3, 2, 1]
+    assert kept[1].spec["cron"] == "0 5 * * *"
