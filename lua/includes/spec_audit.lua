@@ -4,7 +4,8 @@
 -- s is upsert_one's table (s.audit: the call's audit_ctx, nil for none; s.specs: the schedule's
 -- spec history key; s.id; s.created: in a bulk write, a table action -> the ids it created);
 -- old_gen nil for a new schedule, whose hash is not read; `fields` the new hash's field/value
--- list (nil: the spec straight from s.args[s.from..s.to]).
+-- list (nil: the spec straight from s.args[s.from..s.to]); `now` the time of the change (ms,
+-- a number or its text; nil: read when needed).
 --
 -- A change's record holds each field that differs between the stored hash and the new one
 -- (engine state left out: version, times, runs, the run marker, the failure count). A new
@@ -20,6 +21,7 @@
 -- @include audit
 -- @include audit_value
 -- @include version_parts
+-- @include now_ms
 
 local SPEC_ENGINE = {version = true, created_at = true, updated_at = true, runs = true,
                      last_run = true, consecutive_failures = true, failures_last = true}
@@ -80,6 +82,7 @@ local function spec_audit(s, old_gen, gen, fields, now)
   -- change, or after a writer that keeps no history (an older rsched during a rolling deploy).
   -- A history of later generations is an earlier schedule's of the same id (removed by an
   -- older rsched, which left it): it goes.
+  now = tonumber(now) or now_ms()
   local head = rcall('LINDEX', s.specs, 0)
   local head_gen = head and tonumber(string.match(head, '^%[(%d+),'))
   if head_gen ~= old_gen then

@@ -110,7 +110,7 @@ local function upsert_one(s)
     fields[#fields + 1] = 'status'
     fields[#fields + 1] = status
   end
-  spec_audit(s, exists and old_gen, gen, fields, tonumber(upsert_now) or now_ms())
+  spec_audit(s, exists and old_gen, gen, fields, upsert_now)
   if exists then rcall('DEL', s.hash) end
   -- The pending occurrences of the old spec never run (pending_push.lua); {p}:backlogs may
   -- keep the id a while: the scheduler's sweep drops an entry whose pending set is gone
