@@ -237,6 +237,7 @@ class Client:
             redis, self._clock.keys, max_len=self.settings.health.events_max_len
         )
         self._parts: Partitions | None = None
+        self._origin: Client | None = None  # the client acting_as made this one from
         self._owns_redis = False
 
     @classmethod
@@ -265,6 +266,7 @@ class Client:
         if actor is None:
             other.author = Author(None, source)
         other._parts = self._parts
+        other._origin = self._origin or self
         return other
 
     async def __aenter__(self) -> Client:
@@ -305,7 +307,10 @@ class Client:
         """The deployment's partitions, read once (PartitionMismatch when ``settings.partitions``
         names another number than the deployment's)."""
         if self._parts is None:
-            self._parts = await Partitions.of(self._redis, self.settings)
+            if self._origin is not None:  # acting_as: the partitions of the client it shares
+                self._parts = await self._origin._partitions()
+            else:
+                self._parts = await Partitions.of(self._redis, self.settings)
         return self._parts
 
     async def _store(self, schedule_id: str) -> ScheduleStore:
