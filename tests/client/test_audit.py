@@ -145,21 +145,27 @@ async def test_bulk_and_calendars_and_limits(client: Client) -> None:
 
 
 async def test_resent_calls_record_once(
-    client: Client, redis: Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    client: Client, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # redis-py re-sends a script call after a connection error: the op key replays the first
     # result, so its record is not written twice.
     keys = Keys(settings.prefix)
     fixed = keys.ops(0)
+    store = await client._store("r")
+    now = await store.time_ms()
     for n, act in enumerate(("add", "pause", "resume", "trigger", "remove")):
         monkeypatch.setattr(Keys, "new_op", lambda _, n=n: (fixed, f"request-{n}"))
-        for _ in range(2):
-            if act == "add":
-                await client.add(spec()) if n == 0 and not await redis.exists(
-                    keys.schedule("r")
-                ) else None
-            elif act == "remove":
-                await client.remove("r")
+        for _ in range(2):  # the second call is the re-sent one: its first result comes back
+            if act == "add":  # the script itself: Client.add refuses an existing id first
+                with authored(client.author):
+                    got = await store.write(
+                        rsched.Schedule(**spec()),
+                        mode="add",
+                        expect_gen=None,
+                        next_ms=now + 3_600_000,
+                        created_ms=now,
+                    )
+                assert got == (1, True)
             else:
                 await getattr(client, act)("r")
     assert [r.action for r in await records(client)] == [
@@ -167,13 +173,12 @@ async def test_resent_calls_record_once(
     ]  # fmt: skip
     # Calendars and limits have no op key: a re-sent write finds its own change made and
     # records nothing.
+    parts = await client._partitions()
+    calendar = rsched.Calendar.build("c", dates=["2030-01-01"])
     for _ in range(2):
-        await client._partitions()
-        store = (await client._partitions()).calendars
-        calendar = rsched.Calendar.build("c", dates=["2030-01-01"])
         with authored(client.author):
-            await store._write("c", calendar.to_json())
-            await (await client._partitions()).queues[0].set_limit("k", {"c": 1})
+            await parts.calendars._write("c", calendar.to_json())
+            await parts.queues[0].set_limit("k", {"c": 1})
     assert [r.action for r in await records(client)][-2:] == ["calendar_set", "limit_set"]
 
 
