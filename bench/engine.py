@@ -220,10 +220,12 @@ class Ctx:
                         op_key,
                         k.parked_of(sid),
                         k.parked,
+                        k.audit,
+                        k.specs(sid),
                     ]
                     args: list[str | int] = [
                         sid, "upsert", "", str(next_ms(i)), "0", "default", k.wake,
-                        op_id, created_ms, park_after, *flat,
+                        op_id, created_ms, park_after, self.store.audit_arg(), *flat,
                     ]  # fmt: skip
                     pipe.execute_command("EVALSHA", upsert.sha, len(keys), *keys, *args)
                 for res in await pipe.execute():

@@ -21,12 +21,17 @@ KEYS[5] backfilled  {p}:backfilled:<id>  SET of execution ids fired by backfills
 KEYS[6] op          {p}:ops:<minute> (replay protection)
 KEYS[7] backlogs    {p}:backlogs
 KEYS[8] delayed     {p}:delayed:<queue of the schedule> (a schedule with a debounce)
+KEYS[9] audit       {p}:audit (docs/audit.md)
 ARGV[1] id
 ARGV[2] generation  the generation the client computed the occurrences from
 ARGV[3] cap         history length cap
 ARGV[4] cancel      pub/sub channel for cancel_previous
 ARGV[5] op_id       request id of this call
-ARGV[6..] sched     occurrences to fire (ms), oldest first
+ARGV[6] audit       who and from where (lua/includes/audit_ctx.lua)
+ARGV[7..] sched     occurrences to fire (ms), oldest first
+
+Appends one record to the audit trail when it fires anything (action backfill; its note: the
+occurrences asked for, first and last, and how many were fired).
 
 Returns {OK=5, code, code, …} with one code per occurrence: FIRED=1, BUFFERED=3 (pending
 behind the schedule's unfinished run), DEBOUNCED=9 (merged into the schedule's debounce
@@ -34,7 +39,7 @@ window), STALE=0 already fired before (nothing done);
 {NOT_FOUND=-2} | {CONFLICT=-3, generation} the spec changed since the client read it (nothing
 done) | {NOT_DUE=-5} an occurrence is in the future by Redis TIME (nothing done) |
 {WRONG_TYPE=-6} a key has the wrong type or the schedule's stored fields are unusable (edited by
-hand; nothing done)
+hand; nothing done) | {BAD_ARGS=-7} the audit argument is malformed (nothing done)
 ]]
 -- @include codes
 -- @include rcall
@@ -50,11 +55,14 @@ hand; nothing done)
 -- @include job_state
 -- @include marker_pairs
 -- @include fire_job
+-- @include audit_ctx
+-- @include audit
 
 local hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local backfilled_key, op_key, backlogs_key, delayed = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local sid, generation, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local op_id = ARGV[5]
+local FIRST = 7
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
@@ -63,6 +71,8 @@ if not (key_is(hash, 'hash') and key_is(history, 'list') and key_is(pending, 'zs
         and key_is(backlogs_key, 'zset') and key_is(delayed, 'zset')) then
   return {WRONG_TYPE}
 end
+local ctx, refused = audit_ctx(KEYS[9], ARGV[6])
+if not ctx then return {refused} end
 local f = job_fields(hash)
 if not f[F_VERSION] then return {NOT_FOUND} end
 local cur = version_parts(f[F_VERSION]) or 0
@@ -72,7 +82,7 @@ local _, gen = job_state(f)
 if not p or not gen then return {WRONG_TYPE} end
 p.delayed = delayed
 local now = now_ms()
-for i = 6, #ARGV do
+for i = FIRST, #ARGV do
   if tonumber(ARGV[i]) > now then return {NOT_DUE} end
 end
 local shared = {now = now, cap = cap, cancel = cancel_channel, backlogs = backlogs_key}
@@ -88,7 +98,8 @@ for _, entry in ipairs(rcall('LRANGE', history, 0, -1)) do
 end
 
 local out = {OK}
-for i = 6, #ARGV do
+local fired = 0
+for i = FIRST, #ARGV do
   local sched = ARGV[i]
   local exec = sid .. '@' .. sched
   local code = STALE
@@ -98,6 +109,7 @@ for i = 6, #ARGV do
                                     nil, f, gen, p, true)
     if code == FIRED or code == BUFFERED or code == DEBOUNCED then
       rcall('SADD', backfilled_key, exec)
+      fired = fired + 1
     end
     if run_until then
       rcall('HSET', hash, marker_pairs(run, run_until))
@@ -106,5 +118,9 @@ for i = 6, #ARGV do
     end
   end
   out[#out + 1] = code
+end
+if fired > 0 then
+  audit(ctx, 'backfill', sid, cur, cur, nil, (#ARGV - FIRST + 1) .. ' occurrences ' ..
+        ARGV[FIRST] .. '..' .. ARGV[#ARGV] .. ', ' .. fired .. ' fired')
 end
 return op_store(op_key, op_id, out)

@@ -7,11 +7,17 @@ worker scripts record it in the runs log only, and bring back none of the schedu
 
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] op
 KEYS[6] parked bucket ({p}:parked:<n>, see park.lua)  KEYS[7] parked ({p}:parked)
-KEYS[8] backfilled (optional: {p}:backfilled:<id>, the execution ids backfills fired)
+KEYS[8] backfilled ({p}:backfilled:<id>, the execution ids backfills fired)
+KEYS[9] audit ({p}:audit, docs/audit.md)  KEYS[10] specs ({p}:specs:<id>, its spec history:
+removed with it)
 ARGV[1] id         ARGV[2] op_id (request id)
+ARGV[3] audit      who and from where (lua/includes/audit_ctx.lua)
+
+Appends one record to the audit trail (action remove, the generation removed); the audit
+trail keeps it, and the schedule's earlier records, for its retention.
 
 Returns {OK=5} removed | {NOT_FOUND=-2} | {WRONG_TYPE=-6} a key has the wrong type (nothing
-removed)
+removed) | {BAD_ARGS=-7} the audit argument is malformed (nothing removed)
 ]]
 -- @include codes
 -- @include rcall
@@ -19,6 +25,9 @@ removed)
 -- @include op_replay
 -- @include op_store
 -- @include unpark_one
+-- @include audit_ctx
+-- @include audit
+-- @include version_parts
 
 local replay = op_replay(KEYS[5], ARGV[2])
 if replay then return replay end
@@ -26,8 +35,11 @@ if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[6], 
         and key_is(KEYS[7], 'zset')) then
   return {WRONG_TYPE}
 end
+local ctx, refused = audit_ctx(KEYS[9], ARGV[3])
+if not ctx then return {refused} end
 if rcall('EXISTS', KEYS[2]) == 0 then return {NOT_FOUND} end
-rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
+audit(ctx, 'remove', ARGV[1], (version_parts(rcall('HGET', KEYS[2], 'version'))))
+rcall('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[10])
 if KEYS[8] then rcall('DEL', KEYS[8]) end
 rcall('ZREM', KEYS[1], ARGV[1])
 unpark_one(KEYS[6], KEYS[7], ARGV[1])

@@ -5,17 +5,21 @@ KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] strea
 KEYS[6] op  KEYS[7] backlogs  KEYS[8] parked bucket ({p}:parked:<n>, see park.lua)
 KEYS[9] parked ({p}:parked)  KEYS[10] runs (the runs log, where a trigger the overlap policy
 skips is recorded)  KEYS[11] delayed ({p}:delayed:<queue of the schedule>, where the job of a
-schedule with a debounce waits)
+schedule with a debounce waits)  KEYS[12] audit ({p}:audit, docs/audit.md)
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
-ARGV[5] optional: the W3C traceparent the job carries ("00-<trace id>-<span id>-<flags>",
+ARGV[5] audit  who and from where (lua/includes/audit_ctx.lua)
+ARGV[6] optional: the W3C traceparent the job carries ("00-<trace id>-<span id>-<flags>",
         lowercase hex; absent or '': none), sent only by a client that traces
+
+Appends one record to the audit trail (action trigger; its note: the execution id and what
+became of it).
 
 Returns {code, execution_id}: code FIRED=1, SKIPPED=2 by the overlap policy, BUFFERED=3
 (buffer_one, buffer_all: pending behind the unfinished run), DEBOUNCED=9 merged into the
 schedule's open debounce window (the execution id is the window's);
 {NOT_FOUND=-2} | {COMPLETED=-4} | {WRONG_TYPE=-6} a key has the wrong type, or the hash holds
-fields rsched did not write (no task, a number field that is not a number) |
-{BAD_ARGS=-7} the traceparent is malformed (nothing written). A re-sent call
+fields rsched did not write (no task, a number field that is not a number) | {BAD_ARGS=-7} the
+audit argument or the traceparent is malformed (nothing written). A re-sent call
 returns the first result (the execution id is derived from the Redis time of the first call,
 or the millisecond after the schedule's last run when that is later: each trigger's execution
 id is its own).
@@ -33,13 +37,15 @@ id is its own).
 -- @include fire_job
 -- @include advance
 -- @include unpark_one
+-- @include audit_ctx
+-- @include audit
 
 local schedules_key, hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op_key, backlogs_key, bucket_key, parked_key, runs_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9],
   KEYS[10]
-local delayed = KEYS[11]
+local delayed, audit_key = KEYS[11], KEYS[12]
 local sid, cap, cancel_channel, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local tp = ARGV[5]
+local tp = ARGV[6]
 if tp == '' then tp = nil end
 if tp and not string.match(tp, '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16)
                            .. '%-%x%x$') then
@@ -54,6 +60,8 @@ if not (key_is(schedules_key, 'zset') and key_is(hash, 'hash') and key_is(histor
         and key_is(delayed, 'zset')) then
   return {WRONG_TYPE}
 end
+local ctx, refused = audit_ctx(audit_key, ARGV[5])
+if not ctx then return {refused} end
 local f = job_fields(hash)
 if not f[F_VERSION] then return {NOT_FOUND} end
 if f[F_STATUS] == 'completed' then return {COMPLETED} end
@@ -75,4 +83,8 @@ if code > 0 and advance(hash, sched, '', code == FIRED or code == BUFFERED, fals
   rcall('ZADD', schedules_key, 'inf', sid)  -- completed (max_runs reached)
   unpark_one(bucket_key, parked_key, sid)
 end
+local outcomes = {[FIRED] = 'fired', [SKIPPED] = 'skipped', [BUFFERED] = 'buffered',
+                  [DEBOUNCED] = 'debounced'}
+audit(ctx, 'trigger', sid, tonumber(gen), tonumber(gen), nil,
+      exec .. ' ' .. (outcomes[code] or tostring(code)))
 return op_store(op_key, op_id, {code, exec})

@@ -13,6 +13,8 @@ KEYS[4] queues     SET of queue names
 KEYS[5] op         {p}:ops:<minute> (replay protection)
 KEYS[6] bucket     {p}:parked:<n>, the schedule's parked bucket (see park.lua)
 KEYS[7] parked     {p}:parked
+KEYS[8] audit      {p}:audit, the audit trail (docs/audit.md)
+KEYS[9] specs      {p}:specs:<id>, the schedule's spec history
 ARGV[1] id
 ARGV[2] mode       'add' (fail if it exists) | 'upsert' | 'replace' (fail if it does not exist)
 ARGV[3] expect_gen generation the caller read ('0' = must not exist yet), or '' for any
@@ -24,12 +26,16 @@ ARGV[8] op_id      request id of this call
 ARGV[9] created_ms creation time the client computed next_ms with (used for a new schedule)
 ARGV[10] park_after_ms the entry goes to the schedule's parked bucket when its next run is later
                    than now + this (paused and completed ones too), else to the index; '' never
-ARGV[11..] spec    field, value, field, value, … (non-default spec fields only)
+ARGV[11] audit     who and from where, the stream's cap, specs kept (lua/includes/audit_ctx.lua)
+ARGV[12..] spec    field, value, field, value, … (non-default spec fields only)
+
+Appends one record to the audit trail (lua/includes/spec_audit.lua: the fields that changed,
+old and new) and, from the schedule's first change on, its new spec to its spec history.
 
 Returns {OK=5, generation, created(0/1)} | {EXISTS=-9} (add) | {NOT_FOUND=-2} (replace) |
 {CONFLICT=-3, generation} the generation moved since the caller read it | {WRONG_TYPE=-6} a key
 has the wrong type (or the stored generation/runs are not numbers) | {BAD_ARGS=-7} malformed
-arguments
+arguments (the audit argument included)
 ]]
 -- @include codes
 -- @include rcall
@@ -40,12 +46,14 @@ arguments
 -- @include place
 -- @include upsert_one
 -- @include earlier_than_head
+-- @include audit_ctx
 
 local schedules_key, hash_key, pending_key, queues_key, op_key, bucket_key, parked_key = KEYS[1],
     KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, mode, expect_gen, next_ms, paused = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local queue, wake, op_id, created_ms = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local park_after = tonumber(ARGV[10])
+local audit_key, specs_key = KEYS[8], KEYS[9]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
@@ -54,12 +62,14 @@ if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
   return {WRONG_TYPE}
 end
 if op_id == '' then return {BAD_ARGS} end
+local ctx, refused = audit_ctx(audit_key, ARGV[11])
+if not ctx then return {refused} end
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
 local reply, score = upsert_one({
   hash = hash_key, pending = pending_key, mode = mode, expect_gen = expect_gen,
-  next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 11,
-  to = #ARGV,
+  next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 12,
+  to = #ARGV, id = id, audit = ctx, specs = specs_key,
 })
 if not score then return reply end  -- nothing written: nothing to remember for a replay
 place(schedules_key, bucket_key, parked_key, id, score, park_after and now_ms() + park_after)

@@ -11,22 +11,28 @@ KEYS[1] schedules  ZSET of schedules by next run
 KEYS[2] queues     SET of queue names
 KEYS[3] op         {p}:ops:<minute> (replay protection)
 KEYS[4] parked     {p}:parked (see park.lua)
-KEYS[5..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>,
-                   {p}:parked:<n> (its parked bucket)
+KEYS[5] audit      {p}:audit, the audit trail (docs/audit.md)
+KEYS[6..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>,
+                   {p}:parked:<n> (its parked bucket), {p}:specs:<id> (its spec history)
 ARGV[1] wake       pub/sub channel
 ARGV[2] op_id      request id of this call
 ARGV[3] created_ms creation time the client computed next runs with (new schedules)
 ARGV[4] park_after_ms a schedule goes to its parked bucket when its next run is later than now +
                    this (paused and completed ones too), else to the index; '' never
-ARGV[5..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
+ARGV[5] audit      who and from where, the stream's cap, specs kept (lua/includes/audit_ctx.lua)
+ARGV[6..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
                    spec strings (field, value, …): each as upsert.lua's arguments of that name
+
+Each schedule replaced appends its own record to the audit trail (its changes), and its spec
+history as upsert.lua's does; the schedules the call creates get one record per action for the
+whole call, naming them all (lua/includes/spec_audit.lua).
 
 Returns one string: a reply per item, comma-separated, in order: "5:<generation>:<created 0/1>"
 for OK=5, "-3:<generation>" for CONFLICT=-3, else the code alone: EXISTS=-9 (add),
 NOT_FOUND=-2 (replace), WRONG_TYPE=-6 (a key of the item has the wrong type, or its stored
 generation/runs are not numbers). The whole call answers a lone code when nothing was written:
-WRONG_TYPE=-6 (the index or the queues set has the wrong type) or BAD_ARGS=-7 (malformed
-arguments of any item: every item is checked before the first write).
+WRONG_TYPE=-6 (the index, the queues set or the audit stream has the wrong type) or BAD_ARGS=-7 (malformed
+arguments of any item, or the audit argument: every item is checked before the first write).
 ]]
 -- @include codes
 -- @include rcall
@@ -37,10 +43,13 @@ arguments of any item: every item is checked before the first write).
 -- @include unpark_one
 -- @include upsert_one
 -- @include earlier_than_head
+-- @include audit_ctx
+-- @include audit
 
 local schedules_key, queues_key, op_key, parked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local wake, op_id, created_ms = ARGV[1], ARGV[2], ARGV[3]
 local park_after = tonumber(ARGV[4])
+local audit_key = KEYS[5]
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
@@ -49,29 +58,33 @@ if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
   return tostring(WRONG_TYPE)
 end
 if op_id == '' or not tonumber(created_ms) then return tostring(BAD_ARGS) end
+local ctx, refused = audit_ctx(audit_key, ARGV[5])
+if not ctx then return tostring(refused) end
 
 -- Every item parsed before the first write: malformed arguments write nothing at all.
 local items = {}
-local a, k = 5, 5
+local created = {}  -- action -> the ids this call created (one audit record each)
+local a, k = 6, 6
 while a <= #ARGV do
   local n = tonumber(ARGV[a + 6] or '')
-  if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 2 > #KEYS
+  if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 3 > #KEYS
       or not UPSERT_MODES[ARGV[a + 1]] or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
     return tostring(BAD_ARGS)
   end
   items[#items + 1] = {
     hash = KEYS[k], pending = KEYS[k + 1], parked = KEYS[k + 2], id = ARGV[a], mode = ARGV[a + 1],
     expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
-    created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n,
+    created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n, specs = KEYS[k + 3],
+    audit = ctx, created = created,
   }
-  a, k = a + 7 + n, k + 3
+  a, k = a + 7 + n, k + 4
 end
 if k ~= #KEYS + 1 then return tostring(BAD_ARGS) end
 
 -- A bulk create's schedules are all new: one EXISTS over the call's hashes then spares each
 -- one its read (upsert_one's ``absent``).
 local hashes = {}
-for i = 5, #KEYS, 3 do hashes[#hashes + 1] = KEYS[i] end
+for i = 6, #KEYS, 4 do hashes[#hashes + 1] = KEYS[i] end
 -- (unpack has a stack limit: a larger call reads each hash.)
 local all_absent = #hashes > 0 and #hashes <= 4000 and rcall('EXISTS', unpack(hashes)) == 0
 local written = {}
@@ -125,5 +138,8 @@ local lows = {}
 for n, low in pairs(bounds) do lows[#lows + 1], lows[#lows + 2] = low[2], n end
 flush('ZADD', parked_key, lows, 'LT')
 for queue in pairs(queues) do rcall('SADD', queues_key, queue) end
+for action, ids in pairs(created) do
+  audit(ctx, action, ids[1], nil, 1, nil, #ids .. ' created', ids)
+end
 if earliest and earlier_than_head(earliest, head) then rcall('PUBLISH', wake, earliest) end
 return op_store(op_key, op_id, table.concat(out, ','))

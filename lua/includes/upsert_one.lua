@@ -2,9 +2,10 @@
 -- upsert_many.lua both do per schedule (so the two can never drift apart).
 --
 -- s = {hash, pending (keys), mode, expect_gen, next_ms, paused, created_ms (text), args, from,
--- to, absent}: the spec's strings (field, value, ...) are args[from..to] (the script's ARGV, not
--- copied); absent = true when the caller found the hash does not exist (in this script run),
--- which spares its read. Checks the schedule's own keys and state, then writes its hash; returns
+-- to, absent, id, audit, specs}: the spec's strings (field, value, ...) are args[from..to] (the
+-- script's ARGV, not copied); absent = true when the caller found the hash does not exist (in
+-- this script run), which spares its read; id, audit (nil: none) and specs as spec_audit.lua
+-- takes them. Checks the schedule's own keys and state, then writes its hash; returns
 -- reply, score: reply is {OK, generation, created(0/1)} or a code table as in upsert.lua's
 -- header; score is the schedule's new index score ('inf' when paused or completed), nil when
 -- nothing was written. The caller then adds the id to the index with that score (ZADD) and its
@@ -17,6 +18,7 @@
 -- @include pcall_read
 -- @include version_parts
 -- @include marker
+-- @include spec_audit
 
 local UPSERT_MODES = {add = true, upsert = true, replace = true}
 -- What the read of version, runs, last_run and the marker gives for a hash that does not exist.
@@ -78,6 +80,7 @@ local function upsert_one(s)
   local version = gen .. ':' .. (created or s.created_ms)
   if not exists and not status then
     -- A new active schedule (a bulk create's every one): the spec straight from the arguments.
+    spec_audit(s, nil, gen)
     rcall('HSET', s.hash, 'version', version, unpack(args, s.from, s.to))
     return {OK, gen, 1}, score
   end
@@ -107,6 +110,7 @@ local function upsert_one(s)
     fields[#fields + 1] = 'status'
     fields[#fields + 1] = status
   end
+  spec_audit(s, exists and old_gen, gen, fields, upsert_now)
   if exists then rcall('DEL', s.hash) end
   -- The pending occurrences of the old spec never run (pending_push.lua); {p}:backlogs may
   -- keep the id a while: the scheduler's sweep drops an entry whose pending set is gone

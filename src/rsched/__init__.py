@@ -6,6 +6,7 @@ import typing as _typing
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
 from rsched._client.sync_client import SyncClient
+from rsched._core.audit import AuditRecord, SpecVersion
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
 from rsched._core.errors import (
@@ -56,6 +57,7 @@ __version__ = "0.1.0"
 
 __all__ = (
     "AccessDenied",
+    "AuditRecord",
     "BackfillResult",
     "BulkResult",
     "Calendar",
@@ -105,6 +107,7 @@ __all__ = (
     "ServerError",
     "ServerOutOfMemory",
     "Settings",
+    "SpecVersion",
     "StateError",
     "Stats",
     "SyncClient",

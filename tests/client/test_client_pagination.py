@@ -30,9 +30,9 @@ async def bulk_add(redis: Redis, settings: Settings, schedules: list[Schedule]) 
                 flat = [v for pair in s.spec_fields().items() for v in pair]
                 op_key, op_id = k.new_op()
                 keys = [k.schedules, k.schedule(s.id), k.pending(s.id), k.queues, op_key]
-                keys += (k.parked_of(s.id), k.parked)
+                keys += (k.parked_of(s.id), k.parked, k.audit, k.specs(s.id))
                 args: list[Any] = [s.id, "add", "", first_run_ms(s, now), "0", s.queue, k.wake]
-                args += [op_id, now, store.park_after_ms, *flat]
+                args += [op_id, now, store.park_after_ms, store.audit_arg(), *flat]
                 await script(keys=keys, args=args, client=pipe)
             results = await pipe.execute()
         assert all(r[0] == Code.OK for r in results)

@@ -159,9 +159,10 @@ async def test_demo_on_a_given_redis_cleans_up_its_schedules(
         f"{{{prefix}}}:leader_ttl",
         f"{{{prefix}}}:events",  # the dead letters' events
         f"{{{prefix}}}:runs",
+        f"{{{prefix}}}:audit",  # the demo schedules' adds and removes
         f"{{{prefix}}}:meta",  # the deployment's number of partitions
     }
-    for name in ("fence", "leader_ttl", "events", "runs", "meta"):
+    for name in ("fence", "leader_ttl", "events", "runs", "audit", "meta"):
         assert f"{{{prefix}}}:{name}" in out
 
 

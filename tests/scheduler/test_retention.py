@@ -82,7 +82,12 @@ async def test_sweep_trims_runs_dead_letters_and_histories_by_age(
         assert await redis.llen(keys.history(sid)) == 1
     lines = [r for r in caplog.records if r.getMessage() == "retention.sweep"]
     assert len(lines) == 2
-    assert lines[0].__dict__["rsched_fields"] == {"runs": 3, "dead_letters": 3, "history": 4}
+    assert lines[0].__dict__["rsched_fields"] == {
+        "runs": 3,
+        "dead_letters": 3,
+        "history": 4,
+        "audit": 0,
+    }
 
 
 async def test_sweep_keeps_the_size_cap(redis: Redis, settings: Settings) -> None:
@@ -162,7 +167,7 @@ def _worker(settings: Settings) -> rsched.Worker:
 STAYS = re.compile(
     r"^\{(?P<p>[^}]+)\}:(queue:default(#high|#low)?|delayed:default|dead:default|queues|runs"
     r"|leader|leader_ttl|fence|schedules|backlogs|events|health|workers|worker:[^:]+:\d+:\w+"
-    r"|result:[^}]+|ops:\d+|meta|schedulers)$"
+    r"|result:[^}]+|ops:\d+|meta|schedulers|audit)$"
 )
 
 

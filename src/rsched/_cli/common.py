@@ -125,7 +125,7 @@ CLI_WORDS = Words(
         "max_due": "--max-due", "max_overdue_s": "--max-overdue",
         "dead_letter_window_s": "--dead-letter-window", "partitions": "--partitions",
         "concurrency": "--concurrency", "rate": "--rate", "key": "KEY", "match": "--match",
-        "attempt": "--attempt",
+        "attempt": "--attempt", "generation": "--generation", "actor": "--actor",
     },
     setting="{name} {value}",
     one_trigger="--cron '0 2 * * *', --every 5m or --at 2030-01-01T09:00",

@@ -23,6 +23,7 @@ import orjson
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from rsched._cli.audit import default_actor
 from rsched._cli.common import CLI_WORDS, Handler, LocalHandler, duration_s
 from rsched._cli.parser import DELEGATES, build_parser
 from rsched._client.client import Client
@@ -63,7 +64,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -> None:
-    async with Client.from_settings(settings) as client:
+    async with Client.from_settings(settings) as owner:
+        # The command's changes are recorded as by RSCHED_ACTOR, else user@host (docs/audit.md).
+        client = owner.acting_as(settings.actor or default_actor(), source="cli")
         try:
             await handler(client, args)
         except RedisError as exc:  # a command that talks to Redis beside the Client (sync)

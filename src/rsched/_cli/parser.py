@@ -7,6 +7,7 @@ import re
 from importlib import metadata
 from typing import Any, NoReturn, get_args
 
+from rsched._cli import audit as audit
 from rsched._cli import calendars as calendars
 from rsched._cli import health as health
 from rsched._cli import limits as limits
@@ -615,6 +616,23 @@ def build_parser() -> argparse.ArgumentParser:
     _limit(p, 20, "how many events (default 20)")
     p.add_argument("--status", help="only this event: fired, skipped, completed, failed, dead, …")
     p.add_argument("--cursor", help="continue from a previous page (older events)")
+    p.add_argument(
+        "--specs",
+        action="store_true",
+        help="the schedule's kept specs instead (generation, when, who; docs/audit.md)",
+    )
+
+    p = _sub(
+        subs,
+        "rollback",
+        "Write a kept spec of a schedule back, as a new generation",
+        "  rsched history nightly --specs\n  rsched rollback nightly --generation 3",
+        audit.cmd_rollback,
+    )
+    p.add_argument("id")
+    p.add_argument(
+        "--generation", type=whole, required=True, help="the generation whose spec to restore"
+    )
 
     p = _sub(
         subs,
@@ -766,6 +784,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _limit(p, 20, "how many runs (default 20)")
     runs.add_parser(p)
+
+    p = _sub(
+        subs,
+        "audit",
+        "Changes of schedules, calendars and limits: who, when, from where, what (newest first)",
+        "  rsched audit\n  rsched audit nightly\n  rsched audit --actor alice@ops-1 --since 1d\n"
+        "  rsched audit --json -n 100",
+        audit.cmd_audit,
+    )
+    _limit(p, 20, "how many changes (default 20)")
+    audit.add_parser(p)
 
     p = _sub(
         subs,

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from rsched._cli.audit import cmd_specs
 from rsched._cli.calendars import calendar_file
 from rsched._cli.common import (
     each,
@@ -431,6 +432,9 @@ _HISTORY_COLUMNS = frozenset({"event", "at", "scheduled_at", "execution_id", "la
 
 
 async def cmd_history(client: Client, args: argparse.Namespace) -> None:
+    if getattr(args, "specs", False):
+        await cmd_specs(client, args)
+        return
     s = await client.get(args.id)
     page = await client.history(args.id, limit=args.limit, status=args.status, cursor=args.cursor)
     now = to_ms(await client.server_time())
@@ -482,7 +486,12 @@ async def cmd_sync(client: Client, args: argparse.Namespace) -> None:
     redis = connect(client.settings)
     try:
         plan = await sync_file(
-            redis, client.settings, args.file, dry_run=args.dry_run, adopt=args.adopt
+            redis,
+            client.settings,
+            args.file,
+            dry_run=args.dry_run,
+            adopt=args.adopt,
+            actor=client.author.actor,
         )
     finally:
         await redis.aclose()

@@ -28,6 +28,14 @@ from redis.exceptions import RedisError
 from rsched._client import job_lookup
 from rsched._client.stats import Stats, read_stats
 from rsched._core import tracing
+from rsched._core.audit import (
+    AuditFilter,
+    AuditRecord,
+    Author,
+    SpecVersion,
+    authored,
+    check_source,
+)
 from rsched._core.bulk import BulkResult, Validator, hash_fields
 from rsched._core.calendars import Calendar
 from rsched._core.codes import Code
@@ -49,6 +57,7 @@ from rsched._core.partitions import check_partitions, partition_of
 from rsched._core.rules import (
     PAGE_MAX,
     Priority,
+    check_actor,
     check_count,
     check_execution_id,
     check_history_status,
@@ -66,6 +75,8 @@ from rsched._core.workers import LISTED_STATES, JobInfo, WorkerInfo
 from rsched._ops.health import HealthReader, check_deployment
 from rsched._redis.connection import connect, explain
 from rsched._store.alerts import EventLog, HealthEvent
+from rsched._store.audit_log import audit_streams, read_audit
+from rsched._store.audit_log import check_cursor as check_audit_cursor
 from rsched._store.calendars import schedules_using
 from rsched._store.deployment import init_deployment
 from rsched._store.partitions import (
@@ -148,6 +159,11 @@ def _redis_errors(
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
+            client = args[0]
+            if isinstance(client, Client):
+                # The changes the call makes are recorded as the client's author's.
+                with authored(client.author):
+                    return await fn(*args, **kwargs)
             return await fn(*args, **kwargs)
         except (RedisError, OSError) as exc:
             client = args[0]
@@ -206,9 +222,21 @@ class Client:
     One client may serve any number of concurrent calls.
     """
 
-    def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings | None = None,
+        *,
+        actor: str | None = None,
+        source: str = "sdk",
+    ) -> None:
         self.settings = settings or Settings()
         self._redis = redis
+        if actor is not None:
+            _argument("actor", check_actor, actor)
+        _argument("source", check_source, source)
+        #: Who the changes this client makes are by, and from where (docs/audit.md).
+        self.author = Author(actor or self.settings.actor, source)
         # The deployment's own keys (clock, worker registry, cancel channel, events) are the
         # same whatever its number of partitions; the partitions are read on first use.
         self._clock = ScheduleStore.from_settings(redis, self.settings)
@@ -217,6 +245,7 @@ class Client:
             redis, self._clock.keys, max_len=self.settings.health.events_max_len
         )
         self._parts: Partitions | None = None
+        self._origin: Client | None = None  # the client acting_as made this one from
         self._owns_redis = False
         # Decided once (docs/tracing.md): enqueue and trigger then make PRODUCER spans.
         self._traced = tracing.decide(self.settings.tracing)
@@ -237,6 +266,18 @@ class Client:
         client = cls(connect(settings), settings)
         client._owns_redis = True
         return client
+
+    def acting_as(self, actor: str | None, *, source: str = "sdk") -> Client:
+        """A client sharing this one's connections whose changes the audit trail records as
+        made by ``actor`` (None: nobody named) from ``source`` (``sdk``, ``cli``, ``web``,
+        ``sync:<name>``). Closing it closes nothing. Raises InvalidArgument naming ``actor`` or
+        ``source``."""
+        other = Client(self._redis, self.settings, actor=actor, source=source)
+        if actor is None:
+            other.author = Author(None, source)
+        other._parts = self._parts
+        other._origin = self._origin or self
+        return other
 
     async def __aenter__(self) -> Client:
         return self
@@ -276,7 +317,10 @@ class Client:
         """The deployment's partitions, read once (PartitionMismatch when ``settings.partitions``
         names another number than the deployment's)."""
         if self._parts is None:
-            self._parts = await Partitions.of(self._redis, self.settings)
+            if self._origin is not None:  # acting_as: the partitions of the client it shares
+                self._parts = await self._origin._partitions()
+            else:
+                self._parts = await Partitions.of(self._redis, self.settings)
         return self._parts
 
     async def _store(self, schedule_id: str) -> ScheduleStore:
@@ -675,6 +719,113 @@ class Client:
             lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
         )
 
+    # --- the audit trail and the spec history -----------------------------------------------
+
+    @_redis_errors
+    async def audit(
+        self,
+        id: str | None = None,
+        *,
+        since: float | str | timedelta | datetime | None = None,
+        actor: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[AuditRecord]:
+        """A page of the audit trail, newest first, as :class:`rsched.AuditRecord` records:
+        every change of a schedule, an exclusion calendar or a limit override, who made it, when
+        and from where (docs/audit.md).
+
+        ``id`` keeps the changes of one schedule id, calendar name or limit key (a removed
+        schedule's records stay for the trail's retention); ``actor`` those of one actor;
+        ``since`` a duration back from now (``"1h"``, seconds, a timedelta) or an aware
+        datetime. A read looks at most 10,000 records of each stream, so a rare filter may
+        answer with fewer than ``limit`` and a cursor: pass ``cursor`` back for older records;
+        None means there are no more. Raises InvalidArgument naming the bad argument.
+        """
+        _argument("limit", check_page, limit)
+        if cursor:
+            _argument("cursor", check_audit_cursor, cursor)
+        if actor is not None:
+            _argument("actor", check_actor, actor)
+        want = AuditFilter(id=id, actor=actor, since_ms=await self._since_ms(since))
+        parts = await self._partitions()
+        try:
+            return await read_audit(
+                self._redis,
+                audit_streams(parts.keys, id),
+                want,
+                limit=limit,
+                cursor=cursor or None,
+            )
+        except ValueError as exc:
+            raise InvalidArgument("cursor", str(exc)) from None
+
+    async def _since_ms(self, since: float | str | timedelta | datetime | None) -> int | None:
+        """``since`` (a duration back from now by Redis time, or an aware datetime) in ms."""
+        if isinstance(since, datetime):
+            if since.tzinfo is None:
+                raise InvalidArgument(
+                    "since", "give an aware datetime (with a tzinfo) or a duration like '1h'"
+                )
+            return to_ms(since)
+        if since is None:
+            return None
+        _argument("since", parse_duration_s, since)
+        return await self._clock.time_ms() - round(parse_duration_s(since) * 1000)
+
+    def iter_audit(
+        self,
+        id: str | None = None,
+        *,
+        since: float | str | timedelta | datetime | None = None,
+        actor: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[AuditRecord]:
+        """Every record of :meth:`audit`, newest first, read a page at a time."""
+        return every_item(
+            lambda cursor: self.audit(id, since=since, actor=actor, limit=page_size, cursor=cursor)
+        )
+
+    @_redis_errors
+    async def spec_history(self, schedule_id: str) -> list[SpecVersion]:
+        """The schedule's kept specs, newest first (:class:`rsched.SpecVersion`: generation,
+        when, actor, source, the spec): from its first change on, the last
+        ``spec_history_limit`` (20) of them, the current one first; empty for a schedule never
+        changed. Raises ScheduleNotFound."""
+        store = await self._store(schedule_id)
+        kept = await store.spec_history(schedule_id)
+        if not kept and not await store.exists(schedule_id):
+            raise ScheduleNotFound(schedule_id)
+        return kept
+
+    @_redis_errors
+    async def rollback(self, schedule_id: str, generation: int) -> Schedule:
+        """Write the spec the schedule had at ``generation`` back, as a new generation
+        (recorded in the audit trail as ``rollback``); its pause stays as it is now. Returns the
+        schedule as stored. Raises ScheduleNotFound, or InvalidArgument naming ``generation``
+        when that generation's spec is not kept (nothing written)."""
+        _argument("generation", _generation, generation)
+        store = await self._store(schedule_id)
+
+        async def write() -> None:
+            current = await store.load(schedule_id)
+            kept = await store.spec_history(schedule_id)
+            found = next((v for v in kept if v.generation == generation), None)
+            if found is None:
+                raise InvalidArgument("generation", _not_kept(schedule_id, generation, kept))
+            fields = dict(found.spec)
+            if current.paused:
+                fields["status"] = "paused"
+                if current.pause_note:
+                    fields["pause_note"] = current.pause_note
+            valid = self._validated(Schedule.from_hash(schedule_id, fields))
+            await store.save(
+                valid, mode="replace", expect_gen=current.generation, action="rollback"
+            )
+
+        await _until_no_conflict(write)
+        return await store.load(schedule_id)
+
     # --- the runs log ---------------------------------------------------------------------------
 
     @_redis_errors
@@ -704,16 +855,7 @@ class Client:
             _argument("status", check_run_status, status)
         if cursor:
             _argument("cursor", check_cursor, cursor)
-        since_ms: int | None = None
-        if isinstance(since, datetime):
-            if since.tzinfo is None:
-                raise InvalidArgument(
-                    "since", "give an aware datetime (with a tzinfo) or a duration like '1h'"
-                )
-            since_ms = to_ms(since)
-        elif since is not None:
-            _argument("since", parse_duration_s, since)
-            since_ms = await self._clock.time_ms() - round(parse_duration_s(since) * 1000)
+        since_ms = await self._since_ms(since)
         want = RunFilter(status=status, since_ms=since_ms, schedule_id=schedule_id, task=task)
         parts = await self._partitions()
         try:
@@ -1258,6 +1400,27 @@ def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
             "cursor", f"{cursor!r} is not a cursor; pass the cursor a previous page returned"
         )
     return value, member
+
+
+def _generation(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"give a generation (a whole number from 1), got {value!r}")
+    return value
+
+
+def _not_kept(schedule_id: str, generation: int, kept: Sequence[SpecVersion]) -> str:
+    """Why a rollback to ``generation`` is refused, and what to give instead."""
+    if not kept:
+        return (
+            f"{schedule_id!r} has no spec history (it was never changed since it was added, or "
+            "spec_history_limit is 0), so generation "
+            f"{generation} is not kept; change the schedule's fields directly instead"
+        )
+    gens = ", ".join(str(v.generation) for v in kept)
+    return (
+        f"generation {generation} of {schedule_id!r} is not kept; its spec history holds "
+        f"generations {gens}: give one of those"
+    )
 
 
 def _completion(schedule: Schedule) -> str:

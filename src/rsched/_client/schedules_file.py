@@ -52,6 +52,7 @@ import orjson
 from redis.asyncio import Redis
 
 from rsched._core import humanize as fmt
+from rsched._core.audit import Author, authored
 from rsched._core.bulk import item_of
 from rsched._core.errors import (
     Conflict,
@@ -488,12 +489,15 @@ async def sync_file(
     dry_run: bool = False,
     adopt: bool = False,
     log: EventLogger | None = None,
+    actor: str | None = None,
 ) -> SyncPlan:
     """Make Redis match the schedules file at ``path``; returns the plan (``applied`` unless
     ``dry_run``). Every difference is logged before it is applied.
 
     Raises ScheduleFileError (nothing applied) when the file is invalid or an id conflicts
-    with a schedule the file did not create (pass ``adopt=True`` to take those over).
+    with a schedule the file did not create (pass ``adopt=True`` to take those over). The audit
+    trail records its changes as from ``sync:<source>``, by ``actor`` (default: the settings'
+    ``actor``).
     """
     log = log or _log
     parts = await Partitions.of(redis, settings)
@@ -512,7 +516,8 @@ async def sync_file(
         if dry_run:
             return plan
         try:
-            await apply_plan(parts, plan, parsed.resolved)
+            with authored(Author(actor or settings.actor, f"sync:{source}")):
+                await apply_plan(parts, plan, parsed.resolved)
         except (Conflict, ScheduleExists, InvalidSchedules):
             # Another process (a second scheduler starting with the same file) wrote first.
             if attempt == APPLY_ATTEMPTS - 1:

@@ -25,6 +25,7 @@ from anyio.from_thread import BlockingPortal
 
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
+from rsched._core.audit import AuditRecord, SpecVersion
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
 from rsched._core.health import Health, ScheduleHealth
@@ -58,6 +59,9 @@ class SyncClient:
     def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:
         self._start(functools.partial(_open, url, prefix, settings))
 
+    #: The client whose connections and loop this one shares (acting_as), None for its own.
+    _owner: SyncClient | None = None
+
     def _start(self, open_client: Callable[[], Awaitable[Client]]) -> None:
         self._portal, self._thread = _start_loop()
         try:
@@ -66,7 +70,7 @@ class SyncClient:
             _shutdown(self._portal, self._thread, None)
             raise
         # Not a method of self: a finalizer that holds self would keep it alive forever.
-        self._finalizer = weakref.finalize(
+        self._finalizer: Callable[[], Any] = weakref.finalize(
             self, _shutdown, self._portal, self._thread, self._client
         )
 
@@ -83,6 +87,16 @@ class SyncClient:
         client = cls.__new__(cls)
         client._start(functools.partial(_open_settings, settings))
         return client
+
+    def acting_as(self, actor: str | None, *, source: str = "sdk") -> SyncClient:
+        """See :meth:`rsched.Client.acting_as`: a client sharing this one's connections and
+        loop (closing it closes nothing)."""
+        other = SyncClient.__new__(SyncClient)
+        other._portal, other._thread = self._portal, self._thread
+        other._client = self._run(_acting, self._client, actor, source)
+        other._owner = self  # its loop lives while the other is used
+        other._finalizer = weakref.finalize(other, _nothing)
+        return other
 
     def __enter__(self) -> SyncClient:
         return self
@@ -219,6 +233,41 @@ class SyncClient:
         return every_item_sync(
             lambda cursor: self.history(schedule_id, limit=page_size, status=status, cursor=cursor)
         )
+
+    def audit(
+        self,
+        id: str | None = None,
+        *,
+        since: float | str | timedelta | datetime | None = None,
+        actor: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Page[AuditRecord]:
+        """See :meth:`rsched.Client.audit`."""
+        return self._run(
+            self._client.audit, id, since=since, actor=actor, limit=limit, cursor=cursor
+        )
+
+    def iter_audit(
+        self,
+        id: str | None = None,
+        *,
+        since: float | str | timedelta | datetime | None = None,
+        actor: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[AuditRecord]:
+        """See :meth:`rsched.Client.iter_audit`."""
+        return every_item_sync(
+            lambda cursor: self.audit(id, since=since, actor=actor, limit=page_size, cursor=cursor)
+        )
+
+    def spec_history(self, schedule_id: str) -> list[SpecVersion]:
+        """See :meth:`rsched.Client.spec_history`."""
+        return self._run(self._client.spec_history, schedule_id)
+
+    def rollback(self, schedule_id: str, generation: int) -> Schedule:
+        """See :meth:`rsched.Client.rollback`."""
+        return self._run(self._client.rollback, schedule_id, generation)
 
     def runs(
         self,
@@ -534,3 +583,11 @@ def _shutdown(portal: BlockingPortal, thread: threading.Thread, client: Client |
         with contextlib.suppress(RuntimeError):
             portal.call(portal.stop, True)
         thread.join(CLOSE_TIMEOUT_S)
+
+
+async def _acting(client: Client, actor: str | None, source: str) -> Client:
+    return client.acting_as(actor, source=source)
+
+
+def _nothing() -> None:
+    """What closing a client that shares another's connections does."""

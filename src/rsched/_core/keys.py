@@ -320,3 +320,23 @@ class Keys:
         retry, dead, cancelled, timed out) or occurrence that was dropped (skipped), across
         every schedule and enqueued job; the entry id is when it happened."""
         return f"{self.tag}:runs"
+
+    @property
+    def audit(self) -> str:
+        """STREAM, capped: the audit trail of this partition's schedules, one record per change
+        (add, update, remove, pause, ..., written by the script that makes it; docs/audit.md);
+        partition 0's also holds the limit overrides' changes. The entry id is when it
+        happened."""
+        return f"{self.tag}:audit"
+
+    @property
+    def deployment_audit(self) -> str:
+        """STREAM, capped: the audit trail of the exclusion calendars (deployment keys). With
+        one partition it is :attr:`audit` itself."""
+        return f"{self.deployment_tag}:audit"
+
+    def specs(self, schedule_id: str) -> str:
+        """LIST (newest first, capped at ``spec_history_limit``) of a schedule's kept specs, each
+        a JSON array [generation, ms, actor, source, {field: value}]: written from its first
+        change on (a schedule never changed has none), deleted with the schedule."""
+        return f"{self.tag}:specs:{schedule_id}"

@@ -77,7 +77,7 @@ MISFIRE_ACTIONS: dict[str, tuple[str, str]] = {
 }
 # The (policy, action) label sets of rsched_overlap_total.
 OVERLAP_ACTIONS = (("skip", "skipped"), ("buffer_one", "buffered"), ("buffer_all", "buffered"))
-RETENTION_KINDS = ("runs", "dead_letters", "history")
+RETENTION_KINDS = ("runs", "dead_letters", "history", "audit")
 OUTCOMES = ("completed", "failed", "timed_out", "cancelled", "retry", "expired")
 # What fire.lua did with an occurrence the overlap policy held back, by its code.
 _OVERLAP_ACTIONS: dict[int, str] = {Code.SKIPPED: "skipped", Code.BUFFERED: "buffered"}

@@ -395,3 +395,18 @@ def check_count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"give a whole number ≥ 0, got {value!r}")
     return value
+
+
+ACTOR_MAX_CHARS = 64
+ACTOR_RE = re.compile(rf"^[A-Za-z0-9._@:+/\-]{{1,{ACTOR_MAX_CHARS}}}$")
+
+
+def check_actor(value: object) -> str:
+    """Who makes a change, as the audit trail records it (``Client(actor=...)``,
+    ``RSCHED_ACTOR``): a user name, ``user@host`` or a service's name."""
+    if not isinstance(value, str) or not ACTOR_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not an actor: use 1-{ACTOR_MAX_CHARS} letters, digits or "
+            "'. _ @ : + / -' (no spaces), e.g. 'alice@ops-1' or 'deploy-bot'"
+        )
+    return value

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rsched._core.audit import DEFAULT_SPEC_HISTORY
 from rsched._core.partitions import MAX_PARTITIONS
 from rsched._core.rules import (
     DEDUP_WINDOW_MAX_S,
@@ -30,6 +31,7 @@ from rsched._core.rules import (
     MAX_PAYLOAD_BYTES,
     PREFIX_RE,
     PRIORITIES,
+    check_actor,
 )
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -226,6 +228,10 @@ class RetentionSettings(BaseModel):
     # How often the leader sweeps, and how many schedules' histories one sweep looks at.
     interval_s: float = Field(default=60.0, ge=0.05, le=86_400)
     history_batch: int = Field(default=1_000, ge=1, le=100_000)
+    # The audit trail ({p}:audit, docs/audit.md): records older than this are trimmed, and
+    # every write keeps about audit_max_entries newest per partition, whichever is less.
+    audit_max_age_s: float = Field(default=90 * 86_400, ge=60)
+    audit_max_entries: int = Field(default=100_000, ge=100, le=100_000_000)
 
 
 #: The help of every command's ``--cluster`` flag.
@@ -256,6 +262,11 @@ class Settings(BaseSettings):
     history_limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=1, le=10_000)
     # An enqueue with its own execution id: how long the id stays taken after the job ended.
     dedup_window_s: float = Field(default=DEFAULT_DEDUP_WINDOW_S, ge=0, le=DEDUP_WINDOW_MAX_S)
+    # Specs kept in each changed schedule's spec history (docs/audit.md; 0 keeps none).
+    spec_history_limit: int = Field(default=DEFAULT_SPEC_HISTORY, ge=0, le=1_000)
+    # Who this process's changes are by in the audit trail (docs/audit.md): the SDK records
+    # none unless given, the rsched command user@host.
+    actor: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     # The longest wait for one reply or for a connection to open. A timed-out command is never
@@ -290,6 +301,11 @@ class Settings(BaseSettings):
     # tracer provider is configured when the Client, Worker or Scheduler is created or starts;
     # on always (the global provider, even one set later), off never.
     tracing: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("actor")
+    @classmethod
+    def _actor(cls, value: str | None) -> str | None:
+        return None if value is None else check_actor(value)
 
     @model_validator(mode="after")
     def _block_inside_socket_timeout(self) -> Settings:

@@ -7,7 +7,10 @@ Every ``retention.interval_s`` the leader of a partition (one sweep per partitio
   count (MAXLEN ~, ``worker.dead_letter_max_entries``, which the dead script keeps too);
 - schedules' histories by age (``history_max_age_s``; their count cap, ``history_limit``, is
   kept by every write): a bounded sweep, ``history_batch`` schedules a sweep in index order,
-  wrapping around, so a deployment of N schedules is gone through in N / history_batch sweeps.
+  wrapping around, so a deployment of N schedules is gone through in N / history_batch sweeps;
+- the audit trail ``{p}:audit`` by age (MINID, ``audit_max_age_s``) and size (MAXLEN ~,
+  ``audit_max_entries``, the cap the writes keep too); partition 0's sweep also trims the
+  calendars' ``{prefix}:audit`` when there are several partitions (docs/audit.md).
 An entry id of a stream is its time (ms of the Redis clock when written), so trimming by age is
 a MINID. Each sweep logs one line with what it removed and counts it in
 ``rsched_retention_removed_total{kind}``.
@@ -29,6 +32,7 @@ from rsched._core.keys import Keys
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS, RETENTION_KINDS
 from rsched._core.settings import Settings
+from rsched._store.audit_log import trim_audit
 from rsched._store.queues import QueueStore
 from rsched._store.runs_log import trim_runs
 from rsched._store.schedules import ScheduleStore
@@ -43,6 +47,7 @@ class Sweep:
     runs: int = 0
     dead_letters: int = 0
     history: int = 0
+    audit: int = 0
 
 
 class Retention:
@@ -107,11 +112,22 @@ class Retention:
             self.settings.worker.dead_letter_max_entries,
         )
         done.history = await self._trim_histories(now - round(cfg.history_max_age_s * 1000))
+        streams = [self.keys.audit]
+        if self.keys.partition == 0 and self.keys.deployment_audit != self.keys.audit:
+            streams.append(self.keys.deployment_audit)
+        for stream in streams:
+            done.audit += await trim_audit(
+                self.redis,
+                stream,
+                before_ms=now - round(cfg.audit_max_age_s * 1000),
+                max_entries=cfg.audit_max_entries,
+            )
         log.info(
             "retention.sweep",
             runs=done.runs,
             dead_letters=done.dead_letters,
             history=done.history,
+            audit=done.audit,
         )
         if METRICS.on:
             for kind in RETENTION_KINDS:

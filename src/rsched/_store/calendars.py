@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from redis.asyncio import Redis
 
+from rsched._core.audit import current_author
 from rsched._core.calendars import Calendar
 from rsched._core.codes import Code, check
 from rsched._core.errors import CalendarNotFound
@@ -28,10 +29,18 @@ class CalendarStore(scripts.ScriptCaller):
     """The calendars of one deployment (their keys are the deployment's, whatever the
     partition of ``keys``)."""
 
-    def __init__(self, redis: Redis, keys: Keys, durability: Durability | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        durability: Durability | None = None,
+        *,
+        audit_cap: int = 100_000,
+    ) -> None:
         super().__init__(redis)
         self.keys = keys
         self.durability = durability
+        self.audit_cap = audit_cap  # of the calendars' audit trail (MAXLEN ~, docs/audit.md)
 
     async def put(self, calendar: Calendar) -> Calendar:
         """Store ``calendar`` (replacing one of the same name), stamped with Redis time; returns
@@ -46,7 +55,12 @@ class CalendarStore(scripts.ScriptCaller):
 
     async def _write(self, name: str, body: str) -> int:
         k = self.keys
-        res = await self.call("calendar_write", [k.calendars, k.calendars_version], [name, body])
+        audit = current_author().arg(None, self.audit_cap, 0)
+        res = await self.call(
+            "calendar_write",
+            [k.calendars, k.calendars_version, k.deployment_audit],
+            [name, body, audit],
+        )
         if int(res[0]) == Code.NOT_FOUND:
             raise CalendarNotFound(name)
         check(int(res[0]), script="calendar_write")

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from rsched._core.audit import current_author
 from rsched._core.codes import Code, check
 from rsched._core.keys import GROUP
 from rsched._core.limits import JobLimit, LimitInfo, Rate, check_key
@@ -29,6 +30,9 @@ Acquire = tuple[str, str, str, Sequence[JobLimit]]
 
 class Limits(scripts.ScriptCaller):
     """The limits' script calls and reads (partition 0's keys, whatever the store's partition)."""
+
+    #: The audit trail's cap (MAXLEN ~) for limit_set.lua's records (QueueStore sets it).
+    audit_cap = 100_000
 
     async def acquire(
         self, stream: str, items: Sequence[Acquire], hold_ms: int
@@ -109,7 +113,12 @@ class Limits(scripts.ScriptCaller):
         pattern = "*" in key
         check_key(key, pattern=pattern)
         body = "" if override is None else orjson.dumps(override).decode()
-        res = await self.call("limit_set", self.keys.limits, [key, body])
+        audit = current_author().arg(None, self.audit_cap, 0)
+        res = await self.call(
+            "limit_set",
+            [*self.keys.limits, self.keys.for_partition(0).audit],
+            [key, body, audit],
+        )
         if isinstance(res, list):
             check(int(res[0]), script="limit_set")
         return int(res)

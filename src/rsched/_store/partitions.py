@@ -89,7 +89,12 @@ class Partitions:
         self.queues = tuple(QueueStore.from_settings(redis, settings, k) for k in every)
         self.sources = tuple(SourceStore(redis, k) for k in every)
         # The deployment's calendars (keys of its own, not a partition's).
-        self.calendars = CalendarStore(redis, keys, Durability.from_settings(settings))
+        self.calendars = CalendarStore(
+            redis,
+            keys,
+            Durability.from_settings(settings),
+            audit_cap=settings.retention.audit_max_entries,
+        )
 
     @classmethod
     async def of(cls, redis: Redis, settings: Settings) -> Partitions:

@@ -75,6 +75,8 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
         self.dedup_window_s = dedup_window_s
         self.events = EventLog(redis, keys)
         self.runs_max_entries = runs_max_entries
+        # The audit trail's cap (MAXLEN ~; limit_set.lua writes partition 0's, docs/audit.md).
+        self.audit_cap = 100_000
 
     @classmethod
     def from_settings(
@@ -93,6 +95,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
         )
         store.events.max_len = settings.health.events_max_len
         store.durability = Durability.from_settings(settings)
+        store.audit_cap = settings.retention.audit_max_entries
         return store
 
     async def enqueue(

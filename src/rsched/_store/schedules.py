@@ -19,6 +19,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from rsched._core.audit import SpecVersion, current_author, spec_version
 from rsched._core.bulk import SPEC_KEYS, BulkItem, Problem
 from rsched._core.codes import Code, check, wrong_type
 from rsched._core.errors import (
@@ -111,6 +112,9 @@ class ScheduleStore(scripts.ScriptCaller):
         # Writes put a schedule due later than this from now in its parked bucket (None: never;
         # scheduler.park off), as the leader would park it (rsched._store.parking).
         self.park_after_ms: int | None = parking.PARK_AFTER_MS
+        # The audit trail's cap (MAXLEN ~) and the specs kept per schedule (docs/audit.md).
+        self.audit_cap = 100_000
+        self.spec_keep = 20
 
     @classmethod
     def from_settings(
@@ -125,14 +129,26 @@ class ScheduleStore(scripts.ScriptCaller):
             max_payload_bytes=settings.max_payload_bytes,
         )
         store.durability = Durability.from_settings(settings)
+        store.audit_cap = settings.retention.audit_max_entries
+        store.spec_keep = settings.spec_history_limit
         if not settings.scheduler.park:
             store.park_after_ms = None
         return store
 
     # --- schedule writes -------------------------------------------------------------------
 
+    def audit_arg(self, action: str | None = None) -> str:
+        """The audit argument of a write's script: the author of the call being made
+        (rsched._core.audit.current_author), ``action`` when the caller names it."""
+        return current_author().arg(action, self.audit_cap, self.spec_keep)
+
     async def save(
-        self, schedule: Schedule, *, mode: str = "upsert", expect_gen: int | None = None
+        self,
+        schedule: Schedule,
+        *,
+        mode: str = "upsert",
+        expect_gen: int | None = None,
+        action: str | None = None,
     ) -> tuple[int, bool]:
         """Validate ``schedule`` against Redis time and write it; returns (generation, created).
 
@@ -165,7 +181,12 @@ class ScheduleStore(scripts.ScriptCaller):
         anchor = int(created) if exists and created else now
         next_ms = first_run_ms(schedule, now, created_ms=anchor, creating=not exists)
         return await self.write(
-            schedule, mode=mode, expect_gen=expect_gen, next_ms=next_ms, created_ms=now
+            schedule,
+            mode=mode,
+            expect_gen=expect_gen,
+            next_ms=next_ms,
+            created_ms=now,
+            action=action,
         )
 
     async def write(
@@ -176,8 +197,11 @@ class ScheduleStore(scripts.ScriptCaller):
         expect_gen: int | None,
         next_ms: int | None,
         created_ms: int,
+        action: str | None = None,
     ) -> tuple[int, bool]:
-        """Run upsert.lua; returns (generation, created). Raises on exists/not found/conflict."""
+        """Run upsert.lua; returns (generation, created). Raises on exists/not found/conflict.
+        ``action`` names the change in the audit trail (None: add, upsert or update by
+        ``mode``)."""
         k = self.keys
         spec = schedule.spec_fields()
         if schedule.paused and schedule.pause_note:
@@ -194,6 +218,8 @@ class ScheduleStore(scripts.ScriptCaller):
                 op_key,
                 k.parked_of(schedule.id),
                 k.parked,
+                k.audit,
+                k.specs(schedule.id),
             ],
             [
                 schedule.id,
@@ -206,6 +232,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 op_id,
                 created_ms,
                 self._park_after_arg(),
+                self.audit_arg(action),
                 *flat,
             ],
         )
@@ -353,11 +380,13 @@ class ScheduleStore(scripts.ScriptCaller):
         """One upsert_many.lua call; its reply per item (see the script's header)."""
         k = self.keys
         op_key, op_id = k.new_op()
-        keys = [k.schedules, k.queues, op_key, k.parked]
-        args = [k.wake, op_id, str(created_ms), self._park_after_arg()]
+        keys = [k.schedules, k.queues, op_key, k.parked, k.audit]
+        # A schedules file's writes are its sync, whatever each one's mode.
+        action = "sync" if current_author().source.startswith("sync:") else None
+        args = [k.wake, op_id, str(created_ms), self._park_after_arg(), self.audit_arg(action)]
         for item, next_ms in chunk:
             sid = item.schedule_id
-            keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid))
+            keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid), k.specs(sid))
             args += (
                 item.schedule_id,
                 item.mode,
@@ -394,8 +423,10 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.parked_of(schedule_id),
                 k.parked,
                 k.backfilled(schedule_id),
+                k.audit,
+                k.specs(schedule_id),
             ],
-            [schedule_id, op_id],
+            [schedule_id, op_id, self.audit_arg()],
         )
         check(res, script="remove", schedule_id=schedule_id)
         if source:
@@ -406,8 +437,15 @@ class ScheduleStore(scripts.ScriptCaller):
         op_key, op_id = k.new_op()
         res = await self.call(
             "pause",
-            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id), k.parked],
-            [schedule_id, note or "", op_id, self._park_after_arg()],
+            [
+                k.schedules,
+                k.schedule(schedule_id),
+                op_key,
+                k.parked_of(schedule_id),
+                k.parked,
+                k.audit,
+            ],
+            [schedule_id, note or "", op_id, self._park_after_arg(), self.audit_arg()],
         )
         check(res, script="pause", schedule_id=schedule_id)
 
@@ -416,8 +454,22 @@ class ScheduleStore(scripts.ScriptCaller):
         op_key, op_id = k.new_op()
         res = await self.call(
             "resume",
-            [k.schedules, k.schedule(schedule_id), op_key, k.parked_of(schedule_id), k.parked],
-            [schedule_id, expect_gen, "" if next_ms is None else next_ms, k.wake, op_id],
+            [
+                k.schedules,
+                k.schedule(schedule_id),
+                op_key,
+                k.parked_of(schedule_id),
+                k.parked,
+                k.audit,
+            ],
+            [
+                schedule_id,
+                expect_gen,
+                "" if next_ms is None else next_ms,
+                k.wake,
+                op_id,
+                self.audit_arg(),
+            ],
         )
         check(res, script="resume", schedule_id=schedule_id)
 
@@ -458,8 +510,9 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.parked,
                 k.runs,
                 k.delayed_queue(queue),
+                k.audit,
             ],
-            [schedule_id, self.history_limit, k.cancel, op_id]
+            [schedule_id, self.history_limit, k.cancel, op_id, self.audit_arg()]
             + ([traced(queue)] if traced is not None else []),
         )
         code = check(res, script="trigger", schedule_id=schedule_id)
@@ -484,8 +537,17 @@ class ScheduleStore(scripts.ScriptCaller):
                 op_key,
                 k.backlogs,
                 k.delayed_queue(schedule.queue),
+                k.audit,
             ],
-            [sid, schedule.generation, self.history_limit, k.cancel, op_id, *times],
+            [
+                sid,
+                schedule.generation,
+                self.history_limit,
+                k.cancel,
+                op_id,
+                self.audit_arg(),
+                *times,
+            ],
         )
         check(res, script="backfill", schedule_id=sid, field="end")
         return [Code(int(c)) for c in res[1:]]
@@ -536,6 +598,15 @@ class ScheduleStore(scripts.ScriptCaller):
         if not fields:
             raise ScheduleNotFound(schedule_id)
         return Schedule.from_hash(schedule_id, fields)
+
+    async def spec_history(self, schedule_id: str) -> list[SpecVersion]:
+        """The schedule's kept specs, newest first (entries not rsched's are skipped); empty
+        when it was never changed. Raises StateError when the key holds another type."""
+        try:
+            raw = await self.redis.lrange(self.keys.specs(schedule_id), 0, -1)
+        except ResponseError as exc:
+            raise wrong_type(schedule_id=schedule_id) from exc
+        return [v for v in (spec_version(str(r)) for r in raw) if v is not None]
 
     async def exists(self, schedule_id: str) -> bool:
         return bool(await self.redis.exists(self.keys.schedule(schedule_id)))

@@ -39,8 +39,10 @@ router = APIRouter(prefix="/api/v1", dependencies=[Depends(http_words)])
 
 
 def sdk(request: Request) -> Sdk:
+    """The app's SDK; for a write, one whose changes the audit trail records as the signed-in
+    user's, from ``web`` (docs/audit.md)."""
     found: Sdk = request.app.state.sdk
-    return found
+    return found.for_request(request.scope)
 
 
 SdkDep = Annotated[Sdk, Depends(sdk)]
@@ -120,6 +122,13 @@ class BackfillRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     start: datetime
     end: datetime
+
+
+class RollbackRequest(BaseModel):
+    """The generation whose kept spec to write back."""
+
+    model_config = ConfigDict(extra="forbid")
+    generation: int
 
 
 class Selection(BaseModel):
@@ -254,6 +263,35 @@ async def backfill_schedule(sdk: SdkDep, schedule_id: str, body: BackfillRequest
         k: result.count(k) for k in ("fired", "skipped", "buffered", "debounced", "already_fired")
     }
     return {"counts": counts, "outcomes": result.outcomes}
+
+
+@router.get("/schedules/{schedule_id}/audit", tags=["schedules"])
+async def schedule_audit(
+    sdk: SdkDep,
+    schedule_id: str,
+    actor: str | None = None,
+    since: Annotated[
+        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
+    ] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """The schedule's changes, newest first: who, when, from where, the fields changed."""
+    page = await sdk.audit(schedule_id, actor=actor, since=since, limit=limit, cursor=cursor)
+    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+
+
+@router.get("/schedules/{schedule_id}/specs", tags=["schedules"])
+async def schedule_specs(sdk: SdkDep, schedule_id: str) -> dict[str, Any]:
+    """The schedule's kept specs, newest first (empty when it was never changed)."""
+    return {"items": [v.as_dict() for v in await sdk.spec_history(schedule_id)]}
+
+
+@router.post("/schedules/{schedule_id}/rollback", response_model=Schedule, tags=["schedules"])
+async def rollback_schedule(sdk: SdkDep, schedule_id: str, body: RollbackRequest) -> Schedule:
+    """Write a kept spec back as a new generation (400 naming ``generation`` when that
+    generation is not kept; nothing written)."""
+    return await sdk.rollback(schedule_id, body.generation)
 
 
 @router.get("/schedules/{schedule_id}/executions", tags=["schedules"])
@@ -479,6 +517,25 @@ async def list_runs(
     page = await sdk.runs(
         status=status, schedule_id=schedule, task=task, since=since, limit=limit, cursor=cursor
     )
+    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+
+
+@router.get("/audit", tags=["deployment"])
+async def list_audit(
+    sdk: SdkDep,
+    id: Annotated[
+        str | None, Query(description="a schedule id, calendar name or limit key")
+    ] = None,
+    actor: str | None = None,
+    since: Annotated[
+        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
+    ] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """The audit trail, newest first (``Client.audit``): every change of a schedule, calendar
+    or limit override, who made it, when and from where."""
+    page = await sdk.audit(id, actor=actor, since=since, limit=limit, cursor=cursor)
     return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
 
 

@@ -71,8 +71,10 @@ def prefix(request: Request) -> str:
 
 
 def sdk_of(request: Request) -> Sdk:
+    """The app's SDK; for a write, one whose changes the audit trail records as the signed-in
+    user's, from ``web`` (docs/audit.md)."""
     found: Sdk = request.app.state.sdk
-    return found
+    return found.for_request(request.scope)
 
 
 def _zone(request: Request) -> tuple[str, bool]:
@@ -319,9 +321,18 @@ def _spec(s: Schedule) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in ("id", "task") or v != default(k)}
 
 
+#: Changes the schedule's page shows (the API pages the rest).
+CHANGES_SHOWN = 10
+
+
 @router.get("/schedules/{schedule_id}", response_class=HTMLResponse)
 async def schedule(request: Request, schedule_id: str) -> Response:
-    return render(request, "schedule.html", **await schedule_context(request, schedule_id))
+    sdk = sdk_of(request)
+    context = await schedule_context(request, schedule_id)
+    # Read once per page view, not in the live part's refreshes.
+    changes = (await sdk.audit(schedule_id, limit=CHANGES_SHOWN)).items
+    specs = await sdk.spec_history(schedule_id)
+    return render(request, "schedule.html", changes=changes, specs=specs, **context)
 
 
 @router.get("/_live/schedules/{schedule_id}", response_class=HTMLResponse)
@@ -397,6 +408,15 @@ async def _backfill(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
         for k in ("fired", "skipped", "buffered", "debounced", "already_fired")
     )
     return f"backfilled {len(result.outcomes)} occurrence(s): {counts}"
+
+
+@_action("rollback")
+async def _rollback(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
+    text = first(fields, "generation")
+    if not text.isdigit():
+        raise InvalidArgument("generation", f"{text!r} is not a generation; give a whole number")
+    s = await sdk.rollback(sid, int(text))
+    return f"rolled back {sid} to the spec of generation {text}: now generation {s.generation}"
 
 
 @_action("remove")

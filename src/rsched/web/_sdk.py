@@ -8,11 +8,12 @@ of this file.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from rsched import (
+    AuditRecord,
     BackfillResult,
     Calendar,
     Client,
@@ -31,8 +32,11 @@ from rsched import (
     Schedule,
     ScheduleHealth,
     Settings,
+    SpecVersion,
     Stats,
 )
+from rsched._core.audit import safe_actor
+from rsched.web._security import ACTOR_STATE
 
 #: A page of history events large enough for a whole kept history.
 HISTORY_EVENTS = 1_000
@@ -51,6 +55,16 @@ class Sdk:
     @property
     def settings(self) -> Settings:
         return self.client.settings
+
+    def for_request(self, scope: Mapping[str, Any]) -> Sdk:
+        """This SDK for a read; for a write (the guard named its actor,
+        rsched.web._security.ACTOR_STATE), one whose changes are recorded as that user's, from
+        ``web``."""
+        state = scope.get("state") or {}
+        if ACTOR_STATE not in state:
+            return self
+        actor = state[ACTOR_STATE]
+        return Sdk(self.client.acting_as(safe_actor(actor) if actor else None, source="web"))
 
     @staticmethod
     def now_ms() -> int:
@@ -113,6 +127,29 @@ class Sdk:
         (``history_limit`` runs of a few events each)."""
         limit = limit or HISTORY_EVENTS
         return (await self.client.history(schedule_id, limit=limit, status=status)).items
+
+    # --- the audit trail and the spec history ----------------------------------------------
+
+    async def audit(
+        self,
+        schedule_id: str | None = None,
+        *,
+        actor: str | None = None,
+        since: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[AuditRecord]:
+        """A page of the audit trail, newest first (``Client.audit``); ``since`` as in
+        :meth:`runs`."""
+        return await self.client.audit(
+            schedule_id, actor=actor, since=_since(since), limit=limit, cursor=cursor
+        )
+
+    async def spec_history(self, schedule_id: str) -> list[SpecVersion]:
+        return await self.client.spec_history(schedule_id)
+
+    async def rollback(self, schedule_id: str, generation: int) -> Schedule:
+        return await self.client.rollback(schedule_id, generation)
 
     # --- queues, jobs and dead letters ------------------------------------------------------
 
@@ -267,12 +304,7 @@ class Sdk:
     ) -> Page[RunRecord]:
         """A page of the runs log across schedules, newest first (``Client.runs``). ``since``:
         an aware ISO 8601 time, or a duration back from now ("1h", seconds)."""
-        when: str | datetime | None = since
-        if since:
-            try:
-                when = datetime.fromisoformat(since)
-            except ValueError:
-                when = since
+        when = _since(since)
         return await self.client.runs(
             status=status,
             schedule_id=schedule_id,
@@ -281,3 +313,13 @@ class Sdk:
             limit=limit,
             cursor=cursor,
         )
+
+
+def _since(since: str | None) -> str | datetime | None:
+    """An aware ISO 8601 time as a datetime, anything else (a duration) as given."""
+    if not since:
+        return None
+    try:
+        return datetime.fromisoformat(since)
+    except ValueError:
+        return since

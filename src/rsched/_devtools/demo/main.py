@@ -240,6 +240,10 @@ async def _clean_up(redis: Redis, client: Client, keys: Keys, schedules: list[Sc
         say(f"  the queue name {QUEUE!r} in {keys.queues} (rsched stats counts its dead letters)")
     if await redis.exists(keys.runs):
         say(f"  the runs log {keys.runs} (rsched runs shows it; the scheduler trims it by age)")
+    if await redis.exists(keys.audit):
+        say(
+            f"  the audit trail {keys.audit} (rsched audit shows it; the scheduler trims it by age)"
+        )
     if await redis.exists(keys.events):
         say(f"  the events stream {keys.events} (rsched events shows it; capped in length)")
     say(f"  the scheduler's fencing counter {keys.fence} (kept so that tokens never repeat)")
