@@ -8,10 +8,12 @@ worker scripts record it in the runs log only, and bring back none of the schedu
 KEYS[1] schedules  KEYS[2] hash  KEYS[3] history  KEYS[4] pending  KEYS[5] op
 KEYS[6] parked bucket ({p}:parked:<n>, see park.lua)  KEYS[7] parked ({p}:parked)
 KEYS[8] backfilled (optional: {p}:backfilled:<id>, the execution ids backfills fired)
+KEYS[9..] labels   {p}:label:<k>=<v>, the label index keys of its labels (label_index.lua)
 ARGV[1] id         ARGV[2] op_id (request id)
+ARGV[3] labels     its labels field as the caller read it ('' or absent for none)
 
-Returns {OK=5} removed | {NOT_FOUND=-2} | {WRONG_TYPE=-6} a key has the wrong type (nothing
-removed)
+Returns {OK=5} removed | {NOT_FOUND=-2} | {LABELS_MOVED=-15} its labels are not ARGV[3] (read
+them again) | {WRONG_TYPE=-6} a key has the wrong type (nothing removed)
 ]]
 -- @include codes
 -- @include rcall
@@ -19,6 +21,7 @@ removed)
 -- @include op_replay
 -- @include op_store
 -- @include unpark_one
+-- @include label_index
 
 local replay = op_replay(KEYS[5], ARGV[2])
 if replay then return replay end
@@ -27,6 +30,8 @@ if not (key_is(KEYS[1], 'zset') and key_is(KEYS[2], 'hash') and key_is(KEYS[6], 
   return {WRONG_TYPE}
 end
 if rcall('EXISTS', KEYS[2]) == 0 then return {NOT_FOUND} end
+if (rcall('HGET', KEYS[2], 'labels') or '') ~= (ARGV[3] or '') then return {LABELS_MOVED} end
+if not label_index(ARGV[1], {unpack(KEYS, 9)}, {}) then return {WRONG_TYPE} end
 rcall('DEL', KEYS[2], KEYS[3], KEYS[4])
 if KEYS[8] then rcall('DEL', KEYS[8]) end
 rcall('ZREM', KEYS[1], ARGV[1])

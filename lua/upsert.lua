@@ -13,6 +13,8 @@ KEYS[4] queues     SET of queue names
 KEYS[5] op         {p}:ops:<minute> (replay protection)
 KEYS[6] bucket     {p}:parked:<n>, the schedule's parked bucket (see park.lua)
 KEYS[7] parked     {p}:parked
+KEYS[8..] labels   {p}:label:<k>=<v>: the index keys of the labels stored now (ARGV[12] of
+                   them), then of the new spec's (ARGV[13]) (lua/includes/label_index.lua)
 ARGV[1] id
 ARGV[2] mode       'add' (fail if it exists) | 'upsert' | 'replace' (fail if it does not exist)
 ARGV[3] expect_gen generation the caller read ('0' = must not exist yet), or '' for any
@@ -24,9 +26,12 @@ ARGV[8] op_id      request id of this call
 ARGV[9] created_ms creation time the client computed next_ms with (used for a new schedule)
 ARGV[10] park_after_ms the entry goes to the schedule's parked bucket when its next run is later
                    than now + this (paused and completed ones too), else to the index; '' never
-ARGV[11..] spec    field, value, field, value, … (non-default spec fields only)
+ARGV[11] labels    the schedule's labels field as the caller read it ('' for none)
+ARGV[12] n_old     ARGV[13] n_new: how many of KEYS[8..] are old and new label keys
+ARGV[14..] spec    field, value, field, value, … (non-default spec fields only)
 
 Returns {OK=5, generation, created(0/1)} | {EXISTS=-9} (add) | {NOT_FOUND=-2} (replace) |
+{LABELS_MOVED=-15} the stored labels are not ARGV[11] (read them again) |
 {CONFLICT=-3, generation} the generation moved since the caller read it | {WRONG_TYPE=-6} a key
 has the wrong type (or the stored generation/runs are not numbers) | {BAD_ARGS=-7} malformed
 arguments
@@ -46,6 +51,7 @@ local schedules_key, hash_key, pending_key, queues_key, op_key, bucket_key, park
 local id, mode, expect_gen, next_ms, paused = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local queue, wake, op_id, created_ms = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local park_after = tonumber(ARGV[10])
+local n_old, n_new = tonumber(ARGV[12]), tonumber(ARGV[13])
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
@@ -53,13 +59,14 @@ if not (key_is(schedules_key, 'zset') and key_is(queues_key, 'set')
         and key_is(bucket_key, 'zset') and key_is(parked_key, 'zset')) then
   return {WRONG_TYPE}
 end
-if op_id == '' then return {BAD_ARGS} end
+if op_id == '' or not (n_old and n_new) or #KEYS ~= 7 + n_old + n_new then return {BAD_ARGS} end
 
 local head = rcall('ZRANGE', schedules_key, 0, 0, 'WITHSCORES')
 local reply, score = upsert_one({
-  hash = hash_key, pending = pending_key, mode = mode, expect_gen = expect_gen,
-  next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 11,
-  to = #ARGV,
+  hash = hash_key, pending = pending_key, id = id, mode = mode, expect_gen = expect_gen,
+  next_ms = next_ms, paused = paused, created_ms = created_ms, args = ARGV, from = 14,
+  to = #ARGV, labels = {stored = ARGV[11], old = {unpack(KEYS, 8, 7 + n_old)},
+                        new = {unpack(KEYS, 8 + n_old, 7 + n_old + n_new)}},
 })
 if not score then return reply end  -- nothing written: nothing to remember for a replay
 place(schedules_key, bucket_key, parked_key, id, score, park_after and now_ms() + park_after)

@@ -12,18 +12,19 @@ KEYS[2] queues     SET of queue names
 KEYS[3] op         {p}:ops:<minute> (replay protection)
 KEYS[4] parked     {p}:parked (see park.lua)
 KEYS[5..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>,
-                   {p}:parked:<n> (its parked bucket)
+                   {p}:parked:<n> (its parked bucket), then its n_old + n_new label index keys
 ARGV[1] wake       pub/sub channel
 ARGV[2] op_id      request id of this call
 ARGV[3] created_ms creation time the client computed next runs with (new schedules)
 ARGV[4] park_after_ms a schedule goes to its parked bucket when its next run is later than now +
                    this (paused and completed ones too), else to the index; '' never
-ARGV[5..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
-                   spec strings (field, value, …): each as upsert.lua's arguments of that name
+ARGV[5..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, labels, n_old,
+                   n_new, n, then n spec strings (field, value, …): each as upsert.lua's
+                   arguments of that name
 
 Returns one string: a reply per item, comma-separated, in order: "5:<generation>:<created 0/1>"
 for OK=5, "-3:<generation>" for CONFLICT=-3, else the code alone: EXISTS=-9 (add),
-NOT_FOUND=-2 (replace), WRONG_TYPE=-6 (a key of the item has the wrong type, or its stored
+NOT_FOUND=-2 (replace), LABELS_MOVED=-15 (its stored labels are not those given), WRONG_TYPE=-6 (a key of the item has the wrong type, or its stored
 generation/runs are not numbers). The whole call answers a lone code when nothing was written:
 WRONG_TYPE=-6 (the index or the queues set has the wrong type) or BAD_ARGS=-7 (malformed
 arguments of any item: every item is checked before the first write).
@@ -54,24 +55,28 @@ if op_id == '' or not tonumber(created_ms) then return tostring(BAD_ARGS) end
 local items = {}
 local a, k = 5, 5
 while a <= #ARGV do
-  local n = tonumber(ARGV[a + 6] or '')
-  if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 2 > #KEYS
-      or not UPSERT_MODES[ARGV[a + 1]] or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
+  local n_old, n_new = tonumber(ARGV[a + 7] or ''), tonumber(ARGV[a + 8] or '')
+  local n = tonumber(ARGV[a + 9] or '')
+  if not (n and n_old and n_new) or n < 0 or n % 2 ~= 0 or a + 9 + n > #ARGV
+      or k + 2 + n_old + n_new > #KEYS or not UPSERT_MODES[ARGV[a + 1]]
+      or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
     return tostring(BAD_ARGS)
   end
   items[#items + 1] = {
     hash = KEYS[k], pending = KEYS[k + 1], parked = KEYS[k + 2], id = ARGV[a], mode = ARGV[a + 1],
     expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
-    created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n,
+    created_ms = created_ms, args = ARGV, from = a + 10, to = a + 9 + n,
+    labels = {stored = ARGV[a + 6], old = {unpack(KEYS, k + 3, k + 2 + n_old)},
+              new = {unpack(KEYS, k + 3 + n_old, k + 2 + n_old + n_new)}},
   }
-  a, k = a + 7 + n, k + 3
+  a, k = a + 10 + n, k + 3 + n_old + n_new
 end
 if k ~= #KEYS + 1 then return tostring(BAD_ARGS) end
 
 -- A bulk create's schedules are all new: one EXISTS over the call's hashes then spares each
 -- one its read (upsert_one's ``absent``).
 local hashes = {}
-for i = 5, #KEYS, 3 do hashes[#hashes + 1] = KEYS[i] end
+for _, item in ipairs(items) do hashes[#hashes + 1] = item.hash end
 -- (unpack has a stack limit: a larger call reads each hash.)
 local all_absent = #hashes > 0 and #hashes <= 4000 and rcall('EXISTS', unpack(hashes)) == 0
 local written = {}

@@ -6,6 +6,7 @@ every time decision (first run, due-ness) uses Redis TIME, never this host's clo
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 from collections.abc import (
@@ -25,7 +26,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._client import job_lookup
+from rsched._client import bulk_actions, job_lookup
 from rsched._client.stats import Stats, read_stats
 from rsched._core.bulk import BulkResult, Validator, hash_fields
 from rsched._core.calendars import Calendar
@@ -71,10 +72,12 @@ from rsched._store.partitions import (
     dead_letter_across,
     dead_letters_across,
     entry_ids_of,
+    gather_fields,
     index_page,
     jobs_across,
     runs_across,
     save_many,
+    select_ids,
 )
 from rsched._store.queues import QueueStore, new_execution_id
 from rsched._store.runs_log import RunFilter, RunRecord, check_cursor, read_runs
@@ -449,6 +452,85 @@ class Client:
         except ScheduleCompleted as exc:
             raise await self._why_completed(exc) from None
         return Fired(execution_id, _OUTCOMES[code])
+
+    # --- many at once (docs/labels.md) -------------------------------------------------------
+
+    @_redis_errors
+    async def select(
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+    ) -> builtins.list[str]:
+        """The ids of the schedules that carry every one of ``labels`` (a dict, or ``"k=v"``
+        texts) and have ``task`` and ``queue`` when given, sorted: what to hand to
+        :meth:`pause_many` and its kin. Labels are found through their index (milliseconds
+        at any size); ``task`` or ``queue`` alone read every schedule's two fields (~0.3 s at
+        100k). Raises InvalidArgument for a bad filter or none at all."""
+        pairs = bulk_actions.check_filter(labels, task, queue)
+        return await select_ids(await self._partitions(), pairs, task=task, queue=queue)
+
+    @_redis_errors
+    async def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
+        """Pause each schedule of ``ids`` as :meth:`pause`; outcome per id: ``paused``,
+        ``not_found`` or ``completed``. Raises InvalidArgument for a malformed id (nothing
+        done)."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            await self.pause(sid, note)
+            return "paused"
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def resume_many(self, ids: Iterable[str]) -> BulkResult:
+        """Resume each schedule of ``ids`` as :meth:`resume`; outcome per id: ``resumed``,
+        ``not_found`` or ``completed``."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            await self.resume(sid)
+            return "resumed"
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def remove_many(self, ids: Iterable[str]) -> BulkResult:
+        """Remove each schedule of ``ids`` as :meth:`remove`; outcome per id: ``removed`` or
+        ``not_found``."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            await self.remove(sid)
+            return "removed"
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def trigger_many(self, ids: Iterable[str]) -> BulkResult:
+        """Trigger each schedule of ``ids`` as :meth:`trigger`; outcome per id: what its
+        occurrence did (``fired``, ``skipped``, ``buffered``, ``debounced``), ``not_found`` or
+        ``completed``."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            return (await self.trigger(sid)).status
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def cancel_many(self, execution_ids: Iterable[str]) -> BulkResult:
+        """Cancel each job of ``execution_ids`` as :meth:`cancel`; outcome per id:
+        ``cancelled`` or ``not_found`` (it neither waits nor runs)."""
+        checked = bulk_actions.check_ids(execution_ids, "execution id")
+
+        async def one(execution_id: str) -> str:
+            await self.cancel(execution_id)
+            return "cancelled"
+
+        return await bulk_actions.each_id(checked, one)
 
     async def _why_completed(self, exc: ScheduleCompleted) -> ScheduleCompleted:
         """``exc`` with the reason the schedule completed (read on this error path only)."""
@@ -1117,16 +1199,17 @@ class Client:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> AsyncIterator[Schedule]:
-        """Every schedule of :meth:`list` (same filters, next-run order), read a page at a
-        time."""
+        """Every schedule of :meth:`list` (same filters and order), read a page at a time."""
         return every_item(
             lambda cursor: self.list(
                 queue=queue,
                 task=task,
                 paused=paused,
                 id_prefix=id_prefix,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )
@@ -1140,6 +1223,7 @@ class Client:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Schedule]:
@@ -1149,9 +1233,15 @@ class Client:
         Pass the returned ``cursor`` to get the next page; None means this was the last (with
         a filter, a page may also end with a cursor that finds nothing more). Uses ranges of
         the schedules index (never KEYS), so it is cheap at any size. Like SCAN, a schedule
-        that moves while you page may appear twice.
+        that moves while you page may appear twice. With ``labels`` (a dict, or ``"k=v"``
+        texts; every one must match) the schedules come from the label index instead, in id
+        order (docs/labels.md).
         """
         _argument("limit", check_page, limit)
+        if labels is not None:
+            return await self._list_labelled(
+                labels, (queue, task, paused, id_prefix), limit, cursor
+            )
         pos = _decode_cursor(cursor)
         parts = await self._partitions()
         filtered = any(f is not None for f in (queue, task, paused, id_prefix))
@@ -1179,6 +1269,38 @@ class Client:
                 return Page(out, None)
             if len(out) == limit:  # whether one matches further on is another read away
                 return Page(out, _encode_cursor(pos))
+
+    async def _list_labelled(
+        self,
+        labels: Mapping[str, str] | Iterable[str],
+        others: tuple[str | None, str | None, bool | None, str | None],
+        limit: int,
+        cursor: str | None,
+    ) -> Page[Schedule]:
+        """:meth:`list` with labels: the matching ids in id order after ``cursor`` (the last
+        id of the page before), each page's hashes read alone."""
+        queue, task, paused, id_prefix = others
+        pairs = bulk_actions.check_filter(labels, None, None)
+        parts = await self._partitions()
+        ids = [sid for sid in await select_ids(parts, pairs) if cursor is None or sid > cursor]
+        if id_prefix is not None:
+            ids = [sid for sid in ids if sid.startswith(id_prefix)]
+        out: _Schedules = []
+        for start in range(0, len(ids), limit + 1):
+            chunk = ids[start : start + limit + 1]
+            found = await gather_fields(parts, chunk)
+            for sid, stored in zip(chunk, found, strict=True):
+                s = Schedule.from_hash(sid, stored) if stored else None
+                if s is None or not (
+                    (queue is None or s.queue == queue)
+                    and (task is None or s.task == task)
+                    and (paused is None or s.paused == paused)
+                ):
+                    continue
+                if len(out) == limit:
+                    return Page(out, out[-1].id)
+                out.append(s)
+        return Page(out, None)
 
 
 def _encode_cursor(pos: tuple[float, str] | None) -> str:

@@ -10,6 +10,7 @@ interpreter alive when the program ends; it is closed at exit (or when garbage-c
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import queue
@@ -140,6 +141,36 @@ class SyncClient:
     def trigger(self, schedule_id: str) -> Fired:
         """See :meth:`rsched.Client.trigger`."""
         return self._run(self._client.trigger, schedule_id)
+
+    def select(
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+    ) -> builtins.list[str]:
+        """See :meth:`rsched.Client.select`."""
+        return self._run(self._client.select, labels=labels, task=task, queue=queue)
+
+    def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
+        """See :meth:`rsched.Client.pause_many`."""
+        return self._run(self._client.pause_many, ids, note)
+
+    def resume_many(self, ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.resume_many`."""
+        return self._run(self._client.resume_many, ids)
+
+    def remove_many(self, ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.remove_many`."""
+        return self._run(self._client.remove_many, ids)
+
+    def trigger_many(self, ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.trigger_many`."""
+        return self._run(self._client.trigger_many, ids)
+
+    def cancel_many(self, execution_ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.cancel_many`."""
+        return self._run(self._client.cancel_many, execution_ids)
 
     def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
         """See :meth:`rsched.Client.backfill`."""
@@ -434,6 +465,7 @@ class SyncClient:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> Iterator[Schedule]:
         """See :meth:`rsched.Client.iter_schedules`."""
@@ -443,6 +475,7 @@ class SyncClient:
                 task=task,
                 paused=paused,
                 id_prefix=id_prefix,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )
@@ -456,6 +489,7 @@ class SyncClient:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Schedule]:
@@ -466,6 +500,7 @@ class SyncClient:
             task=task,
             paused=paused,
             id_prefix=id_prefix,
+            labels=labels,
             limit=limit,
             cursor=cursor,
         )

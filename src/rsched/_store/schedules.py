@@ -36,6 +36,7 @@ from rsched._core.rules import (
     PRIORITIES,
     Priority,
     encode_payload,
+    label_pairs,
 )
 from rsched._core.schedule import Schedule
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
@@ -78,7 +79,14 @@ BULK_IN_FLIGHT = 3
 #: Large payloads end a call sooner: a call never carries much more than this many bytes.
 BULK_WRITE_BYTES = 1_000_000
 # What a bulk write's item lost a race to (another writer came between check and write).
-_RACES = {Code.EXISTS: "exists", Code.NOT_FOUND: "not_found", Code.CONFLICT: "conflict"}
+_RACES = {
+    Code.EXISTS: "exists",
+    Code.NOT_FOUND: "not_found",
+    Code.CONFLICT: "conflict",
+    Code.LABELS_MOVED: "conflict",  # its labels changed between the check and the write
+}
+#: Times a write reads a schedule's labels again when they changed under it (LABELS_MOVED).
+LABEL_ATTEMPTS = 5
 
 
 @dataclass(slots=True)
@@ -91,6 +99,7 @@ class Checked:
     sends: list[tuple[BulkItem, int | None]] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # id -> its stored labels, when any
 
 
 class ScheduleStore(scripts.ScriptCaller):
@@ -149,7 +158,9 @@ class ScheduleStore(scripts.ScriptCaller):
         except ValueError as exc:
             raise InvalidSchedule(schedule.id, [("payload", str(exc))]) from None
         try:
-            version = await self.redis.hget(self.keys.schedule(schedule.id), "version")
+            version, labels = await self.redis.hmget(
+                self.keys.schedule(schedule.id), ["version", "labels"]
+            )
         except ResponseError as exc:
             raise wrong_type(schedule_id=schedule.id) from exc
         exists = version is not None
@@ -165,7 +176,12 @@ class ScheduleStore(scripts.ScriptCaller):
         anchor = int(created) if exists and created else now
         next_ms = first_run_ms(schedule, now, created_ms=anchor, creating=not exists)
         return await self.write(
-            schedule, mode=mode, expect_gen=expect_gen, next_ms=next_ms, created_ms=now
+            schedule,
+            mode=mode,
+            expect_gen=expect_gen,
+            next_ms=next_ms,
+            created_ms=now,
+            labels=str(labels or ""),
         )
 
     async def write(
@@ -176,15 +192,41 @@ class ScheduleStore(scripts.ScriptCaller):
         expect_gen: int | None,
         next_ms: int | None,
         created_ms: int,
+        labels: str = "",
     ) -> tuple[int, bool]:
-        """Run upsert.lua; returns (generation, created). Raises on exists/not found/conflict."""
+        """Run upsert.lua; returns (generation, created). Raises on exists/not found/conflict.
+        ``labels`` is the schedule's stored labels field as read ('' none); when another writer
+        changed them meanwhile, they are read again (up to LABEL_ATTEMPTS times)."""
         k = self.keys
         spec = schedule.spec_fields()
         if schedule.paused and schedule.pause_note:
             spec["pause_note"] = schedule.pause_note
         flat = [v for pair in spec.items() for v in pair]
+        new_keys = k.labels(label_pairs(spec.get("labels", "")))
+        for _ in range(LABEL_ATTEMPTS):
+            old_keys = k.labels(label_pairs(labels))
+            res = await self._upsert(schedule, mode, expect_gen, next_ms, created_ms, flat,
+                                     (labels, old_keys, new_keys))  # fmt: skip
+            if res[0] != Code.LABELS_MOVED:
+                break
+            labels = str(await self.redis.hget(k.schedule(schedule.id), "labels") or "")
+        check(res, script="upsert", schedule_id=schedule.id)
+        return int(res[1]), bool(int(res[2]))
+
+    async def _upsert(
+        self,
+        schedule: Schedule,
+        mode: str,
+        expect_gen: int | None,
+        next_ms: int | None,
+        created_ms: int,
+        flat: list[str],
+        labels: tuple[str, list[str], list[str]],
+    ) -> Any:
+        k = self.keys
+        stored, old_keys, new_keys = labels
         op_key, op_id = k.new_op()
-        res = await self.call(
+        return await self.call(
             "upsert",
             [
                 k.schedules,
@@ -194,6 +236,8 @@ class ScheduleStore(scripts.ScriptCaller):
                 op_key,
                 k.parked_of(schedule.id),
                 k.parked,
+                *old_keys,
+                *new_keys,
             ],
             [
                 schedule.id,
@@ -206,11 +250,12 @@ class ScheduleStore(scripts.ScriptCaller):
                 op_id,
                 created_ms,
                 self._park_after_arg(),
+                stored,
+                len(old_keys),
+                len(new_keys),
                 *flat,
             ],
         )
-        check(res, script="upsert", schedule_id=schedule.id)
-        return int(res[1]), bool(int(res[2]))
 
     def _park_after_arg(self) -> str:
         return "" if self.park_after_ms is None else str(self.park_after_ms)
@@ -235,6 +280,8 @@ class ScheduleStore(scripts.ScriptCaller):
             assert found is not None
             sid = item.schedule_id
             exists = bool(found)
+            if found.get("labels"):
+                checked.labels[sid] = found["labels"]
             if item.mode == "add" and exists:
                 checked.problems.append(
                     (item.index, sid, "id", "already exists; use upsert_many() to replace it")
@@ -291,7 +338,7 @@ class ScheduleStore(scripts.ScriptCaller):
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
             async with bound:
                 try:
-                    replies[n] = await self._write_chunk(chunk, now, cache)
+                    replies[n] = await self._write_chunk(chunk, now, cache, checked.labels)
                 except WriteNotReplicated as exc:  # written: the other calls go on
                     unconfirmed.append(exc)
 
@@ -332,7 +379,7 @@ class ScheduleStore(scripts.ScriptCaller):
     ) -> list[dict[str, str] | None]:
         """The version of each id (with ``spec``, also its status and spec fields): {} when
         absent, None when the key holds another type."""
-        names = ["version", "status", *SPEC_KEYS] if spec else ["version"]
+        names = ["version", "status", *SPEC_KEYS] if spec else ["version", "labels"]
         out: list[dict[str, str] | None] = []
         for start in range(0, len(schedule_ids), BULK_READ):
             chunk = schedule_ids[start : start + BULK_READ]
@@ -349,6 +396,7 @@ class ScheduleStore(scripts.ScriptCaller):
         chunk: Sequence[tuple[BulkItem, int | None]],
         created_ms: int,
         cache: dict[str, bytes],
+        labels: dict[str, str],
     ) -> list[str]:
         """One upsert_many.lua call; its reply per item (see the script's header)."""
         k = self.keys
@@ -357,7 +405,10 @@ class ScheduleStore(scripts.ScriptCaller):
         args = [k.wake, op_id, str(created_ms), self._park_after_arg()]
         for item, next_ms in chunk:
             sid = item.schedule_id
-            keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid))
+            stored = labels.get(sid, "")
+            old_keys = k.labels(label_pairs(stored)) if stored else []
+            new_keys = k.labels(label_pairs(item.spec["labels"])) if "labels" in item.spec else []
+            keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid), *old_keys, *new_keys)
             args += (
                 item.schedule_id,
                 item.mode,
@@ -365,6 +416,9 @@ class ScheduleStore(scripts.ScriptCaller):
                 "" if next_ms is None else str(next_ms),
                 "1" if item.paused else "0",
                 item.queue,
+                stored,
+                str(len(old_keys)),
+                str(len(new_keys)),
                 str(2 * len(item.spec)),
             )
             for pair in item.spec.items():
@@ -381,22 +435,27 @@ class ScheduleStore(scripts.ScriptCaller):
         file's index; raises ScheduleNotFound."""
         k = self.keys
         # Its id leaves its schedules file's index too (rsched._store.sources).
-        source = await self.redis.hget(k.schedule(schedule_id), "source")
-        op_key, op_id = k.new_op()
-        res = await self.call(
-            "remove",
-            [
-                k.schedules,
-                k.schedule(schedule_id),
-                k.history(schedule_id),
-                k.pending(schedule_id),
-                op_key,
-                k.parked_of(schedule_id),
-                k.parked,
-                k.backfilled(schedule_id),
-            ],
-            [schedule_id, op_id],
-        )
+        source, labels = await self.redis.hmget(k.schedule(schedule_id), ["source", "labels"])
+        for _ in range(LABEL_ATTEMPTS):
+            op_key, op_id = k.new_op()
+            res = await self.call(
+                "remove",
+                [
+                    k.schedules,
+                    k.schedule(schedule_id),
+                    k.history(schedule_id),
+                    k.pending(schedule_id),
+                    op_key,
+                    k.parked_of(schedule_id),
+                    k.parked,
+                    k.backfilled(schedule_id),
+                    *k.labels(label_pairs(str(labels or ""))),
+                ],
+                [schedule_id, op_id, str(labels or "")],
+            )
+            if res[0] != Code.LABELS_MOVED:
+                break
+            labels = await self.redis.hget(k.schedule(schedule_id), "labels")
         check(res, script="remove", schedule_id=schedule_id)
         if source:
             await self.redis.srem(k.source(str(source)), schedule_id)
@@ -630,6 +689,32 @@ class ScheduleStore(scripts.ScriptCaller):
                     pipe.hget(self.keys.schedule(sid), "status")
                 paused += sum(1 for s in await pipe.execute() if s == "paused")
         return paused
+
+    async def label_ids(self, pairs: Sequence[str]) -> set[str]:
+        """The ids of this partition's schedules that carry every label ``k=v`` of ``pairs``: one
+        SINTER of their label index sets (docs/labels.md). Raises StateError for an index key of
+        another type."""
+        try:
+            return {str(sid) for sid in await self.redis.sinter(self.keys.labels(list(pairs)))}
+        except ResponseError as exc:
+            raise wrong_type(script="labels") from exc
+
+    async def every_id(self) -> list[str]:
+        """Every schedule id of this partition: the index's, then the parked buckets'."""
+        ids = [str(sid) for sid in await self.redis.zrange(self.keys.schedules, 0, -1)]
+        parked, _ = await parking.bucket_ids(self.redis, self.keys, 0, 1 << 62)
+        return ids + parked
+
+    async def some_fields(
+        self, schedule_ids: Sequence[str], names: Sequence[str]
+    ) -> list[dict[str, str] | None]:
+        """The fields ``names`` of each schedule's hash ({} when it does not exist, None for a
+        key of another type), BULK_READ hashes a call of lua/plan_fields.lua (read-only)."""
+        out: list[dict[str, str] | None] = []
+        for start in range(0, len(schedule_ids), BULK_READ):
+            keys = [self.keys.schedule(sid) for sid in schedule_ids[start : start + BULK_READ]]
+            out += unpack_fields(await self.call_read("plan_fields", keys, names), names)
+        return out
 
     async def index_after(self, pos: tuple[float, str] | None, n: int) -> list[tuple[str, float]]:
         """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id), in
