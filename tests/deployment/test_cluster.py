@@ -42,10 +42,10 @@ from tests.support.workers import settled
 from tests.support.workload import (
     calendars_tour,
     calendars_tour_end,
-    labels_tour,
     deadlines_and_failures,
     engine,
     excluded,
+    labels_tour,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,

@@ -40,9 +40,9 @@ from tests.support.worker_app import fast_settings
 from tests.support.workload import (
     calendars_tour,
     calendars_tour_end,
-    labels_tour,
     deadlines_and_failures,
     excluded,
+    labels_tour,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,
