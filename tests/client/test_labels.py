@@ -35,7 +35,7 @@ def spec(sid: str, **over: Any) -> dict[str, Any]:
 
 
 async def members(redis: Redis, prefix: str, pair: str) -> set[str]:
-    return set(await redis.smembers(Keys(prefix).label(pair)))
+    return {str(m) for m in await redis.smembers(Keys(prefix).label(pair))}
 
 
 async def test_labels_are_stored_and_read_back(client: Client, redis: Redis, prefix: str) -> None:
