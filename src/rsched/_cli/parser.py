@@ -7,6 +7,7 @@ import re
 from importlib import metadata
 from typing import Any, NoReturn, get_args
 
+from rsched._cli import bulk as bulk_commands
 from rsched._cli import calendars as calendars
 from rsched._cli import health as health
 from rsched._cli import limits as limits
@@ -181,6 +182,14 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
         help="pause the schedule after N runs in a row ended dead-lettered (default never)",
     )
     p.add_argument("--description")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="a label to find it by (rsched ls --label), e.g. team=billing; repeat for several"
+        + ("; replaces the labels it had" if update else ""),
+    )
     _limit_option(p, "its jobs hold" + ("; replaces every limit it had" if update else ""))
     p.add_argument(
         "--paused",
@@ -413,12 +422,14 @@ def _workers_and_jobs(subs: Any) -> None:
     p = _sub(
         subs,
         "cancel",
-        "Cancel a queued, delayed or running job",
-        "  rsched cancel order-42\n  (queued or delayed: removed and recorded as cancelled;\n"
+        "Cancel queued, delayed or running jobs",
+        "  rsched cancel order-42\n  rsched cancel --task mail.send --queue mail --dry-run\n"
+        "  (queued or delayed: removed and recorded as cancelled;\n"
         "   running: its worker cancels the handler)",
         workers.cmd_cancel,
     )
-    p.add_argument("execution_id")
+    p.add_argument("execution_ids", nargs="*", metavar="EXECUTION_ID")
+    bulk_commands.filter_options(p, "the jobs", labels=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -483,38 +494,46 @@ def build_parser() -> argparse.ArgumentParser:
         subs,
         "rm",
         "Remove schedules",
-        f"  rsched rm nightly\n  rsched rm a b c\n  ({several})",
+        f"  rsched rm nightly\n  rsched rm a b c\n  rsched rm --label team=old --dry-run\n"
+        f"  ({several})",
         schedules.cmd_rm,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
 
     p = _sub(
         subs,
         "pause",
         "Pause schedules until resumed",
-        f"  rsched pause nightly --note 'db migration'\n  rsched pause a b c\n  ({several})",
+        f"  rsched pause nightly --note 'db migration'\n  rsched pause a b c\n"
+        f"  rsched pause --label team=billing --queue reports\n  ({several})",
         schedules.cmd_pause,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
     p.add_argument("--note", help="why (shown by ls and show)")
 
     p = _sub(
         subs,
         "resume",
         "Resume paused schedules",
-        f"  rsched resume nightly\n  rsched resume a b c\n  ({several})",
+        f"  rsched resume nightly\n  rsched resume a b c\n  rsched resume --label team=billing\n"
+        f"  ({several})",
         schedules.cmd_resume,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
 
     p = _sub(
         subs,
         "trigger",
         "Run one extra occurrence now (overlap policy applies)",
-        f"  rsched trigger nightly\n  rsched trigger a b c\n  ({several})",
+        f"  rsched trigger nightly\n  rsched trigger a b c\n  rsched trigger --task reports.run\n"
+        f"  ({several})",
         schedules.cmd_trigger,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
 
     p = _sub(
         subs,
@@ -557,6 +576,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--queue", help="only this queue's")
     p.add_argument("--task", help="only this task's")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="only those carrying this label, in id order; repeat for several (all must match)",
+    )
     p.add_argument(
         "--id-prefix",
         metavar="TEXT",

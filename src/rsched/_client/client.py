@@ -472,6 +472,24 @@ class Client:
         return await select_ids(await self._partitions(), pairs, task=task, queue=queue)
 
     @_redis_errors
+    async def select_jobs(
+        self, *, task: str | None = None, queue: str | None = None
+    ) -> builtins.list[str]:
+        """The execution ids of the jobs that wait, are delayed or run (:meth:`jobs`) of
+        ``task`` and ``queue``, in the order :meth:`jobs` lists them: what to hand to
+        :meth:`cancel_many`. A bounded walk of the queues (no index): for a look at what waits,
+        not for queues of millions. Raises InvalidArgument for a bad filter or none."""
+        bulk_actions.check_filter(None, task, queue)
+        found: builtins.list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await self.jobs(queue=queue, limit=PAGE_MAX, cursor=cursor)
+            found += (j.execution_id for j in page.items if task is None or j.task == task)
+            cursor = page.cursor
+            if cursor is None:
+                return builtins.list(dict.fromkeys(found))
+
+    @_redis_errors
     async def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
         """Pause each schedule of ``ids`` as :meth:`pause`; outcome per id: ``paused``,
         ``not_found`` or ``completed``. Raises InvalidArgument for a malformed id (nothing

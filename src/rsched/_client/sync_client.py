@@ -152,6 +152,12 @@ class SyncClient:
         """See :meth:`rsched.Client.select`."""
         return self._run(self._client.select, labels=labels, task=task, queue=queue)
 
+    def select_jobs(
+        self, *, task: str | None = None, queue: str | None = None
+    ) -> builtins.list[str]:
+        """See :meth:`rsched.Client.select_jobs`."""
+        return self._run(self._client.select_jobs, task=task, queue=queue)
+
     def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
         """See :meth:`rsched.Client.pause_many`."""
         return self._run(self._client.pause_many, ids, note)

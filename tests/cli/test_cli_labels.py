@@ -1,0 +1,119 @@
+"""``rsched`` with labels: add/update --label, ls --label, and the bulk commands on a filter
+(pause, resume, rm, trigger, cancel) with --dry-run (docs/labels.md)."""
+
+from __future__ import annotations
+
+import orjson
+
+from tests.support.command import Cli
+
+
+def add(cli: Cli, sid: str, *more: str) -> None:
+    code, _, err = cli("add", sid, "--task", "reports.run", "--every", "1h", *more)
+    assert code == 0, err
+
+
+def test_add_update_and_ls_by_label(cli: Cli) -> None:
+    add(cli, "a", "--label", "team=billing", "--label", "env=prod")
+    add(cli, "b", "--label", "team=billing")
+    add(cli, "c", "--label", "team=sales")
+    code, out, err = cli("ls", "--label", "team=billing")
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["a", "b"]
+    code, out, _ = cli("--json", "ls", "--label", "team=billing", "--label", "env=prod")
+    assert [s["id"] for s in orjson.loads(out)["schedules"]] == ["a"]
+    assert orjson.loads(out)["schedules"][0]["labels"] == {"env": "prod", "team": "billing"}
+    code, out, err = cli("update", "b", "--label", "team=sales")
+    assert code == 0, err
+    assert "labels" in out
+    code, out, _ = cli("--json", "ls", "--label", "team=sales")
+    assert [s["id"] for s in orjson.loads(out)["schedules"]] == ["b", "c"]
+    code, _, err = cli("update", "b", "--clear", "labels")
+    assert code == 0, err
+    code, out, _ = cli("--json", "ls", "--label", "team=sales")
+    assert [s["id"] for s in orjson.loads(out)["schedules"]] == ["c"]
+
+
+def test_a_bad_label_names_the_flag(cli: Cli) -> None:
+    code, _, err = cli("add", "a", "--task", "t", "--every", "1h", "--label", "Team=x")
+    assert code == 1
+    assert "--label" in err
+    assert "is not a label key" in err
+    code, _, err = cli("add", "a", "--task", "t", "--every", "1h", "--label", "team")
+    assert code == 1
+    assert "write it key=value" in err
+    code, _, err = cli("ls", "--label", "team=a b")
+    assert code == 1
+    assert "--label" in err
+    code, _, err = cli("pause", "--label", "team")
+    assert code == 1
+    assert "--label" in err
+
+
+def test_bulk_commands_on_a_filter(cli: Cli) -> None:
+    for sid in ("a", "b"):
+        add(cli, sid, "--label", "team=billing")
+    add(cli, "c", "--label", "team=billing", "--queue", "slow")
+    add(cli, "d")
+    code, out, err = cli("pause", "--label", "team=billing", "--dry-run")
+    assert code == 0, err
+    assert out.splitlines() == ["a", "b", "c", "3 schedule(s) selected", "dry run: nothing changed"]
+    code, out, _ = cli("--json", "ls", "--paused")
+    assert orjson.loads(out)["schedules"] == []
+    code, out, err = cli("pause", "--label", "team=billing", "--queue", "slow", "--note", "db")
+    assert code == 0, err
+    assert out.splitlines() == ["paused c", "1 schedule(s): 1 paused"]
+    code, out, _ = cli("--json", "pause", "--label", "team=billing")
+    doc = orjson.loads(out)
+    assert doc["selected"] == ["a", "b", "c"]
+    assert doc["outcomes"] == {"a": "paused", "b": "paused", "c": "paused"}
+    code, out, err = cli("resume", "--task", "reports.run")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "4 schedule(s): 4 resumed"
+    code, out, err = cli("trigger", "--label", "team=billing", "--queue", "slow")
+    assert code == 0, err
+    assert "fired c" in out
+    code, out, err = cli("rm", "--label", "team=nobody")
+    assert code == 0, err
+    assert out.splitlines() == ["0 schedule(s) selected", "nothing to remove"]
+    code, out, err = cli("rm", "--label", "team=billing")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "3 schedule(s): 3 removed"
+    code, out, _ = cli("--json", "ls")
+    assert [s["id"] for s in orjson.loads(out)["schedules"]] == ["d"]
+    code, out, _ = cli("rm", "d", "--dry-run")
+    assert out.splitlines() == ["d", "1 schedule(s) selected", "dry run: nothing changed"]
+
+
+def test_bulk_commands_refuse_mixed_or_no_targets(cli: Cli) -> None:
+    add(cli, "a", "--label", "team=billing")
+    code, _, err = cli("pause", "a", "--label", "team=billing")
+    assert code == 2
+    assert "not both" in err
+    code, _, err = cli("rm")
+    assert code == 2
+    assert "give the schedule ids, or a filter" in err
+    code, _, err = cli("cancel")
+    assert code == 2
+    assert "give the job ids, or a filter (--task T or --queue Q)" in err
+    code, _, err = cli("resume", "--task", "bad task")
+    assert code == 1
+    assert "--task" in err
+    code, out, _ = cli("--json", "ls")
+    assert len(orjson.loads(out)["schedules"]) == 1
+
+
+def test_cancel_on_a_filter(cli: Cli) -> None:
+    for n in range(3):
+        assert cli("enqueue", "mail.send", "--queue", "mail", "--id", f"m-{n}")[0] == 0
+    assert cli("enqueue", "other.task", "--queue", "mail", "--id", "o-1")[0] == 0
+    code, out, err = cli("cancel", "--task", "mail.send", "--dry-run")
+    assert code == 0, err
+    assert sorted(out.splitlines()[:3]) == ["m-0", "m-1", "m-2"]
+    code, out, err = cli("cancel", "--task", "mail.send", "--queue", "mail")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "3 job(s): 3 cancelled"
+    code, out, err = cli("cancel", "o-1", "gone-1")
+    assert code == 0, err
+    assert "cancelled o-1" in out
+    assert "not_found gone-1" in out
