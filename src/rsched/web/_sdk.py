@@ -14,6 +14,7 @@ from typing import Any
 
 from rsched import (
     BackfillResult,
+    BulkResult,
     Calendar,
     Client,
     DeadLetter,
@@ -60,12 +61,35 @@ class Sdk:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        labels: Sequence[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[Schedule]:
         return await self.client.list(
-            queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
+            queue=queue, task=task, paused=paused, labels=labels, limit=limit, cursor=cursor
         )
+
+    async def select(
+        self, labels: Sequence[str] | None, task: str | None, queue: str | None
+    ) -> list[str]:
+        """The ids of the schedules a filter selects (``Client.select``)."""
+        return await self.client.select(labels=labels, task=task, queue=queue)
+
+    async def select_jobs(self, task: str | None, queue: str | None) -> list[str]:
+        """The execution ids of the waiting and running jobs a filter selects."""
+        return await self.client.select_jobs(task=task, queue=queue)
+
+    async def act_many(self, action: str, ids: list[str], note: str | None = None) -> BulkResult:
+        """One bulk action on ids: pause, resume, remove, trigger (schedules) or cancel (jobs)."""
+        if action == "pause":
+            return await self.client.pause_many(ids, note)
+        act = {
+            "resume": self.client.resume_many,
+            "remove": self.client.remove_many,
+            "trigger": self.client.trigger_many,
+            "cancel": self.client.cancel_many,
+        }[action]
+        return await act(ids)
 
     async def get(self, schedule_id: str) -> Schedule:
         return await self.client.get(schedule_id)
