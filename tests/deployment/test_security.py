@@ -537,7 +537,7 @@ async def test_every_role_of_the_sdk_under_its_user_on_a_cluster(
     async with rsched.Client.from_settings(settings["rsched-readonly"]) as readonly:
         assert len((await readonly.list()).items) == 6
         assert await readonly.select(labels={"team": "a"}) == [f"s{n}" for n in range(5)]
-        assert len(await readonly.select(task=SPEC["task"])) == 6
+        assert len(await readonly.select(task="sec.ok")) == 6
         assert len((await readonly.list(labels=["team=a"])).items) == 5
         assert (await readonly.job(ids[0])).state == "completed"
         await readonly.stats()
