@@ -90,3 +90,59 @@ async def test_read_only_refuses_bulk_actions_but_selects(web: Web, client: rsch
         r = await http.post("/bulk/schedules/pause", json={"ids": ["a"]})
         assert r.status_code == 403
     assert not (await client.get("a")).paused
+
+
+def flash(r: httpx.Response) -> str:
+    return bytes.fromhex(r.cookies["rsched_flash"]).decode()
+
+
+async def test_dashboard_filters_by_label_and_acts_on_ticked_rows(
+    web: Web, client: rsched.Client
+) -> None:
+    await client.add_many(
+        [spec("a", labels={"team": "billing"}), spec("b", labels={"team": "billing"}), spec("c")]
+    )
+    async with httpx.AsyncClient(base_url=web()) as browser:
+        page = (await browser.get("/schedules", params={"label": "team=billing"})).text
+        assert 'name="id" value="a"' in page
+        assert 'name="id" value="b"' in page
+        assert 'name="id" value="c"' not in page
+        assert "team=billing</a>" in page
+        assert 'action="/schedules/bulk"' in page
+        token = browser.cookies["rsched_csrf"]
+        ticked = {"id": ["a", "b"], "action": "pause"}
+        assert (await browser.post("/schedules/bulk", data=ticked)).status_code == 403
+        r = await browser.post("/schedules/bulk", data={**ticked, "csrf_token": token})
+        assert r.status_code == 303
+        assert "pause: 2 schedule(s): 2 paused" in flash(r)
+        assert (await client.get("b")).paused
+        r = await browser.post(
+            "/schedules/bulk", data={"id": ["b", "gone"], "action": "remove", "csrf_token": token}
+        )
+        assert "1 removed, 1 not_found" in flash(r)
+        r = await browser.post("/schedules/bulk", data={"action": "resume", "csrf_token": token})
+        assert "tick the schedules" in flash(r)
+        page = (await browser.get("/schedules/a")).text
+        assert 'id="labels"' in page
+
+        await client.enqueue("mail.send", queue="mail", execution_id="m-1", delay=3600)
+        await client.enqueue("mail.send", queue="mail", execution_id="m-2")
+        page = (await browser.get("/queues/mail")).text
+        assert 'value="m-1" form="jobs-bulk"' in page
+        form = {"execution_id": ["m-1", "m-2"], "csrf_token": token}
+        r = await browser.post("/queues/mail/cancel-many", data=form)
+        assert "cancel: 2 job(s): 2 cancelled" in flash(r)
+
+
+async def test_read_only_dashboard_has_no_action_bar(web: Web, client: rsched.Client) -> None:
+    await client.add(spec("a", labels={"team": "billing"}))
+    async with httpx.AsyncClient(base_url=web(read_only=True)) as browser:
+        page = (await browser.get("/schedules", params={"label": "team=billing"})).text
+        assert ">a</a>" in page
+        assert 'name="id"' not in page
+        token = browser.cookies["rsched_csrf"]
+        r = await browser.post(
+            "/schedules/bulk", data={"id": ["a"], "action": "pause", "csrf_token": token}
+        )
+        assert r.status_code == 403
+    assert not (await client.get("a")).paused
