@@ -375,7 +375,7 @@ def test_tick_schedules_of_a_label_and_pause_them(page: Page, web: Web, settings
             [
                 {"id": f"bill-{n}", "task": "t", "every": 3600, "labels": {"team": "billing"}}
                 for n in range(3)
-            ]  # fmt: skip
+            ]
             + [{"id": "other", "task": "t", "every": 3600}]
         )
     page.goto(web() + "/schedules")
