@@ -95,7 +95,7 @@ def test_bulk_commands_refuse_mixed_or_no_targets(cli: Cli) -> None:
     assert "give the schedule ids, or a filter" in err
     code, _, err = cli("cancel")
     assert code == 2
-    assert "give the job ids, or a filter (--task T or --queue Q)" in err
+    assert "give the job ids, or a filter (--label K=V, --task T or --queue Q)" in err
     code, _, err = cli("resume", "--task", "bad task")
     assert code == 1
     assert "--task" in err
@@ -117,3 +117,18 @@ def test_cancel_on_a_filter(cli: Cli) -> None:
     assert code == 0, err
     assert "cancelled o-1" in out
     assert "not_found gone-1" in out
+
+
+def test_jobs_by_label(cli: Cli) -> None:
+    assert cli("enqueue", "mail.send", "--id", "m-1", "--label", "order=42")[0] == 0
+    assert cli("enqueue", "mail.send", "--id", "m-2")[0] == 0
+    code, _, err = cli("enqueue", "mail.send", "--label", "order=4 2")
+    assert code == 1
+    assert "--label" in err
+    code, out, err = cli("--json", "jobs", "--label", "order=42")
+    assert code == 0, err
+    assert [j["execution_id"] for j in orjson.loads(out)["jobs"]] == ["m-1"]
+    assert orjson.loads(out)["jobs"][0]["labels"] == {"order": "42"}
+    code, out, err = cli("cancel", "--label", "order=42")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "1 job(s): 1 cancelled"

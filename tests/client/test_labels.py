@@ -13,6 +13,7 @@ from rsched import (
     BulkResult,
     Client,
     InvalidArgument,
+    InvalidJob,
     InvalidSchedule,
     InvalidSchedules,
     Schedule,
@@ -242,3 +243,34 @@ async def test_partitions_are_gathered(redis: Redis, settings: Settings, prefix:
     assert [s.id for s in page.items] == ids[:15]
     assert (await client.remove_many(ids)).count("removed") == 20
     assert await client.select(labels={"team": "billing"}) == []
+
+
+async def test_enqueued_jobs_carry_labels(client: Client, redis: Redis, prefix: str) -> None:
+    await client.enqueue("mail.send", execution_id="m-1", labels={"order": 42, "team": "a"})
+    await client.enqueue("mail.send", execution_id="m-2", labels=["team=a"], delay=3600)
+    await client.enqueue("mail.send", execution_id="m-3")
+    entries: Any = await redis.xrange(Keys(prefix).queue("default"))
+    labelled, plain = (fields for _, fields in entries)
+    assert labelled["labels"] == "order=42,team=a"
+    assert "labels" not in plain  # no labels: no field
+    job = await client.job("m-1")
+    assert job.labels == {"order": "42", "team": "a"}
+    assert job.as_dict()["labels"] == {"order": "42", "team": "a"}
+    assert (await client.job("m-2")).labels == {"team": "a"}
+    assert (await client.job("m-3")).labels == {}
+    page = await client.jobs(labels={"team": "a"}, limit=1)
+    assert [j.execution_id for j in page.items] == ["m-1"]
+    rest = await client.jobs(labels={"team": "a"}, cursor=page.cursor)
+    assert [j.execution_id for j in rest.items] == ["m-2"]
+    assert rest.cursor is None
+    assert await client.select_jobs(labels={"team": "a", "order": "42"}) == ["m-1"]
+    assert await client.select_jobs(labels=["team=a"], task="other.task") == []
+    assert sorted(await client.select_jobs(task="mail.send")) == ["m-1", "m-2", "m-3"]
+    cancelled = await client.cancel_many(await client.select_jobs(labels={"team": "a"}))
+    assert cancelled.summary() == "2 cancelled"
+    with pytest.raises(InvalidJob, match="labels") as caught:
+        await client.enqueue("mail.send", execution_id="m-4", labels={"Bad": "x"})
+    assert caught.value.field == "labels"
+    assert await client.select_jobs(task="mail.send") == ["m-3"]
+    with pytest.raises(InvalidArgument, match="give a filter"):
+        await client.select_jobs()

@@ -72,8 +72,18 @@ async def test_labels_through_the_api(web: Web, client: rsched.Client) -> None:
         r = await http.post("/bulk/schedules/remove", json={"labels": {"team": "billing"}})
         assert r.json()["summary"] == "2 removed"
 
-        await client.enqueue("mail.send", queue="mail", execution_id="m-1")
+        r = await http.post(
+            "/jobs", json={"task": "mail.send", "queue": "mail", "execution_id": "m-1",
+                           "labels": {"order": "42"}}
+        )  # fmt: skip
+        assert r.status_code == 201, r.text
+        r = await http.post("/jobs", json={"task": "mail.send", "labels": {"order": "4 2"}})
+        api_error(r, 422, "InvalidJob", "labels")
+        r = await http.get("/jobs", params={"label": "order=42"})
+        assert [j["labels"] for j in r.json()["items"]] == [{"order": "42"}]
         r = await http.get("/select/jobs", params={"task": "mail.send"})
+        assert r.json()["ids"] == ["m-1"]
+        r = await http.get("/select/jobs", params={"label": "order=42"})
         assert r.json()["ids"] == ["m-1"]
         r = await http.post("/bulk/jobs/cancel", json={"task": "mail.send", "dry_run": True})
         assert r.json() == {"selected": ["m-1"], "dry_run": True}

@@ -409,6 +409,13 @@ def _workers_and_jobs(subs: Any) -> None:
     )
     p.add_argument("--queue", help="only this queue (default: every queue)")
     p.add_argument("--state", choices=["queued", "running", "delayed"], help="only this state")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="only jobs enqueued with this label; repeat for several (all must match)",
+    )
     _limit(p, 50, "page size (default 50)")
     p.add_argument("--cursor", help="continue from a previous page")
     p = _sub(
@@ -429,7 +436,7 @@ def _workers_and_jobs(subs: Any) -> None:
         workers.cmd_cancel,
     )
     p.add_argument("execution_ids", nargs="*", metavar="EXECUTION_ID")
-    bulk_commands.filter_options(p, "the jobs", labels=False)
+    bulk_commands.filter_options(p, "the jobs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -703,6 +710,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="the handler name a worker runs")
     p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
     p.add_argument("--queue", default="default", help="queue name (default: default)")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="a label to find the job by (rsched jobs --label), e.g. order=42; repeat for several",
+    )
     p.add_argument(
         "--delay", type=queues.delay_s, default=0, help="hold it back: 30, 90s, 5m, 1h30m"
     )

@@ -41,6 +41,7 @@ async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
         debounce_key=args.debounce_key,
         debounce=args.debounce,
         start_deadline=args.start_deadline,
+        labels=args.labels,
     )
     where = f"queue {args.queue}" + ("" if args.priority == "normal" else f" ({args.priority})")
     if args.debounce_key is not None:

@@ -46,7 +46,7 @@ async def cmd_workers(client: Client, args: argparse.Namespace) -> None:
 
 async def cmd_jobs(client: Client, args: argparse.Namespace) -> None:
     page = await client.jobs(
-        queue=args.queue, state=args.state, limit=args.limit, cursor=args.cursor
+        queue=args.queue, state=args.state, limit=args.limit, cursor=args.cursor, labels=args.labels
     )
     now = to_ms(await client.server_time())
     rows = [
@@ -138,7 +138,7 @@ async def cmd_cancel(client: Client, args: argparse.Namespace) -> None:
         async def select() -> list[str]:
             if ids:
                 return list(dict.fromkeys(ids))
-            return await client.select_jobs(task=args.task, queue=args.queue)
+            return await client.select_jobs(labels=args.labels, task=args.task, queue=args.queue)
 
         await bulk.by_filter(client, args, select, client.cancel_many, "cancel", "job")
         return

@@ -53,7 +53,7 @@ def check_filter(
     naming the bad part, or when no filter is given at all (a bulk action never means "every
     schedule" by omission)."""
     try:
-        pairs = label_pairs(check_labels(labels if labels is None else _as_labels(labels)))
+        pairs = label_pairs(check_labels(labels if labels is None else as_labels(labels)))
     except ValueError as exc:
         raise InvalidArgument("labels", str(exc)) from None
     for name, value in (("task", task), ("queue", queue)):
@@ -69,7 +69,11 @@ def check_filter(
     return pairs
 
 
-def _as_labels(labels: Mapping[str, object] | Iterable[str]) -> object:
+def as_labels(labels: Mapping[str, object] | Iterable[str]) -> dict[str, object] | list[str]:
+    """Labels given as a mapping or as ``"k=v"`` texts, in the forms check_labels reads (a
+    single text stays one: ``"team=a,env=b"``)."""
+    if isinstance(labels, str):
+        return [labels]
     return dict(labels) if isinstance(labels, Mapping) else list(labels)
 
 

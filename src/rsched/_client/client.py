@@ -473,21 +473,24 @@ class Client:
 
     @_redis_errors
     async def select_jobs(
-        self, *, task: str | None = None, queue: str | None = None
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
     ) -> builtins.list[str]:
-        """The execution ids of the jobs that wait, are delayed or run (:meth:`jobs`) of
-        ``task`` and ``queue``, in the order :meth:`jobs` lists them: what to hand to
-        :meth:`cancel_many`. A bounded walk of the queues (no index): for a look at what waits,
-        not for queues of millions. Raises InvalidArgument for a bad filter or none."""
-        bulk_actions.check_filter(None, task, queue)
-        found: builtins.list[str] = []
-        cursor: str | None = None
-        while True:
-            page = await self.jobs(queue=queue, limit=PAGE_MAX, cursor=cursor)
-            found += (j.execution_id for j in page.items if task is None or j.task == task)
-            cursor = page.cursor
-            if cursor is None:
-                return builtins.list(dict.fromkeys(found))
+        """The execution ids of the jobs that wait, are delayed or run (:meth:`jobs`) with
+        every one of ``labels`` and of ``task`` and ``queue`` when given, in the order
+        :meth:`jobs` lists them: what to hand to :meth:`cancel_many`. A walk of the queues (no
+        index): for a look at what waits, not for queues of millions. Raises InvalidArgument
+        for a bad filter or none."""
+        pairs = set(bulk_actions.check_filter(labels, task, queue))
+        found = (
+            j.execution_id
+            for j in await self._every_job(queue, None)
+            if (task is None or j.task == task) and _carries(j, pairs)
+        )
+        return builtins.list(dict.fromkeys(found))
 
     @_redis_errors
     async def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
@@ -846,6 +849,7 @@ class Client:
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
@@ -864,6 +868,8 @@ class Client:
         window, and every call gets the window's execution id (docs/debounce.md).
         ``start_deadline`` (a duration up to 366 days; default none): a job not started that
         long after it fell due (all workers busy or down) ends ``expired`` without running.
+        ``labels`` (a dict of short strings, as a schedule's) tag the job: :meth:`jobs` and
+        :meth:`select_jobs` find it by them (docs/labels.md).
         Raises InvalidJob naming the bad field (task, queue, payload, delay_s, priority,
         debounce, start_deadline, …).
         """
@@ -892,6 +898,7 @@ class Client:
             debounce_key=debounce_key,
             debounce=debounce,
             start_deadline=start_deadline,
+            labels=None if labels is None else bulk_actions.as_labels(labels),
         )
 
     # --- limits ------------------------------------------------------------------------------
@@ -1054,14 +1061,22 @@ class Client:
         state: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[JobInfo]:
         """A page of the jobs that run, wait or are delayed (of ``queue``, in ``state``:
         ``queued``, ``running`` or ``delayed``), queue by queue: running first, then queued
         (high, normal, low level), then delayed by due time. Pass ``page.cursor`` back for the
         next page (a later page reads the earlier ones again: fine for a look, not for
-        walking a queue of millions). Raises InvalidArgument naming ``state``, ``limit``,
-        ``queue`` or ``cursor``."""
+        walking a queue of millions). With ``labels`` (every one must match) only the jobs
+        enqueued with them: every job listed is looked at (no index: docs/labels.md). Raises
+        InvalidArgument naming ``state``, ``limit``, ``queue``, ``cursor`` or ``labels``."""
         _argument("limit", check_page, limit)
+        if labels is not None:
+            pairs = set(bulk_actions.check_filter(labels, None, None))
+            skip = int(cursor) if cursor is not None and cursor.isdigit() else 0
+            found = [j for j in await self._every_job(queue, state) if _carries(j, pairs)]
+            more = len(found) > skip + limit
+            return Page(found[skip : skip + limit], str(skip + limit) if more else None)
         if state is not None and state not in LISTED_STATES:
             raise InvalidArgument("state", f"{state!r}: use {', '.join(LISTED_STATES)}")
         if queue is not None:
@@ -1084,6 +1099,17 @@ class Client:
             for job in items
         ]
         return Page(items, str(skip + limit) if more else None)
+
+    async def _every_job(self, queue: str | None, state: str | None) -> builtins.list[JobInfo]:
+        """Every job :meth:`jobs` lists, PAGE_MAX at a time."""
+        found: builtins.list[JobInfo] = []
+        cursor: str | None = None
+        while True:
+            page = await self.jobs(queue=queue, state=state, limit=PAGE_MAX, cursor=cursor)
+            found += page.items
+            cursor = page.cursor
+            if cursor is None:
+                return found
 
     @_redis_errors
     async def job(self, execution_id: str) -> JobInfo:
@@ -1319,6 +1345,11 @@ class Client:
                     return Page(out, out[-1].id)
                 out.append(s)
         return Page(out, None)
+
+
+def _carries(job: JobInfo, pairs: set[str]) -> bool:
+    """Whether the job carries every label ``k=v`` of ``pairs``."""
+    return not pairs or pairs <= {f"{k}={v}" for k, v in job.labels.items()}
 
 
 def _encode_cursor(pos: tuple[float, str] | None) -> str:

@@ -153,10 +153,14 @@ class SyncClient:
         return self._run(self._client.select, labels=labels, task=task, queue=queue)
 
     def select_jobs(
-        self, *, task: str | None = None, queue: str | None = None
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
     ) -> builtins.list[str]:
         """See :meth:`rsched.Client.select_jobs`."""
-        return self._run(self._client.select_jobs, task=task, queue=queue)
+        return self._run(self._client.select_jobs, labels=labels, task=task, queue=queue)
 
     def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
         """See :meth:`rsched.Client.pause_many`."""
@@ -314,6 +318,7 @@ class SyncClient:
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -331,6 +336,7 @@ class SyncClient:
             debounce_key=debounce_key,
             debounce=debounce,
             start_deadline=start_deadline,
+            labels=labels,
         )
 
     def set_limit(
@@ -411,9 +417,12 @@ class SyncClient:
         state: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[JobInfo]:
         """See :meth:`rsched.Client.jobs`."""
-        return self._run(self._client.jobs, queue=queue, state=state, limit=limit, cursor=cursor)
+        return self._run(
+            self._client.jobs, queue=queue, state=state, limit=limit, cursor=cursor, labels=labels
+        )
 
     def job(self, execution_id: str) -> JobInfo:
         """See :meth:`rsched.Client.job`."""

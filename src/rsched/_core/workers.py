@@ -17,6 +17,7 @@ from typing import Any, Literal
 import orjson
 
 from rsched._core.history import HistoryEvent
+from rsched._core.rules import check_labels
 
 JobState = Literal[
     "queued",
@@ -184,8 +185,8 @@ class JobInfo:
     schedule; ``result`` what its handler returned (kept ``result_ttl_s``; None when nothing
     was kept). ``waiting`` says why a queued or delayed job waits, when rsched can tell (no
     live worker reads its queue or has its task, a worker without the task holds it back, a
-    retry's backoff, a delayed enqueue); None for one that just waits its turn. Datetimes are
-    aware UTC.
+    retry's backoff, a delayed enqueue); None for one that just waits its turn. ``labels``
+    are those it was enqueued with (docs/labels.md). Datetimes are aware UTC.
     """
 
     execution_id: str
@@ -206,6 +207,7 @@ class JobInfo:
     payload: dict[str, Any] | None = None
     result: Any = None
     history: tuple[HistoryEvent, ...] = field(default=(), hash=False)
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes in ISO 8601, history as event dicts."""
@@ -261,10 +263,21 @@ def job_from_fields(
         due_at=at_ms(due_ms) if due_ms is not None else None,
         deliveries=deliveries,
         payload=payload if isinstance(payload, dict) else None,
+        labels=_labels(fields.get("labels")),
     )
     if workers is None:
         return job
     return dataclasses.replace(job, waiting=waiting_reason(job, fields, workers))
+
+
+def _labels(text: str | None) -> dict[str, str]:
+    """A job's ``labels`` field read back ({} without one, or for one rsched did not write)."""
+    if not text:
+        return {}
+    try:
+        return check_labels(text)
+    except ValueError:
+        return {}
 
 
 def no_worker_for(queue: str, task: str, workers: Sequence[WorkerInfo]) -> str | None:

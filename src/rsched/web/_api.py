@@ -110,6 +110,9 @@ class JobRequest(BaseModel):
         description="not started this long after it falls due (workers busy or down), the job "
         "ends expired without running: seconds, or text such as 30s, 10m (at most 366d)",
     )
+    labels: dict[str, Any] | None = Field(
+        default=None, description="short key=value tags to find the job by (docs/labels.md)"
+    )
 
 
 class BulkRequest(BaseModel):
@@ -221,10 +224,11 @@ async def select_schedules(
 
 @router.get("/select/jobs", tags=["bulk"])
 async def select_jobs(
-    sdk: SdkDep, task: str | None = None, queue: str | None = None
+    sdk: SdkDep, label: LabelFilter = None, task: str | None = None, queue: str | None = None
 ) -> dict[str, Any]:
-    """The execution ids of the waiting, delayed and running jobs of ``task`` and ``queue``."""
-    ids = await sdk.select_jobs(task, queue)
+    """The execution ids of the waiting, delayed and running jobs with every ``label`` and of
+    ``task`` and ``queue`` when given."""
+    ids = await sdk.select_jobs(label, task, queue)
     return {"ids": ids, "count": len(ids)}
 
 
@@ -243,13 +247,11 @@ async def bulk_schedules(
 
 @router.post("/bulk/jobs/cancel", tags=["bulk"])
 async def bulk_cancel(sdk: SdkDep, body: BulkRequest) -> dict[str, Any]:
-    """Cancel the jobs of ``ids`` (execution ids) or of a filter (``task``, ``queue``), as
-    the schedules' bulk actions answer."""
-    if body.labels:
-        raise InvalidArgument("labels", "jobs are selected by task and queue")
+    """Cancel the jobs of ``ids`` (execution ids) or of a filter (``labels``, ``task``,
+    ``queue``), as the schedules' bulk actions answer."""
     ids = body.targets()
     if ids is None:
-        ids = await sdk.select_jobs(body.task, body.queue)
+        ids = await sdk.select_jobs(body.label_pairs(), body.task, body.queue)
     return await _act(sdk, "cancel", ids, body)
 
 
@@ -487,6 +489,7 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
         debounce_key=job.debounce_key,
         debounce=job.debounce,
         start_deadline=job.start_deadline,
+        labels=job.labels,
     )
     if not done.created:
         response.status_code = 200
@@ -508,10 +511,12 @@ async def list_jobs(
     state: Annotated[str | None, Query(description="queued, running or delayed")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
     cursor: Cursor = None,
+    label: LabelFilter = None,
 ) -> dict[str, Any]:
     """Jobs that run, wait or are delayed, queue by queue: running first, then queued (high,
-    normal, low), then delayed by due time (``Client.jobs``)."""
-    page = await sdk.list_jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+    normal, low), then delayed by due time (``Client.jobs``); with ``label`` (repeatable: all
+    must match) only those enqueued with them."""
+    page = await sdk.list_jobs(queue=queue, state=state, limit=limit, cursor=cursor, labels=label)
     return {"items": [j.as_dict() for j in page.items], "cursor": page.cursor}
 
 

@@ -75,9 +75,11 @@ class Sdk:
         """The ids of the schedules a filter selects (``Client.select``)."""
         return await self.client.select(labels=labels, task=task, queue=queue)
 
-    async def select_jobs(self, task: str | None, queue: str | None) -> list[str]:
+    async def select_jobs(
+        self, labels: Sequence[str] | None, task: str | None, queue: str | None
+    ) -> list[str]:
         """The execution ids of the waiting and running jobs a filter selects."""
-        return await self.client.select_jobs(task=task, queue=queue)
+        return await self.client.select_jobs(labels=labels, task=task, queue=queue)
 
     async def act_many(self, action: str, ids: list[str], note: str | None = None) -> BulkResult:
         """One bulk action on ids: pause, resume, remove, trigger (schedules) or cancel (jobs)."""
@@ -243,9 +245,13 @@ class Sdk:
         state: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        labels: Sequence[str] | None = None,
     ) -> Page[JobInfo]:
-        """A page of running, queued and delayed jobs (of ``queue``, in ``state``)."""
-        return await self.client.jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+        """A page of running, queued and delayed jobs (of ``queue``, in ``state``, with
+        ``labels``)."""
+        return await self.client.jobs(
+            queue=queue, state=state, limit=limit, cursor=cursor, labels=labels
+        )
 
     async def job(self, execution_id: str) -> JobInfo:
         return await self.client.job(execution_id)
