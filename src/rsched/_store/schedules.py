@@ -700,10 +700,19 @@ class ScheduleStore(scripts.ScriptCaller):
             raise wrong_type(script="labels") from exc
 
     async def every_id(self) -> list[str]:
-        """Every schedule id of this partition: the index's, then the parked buckets'."""
-        ids = [str(sid) for sid in await self.redis.zrange(self.keys.schedules, 0, -1)]
-        parked, _ = await parking.bucket_ids(self.redis, self.keys, 0, 1 << 62)
-        return ids + parked
+        """Every schedule id of this partition, the index's and the parked buckets': one
+        ZUNION of the index and the buckets in use (a pipeline of a read per bucket would cost
+        ~0.1 ms of client time each, 1,024 of them). Raises StateError for a key of another
+        type."""
+        k = self.keys
+        keys = [
+            k.schedules,
+            *(k.parked_at(str(n)) for n in await self.redis.zrange(k.parked, 0, -1)),
+        ]
+        try:
+            return [str(sid) for sid in await self.redis.zunion(keys)]
+        except ResponseError as exc:
+            raise wrong_type(script="zunion") from exc
 
     async def some_fields(
         self, schedule_ids: Sequence[str], names: Sequence[str]
