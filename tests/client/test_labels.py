@@ -274,3 +274,16 @@ async def test_enqueued_jobs_carry_labels(client: Client, redis: Redis, prefix: 
     assert await client.select_jobs(task="mail.send") == ["m-3"]
     with pytest.raises(InvalidArgument, match="give a filter"):
         await client.select_jobs()
+
+
+async def test_a_labels_field_written_by_hand_is_refused_by_name(
+    client: Client, redis: Redis, prefix: str
+) -> None:
+    await client.add(spec("a", labels={"team": "billing"}))
+    await redis.hset(Keys(prefix).schedule("a"), "labels", "team=bill ing,*=x")
+    with pytest.raises(StateError, match="labels field rsched did not write"):
+        await client.remove("a")
+    with pytest.raises(StateError, match="labels field rsched did not write"):
+        await client.upsert(spec("a"))
+    assert await redis.exists(Keys(prefix).schedule("a")) == 1
+    assert await members(redis, prefix, "team=billing") == {"a"}

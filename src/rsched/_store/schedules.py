@@ -204,7 +204,7 @@ class ScheduleStore(scripts.ScriptCaller):
         flat = [v for pair in spec.items() for v in pair]
         new_keys = k.labels(label_pairs(spec.get("labels", "")))
         for _ in range(LABEL_ATTEMPTS):
-            old_keys = k.labels(label_pairs(labels))
+            old_keys = stored_label_keys(k, schedule.id, labels)
             res = await self._upsert(schedule, mode, expect_gen, next_ms, created_ms, flat,
                                      (labels, old_keys, new_keys))  # fmt: skip
             if res[0] != Code.LABELS_MOVED:
@@ -406,7 +406,7 @@ class ScheduleStore(scripts.ScriptCaller):
         for item, next_ms in chunk:
             sid = item.schedule_id
             stored = labels.get(sid, "")
-            old_keys = k.labels(label_pairs(stored)) if stored else []
+            old_keys = stored_label_keys(k, sid, stored) if stored else []
             new_keys = k.labels(label_pairs(item.spec["labels"])) if "labels" in item.spec else []
             keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid), *old_keys, *new_keys)
             args += (
@@ -449,7 +449,7 @@ class ScheduleStore(scripts.ScriptCaller):
                     k.parked_of(schedule_id),
                     k.parked,
                     k.backfilled(schedule_id),
-                    *k.labels(label_pairs(str(labels or ""))),
+                    *stored_label_keys(k, schedule_id, str(labels or "")),
                 ],
                 [schedule_id, op_id, str(labels or "")],
             )
@@ -787,6 +787,18 @@ def _unchanged(stored: dict[str, str], item: BulkItem) -> bool:
 
 def _pairs(raw: Any) -> list[tuple[str, float]]:
     return [(str(m), float(s)) for m, s in raw]
+
+
+def stored_label_keys(keys: Keys, schedule_id: str, labels: str) -> list[str]:
+    """The label index keys of a schedule's stored ``labels`` field; raises StateError when
+    the field is not one rsched wrote (no key is built from it)."""
+    try:
+        return keys.labels(label_pairs(labels))
+    except ValueError:
+        raise StateError(
+            f"schedule {schedule_id!r} has a labels field rsched did not write ({labels!r}); "
+            "correct or delete it with redis-cli (HSET / HDEL ... labels)"
+        ) from None
 
 
 def split_version(version: str) -> tuple[str, str]:
