@@ -132,3 +132,11 @@ def test_jobs_by_label(cli: Cli) -> None:
     code, out, err = cli("cancel", "--label", "order=42")
     assert code == 0, err
     assert out.splitlines()[-1] == "1 job(s): 1 cancelled"
+    code, out, err = cli("--json", "runs", "--label", "order=42")
+    assert code == 0, err
+    (run,) = orjson.loads(out)["runs"]
+    assert (run["execution_id"], run["status"], run["labels"]) == (
+        "m-1",
+        "cancelled",
+        {"order": "42"},
+    )

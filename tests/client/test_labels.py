@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -16,14 +18,18 @@ from rsched import (
     InvalidJob,
     InvalidSchedule,
     InvalidSchedules,
+    Job,
     Schedule,
     Settings,
     StateError,
     SyncClient,
+    Worker,
 )
 from rsched._client.schedules_file import sync_file
 from rsched._core.keys import Keys
 from rsched._store.schedules import ScheduleStore
+from tests.support.waiting import eventually
+from tests.support.worker_app import fast_settings
 
 
 @pytest.fixture
@@ -287,3 +293,37 @@ async def test_a_labels_field_written_by_hand_is_refused_by_name(
         await client.upsert(spec("a"))
     assert await redis.exists(Keys(prefix).schedule("a")) == 1
     assert await members(redis, prefix, "team=billing") == {"a"}
+
+
+async def test_runs_of_labelled_jobs_carry_their_labels(
+    client: Client, redis: Redis, prefix: str, settings: Settings
+) -> None:
+    worker = Worker(queues=["default"], settings=fast_settings(settings))
+    ran: list[str] = []
+
+    @worker.task("mail.send")
+    async def send(job: Job) -> None:
+        ran.append(job.execution_id)
+
+    await client.enqueue("mail.send", execution_id="m-1", labels={"order": "42"})
+    await client.enqueue("mail.send", execution_id="m-2")
+    await client.enqueue("mail.send", execution_id="m-3", labels={"order": "42"}, delay=3600)
+    await client.cancel("m-3")  # the client's own record (jobs.py)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, None)
+        await eventually(lambda: len(ran) == 2)
+        worker.stop()
+    entries: Any = await redis.xrange(Keys(prefix).runs)
+    by_exec = {orjson.loads(fields["r"])[0]: fields for _, fields in entries}
+    assert by_exec["m-1"]["l"] == "order=42"
+    assert "l" not in by_exec["m-2"]  # no labels: stored as before
+    await eventually(lambda: _runs_of(client, {"order": "42"}, {"m-1", "m-3"}))
+    page = await client.runs(labels={"order": "42"}, status="completed")
+    assert [(r.execution_id, r.labels) for r in page.items] == [("m-1", {"order": "42"})]
+    assert page.items[0].as_dict()["labels"] == {"order": "42"}
+    done = {r.execution_id: r for r in (await client.runs(status="completed")).items}
+    assert "labels" not in done["m-2"].as_dict()
+
+
+async def _runs_of(client: Client, labels: dict[str, str], want: set[str]) -> bool:
+    return {r.execution_id for r in (await client.runs(labels=labels)).items} == want

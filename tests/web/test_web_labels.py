@@ -89,6 +89,10 @@ async def test_labels_through_the_api(web: Web, client: rsched.Client) -> None:
         assert r.json() == {"selected": ["m-1"], "dry_run": True}
         r = await http.post("/bulk/jobs/cancel", json={"queue": "mail"})
         assert r.json()["outcomes"] == {"m-1": "cancelled"}
+        r = await http.get("/runs", params={"label": "order=42"})
+        assert [(x["execution_id"], x["labels"]) for x in r.json()["items"]] == [
+            ("m-1", {"order": "42"})
+        ]
 
 
 async def test_read_only_refuses_bulk_actions_but_selects(web: Web, client: rsched.Client) -> None:

@@ -787,7 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Runs across every schedule and job: those in progress first, then by when they ended "
         "(or were skipped), newest first",
         "  rsched runs\n  rsched runs --status dead --since 1h\n"
-        "  rsched runs --schedule nightly -n 50 --json",
+        "  rsched runs --schedule nightly -n 50 --json\n  rsched runs --label order=42",
         runs.cmd_runs,
     )
     _limit(p, 20, "how many runs (default 20)")

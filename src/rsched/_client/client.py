@@ -771,17 +771,19 @@ class Client:
         task: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[RunRecord]:
         """A page of runs across every schedule and enqueued job, newest first, as
         :class:`rsched.RunRecord` records: the first page starts with the runs in progress
         (``fired``, ``started``), then the runs log's records of runs that ended or occurrences
         that were skipped.
 
-        ``status`` (see ``RunRecord.status``), ``schedule_id`` and ``task`` keep matching
-        records; ``since`` a duration back from now (``"1h"``, seconds, a timedelta) or an aware
-        datetime. A read looks at most 10,000 records of the log, so a rare filter may answer
-        with fewer than ``limit`` records and a cursor: pass ``cursor`` back for older runs;
-        None means there are no more. Raises InvalidArgument naming the bad argument.
+        ``status`` (see ``RunRecord.status``), ``schedule_id``, ``task`` and ``labels`` (every
+        one carried: a job enqueued with them, docs/labels.md) keep matching records; ``since``
+        a duration back from now (``"1h"``, seconds, a timedelta) or an aware datetime. A read
+        looks at most 10,000 records of the log, so a rare filter may answer with fewer than
+        ``limit`` records and a cursor: pass ``cursor`` back for older runs; None means there
+        are no more. Raises InvalidArgument naming the bad argument.
         """
         _argument("limit", check_page, limit)
         if status is not None:
@@ -798,7 +800,10 @@ class Client:
         elif since is not None:
             _argument("since", parse_duration_s, since)
             since_ms = await self._clock.time_ms() - round(parse_duration_s(since) * 1000)
-        want = RunFilter(status=status, since_ms=since_ms, schedule_id=schedule_id, task=task)
+        pairs = frozenset(bulk_actions.check_filter(labels, None, None)) if labels else frozenset()
+        want = RunFilter(
+            status=status, since_ms=since_ms, schedule_id=schedule_id, task=task, labels=pairs
+        )
         parts = await self._partitions()
         try:
             if parts.count == 1:
@@ -816,6 +821,7 @@ class Client:
         since: float | str | timedelta | datetime | None = None,
         schedule_id: str | None = None,
         task: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> AsyncIterator[RunRecord]:
         """Every run of :meth:`runs`, newest first, read a page at a time."""
@@ -825,6 +831,7 @@ class Client:
                 since=since,
                 schedule_id=schedule_id,
                 task=task,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )

@@ -269,6 +269,7 @@ class SyncClient:
         task: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[RunRecord]:
         """See :meth:`rsched.Client.runs`."""
         return self._run(
@@ -279,6 +280,7 @@ class SyncClient:
             task=task,
             limit=limit,
             cursor=cursor,
+            labels=labels,
         )
 
     def iter_runs(
@@ -288,6 +290,7 @@ class SyncClient:
         since: float | str | timedelta | datetime | None = None,
         schedule_id: str | None = None,
         task: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> Iterator[RunRecord]:
         """See :meth:`rsched.Client.iter_runs`."""
@@ -297,6 +300,7 @@ class SyncClient:
                 since=since,
                 schedule_id=schedule_id,
                 task=task,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )

@@ -555,11 +555,19 @@ async def list_runs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 50,
     cursor: Cursor = None,
+    label: LabelFilter = None,
 ) -> dict[str, Any]:
     """Runs across every schedule and enqueued job, newest first (``Client.runs``): the runs
-    in progress first, then the runs log's records of runs that ended or were skipped."""
+    in progress first, then the runs log's records of runs that ended or were skipped; with
+    ``label`` (repeatable) those of jobs enqueued with every one."""
     page = await sdk.runs(
-        status=status, schedule_id=schedule, task=task, since=since, limit=limit, cursor=cursor
+        status=status,
+        schedule_id=schedule,
+        task=task,
+        since=since,
+        limit=limit,
+        cursor=cursor,
+        labels=label,
     )
     return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
 

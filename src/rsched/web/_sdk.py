@@ -269,6 +269,7 @@ class Sdk:
         since: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        labels: Sequence[str] | None = None,
     ) -> Page[RunRecord]:
         """A page of the runs log across schedules, newest first (``Client.runs``). ``since``:
         an aware ISO 8601 time, or a duration back from now ("1h", seconds)."""
@@ -283,6 +284,7 @@ class Sdk:
             schedule_id=schedule_id,
             task=task,
             since=when or None,
+            labels=labels,
             limit=limit,
             cursor=cursor,
         )
