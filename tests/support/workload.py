@@ -151,7 +151,7 @@ async def calendars_tour_end(client: rsched.Client) -> None:
 
 async def labels_tour(client: rsched.Client) -> None:
     """Labelled schedules through every script that keeps the label index (upsert, upsert_many,
-    remove) and its reads (select, list by labels, plan_fields for a task filter)."""
+    remove) and its reads (select, list by labels; every_id and plan_fields for a task filter)."""
     await client.add({"id": "lab", "task": "t.ok", "every": 3600, "labels": {"team": "a"}})
     await client.update("lab", labels={"team": "b", "env": "prod"})
     await client.add_many(
@@ -160,5 +160,6 @@ async def labels_tour(client: rsched.Client) -> None:
     assert await client.select(labels={"team": "b"}) == ["lab", "lab-1", "lab-2"]
     assert len((await client.list(labels={"team": "b"}, task="t.ok")).items) == 3
     assert await client.select(labels={"team": "b"}, task="t.ok") == ["lab", "lab-1", "lab-2"]
+    assert {"lab", "lab-1", "lab-2"} <= set(await client.select(task="t.ok"))  # every_id
     removed = await client.remove_many(["lab", "lab-1", "lab-2"])
     assert removed.count("removed") == 3

@@ -700,19 +700,16 @@ class ScheduleStore(scripts.ScriptCaller):
             raise wrong_type(script="labels") from exc
 
     async def every_id(self) -> list[str]:
-        """Every schedule id of this partition, the index's and the parked buckets': one
-        ZUNION of the index and the buckets in use (a pipeline of a read per bucket would cost
-        ~0.1 ms of client time each, 1,024 of them). Raises StateError for a key of another
+        """Every schedule id of this partition, the index's and the parked buckets' (the
+        buckets in use), as lua/every_id.lua's one text. Raises StateError for a key of another
         type."""
         k = self.keys
-        keys = [
-            k.schedules,
-            *(k.parked_at(str(n)) for n in await self.redis.zrange(k.parked, 0, -1)),
-        ]
-        try:
-            return [str(sid) for sid in await self.redis.zunion(keys)]
-        except ResponseError as exc:
-            raise wrong_type(script="zunion") from exc
+        numbers = await self.redis.zrange(k.parked, 0, -1)
+        keys = [k.schedules, *(k.parked_at(str(n)) for n in numbers)]
+        reply = await self.call_read("every_id", keys, [])
+        if isinstance(reply, int):
+            check(reply, script="every_id")
+        return str(reply).split("\n") if reply else []
 
     async def some_fields(
         self, schedule_ids: Sequence[str], names: Sequence[str]
