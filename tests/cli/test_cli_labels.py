@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import anyio
 import orjson
 
+from rsched import Client, Job, Settings, Worker
 from tests.support.command import Cli
+from tests.support.waiting import eventually
+from tests.support.worker_app import fast_settings
 
 
 def add(cli: Cli, sid: str, *more: str) -> None:
@@ -140,3 +144,40 @@ def test_jobs_by_label(cli: Cli) -> None:
         "cancelled",
         {"order": "42"},
     )
+
+
+async def _dead_letters(settings: Settings) -> None:
+    """Two dead letters on the default queue, one of a job enqueued with order=1."""
+    worker = Worker(queues=["default"], settings=fast_settings(settings))
+
+    @worker.task("boom")
+    async def boom(job: Job) -> None:
+        raise ValueError("boom")
+
+    async with Client.from_settings(settings) as client:
+        await client.enqueue("boom", max_retries=0, labels={"order": "1"})
+        await client.enqueue("boom", max_retries=0)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, None)
+            await eventually(lambda: _dead_count(client, 2))
+            worker.stop()
+
+
+async def _dead_count(client: Client, n: int) -> bool:
+    return len((await client.dead_letters("default")).items) == n
+
+
+def test_dead_letters_by_label(cli: Cli, settings: Settings) -> None:
+    anyio.run(_dead_letters, settings)
+    code, out, err = cli("dead", "requeue", "--label", "order=1", "--dry-run")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1:] == ["1 dead letter(s) of queue default selected", "dry run: nothing changed"]
+    code, out, err = cli("dead", "purge", "--label", "order=1")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "purged 1 dead letter(s) from queue default"
+    code, out, _ = cli("--json", "dead", "ls")
+    assert len(orjson.loads(out)["dead_letters"]) == 1
+    code, _, err = cli("dead", "purge", lines[0], "--label", "order=1")
+    assert code == 2
+    assert "not both" in err

@@ -688,6 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
             f"  rsched dead {name} 1715000000000-0 1715000000001-0\n"
             f"  rsched dead {name} --task emails.send\n"
             f"  rsched dead {name} --all --queue mail\n"
+            f"  rsched dead {name} --label order=42 --dry-run\n"
             "  (by ids: each id's result is shown; exit 1 when any id does not exist)",
             handler,
         )
@@ -695,6 +696,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--queue", default="default")
         p.add_argument("--task", help="only dead letters of this task")
         p.add_argument("--all", action="store_true", help="every dead letter of the queue")
+        p.add_argument(
+            "--label",
+            dest="labels",
+            action="append",
+            metavar="K=V",
+            help="only dead letters of jobs enqueued with this label; repeat for several",
+        )
+        p.add_argument(
+            "--dry-run", action="store_true", help="print what is selected, change nothing"
+        )
 
     p = _sub(
         subs,
