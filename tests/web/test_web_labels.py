@@ -160,3 +160,15 @@ async def test_read_only_dashboard_has_no_action_bar(web: Web, client: rsched.Cl
         )
         assert r.status_code == 403
     assert not (await client.get("a")).paused
+
+
+async def test_dashboard_runs_by_label(web: Web, client: rsched.Client) -> None:
+    await client.enqueue("mail.send", execution_id="m-1", labels={"order": "42"}, delay=3600)
+    await client.enqueue("mail.send", execution_id="m-2", delay=3600)
+    await client.cancel_many(["m-1", "m-2"])
+    async with httpx.AsyncClient(base_url=web()) as browser:
+        page = (await browser.get("/runs", params={"label": "order=42"})).text
+        assert "m-1" in page
+        assert "m-2" not in page
+        page = (await browser.get("/runs", params={"label": "order"})).text
+        assert "write it key=value" in page

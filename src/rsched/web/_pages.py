@@ -781,8 +781,10 @@ async def workers_live(request: Request) -> Response:
 
 async def runs_context(request: Request) -> dict[str, Any]:
     p = request.query_params
-    query = {k: p.get(k, "").strip() for k in ("status", "schedule", "task", "since")}
+    query = {k: p.get(k, "").strip() for k in ("status", "schedule", "task", "since", "label")}
     cursor = p.get("cursor") or None
+    # "order=42, team=a" (every one must match), as the schedules list's label filter.
+    labels = [pair.strip() for pair in query["label"].split(",") if pair.strip()]
     try:
         page = await sdk_of(request).runs(
             status=query["status"] or None,
@@ -790,6 +792,7 @@ async def runs_context(request: Request) -> dict[str, Any]:
             task=query["task"] or None,
             since=query["since"] or None,
             cursor=cursor,
+            labels=labels or None,
         )
         found, more, problem = page.items, page.cursor, None
     except InvalidArgument as exc:
