@@ -225,7 +225,7 @@ class Ctx:
                     ]
                     args: list[str | int] = [
                         sid, "upsert", "", str(next_ms(i)), "0", "default", k.wake,
-                        op_id, created_ms, park_after, self.store.audit_arg(), *flat,
+                        op_id, created_ms, park_after, self.store.audit_arg(), "", 0, 0, *flat,
                     ]  # fmt: skip
                     pipe.execute_command("EVALSHA", upsert.sha, len(keys), *keys, *args)
                 for res in await pipe.execute():

@@ -13,15 +13,17 @@ KEYS[3] op         {p}:ops:<minute> (replay protection)
 KEYS[4] parked     {p}:parked (see park.lua)
 KEYS[5] audit      {p}:audit, the audit trail (docs/audit.md)
 KEYS[6..] per schedule, in the order of the items: {p}:schedule:<id>, {p}:pending:<id>,
-                   {p}:parked:<n> (its parked bucket), {p}:specs:<id> (its spec history)
+                   {p}:parked:<n> (its parked bucket), {p}:specs:<id> (its spec history), then
+                   its n_old + n_new label index keys
 ARGV[1] wake       pub/sub channel
 ARGV[2] op_id      request id of this call
 ARGV[3] created_ms creation time the client computed next runs with (new schedules)
 ARGV[4] park_after_ms a schedule goes to its parked bucket when its next run is later than now +
                    this (paused and completed ones too), else to the index; '' never
 ARGV[5] audit      who and from where, the stream's cap, specs kept (lua/includes/audit_ctx.lua)
-ARGV[6..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, n, then n
-                   spec strings (field, value, …): each as upsert.lua's arguments of that name
+ARGV[6..] items    per schedule: id, mode, expect_gen, next_ms, paused, queue, labels, n_old,
+                   n_new, n, then n spec strings (field, value, …): each as upsert.lua's
+                   arguments of that name
 
 Each schedule replaced appends its own record to the audit trail (its changes), and its spec
 history as upsert.lua's does; the schedules the call creates get one record per action for the
@@ -29,7 +31,7 @@ whole call, naming them all (lua/includes/spec_audit.lua).
 
 Returns one string: a reply per item, comma-separated, in order: "5:<generation>:<created 0/1>"
 for OK=5, "-3:<generation>" for CONFLICT=-3, else the code alone: EXISTS=-9 (add),
-NOT_FOUND=-2 (replace), WRONG_TYPE=-6 (a key of the item has the wrong type, or its stored
+NOT_FOUND=-2 (replace), LABELS_MOVED=-15 (its stored labels are not those given), WRONG_TYPE=-6 (a key of the item has the wrong type, or its stored
 generation/runs are not numbers). The whole call answers a lone code when nothing was written:
 WRONG_TYPE=-6 (the index, the queues set or the audit stream has the wrong type) or BAD_ARGS=-7 (malformed
 arguments of any item, or the audit argument: every item is checked before the first write).
@@ -66,25 +68,29 @@ local items = {}
 local created = {}  -- action -> the ids this call created (one audit record each)
 local a, k = 6, 6
 while a <= #ARGV do
-  local n = tonumber(ARGV[a + 6] or '')
-  if not n or n < 0 or n % 2 ~= 0 or a + 6 + n > #ARGV or k + 3 > #KEYS
-      or not UPSERT_MODES[ARGV[a + 1]] or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
+  local n_old, n_new = tonumber(ARGV[a + 7] or ''), tonumber(ARGV[a + 8] or '')
+  local n = tonumber(ARGV[a + 9] or '')
+  if not (n and n_old and n_new) or n < 0 or n % 2 ~= 0 or a + 9 + n > #ARGV
+      or k + 3 + n_old + n_new > #KEYS or not UPSERT_MODES[ARGV[a + 1]]
+      or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
     return tostring(BAD_ARGS)
   end
   items[#items + 1] = {
     hash = KEYS[k], pending = KEYS[k + 1], parked = KEYS[k + 2], id = ARGV[a], mode = ARGV[a + 1],
     expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
-    created_ms = created_ms, args = ARGV, from = a + 7, to = a + 6 + n, specs = KEYS[k + 3],
+    created_ms = created_ms, args = ARGV, from = a + 10, to = a + 9 + n, specs = KEYS[k + 3],
     audit = ctx, created = created,
+    labels = {stored = ARGV[a + 6], old = {unpack(KEYS, k + 4, k + 3 + n_old)},
+              new = {unpack(KEYS, k + 4 + n_old, k + 3 + n_old + n_new)}},
   }
-  a, k = a + 7 + n, k + 4
+  a, k = a + 10 + n, k + 4 + n_old + n_new
 end
 if k ~= #KEYS + 1 then return tostring(BAD_ARGS) end
 
 -- A bulk create's schedules are all new: one EXISTS over the call's hashes then spares each
 -- one its read (upsert_one's ``absent``).
 local hashes = {}
-for i = 6, #KEYS, 4 do hashes[#hashes + 1] = KEYS[i] end
+for _, item in ipairs(items) do hashes[#hashes + 1] = item.hash end
 -- (unpack has a stack limit: a larger call reads each hash.)
 local all_absent = #hashes > 0 and #hashes <= 4000 and rcall('EXISTS', unpack(hashes)) == 0
 local written = {}

@@ -11,7 +11,10 @@
 -- a record adds to a completed run's script, and Redis stores the value much as it would the
 -- twelve (names once per stream node). The entry id is the record's time (the run's end, or the
 -- drop). A job of the high or low level adds a second field, 'p', naming it (level: level_of the
--- job's stream; nil: normal, which adds none).
+-- job's stream; nil: normal, which adds none). A job with labels has them after the array, on a
+-- line of their own ("[...]\nk=v,k=v", rsched._store.runs_log.run_record): they go in a field
+-- of their own, 'l', which a reader that does not know it leaves alone; a record without labels
+-- is stored as before.
 --
 -- XADD runs [MAXLEN ~ cap] * r record [p level]. cap nil: no trim (the fire path's rare writes;
 -- the workers' writes and the leader's sweep keep the cap). Nothing is written when runs is nil
@@ -28,7 +31,10 @@ local function run_log(runs, cap, record, level)
   if runs_log_ok == nil then runs_log_ok = key_is(runs, 'stream') end
   if not runs_log_ok then return end
   local entry = {'*', 'r', record}
-  if level then entry[4], entry[5] = 'p', level end
+  local cut = string.find(record, '\n', 1, true)
+  if cut then entry[3] = string.sub(record, 1, cut - 1) end
+  if level then entry[#entry + 1], entry[#entry + 2] = 'p', level end
+  if cut then entry[#entry + 1], entry[#entry + 2] = 'l', string.sub(record, cut + 1) end
   if cap and cap >= 1 then
     rcall('XADD', runs, 'MAXLEN', '~', cap, unpack(entry))
   else

@@ -2,10 +2,12 @@
 -- upsert_many.lua both do per schedule (so the two can never drift apart).
 --
 -- s = {hash, pending (keys), mode, expect_gen, next_ms, paused, created_ms (text), args, from,
--- to, absent, id, audit, specs}: the spec's strings (field, value, ...) are args[from..to] (the
--- script's ARGV, not copied); absent = true when the caller found the hash does not exist (in
--- this script run), which spares its read; id, audit (nil: none) and specs as spec_audit.lua
--- takes them. Checks the schedule's own keys and state, then writes its hash; returns
+-- to, absent, id, audit, specs, labels}: the spec's strings (field, value, ...) are
+-- args[from..to] (the script's ARGV, not copied); absent = true when the caller found the hash
+-- does not exist (in this script run), which spares its read; id, audit (nil: none) and specs as
+-- spec_audit.lua takes them; labels = {stored = the labels text the caller read ('' none),
+-- old = its pairs' index keys, new = the new spec's} (label_index.lua), LABELS_MOVED when the
+-- stored text is another. Checks the schedule's own keys and state, then writes its hash; returns
 -- reply, score: reply is {OK, generation, created(0/1)} or a code table as in upsert.lua's
 -- header; score is the schedule's new index score ('inf' when paused or completed), nil when
 -- nothing was written. The caller then adds the id to the index with that score (ZADD) and its
@@ -19,11 +21,17 @@
 -- @include version_parts
 -- @include marker
 -- @include spec_audit
+-- @include label_index
 
 local UPSERT_MODES = {add = true, upsert = true, replace = true}
--- What the read of version, runs, last_run and the marker gives for a hash that does not exist.
-local NOTHING_STORED = {false, false, false}
-for i = 1, #MARKER do NOTHING_STORED[3 + i] = false end
+-- What the read gives: version, runs, last_run, the marker, then the labels (LABELS_READ).
+local UPSERT_READ = {'version', 'runs', 'last_run', unpack(MARKER)}
+UPSERT_READ[#UPSERT_READ + 1] = 'labels'
+local LABELS_READ = #UPSERT_READ
+local NO_LABELS = {stored = '', old = {}, new = {}}
+-- ... and for a hash that does not exist.
+local NOTHING_STORED = {}
+for i = 1, #UPSERT_READ do NOTHING_STORED[i] = false end
 -- The time of an update, read once per script run: a bulk replace would otherwise call TIME per
 -- schedule.
 local upsert_now = nil
@@ -37,7 +45,7 @@ local function upsert_one(s)
   -- The read is the hash's type check.
   local old = NOTHING_STORED
   if not s.absent then
-    old = pcall_read('HMGET', s.hash, 'version', 'runs', 'last_run', unpack(MARKER))
+    old = pcall_read('HMGET', s.hash, unpack(UPSERT_READ))
     if not old then return {WRONG_TYPE} end
   end
   local exists = old[1] ~= false
@@ -58,6 +66,9 @@ local function upsert_one(s)
   if s.expect_gen ~= '' and tostring(old_gen or 0) ~= s.expect_gen then
     return {CONFLICT, old_gen or 0}
   end
+  local labels = s.labels or NO_LABELS
+  if (old[LABELS_READ] or '') ~= labels.stored then return {LABELS_MOVED} end
+  if not label_index(s.id, labels.old, labels.new) then return {WRONG_TYPE} end
 
   local gen = (old_gen or 0) + 1
   local runs = tonumber(old[2] or '0')

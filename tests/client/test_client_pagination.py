@@ -32,7 +32,7 @@ async def bulk_add(redis: Redis, settings: Settings, schedules: list[Schedule]) 
                 keys = [k.schedules, k.schedule(s.id), k.pending(s.id), k.queues, op_key]
                 keys += (k.parked_of(s.id), k.parked, k.audit, k.specs(s.id))
                 args: list[Any] = [s.id, "add", "", first_run_ms(s, now), "0", s.queue, k.wake]
-                args += [op_id, now, store.park_after_ms, store.audit_arg(), *flat]
+                args += [op_id, now, store.park_after_ms, store.audit_arg(), "", 0, 0, *flat]
                 await script(keys=keys, args=args, client=pipe)
             results = await pipe.execute()
         assert all(r[0] == Code.OK for r in results)

@@ -33,6 +33,7 @@ NOT_ERRORS = {
     Code.NOT_PENDING,
     Code.SUPERSEDED,
     Code.RUNNING,
+    Code.LABELS_MOVED,  # the store reads the labels again and retries
 }
 
 

@@ -46,6 +46,7 @@ from tests.support.workload import (
     deadlines_and_failures,
     engine,
     excluded,
+    labels_tour,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,
@@ -94,6 +95,7 @@ async def test_every_script_runs_on_the_cluster(
         await some_schedules(client)
         await deadlines_and_failures(client)
         await calendars_tour(client)
+        await labels_tour(client)
         await client.trigger("m1")
         await client.enqueue("t.fail", max_retries=1)
         for _ in range(3):  # one at a time: two wait aside, then resume

@@ -43,6 +43,7 @@ from tests.support.workload import (
     calendars_tour_end,
     deadlines_and_failures,
     excluded,
+    labels_tour,
     limited_task,
     limits_tour,
     ok_and_failing_tasks,
@@ -232,6 +233,7 @@ async def test_every_script_declares_every_key_it_touches(
         await some_schedules(client)
         await deadlines_and_failures(client)
         await calendars_tour(client)
+        await labels_tour(client)
         # A run that ends dead releases the occurrence waiting behind it.
         await client.add({"id": "d", "task": "t.fail", "every": 3600, "overlap": "buffer_one"})
         await client.trigger("d")

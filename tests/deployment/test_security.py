@@ -456,6 +456,8 @@ async def test_the_read_only_user_writes_nothing(users: Server, prefix: str) -> 
         await client.jobs()
         await client.events()
         await client.history("nightly")
+        await client.select(labels={"team": "a"}, task="t")
+        await client.select(queue="default")
     assert denials(users) == []
 
 
@@ -524,9 +526,12 @@ async def test_every_role_of_the_sdk_under_its_user_on_a_cluster(
         ran.append(job.execution_id)
 
     async with rsched.Client.from_settings(settings["rsched-client"]) as client:
-        await client.add_many([{**SPEC, "id": f"s{n}"} for n in range(6)])
+        await client.add_many([{**SPEC, "id": f"s{n}", "labels": {"team": "a"}} for n in range(6)])
         await client.pause("s0")
         await client.resume("s0")
+        await client.update("s5", labels={"team": "b"})
+        assert (await client.pause_many(await client.select(labels={"team": "b"}))).count("paused")
+        await client.resume_many(["s5"])
         await client.trigger("s1")
         ids = [(await client.enqueue("sec.ok")).execution_id for _ in range(6)]
         async with anyio.create_task_group() as tg:
@@ -535,6 +540,9 @@ async def test_every_role_of_the_sdk_under_its_user_on_a_cluster(
             worker.stop()
     async with rsched.Client.from_settings(settings["rsched-readonly"]) as readonly:
         assert len((await readonly.list()).items) == 6
+        assert await readonly.select(labels={"team": "a"}) == [f"s{n}" for n in range(5)]
+        assert len(await readonly.select(task="sec.ok")) == 6
+        assert len((await readonly.list(labels=["team=a"])).items) == 5
         assert (await readonly.job(ids[0])).state == "completed"
         await readonly.stats()
         await readonly.health()

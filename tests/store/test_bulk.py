@@ -196,27 +196,27 @@ async def test_upsert_many_script_replays_and_refuses_bad_input(redis: Redis, pr
     audit = store.audit_arg()
     keys = [k.schedules, k.queues, k.ops(1), k.parked, k.audit, k.schedule("a"), k.pending("a")]
     keys += (k.parked_of("a"), k.specs("a"))
-    item = ["a", "add", "", "4000000000000", "0", "default", "2", "task", "t.x"]
+    item = ["a", "add", "", "4000000000000", "0", "default", "", "0", "0", "2", "task", "t.x"]
     args = [k.wake, "op-1", "1000", "", audit, *item]
     assert await store.call("upsert_many", keys, args) == "5:1:1"
     assert await store.call("upsert_many", keys, args) == "5:1:1"  # replayed, not re-run
     assert await store.call("upsert_many", keys, [k.wake, "op-2", "1000", "", audit, *item]) == "-9"
     # The same id twice in one call: the second is a replace of the first.
     twice = [*keys[:5], *[k.schedule("d"), k.pending("d"), k.parked_of("d"), k.specs("d")] * 2]
-    d = ["d", "upsert", "", "4000000000000", "0", "default", "2", "task", "t.x"]
+    d = ["d", "upsert", "", "4000000000000", "0", "default", "", "0", "0", "2", "task", "t.x"]
     reply = await store.call("upsert_many", twice, [k.wake, "op-5", "1000", "", audit, *d, *d])
     assert reply == "5:1:1,5:2:0"
     # Malformed: the second item's field count runs past the arguments. Nothing written.
     bad = [*keys[:5], k.schedule("b"), k.pending("b"), k.parked_of("b"), k.specs("b")]
     bad += (k.schedule("c"), k.pending("c"), k.parked_of("c"), k.specs("c"))
-    b = ["b", "upsert", "", "4000000000000", "0", "default", "0"]
-    c = ["c", "upsert", "", "4000000000000", "0", "default", "4", "task", "t.x"]
+    b = ["b", "upsert", "", "4000000000000", "0", "default", "", "0", "0", "0"]
+    c = ["c", "upsert", "", "4000000000000", "0", "default", "", "0", "0", "4", "task", "t.x"]
     assert await store.call("upsert_many", bad, [k.wake, "op-3", "1000", "", audit, *b, *c]) == "-7"
     assert not await redis.exists(k.schedule("b"))
     # One item's key of the wrong type: that item only.
     await redis.set(k.schedule("c"), "x")
     c[-1:] = ["t.x"]
-    c[6] = "2"
+    c[9] = "2"
     reply = await store.call("upsert_many", bad, [k.wake, "op-4", "1000", "", audit, *b, *c])
     assert reply == "5:1:1,-6"
     # A malformed audit argument: nothing written.

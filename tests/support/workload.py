@@ -147,3 +147,19 @@ async def calendars_tour_end(client: rsched.Client) -> None:
     """The calendar removed once nothing names it (calendar_write's removal)."""
     await client.remove("excl")
     await client.remove_calendar("tour-cal")
+
+
+async def labels_tour(client: rsched.Client) -> None:
+    """Labelled schedules through every script that keeps the label index (upsert, upsert_many,
+    remove) and its reads (select, list by labels; every_id and plan_fields for a task filter)."""
+    await client.add({"id": "lab", "task": "t.ok", "every": 3600, "labels": {"team": "a"}})
+    await client.update("lab", labels={"team": "b", "env": "prod"})
+    await client.add_many(
+        [{"id": f"lab-{i}", "task": "t.ok", "every": 3600, "labels": {"team": "b"}} for i in (1, 2)]
+    )
+    assert await client.select(labels={"team": "b"}) == ["lab", "lab-1", "lab-2"]
+    assert len((await client.list(labels={"team": "b"}, task="t.ok")).items) == 3
+    assert await client.select(labels={"team": "b"}, task="t.ok") == ["lab", "lab-1", "lab-2"]
+    assert {"lab", "lab-1", "lab-2"} <= set(await client.select(task="t.ok"))  # every_id
+    removed = await client.remove_many(["lab", "lab-1", "lab-2"])
+    assert removed.count("removed") == 3

@@ -383,3 +383,22 @@ def test_runs_page_shows_a_completed_run(
     page.get_by_label("since").press("Enter")
     expect(page.locator(".flash.bad")).to_contain_text("since")
     expect(rows.first).to_contain_text("no runs match")
+
+
+def test_tick_schedules_of_a_label_and_pause_them(page: Page, web: Web, settings: Settings) -> None:
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        c.add_many(
+            [
+                {"id": f"bill-{n}", "task": "t", "every": 3600, "labels": {"team": "billing"}}
+                for n in range(3)
+            ]
+            + [{"id": "other", "task": "t", "every": 3600}]
+        )
+    page.goto(web() + "/schedules")
+    page.get_by_label("labels (k=v, comma-separated)").fill("team=billing")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("table.schedules tbody tr")).to_have_count(3)
+    page.get_by_label("select all").check()
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator(".flash.ok")).to_contain_text("pause: 3 schedule(s): 3 paused")
+    expect(page.locator("table.schedules .s-paused")).to_have_count(3)

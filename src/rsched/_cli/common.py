@@ -112,6 +112,7 @@ CLI_WORDS = Words(
         "pause_after_failures": "--pause-after-failures",
         "description": "--description", "paused": "--paused", "pause_note": "--note",
         "limits": "--limit", "exclude": "--exclude", "jitter": "--jitter",
+        "labels": "--label",
     },
     job_fields={
         "task": "TASK", "delay_s": "--delay", "execution_id": "--id",
@@ -126,6 +127,7 @@ CLI_WORDS = Words(
         "dead_letter_window_s": "--dead-letter-window", "partitions": "--partitions",
         "concurrency": "--concurrency", "rate": "--rate", "key": "KEY", "match": "--match",
         "attempt": "--attempt", "generation": "--generation", "actor": "--actor",
+        "labels": "--label", "ids": "ID",
     },
     setting="{name} {value}",
     one_trigger="--cron '0 2 * * *', --every 5m or --at 2030-01-01T09:00",

@@ -8,6 +8,7 @@ from importlib import metadata
 from typing import Any, NoReturn, get_args
 
 from rsched._cli import audit as audit
+from rsched._cli import bulk as bulk_commands
 from rsched._cli import calendars as calendars
 from rsched._cli import health as health
 from rsched._cli import limits as limits
@@ -182,6 +183,14 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
         help="pause the schedule after N runs in a row ended dead-lettered (default never)",
     )
     p.add_argument("--description")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="a label to find it by (rsched ls --label), e.g. team=billing; repeat for several"
+        + ("; replaces the labels it had" if update else ""),
+    )
     _limit_option(p, "its jobs hold" + ("; replaces every limit it had" if update else ""))
     p.add_argument(
         "--paused",
@@ -401,6 +410,13 @@ def _workers_and_jobs(subs: Any) -> None:
     )
     p.add_argument("--queue", help="only this queue (default: every queue)")
     p.add_argument("--state", choices=["queued", "running", "delayed"], help="only this state")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="only jobs enqueued with this label; repeat for several (all must match)",
+    )
     _limit(p, 50, "page size (default 50)")
     p.add_argument("--cursor", help="continue from a previous page")
     p = _sub(
@@ -428,12 +444,14 @@ def _workers_and_jobs(subs: Any) -> None:
     p = _sub(
         subs,
         "cancel",
-        "Cancel a queued, delayed or running job",
-        "  rsched cancel order-42\n  (queued or delayed: removed and recorded as cancelled;\n"
+        "Cancel queued, delayed or running jobs",
+        "  rsched cancel order-42\n  rsched cancel --task mail.send --queue mail --dry-run\n"
+        "  (queued or delayed: removed and recorded as cancelled;\n"
         "   running: its worker cancels the handler)",
         workers.cmd_cancel,
     )
-    p.add_argument("execution_id")
+    p.add_argument("execution_ids", nargs="*", metavar="EXECUTION_ID")
+    bulk_commands.filter_options(p, "the jobs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -498,38 +516,46 @@ def build_parser() -> argparse.ArgumentParser:
         subs,
         "rm",
         "Remove schedules",
-        f"  rsched rm nightly\n  rsched rm a b c\n  ({several})",
+        f"  rsched rm nightly\n  rsched rm a b c\n  rsched rm --label team=old --dry-run\n"
+        f"  ({several})",
         schedules.cmd_rm,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
 
     p = _sub(
         subs,
         "pause",
         "Pause schedules until resumed",
-        f"  rsched pause nightly --note 'db migration'\n  rsched pause a b c\n  ({several})",
+        f"  rsched pause nightly --note 'db migration'\n  rsched pause a b c\n"
+        f"  rsched pause --label team=billing --queue reports\n  ({several})",
         schedules.cmd_pause,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
     p.add_argument("--note", help="why (shown by ls and show)")
 
     p = _sub(
         subs,
         "resume",
         "Resume paused schedules",
-        f"  rsched resume nightly\n  rsched resume a b c\n  ({several})",
+        f"  rsched resume nightly\n  rsched resume a b c\n  rsched resume --label team=billing\n"
+        f"  ({several})",
         schedules.cmd_resume,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
 
     p = _sub(
         subs,
         "trigger",
         "Run one extra occurrence now (overlap policy applies)",
-        f"  rsched trigger nightly\n  rsched trigger a b c\n  ({several})",
+        f"  rsched trigger nightly\n  rsched trigger a b c\n  rsched trigger --task reports.run\n"
+        f"  ({several})",
         schedules.cmd_trigger,
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk_commands.filter_options(p, "the schedules")
 
     p = _sub(
         subs,
@@ -572,6 +598,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--queue", help="only this queue's")
     p.add_argument("--task", help="only this task's")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="only those carrying this label, in id order; repeat for several (all must match)",
+    )
     p.add_argument(
         "--id-prefix",
         metavar="TEXT",
@@ -687,6 +720,7 @@ def build_parser() -> argparse.ArgumentParser:
             f"  rsched dead {name} 1715000000000-0 1715000000001-0\n"
             f"  rsched dead {name} --task emails.send\n"
             f"  rsched dead {name} --all --queue mail\n"
+            f"  rsched dead {name} --label order=42 --dry-run\n"
             "  (by ids: each id's result is shown; exit 1 when any id does not exist)",
             handler,
         )
@@ -694,6 +728,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--queue", default="default")
         p.add_argument("--task", help="only dead letters of this task")
         p.add_argument("--all", action="store_true", help="every dead letter of the queue")
+        p.add_argument(
+            "--label",
+            dest="labels",
+            action="append",
+            metavar="K=V",
+            help="only dead letters of jobs enqueued with this label; repeat for several",
+        )
+        p.add_argument(
+            "--dry-run", action="store_true", help="print what is selected, change nothing"
+        )
 
     p = _sub(
         subs,
@@ -709,6 +753,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="the handler name a worker runs")
     p.add_argument("--payload", type=json_object, help="JSON object handed to the handler")
     p.add_argument("--queue", default="default", help="queue name (default: default)")
+    p.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="a label to find the job by (rsched jobs --label), e.g. order=42; repeat for several",
+    )
     p.add_argument(
         "--delay", type=queues.delay_s, default=0, help="hold it back: 30, 90s, 5m, 1h30m"
     )
@@ -779,7 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Runs across every schedule and job: those in progress first, then by when they ended "
         "(or were skipped), newest first",
         "  rsched runs\n  rsched runs --status dead --since 1h\n"
-        "  rsched runs --schedule nightly -n 50 --json",
+        "  rsched runs --schedule nightly -n 50 --json\n  rsched runs --label order=42",
         runs.cmd_runs,
     )
     _limit(p, 20, "how many runs (default 20)")

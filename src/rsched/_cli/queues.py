@@ -6,16 +6,18 @@ import argparse
 import dataclasses
 import heapq
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 from rsched._cli.common import each, out, report
 from rsched._cli.workers import warn_if_no_worker_has
+from rsched._client import bulk_actions
 from rsched._client.client import Client
 from rsched._client.stats import Lease, Stats
 from rsched._core import humanize as fmt
 from rsched._core.errors import UsageError
 from rsched._core.job import DeadLetter
-from rsched._core.rules import parse_duration_s
+from rsched._core.rules import PAGE_MAX, label_pairs, parse_duration_s
 from rsched._core.schedule import from_ms, to_ms
 
 
@@ -41,6 +43,7 @@ async def cmd_enqueue(client: Client, args: argparse.Namespace) -> None:
         debounce_key=args.debounce_key,
         debounce=args.debounce,
         start_deadline=args.start_deadline,
+        labels=args.labels,
     )
     where = f"queue {args.queue}" + ("" if args.priority == "normal" else f" ({args.priority})")
     if args.debounce_key is not None:
@@ -159,9 +162,49 @@ def _selection(args: argparse.Namespace) -> list[str] | None:
     return list(args.entry_ids) or None
 
 
+async def _dead_by_filter(client: Client, args: argparse.Namespace, verb: str) -> None:
+    """``dead requeue|purge`` with ``--label`` or ``--dry-run``: the dead letters selected (the
+    ids given, or those of the queue with every label and of ``--task``), printed with a count,
+    then acted on unless it is a dry run (docs/labels.md)."""
+    if args.entry_ids and (args.labels or args.task or args.all):
+        raise UsageError("give entry ids or a filter (--label, --task, --all), not both")
+    if args.entry_ids:
+        ids = list(dict.fromkeys(args.entry_ids))
+    else:
+        if args.labels:
+            bulk_actions.check_filter(args.labels, args.task, None)  # names --label when bad
+        wanted = set(args.labels or ())
+        ids, cursor = [], None
+        while True:
+            page = await client.dead_letters(
+                args.queue, limit=PAGE_MAX, cursor=cursor, task=args.task
+            )
+            ids += (d.entry_id for d in page.items if wanted <= _label_pairs(d.job_fields))
+            cursor = page.cursor
+            if cursor is None:
+                break
+    lines = [*ids, f"{len(ids)} dead letter(s) of queue {args.queue} selected"]
+    data: dict[str, Any] = {"selected": ids, "dry_run": bool(args.dry_run)}
+    if args.dry_run or not ids:
+        lines.append("dry run: nothing changed" if args.dry_run else "nothing to do")
+        out(args, data, "\n".join(lines))
+        return
+    act = client.requeue if verb == "requeued" else client.purge
+    data[verb] = n = await act(args.queue, ids)
+    where = "onto" if verb == "requeued" else "from"
+    out(args, data, f"{verb} {n} dead letter(s) {where} queue {args.queue}")
+
+
+def _label_pairs(fields: Mapping[str, str]) -> set[str]:
+    return set(label_pairs(fields.get("labels") or ""))
+
+
 async def _dead_command(client: Client, args: argparse.Namespace, verb: str) -> None:
     """``dead requeue`` / ``dead purge``: by ids (each must exist: a missing one is an error,
     the others are still done), or every dead letter of the queue (of ``--task``)."""
+    if args.labels or args.dry_run:
+        await _dead_by_filter(client, args, verb)
+        return
     act = client.requeue if verb == "requeued" else client.purge
     where = "onto" if verb == "requeued" else "from"
     ids = _selection(args)

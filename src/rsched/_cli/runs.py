@@ -24,6 +24,7 @@ async def cmd_runs(client: Client, args: argparse.Namespace) -> None:
         task=args.task,
         limit=args.limit,
         cursor=args.cursor,
+        labels=args.labels,
     )
     now = to_ms(await client.server_time())
     rows = []
@@ -62,4 +63,11 @@ def add_parser(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--since", help="only runs of the last 1h, 30m, 2d, …")
     sub.add_argument("--schedule", help="only runs of this schedule id")
     sub.add_argument("--task", help="only runs of this task")
+    sub.add_argument(
+        "--label",
+        dest="labels",
+        action="append",
+        metavar="K=V",
+        help="only runs of jobs enqueued with this label; repeat for several (all must match)",
+    )
     sub.add_argument("--cursor", help="continue from a previous page (older runs)")

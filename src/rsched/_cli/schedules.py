@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import orjson
 
 from rsched._cli.audit import cmd_specs
+from rsched._cli import bulk
 from rsched._cli.calendars import calendar_file
 from rsched._cli.common import (
     each,
@@ -24,6 +26,7 @@ from rsched._cli.workers import warn_if_no_worker_has
 from rsched._client.client import Client, Occurrence
 from rsched._client.schedules_file import sync_file
 from rsched._core import humanize as fmt
+from rsched._core.bulk import BulkResult
 from rsched._core.errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
 from rsched._core.history import HistoryEvent
 from rsched._core.rules import PAGE_MAX, check_page
@@ -40,7 +43,7 @@ SPEC_OPTIONS = (
     "max_runs", "max_retries", "retry_base_s", "retry_multiplier", "retry_max_s",
     "retry_jitter", "timeout_s", "overlap", "buffer_limit", "misfire", "catch_up_limit",
     "misfire_grace_s", "debounce", "description", "paused", "limits", "start_deadline",
-    "pause_after_failures", "exclude", "jitter",
+    "pause_after_failures", "exclude", "jitter", "labels",
 )  # fmt: skip
 _TRIGGERS = ("cron", "every", "at")
 #: The spec fields a command compares before and after a write (what it reports as changed).
@@ -200,7 +203,31 @@ async def cmd_update(client: Client, args: argparse.Namespace) -> None:
     out(args, {"schedule": s.public_dict(), "changed": changed, "written": written}, text)
 
 
+async def _by_filter(
+    client: Client,
+    args: argparse.Namespace,
+    act: Callable[[list[str]], Awaitable[BulkResult]],
+    verb: str,
+) -> bool:
+    """Run a bulk command on what its filter selects (or, with ``--dry-run``, print the ids
+    given); False when it has ids to act on one by one as before."""
+    bulk.check_targets(args, args.ids, "schedule")
+    if not (bulk.has_filter(args) or args.dry_run):
+        return False
+
+    async def select() -> list[str]:
+        if args.ids:
+            return list(dict.fromkeys(args.ids))
+        return await client.select(labels=args.labels, task=args.task, queue=args.queue)
+
+    await bulk.by_filter(client, args, select, act, verb, "schedule")
+    return True
+
+
 async def cmd_rm(client: Client, args: argparse.Namespace) -> None:
+    if await _by_filter(client, args, client.remove_many, "remove"):
+        return
+
     async def rm(sid: str) -> tuple[str, Any]:
         await client.remove(sid)
         return f"removed {sid}", sid
@@ -209,6 +236,9 @@ async def cmd_rm(client: Client, args: argparse.Namespace) -> None:
 
 
 async def cmd_pause(client: Client, args: argparse.Namespace) -> None:
+    if await _by_filter(client, args, lambda ids: client.pause_many(ids, args.note), "pause"):
+        return
+
     async def pause(sid: str) -> tuple[str, Any]:
         await client.pause(sid, args.note)
         return f"paused {sid}", sid
@@ -217,6 +247,8 @@ async def cmd_pause(client: Client, args: argparse.Namespace) -> None:
 
 
 async def cmd_resume(client: Client, args: argparse.Namespace) -> None:
+    if await _by_filter(client, args, client.resume_many, "resume"):
+        return
     now = to_ms(await client.server_time())
 
     async def resume(sid: str) -> tuple[str, Any]:
@@ -228,6 +260,9 @@ async def cmd_resume(client: Client, args: argparse.Namespace) -> None:
 
 
 async def cmd_trigger(client: Client, args: argparse.Namespace) -> None:
+    if await _by_filter(client, args, client.trigger_many, "trigger"):
+        return
+
     async def trigger(sid: str) -> tuple[str, Any]:
         fired = await client.trigger(sid)
         note = {
@@ -249,6 +284,7 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
             task=args.task,
             paused=args.paused,
             id_prefix=args.id_prefix,
+            labels=args.labels,
             limit=args.limit,
             cursor=cursor,
         )
@@ -275,6 +311,7 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
     if cursor:
         same = [f"--{n.replace('_', '-')} {v}" for n in ("queue", "task", "id_prefix")
                 if (v := getattr(args, n)) is not None]  # fmt: skip
+        same += [f"--label {pair}" for pair in args.labels or ()]
         same += [] if args.paused is None else ["--paused" if args.paused else "--active"]
         text += f"\nmore: rsched ls {' '.join([*same, ''])}--cursor '{cursor}' (or --all)"
     out(args, {"schedules": [s.public_dict() for s in schedules], "cursor": cursor}, text)

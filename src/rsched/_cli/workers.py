@@ -9,6 +9,7 @@ from datetime import datetime
 import anyio
 import orjson
 
+from rsched._cli import bulk
 from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core import humanize as fmt
@@ -47,7 +48,7 @@ async def cmd_workers(client: Client, args: argparse.Namespace) -> None:
 
 async def cmd_jobs(client: Client, args: argparse.Namespace) -> None:
     page = await client.jobs(
-        queue=args.queue, state=args.state, limit=args.limit, cursor=args.cursor
+        queue=args.queue, state=args.state, limit=args.limit, cursor=args.cursor, labels=args.labels
     )
     now = to_ms(await client.server_time())
     rows = [
@@ -207,12 +208,24 @@ def _print_logs(args: argparse.Namespace, records: list[JobLogRecord]) -> None:
 
 
 async def cmd_cancel(client: Client, args: argparse.Namespace) -> None:
-    state = await client.cancel(args.execution_id)
+    ids = args.execution_ids
+    bulk.check_targets(args, ids, "job")
+    if bulk.has_filter(args) or args.dry_run or len(ids) > 1:
+
+        async def select() -> list[str]:
+            if ids:
+                return list(dict.fromkeys(ids))
+            return await client.select_jobs(labels=args.labels, task=args.task, queue=args.queue)
+
+        await bulk.by_filter(client, args, select, client.cancel_many, "cancel", "job")
+        return
+    (execution_id,) = ids
+    state = await client.cancel(execution_id)
     if state == "running":
-        text = f"asked the worker running {args.execution_id} to cancel it"
+        text = f"asked the worker running {execution_id} to cancel it"
     else:
-        text = f"cancelled {args.execution_id} ({state}: removed from its queue)"
-    out(args, {"execution_id": args.execution_id, "was": state}, text)
+        text = f"cancelled {execution_id} ({state}: removed from its queue)"
+    out(args, {"execution_id": execution_id, "was": state}, text)
 
 
 async def warn_if_no_worker_has(client: Client, task: str, queue: str) -> None:

@@ -6,6 +6,7 @@ every time decision (first run, due-ness) uses Redis TIME, never this host's clo
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 from collections.abc import (
@@ -25,7 +26,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._client import job_lookup
+from rsched._client import bulk_actions, job_lookup
 from rsched._client.stats import Stats, read_stats
 from rsched._core import tracing
 from rsched._core.audit import (
@@ -84,10 +85,12 @@ from rsched._store.partitions import (
     dead_letter_across,
     dead_letters_across,
     entry_ids_of,
+    gather_fields,
     index_page,
     jobs_across,
     runs_across,
     save_many,
+    select_ids,
 )
 from rsched._store.queues import QueueStore, new_execution_id
 from rsched._store.runs_log import RunFilter, RunRecord, check_cursor, read_runs
@@ -513,6 +516,106 @@ class Client:
             raise await self._why_completed(exc) from None
         return Fired(execution_id, _OUTCOMES[code])
 
+    # --- many at once (docs/labels.md) -------------------------------------------------------
+
+    @_redis_errors
+    async def select(
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+    ) -> builtins.list[str]:
+        """The ids of the schedules that carry every one of ``labels`` (a dict, or ``"k=v"``
+        texts) and have ``task`` and ``queue`` when given, sorted: what to hand to
+        :meth:`pause_many` and its kin. Labels are found through their index (milliseconds
+        at any size); ``task`` or ``queue`` alone read every schedule's two fields (~0.3 s at
+        100k). Raises InvalidArgument for a bad filter or none at all."""
+        pairs = bulk_actions.check_filter(labels, task, queue)
+        return await select_ids(await self._partitions(), pairs, task=task, queue=queue)
+
+    @_redis_errors
+    async def select_jobs(
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+    ) -> builtins.list[str]:
+        """The execution ids of the jobs that wait, are delayed or run (:meth:`jobs`) with
+        every one of ``labels`` and of ``task`` and ``queue`` when given, in the order
+        :meth:`jobs` lists them: what to hand to :meth:`cancel_many`. A walk of the queues (no
+        index): for a look at what waits, not for queues of millions. Raises InvalidArgument
+        for a bad filter or none."""
+        pairs = set(bulk_actions.check_filter(labels, task, queue))
+        found = (
+            j.execution_id
+            for j in await self._every_job(queue, None)
+            if (task is None or j.task == task) and _carries(j, pairs)
+        )
+        return builtins.list(dict.fromkeys(found))
+
+    @_redis_errors
+    async def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
+        """Pause each schedule of ``ids`` as :meth:`pause`; outcome per id: ``paused``,
+        ``not_found`` or ``completed``. Raises InvalidArgument for a malformed id (nothing
+        done)."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            await self.pause(sid, note)
+            return "paused"
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def resume_many(self, ids: Iterable[str]) -> BulkResult:
+        """Resume each schedule of ``ids`` as :meth:`resume`; outcome per id: ``resumed``,
+        ``not_found`` or ``completed``."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            await self.resume(sid)
+            return "resumed"
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def remove_many(self, ids: Iterable[str]) -> BulkResult:
+        """Remove each schedule of ``ids`` as :meth:`remove`; outcome per id: ``removed`` or
+        ``not_found``."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            await self.remove(sid)
+            return "removed"
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def trigger_many(self, ids: Iterable[str]) -> BulkResult:
+        """Trigger each schedule of ``ids`` as :meth:`trigger`; outcome per id: what its
+        occurrence did (``fired``, ``skipped``, ``buffered``, ``debounced``), ``not_found`` or
+        ``completed``."""
+        checked = bulk_actions.check_ids(ids)
+
+        async def one(sid: str) -> str:
+            return (await self.trigger(sid)).status
+
+        return await bulk_actions.each_id(checked, one)
+
+    @_redis_errors
+    async def cancel_many(self, execution_ids: Iterable[str]) -> BulkResult:
+        """Cancel each job of ``execution_ids`` as :meth:`cancel`; outcome per id:
+        ``cancelled`` or ``not_found`` (it neither waits nor runs)."""
+        checked = bulk_actions.check_ids(execution_ids, "execution id")
+
+        async def one(execution_id: str) -> str:
+            await self.cancel(execution_id)
+            return "cancelled"
+
+        return await bulk_actions.each_id(checked, one)
+
     async def _why_completed(self, exc: ScheduleCompleted) -> ScheduleCompleted:
         """``exc`` with the reason the schedule completed (read on this error path only)."""
         try:
@@ -838,17 +941,19 @@ class Client:
         task: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[RunRecord]:
         """A page of runs across every schedule and enqueued job, newest first, as
         :class:`rsched.RunRecord` records: the first page starts with the runs in progress
         (``fired``, ``started``), then the runs log's records of runs that ended or occurrences
         that were skipped.
 
-        ``status`` (see ``RunRecord.status``), ``schedule_id`` and ``task`` keep matching
-        records; ``since`` a duration back from now (``"1h"``, seconds, a timedelta) or an aware
-        datetime. A read looks at most 10,000 records of the log, so a rare filter may answer
-        with fewer than ``limit`` records and a cursor: pass ``cursor`` back for older runs;
-        None means there are no more. Raises InvalidArgument naming the bad argument.
+        ``status`` (see ``RunRecord.status``), ``schedule_id``, ``task`` and ``labels`` (every
+        one carried: a job enqueued with them, docs/labels.md) keep matching records; ``since``
+        a duration back from now (``"1h"``, seconds, a timedelta) or an aware datetime. A read
+        looks at most 10,000 records of the log, so a rare filter may answer with fewer than
+        ``limit`` records and a cursor: pass ``cursor`` back for older runs; None means there
+        are no more. Raises InvalidArgument naming the bad argument.
         """
         _argument("limit", check_page, limit)
         if status is not None:
@@ -856,7 +961,10 @@ class Client:
         if cursor:
             _argument("cursor", check_cursor, cursor)
         since_ms = await self._since_ms(since)
-        want = RunFilter(status=status, since_ms=since_ms, schedule_id=schedule_id, task=task)
+        pairs = frozenset(bulk_actions.check_filter(labels, None, None)) if labels else frozenset()
+        want = RunFilter(
+            status=status, since_ms=since_ms, schedule_id=schedule_id, task=task, labels=pairs
+        )
         parts = await self._partitions()
         try:
             if parts.count == 1:
@@ -874,6 +982,7 @@ class Client:
         since: float | str | timedelta | datetime | None = None,
         schedule_id: str | None = None,
         task: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> AsyncIterator[RunRecord]:
         """Every run of :meth:`runs`, newest first, read a page at a time."""
@@ -883,6 +992,7 @@ class Client:
                 since=since,
                 schedule_id=schedule_id,
                 task=task,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )
@@ -907,6 +1017,7 @@ class Client:
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
@@ -925,6 +1036,8 @@ class Client:
         window, and every call gets the window's execution id (docs/debounce.md).
         ``start_deadline`` (a duration up to 366 days; default none): a job not started that
         long after it fell due (all workers busy or down) ends ``expired`` without running.
+        ``labels`` (a dict of short strings, as a schedule's) tag the job: :meth:`jobs` and
+        :meth:`select_jobs` find it by them (docs/labels.md).
         Raises InvalidJob naming the bad field (task, queue, payload, delay_s, priority,
         debounce, start_deadline, …).
         """
@@ -954,6 +1067,7 @@ class Client:
             debounce_key=debounce_key,
             debounce=debounce,
             start_deadline=start_deadline,
+            labels=None if labels is None else bulk_actions.as_labels(labels),
         )
         if not self._traced:
             return await enqueue()
@@ -1124,14 +1238,22 @@ class Client:
         state: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[JobInfo]:
         """A page of the jobs that run, wait or are delayed (of ``queue``, in ``state``:
         ``queued``, ``running`` or ``delayed``), queue by queue: running first, then queued
         (high, normal, low level), then delayed by due time. Pass ``page.cursor`` back for the
         next page (a later page reads the earlier ones again: fine for a look, not for
-        walking a queue of millions). Raises InvalidArgument naming ``state``, ``limit``,
-        ``queue`` or ``cursor``."""
+        walking a queue of millions). With ``labels`` (every one must match) only the jobs
+        enqueued with them: every job listed is looked at (no index: docs/labels.md). Raises
+        InvalidArgument naming ``state``, ``limit``, ``queue``, ``cursor`` or ``labels``."""
         _argument("limit", check_page, limit)
+        if labels is not None:
+            pairs = set(bulk_actions.check_filter(labels, None, None))
+            skip = int(cursor) if cursor is not None and cursor.isdigit() else 0
+            found = [j for j in await self._every_job(queue, state) if _carries(j, pairs)]
+            more = len(found) > skip + limit
+            return Page(found[skip : skip + limit], str(skip + limit) if more else None)
         if state is not None and state not in LISTED_STATES:
             raise InvalidArgument("state", f"{state!r}: use {', '.join(LISTED_STATES)}")
         if queue is not None:
@@ -1154,6 +1276,17 @@ class Client:
             for job in items
         ]
         return Page(items, str(skip + limit) if more else None)
+
+    async def _every_job(self, queue: str | None, state: str | None) -> builtins.list[JobInfo]:
+        """Every job :meth:`jobs` lists, PAGE_MAX at a time."""
+        found: builtins.list[JobInfo] = []
+        cursor: str | None = None
+        while True:
+            page = await self.jobs(queue=queue, state=state, limit=PAGE_MAX, cursor=cursor)
+            found += page.items
+            cursor = page.cursor
+            if cursor is None:
+                return found
 
     @_redis_errors
     async def job(self, execution_id: str) -> JobInfo:
@@ -1317,16 +1450,17 @@ class Client:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> AsyncIterator[Schedule]:
-        """Every schedule of :meth:`list` (same filters, next-run order), read a page at a
-        time."""
+        """Every schedule of :meth:`list` (same filters and order), read a page at a time."""
         return every_item(
             lambda cursor: self.list(
                 queue=queue,
                 task=task,
                 paused=paused,
                 id_prefix=id_prefix,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )
@@ -1340,6 +1474,7 @@ class Client:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Schedule]:
@@ -1349,9 +1484,15 @@ class Client:
         Pass the returned ``cursor`` to get the next page; None means this was the last (with
         a filter, a page may also end with a cursor that finds nothing more). Uses ranges of
         the schedules index (never KEYS), so it is cheap at any size. Like SCAN, a schedule
-        that moves while you page may appear twice.
+        that moves while you page may appear twice. With ``labels`` (a dict, or ``"k=v"``
+        texts; every one must match) the schedules come from the label index instead, in id
+        order (docs/labels.md).
         """
         _argument("limit", check_page, limit)
+        if labels is not None:
+            return await self._list_labelled(
+                labels, (queue, task, paused, id_prefix), limit, cursor
+            )
         pos = _decode_cursor(cursor)
         parts = await self._partitions()
         filtered = any(f is not None for f in (queue, task, paused, id_prefix))
@@ -1379,6 +1520,43 @@ class Client:
                 return Page(out, None)
             if len(out) == limit:  # whether one matches further on is another read away
                 return Page(out, _encode_cursor(pos))
+
+    async def _list_labelled(
+        self,
+        labels: Mapping[str, str] | Iterable[str],
+        others: tuple[str | None, str | None, bool | None, str | None],
+        limit: int,
+        cursor: str | None,
+    ) -> Page[Schedule]:
+        """:meth:`list` with labels: the matching ids in id order after ``cursor`` (the last
+        id of the page before), each page's hashes read alone."""
+        queue, task, paused, id_prefix = others
+        pairs = bulk_actions.check_filter(labels, None, None)
+        parts = await self._partitions()
+        ids = [sid for sid in await select_ids(parts, pairs) if cursor is None or sid > cursor]
+        if id_prefix is not None:
+            ids = [sid for sid in ids if sid.startswith(id_prefix)]
+        out: _Schedules = []
+        for start in range(0, len(ids), limit + 1):
+            chunk = ids[start : start + limit + 1]
+            found = await gather_fields(parts, chunk)
+            for sid, stored in zip(chunk, found, strict=True):
+                s = Schedule.from_hash(sid, stored) if stored else None
+                if s is None or not (
+                    (queue is None or s.queue == queue)
+                    and (task is None or s.task == task)
+                    and (paused is None or s.paused == paused)
+                ):
+                    continue
+                if len(out) == limit:
+                    return Page(out, out[-1].id)
+                out.append(s)
+        return Page(out, None)
+
+
+def _carries(job: JobInfo, pairs: set[str]) -> bool:
+    """Whether the job carries every label ``k=v`` of ``pairs``."""
+    return not pairs or pairs <= {f"{k}={v}" for k, v in job.labels.items()}
 
 
 def _encode_cursor(pos: tuple[float, str] | None) -> str:

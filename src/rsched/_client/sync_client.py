@@ -10,6 +10,7 @@ interpreter alive when the program ends; it is closed at exit (or when garbage-c
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import queue
@@ -156,6 +157,46 @@ class SyncClient:
         """See :meth:`rsched.Client.trigger`."""
         return self._run(self._client.trigger, schedule_id)
 
+    def select(
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+    ) -> builtins.list[str]:
+        """See :meth:`rsched.Client.select`."""
+        return self._run(self._client.select, labels=labels, task=task, queue=queue)
+
+    def select_jobs(
+        self,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+    ) -> builtins.list[str]:
+        """See :meth:`rsched.Client.select_jobs`."""
+        return self._run(self._client.select_jobs, labels=labels, task=task, queue=queue)
+
+    def pause_many(self, ids: Iterable[str], note: str | None = None) -> BulkResult:
+        """See :meth:`rsched.Client.pause_many`."""
+        return self._run(self._client.pause_many, ids, note)
+
+    def resume_many(self, ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.resume_many`."""
+        return self._run(self._client.resume_many, ids)
+
+    def remove_many(self, ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.remove_many`."""
+        return self._run(self._client.remove_many, ids)
+
+    def trigger_many(self, ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.trigger_many`."""
+        return self._run(self._client.trigger_many, ids)
+
+    def cancel_many(self, execution_ids: Iterable[str]) -> BulkResult:
+        """See :meth:`rsched.Client.cancel_many`."""
+        return self._run(self._client.cancel_many, execution_ids)
+
     def backfill(self, schedule_id: str, start: datetime, end: datetime) -> BackfillResult:
         """See :meth:`rsched.Client.backfill`."""
         return self._run(self._client.backfill, schedule_id, start, end)
@@ -278,6 +319,7 @@ class SyncClient:
         task: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[RunRecord]:
         """See :meth:`rsched.Client.runs`."""
         return self._run(
@@ -288,6 +330,7 @@ class SyncClient:
             task=task,
             limit=limit,
             cursor=cursor,
+            labels=labels,
         )
 
     def iter_runs(
@@ -297,6 +340,7 @@ class SyncClient:
         since: float | str | timedelta | datetime | None = None,
         schedule_id: str | None = None,
         task: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> Iterator[RunRecord]:
         """See :meth:`rsched.Client.iter_runs`."""
@@ -306,6 +350,7 @@ class SyncClient:
                 since=since,
                 schedule_id=schedule_id,
                 task=task,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )
@@ -327,6 +372,7 @@ class SyncClient:
         debounce_key: str | None = None,
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -344,6 +390,7 @@ class SyncClient:
             debounce_key=debounce_key,
             debounce=debounce,
             start_deadline=start_deadline,
+            labels=labels,
         )
 
     def set_limit(
@@ -424,9 +471,12 @@ class SyncClient:
         state: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
     ) -> Page[JobInfo]:
         """See :meth:`rsched.Client.jobs`."""
-        return self._run(self._client.jobs, queue=queue, state=state, limit=limit, cursor=cursor)
+        return self._run(
+            self._client.jobs, queue=queue, state=state, limit=limit, cursor=cursor, labels=labels
+        )
 
     def job(self, execution_id: str) -> JobInfo:
         """See :meth:`rsched.Client.job`."""
@@ -492,6 +542,7 @@ class SyncClient:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         page_size: int = 100,
     ) -> Iterator[Schedule]:
         """See :meth:`rsched.Client.iter_schedules`."""
@@ -501,6 +552,7 @@ class SyncClient:
                 task=task,
                 paused=paused,
                 id_prefix=id_prefix,
+                labels=labels,
                 limit=page_size,
                 cursor=cursor,
             )
@@ -514,6 +566,7 @@ class SyncClient:
         task: str | None = None,
         paused: bool | None = None,
         id_prefix: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[Schedule]:
@@ -524,6 +577,7 @@ class SyncClient:
             task=task,
             paused=paused,
             id_prefix=id_prefix,
+            labels=labels,
             limit=limit,
             cursor=cursor,
         )

@@ -32,6 +32,7 @@ _SHAPE_FIELDS = tuple(
     n for n in Schedule.model_fields if n not in STATE_FIELDS and n not in ("id", "payload")
 )
 _shape_values = operator.itemgetter(*_SHAPE_FIELDS)
+_LABELS_AT = _SHAPE_FIELDS.index("labels")
 _OUTCOMES = ("created", "replaced", "unchanged", "exists")
 
 
@@ -42,7 +43,10 @@ class BulkResult:
     ``outcomes`` maps each id, in the order given, to ``created``, ``replaced``, ``unchanged``
     (upsert_many: the stored spec was already this one, so nothing was written and its
     generation and next run stay) or ``exists`` (add_many: another writer created the id after
-    the check and before the write; that schedule was left as the other writer made it).
+    the check and before the write; that schedule was left as the other writer made it). The
+    bulk actions (:meth:`Client.pause_many` and its kin, docs/labels.md) say ``paused``,
+    ``resumed``, ``removed``, ``fired`` (or what the trigger did: ``skipped``, ``buffered``,
+    ``debounced``), ``cancelled``, ``not_found`` or ``completed`` (refused: it has completed).
     """
 
     outcomes: dict[str, str]
@@ -55,7 +59,9 @@ class BulkResult:
         return sum(1 for got in self.outcomes.values() if got == outcome)
 
     def summary(self) -> str:
-        return ", ".join(f"{self.count(o)} {o}" for o in _OUTCOMES if self.count(o))
+        """``"3 created, 1 exists"``: each outcome's count (the bulk writes' in their order)."""
+        others = [o for o in dict.fromkeys(self.outcomes.values()) if o not in _OUTCOMES]
+        return ", ".join(f"{self.count(o)} {o}" for o in (*_OUTCOMES, *others) if self.count(o))
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass is ~3x slower to build
@@ -192,14 +198,17 @@ def _shape(entry: object) -> Any:
     """Everything but id and payload, hashable; None when it cannot be (then no reuse)."""
     try:
         if isinstance(entry, Schedule):
-            return (Schedule, _shape_values(entry.__dict__))
+            values = _shape_values(entry.__dict__)
+            # A dict is not hashable: its labels as pairs (a dict's order is its keys' here).
+            labels = tuple(values[_LABELS_AT].items())
+            return (Schedule, values[:_LABELS_AT], labels, values[_LABELS_AT + 1 :])
         if isinstance(entry, Mapping):
             if not isinstance(entry.get("payload", {}), dict):
                 return None  # a JSON string or a wrong type: the model reads or words it
             # The type is part of the key: 1, 1.0 and True are equal but validate apart.
             key = tuple(
                 sorted(
-                    (k, type(v), v)
+                    (k, type(v), tuple(v.items()) if k == "labels" and isinstance(v, dict) else v)
                     for k, v in entry.items()
                     if k not in ("id", "payload") and k not in STATE_FIELDS
                 )

@@ -57,6 +57,8 @@ class Code(IntEnum):
     NOT_PENDING = -10  # the queue entry is no longer pending (already recorded, or reclaimed)
     SUPERSEDED = -11  # start: a newer run of the schedule replaced this job (do not run it)
     RUNNING = -12  # cancel: a worker holds the job (it is cancelled on that worker instead)
+    # The schedule's stored labels are not those the caller named the index keys of (read again).
+    LABELS_MOVED = -15
 
 
 def error(

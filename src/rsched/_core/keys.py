@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass
 
 from rsched._core.partitions import check_partitions, partition_tags
-from rsched._core.rules import Priority, check_prefix
+from rsched._core.rules import Priority, check_label, check_prefix
 
 # Worker consumer group name on every queue stream.
 GROUP = "rsched"
@@ -296,6 +296,19 @@ class Keys:
         a scheduler reads it before it plans occurrences that name a calendar, and reads the
         calendars again only when it moved."""
         return f"{self.deployment_tag}:calendars:version"
+
+    def label(self, pair: str) -> str:
+        """SET of the ids of this partition's schedules that carry the label ``pair``
+        (``k=v``): the label index (lua/includes/label_index.lua keeps it with the schedule's
+        hash; docs/labels.md). The pair is checked (rsched._core.rules.check_label): its
+        characters never end the key early, glob or open another hash tag."""
+        key, _, value = pair.partition("=")
+        check_label(key, value)
+        return f"{self.tag}:label:{pair}"
+
+    def labels(self, pairs: list[str]) -> list[str]:
+        """The label index key of each ``k=v`` pair."""
+        return [self.label(pair) for pair in pairs]
 
     def backfilled(self, schedule_id: str) -> str:
         """SET of the execution ids a backfill of this schedule has fired (never fired twice)."""

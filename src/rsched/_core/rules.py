@@ -410,3 +410,68 @@ def check_actor(value: object) -> str:
             "'. _ @ : + / -' (no spaces), e.g. 'alice@ops-1' or 'deploy-bot'"
         )
     return value
+# Labels (docs/labels.md): short key=value pairs a schedule or a job carries, looked up through
+# an index whose key names hold the pair (rsched._core.keys.Keys.label). Neither part can hold
+# '=', ',', whitespace, '*?[]' or '{}': the pair is one key name's end, never a glob or another
+# hash tag, and "k=v,k=v" (the stored form) reads back unambiguously.
+LABEL_KEY_RE = re.compile(r"^[a-z0-9_.\-]{1,40}$")
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:@/+\-]{1,64}$")
+LABELS_MAX = 16
+
+
+def check_label(key: object, value: object) -> tuple[str, str]:
+    """One label: a key of 1-40 of ``a-z 0-9 _ . -`` and a value of 1-64 of ``A-Z a-z 0-9 _ . :
+    @ / + -``."""
+    if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
+        raise ValueError(
+            f"{key!r} is not a label key: use 1-40 lowercase letters, digits or '_ . -', "
+            "e.g. team=billing"
+        )
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)  # order=42 reads as the text "42"
+    if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
+        raise ValueError(
+            f"label {key!r}: {value!r} is not a label value: use 1-64 letters, digits or "
+            "'_ . : @ / + -' (no spaces, '=' or ','), e.g. 'billing' or 'order-42'"
+        )
+    return key, value
+
+
+def check_labels(value: object) -> dict[str, str]:
+    """A schedule's or job's ``labels``: a dict of at most LABELS_MAX labels (check_label), or
+    their stored text ``"k=v,k=v"`` or a list of ``"k=v"`` (as a command line gives them);
+    returned sorted by key."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part]
+    if isinstance(value, list | tuple):
+        pairs: dict[str, object] = {}
+        for part in value:
+            key, sep, val = str(part).partition("=")
+            if not sep:
+                raise ValueError(f"{part!r} is not a label: write it key=value, e.g. team=billing")
+            if key in pairs:
+                raise ValueError(f"label {key!r} is given twice; give each key once")
+            pairs[key] = val
+        value = pairs
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"give labels as a dict of short strings, e.g. {{'team': 'billing'}}, got "
+            f"{type(value).__name__}"
+        )
+    if len(value) > LABELS_MAX:
+        raise ValueError(f"{len(value)} labels, over the limit of {LABELS_MAX}")
+    return dict(sorted(check_label(k, v) for k, v in value.items()))
+
+
+def labels_text(labels: dict[str, str]) -> str:
+    """The stored form of checked labels: ``"k=v,k=v"`` sorted by key ('' for none)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def label_pairs(labels: dict[str, str] | str) -> list[str]:
+    """The ``k=v`` pairs of checked labels or of their stored text, sorted."""
+    if isinstance(labels, str):
+        return sorted(part for part in labels.split(",") if part)
+    return [f"{k}={v}" for k, v in sorted(labels.items())]

@@ -53,6 +53,7 @@ from rsched._core.rules import (
     check_dst_gap,
     check_exclude,
     check_jitter,
+    check_labels,
     check_name,
     check_option,
     check_pause_after_failures,
@@ -60,6 +61,7 @@ from rsched._core.rules import (
     check_retry_window,
     check_start_deadline,
     encode_payload,
+    labels_text,
     parse_duration_s,
 )
 from rsched._core.timezones import canonical_timezone, resolve_timezone
@@ -142,7 +144,9 @@ class Schedule(BaseModel):
     duration, at most 7 days) each occurrence fires a delay in [0, jitter) after its time, the
     same for every scheduler and preview (a hash of the execution id), and always before the
     next occurrence; its jobs keep the occurrence's time as ``scheduled_at``
-    (docs/calendars.md). The state fields (``generation`` … ``consecutive_failures``) are
+    (docs/calendars.md). ``labels`` (a dict of up to 16 short strings, e.g. ``{"team":
+    "billing"}``) tag the schedule for :meth:`rsched.Client.list` and :meth:`rsched.Client.select`
+    to find it by (docs/labels.md). The state fields (``generation`` … ``consecutive_failures``) are
     filled in by rsched and ignored on write. Raises :class:`InvalidSchedule` naming each bad
     field.
     """
@@ -207,6 +211,7 @@ class Schedule(BaseModel):
     paused: bool = False
     pause_note: str | None = None
     description: str | None = Field(default=None, max_length=2000)
+    labels: dict[str, str] = Field(default_factory=dict)
     source: str | None = Field(default=None, max_length=300)
 
     generation: int = 0
@@ -285,6 +290,11 @@ class Schedule(BaseModel):
     @classmethod
     def _exclude(cls, v: Any) -> tuple[str, ...]:
         return () if v is None else check_exclude(v)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, v: Any) -> dict[str, str]:
+        return check_labels(v)
 
     @field_validator("dst_gap", mode="before")
     @classmethod
@@ -380,6 +390,9 @@ class Schedule(BaseModel):
                 continue
             if name == "limits":
                 out[name] = orjson.dumps([lim.to_dict() for lim in value]).decode()
+                continue
+            if name == "labels":  # "k=v,k=v": neither part holds '=' or ','
+                out[name] = labels_text(value)
                 continue
             if name == "exclude":  # calendar names never hold a comma
                 out[name] = ",".join(value)

@@ -18,6 +18,7 @@ import orjson
 
 from rsched._core.history import HistoryEvent
 from rsched._core.job_logs import JobProgress
+from rsched._core.rules import check_labels
 
 JobState = Literal[
     "queued",
@@ -187,7 +188,7 @@ class JobInfo:
     live worker reads its queue or has its task, a worker without the task holds it back, a
     retry's backoff, a delayed enqueue); None for one that just waits its turn. ``progress``
     is the latest its handler reported (``Job.set_progress``; None: none, or expired with its
-    result). Datetimes are aware UTC.
+    result). ``labels`` are those it was enqueued with (docs/labels.md). Datetimes are aware UTC.
     """
 
     execution_id: str
@@ -209,6 +210,7 @@ class JobInfo:
     result: Any = None
     history: tuple[HistoryEvent, ...] = field(default=(), hash=False)
     progress: JobProgress | None = None
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes in ISO 8601, history as event dicts."""
@@ -266,10 +268,21 @@ def job_from_fields(
         due_at=at_ms(due_ms) if due_ms is not None else None,
         deliveries=deliveries,
         payload=payload if isinstance(payload, dict) else None,
+        labels=_labels(fields.get("labels")),
     )
     if workers is None:
         return job
     return dataclasses.replace(job, waiting=waiting_reason(job, fields, workers))
+
+
+def _labels(text: str | None) -> dict[str, str]:
+    """A job's ``labels`` field read back ({} without one, or for one rsched did not write)."""
+    if not text:
+        return {}
+    try:
+        return check_labels(text)
+    except ValueError:
+        return {}
 
 
 def no_worker_for(queue: str, task: str, workers: Sequence[WorkerInfo]) -> str | None:

@@ -67,6 +67,7 @@ _INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
 READ_ONLY = frozenset(
     {
         "due",
+        "every_id",
         "find_job",
         "index_after",
         "limits_read",

@@ -17,7 +17,7 @@ from rsched._core.codes import Code, check
 from rsched._core.history import fragment
 from rsched._core.job import Entry
 from rsched._core.keys import GROUP
-from rsched._core.rules import NAME_RE, PRIORITIES, Priority
+from rsched._core.rules import NAME_RE, PRIORITIES, Priority, labels_text
 from rsched._core.schedule import to_ms
 from rsched._core.workers import JobInfo, WorkerInfo, fields_of, job_from_fields
 from rsched._store.runs_log import run_record
@@ -197,6 +197,7 @@ class Jobs(WorkerRegistry):
                 "task": job.task or "",
                 "attempt": str(job.attempt or 1),
                 "fired_at": str(to_ms(job.enqueued_at)) if job.enqueued_at else "",
+                "labels": labels_text(job.labels),
             },
             queue=job.queue,
             status="cancelled",

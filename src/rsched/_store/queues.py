@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -34,9 +34,11 @@ from rsched._core.rules import (
     Priority,
     check_debounce,
     check_dedup_window,
+    check_labels,
     check_name,
     check_priority,
     encode_payload,
+    labels_text,
     parse_duration_s,
 )
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
@@ -120,6 +122,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
         traceparent: str = "",
+        labels: Mapping[str, object] | Sequence[str] | None = None,
     ) -> Enqueued:
         """Add a one-off job. Raises InvalidJob naming the bad field.
 
@@ -178,6 +181,8 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
             fields += ["priority", level]  # a retry or a requeue keeps it (lua/promote.lua)
         if traceparent:
             fields += [tracing.PARENT, traceparent]
+        if labels:  # only then: a job without labels carries no field for them
+            fields += ["labels", labels_text(_job_field("labels", check_labels, labels))]
         if debounce_ms is not None:
             assert debounce_key is not None  # checked with debounce_ms
             return await self._debounced(queue, debounce_key, debounce_ms, fields)

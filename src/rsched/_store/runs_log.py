@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -26,7 +26,7 @@ from redis.exceptions import ResponseError
 
 from rsched._core.keys import GROUP, Keys
 from rsched._core.page import Page
-from rsched._core.rules import PRIORITIES
+from rsched._core.rules import PRIORITIES, check_labels
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")
@@ -78,7 +78,7 @@ class RunRecord:
     occurrence (``scheduled_at``), when its job was written (``fired_at``), when the attempt
     started and ended (None while unknown). ``error`` is the start of the message.
     ``priority`` is the job's level (``high``, ``normal``, ``low``; a record an older rsched
-    wrote says ``normal``).
+    wrote says ``normal``). ``labels`` are those the job was enqueued with (docs/labels.md).
     """
 
     execution_id: str
@@ -96,13 +96,15 @@ class RunRecord:
     error: str | None = None
     reason: str | None = None
     priority: str = "normal"
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
 
     def as_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data (datetimes in ISO 8601, absent fields left out)."""
+        """The record as JSON-ready data (datetimes in ISO 8601, absent fields and no labels
+        left out)."""
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if value is not None:
+            if value is not None and value != {}:
                 out[name] = value.isoformat() if isinstance(value, datetime) else value
         return out
 
@@ -124,8 +126,9 @@ def run_record(
     error: str = "",
 ) -> str:
     """The record (a JSON array in RUN_FIELDS order, lua/includes/run_log.lua) of a job's entry
-    ``fields`` that ended with ``status``: what the worker scripts append to the log. On the
-    worker's path of every job: ~2 µs."""
+    ``fields`` that ended with ``status``: what the worker scripts append to the log, followed
+    by a line of its labels when it has any (run_log.lua stores them in a field of their own).
+    On the worker's path of every job: ~2 µs."""
     get = fields.get
     exec_id, sid, sched = get("execution_id", ""), get("schedule_id") or None, get("scheduled_at")
     if exec_id == f"{sid}@{sched}":  # named by the execution id: left out (record_of)
@@ -145,7 +148,7 @@ def run_record(
             error_type or None,
             error[:ERROR_MAX] or None,
         ]
-    ).decode()
+    ).decode() + (f"\n{labels}" if (labels := get("labels")) else "")
 
 
 def _text(value: object) -> str | None:
@@ -194,7 +197,18 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         error=_text(row["error"]),
         reason=reason,
         priority=fields.get("p") or "normal",
+        labels=stored_labels(fields.get("l")),
     )
+
+
+def stored_labels(text: str | None) -> dict[str, str]:
+    """A stored ``labels`` field read back ({} without one, or for one rsched did not write)."""
+    if not text:
+        return {}
+    try:
+        return check_labels(text)
+    except ValueError:
+        return {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +220,7 @@ class RunFilter:
     schedule_id: str | None = None
     task: str | None = None
     execution_id: str | None = None
+    labels: frozenset[str] = frozenset()  # k=v pairs, every one carried
 
     def keeps(self, record: RunRecord) -> bool:
         return (
@@ -213,6 +228,7 @@ class RunFilter:
             and (self.execution_id is None or record.execution_id == self.execution_id)
             and (self.schedule_id is None or record.schedule_id == self.schedule_id)
             and (self.task is None or record.task == self.task)
+            and (not self.labels or self.labels <= {f"{k}={v}" for k, v in record.labels.items()})
         )
 
 
@@ -314,6 +330,7 @@ async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int
                 attempt=_int(fields.get("attempt")),
                 worker=worker,
                 priority=level,
+                labels=stored_labels(fields.get("labels")),
             )
             if want.keeps(record):
                 out.append((_int(entry_id.split("-", 1)[0]) or 0, record))

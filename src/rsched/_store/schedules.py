@@ -37,6 +37,7 @@ from rsched._core.rules import (
     PRIORITIES,
     Priority,
     encode_payload,
+    label_pairs,
 )
 from rsched._core.schedule import Schedule
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
@@ -79,7 +80,14 @@ BULK_IN_FLIGHT = 3
 #: Large payloads end a call sooner: a call never carries much more than this many bytes.
 BULK_WRITE_BYTES = 1_000_000
 # What a bulk write's item lost a race to (another writer came between check and write).
-_RACES = {Code.EXISTS: "exists", Code.NOT_FOUND: "not_found", Code.CONFLICT: "conflict"}
+_RACES = {
+    Code.EXISTS: "exists",
+    Code.NOT_FOUND: "not_found",
+    Code.CONFLICT: "conflict",
+    Code.LABELS_MOVED: "conflict",  # its labels changed between the check and the write
+}
+#: Times a write reads a schedule's labels again when they changed under it (LABELS_MOVED).
+LABEL_ATTEMPTS = 5
 
 
 @dataclass(slots=True)
@@ -92,6 +100,7 @@ class Checked:
     sends: list[tuple[BulkItem, int | None]] = field(default_factory=list)
     outcomes: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # id -> its stored labels, when any
 
 
 class ScheduleStore(scripts.ScriptCaller):
@@ -165,7 +174,9 @@ class ScheduleStore(scripts.ScriptCaller):
         except ValueError as exc:
             raise InvalidSchedule(schedule.id, [("payload", str(exc))]) from None
         try:
-            version = await self.redis.hget(self.keys.schedule(schedule.id), "version")
+            version, labels = await self.redis.hmget(
+                self.keys.schedule(schedule.id), ["version", "labels"]
+            )
         except ResponseError as exc:
             raise wrong_type(schedule_id=schedule.id) from exc
         exists = version is not None
@@ -187,6 +198,7 @@ class ScheduleStore(scripts.ScriptCaller):
             next_ms=next_ms,
             created_ms=now,
             action=action,
+            labels=str(labels or ""),
         )
 
     async def write(
@@ -198,17 +210,44 @@ class ScheduleStore(scripts.ScriptCaller):
         next_ms: int | None,
         created_ms: int,
         action: str | None = None,
+        labels: str = "",
     ) -> tuple[int, bool]:
         """Run upsert.lua; returns (generation, created). Raises on exists/not found/conflict.
         ``action`` names the change in the audit trail (None: add, upsert or update by
-        ``mode``)."""
+        ``mode``). ``labels`` is the schedule's stored labels field as read ('' none); when
+        another writer changed them meanwhile, they are read again (up to LABEL_ATTEMPTS
+        times)."""
         k = self.keys
         spec = schedule.spec_fields()
         if schedule.paused and schedule.pause_note:
             spec["pause_note"] = schedule.pause_note
         flat = [v for pair in spec.items() for v in pair]
+        new_keys = k.labels(label_pairs(spec.get("labels", "")))
+        for _ in range(LABEL_ATTEMPTS):
+            old_keys = stored_label_keys(k, schedule.id, labels)
+            res = await self._upsert(schedule, mode, expect_gen, next_ms, created_ms, flat,
+                                     (labels, old_keys, new_keys), action)  # fmt: skip
+            if res[0] != Code.LABELS_MOVED:
+                break
+            labels = str(await self.redis.hget(k.schedule(schedule.id), "labels") or "")
+        check(res, script="upsert", schedule_id=schedule.id)
+        return int(res[1]), bool(int(res[2]))
+
+    async def _upsert(
+        self,
+        schedule: Schedule,
+        mode: str,
+        expect_gen: int | None,
+        next_ms: int | None,
+        created_ms: int,
+        flat: list[str],
+        labels: tuple[str, list[str], list[str]],
+        action: str | None,
+    ) -> Any:
+        k = self.keys
+        stored, old_keys, new_keys = labels
         op_key, op_id = k.new_op()
-        res = await self.call(
+        return await self.call(
             "upsert",
             [
                 k.schedules,
@@ -220,6 +259,8 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.parked,
                 k.audit,
                 k.specs(schedule.id),
+                *old_keys,
+                *new_keys,
             ],
             [
                 schedule.id,
@@ -233,11 +274,12 @@ class ScheduleStore(scripts.ScriptCaller):
                 created_ms,
                 self._park_after_arg(),
                 self.audit_arg(action),
+                stored,
+                len(old_keys),
+                len(new_keys),
                 *flat,
             ],
         )
-        check(res, script="upsert", schedule_id=schedule.id)
-        return int(res[1]), bool(int(res[2]))
 
     def _park_after_arg(self) -> str:
         return "" if self.park_after_ms is None else str(self.park_after_ms)
@@ -262,6 +304,8 @@ class ScheduleStore(scripts.ScriptCaller):
             assert found is not None
             sid = item.schedule_id
             exists = bool(found)
+            if found.get("labels"):
+                checked.labels[sid] = found["labels"]
             if item.mode == "add" and exists:
                 checked.problems.append(
                     (item.index, sid, "id", "already exists; use upsert_many() to replace it")
@@ -318,7 +362,7 @@ class ScheduleStore(scripts.ScriptCaller):
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
             async with bound:
                 try:
-                    replies[n] = await self._write_chunk(chunk, now, cache)
+                    replies[n] = await self._write_chunk(chunk, now, cache, checked.labels)
                 except WriteNotReplicated as exc:  # written: the other calls go on
                     unconfirmed.append(exc)
 
@@ -359,7 +403,7 @@ class ScheduleStore(scripts.ScriptCaller):
     ) -> list[dict[str, str] | None]:
         """The version of each id (with ``spec``, also its status and spec fields): {} when
         absent, None when the key holds another type."""
-        names = ["version", "status", *SPEC_KEYS] if spec else ["version"]
+        names = ["version", "status", *SPEC_KEYS] if spec else ["version", "labels"]
         out: list[dict[str, str] | None] = []
         for start in range(0, len(schedule_ids), BULK_READ):
             chunk = schedule_ids[start : start + BULK_READ]
@@ -376,6 +420,7 @@ class ScheduleStore(scripts.ScriptCaller):
         chunk: Sequence[tuple[BulkItem, int | None]],
         created_ms: int,
         cache: dict[str, bytes],
+        labels: dict[str, str],
     ) -> list[str]:
         """One upsert_many.lua call; its reply per item (see the script's header)."""
         k = self.keys
@@ -386,7 +431,11 @@ class ScheduleStore(scripts.ScriptCaller):
         args = [k.wake, op_id, str(created_ms), self._park_after_arg(), self.audit_arg(action)]
         for item, next_ms in chunk:
             sid = item.schedule_id
+            stored = labels.get(sid, "")
+            old_keys = stored_label_keys(k, sid, stored) if stored else []
+            new_keys = k.labels(label_pairs(item.spec["labels"])) if "labels" in item.spec else []
             keys += (k.schedule(sid), k.pending(sid), k.parked_of(sid), k.specs(sid))
+            keys += (*old_keys, *new_keys)
             args += (
                 item.schedule_id,
                 item.mode,
@@ -394,6 +443,9 @@ class ScheduleStore(scripts.ScriptCaller):
                 "" if next_ms is None else str(next_ms),
                 "1" if item.paused else "0",
                 item.queue,
+                stored,
+                str(len(old_keys)),
+                str(len(new_keys)),
                 str(2 * len(item.spec)),
             )
             for pair in item.spec.items():
@@ -410,24 +462,29 @@ class ScheduleStore(scripts.ScriptCaller):
         file's index; raises ScheduleNotFound."""
         k = self.keys
         # Its id leaves its schedules file's index too (rsched._store.sources).
-        source = await self.redis.hget(k.schedule(schedule_id), "source")
-        op_key, op_id = k.new_op()
-        res = await self.call(
-            "remove",
-            [
-                k.schedules,
-                k.schedule(schedule_id),
-                k.history(schedule_id),
-                k.pending(schedule_id),
-                op_key,
-                k.parked_of(schedule_id),
-                k.parked,
-                k.backfilled(schedule_id),
-                k.audit,
-                k.specs(schedule_id),
-            ],
-            [schedule_id, op_id, self.audit_arg()],
-        )
+        source, labels = await self.redis.hmget(k.schedule(schedule_id), ["source", "labels"])
+        for _ in range(LABEL_ATTEMPTS):
+            op_key, op_id = k.new_op()
+            res = await self.call(
+                "remove",
+                [
+                    k.schedules,
+                    k.schedule(schedule_id),
+                    k.history(schedule_id),
+                    k.pending(schedule_id),
+                    op_key,
+                    k.parked_of(schedule_id),
+                    k.parked,
+                    k.backfilled(schedule_id),
+                    k.audit,
+                    k.specs(schedule_id),
+                    *stored_label_keys(k, schedule_id, str(labels or "")),
+                ],
+                [schedule_id, op_id, self.audit_arg(), str(labels or "")],
+            )
+            if res[0] != Code.LABELS_MOVED:
+                break
+            labels = await self.redis.hget(k.schedule(schedule_id), "labels")
         check(res, script="remove", schedule_id=schedule_id)
         if source:
             await self.redis.srem(k.source(str(source)), schedule_id)
@@ -711,6 +768,38 @@ class ScheduleStore(scripts.ScriptCaller):
                 paused += sum(1 for s in await pipe.execute() if s == "paused")
         return paused
 
+    async def label_ids(self, pairs: Sequence[str]) -> set[str]:
+        """The ids of this partition's schedules that carry every label ``k=v`` of ``pairs``: one
+        SINTER of their label index sets (docs/labels.md). Raises StateError for an index key of
+        another type."""
+        try:
+            return {str(sid) for sid in await self.redis.sinter(self.keys.labels(list(pairs)))}
+        except ResponseError as exc:
+            raise wrong_type(script="labels") from exc
+
+    async def every_id(self) -> list[str]:
+        """Every schedule id of this partition, the index's and the parked buckets' (the
+        buckets in use), as lua/every_id.lua's one text. Raises StateError for a key of another
+        type."""
+        k = self.keys
+        numbers = await self.redis.zrange(k.parked, 0, -1)
+        keys = [k.schedules, *(k.parked_at(str(n)) for n in numbers)]
+        reply = await self.call_read("every_id", keys, [])
+        if isinstance(reply, int):
+            check(reply, script="every_id")
+        return str(reply).split("\n") if reply else []
+
+    async def some_fields(
+        self, schedule_ids: Sequence[str], names: Sequence[str]
+    ) -> list[dict[str, str] | None]:
+        """The fields ``names`` of each schedule's hash ({} when it does not exist, None for a
+        key of another type), BULK_READ hashes a call of lua/plan_fields.lua (read-only)."""
+        out: list[dict[str, str] | None] = []
+        for start in range(0, len(schedule_ids), BULK_READ):
+            keys = [self.keys.schedule(sid) for sid in schedule_ids[start : start + BULK_READ]]
+            out += unpack_fields(await self.call_read("plan_fields", keys, names), names)
+        return out
+
     async def index_after(self, pos: tuple[float, str] | None, n: int) -> list[tuple[str, float]]:
         """Up to ``n`` (id, score) entries of the index after position ``pos`` (score, id), in
         index order; from the start when ``pos`` is None. The position need not be in this
@@ -773,6 +862,18 @@ def _unchanged(stored: dict[str, str], item: BulkItem) -> bool:
 
 def _pairs(raw: Any) -> list[tuple[str, float]]:
     return [(str(m), float(s)) for m, s in raw]
+
+
+def stored_label_keys(keys: Keys, schedule_id: str, labels: str) -> list[str]:
+    """The label index keys of a schedule's stored ``labels`` field; raises StateError when
+    the field is not one rsched wrote (no key is built from it)."""
+    try:
+        return keys.labels(label_pairs(labels))
+    except ValueError:
+        raise StateError(
+            f"schedule {schedule_id!r} has a labels field rsched did not write ({labels!r}); "
+            "correct or delete it with redis-cli (HSET / HDEL ... labels)"
+        ) from None
 
 
 def split_version(version: str) -> tuple[str, str]:

@@ -48,6 +48,9 @@ def sdk(request: Request) -> Sdk:
 SdkDep = Annotated[Sdk, Depends(sdk)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 Cursor = Annotated[str | None, Query(description="the cursor of the previous page")]
+LabelFilter = Annotated[
+    list[str] | None, Query(description="k=v; repeat for several (all must match)")
+]
 _LIMIT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -109,6 +112,37 @@ class JobRequest(BaseModel):
         description="not started this long after it falls due (workers busy or down), the job "
         "ends expired without running: seconds, or text such as 30s, 10m (at most 366d)",
     )
+    labels: dict[str, Any] | None = Field(
+        default=None, description="short key=value tags to find the job by (docs/labels.md)"
+    )
+
+
+class BulkRequest(BaseModel):
+    """What a bulk action acts on: ``ids``, or a filter (``labels``: an object or "k=v"
+    texts, ``task``, ``queue``; all must match), never both; ``dry_run`` changes nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+    ids: list[str] | None = None
+    labels: dict[str, Any] | list[str] | None = None
+    task: str | None = None
+    queue: str | None = None
+    dry_run: bool = False
+    note: str | None = Field(default=None, description="pause: why, for operators")
+
+    def targets(self) -> list[str] | None:
+        """The ids given (None: select by the filter); raises InvalidArgument for ids and a
+        filter together, or neither."""
+        filtered = bool(self.labels) or self.task is not None or self.queue is not None
+        if self.ids and filtered:
+            raise InvalidArgument("ids", "give ids or a filter (labels, task, queue), not both")
+        if not self.ids and not filtered:
+            raise InvalidArgument("ids", "give ids, or a filter (labels, task, queue)")
+        return list(dict.fromkeys(self.ids)) if self.ids else None
+
+    def label_pairs(self) -> list[str] | None:
+        if isinstance(self.labels, dict):
+            return [f"{k}={v}" for k, v in self.labels.items()]
+        return self.labels
 
 
 class PauseRequest(BaseModel):
@@ -171,10 +205,71 @@ async def list_schedules(
     task: str | None = None,
     state: State | None = None,
     q: Annotated[str, Query(description="id substring; an exact id is the whole first page")] = "",
+    label: LabelFilter = None,
 ) -> SchedulePage:
-    """Schedules in next-run order (paused and completed last), filtered and paged."""
-    found = await find(sdk, q=q, queue=queue, task=task, state=state, limit=limit, cursor=cursor)
+    """Schedules in next-run order (paused and completed last), filtered and paged; with
+    ``label`` (``?label=team=billing``, repeatable: all must match) in id order."""
+    found = await find(
+        sdk, q=q, queue=queue, task=task, state=state, labels=label, limit=limit, cursor=cursor
+    )
     return SchedulePage(items=found.page.items, cursor=found.page.cursor)
+
+
+# --- many at once (docs/labels.md) ----------------------------------------------------------
+
+
+@router.get("/select/schedules", tags=["bulk"])
+async def select_schedules(
+    sdk: SdkDep,
+    label: LabelFilter = None,
+    task: str | None = None,
+    queue: str | None = None,
+) -> dict[str, Any]:
+    """The ids of the schedules carrying every ``label`` and of ``task`` and ``queue`` when
+    given: ``{"ids": [...], "count": n}``; 422 for a bad filter or none."""
+    ids = await sdk.select(label, task, queue)
+    return {"ids": ids, "count": len(ids)}
+
+
+@router.get("/select/jobs", tags=["bulk"])
+async def select_jobs(
+    sdk: SdkDep, label: LabelFilter = None, task: str | None = None, queue: str | None = None
+) -> dict[str, Any]:
+    """The execution ids of the waiting, delayed and running jobs with every ``label`` and of
+    ``task`` and ``queue`` when given."""
+    ids = await sdk.select_jobs(label, task, queue)
+    return {"ids": ids, "count": len(ids)}
+
+
+@router.post("/bulk/schedules/{action}", tags=["bulk"])
+async def bulk_schedules(
+    sdk: SdkDep, action: Literal["pause", "resume", "remove", "trigger"], body: BulkRequest
+) -> dict[str, Any]:
+    """Pause, resume, remove or trigger the schedules of ``ids`` or of a filter (``labels``,
+    ``task``, ``queue``; not both): ``{"selected": [...], "dry_run", "outcomes": {id:
+    outcome}, "summary"}``; with ``dry_run`` only what would be touched."""
+    ids = body.targets()
+    if ids is None:
+        ids = await sdk.select(body.label_pairs(), body.task, body.queue)
+    return await _act(sdk, action, ids, body)
+
+
+@router.post("/bulk/jobs/cancel", tags=["bulk"])
+async def bulk_cancel(sdk: SdkDep, body: BulkRequest) -> dict[str, Any]:
+    """Cancel the jobs of ``ids`` (execution ids) or of a filter (``labels``, ``task``,
+    ``queue``), as the schedules' bulk actions answer."""
+    ids = body.targets()
+    if ids is None:
+        ids = await sdk.select_jobs(body.label_pairs(), body.task, body.queue)
+    return await _act(sdk, "cancel", ids, body)
+
+
+async def _act(sdk: Sdk, action: str, ids: list[str], body: BulkRequest) -> dict[str, Any]:
+    answer: dict[str, Any] = {"selected": ids, "dry_run": body.dry_run}
+    if body.dry_run or not ids:
+        return answer
+    result = await sdk.act_many(action, ids, body.note)
+    return {**answer, "outcomes": result.outcomes, "summary": result.summary()}
 
 
 @router.post(
@@ -432,6 +527,7 @@ async def enqueue_job(sdk: SdkDep, request: Request, response: Response) -> dict
         debounce_key=job.debounce_key,
         debounce=job.debounce,
         start_deadline=job.start_deadline,
+        labels=job.labels,
     )
     if not done.created:
         response.status_code = 200
@@ -453,10 +549,12 @@ async def list_jobs(
     state: Annotated[str | None, Query(description="queued, running or delayed")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
     cursor: Cursor = None,
+    label: LabelFilter = None,
 ) -> dict[str, Any]:
     """Jobs that run, wait or are delayed, queue by queue: running first, then queued (high,
-    normal, low), then delayed by due time (``Client.jobs``)."""
-    page = await sdk.list_jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+    normal, low), then delayed by due time (``Client.jobs``); with ``label`` (repeatable: all
+    must match) only those enqueued with them."""
+    page = await sdk.list_jobs(queue=queue, state=state, limit=limit, cursor=cursor, labels=label)
     return {"items": [j.as_dict() for j in page.items], "cursor": page.cursor}
 
 
@@ -511,11 +609,19 @@ async def list_runs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 50,
     cursor: Cursor = None,
+    label: LabelFilter = None,
 ) -> dict[str, Any]:
     """Runs across every schedule and enqueued job, newest first (``Client.runs``): the runs
-    in progress first, then the runs log's records of runs that ended or were skipped."""
+    in progress first, then the runs log's records of runs that ended or were skipped; with
+    ``label`` (repeatable) those of jobs enqueued with every one."""
     page = await sdk.runs(
-        status=status, schedule_id=schedule, task=task, since=since, limit=limit, cursor=cursor
+        status=status,
+        schedule_id=schedule,
+        task=task,
+        since=since,
+        limit=limit,
+        cursor=cursor,
+        labels=label,
     )
     return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
 

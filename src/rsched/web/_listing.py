@@ -1,13 +1,14 @@
 """Finding schedules: filters, state and id search over the SDK's paged listing.
 
 ``Client.list`` pages through the schedules index in next-run order and filters by queue,
-task and paused, server-side reads only. What it cannot filter (an id substring, the
-completed state) is filtered here while paging: each request reads at most ``SCAN_BUDGET``
-schedules and then stops with a cursor that continues the scan, so a search costs the same
-bounded work at 100 schedules or at 100,000, and "more" walks on. An exact id is looked up
-directly first and is the whole first page (one read, at any size); its cursor goes on to the
-ids that contain it. The cursor is ``<skip>~<SDK cursor>``: the SDK page to
-read again and how many of its schedules were already looked at.
+task and paused, server-side reads only (with labels: through the label index, in id order).
+What it cannot filter (an id substring, the completed state) is filtered here while paging:
+each request reads at most ``SCAN_BUDGET`` schedules and then stops with a cursor that
+continues the scan, so a search costs the same bounded work at 100 schedules or at 100,000,
+and "more" walks on. An exact id is looked up directly first and is the whole first page (one
+read, at any size); its cursor goes on to the ids that contain it. The cursor is
+``<skip>~<SDK cursor>``: the SDK page to read again and how many of its schedules were already
+looked at.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ async def find(
     queue: str | None = None,
     task: str | None = None,
     state: State | None = None,
+    labels: list[str] | None = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> Found:
@@ -78,14 +80,20 @@ async def find(
     if keep is None:
         return Found(
             await sdk.list_schedules(
-                queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
+                queue=queue, task=task, paused=paused, labels=labels, limit=limit, cursor=cursor
             ),
             0,
         )
     if q and not cursor and NAME_RE.match(q):
         with contextlib.suppress(ScheduleNotFound):
             exact = await sdk.get(q)
-            if queue in (None, exact.queue) and task in (None, exact.task) and keep(exact):
+            labelled = not labels or set(labels) <= {f"{k}={v}" for k, v in exact.labels.items()}
+            if (
+                queue in (None, exact.queue)
+                and task in (None, exact.task)
+                and keep(exact)
+                and labelled
+            ):
                 # One read at any size; the cursor goes on to ids that contain the query.
                 return Found(Page([exact], "0~"), 0)
     skip, inner = _split(cursor)
@@ -95,7 +103,7 @@ async def find(
     size = min(_CHUNK, skip + 2 * limit)
     while True:
         page = await sdk.list_schedules(
-            queue=queue, task=task, paused=paused, limit=size, cursor=inner
+            queue=queue, task=task, paused=paused, labels=labels, limit=size, cursor=inner
         )
         for i, s in enumerate(page.items[skip:], start=skip):
             scanned += 1

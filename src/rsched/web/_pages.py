@@ -256,9 +256,19 @@ async def schedules_context(request: Request) -> dict[str, Any]:
     q, queue, task = p.get("q", ""), p.get("queue") or None, p.get("task") or None
     state: State | None = next((st for st in _STATES if st == p.get("state")), None)
     limit = int(p["limit"]) if p.get("limit", "").isdigit() else 50
+    # "team=billing, env=prod" (every one must match): one field the filter form and links keep.
+    label = p.get("label", "").strip() or None
+    labels = [pair.strip() for pair in label.split(",") if pair.strip()] if label else None
     sdk = sdk_of(request)
     found = await find(
-        sdk, q=q, queue=queue, task=task, state=state, limit=limit, cursor=p.get("cursor") or None
+        sdk,
+        q=q,
+        queue=queue,
+        task=task,
+        state=state,
+        labels=labels,
+        limit=limit,
+        cursor=p.get("cursor") or None,
     )
     rows = found.page.items
     events = await histories(sdk, [s.id for s in rows], 12)
@@ -266,7 +276,7 @@ async def schedules_context(request: Request) -> dict[str, Any]:
     table = [
         (s, views.last_outcome(events.get(s.id, [])), views.health_of(s, unhealthy)) for s in rows
     ]
-    query = {"q": q, "queue": queue, "task": task, "state": state}
+    query = {"q": q, "queue": queue, "task": task, "state": state, "label": label}
     return {
         "rows": table,
         "query": query,
@@ -425,6 +435,23 @@ async def _remove(sdk: Sdk, sid: str, fields: dict[str, list[str]]) -> str:
         raise InvalidArgument("confirm", f"type the schedule id {sid!r} to remove it")
     await sdk.remove(sid)
     return f"removed {sid}"
+
+
+@router.post("/schedules/bulk")
+async def schedules_bulk(request: Request) -> Response:
+    """The schedules list's action bar: pause, resume, trigger or remove the ticked rows."""
+    fields = await form(request)
+    ids = [i for i in fields.get("id", []) if i]
+    action = first(fields, "action")
+    if action not in ("pause", "resume", "trigger", "remove"):
+        return back(request, "/schedules", f"unknown action {action!r}", ok=False)
+    if not ids:
+        return back(request, "/schedules", "tick the schedules to act on first", ok=False)
+    try:
+        result = await sdk_of(request).act_many(action, ids)
+    except RschedError as exc:
+        return back(request, "/schedules", str(exc), ok=False)
+    return back(request, "/schedules", f"{action}: {len(ids)} schedule(s): {result.summary()}")
 
 
 #: The fields the edit form gives a select each (out of its JSON), with their choices.
@@ -609,6 +636,21 @@ async def cancel(request: Request, queue: str) -> Response:
     if was == "running":
         return back(request, page, f"cancelling {execution_id}: its worker stops it")
     return back(request, page, f"cancelled {execution_id} ({was})")
+
+
+@router.post("/queues/{queue}/cancel-many")
+async def cancel_many(request: Request, queue: str) -> Response:
+    """The jobs table's action bar: cancel the ticked jobs."""
+    fields = await form(request)
+    ids = [i for i in fields.get("execution_id", []) if i]
+    page = f"/queues/{_quoted(queue)}"
+    if not ids:
+        return back(request, page, "tick the jobs to cancel first", ok=False)
+    try:
+        result = await sdk_of(request).act_many("cancel", ids)
+    except RschedError as exc:
+        return back(request, page, str(exc), ok=False)
+    return back(request, page, f"cancel: {len(ids)} job(s): {result.summary()}")
 
 
 # --- jobs ---------------------------------------------------------------------------------------
@@ -813,8 +855,10 @@ async def workers_live(request: Request) -> Response:
 
 async def runs_context(request: Request) -> dict[str, Any]:
     p = request.query_params
-    query = {k: p.get(k, "").strip() for k in ("status", "schedule", "task", "since")}
+    query = {k: p.get(k, "").strip() for k in ("status", "schedule", "task", "since", "label")}
     cursor = p.get("cursor") or None
+    # "order=42, team=a" (every one must match), as the schedules list's label filter.
+    labels = [pair.strip() for pair in query["label"].split(",") if pair.strip()]
     try:
         page = await sdk_of(request).runs(
             status=query["status"] or None,
@@ -822,6 +866,7 @@ async def runs_context(request: Request) -> dict[str, Any]:
             task=query["task"] or None,
             since=query["since"] or None,
             cursor=cursor,
+            labels=labels or None,
         )
         found, more, problem = page.items, page.cursor, None
     except InvalidArgument as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from rsched import (
     AuditRecord,
     BackfillResult,
+    BulkResult,
     Calendar,
     Client,
     DeadLetter,
@@ -79,12 +80,37 @@ class Sdk:
         queue: str | None = None,
         task: str | None = None,
         paused: bool | None = None,
+        labels: Sequence[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[Schedule]:
         return await self.client.list(
-            queue=queue, task=task, paused=paused, limit=limit, cursor=cursor
+            queue=queue, task=task, paused=paused, labels=labels, limit=limit, cursor=cursor
         )
+
+    async def select(
+        self, labels: Sequence[str] | None, task: str | None, queue: str | None
+    ) -> list[str]:
+        """The ids of the schedules a filter selects (``Client.select``)."""
+        return await self.client.select(labels=labels, task=task, queue=queue)
+
+    async def select_jobs(
+        self, labels: Sequence[str] | None, task: str | None, queue: str | None
+    ) -> list[str]:
+        """The execution ids of the waiting and running jobs a filter selects."""
+        return await self.client.select_jobs(labels=labels, task=task, queue=queue)
+
+    async def act_many(self, action: str, ids: list[str], note: str | None = None) -> BulkResult:
+        """One bulk action on ids: pause, resume, remove, trigger (schedules) or cancel (jobs)."""
+        if action == "pause":
+            return await self.client.pause_many(ids, note)
+        act = {
+            "resume": self.client.resume_many,
+            "remove": self.client.remove_many,
+            "trigger": self.client.trigger_many,
+            "cancel": self.client.cancel_many,
+        }[action]
+        return await act(ids)
 
     async def get(self, schedule_id: str) -> Schedule:
         return await self.client.get(schedule_id)
@@ -261,9 +287,13 @@ class Sdk:
         state: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        labels: Sequence[str] | None = None,
     ) -> Page[JobInfo]:
-        """A page of running, queued and delayed jobs (of ``queue``, in ``state``)."""
-        return await self.client.jobs(queue=queue, state=state, limit=limit, cursor=cursor)
+        """A page of running, queued and delayed jobs (of ``queue``, in ``state``, with
+        ``labels``)."""
+        return await self.client.jobs(
+            queue=queue, state=state, limit=limit, cursor=cursor, labels=labels
+        )
 
     async def job(self, execution_id: str) -> JobInfo:
         return await self.client.job(execution_id)
@@ -301,6 +331,7 @@ class Sdk:
         since: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        labels: Sequence[str] | None = None,
     ) -> Page[RunRecord]:
         """A page of the runs log across schedules, newest first (``Client.runs``). ``since``:
         an aware ISO 8601 time, or a duration back from now ("1h", seconds)."""
@@ -310,6 +341,7 @@ class Sdk:
             schedule_id=schedule_id,
             task=task,
             since=when or None,
+            labels=labels,
             limit=limit,
             cursor=cursor,
         )
