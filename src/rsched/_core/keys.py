@@ -306,3 +306,11 @@ class Keys:
         retry, dead, cancelled, timed out) or occurrence that was dropped (skipped), across
         every schedule and enqueued job; the entry id is when it happened."""
         return f"{self.tag}:runs"
+
+    @property
+    def activity(self) -> str:
+        """HASH, bounded: the partition's activity counters, written where things happen (fires,
+        skips and fire lags by ``fire``; completed, failed, dead, expired and cancelled runs by
+        the worker scripts), per minute for the last hour and per hour for the last day, in two
+        rings of slots (``m<minute mod 64>``, ``h<hour mod 26>``; docs/keys.md)."""
+        return f"{self.tag}:activity"
