@@ -4,6 +4,7 @@ import dataclasses as _dataclasses
 import typing as _typing
 
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
+from rsched._core.activity import Activity, ActivityPoint
 from rsched._client.stats import Stats
 from rsched._client.sync_client import SyncClient
 from rsched._core.bulk import BulkResult
@@ -55,6 +56,8 @@ __version__ = "0.1.0"
 
 __all__ = (
     "AccessDenied",
+    "Activity",
+    "ActivityPoint",
     "BackfillResult",
     "BulkResult",
     "Calendar",

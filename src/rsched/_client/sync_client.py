@@ -25,6 +25,7 @@ from anyio.from_thread import BlockingPortal
 
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
+from rsched._core.activity import HOURS, MINUTES, Activity
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
 from rsched._core.health import Health, ScheduleHealth
@@ -393,6 +394,10 @@ class SyncClient:
     def stats(self) -> Stats:
         """See :meth:`rsched.Client.stats`."""
         return self._run(self._client.stats)
+
+    def activity(self, *, minutes: int = MINUTES, hours: int = HOURS) -> Activity:
+        """See :meth:`rsched.Client.activity`."""
+        return self._run(self._client.activity, minutes=minutes, hours=hours)
 
     def partitions(self) -> int:
         """See :meth:`rsched.Client.partitions`."""
