@@ -45,7 +45,9 @@ async def due_items(store: ScheduleStore, ids: list[str], late_ms: int = 40) -> 
         assert fields is not None
         spec = FireSpec.from_hash(fields)
         sched = now - late_ms
-        items.append(FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, "fire", 1, spec))
+        items.append(
+            FireItem(sid, fields["version"], sched, sched, sched + HOUR_MS, "fire", 1, spec)
+        )
     return items
 
 
@@ -78,7 +80,9 @@ async def test_a_herd_counts_each_fire_once_with_its_lag(
     assert len({name.split(":")[0] for name in raw}) == 2
 
 
-async def test_worker_outcomes_are_counted(redis: Redis, settings: Settings, client: Client) -> None:
+async def test_worker_outcomes_are_counted(
+    redis: Redis, settings: Settings, client: Client
+) -> None:
     worker = rsched.Worker(settings=fast_settings(settings))
 
     @worker.task("ok")

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from rsched import (
+    Activity,
     BackfillResult,
     Calendar,
     Client,
@@ -190,6 +191,11 @@ class Sdk:
 
     async def stats(self) -> Stats:
         return await self.client.stats()
+
+    async def activity(self, minutes: int = 60, hours: int = 24) -> Activity:
+        """Counts per minute and per hour from the bounded activity counters (one read per
+        partition, whatever the number of schedules)."""
+        return await self.client.activity(minutes=minutes, hours=hours)
 
     async def health(self, **limits: Any) -> Health:
         """The deployment checks and the unhealthy schedules (``Client.health``: bounded
