@@ -4,9 +4,9 @@ import dataclasses as _dataclasses
 import typing as _typing
 
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
-from rsched._core.activity import Activity, ActivityPoint
 from rsched._client.stats import Stats
 from rsched._client.sync_client import SyncClient
+from rsched._core.activity import Activity, ActivityPoint
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
 from rsched._core.errors import (

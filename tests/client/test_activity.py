@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 import rsched
 from rsched import Client, Schedule
 from rsched._core.activity import COUNTERS
+from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
@@ -62,22 +63,24 @@ async def test_a_herd_counts_each_fire_once_with_its_lag(
     assert lease is not None
     items = await due_items(store, ids)
     fires = firing(store)
-    assert set(await fires.fire(lease, items[:200]) or []) == {rsched._core.codes.Code.FIRED}
-    assert set(await fires.fire(lease, items[200:]) or []) == {rsched._core.codes.Code.FIRED}
+    assert set(await fires.fire(lease, items[:200]) or []) == {Code.FIRED}
+    assert set(await fires.fire(lease, items[200:]) or []) == {Code.FIRED}
     # A re-sent call (redis-py after a connection error) finds every item fired: counts nothing.
-    assert set(await fires.fire(lease, items[:200]) or []) == {rsched._core.codes.Code.STALE}
+    assert set(await fires.fire(lease, items[:200]) or []) == {Code.STALE}
     act = await client.activity()
-    assert len(act.minutes) == 60 and len(act.hours) == 24
+    assert len(act.minutes) == 60
+    assert len(act.hours) == 24
     assert total(act.minutes, "fired") == 300
     assert total(act.hours, "fired") == 300
     assert total(act.minutes, "skipped") == 0
     lags = [sum(p.lags) for p in act.minutes]
     assert sum(lags) == 300
     last = next(p for p in reversed(act.minutes) if p["fired"])
-    assert last.p50_ms is not None and 40 <= last.p50_ms <= 2_500  # its bucket's upper bound
+    assert last.p50_ms is not None
+    assert 40 <= last.p50_ms <= 2_500  # its bucket's upper bound
     # One slot of each ring written: the hash stays small.
     raw = await redis.hgetall(Keys(settings.prefix).activity)
-    assert len({name.split(":")[0] for name in raw}) == 2
+    assert len({str(name).split(":")[0] for name in raw}) == 2
 
 
 async def test_worker_outcomes_are_counted(
@@ -154,7 +157,7 @@ async def test_bad_arguments_and_a_foreign_key(
     lease, _ = await leases(store).acquire("test-owner", 60_000)
     assert lease is not None
     (item,) = await due_items(store, ["a"])
-    assert await firing(store).fire(lease, [item]) == [rsched._core.codes.Code.FIRED]
+    assert await firing(store).fire(lease, [item]) == [Code.FIRED]
 
 
 @pytest.mark.cluster
@@ -176,7 +179,7 @@ async def test_reads_are_gathered_across_partitions(
                 lease, _ = await leases(store).acquire("test-owner", 60_000)
                 assert lease is not None
                 codes = await firing(store).fire(lease, await due_items(store, mine))
-                fired += (codes or []).count(rsched._core.codes.Code.FIRED)
+                fired += (codes or []).count(Code.FIRED)
             assert fired == 40
             written = [k for k in parts if await redis.exists(k.activity)]
             assert len(written) > 1

@@ -120,7 +120,7 @@ def _slots(raw: Mapping[str, str], ring: str) -> dict[int, dict[str, int]]:
             continue
         counts = out.setdefault(stamps[slot], {})
         counts[counter] = counts.get(counter, 0) + n
-    for slot, stamp in stamps.items():
+    for stamp in stamps.values():
         out.setdefault(stamp, {})
     return out
 

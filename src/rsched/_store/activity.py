@@ -13,7 +13,7 @@ async def read_activity(redis: Redis, keys: Keys) -> dict[str, str]:
     """The partition's counters as stored (one HGETALL of at most 90 slots of a few fields);
     empty when the key holds another type (bookkeeping: never a reason to fail a page)."""
     try:
-        raw = await redis.hgetall(keys.activity)  # type: ignore[misc]
+        raw = await redis.hgetall(keys.activity)
     except ResponseError as exc:
         if "WRONGTYPE" in str(exc):
             return {}

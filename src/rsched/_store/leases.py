@@ -56,7 +56,7 @@ class LeaseStore(scripts.ScriptCaller):
         newest first: live ones and those whose beats stopped (the next beat of a live one
         drops them after its window)."""
         found = await self.redis.zrevrange(self.keys.schedulers, 0, 99, withscores=True)
-        return [(str(member), int(score)) for member, score in found]
+        return [(str(pair[0]), int(pair[1])) for pair in found]
 
     async def leave(self, scheduler_id: str) -> None:
         """Take ``scheduler_id`` off the live list at once (a clean stop)."""
