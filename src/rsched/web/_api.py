@@ -650,6 +650,19 @@ async def stats(sdk: SdkDep) -> Stats:
     return await sdk.stats()
 
 
+@router.get("/activity", tags=["deployment"])
+async def activity(
+    sdk: SdkDep,
+    minutes: Annotated[int, Query(ge=1, le=60, description="minutes back, 1..60")] = 60,
+    hours: Annotated[int, Query(ge=1, le=24, description="hours back, 1..24")] = 24,
+) -> dict[str, Any]:
+    """What happened per minute and per hour, oldest first, from the activity counters:
+    ``fired``, ``completed``, ``failed``, ``dead``, ``skipped``, ``cancelled`` and the fire
+    lag's ``lag_p50_ms`` / ``lag_p99_ms`` (upper bounds of ``lag_bounds_ms`` buckets; null
+    without a fire, or beyond the last bound: ``lag_over_max``)."""
+    return (await sdk.activity(minutes, hours)).as_dict()
+
+
 _EVENT_ID = re.compile(r"^[0-9]{1,20}(-[0-9]{1,20})?$")
 _HEALTH_EXAMPLE = {
     "ok": False,

@@ -1,0 +1,123 @@
+"""The dashboard's on-call parts over real HTTP against the real servers: the activity charts and
+their API, every scheduler with its role, events filtered and folded, dead letters grouped, a
+queue's live work first, a schedule's run durations, its runs link and its failure streak."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import httpx
+import pytest
+
+pytest.importorskip("fastapi", reason="the web extra is not installed")
+
+import rsched
+from rsched import Settings
+from rsched._core.keys import Keys
+from tests.support.waiting import eventually
+from tests.support.web import apublish_event, make_dead_letters
+from tests.support.worker_app import fast_settings
+from tests.support.workers import running
+
+Web = Callable[..., str]
+
+
+async def test_overview_draws_activity_and_lists_every_scheduler(
+    web: Web, client: rsched.Client, settings: Settings, redis: object
+) -> None:
+    await make_dead_letters(settings, 2)  # counted: 2 dead
+    # A leader of the one partition and a standby beside it (as their beats leave them).
+    now = await client.stats()
+    keys = Keys(settings.prefix)
+    await redis.zadd(keys.schedulers, {"sched-a": now.now_ms, "sched-b": now.now_ms - 2_000})  # type: ignore[attr-defined]
+    await redis.set(keys.leader, "7:sched-a", px=60_000)  # type: ignore[attr-defined]
+    for i in range(6):
+        await apublish_event(settings, "dead_letter", queue="default", task="web.boom",
+                             entry_id=f"1-{i}", reason="max_retries")  # fmt: skip
+    await apublish_event(settings, "schedule_late", schedule_id="tick", reason="due 3s ago")
+    base = web()
+    async with httpx.AsyncClient(base_url=base) as http:
+        r = await http.get("/")
+        assert r.status_code == 200, r.text
+        page = r.text
+        assert page.count('<svg class="chart"') == 3
+        assert 'aria-label="activity per minute, the last hour"' in page
+        assert "<title>" in page
+        assert 'id="schedulers"' in page
+        section = page[page.index('id="schedulers"') : page.index('id="events"')]
+        assert section.index("sched-a") < section.index("sched-b")
+        assert "leader" in section
+        assert "standby" in section
+        events = page[page.index('id="events"') :]
+        assert "×8" in events  # the worker's two and six more dead letters alike: one line
+        assert events.count("k-dead_letter") == 1
+        r = await http.get("/", params={"kind": "schedule_late"})
+        events = r.text[r.text.index('id="events"') :]
+        assert "due 3s ago" in events
+        assert "×8" not in events
+        assert (await http.get("/_live/overview", params={"kind": "nope"})).status_code == 200
+
+        r = await http.get("/api/v1/activity", params={"minutes": 5, "hours": 2})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert len(body["minutes"]) == 5
+        assert len(body["hours"]) == 2
+        assert sum(m["dead"] for m in body["minutes"]) == 2
+        assert body["lag_bounds_ms"][0] == 10
+        r = await http.get("/api/v1/activity", params={"minutes": 61})
+        assert r.status_code == 400
+
+
+async def test_queue_page_lists_live_work_first_and_groups_dead_letters(
+    web: Web, client: rsched.Client, settings: Settings
+) -> None:
+    await make_dead_letters(settings, 3)
+    await client.enqueue("web.waits", {}, delay=3600)
+    async with httpx.AsyncClient(base_url=web()) as http:
+        page = (await http.get("/queues/default")).text
+    assert page.index('id="jobs"') < page.index('id="dead-groups"') < page.index('id="dead"')
+    groups = page[page.index('id="dead-groups"') : page.index('id="dead"')]
+    assert "web.boom" in groups
+    assert "<b>3</b>" in groups
+    assert "ValueError" in groups
+    assert "boom &lt;b&gt;" in groups  # the message as text
+
+
+async def test_schedule_page_durations_runs_link_and_failure_streak(
+    web: Web, client: rsched.Client, settings: Settings, redis: object
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+    fail = {"on": False}
+
+    @worker.task("web.flaky")
+    async def flaky(job: rsched.Job) -> None:
+        await anyio.sleep(0.02)
+        if fail["on"]:
+            raise ValueError("down")
+
+    await client.add({"id": "nightly", "task": "web.flaky", "every": 3600, "max_retries": 0})
+
+    async def ran(n: int) -> bool:
+        history = (await client.history("nightly", limit=100)).items
+        return sum(e.event in ("completed", "dead") for e in history) == n
+
+    async with running(worker, None):
+        await client.trigger("nightly")
+        await eventually(lambda: ran(1))
+        fail["on"] = True
+        for n in (2, 3):
+            await client.trigger("nightly")
+            await eventually(lambda n=n: ran(n))  # type: ignore[misc]
+    history = (await client.history("nightly", limit=100)).items
+    first_dead = min(e.at for e in history if e.event == "fired" and e.origin == "manual")
+    async with httpx.AsyncClient(base_url=web()) as http:
+        page = (await http.get("/schedules/nightly")).text
+    assert 'href="/runs?schedule=nightly"' in page
+    assert '<svg class="chart"' in page
+    assert "o-dead" in page
+    assert '<th class="num">duration</th>' in page
+    assert 'id="failing-since"' in page
+    since = page[page.index('id="failing-since"') :]
+    assert "2 runs in a row" in since[:600]
+    assert first_dead.isoformat(timespec="seconds")[:10] in since[:600]
