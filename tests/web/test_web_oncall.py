@@ -9,6 +9,7 @@ from collections.abc import Callable
 import anyio
 import httpx
 import pytest
+from redis.asyncio import Redis
 
 pytest.importorskip("fastapi", reason="the web extra is not installed")
 
@@ -24,14 +25,14 @@ Web = Callable[..., str]
 
 
 async def test_overview_draws_activity_and_lists_every_scheduler(
-    web: Web, client: rsched.Client, settings: Settings, redis: object
+    web: Web, client: rsched.Client, settings: Settings, redis: Redis
 ) -> None:
     await make_dead_letters(settings, 2)  # counted: 2 dead
     # A leader of the one partition and a standby beside it (as their beats leave them).
     now = await client.stats()
     keys = Keys(settings.prefix)
-    await redis.zadd(keys.schedulers, {"sched-a": now.now_ms, "sched-b": now.now_ms - 2_000})  # type: ignore[attr-defined]
-    await redis.set(keys.leader, "7:sched-a", px=60_000)  # type: ignore[attr-defined]
+    await redis.zadd(keys.schedulers, {"sched-a": now.now_ms, "sched-b": now.now_ms - 2_000})
+    await redis.set(keys.leader, "7:sched-a", px=60_000)
     for i in range(6):
         await apublish_event(settings, "dead_letter", queue="default", task="web.boom",
                              entry_id=f"1-{i}", reason="max_retries")  # fmt: skip
@@ -85,7 +86,7 @@ async def test_queue_page_lists_live_work_first_and_groups_dead_letters(
 
 
 async def test_schedule_page_durations_runs_link_and_failure_streak(
-    web: Web, client: rsched.Client, settings: Settings, redis: object
+    web: Web, client: rsched.Client, settings: Settings, redis: Redis
 ) -> None:
     worker = rsched.Worker(settings=fast_settings(settings))
     fail = {"on": False}
@@ -108,7 +109,7 @@ async def test_schedule_page_durations_runs_link_and_failure_streak(
         fail["on"] = True
         for n in (2, 3):
             await client.trigger("nightly")
-            await eventually(lambda n=n: ran(n))  # type: ignore[misc]
+            await eventually(lambda n=n: ran(n))
     history = (await client.history("nightly", limit=100)).items
     first_dead = min(e.at for e in history if e.event == "fired" and e.origin == "manual")
     async with httpx.AsyncClient(base_url=web()) as http:
