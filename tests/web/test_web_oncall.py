@@ -4,6 +4,7 @@ queue's live work first, a schedule's run durations, its runs link and its failu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import anyio
@@ -122,3 +123,70 @@ async def test_schedule_page_durations_runs_link_and_failure_streak(
     since = page[page.index('id="failing-since"') :]
     assert "2 runs in a row" in since[:600]
     assert first_dead.isoformat(timespec="seconds")[:10] in since[:600]
+
+
+async def test_the_new_schedule_form_creates_one_and_previews_its_runs(
+    web: Web, client: rsched.Client
+) -> None:
+    await client.set_calendar("holidays", dates=["2030-12-25"])
+    async with httpx.AsyncClient(base_url=web()) as http:
+        r = await http.get("/new-schedule")
+        assert r.status_code == 200, r.text
+        page = r.text
+        assert '<datalist id="zones">' in page
+        assert '<option value="Europe/Rome">' in page
+        assert 'name="exclude" value="holidays"' in page
+        assert 'hx-get="/new-schedule/preview"' in page
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token
+
+        r = await http.get(
+            "/new-schedule/preview",
+            params={"trigger": "cron", "cron": "30 9 * * 1-5", "timezone": "Europe/Rome"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.text.count("<li>") == 5
+        assert "09:30" in r.text  # in the schedule's own zone beside the viewer's
+        r = await http.get(
+            "/new-schedule/preview", params={"trigger": "cron", "cron": "61 * * * *"}
+        )
+        assert "cron" in r.text
+        assert 'class="bad' in r.text
+        r = await http.get("/new-schedule/preview", params={"trigger": "every", "payload": "{"})
+        assert "payload" in r.text
+
+        fields = {
+            "csrf_token": token.group(1), "id": "from-form", "task": "reports.build",
+            "queue": "reports", "trigger": "every", "every": "15m", "cron": "ignored",
+            "timezone": "Europe/Rome", "overlap": "buffer_one", "misfire": "skip",
+            "max_retries": "5", "timeout_s": "10m", "exclude": "holidays",
+            "payload": '{"kind": "daily"}',
+            "limits": '[{"key": "report:{kind}", "concurrency": 1}]',
+        }  # fmt: skip
+        r = await http.post("/new-schedule", data=fields)
+        assert r.status_code == 303, r.text
+        assert r.headers["location"].endswith("/schedules/from-form")
+        s = await client.get("from-form")
+        assert (s.task, s.queue, s.every, s.cron, s.timezone) == (
+            "reports.build", "reports", 900, None, "Europe/Rome",
+        )  # fmt: skip
+        assert (s.overlap, s.misfire, s.max_retries, s.timeout_s) == ("buffer_one", "skip", 5, 600)
+        assert s.exclude == ("holidays",)
+        assert s.payload == {"kind": "daily"}
+        assert s.limits[0].key == "report:{kind}"
+
+        bad = {**fields, "id": "other", "every": "soon"}
+        r = await http.post("/new-schedule", data=bad)
+        assert r.status_code == 400
+        assert "every" in r.text
+        assert 'value="other"' in r.text  # what was typed comes back
+        r = await http.post("/new-schedule", data={**fields, "id": "x", "payload": "[1]"})
+        assert r.status_code == 400
+        assert "payload" in r.text
+
+        # The JSON view for experts still adds.
+        assert 'id="spec"' in (await http.get("/new-schedule?view=json")).text
+        spec = '{"id": "from-json", "task": "t", "cron": "0 2 * * *"}'
+        r = await http.post("/new-schedule", data={"csrf_token": token.group(1), "spec": spec})
+        assert r.status_code == 303, r.text
+        assert (await client.get("from-json")).cron == "0 2 * * *"

@@ -435,14 +435,6 @@ async def edit_form(request: Request, schedule_id: str) -> Response:
     return render(request, "edit.html", s=s, text=views_json(spec), error=None, **_selects(chosen))
 
 
-@router.get("/new-schedule", response_class=HTMLResponse)
-async def new_form(request: Request) -> Response:
-    example = {"id": "nightly-report", "task": "reports.nightly", "cron": "0 2 * * *"}
-    return render(
-        request, "edit.html", s=None, text=views_json(example), error=None, **_selects({})
-    )
-
-
 def _selects(chosen: dict[str, str]) -> dict[str, Any]:
     """The edit form's selects: each one's choices and the one chosen ('' for the default)."""
     return {
@@ -471,8 +463,16 @@ def views_json(data: dict[str, Any]) -> str:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
 
 
-async def _save(request: Request, schedule_id: str | None) -> Response:
-    fields = await form(request)
+def json_form(request: Request, text: str) -> Response:
+    """The new schedule's JSON view (for experts): the spec as JSON, the DST selects."""
+    return render(request, "edit.html", s=None, text=text, error=None, **_selects({}))
+
+
+async def save_spec(
+    request: Request, schedule_id: str | None, fields: dict[str, list[str]] | None = None
+) -> Response:
+    """Save the JSON form's spec: add it (``schedule_id`` None) or replace the schedule's."""
+    fields = fields if fields is not None else await form(request)
     text = first(fields, "spec")
     sdk = sdk_of(request)
     try:
@@ -501,12 +501,7 @@ async def _save(request: Request, schedule_id: str | None) -> Response:
 
 @router.post("/schedules/{schedule_id}/edit")
 async def edit(request: Request, schedule_id: str) -> Response:
-    return await _save(request, schedule_id)
-
-
-@router.post("/new-schedule")
-async def add(request: Request) -> Response:
-    return await _save(request, None)
+    return await save_spec(request, schedule_id)
 
 
 # --- queues and dead letters --------------------------------------------------------------------

@@ -337,8 +337,9 @@ def run_chart(found: Sequence[Run], viewer: str, now_ms: int) -> Markup:
         when = moment(r.fired_ms, viewer, viewer, now_ms).viewer if r.fired_ms else "-"
         took = duration(r.duration_ms) if r.duration_ms is not None else "no duration"
         status = r.status.split(" ")[0]
+        what = f"skipped, excluded by {r.excluded_by}" if r.excluded_by else r.status
         items.append(
-            charts.Bar(float(r.duration_ms or 0), f"o-{status}", f"{when}: {r.status}, {took}")
+            charts.Bar(float(r.duration_ms or 0), f"o-{status}", f"{when}: {what}, {took}")
         )
     return charts.bars("durations and outcomes of the recent runs", items, unit="ms")
 
