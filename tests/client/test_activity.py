@@ -193,3 +193,11 @@ async def test_reads_are_gathered_across_partitions(
 
 def test_schedule_model_is_untouched() -> None:
     assert "activity" not in Schedule.model_fields
+
+
+async def test_a_manual_run_counts_as_fired(client: Client) -> None:
+    await client.add({"id": "m", "task": "t", "every": 3600, "overlap": "skip"})
+    await client.trigger("m")
+    await client.trigger("m")  # skipped: the first run is still queued
+    act = await client.activity(minutes=2, hours=1)
+    assert (total(act.minutes, "fired"), total(act.minutes, "skipped")) == (1, 1)

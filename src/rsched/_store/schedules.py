@@ -450,6 +450,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.parked,
                 k.runs,
                 k.delayed_queue(queue),
+                k.activity,
             ],
             [schedule_id, self.history_limit, k.cancel, op_id],
         )

@@ -17,8 +17,8 @@ from markupsafe import Markup
 
 __all__ = ("Bar", "Series", "bars", "lines", "nice_max")
 
-WIDTH = 640
-HEIGHT = 160
+WIDTH = 560
+HEIGHT = 150
 _LEFT, _RIGHT, _TOP, _BOTTOM = 44, 8, 8, 20
 
 
@@ -56,12 +56,14 @@ def _num(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".")
 
 
-def _frame(label: str, top: float, unit: str, x_labels: Sequence[tuple[int, str]], n: int) -> str:
+def _frame(
+    label: str, top: float, unit: str, x_labels: Sequence[tuple[int, str]], n: int, width: int
+) -> str:
     """The axes: the top and middle values, gridlines, and a few x labels (index, text)."""
-    w, h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
+    w, h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
     out = [
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'aria-label="{escape(label)}" preserveAspectRatio="none">'
+        f'<svg class="chart" viewBox="0 0 {width} {HEIGHT}" role="img" '
+        f'aria-label="{escape(label)}">'
     ]
     for frac in (0.0, 0.5, 1.0):
         y = _TOP + h * (1 - frac)
@@ -86,14 +88,16 @@ def lines(
     x_titles: Sequence[str],
     x_labels: Sequence[tuple[int, str]] = (),
     unit: str = "",
+    width: int = WIDTH,
 ) -> Markup:
     """A line per series over the same x points (``x_titles``: each point's name in its
-    tooltip), on a y axis from 0 to a round maximum."""
+    tooltip), on a y axis from 0 to a round maximum. ``width``: of the drawing, in the units
+    of its fixed height (the page scales it to its box, keeping its proportions)."""
     n = len(x_titles)
     top = nice_max(max((v for s in series for v in s.values if v is not None), default=0))
-    w, h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
+    w, h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
     step = w / max(n, 1)
-    out = [_frame(label, top, unit, x_labels, n)]
+    out = [_frame(label, top, unit, x_labels, n, width)]
     for s in series:
         # A gap (None) ends a polyline: no line is drawn through a point that has no value.
         runs: list[list[str]] = [[]]
@@ -123,16 +127,20 @@ def lines(
 
 
 def bars(
-    label: str, items: Sequence[Bar], x_labels: Sequence[tuple[int, str]] = (), unit: str = ""
+    label: str,
+    items: Sequence[Bar],
+    x_labels: Sequence[tuple[int, str]] = (),
+    unit: str = "",
+    width: int = WIDTH,
 ) -> Markup:
     """A bar per item, left to right, on a y axis from 0 to a round maximum; a bar of value 0
     still shows a sliver, so that a run that took no time is seen."""
     n = len(items)
     top = nice_max(max((b.value for b in items), default=0))
-    w, h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
+    w, h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
     step = w / max(n, 1)
     gap = min(2.0, step * 0.2)
-    out = [_frame(label, top, unit, x_labels, n)]
+    out = [_frame(label, top, unit, x_labels, n, width)]
     for i, b in enumerate(items):
         bh = max(1.0, h * min(b.value, top) / top)
         x = _LEFT + step * i + gap / 2

@@ -57,7 +57,7 @@ def _json_field(fields: dict[str, list[str]], name: str, kind: type) -> Any:
     except orjson.JSONDecodeError as exc:
         raise InvalidArgument(name, f"not valid JSON ({exc})") from None
     if not isinstance(value, kind):
-        want = "an object, e.g. {\"report\": \"daily\"}" if kind is dict else "a list"
+        want = 'an object, e.g. {"report": "daily"}' if kind is dict else "a list"
         raise InvalidArgument(name, f"give {want}")
     return value
 

@@ -296,11 +296,11 @@ def activity_charts(act: Activity, viewer: str) -> dict[str, Markup]:
     """The overview's charts: counts per minute (the last hour), per hour (the last day), and
     the fire lag's p50 and p99 per minute."""
 
-    def lines_of(points: Sequence[ActivityPoint], label: str, every: int) -> Markup:
+    def lines_of(points: Sequence[ActivityPoint], label: str, every: int, width: int) -> Markup:
         titles = [_hhmm(p.start, viewer) for p in points]
         ticks = [(i, t) for i, t in enumerate(titles) if i % every == 0]
         series = [Series(n, [float(p[n]) for p in points], f"c-{n}") for n in ACTIVITY_LINES]
-        return charts.lines(label, series, titles, ticks)
+        return charts.lines(label, series, titles, ticks, width=width)
 
     def lag(v: float | None) -> float | None:
         return None if v is None else min(v, float(LAG_BOUNDS_MS[-1]))
@@ -308,8 +308,8 @@ def activity_charts(act: Activity, viewer: str) -> dict[str, Markup]:
     minutes = act.minutes
     titles = [_hhmm(p.start, viewer) for p in minutes]
     return {
-        "minutes": lines_of(minutes, "activity per minute, the last hour", 10),
-        "hours": lines_of(act.hours, "activity per hour, the last day", 4),
+        "minutes": lines_of(minutes, "activity per minute, the last hour", 10, 1200),
+        "hours": lines_of(act.hours, "activity per hour, the last day", 4, 560),
         "lag": charts.lines(
             "fire lag per minute (p50 and p99), the last hour",
             [
@@ -341,7 +341,7 @@ def run_chart(found: Sequence[Run], viewer: str, now_ms: int) -> Markup:
         items.append(
             charts.Bar(float(r.duration_ms or 0), f"o-{status}", f"{when}: {what}, {took}")
         )
-    return charts.bars("durations and outcomes of the recent runs", items, unit="ms")
+    return charts.bars("durations and outcomes of the recent runs", items, unit="ms", width=1200)
 
 
 #: Outcomes that end a run in failure (a failure streak's runs).
