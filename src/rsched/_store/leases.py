@@ -55,8 +55,9 @@ class LeaseStore(scripts.ScriptCaller):
         """Every scheduler on the membership list with its last beat (ms, Redis time), the
         newest first: live ones and those whose beats stopped (the next beat of a live one
         drops them after its window)."""
-        found = await self.redis.zrevrange(self.keys.schedulers, 0, 99, withscores=True)
-        return [(str(pair[0]), int(pair[1])) for pair in found]
+        # ZRANGE (every role may read): the list holds a few schedulers.
+        found = await self.redis.zrange(self.keys.schedulers, 0, -1, withscores=True)
+        return [(str(pair[0]), int(pair[1])) for pair in reversed(found)]
 
     async def leave(self, scheduler_id: str) -> None:
         """Take ``scheduler_id`` off the live list at once (a clean stop)."""
