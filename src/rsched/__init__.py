@@ -6,7 +6,7 @@ import typing as _typing
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
 from rsched._client.sync_client import SyncClient
-from rsched._core.activity import Activity, ActivityPoint
+from rsched._core.activity import Activity, ActivityPoint, DepthPoint
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
 from rsched._core.errors import (
@@ -67,6 +67,7 @@ __all__ = (
     "ConfigError",
     "DeadLetter",
     "DeadLetterNotFound",
+    "DepthPoint",
     "Enqueued",
     "Fired",
     "Health",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import pytest
 from redis.asyncio import Redis
 
@@ -201,3 +202,49 @@ async def test_a_manual_run_counts_as_fired(client: Client) -> None:
     await client.trigger("m")  # skipped: the first run is still queued
     act = await client.activity(minutes=2, hours=1)
     assert (total(act.minutes, "fired"), total(act.minutes, "skipped")) == (1, 1)
+
+
+@pytest.mark.cluster
+async def test_queue_depth_sampled_by_the_leader(
+    redis: Redis, settings: Settings, client: Client
+) -> None:
+    from rsched._store.depth import sample_depth
+
+    for _ in range(3):
+        await client.enqueue("t", {}, queue="work")
+    await client.enqueue("t", {}, queue="work", priority="high")
+    await client.enqueue("t", {}, queue="work", delay=3600)
+    keys = Keys(settings.prefix)
+    t = await redis.time()
+    now = int(t[0]) * 1000 + int(t[1]) // 1000
+    assert await sample_depth(redis, keys, now) == 1
+    points = await client.queue_depth("work", minutes=5)
+    assert len(points) == 5
+    assert (points[-1].waiting, points[-1].delayed) == (4, 1)
+    assert points[0].waiting is None  # no sample then
+    assert (await client.queue_depth("other"))[-1].waiting is None
+    with pytest.raises(rsched.InvalidArgument, match="minutes"):
+        await client.queue_depth("work", minutes=0)
+    # Bounded: a sample an hour and more later reuses the slot.
+    await sample_depth(redis, keys, now + 64 * 60_000)
+    assert await redis.hlen(keys.depth) == 1
+
+
+async def test_a_running_scheduler_samples_its_queues(settings: Settings, client: Client) -> None:
+    from rsched import Scheduler
+    from rsched._redis.connection import connect
+
+    await client.enqueue("t", {}, queue="work")
+    redis = connect(settings)
+    scheduler = Scheduler(redis, settings)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+
+            async def sampled() -> bool:
+                return (await client.queue_depth("work", minutes=2))[-1].waiting == 1
+
+            await eventually(sampled)
+            scheduler.stop()
+    finally:
+        await redis.aclose()

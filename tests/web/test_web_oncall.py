@@ -79,6 +79,12 @@ async def test_queue_page_lists_live_work_first_and_groups_dead_letters(
     async with httpx.AsyncClient(base_url=web()) as http:
         page = (await http.get("/queues/default")).text
     assert page.index('id="jobs"') < page.index('id="dead-groups"') < page.index('id="dead"')
+    depth = page[page.index('id="depth"') : page.index('id="jobs"')]
+    assert 'depth per minute, the last hour"' in depth
+    async with httpx.AsyncClient(base_url=web()) as http:
+        r = await http.get("/api/v1/queues/default/depth", params={"minutes": 3})
+    assert r.status_code == 200, r.text
+    assert [set(p) for p in r.json()["items"]] == [{"start", "waiting", "delayed"}] * 3
     groups = page[page.index('id="dead-groups"') : page.index('id="dead"')]
     assert "web.boom" in groups
     assert "<b>3</b>" in groups

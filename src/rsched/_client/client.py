@@ -27,7 +27,7 @@ from redis.exceptions import RedisError
 
 from rsched._client import job_lookup
 from rsched._client.stats import Stats, read_stats
-from rsched._core.activity import HOURS, MINUTES, Activity, activity_of
+from rsched._core.activity import HOURS, MINUTES, Activity, DepthPoint, activity_of, depth_of
 from rsched._core.bulk import BulkResult, Validator, hash_fields
 from rsched._core.calendars import Calendar
 from rsched._core.codes import Code
@@ -68,6 +68,7 @@ from rsched._store.activity import read_activity
 from rsched._store.alerts import EventLog, HealthEvent
 from rsched._store.calendars import schedules_using
 from rsched._store.deployment import init_deployment
+from rsched._store.depth import read_depth
 from rsched._store.partitions import (
     Partitions,
     dead_letter_across,
@@ -1060,6 +1061,19 @@ class Client:
         every = parts.keys.every_partition()
         hashes = await parts.each(lambda k: read_activity(self._redis, every[k]))
         return activity_of(hashes, await self._clock.time_ms(), minutes=minutes, hours=hours)
+
+    @_redis_errors
+    async def queue_depth(self, queue: str, *, minutes: int = MINUTES) -> list[DepthPoint]:
+        """A queue's depth per minute over the last ``minutes`` (1..60), oldest first: its
+        waiting and delayed jobs as the leading schedulers sample them twice a minute (None for
+        a minute with no sample: no scheduler led). One bounded read per partition. Raises
+        InvalidArgument for a number out of range."""
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= MINUTES:
+            raise InvalidArgument("minutes", f"{minutes!r} is not a whole number in 1..{MINUTES}")
+        parts = await self._partitions()
+        every = parts.keys.every_partition()
+        samples = await parts.each(lambda k: read_depth(self._redis, every[k], queue))
+        return depth_of(samples, await self._clock.time_ms(), minutes=minutes)
 
     # --- health and events --------------------------------------------------------------------
 

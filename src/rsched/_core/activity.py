@@ -159,3 +159,41 @@ def activity_of(
         minutes=_points(every, "m", minute, minutes, _MINUTE_MS),
         hours=_points(every, "h", minute // 60, hours, _HOUR_MS),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DepthPoint:
+    """A queue's depth in one minute, as the partitions' leaders sampled it (summed over the
+    partitions that sampled it): jobs ``waiting`` in its streams (every level) and
+    ``delayed``; None for a minute no leader sampled (no scheduler led then)."""
+
+    start: datetime
+    waiting: int | None
+    delayed: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"start": self.start.isoformat(), "waiting": self.waiting, "delayed": self.delayed}
+
+
+def depth_of(
+    samples: Iterable[Mapping[int, tuple[int, int]]], now_ms: int, minutes: int = MINUTES
+) -> list[DepthPoint]:
+    """Each minute of the last ``minutes`` ending at ``now_ms``, oldest first, from each
+    partition's samples (epoch minute -> (waiting, delayed))."""
+    summed: dict[int, tuple[int, int]] = {}
+    for part in samples:
+        for minute, (waiting, delayed) in part.items():
+            w, d = summed.get(minute, (0, 0))
+            summed[minute] = (w + waiting, d + delayed)
+    last = now_ms // _MINUTE_MS
+    out = []
+    for minute in range(last - minutes + 1, last + 1):
+        found = summed.get(minute)
+        out.append(
+            DepthPoint(
+                start=datetime.fromtimestamp(minute * 60, UTC),
+                waiting=found[0] if found else None,
+                delayed=found[1] if found else None,
+            )
+        )
+    return out

@@ -308,6 +308,13 @@ class Keys:
         return f"{self.tag}:runs"
 
     @property
+    def depth(self) -> str:
+        """HASH, bounded: each queue's depth sampled once a minute by the partition's leader,
+        ``<queue>:<minute mod 64>`` -> ``<epoch minute> <waiting> <delayed>`` (the last hour
+        of each queue; docs/keys.md)."""
+        return f"{self.tag}:depth"
+
+    @property
     def activity(self) -> str:
         """HASH, bounded: the partition's activity counters, written where things happen (fires,
         skips and fire lags by ``fire``; completed, failed, dead, expired and cancelled runs by

@@ -309,6 +309,17 @@ async def list_queues(sdk: SdkDep) -> dict[str, list[dict[str, Any]]]:
     return {"items": [{"name": name, **q} for name, q in sorted(stats.queues.items())]}
 
 
+@router.get("/queues/{queue}/depth", tags=["queues"])
+async def queue_depth(
+    sdk: SdkDep,
+    queue: str,
+    minutes: Annotated[int, Query(ge=1, le=60, description="minutes back, 1..60")] = 60,
+) -> dict[str, list[dict[str, Any]]]:
+    """The queue's ``waiting`` and ``delayed`` jobs per minute, oldest first, as the leading
+    schedulers sampled them (null: no sample that minute)."""
+    return {"items": [p.as_dict() for p in await sdk.queue_depth(queue, minutes)]}
+
+
 @router.get(
     "/queues/{queue}/dead-letters",
     response_model=DeadLetterPage,

@@ -532,8 +532,10 @@ async def queue_context(request: Request, queue: str) -> dict[str, Any]:
         queue, limit=50, cursor=p.get("cursor") or None, task=p.get("task") or None
     )
     stats = await request.app.state.cache.get("stats", sdk.stats)
+    tz, _ = _zone(request)
     return {
         "queue": queue,
+        "depth_chart": views.depth_chart(await sdk.queue_depth(queue), tz),
         "q": stats.queues.get(queue, {}),
         "letters": page.items,
         "letter_groups": views.letter_groups(page.items),

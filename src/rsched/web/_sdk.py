@@ -18,6 +18,7 @@ from rsched import (
     Calendar,
     Client,
     DeadLetter,
+    DepthPoint,
     Enqueued,
     Fired,
     Health,
@@ -191,6 +192,10 @@ class Sdk:
 
     async def stats(self) -> Stats:
         return await self.client.stats()
+
+    async def queue_depth(self, queue: str, minutes: int = 60) -> list[DepthPoint]:
+        """The queue's waiting and delayed jobs per minute, as the leaders sampled them."""
+        return await self.client.queue_depth(queue, minutes=minutes)
 
     async def activity(self, minutes: int = 60, hours: int = 24) -> Activity:
         """Counts per minute and per hour from the bounded activity counters (one read per

@@ -17,6 +17,7 @@ from rsched import (
     Activity,
     ActivityPoint,
     DeadLetter,
+    DepthPoint,
     HealthEvent,
     HistoryEvent,
     Occurrence,
@@ -50,6 +51,7 @@ __all__ = (
     "activity_charts",
     "activity_totals",
     "concurrency_text",
+    "depth_chart",
     "dst_text",
     "duration",
     "event_groups",
@@ -321,6 +323,25 @@ def activity_charts(act: Activity, viewer: str) -> dict[str, Markup]:
             unit="ms",
         ),
     }
+
+
+def depth_chart(points: Sequence[DepthPoint], viewer: str) -> Markup:
+    """A queue's waiting and delayed jobs per minute over the last hour (gaps: no sample)."""
+    titles = [_hhmm(p.start, viewer) for p in points]
+
+    def values(name: str) -> list[float | None]:
+        return [None if (v := getattr(p, name)) is None else float(v) for p in points]
+
+    return charts.lines(
+        "the queue's depth per minute, the last hour",
+        [
+            Series("waiting", values("waiting"), "c-fired"),
+            Series("delayed", values("delayed"), "c-skipped"),
+        ],
+        titles,
+        [(i, t) for i, t in enumerate(titles) if i % 10 == 0],
+        width=1200,
+    )
 
 
 def activity_totals(act: Activity) -> dict[str, int]:
