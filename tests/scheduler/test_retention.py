@@ -162,7 +162,7 @@ def _worker(settings: Settings) -> rsched.Worker:
 STAYS = re.compile(
     r"^\{(?P<p>[^}]+)\}:(queue:default(#high|#low)?|delayed:default|dead:default|queues|runs"
     r"|leader|leader_ttl|fence|schedules|backlogs|events|health|workers|worker:[^:]+:\d+:\w+"
-    r"|result:[^}]+|ops:\d+|meta|schedulers)$"
+    r"|result:[^}]+|ops:\d+|meta|schedulers|activity|depth)$"
 )
 
 
