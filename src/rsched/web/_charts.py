@@ -132,18 +132,22 @@ def bars(
     x_labels: Sequence[tuple[int, str]] = (),
     unit: str = "",
     width: int = WIDTH,
+    slots: int = 1,
 ) -> Markup:
-    """A bar per item, left to right, on a y axis from 0 to a round maximum; a bar of value 0
-    still shows a sliver, so that a run that took no time is seen."""
+    """A bar per item, left to right (the last at the right end of ``slots`` places, at least),
+    on a y axis from 0 to a round maximum; a bar of value 0 still shows a sliver, so that a run
+    that took no time is seen."""
     n = len(items)
+    # At least `slots` places, the bars at the right end: a few runs stay bars, not blocks.
+    places = max(n, slots)
     top = nice_max(max((b.value for b in items), default=0))
     w, h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
-    step = w / max(n, 1)
+    step = w / places
     gap = min(2.0, step * 0.2)
-    out = [_frame(label, top, unit, x_labels, n, width)]
+    out = [_frame(label, top, unit, x_labels, places, width)]
     for i, b in enumerate(items):
         bh = max(1.0, h * min(b.value, top) / top)
-        x = _LEFT + step * i + gap / 2
+        x = _LEFT + step * (places - n + i) + gap / 2
         out.append(
             f'<rect class="bar {b.css}" x="{x:.1f}" y="{_TOP + h - bh:.1f}" '
             f'width="{max(step - gap, 1):.1f}" height="{bh:.1f}"><title>{escape(b.title)}</title>'

@@ -362,7 +362,9 @@ def run_chart(found: Sequence[Run], viewer: str, now_ms: int) -> Markup:
         items.append(
             charts.Bar(float(r.duration_ms or 0), f"o-{status}", f"{when}: {what}, {took}")
         )
-    return charts.bars("durations and outcomes of the recent runs", items, unit="ms", width=1200)
+    return charts.bars(
+        "durations and outcomes of the recent runs", items, unit="ms", width=1200, slots=50
+    )
 
 
 #: Outcomes that end a run in failure (a failure streak's runs).
