@@ -412,5 +412,7 @@ local shared = {now = now_ms(), cap = cap, cancel = cancel_channel, backlogs = b
                 runs = runs_key, fired = 0}
 local results, lags = fire_groups(groups, index, shared)
 write_index(index)
-activity(activity_key, shared.now, {fired = shared.fired, skipped = shared.skipped}, lags)
+if shared.fired > 0 or shared.skipped > 0 then -- a re-sent call (all stale) writes nothing
+  activity(activity_key, shared.now, {fired = shared.fired, skipped = shared.skipped}, lags)
+end
 return table.concat(results, ',') .. ';' .. took_us(started)
