@@ -248,3 +248,23 @@ async def test_a_running_scheduler_samples_its_queues(settings: Settings, client
             scheduler.stop()
     finally:
         await redis.aclose()
+
+
+async def test_an_expired_job_counts_as_skipped(
+    redis: Redis, settings: Settings, client: Client
+) -> None:
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("late")
+    async def late(job: rsched.Job) -> None:
+        raise AssertionError("an expired job never runs")
+
+    await client.enqueue("late", {}, start_deadline=0.05)
+    await anyio.sleep(0.2)  # past its deadline before any worker reads it
+
+    async def skipped() -> bool:
+        return total((await client.activity(minutes=2, hours=1)).minutes, "skipped") == 1
+
+    async with running(worker, redis):
+        await eventually(skipped)
+    assert total((await client.activity(minutes=2, hours=1)).minutes, "completed") == 0
