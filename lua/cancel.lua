@@ -21,6 +21,8 @@ ARGV[3] entry    the stream entry id, or the delayed set's member (the job's JSO
 ARGV[4] execution id   ARGV[5] attempt   ARGV[6] history cap
 ARGV[7] has history    '1' | '0'
 ARGV[8] extra    JSON fragment for the history event ('' or ',…')
+KEYS[8] activity optional, with KEYS[7]: the partition's activity counters {p}:activity
+                 (activity.lua: counts the cancelled job)
 ARGV[9] runs log cap   ARGV[10] the record (JSON array; with KEYS[7])
 
 Returns OK=5 cancelled | NOT_FOUND=-2 the job is no longer there (it ran, or was cancelled) |
@@ -37,6 +39,7 @@ RUNNING=-12 a worker holds it (nothing done) | WRONG_TYPE=-6 a key holds another
 -- @include dedup_finish
 -- @include level_of
 -- @include run_log
+-- @include activity
 
 local stream, delayed = KEYS[1], KEYS[2]
 local history, hash, pending, dedup = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -60,4 +63,5 @@ if has_history and schedule_keys_ok(history, hash, pending) and schedule_exists(
   finish_run(hash, pending, stream, history, cap, exec, now)
 end
 if KEYS[7] then run_log(KEYS[7], tonumber(ARGV[9]), ARGV[10], level_of(stream)) end
+activity(KEYS[8], now, {cancelled = 1})
 return OK

@@ -26,7 +26,10 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 ARGV[5] optional: the index of the first of the limits' keys (rsched._core.keys.Keys.limits, 11
-        keys, given before the runs log) when an item holds limits
+        keys, given before the runs log) when an item holds limits ('' = none)
+ARGV[6] optional: '1' = the last key is the partition's activity counters {p}:activity
+        (activity.lua: the call's completed and cancelled runs, counted once), the runs log the
+        one before it
 
 Returns the number of items recorded (the others were no longer pending: nothing done), or
 BAD_ARGS=-7 when ARGV[3] is not a JSON array, or WRONG_TYPE=-6 when a limits key has another
@@ -47,20 +50,24 @@ integers would cost the client more than the whole script.)
 -- @include limit_keys_ok
 -- @include limit_release
 -- @include failure_streak
+-- @include activity
 
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local ok, items = pcall(cjson.decode, ARGV[3])
 if not ok or type(items) ~= 'table' then return BAD_ARGS end
--- The runs log is the last key, given together with its cap.
+-- The runs log is the last key (before the activity counters), given together with its cap.
+local activity_key = ARGV[6] == '1' and KEYS[#KEYS] or nil
 local runs_cap = tonumber(ARGV[4])
-local runs = runs_cap and KEYS[#KEYS]
+local runs = runs_cap and KEYS[#KEYS - (activity_key and 1 or 0)]
 local level = level_of(stream)
-local L = ARGV[5] and limit_keys(tonumber(ARGV[5]))
+local first_limit = tonumber(ARGV[5] or '')
+local L = first_limit and limit_keys(first_limit)
 local lcache = {}
 if L and not limit_keys_ok(L) then return WRONG_TYPE end
 local now = now_ms()
 local recorded = 0
+local counts = {completed = 0, cancelled = 0}
 local k = 2
 for i = 1, #items do
   local it = items[i]
@@ -87,6 +94,8 @@ for i = 1, #items do
     if runs and it[8] and it[8] ~= '' then run_log(runs, runs_cap, it[8], level) end
     if L and type(it[9]) == 'table' then limit_release(L, now, exec, it[9], lcache) end
     recorded = recorded + 1
+    if counts[event] then counts[event] = counts[event] + 1 end
   end
 end
+if recorded > 0 then activity(activity_key, now, counts) end
 return recorded

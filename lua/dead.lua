@@ -27,7 +27,9 @@ ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
 ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or with KEYS[7]:
 ARGV[10] runs log cap   ARGV[11] the record (JSON array, run_log.lua)   ARGV[12..] the fields
-KEYS[8..18] optional, with KEYS[7]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
+KEYS[8] activity  optional, with KEYS[7]: the partition's activity counters {p}:activity
+                  (activity.lua: counts the dead run)
+KEYS[9..19] optional, with KEYS[8]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
          is then the limits the job holds ([[key, template], …], released here) and the fields start
          at ARGV[13]
 With ARGV[5] '2', the argument where the fields would start is the run's error (for the pause
@@ -53,6 +55,7 @@ count failed runs in a row) | {NOT_PENDING=-10} the entry was not pending (nothi
 -- @include limit_keys_ok
 -- @include limit_release
 -- @include failure_streak
+-- @include activity
 
 local stream, dead, history, hash, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local dedup = KEYS[6]
@@ -63,8 +66,8 @@ local first, extra = ARGV[8], ARGV[9]
 local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
 if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
 local L, held = nil, nil
-if KEYS[8] then
-  L = limit_keys(8)
+if KEYS[9] then
+  L = limit_keys(9)
   local ok
   ok, held = pcall(cjson.decode, ARGV[12])
   if not ok or type(held) ~= 'table' then return {BAD_ARGS} end
@@ -96,5 +99,6 @@ if has_schedule and schedule_keys_ok(history, hash, pending) and schedule_exists
 end
 if runs then run_log(runs, runs_cap, run, level_of(stream)) end
 if L then limit_release(L, now, exec, held) end
+activity(KEYS[8], now, {dead = 1})
 if paused then return {OK, dead_id, paused} end
 return {OK, dead_id}

@@ -19,7 +19,11 @@ ARGV[4] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 deadline (ms: the latest Redis time the job may start at), dedup (1 = a dedup key
                 follows, 0 = none), run (the runs log record, run_log.lua; '' = none),
                 limits (the limits the job holds, [[key, template], …]; [] = none)]
-ARGV[5] optional: the index of the first of the limits' keys, when an item holds limits
+ARGV[5] optional: the index of the first of the limits' keys, when an item holds limits ('' =
+        none)
+ARGV[6] optional: '1' = the last key is the partition's activity counters {p}:activity
+        (activity.lua: the expired jobs count as skipped, once per call), the runs log the one
+        before it
 
 Returns the Redis time it decided by (ms), then one code per item: OK=5 not expired, run it
 (nothing written) | EXPIRED=10 expired: acknowledged and recorded, do not run it |
@@ -42,21 +46,25 @@ whose deadline is far off by it.)
 -- @include limit_keys
 -- @include limit_keys_ok
 -- @include limit_release
+-- @include activity
 
 local stream = KEYS[1]
 local group, cap, runs_cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local runs = KEYS[#KEYS]
+local activity_key = ARGV[6] == '1' and KEYS[#KEYS] or nil
+local runs = KEYS[#KEYS - (activity_key and 1 or 0)]
 local ok, items = pcall(cjson.decode, ARGV[4])
 if not ok or type(items) ~= 'table' then return BAD_ARGS end
 for i = 1, #items do
   if type(items[i]) ~= 'table' or not tonumber(items[i][5]) then return BAD_ARGS end
 end
-local L = ARGV[5] and limit_keys(tonumber(ARGV[5]))
+local first_limit = tonumber(ARGV[5] or '')
+local L = first_limit and limit_keys(first_limit)
 if not key_is(stream, 'stream') or (L and not limit_keys_ok(L)) then return WRONG_TYPE end
 local level = level_of(stream)
 local lcache = {}
 local now = now_ms()
 local out = {now}
+local expired = 0
 local k = 2
 
 -- The schedule's side of an expired job: its history event and the end of its run.
@@ -84,6 +92,7 @@ for i = 1, #items do
     code = NOT_PENDING
     if rcall('XACK', stream, group, id) == 1 then
       code = EXPIRED
+      expired = expired + 1
       rcall('XDEL', stream, id)
       if dedup then dedup_finish(dedup) end
       if sid ~= '' then end_run(history, hash, pending, exec, attempt) end
@@ -93,4 +102,5 @@ for i = 1, #items do
   end
   out[#out + 1] = code
 end
+if expired > 0 then activity(activity_key, now, {skipped = expired}) end
 return out

@@ -17,17 +17,19 @@ KEYS[3] backlogs    ZSET of schedules holding pending occurrences (pending_push.
 KEYS[4] runs        the runs log {p}:runs, where skipped occurrences (overlap,
                     misfire=skip, catch_up_limit) are recorded (run_log.lua); on-time fires
                     never write to it
-With 4 KEYS, that is all (a single server). On a cluster every key the script touches is
+KEYS[5] activity    HASH, the partition's activity counters {p}:activity (activity.lua): the
+                    call's fires, skips and fire lags, counted once per call
+With 5 KEYS, that is all (a single server). On a cluster every key the script touches is
 declared, so that a live migration of the slot answers ASK / TRYAGAIN for the whole call
-(rather than failing it half-way, or reading a key not moved yet as absent): more than 4 KEYS,
-KEYS[4] the runs log, then:
-KEYS[5..4+P]        the stream of each plan of ARGV[10..9+P], in that order (its queue's
+(rather than failing it half-way, or reading a key not moved yet as absent): more than 5 KEYS,
+KEYS[5] the activity counters, then:
+KEYS[6..5+P]        the stream of each plan of ARGV[10..9+P], in that order (its queue's
                     stream: the prefix ARGV[7] and the plan's queue)
-KEYS[5+P..4+P+D]    the delayed set of each plan with a debounce, in plan order (the prefix
+KEYS[6+P..5+P+D]    the delayed set of each plan with a debounce, in plan order (the prefix
                     ARGV[8] and the plan's queue without its level)
-KEYS[5+P+D..]       3 keys per item, in item order: its hash, history and pending set (the
+KEYS[6+P+D..]       3 keys per item, in item order: its hash, history and pending set (the
                     prefixes ARGV[4..6] followed by its id)
-so #KEYS = 4 + P + D + 3 x items. The script still builds every name from the prefixes (on a
+so #KEYS = 5 + P + D + 3 x items. The script still builds every name from the prefixes (on a
 single server, where no slot moves, the batch carries no names: they would cost the herd's fires
 more than noise) and refuses the call as BAD_ARGS when a declared name is not the one it builds.
 
@@ -110,9 +112,12 @@ index is not a sorted set.
 -- @include run_skipped
 -- @include fire_job
 -- @include advance
+-- @include activity
+-- @include activity_lag
 
 local started = rcall('TIME')
 local leader_key, schedules_key, backlogs_key, runs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local activity_key = KEYS[5]
 local lease, cap, cancel_channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local hash_prefix, history_prefix, pending_prefix, stream_prefix = ARGV[4], ARGV[5], ARGV[6],
   ARGV[7]
@@ -144,11 +149,11 @@ local function read_plans(declared)
     if not OVERLAPS[overlap] then return nil end
     local p = plan_of(overlap, queue, max_runs ~= '' and max_runs, opts ~= '' and opts,
                       limit ~= '' and limit, debounce ~= '' and debounce)
-    if not p or (declared and KEYS[4 + i] ~= stream_prefix .. queue) then return nil end
+    if not p or (declared and KEYS[5 + i] ~= stream_prefix .. queue) then return nil end
     if p.debounce then
       ndebounced = ndebounced + 1
       local delayed = delayed_prefix .. string.match(queue, '^[^#]*')
-      if declared and KEYS[4 + nplans + ndebounced] ~= delayed then return nil end
+      if declared and KEYS[5 + nplans + ndebounced] ~= delayed then return nil end
       p.delayed = key_is(delayed, 'zset') and delayed
     end
     plans[tostring(i)] = p
@@ -281,6 +286,7 @@ end
 -- lookup on that path shows in the herd's time (so are move and queue_stream's cache hit).
 local function fire_groups(groups, index, shared)
   local results, streams = {}, {}
+  local skipped, lags = 0, {} -- what the activity counters get (count_activity)
   local scores, zadd = index.score, index.zadd
   local now, rpcall, unpack, step = shared.now, redis.pcall, unpack, stride
   local i = 0
@@ -298,6 +304,7 @@ local function fire_groups(groups, index, shared)
     elseif action and action ~= 'fire' then -- misfire, catch_up
       origin, late_ones = 'misfire', missed
     end
+    local fired = 0
     for k = g.first, g.last, step do
       i = i + 1
       local sid = ARGV[k]
@@ -321,8 +328,10 @@ local function fire_groups(groups, index, shared)
         elseif action == 'skip' or action == 'limit' then
           code, score = record_misfire(shared, sid, hash, sched, ms, nxt, action, missed, f, p,
                                        runs)
+          if score then skipped = skipped + 1 end
         elseif action == 'exclude' then
           code, score = record_excluded(shared, sid, hash, sched, ms, nxt, g.calendar, f, p, runs)
+          if score then skipped = skipped + 1 end
         else
           local stream = streams[p.queue]
           if stream == nil then stream = queue_stream(streams, p.queue) end
@@ -338,6 +347,11 @@ local function fire_groups(groups, index, shared)
             code, exec, run_until = fire_job(shared, hash, history_prefix .. sid, pending, stream,
                                              sid, sched, origin, late_ones, f, gen, p, keep,
                                              jitter, tp)
+            if code == FIRED then
+              fired = fired + 1
+            elseif code == SKIPPED then
+              skipped = skipped + 1
+            end
             if code > 0 then
               -- A pending occurrence counts as a run: it is queued as soon as the run ends (one
               -- merged into a debounce window does not: the window's job is the run).
@@ -354,8 +368,18 @@ local function fire_groups(groups, index, shared)
       end
       results[i] = code
     end
+    if fired > 0 then
+      -- A group's items share their due time, so their lag: one bucket for the group. Late
+      -- runs of a misfire policy or a catch-up are late by design: only on-time fires count.
+      if not action or action == 'fire' then
+        local b = activity_lag(now - due_at)
+        lags[b] = (lags[b] or 0) + fired
+      end
+      shared.fired = shared.fired + fired
+    end
   end
-  return results
+  shared.skipped = skipped
+  return results, lags
 end
 
 -- One write of the index's moves for the whole batch (in bounded groups: unpack has a stack
@@ -377,15 +401,15 @@ local function took_us(started_at)
                        tonumber(ended[2]) - tonumber(started_at[2]))
 end
 
-if #KEYS < 4 or not cap or cap < 1 or not nplans or not stride or #ARGV < 9 + nplans then
+if #KEYS < 5 or not cap or cap < 1 or not nplans or not stride or #ARGV < 9 + nplans then
   return tostring(BAD_ARGS)
 end
 -- On a cluster every key is declared: the plans' streams, their delayed sets (debounce), then
 -- each item's keys.
-local declared = #KEYS > 4
+local declared = #KEYS > 5
 local plans, ndebounced = read_plans(declared)
 if not plans then return tostring(BAD_ARGS) end
-local first_declared = declared and 5 + nplans + ndebounced or nil
+local first_declared = declared and 6 + nplans + ndebounced or nil
 local groups, sids = read_groups(plans, first_declared)
 if not groups or (declared and #KEYS ~= first_declared - 1 + 3 * #sids) then
   return tostring(BAD_ARGS)
@@ -396,7 +420,10 @@ if not key_is(schedules_key, 'zset') then return tostring(BAD_INDEX) end
 
 local index = read_index(sids)
 local shared = {now = now_ms(), cap = cap, cancel = cancel_channel, backlogs = backlogs_key,
-                runs = runs_key}
-local results = fire_groups(groups, index, shared)
+                runs = runs_key, fired = 0}
+local results, lags = fire_groups(groups, index, shared)
 write_index(index)
+if shared.fired > 0 or shared.skipped > 0 then -- a re-sent call (all stale) writes nothing
+  activity(activity_key, shared.now, {fired = shared.fired, skipped = shared.skipped}, lags)
+end
 return table.concat(results, ',') .. ';' .. took_us(started)

@@ -24,7 +24,9 @@ ARGV[9] has history     '1' | '0'
 ARGV[10] extra          JSON fragment for the history event ('' or ',…')
 ARGV[11] runs log cap (entries; with KEYS[5])
 ARGV[12] the runs log record (JSON array, run_log.lua; with KEYS[5])
-KEYS[6..16] optional: the limits' keys (rsched._core.keys.Keys.limits), with
+KEYS[6] activity optional, with KEYS[5]: the partition's activity counters {p}:activity
+                 (activity.lua: a failed or timed-out attempt counts as failed)
+KEYS[7..17] optional: the limits' keys (rsched._core.keys.Keys.limits), with
 ARGV[13] the limits the job holds ([[key, template], …]): released here, the next attempt takes them
          again when it is read
 
@@ -44,6 +46,7 @@ Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing do
 -- @include limit_keys
 -- @include limit_keys_ok
 -- @include limit_release
+-- @include activity
 
 local stream, delayed, history = KEYS[1], KEYS[2], KEYS[3]
 local group, id, delay, member = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -55,8 +58,8 @@ if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {WRONG
 local fields = decode_fields(member)
 if not fields then return {BAD_ARGS} end
 local L, held = nil, nil
-if KEYS[6] then
-  L = limit_keys(6)
+if KEYS[7] then
+  L = limit_keys(7)
   local ok
   ok, held = pcall(cjson.decode, ARGV[13] or '')
   if not ok or type(held) ~= 'table' then return {BAD_ARGS} end
@@ -77,4 +80,5 @@ if has_history and key_is(history, 'list') and (not hash or schedule_exists(hash
 end
 if runs then run_log(runs, tonumber(ARGV[11]), ARGV[12], level_of(stream)) end
 if L then limit_release(L, now, exec, held) end
+if event ~= 'retry' then activity(KEYS[6], now, {failed = 1}) end
 return {OK, int_text(due)}

@@ -6,6 +6,8 @@ KEYS[6] op  KEYS[7] backlogs  KEYS[8] parked bucket ({p}:parked:<n>, see park.lu
 KEYS[9] parked ({p}:parked)  KEYS[10] runs (the runs log, where a trigger the overlap policy
 skips is recorded)  KEYS[11] delayed ({p}:delayed:<queue of the schedule>, where the job of a
 schedule with a debounce waits)  KEYS[12] audit ({p}:audit, docs/audit.md)
+KEYS[13] activity (optional: the partition's activity counters {p}:activity, activity.lua: a
+manual run counts as fired, or skipped by the policy)
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 ARGV[5] audit  who and from where (lua/includes/audit_ctx.lua)
 ARGV[6] optional: the W3C traceparent the job carries ("00-<trace id>-<span id>-<flags>",
@@ -39,6 +41,7 @@ id is its own).
 -- @include unpark_one
 -- @include audit_ctx
 -- @include audit
+-- @include activity
 
 local schedules_key, hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op_key, backlogs_key, bucket_key, parked_key, runs_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9],
@@ -82,6 +85,9 @@ if code > 0 and advance(hash, sched, '', code == FIRED or code == BUFFERED, fals
                         run_until and exec, run_until) then
   rcall('ZADD', schedules_key, 'inf', sid)  -- completed (max_runs reached)
   unpark_one(bucket_key, parked_key, sid)
+end
+if code == FIRED or code == SKIPPED then
+  activity(KEYS[13], now, {fired = code == FIRED and 1 or 0, skipped = code == SKIPPED and 1 or 0})
 end
 local outcomes = {[FIRED] = 'fired', [SKIPPED] = 'skipped', [BUFFERED] = 'buffered',
                   [DEBOUNCED] = 'debounced'}

@@ -6,6 +6,7 @@ import typing as _typing
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
 from rsched._client.sync_client import SyncClient
+from rsched._core.activity import Activity, ActivityPoint, DepthPoint
 from rsched._core.audit import AuditRecord, SpecVersion
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
@@ -57,6 +58,8 @@ __version__ = "0.1.0"
 
 __all__ = (
     "AccessDenied",
+    "Activity",
+    "ActivityPoint",
     "AuditRecord",
     "BackfillResult",
     "BulkResult",
@@ -67,6 +70,7 @@ __all__ = (
     "ConfigError",
     "DeadLetter",
     "DeadLetterNotFound",
+    "DepthPoint",
     "Enqueued",
     "Fired",
     "Health",

@@ -161,8 +161,10 @@ async def test_demo_on_a_given_redis_cleans_up_its_schedules(
         f"{{{prefix}}}:runs",
         f"{{{prefix}}}:audit",  # the demo schedules' adds and removes
         f"{{{prefix}}}:meta",  # the deployment's number of partitions
+        f"{{{prefix}}}:activity",  # the counts per minute and hour
+        f"{{{prefix}}}:depth",  # the queues' depth samples
     }
-    for name in ("fence", "leader_ttl", "events", "runs", "audit", "meta"):
+    for name in ("fence", "leader_ttl", "events", "runs", "audit", "meta", "activity", "depth"):
         assert f"{{{prefix}}}:{name}" in out
 
 

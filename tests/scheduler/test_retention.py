@@ -167,7 +167,7 @@ def _worker(settings: Settings) -> rsched.Worker:
 STAYS = re.compile(
     r"^\{(?P<p>[^}]+)\}:(queue:default(#high|#low)?|delayed:default|dead:default|queues|runs"
     r"|leader|leader_ttl|fence|schedules|backlogs|events|health|workers|worker:[^:]+:\d+:\w+"
-    r"|result:[^}]+|ops:\d+|meta|schedulers|audit)$"
+    r"|result:[^}]+|ops:\d+|meta|schedulers|audit|activity|depth)$"
 )
 
 

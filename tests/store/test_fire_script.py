@@ -330,7 +330,7 @@ async def test_malformed_arguments_write_nothing(store: ScheduleStore) -> None:
         [f"1 {group}", "", item.version],
         [f"1 {item.expect} {item.next} 2", "a", item.version],
     ):
-        keys = [k.leader, k.schedules, k.backlogs, k.runs]
+        keys = [k.leader, k.schedules, k.backlogs, k.runs, k.activity]
         reply = await store.call_packed("fire", keys, [*with_spec, *items])
         assert reply == "-7", items
     assert await jobs(store) == []

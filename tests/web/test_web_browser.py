@@ -402,3 +402,25 @@ def test_tick_schedules_of_a_label_and_pause_them(page: Page, web: Web, settings
     page.get_by_role("button", name="Pause").click()
     expect(page.locator(".flash.ok")).to_contain_text("pause: 3 schedule(s): 3 paused")
     expect(page.locator("table.schedules .s-paused")).to_have_count(3)
+
+
+def test_new_schedule_form_previews_and_adds(page: Page, web: Web, settings: Settings) -> None:
+    base = web()
+    page.goto(base + "/schedules")
+    page.get_by_role("link", name="New schedule").click()
+    page.get_by_role("textbox", name="id", exact=True).fill("weekday-digest")
+    page.get_by_role("textbox", name="task", exact=True).fill("mail.digest")
+    page.get_by_role("textbox", name="cron").fill("30 9 * * 1-5")
+    page.get_by_role("combobox", name="zone").fill("Europe/Rome")
+    preview = page.locator("#preview li")
+    expect(preview).to_have_count(5)  # the htmx preview, as one types
+    expect(preview.first).to_contain_text("CE")  # in the schedule's own zone too (CET/CEST)
+    page.get_by_role("textbox", name="cron").fill("61 * * * *")
+    expect(page.locator("#preview .bad")).to_contain_text("cron")
+    page.get_by_role("textbox", name="cron").fill("30 9 * * 1-5")
+    expect(preview).to_have_count(5)
+    page.get_by_label("payload (JSON object)").fill('{"list": "ops"}')
+    shot(page, "new-schedule")
+    page.get_by_role("button", name="Add").click()
+    expect(page.locator(".flash.ok")).to_contain_text("added weekday-digest")
+    expect(page.get_by_role("heading", name=re.compile("weekday-digest"))).to_be_visible()

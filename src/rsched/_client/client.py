@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from rsched._client import bulk_actions, job_lookup
 from rsched._client.stats import Stats, read_stats
 from rsched._core import tracing
+from rsched._core.activity import HOURS, MINUTES, Activity, DepthPoint, activity_of, depth_of
 from rsched._core.audit import (
     AuditFilter,
     AuditRecord,
@@ -75,11 +76,13 @@ from rsched._core.timing import Timing, upcoming
 from rsched._core.workers import LISTED_STATES, JobInfo, WorkerInfo
 from rsched._ops.health import HealthReader, check_deployment
 from rsched._redis.connection import connect, explain
+from rsched._store.activity import read_activity
 from rsched._store.alerts import EventLog, HealthEvent
 from rsched._store.audit_log import audit_streams, read_audit
 from rsched._store.audit_log import check_cursor as check_audit_cursor
 from rsched._store.calendars import schedules_using
 from rsched._store.deployment import init_deployment
+from rsched._store.depth import read_depth
 from rsched._store.partitions import (
     Partitions,
     dead_letter_across,
@@ -1371,6 +1374,39 @@ class Client:
             self._registry,
             self.settings.scheduler.lease_ttl_ms,
         )
+
+    @_redis_errors
+    async def activity(self, *, minutes: int = MINUTES, hours: int = HOURS) -> Activity:
+        """What happened per minute over the last ``minutes`` (1..60) and per hour over the last
+        ``hours`` (1..24), oldest first, summed over the partitions: occurrences fired and
+        skipped (overlap, misfire, exclusion calendars, expired start deadlines), runs
+        completed, failed (an attempt retried after a failure or timeout), dead and cancelled,
+        and the fire lag of on-time fires (``ActivityPoint.p50_ms``, ``p99_ms``).
+
+        Read from the bounded counters the scripts keep as things happen (docs/monitoring.md,
+        "Activity counters"): one read per partition, whatever the number of schedules. Raises
+        InvalidArgument for a number out of range.
+        """
+        for name, value, most in (("minutes", minutes, MINUTES), ("hours", hours, HOURS)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise InvalidArgument(name, f"{value!r} is not a whole number in 1..{most}")
+        parts = await self._partitions()
+        every = parts.keys.every_partition()
+        hashes = await parts.each(lambda k: read_activity(self._redis, every[k]))
+        return activity_of(hashes, await self._clock.time_ms(), minutes=minutes, hours=hours)
+
+    @_redis_errors
+    async def queue_depth(self, queue: str, *, minutes: int = MINUTES) -> list[DepthPoint]:
+        """A queue's depth per minute over the last ``minutes`` (1..60), oldest first: its
+        waiting and delayed jobs as the leading schedulers sample them twice a minute (None for
+        a minute with no sample: no scheduler led). One bounded read per partition. Raises
+        InvalidArgument for a number out of range."""
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= MINUTES:
+            raise InvalidArgument("minutes", f"{minutes!r} is not a whole number in 1..{MINUTES}")
+        parts = await self._partitions()
+        every = parts.keys.every_partition()
+        samples = await parts.each(lambda k: read_depth(self._redis, every[k], queue))
+        return depth_of(samples, await self._clock.time_ms(), minutes=minutes)
 
     # --- health and events --------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from typing_extensions import TypedDict
 
+from rsched._store.leases import LeaseStore
 from rsched._store.partitions import Partitions, merge_queue_stats
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import IndexStats, ScheduleStore
@@ -61,6 +62,17 @@ class QueueStats(TypedDict, total=False):
     oldest_pending_ms: int | None
 
 
+class SchedulerInfo(TypedDict):
+    """A scheduler on the membership list: ``leader`` when it leads a partition (``partitions``
+    lists them), else ``standby``; the time since its last beat (it beats every few seconds:
+    a large age is a scheduler that stopped without leaving)."""
+
+    id: str
+    role: str
+    partitions: list[int]
+    beat_age_ms: int
+
+
 @dataclass(frozen=True, slots=True)
 class Stats:
     """A snapshot of one rsched deployment (see :meth:`Client.stats`). Times are epoch ms."""
@@ -76,6 +88,8 @@ class Stats:
     #: is partition 0's.
     partitions: int = 1
     leaders: list[Lease | None] = field(default_factory=list)
+    #: Every scheduler on the membership list, leaders first (``{prefix}:schedulers``).
+    schedulers: list[SchedulerInfo] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -104,6 +118,7 @@ async def read_stats(
     for name, q in queues.items():
         q["workers"] = sum(name in w.queues for w in live)
     total = sum(i.total for i in indexes)
+    members = await LeaseStore(clock.redis, parts.keys).members()
     active = sum(i.active for i in indexes)
     paused = sum(i.paused for i in indexes)
     return Stats(
@@ -121,7 +136,32 @@ async def read_stats(
         leader=leaders[0],
         partitions=parts.count,
         leaders=leaders,
+        schedulers=_schedulers(members, leaders, now),
     )
+
+
+def _schedulers(
+    members: list[tuple[str, int]], leaders: list[Lease | None], now: int
+) -> list[SchedulerInfo]:
+    """The membership list with what each leads; a lease holder missing from the list (an
+    older scheduler that does not beat) is listed too."""
+    led: dict[str, list[int]] = {}
+    for k, lease in enumerate(leaders):
+        if lease is not None:
+            led.setdefault(lease["owner"], []).append(k)
+    beats = dict(members)
+    ids = [*beats, *(owner for owner in led if owner not in beats)]
+    out: list[SchedulerInfo] = [
+        {
+            "id": sid,
+            "role": "leader" if sid in led else "standby",
+            "partitions": led.get(sid, []),
+            "beat_age_ms": max(0, now - beats[sid]) if sid in beats else -1,
+        }
+        for sid in ids
+    ]
+    out.sort(key=lambda s: (s["role"] != "leader", s["beat_age_ms"] < 0, s["beat_age_ms"]))
+    return out
 
 
 def _lease(index: IndexStats, lease_ttl_ms: int) -> Lease | None:

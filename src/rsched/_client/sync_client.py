@@ -26,6 +26,7 @@ from anyio.from_thread import BlockingPortal
 
 from rsched._client.client import BackfillResult, Client, Fired, Occurrence
 from rsched._client.stats import Stats
+from rsched._core.activity import HOURS, MINUTES, Activity, DepthPoint
 from rsched._core.audit import AuditRecord, SpecVersion
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
@@ -501,6 +502,14 @@ class SyncClient:
     def stats(self) -> Stats:
         """See :meth:`rsched.Client.stats`."""
         return self._run(self._client.stats)
+
+    def activity(self, *, minutes: int = MINUTES, hours: int = HOURS) -> Activity:
+        """See :meth:`rsched.Client.activity`."""
+        return self._run(self._client.activity, minutes=minutes, hours=hours)
+
+    def queue_depth(self, queue: str, *, minutes: int = MINUTES) -> list[DepthPoint]:
+        """See :meth:`rsched.Client.queue_depth`."""
+        return self._run(self._client.queue_depth, queue, minutes=minutes)
 
     def partitions(self) -> int:
         """See :meth:`rsched.Client.partitions`."""

@@ -353,3 +353,18 @@ class Keys:
         a JSON array [generation, ms, actor, source, {field: value}]: written from its first
         change on (a schedule never changed has none), deleted with the schedule."""
         return f"{self.tag}:specs:{schedule_id}"
+
+    @property
+    def depth(self) -> str:
+        """HASH, bounded: each queue's depth sampled once a minute by the partition's leader,
+        ``<queue>:<minute mod 64>`` -> ``<epoch minute> <waiting> <delayed>`` (the last hour
+        of each queue; docs/keys.md)."""
+        return f"{self.tag}:depth"
+
+    @property
+    def activity(self) -> str:
+        """HASH, bounded: the partition's activity counters, written where things happen (fires,
+        skips and fire lags by ``fire``; completed, failed, dead, expired and cancelled runs by
+        the worker scripts), per minute for the last hour and per hour for the last day, in two
+        rings of slots (``m<minute mod 64>``, ``h<hour mod 26>``; docs/keys.md)."""
+        return f"{self.tag}:activity"

@@ -28,6 +28,7 @@ from rsched._scheduler.calendar_cache import CalendarCache
 from rsched._scheduler.fire import DueRead, FireRound
 from rsched._scheduler.spec_cache import QUARANTINE_S, SpecCache
 from rsched._store import parking
+from rsched._store.depth import sample_depth
 from rsched._store.firing import FiringStore
 
 log = get_logger("rsched.scheduler")
@@ -47,6 +48,9 @@ READS_EXCLUDED = 3
 # markers live for hours, so a few seconds late is nothing; release_lost.lua, at most this many a
 # call.
 RELEASE_EVERY_S = 5.0
+# How often the leader samples its partition's queue depths (docs/keys.md, {p}:depth): twice a
+# minute, so that every minute gets one even when a round runs long.
+DEPTH_EVERY_S = 30.0
 RELEASE_BATCH = 100
 # Parked schedules (rsched._store.parking): brought back every PARK_EVERY_S, at most UNPARK_CALLS
 # calls of MOVE_LIMIT each time (a herd of 100k parked is back in ~50 s, minutes before it is
@@ -81,6 +85,7 @@ class Ticker:
         self._read_ahead: DueRead | None = None
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
         self._park_at = 0.0  # monotonic time of the next look at parked schedules
+        self._depth_at = 0.0  # monotonic time of the next sample of the queues' depth
         self.calendars = calendars  # shared by the partitions this process leads
 
     async def run(self, lease: str) -> None:
@@ -133,6 +138,7 @@ class Ticker:
         if self._read_ahead is None:  # between herds' rounds it would hold the next one up
             await self._release_lost(lease)
             await self._tidy_index(lease, 0)  # brings back only: a herd may go on
+            await self._sample_depth(now)
         # Not due by the script's TIME although due by the read's: the server clock stepped
         # back (a failover to a replica with another clock). Do not spin while it catches up.
         return NOT_DUE_PAUSE_S if counts.get(Code.NOT_DUE) else 0.0
@@ -149,6 +155,7 @@ class Ticker:
         """Nothing to fire: the chores of an idle stretch; return how long to sleep (seconds).
         ``wall`` is when the round looked at the read, ``sent`` when the read was sent."""
         await self._release_lost(lease)
+        await self._sample_depth(now)
         idle_ms = next_ms - now if next_ms is not None else math.inf
         back, more = await self._tidy_index(lease, idle_ms)
         if back is not None:  # brought back from the parked buckets: maybe due before next_ms
@@ -296,6 +303,15 @@ class Ticker:
         if exclude:
             due = [(sid, score) for sid, score in due if sid not in exclude]
         return sent, now, due, next_ms, full
+
+    async def _sample_depth(self, now: int) -> None:
+        """Each queue's depth for the minute of ``now`` (Redis time), every DEPTH_EVERY_S: the
+        dashboard draws a queue's last hour from these samples."""
+        wall = time.monotonic()
+        if wall < self._depth_at:
+            return
+        self._depth_at = wall + DEPTH_EVERY_S
+        await sample_depth(self.store.redis, self.store.keys, now)
 
     async def _release_lost(self, lease: str) -> None:
         """Every RELEASE_EVERY_S, release the backlogs of runs that were lost."""

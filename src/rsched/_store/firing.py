@@ -112,7 +112,7 @@ class FiringStore(scripts.ScriptCaller):
         ``fire_server_us`` and ``fire_timed_items``; a server whose TIME stands still inside a
         script (Valkey) reports no time, and the call counts in neither."""
         k = self.keys
-        keys = [k.leader, k.schedules, k.backlogs, k.runs]
+        keys = [k.leader, k.schedules, k.backlogs, k.runs, k.activity]
         args = [
             lease, str(self.history_limit), k.cancel,
             k.schedule(""), k.history(""), k.pending(""), k.queue(""), k.delayed_queue(""),

@@ -188,8 +188,8 @@ class Jobs(WorkerRegistry):
             keys += [stream] * 3
         has_dedup = job.schedule_id is None and NAME_RE.match(job.execution_id) is not None
         # The dedup key, or the stream in its place (cancel.lua leaves a key of another type
-        # alone), then the runs log and its record of the cancelled job.
-        keys += [k.dedup(job.execution_id) if has_dedup else stream, k.runs]
+        # alone), then the runs log and its record of the cancelled job, the activity counters.
+        keys += [k.dedup(job.execution_id) if has_dedup else stream, k.runs, k.activity]
         run = run_record(
             {
                 "execution_id": job.execution_id,

@@ -51,6 +51,14 @@ class LeaseStore(scripts.ScriptCaller):
         res = await self.call("scheduler_beat", [self.keys.schedulers], [scheduler_id, window_ms])
         return tuple(sorted(str(x) for x in res[1:]))
 
+    async def members(self) -> list[tuple[str, int]]:
+        """Every scheduler on the membership list with its last beat (ms, Redis time), the
+        newest first: live ones and those whose beats stopped (the next beat of a live one
+        drops them after its window)."""
+        # ZRANGE (every role may read): the list holds a few schedulers.
+        found = await self.redis.zrange(self.keys.schedulers, 0, -1, withscores=True)
+        return [(str(pair[0]), int(pair[1])) for pair in reversed(found)]
+
     async def leave(self, scheduler_id: str) -> None:
         """Take ``scheduler_id`` off the live list at once (a clean stop)."""
         await self.redis.zrem(self.keys.schedulers, scheduler_id)

@@ -568,6 +568,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.runs,
                 k.delayed_queue(queue),
                 k.audit,
+                k.activity,
             ],
             [schedule_id, self.history_limit, k.cancel, op_id, self.audit_arg()]
             + ([traced(queue)] if traced is not None else []),

@@ -161,10 +161,12 @@ class WorkerCalls(scripts.ScriptCaller):
                 item = (*item, 1)
             items.append(item)
         args: list[Any] = [GROUP, self.history_limit, orjson.dumps(items), self.runs_max_entries]
+        args.append(len(keys) + 1 if limited else "")
         if limited:
-            args.append(len(keys) + 1)
             keys += self.keys.limits
-        keys.append(self.keys.runs)
+        # The runs log, then the activity counters (ARGV[6] '1': the script counts the batch).
+        keys += (self.keys.runs, self.keys.activity)
+        args.append("1")
         recorded = int(await self.call("complete", keys, args))
         if recorded < 0:
             check(recorded, script="complete", queue=queue)
@@ -192,10 +194,11 @@ class WorkerCalls(scripts.ScriptCaller):
                  1 if e.dedup else 0, e.run, list(e.limits)]
             )  # fmt: skip
         args: list[Any] = [GROUP, self.history_limit, self.runs_max_entries, orjson.dumps(rows)]
+        args.append(len(keys) + 1 if limited else "")
         if limited:
-            args.append(len(keys) + 1)
             keys += k.limits
-        keys.append(k.runs)
+        keys += (k.runs, k.activity)
+        args.append("1")
         res = await self.call("expire", keys, args)
         if not isinstance(res, list):
             check(res, script="expire", queue=queue)
@@ -224,6 +227,7 @@ class WorkerCalls(scripts.ScriptCaller):
         history = self.keys.history(schedule_id) if schedule_id else stream
         hash_key = self.keys.schedule(schedule_id) if schedule_id else stream
         keys = [stream, self.keys.delayed_queue(queue), history, hash_key, self.keys.runs]
+        keys.append(self.keys.activity)
         if limits:
             keys += self.keys.limits
         res = await self.call(
@@ -288,7 +292,7 @@ class WorkerCalls(scripts.ScriptCaller):
         # The dedup key, or the stream in its place (dead.lua leaves a key of another type
         # alone), then the runs log.
         has_dedup = bool(raw.get("dedup")) and NAME_RE.match(exec_id) is not None
-        keys += [k.dedup(exec_id) if has_dedup else stream, k.runs]
+        keys += [k.dedup(exec_id) if has_dedup else stream, k.runs, k.activity]
         if limits:
             keys += k.limits
         job = {name: value for name, value in raw.items() if name != "priority"}

@@ -442,6 +442,17 @@ async def list_queues(sdk: SdkDep) -> dict[str, list[dict[str, Any]]]:
     return {"items": [{"name": name, **q} for name, q in sorted(stats.queues.items())]}
 
 
+@router.get("/queues/{queue}/depth", tags=["queues"])
+async def queue_depth(
+    sdk: SdkDep,
+    queue: str,
+    minutes: Annotated[int, Query(ge=1, le=60, description="minutes back, 1..60")] = 60,
+) -> dict[str, list[dict[str, Any]]]:
+    """The queue's ``waiting`` and ``delayed`` jobs per minute, oldest first, as the leading
+    schedulers sampled them (null: no sample that minute)."""
+    return {"items": [p.as_dict() for p in await sdk.queue_depth(queue, minutes)]}
+
+
 @router.get(
     "/queues/{queue}/dead-letters",
     response_model=DeadLetterPage,
@@ -827,6 +838,19 @@ async def delete_calendar(sdk: SdkDep, name: str) -> Response:
 async def stats(sdk: SdkDep) -> Stats:
     """Schedules by state, due backlog, oldest overdue, queues, dead letters, leader."""
     return await sdk.stats()
+
+
+@router.get("/activity", tags=["deployment"])
+async def activity(
+    sdk: SdkDep,
+    minutes: Annotated[int, Query(ge=1, le=60, description="minutes back, 1..60")] = 60,
+    hours: Annotated[int, Query(ge=1, le=24, description="hours back, 1..24")] = 24,
+) -> dict[str, Any]:
+    """What happened per minute and per hour, oldest first, from the activity counters:
+    ``fired``, ``completed``, ``failed``, ``dead``, ``skipped``, ``cancelled`` and the fire
+    lag's ``lag_p50_ms`` / ``lag_p99_ms`` (upper bounds of ``lag_bounds_ms`` buckets; null
+    without a fire, or beyond the last bound: ``lag_over_max``)."""
+    return (await sdk.activity(minutes, hours)).as_dict()
 
 
 _EVENT_ID = re.compile(r"^[0-9]{1,20}(-[0-9]{1,20})?$")

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp
 
 from rsched import Client, InvalidArgument, RschedError, Settings, __version__
 from rsched._core.errors import CsrfError
-from rsched.web import _api, _calendar_pages, _pages
+from rsched.web import _api, _calendar_pages, _pages, _schedule_form
 from rsched.web._errors import error_body, status_of
 from rsched.web._sdk import Sdk
 from rsched.web._security import Auth, Guard, Policy
@@ -77,6 +77,7 @@ def create_app(
     app.state.cache = _pages._Cache(ttl_s=2.0)
     app.include_router(_api.router)
     app.include_router(_pages.router)
+    app.include_router(_schedule_form.router)
     app.include_router(_calendar_pages.router)
     app.mount("/static", StaticFiles(directory=_STATIC), name="static")
 

@@ -48,16 +48,23 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(http_words)])
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TZ_COOKIE = "rsched_tz"
 FLASH_COOKIE = "rsched_flash"
-#: Schedules whose history the overview reads to count fires and outcomes per minute.
-ACTIVITY_SAMPLE = 50
-#: Events of the events stream the overview shows, newest first.
-RECENT_EVENTS = 20
+#: Events of the events stream the overview reads, newest first (repeats in a row are folded).
+RECENT_EVENTS = 200
+#: Groups of events the overview shows.
+EVENT_GROUPS = 20
+#: Event kinds the overview's filter offers.
+EVENT_KINDS = (
+    "dead_letter", "schedule_failing", "schedule_late", "schedule_stuck", "schedule_recovered",
+    "schedule_paused", "leader_changed",
+)  # fmt: skip
 #: Limit keys the Limits page reads per page (about: a page of a hash scan).
 LIMITS_PAGE = 200
 #: Jobs a limit key's page lists of those waiting on it, the first to start first.
 WAITING_SHOWN = 100
 #: Coming occurrences a schedule's page previews, those its calendars exclude included.
 NEXT_SHOWN = 10
+#: Runs a schedule's page draws and lists, at most (its history keeps ``history_limit``).
+RUNS_CHARTED = 50
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
@@ -212,14 +219,9 @@ async def histories(
 
 
 async def _overview(sdk: Sdk) -> dict[str, Any]:
-    stats = await sdk.stats()
-    sample = (await sdk.list_schedules(limit=ACTIVITY_SAMPLE)).items
-    events = await histories(sdk, [s.id for s in sample])
     return {
-        "stats": stats,
-        "activity": views.activity(events.values(), sdk.now_ms()),
-        "activity_events": views.ACTIVITY_EVENTS,
-        "sample": len(sample),
+        "stats": await sdk.stats(),
+        "activity": await sdk.activity(),
         "events": await sdk.events(RECENT_EVENTS),
         "workers": await sdk.workers(),
     }
@@ -235,7 +237,18 @@ async def cached_health(request: Request) -> Health:
 async def overview_context(request: Request) -> dict[str, Any]:
     cache: _Cache = request.app.state.cache
     found: dict[str, Any] = await cache.get("overview", lambda: _overview(sdk_of(request)))
-    return {**found, "health": await cached_health(request)}
+    tz, _ = _zone(request)
+    kind = request.query_params.get("kind", "")
+    kind = kind if kind in EVENT_KINDS else ""
+    return {
+        **found,
+        "health": await cached_health(request),
+        "charts": views.activity_charts(found["activity"], tz),
+        "totals": views.activity_totals(found["activity"]),
+        "event_groups": views.event_groups(found["events"], kind)[:EVENT_GROUPS],
+        "kind": kind,
+        "kinds": EVENT_KINDS,
+    }
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -307,6 +320,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
     coming = await sdk.upcoming(schedule_id, NEXT_SHOWN)
     events = await sdk.history(schedule_id)
     tz, _ = _zone(request)
+    found = views.runs(events)[:RUNS_CHARTED]
     return {
         "s": s,
         "health": await sdk.schedule_health(schedule_id),
@@ -314,7 +328,9 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
         "dst": views.dst_text(s),
         "state": views.status_text(s),
         "next_runs": views.next_runs(coming, s.timezone, tz, sdk.now_ms()),
-        "runs": views.runs(events),
+        "runs": found,
+        "run_chart": views.run_chart(found, tz, sdk.now_ms()),
+        "streak": views.failure_streak(found),
         "spec": _spec(s),
     }
 
@@ -466,14 +482,6 @@ async def edit_form(request: Request, schedule_id: str) -> Response:
     return render(request, "edit.html", s=s, text=views_json(spec), error=None, **_selects(chosen))
 
 
-@router.get("/new-schedule", response_class=HTMLResponse)
-async def new_form(request: Request) -> Response:
-    example = {"id": "nightly-report", "task": "reports.nightly", "cron": "0 2 * * *"}
-    return render(
-        request, "edit.html", s=None, text=views_json(example), error=None, **_selects({})
-    )
-
-
 def _selects(chosen: dict[str, str]) -> dict[str, Any]:
     """The edit form's selects: each one's choices and the one chosen ('' for the default)."""
     return {
@@ -502,8 +510,16 @@ def views_json(data: dict[str, Any]) -> str:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
 
 
-async def _save(request: Request, schedule_id: str | None) -> Response:
-    fields = await form(request)
+def json_form(request: Request, text: str) -> Response:
+    """The new schedule's JSON view (for experts): the spec as JSON, the DST selects."""
+    return render(request, "edit.html", s=None, text=text, error=None, **_selects({}))
+
+
+async def save_spec(
+    request: Request, schedule_id: str | None, fields: dict[str, list[str]] | None = None
+) -> Response:
+    """Save the JSON form's spec: add it (``schedule_id`` None) or replace the schedule's."""
+    fields = fields if fields is not None else await form(request)
     text = first(fields, "spec")
     sdk = sdk_of(request)
     try:
@@ -532,12 +548,7 @@ async def _save(request: Request, schedule_id: str | None) -> Response:
 
 @router.post("/schedules/{schedule_id}/edit")
 async def edit(request: Request, schedule_id: str) -> Response:
-    return await _save(request, schedule_id)
-
-
-@router.post("/new-schedule")
-async def add(request: Request) -> Response:
-    return await _save(request, None)
+    return await save_spec(request, schedule_id)
 
 
 # --- queues and dead letters --------------------------------------------------------------------
@@ -568,10 +579,13 @@ async def queue_context(request: Request, queue: str) -> dict[str, Any]:
         queue, limit=50, cursor=p.get("cursor") or None, task=p.get("task") or None
     )
     stats = await request.app.state.cache.get("stats", sdk.stats)
+    tz, _ = _zone(request)
     return {
         "queue": queue,
+        "depth_chart": views.depth_chart(await sdk.queue_depth(queue), tz),
         "q": stats.queues.get(queue, {}),
         "letters": page.items,
+        "letter_groups": views.letter_groups(page.items),
         "cursor": page.cursor,
         "task": p.get("task", ""),
         "jobs": await sdk.jobs(queue),

@@ -13,12 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from rsched import (
+    Activity,
     AuditRecord,
     BackfillResult,
     BulkResult,
     Calendar,
     Client,
     DeadLetter,
+    DepthPoint,
     Enqueued,
     Fired,
     Health,
@@ -258,6 +260,15 @@ class Sdk:
 
     async def stats(self) -> Stats:
         return await self.client.stats()
+
+    async def queue_depth(self, queue: str, minutes: int = 60) -> list[DepthPoint]:
+        """The queue's waiting and delayed jobs per minute, as the leaders sampled them."""
+        return await self.client.queue_depth(queue, minutes=minutes)
+
+    async def activity(self, minutes: int = 60, hours: int = 24) -> Activity:
+        """Counts per minute and per hour from the bounded activity counters (one read per
+        partition, whatever the number of schedules)."""
+        return await self.client.activity(minutes=minutes, hours=hours)
 
     async def health(self, **limits: Any) -> Health:
         """The deployment checks and the unhealthy schedules (``Client.health``: bounded

@@ -1,17 +1,31 @@
 """What pages and API answers derive from rsched's data: times in two zones, DST marks, coming
 occurrences with their jitter and exclusions, runs grouped from history events, a listed
-schedule's health state, per-minute activity. Pure: no I/O."""
+schedule's health state, the charts of activity and runs, failure streaks, events and dead
+letters grouped. Pure: no I/O."""
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rsched import HistoryEvent, Occurrence, RunRecord, Schedule, ScheduleHealth
+from markupsafe import Markup
+
+from rsched import (
+    Activity,
+    ActivityPoint,
+    DeadLetter,
+    DepthPoint,
+    HealthEvent,
+    HistoryEvent,
+    Occurrence,
+    RunRecord,
+    Schedule,
+    ScheduleHealth,
+)
+from rsched._core.activity import LAG_BOUNDS_MS
 from rsched._core.humanize import (
     clock,
     concurrency_text,
@@ -25,21 +39,32 @@ from rsched._core.humanize import (
 )
 from rsched._core.schedule import to_ms
 from rsched._core.timezones import canonical_timezone, resolve_timezone
+from rsched.web import _charts as charts
+from rsched.web._charts import Series
 
 __all__ = (
+    "EventGroup",
+    "LetterGroup",
     "Moment",
     "Run",
-    "activity",
+    "Streak",
+    "activity_charts",
+    "activity_totals",
     "concurrency_text",
+    "depth_chart",
     "dst_text",
     "duration",
+    "event_groups",
     "excluded_by",
+    "failure_streak",
     "health_of",
+    "letter_groups",
     "limit_glob",
     "limit_text",
     "moment",
     "next_runs",
     "override_text",
+    "run_chart",
     "runs",
     "status_text",
     "trigger_text",
@@ -48,8 +73,6 @@ __all__ = (
 
 #: Events of a run that come before its outcome; everything else of a run is an outcome.
 _FIRE_EVENTS = frozenset({"fired", "buffered", "skipped", "misfired", "released"})
-#: Columns of the activity table, in order.
-ACTIVITY_EVENTS = ("fired", "completed", "failed", "dead", "skipped")
 
 
 def valid_zone(name: str | None) -> str | None:
@@ -179,6 +202,8 @@ class Run:
     excluded_by: str = ""
     attempt: int | None = None
     error: str = ""
+    #: How long its last attempt ran (its outcome's ``duration_ms``), None when unknown.
+    duration_ms: float | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,6 +221,7 @@ class Run:
             "excluded_by": self.excluded_by or None,
             "attempt": self.attempt,
             "error": self.error or None,
+            "duration_ms": self.duration_ms,
             "events": self.events,
         }
 
@@ -235,6 +261,8 @@ def runs(events: Iterable[HistoryEvent]) -> list[Run]:
             run.attempt = event.attempt
         if not run.error and event.error:
             run.error = f"{event.error_type or 'error'}: {event.error}"
+        if run.duration_ms is None and event.duration_ms is not None:
+            run.duration_ms = event.duration_ms
     return list(by_id.values())
 
 
@@ -258,20 +286,190 @@ def health_of(schedule: Schedule, unhealthy: Mapping[str, ScheduleHealth]) -> tu
     return "ok", ""
 
 
-def activity(
-    histories: Iterable[Sequence[HistoryEvent]], now_ms: int, minutes: int = 10
-) -> list[tuple[int, Counter[str]]]:
-    """Per minute of the last ``minutes`` (newest first): counts of fired, completed, failed
-    (incl. timed out), dead and skipped events in the given histories."""
-    start = (now_ms // 60_000 - minutes + 1) * 60_000
-    buckets: list[Counter[str]] = [Counter() for _ in range(minutes)]
-    for events in histories:
-        for event in events:
-            at = to_ms(event.at)
-            if at < start or at > now_ms:
+#: The activity counters the overview draws, with each line's CSS class.
+ACTIVITY_LINES = ("fired", "completed", "failed", "dead", "skipped")
+
+
+def _hhmm(start: datetime, viewer: str) -> str:
+    return clock(to_ms(start), viewer)[11:16]
+
+
+def activity_charts(act: Activity, viewer: str) -> dict[str, Markup]:
+    """The overview's charts: counts per minute (the last hour), per hour (the last day), and
+    the fire lag's p50 and p99 per minute."""
+
+    def lines_of(points: Sequence[ActivityPoint], label: str, every: int, width: int) -> Markup:
+        titles = [_hhmm(p.start, viewer) for p in points]
+        ticks = [(i, t) for i, t in enumerate(titles) if i % every == 0]
+        series = [Series(n, [float(p[n]) for p in points], f"c-{n}") for n in ACTIVITY_LINES]
+        return charts.lines(label, series, titles, ticks, width=width)
+
+    def lag(v: float | None) -> float | None:
+        return None if v is None else min(v, float(LAG_BOUNDS_MS[-1]))
+
+    minutes = act.minutes
+    titles = [_hhmm(p.start, viewer) for p in minutes]
+    return {
+        "minutes": lines_of(minutes, "activity per minute, the last hour", 10, 1200),
+        "hours": lines_of(act.hours, "activity per hour, the last day", 4, 560),
+        "lag": charts.lines(
+            "fire lag per minute (p50 and p99), the last hour",
+            [
+                Series("p50", [lag(p.p50_ms) for p in minutes], "c-p50"),
+                Series("p99", [lag(p.p99_ms) for p in minutes], "c-p99"),
+            ],
+            titles,
+            [(i, t) for i, t in enumerate(titles) if i % 10 == 0],
+            unit="ms",
+        ),
+    }
+
+
+def depth_chart(points: Sequence[DepthPoint], viewer: str) -> Markup:
+    """A queue's waiting and delayed jobs per minute over the last hour (gaps: no sample)."""
+    titles = [_hhmm(p.start, viewer) for p in points]
+
+    def values(name: str) -> list[float | None]:
+        return [None if (v := getattr(p, name)) is None else float(v) for p in points]
+
+    return charts.lines(
+        "the queue's depth per minute, the last hour",
+        [
+            Series("waiting", values("waiting"), "c-fired"),
+            Series("delayed", values("delayed"), "c-skipped"),
+        ],
+        titles,
+        [(i, t) for i, t in enumerate(titles) if i % 10 == 0],
+        width=1200,
+    )
+
+
+def activity_totals(act: Activity) -> dict[str, int]:
+    """Each counter summed over the last hour (the charts' legend)."""
+    return {name: sum(p[name] for p in act.minutes) for name in ACTIVITY_LINES}
+
+
+def run_chart(found: Sequence[Run], viewer: str, now_ms: int) -> Markup:
+    """A schedule's recent runs, oldest left: a bar each, its height the run's duration, its
+    color the outcome (a run without a duration, queued or skipped, shows as a sliver)."""
+    shown = [r for r in reversed(found) if not r.execution_id.startswith("(")]
+    items = []
+    for r in shown:
+        when = moment(r.fired_ms, viewer, viewer, now_ms).viewer if r.fired_ms else "-"
+        took = duration(r.duration_ms) if r.duration_ms is not None else "no duration"
+        status = r.status.split(" ")[0]
+        what = f"skipped, excluded by {r.excluded_by}" if r.excluded_by else r.status
+        items.append(
+            charts.Bar(float(r.duration_ms or 0), f"o-{status}", f"{when}: {what}, {took}")
+        )
+    return charts.bars(
+        "durations and outcomes of the recent runs", items, unit="ms", width=1200, slots=50
+    )
+
+
+#: Outcomes that end a run in failure (a failure streak's runs).
+_FAILED = frozenset({"dead", "failed", "timed_out", "expired"})
+
+
+@dataclass(frozen=True, slots=True)
+class Streak:
+    """The current run of failures of a schedule, from its kept history."""
+
+    #: When its first run fired (or its first event), epoch ms.
+    since_ms: int
+    #: How many runs in a row failed.
+    runs: int
+    #: True when the streak reaches the oldest run kept: it may have started earlier.
+    at_least: bool
+
+
+def failure_streak(found: Sequence[Run]) -> Streak | None:
+    """The newest runs that ended in failure, in a row, up to the newest that did not (runs
+    still going are passed over); None when the newest finished run did not fail."""
+    streak: list[Run] = []
+    for r in found:  # newest first
+        status = r.status.split(" ")[0]
+        if status in ("queued", "started", "running", "retried", "fired", "buffered"):
+            if not streak:
                 continue
-            name = event.event
-            name = "failed" if name == "timed_out" else name
-            if name in ACTIVITY_EVENTS:
-                buckets[(at - start) // 60_000][name] += 1
-    return [(start + i * 60_000, buckets[i]) for i in reversed(range(minutes))]
+            break
+        if status not in _FAILED:
+            break
+        streak.append(r)
+    else:
+        if streak:
+            return Streak(_start(streak[-1]), len(streak), True)
+        return None
+    if not streak:
+        return None
+    return Streak(_start(streak[-1]), len(streak), False)
+
+
+def _start(r: Run) -> int:
+    if r.fired_ms is not None:
+        return r.fired_ms
+    ats = [e.get("at") for e in r.events]
+    times = [to_ms(datetime.fromisoformat(a)) for a in ats if isinstance(a, str)]
+    return min(times) if times else 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventGroup:
+    """Events alike (same kind, schedule, queue, task and reason) that follow each other in
+    the stream, newest first: the newest, how many, and the oldest one's time."""
+
+    newest: HealthEvent
+    count: int
+    oldest_at: datetime
+
+
+#: Fields that tell events of one kind apart for grouping (ids of each dead letter do not).
+_GROUP_FIELDS = ("queue", "task", "reason", "state", "error_type")
+
+
+def event_groups(events: Sequence[HealthEvent], kind: str = "") -> list[EventGroup]:
+    """The events (newest first) of ``kind`` ('' = every kind), repeats in a row folded into
+    one group: a flood of dead letters of one task reads as one line with its count."""
+    out: list[EventGroup] = []
+    last: tuple[Any, ...] | None = None
+    for e in events:
+        if kind and e.kind != kind:
+            continue
+        key = (e.kind, e.schedule_id, *(str(e.fields.get(f, "")) for f in _GROUP_FIELDS))
+        if out and key == last:
+            g = out[-1]
+            out[-1] = EventGroup(g.newest, g.count + 1, e.at)
+        else:
+            out.append(EventGroup(e, 1, e.at))
+        last = key
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LetterGroup:
+    """Dead letters of one task and error type: how many, the newest, and the schedules."""
+
+    task: str
+    error_type: str
+    count: int
+    newest: DeadLetter
+    schedules: tuple[str, ...]
+
+
+def letter_groups(letters: Sequence[DeadLetter]) -> list[LetterGroup]:
+    """The dead letters grouped by task and error type, the largest group first."""
+    groups: dict[tuple[str, str], list[DeadLetter]] = {}
+    for d in letters:
+        groups.setdefault((d.task, d.error_type or d.reason), []).append(d)
+    out = [
+        LetterGroup(
+            task,
+            error,
+            len(found),
+            max(found, key=lambda d: d.dead_at),
+            tuple(sorted({d.schedule_id for d in found if d.schedule_id})),
+        )
+        for (task, error), found in groups.items()
+    ]
+    out.sort(key=lambda g: (-g.count, g.task, g.error_type))
+    return out

@@ -246,6 +246,10 @@ async def _clean_up(redis: Redis, client: Client, keys: Keys, schedules: list[Sc
         )
     if await redis.exists(keys.events):
         say(f"  the events stream {keys.events} (rsched events shows it; capped in length)")
+    if await redis.exists(keys.activity):
+        say(f"  the activity counters {keys.activity} (per minute and hour; a bounded ring)")
+    if await redis.exists(keys.depth):
+        say(f"  the queues' depth samples {keys.depth} (the last hour; a bounded ring)")
     say(f"  the scheduler's fencing counter {keys.fence} (kept so that tokens never repeat)")
     say(f"  the lease length the last leader used, {keys.leader_ttl} (what rsched stats reads)")
     say(f"  request ids in {keys.ops('*')}, which expire within 5 minutes")
