@@ -518,7 +518,9 @@ def test_the_processes_refuse_a_wrong_server_in_one_line(
 @pytest.mark.slow
 async def test_a_thousand_concurrent_calls_through_one_client(redis_url: str, prefix: str) -> None:
     n = 1000
-    async with rsched.Client.from_url(redis_url, prefix=prefix) as client:
+    # The calls queue for the pool's 50 connections: the last one waits for most of the others,
+    # which on a loaded machine can take longer than the default wait for a connection (10 s).
+    async with rsched.Client.from_url(redis_url, prefix=prefix, pool_timeout_s=60) as client:
         results: list[Any] = [None] * n
 
         async def add(i: int) -> None:

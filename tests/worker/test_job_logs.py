@@ -62,6 +62,24 @@ async def _logged(client: rsched.Client, execution_id: str, n: int) -> bool:
     return len(await client.job_logs(execution_id)) >= n
 
 
+async def test_what_a_handler_said_is_kept_before_its_run_ends(
+    redis: Redis, settings: Settings
+) -> None:
+    """Whoever sees the run ended sees all its handler said: its last words are written before
+    its outcome is recorded, not at the journal's next round."""
+    worker = _worker(settings)
+    async with rsched.Client.from_settings(settings) as client:
+        ids = [(await client.enqueue("async")).execution_id for _ in range(5)]
+        async with running(worker, redis):
+            for execution_id in ids:
+                await eventually(lambda: _ended(client, execution_id))
+                assert [r.message for r in await client.job_logs(execution_id)][-1] == (
+                    "it went wrong"
+                )
+                progress = (await client.job(execution_id)).progress
+                assert progress is not None and progress.fraction == 0.5
+
+
 async def test_handlers_progress_and_logs_are_kept(redis: Redis, settings: Settings) -> None:
     worker = _worker(settings)
     async with rsched.Client.from_settings(settings) as client:

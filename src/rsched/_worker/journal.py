@@ -76,6 +76,9 @@ class Journal:
         # Per partition, the write Redis refused (its runs, rounds tried): written again first.
         self._refused: dict[int, tuple[list[RunNews], int]] = {}
         self._batches = 0
+        # The actor's rounds and a runner's flush at a run's end take turns: a partition's
+        # writes stay in order.
+        self._flushing = anyio.Lock()
 
     # --- what handlers call (any thread; never blocks on Redis, never raises) ---------------
 
@@ -105,6 +108,11 @@ class Journal:
         level = record.levelname.lower()
         self.line(job, level if level in _LEVELS else "info", cut(message, MESSAGE_MAX_CHARS))
 
+    def said(self, job: Job) -> bool:
+        """True when ``job``'s handler said something not written yet (no lock: a glance
+        that a handler which said nothing passes for the price of one truth test)."""
+        return bool(self._news) and any(run[1] == job.execution_id for run in list(self._news))
+
     def _pending(self, job: Job) -> _Pending:
         run = (
             job_partition(job.execution_id, len(self.state.stores)),
@@ -132,6 +140,10 @@ class Journal:
         buffer."""
         if not self._news and not self._refused:
             return
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         with self._lock:
             news, self._news = self._news, {}
         self._batches += 1

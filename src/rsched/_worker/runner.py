@@ -111,6 +111,9 @@ class Runner:
             if job.stop_event is not None:  # a thread still running is told to stop
                 job.stop_event.set()
         duration_ms = round((time.perf_counter() - started) * 1000, 1)
+        if self.journal.said(job):
+            # Its last words before its outcome: whoever sees the run ended sees all it said.
+            await self.journal.flush()
         if METRICS.on:
             cancelled = run.cancel_requested
             METRICS.job_ended(
