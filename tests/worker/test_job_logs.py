@@ -72,12 +72,13 @@ async def test_what_a_handler_said_is_kept_before_its_run_ends(
         ids = [(await client.enqueue("async")).execution_id for _ in range(5)]
         async with running(worker, redis):
             for execution_id in ids:
-                await eventually(lambda: _ended(client, execution_id))
+                await eventually(lambda eid=execution_id: _ended(client, eid))
                 assert [r.message for r in await client.job_logs(execution_id)][-1] == (
                     "it went wrong"
                 )
                 progress = (await client.job(execution_id)).progress
-                assert progress is not None and progress.fraction == 0.5
+                assert progress is not None
+                assert progress.fraction == 0.5
 
 
 async def test_handlers_progress_and_logs_are_kept(redis: Redis, settings: Settings) -> None:
