@@ -256,7 +256,9 @@ async def test_the_scheduler_stops_on_sigterm_while_redis_hangs(
     finally:
         srv.resume()
     assert code == 0, proc.output()
-    assert elapsed < 8, elapsed
+    # Its last calls (the ticker's read, the lease's release, leaving the schedulers' list) each
+    # end within the 2 s socket timeout: ~4-6 s in all, and never the 20 s of a hang.
+    assert elapsed < 12, elapsed
     assert "Traceback" not in proc.output()
 
 
