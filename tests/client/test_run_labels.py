@@ -38,7 +38,8 @@ async def test_fired_jobs_carry_their_schedules_labels(
     await client.backfill("s1", now - timedelta(hours=3), now - timedelta(minutes=1))
     queued = await _queued(redis, prefix)
     plain = [f for f in queued.values() if f["schedule_id"] == "plain"]
-    assert len(plain) == 1 and "labels" not in plain[0]  # no labels: no field
+    assert len(plain) == 1
+    assert "labels" not in plain[0]  # no labels: no field
     labelled = [f for f in queued.values() if f["schedule_id"] == "s1"]
     assert len(labelled) >= 3  # fired, triggered, backfilled
     assert {f["origin"] for f in labelled} >= {"schedule", "manual", "backfill"}

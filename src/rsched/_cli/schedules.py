@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from rsched._cli.audit import cmd_specs
 from rsched._cli import bulk
+from rsched._cli.audit import cmd_specs
 from rsched._cli.calendars import calendar_file
 from rsched._cli.common import (
     each,

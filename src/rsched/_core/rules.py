@@ -410,6 +410,8 @@ def check_actor(value: object) -> str:
             "'. _ @ : + / -' (no spaces), e.g. 'alice@ops-1' or 'deploy-bot'"
         )
     return value
+
+
 # Labels (docs/labels.md): short key=value pairs a schedule or a job carries, looked up through
 # an index whose key names hold the pair (rsched._core.keys.Keys.label). Neither part can hold
 # '=', ',', whitespace, '*?[]' or '{}': the pair is one key name's end, never a glob or another
