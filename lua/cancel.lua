@@ -15,6 +15,8 @@ KEYS[6] dedup    {p}:dedup:<execution id> (optional: an enqueued job with its ow
                  of another type, the stream, when there is none but KEYS[7] is given)
 KEYS[7] runs     optional: the runs log {p}:runs, where the cancelled job is recorded
                  (run_log.lua) with ARGV[9] (its cap) and ARGV[10] (the record)
+KEYS[8..] with KEYS[7]: the runs log's label index keys of the record's labels
+                 (runs_log.run_index_keys, run_index.lua; none for a job without labels)
 ARGV[1] group
 ARGV[2] where    'stream' | 'delayed'
 ARGV[3] entry    the stream entry id, or the delayed set's member (the job's JSON fields)

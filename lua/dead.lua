@@ -27,6 +27,8 @@ ARGV[8] first event  '' or an event recorded before "dead" (e.g. 'timed_out')
 ARGV[9] extra        JSON fragment for the history events ('' or ',…')
 ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or with KEYS[7]:
 ARGV[10] runs log cap   ARGV[11] the record (JSON array, run_log.lua)   ARGV[12..] the fields
+then, with KEYS[7], the runs log's label index keys of the record's labels (after the limits'
+         keys when there are any; runs_log.run_index_keys, run_index.lua; none without labels)
 KEYS[8..18] optional, with KEYS[7]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
          is then the limits the job holds ([[key, template], …], released here) and the fields start
          at ARGV[13]
@@ -63,7 +65,7 @@ local first, extra = ARGV[8], ARGV[9]
 local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
 if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
 local L, held = nil, nil
-if KEYS[8] then
+if KEYS[8] and not run_index_key(runs, KEYS[8]) then
   L = limit_keys(8)
   local ok
   ok, held = pcall(cjson.decode, ARGV[12])

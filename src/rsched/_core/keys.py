@@ -334,6 +334,22 @@ class Keys:
         every schedule and enqueued job; the entry id is when it happened."""
         return f"{self.tag}:runs"
 
+    def run_label(self, pair: str) -> str:
+        """ZSET, the runs log's label index: of each record of this partition's runs log that
+        carries the label ``pair`` (``k=v``), its entry id, scored by the id as one number
+        (run_score). Written by the script that appends the record (lua/includes/run_log.lua),
+        trimmed with the log by the leader's retention; an empty index is no key. The pair is
+        checked as for :meth:`label`."""
+        key, _, value = pair.partition("=")
+        check_label(key, value)
+        return f"{self.tag}:runs:label:{pair}"
+
+    @property
+    def run_labels(self) -> str:
+        """SET of the label pairs that have a runs-log index (run_label) in this partition:
+        what the retention trims (added with each labelled record, dropped with the index)."""
+        return f"{self.tag}:runs:labels"
+
     @property
     def audit(self) -> str:
         """STREAM, capped: the audit trail of this partition's schedules, one record per change

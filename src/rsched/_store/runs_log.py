@@ -26,7 +26,7 @@ from redis.exceptions import ResponseError
 
 from rsched._core.keys import GROUP, Keys
 from rsched._core.page import Page
-from rsched._core.rules import PRIORITIES, check_labels
+from rsched._core.rules import PRIORITIES, check_labels, label_pairs
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")
@@ -151,6 +151,26 @@ def run_record(
     ).decode() + (f"\n{labels}" if (labels := get("labels")) else "")
 
 
+def run_index_keys(keys: Keys, run: str | None) -> list[str]:
+    """The keys a script that logs the record ``run`` (run_record) declares for its label index
+    (lua/includes/run_index.lua): each pair's ZSET and the SET of pairs; none for a record
+    without labels (one ``in`` on the worker's path of every job), or with labels rsched did
+    not write (logged, not indexed)."""
+    if not run or "\n" not in run:
+        return []
+    try:
+        return [*(keys.run_label(p) for p in label_pairs(run.rpartition("\n")[2])), keys.run_labels]
+    except ValueError:
+        return []
+
+
+def run_score(entry_id: str) -> int:
+    """A runs-log entry id as its label index scores it (run_index.lua): ms x 4096 + sequence
+    (capped at 4095), so the index reads in the log's order."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms) * 4096 + min(int(seq or 0), 4095)
+
+
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -271,7 +291,10 @@ async def log_records(
 ) -> tuple[list[tuple[str, RunRecord]], str | None]:
     """The log's records that ``want`` keeps, newest first from ``start`` (an XREVRANGE bound),
     with their entry ids: at most ``limit`` of them, looking at most ``scan_max`` records; and
-    the id of the last record looked at when the log may hold more (None: it does not)."""
+    the id of the last record looked at when the log may hold more (None: it does not). With
+    labels, the records come from the label index (indexed_records)."""
+    if want.labels:
+        return await indexed_records(redis, keys, want, limit=limit, start=start, scan_max=scan_max)
     low = "-" if want.since_ms is None else str(want.since_ms)
     out: list[tuple[str, RunRecord]] = []
     scanned = 0
@@ -295,6 +318,75 @@ async def log_records(
         start = f"({page[-1][0]}"
         if scanned >= scan_max:
             return out, page[-1][0]
+
+
+def _entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def indexed_records(
+    redis: Redis, keys: Keys, want: RunFilter, *, limit: int, start: str, scan_max: int
+) -> tuple[list[tuple[str, RunRecord]], str | None]:
+    """log_records through the runs log's label index: the entry ids of the smallest index of
+    ``want``'s pairs, newest first (ZREVRANGEBYSCORE, a chunk at a time), then their records
+    in one pipeline of XRANGE id id, kept by ``want`` (its other pairs, status, task...). An id
+    whose record the log trimmed already is passed over. Looks at most ``scan_max`` ids."""
+    try:
+        index = [keys.run_label(pair) for pair in sorted(want.labels)]
+    except ValueError:
+        return [], None
+    if len(index) > 1:
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in index:
+                pipe.zcard(key)
+            sizes = await pipe.execute(raise_on_error=False)
+        size = {key: n if isinstance(n, int) else 0 for key, n in zip(index, sizes, strict=True)}
+        index.sort(key=size.__getitem__)
+    key = index[0]
+    bound: tuple[int, int] | None = None
+    inclusive = False
+    high = "+inf"
+    if start != "+":
+        check_cursor(start.lstrip("("))
+        inclusive = not start.startswith("(")
+        bound = _entry_key(start.lstrip("("))
+        high = str(run_score(start.lstrip("(")))
+    low = "-inf" if want.since_ms is None else str(want.since_ms * 4096)
+    out: list[tuple[str, RunRecord]] = []
+    looked = 0
+    while True:
+        count = min(max(2 * (limit - len(out)), 64), _CHUNK, scan_max - looked)
+        try:
+            raw = [str(m) for m in await redis.zrevrangebyscore(key, high, low, looked, count)]
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                return out, None
+            raise
+        looked += len(raw)
+        # Ids of one ms tie past the capped sequence: sorted here, and the bound applied to each.
+        raw.sort(key=_entry_key, reverse=True)
+        ids = raw
+        if bound is not None:
+            ids = [
+                i for i in raw if _entry_key(i) < bound or (inclusive and _entry_key(i) == bound)
+            ]
+        async with redis.pipeline(transaction=False) as pipe:
+            for entry_id in ids:
+                pipe.xrange(keys.runs, entry_id, entry_id)
+            replies = await pipe.execute(raise_on_error=False)
+        for entry_id, reply in zip(ids, replies, strict=True):
+            if isinstance(reply, BaseException) or not reply:
+                continue  # trimmed from the log, not yet from its index
+            record = record_of(entry_id, cast(list[Entry], reply)[0][1])
+            if record is not None and want.keeps(record):
+                out.append((entry_id, record))
+                if len(out) == limit:
+                    return out, entry_id
+        if len(raw) < count:
+            return out, None
+        if looked >= scan_max:
+            return out, raw[-1]
 
 
 async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int, RunRecord]]:
@@ -340,9 +432,56 @@ async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int
 
 async def trim_runs(redis: Redis, keys: Keys, *, before_ms: int, max_entries: int) -> int:
     """Drop the records written before ``before_ms`` (XTRIM MINID: an entry id is its time) and
-    those past about ``max_entries`` (MAXLEN ~); returns how many were dropped."""
+    those past about ``max_entries`` (MAXLEN ~), then the label index entries of every record
+    the log no longer holds (trim_index); returns how many records were dropped."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.xtrim(keys.runs, minid=str(before_ms), approximate=False)
         pipe.xtrim(keys.runs, maxlen=max_entries, approximate=True)
+        pipe.xrange(keys.runs, "-", "+", count=1)
         trimmed = await pipe.execute(raise_on_error=False)
-    return sum(n for n in trimmed if isinstance(n, int))
+    oldest = trimmed[2]
+    if isinstance(oldest, list):
+        await trim_index(redis, keys, oldest[0][0] if oldest else None)
+    return sum(n for n in trimmed[:2] if isinstance(n, int))
+
+
+async def trim_index(redis: Redis, keys: Keys, oldest: str | None) -> None:
+    """Drop from each label index of the runs log (Keys.run_labels names their pairs) the
+    entries older than the log's ``oldest`` record (None: the log is empty), whether the log
+    lost them by age or by size (a writer's MAXLEN ~ included); an index left empty is gone
+    (ZREMRANGEBYSCORE deletes it) and its pair leaves the set. A pipeline per 500 pairs: the
+    cost follows the pairs in use, not the records."""
+    below = f"({run_score(oldest)}" if oldest else "+inf"
+    cursor: int = 0
+    while True:
+        try:
+            cursor, found = await redis.sscan(keys.run_labels, cursor, count=_CHUNK)
+        except ResponseError:
+            return  # another type: not rsched's
+        pairs = [str(pair) for pair in found]
+        indexes: list[str] = []
+        for pair in pairs:
+            try:
+                indexes.append(keys.run_label(pair))
+            except ValueError:
+                indexes.append("")
+        async with redis.pipeline(transaction=False) as pipe:
+            for index in indexes:
+                if index:
+                    pipe.zremrangebyscore(index, "-inf", below)
+                    pipe.exists(index)
+            left = iter(await pipe.execute(raise_on_error=False))
+        gone = []
+        for pair, index in zip(pairs, indexes, strict=True):
+            if not index:
+                gone.append(pair)
+                continue
+            next(left)
+            if next(left) == 0:
+                gone.append(pair)
+        if gone:
+            # A record indexed since adds its pair again (run_index.lua); one that raced this
+            # SREM is trimmed once a later labelled record of the pair brings it back.
+            await redis.srem(keys.run_labels, *gone)
+        if cursor == 0:
+            return

@@ -22,6 +22,7 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE, Priority
 from rsched._redis import scripts
 from rsched._store.alerts import EventLog
+from rsched._store.runs_log import run_index_keys
 
 log = get_logger("rsched.worker")
 #: Characters of a run's error a pause note keeps (check_pause_note allows 500 in all).
@@ -164,6 +165,11 @@ class WorkerCalls(scripts.ScriptCaller):
         if limited:
             args.append(len(keys) + 1)
             keys += self.keys.limits
+        indexed = [
+            key for d in done if d.run and "\n" in d.run for key in run_index_keys(self.keys, d.run)
+        ]
+        if indexed:
+            keys += dict.fromkeys(indexed)
         keys.append(self.keys.runs)
         recorded = int(await self.call("complete", keys, args))
         if recorded < 0:
@@ -195,6 +201,11 @@ class WorkerCalls(scripts.ScriptCaller):
         if limited:
             args.append(len(keys) + 1)
             keys += k.limits
+        indexed = [
+            key for e in items if e.run and "\n" in e.run for key in run_index_keys(k, e.run)
+        ]
+        if indexed:
+            keys += dict.fromkeys(indexed)
         keys.append(k.runs)
         res = await self.call("expire", keys, args)
         if not isinstance(res, list):
@@ -226,6 +237,7 @@ class WorkerCalls(scripts.ScriptCaller):
         keys = [stream, self.keys.delayed_queue(queue), history, hash_key, self.keys.runs]
         if limits:
             keys += self.keys.limits
+        keys += run_index_keys(self.keys, run)
         res = await self.call(
             "retry",
             keys,
@@ -291,6 +303,7 @@ class WorkerCalls(scripts.ScriptCaller):
         keys += [k.dedup(exec_id) if has_dedup else stream, k.runs]
         if limits:
             keys += k.limits
+        keys += run_index_keys(k, run)
         job = {name: value for name, value in raw.items() if name != "priority"}
         if priority != "normal":
             job["priority"] = priority
