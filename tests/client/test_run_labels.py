@@ -121,8 +121,8 @@ async def test_every_record_of_a_labelled_job_is_indexed(
         worker.stop()
     by_status: dict[str, set[str]] = {}
     for entry_id in await _index(redis, prefix, "team=a"):
-        [(_, fields)] = await redis.xrange(Keys(prefix).runs, entry_id, entry_id)
-        row = orjson.loads(fields["r"])
+        entries: Any = await redis.xrange(Keys(prefix).runs, entry_id, entry_id)
+        row = orjson.loads(entries[0][1]["r"])
         by_status.setdefault(row[4], set()).add(row[0])
     assert by_status == {
         "completed": {"ok-1", "re-1"}, "failed": {"re-1"}, "dead": {"dead-1"},
