@@ -1,12 +1,16 @@
 -- Include: run_index(runs, id, labels) — index a labelled record of the runs log (run_log.lua):
--- its entry id `id` goes into the ZSET {p}:runs:label:<k>=<v> of each pair of `labels`
--- ("k=v,k=v"), scored by the id as one number (ms x 4096 + sequence, the sequence capped at
--- 4095: exact in a double, and ordered as the log is; rsched._store.runs_log.run_score), and
--- each pair into the SET {p}:runs:labels of the pairs that have an index (what the retention
--- trims). Only the keys the caller declared in KEYS are written (rsched._store.runs_log
+-- its entry id `id` is added, as the id of an entry of its own, to the STREAM
+-- {p}:runs:label:<k>=<v> of each pair of `labels` ("k=v,k=v"), and each pair to the SET
+-- {p}:runs:labels of the pairs that have an index (what the retention trims). A stream rather
+-- than a sorted set: the log's ids only grow, so each index is in the log's order as written,
+-- reads and trims by the same ids (XREVRANGE, XTRIM MINID), and costs a few bytes an entry
+-- (one constant field, compressed against the node's first entry) where a sorted set's costs
+-- over 100. Only the keys the caller declared in KEYS are written (rsched._store.runs_log
 -- .run_index_keys: an older caller that declares none indexes nothing, its records are still
--- logged); a key of another type is left alone. KEYS is read once per script call, and only
--- when a labelled record is logged: a call without one pays nothing.
+-- logged); a key of another type (or an index ahead of the log, written by hand) is left
+-- alone. KEYS is read once per script call, and only when a labelled record is logged: a call
+-- without one pays nothing.
+--
 -- run_index_key(runs, key): whether `key` is one of those index keys (a script whose optional
 -- keys follow the runs log tells them from what else may follow).
 -- @include rcall
@@ -18,17 +22,12 @@ local function run_index(runs, id, labels)
     run_index_declared = {}
     for i = 1, #KEYS do run_index_declared[KEYS[i]] = true end
   end
-  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
-  if not ms then return end
-  seq = tonumber(seq)
-  if seq > 4095 then seq = 4095 end
-  local score = string.format('%d', tonumber(ms) * 4096 + seq)
   local pairs_key = runs .. ':labels'
   local registry = run_index_declared[pairs_key]
   for pair in string.gmatch(labels, '[^,]+') do
     local key = runs .. ':label:' .. pair
     if run_index_declared[key] then
-      redis.pcall('ZADD', key, score, id)
+      redis.pcall('XADD', key, id, 'i', '1')
       if registry then redis.pcall('SADD', pairs_key, pair) end
     end
   end

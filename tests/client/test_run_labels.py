@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from rsched import Client, InvalidArgument, Job, Settings, Worker
 from rsched._core.keys import GROUP, Keys
 from rsched._store.queues import QueueStore
-from rsched._store.runs_log import run_record, run_score, trim_runs
+from rsched._store.runs_log import run_record, trim_runs
 from rsched._store.worker_calls import Done
 from tests.support.schedulers import jobs, scheduling
 from tests.support.waiting import eventually
@@ -78,7 +78,8 @@ async def _ran_by_label(client: Client, want: set[str]) -> bool:
 
 
 async def _index(redis: Redis, prefix: str, pair: str) -> set[str]:
-    return {str(m) for m in await redis.zrange(Keys(prefix).run_label(pair), 0, -1)}
+    entries: Any = await redis.xrange(Keys(prefix).run_label(pair))
+    return {entry_id for entry_id, _ in entries}
 
 
 async def test_every_record_of_a_labelled_job_is_indexed(
@@ -153,10 +154,10 @@ async def test_retention_trims_the_index_with_the_log(
     now = int(new_ms.timestamp() * 1000)
     recent = [f"{now - 10 + i}-0" for i in range(5)]
     await redis.xadd(runs, {"r": record, "l": "env=x"}, id="999-0")
-    await redis.zadd(keys.run_label("env=x"), {"999-0": run_score("999-0")})
+    await redis.xadd(keys.run_label("env=x"), {"i": "1"}, id="999-0")
     for entry_id in old + recent:
         await redis.xadd(runs, {"r": record, "l": "team=a"}, id=entry_id)
-        await redis.zadd(keys.run_label("team=a"), {entry_id: run_score(entry_id)})
+        await redis.xadd(keys.run_label("team=a"), {"i": "1"}, id=entry_id)
     await redis.sadd(keys.run_labels, "team=a", "env=x")
     # By age: the old records and their entries go, and an index left empty with them.
     assert await trim_runs(redis, keys, before_ms=now - 60_000, max_entries=1000) == 6

@@ -335,10 +335,10 @@ class Keys:
         return f"{self.tag}:runs"
 
     def run_label(self, pair: str) -> str:
-        """ZSET, the runs log's label index: of each record of this partition's runs log that
-        carries the label ``pair`` (``k=v``), its entry id, scored by the id as one number
-        (run_score). Written by the script that appends the record (lua/includes/run_log.lua),
-        trimmed with the log by the leader's retention; an empty index is no key. The pair is
+        """STREAM, the runs log's label index: of each record of this partition's runs log that
+        carries the label ``pair`` (``k=v``), an entry of the same id (one constant field).
+        Written by the script that appends the record (lua/includes/run_index.lua), trimmed
+        with the log by the leader's retention, which deletes an index left empty. The pair is
         checked as for :meth:`label`."""
         key, _, value = pair.partition("=")
         check_label(key, value)

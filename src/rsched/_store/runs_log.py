@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import ResponseError, WatchError
 
 from rsched._core.keys import GROUP, Keys
 from rsched._core.page import Page
@@ -162,13 +162,6 @@ def run_index_keys(keys: Keys, run: str | None) -> list[str]:
         return [*(keys.run_label(p) for p in label_pairs(run.rpartition("\n")[2])), keys.run_labels]
     except ValueError:
         return []
-
-
-def run_score(entry_id: str) -> int:
-    """A runs-log entry id as its label index scores it (run_index.lua): ms x 4096 + sequence
-    (capped at 4095), so the index reads in the log's order."""
-    ms, _, seq = entry_id.partition("-")
-    return int(ms) * 4096 + min(int(seq or 0), 4095)
 
 
 def _text(value: object) -> str | None:
@@ -320,18 +313,14 @@ async def log_records(
             return out, page[-1][0]
 
 
-def _entry_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 async def indexed_records(
     redis: Redis, keys: Keys, want: RunFilter, *, limit: int, start: str, scan_max: int
 ) -> tuple[list[tuple[str, RunRecord]], str | None]:
     """log_records through the runs log's label index: the entry ids of the smallest index of
-    ``want``'s pairs, newest first (ZREVRANGEBYSCORE, a chunk at a time), then their records
-    in one pipeline of XRANGE id id, kept by ``want`` (its other pairs, status, task...). An id
-    whose record the log trimmed already is passed over. Looks at most ``scan_max`` ids."""
+    ``want``'s pairs, newest first from ``start`` (XREVRANGE, a chunk at a time: the index's ids
+    are the log's), then their records in one pipeline of XRANGE id id, kept by ``want`` (its
+    other pairs, status, task...). An id whose record the log trimmed already is passed over.
+    Looks at most ``scan_max`` ids."""
     try:
         index = [keys.run_label(pair) for pair in sorted(want.labels)]
     except ValueError:
@@ -339,38 +328,23 @@ async def indexed_records(
     if len(index) > 1:
         async with redis.pipeline(transaction=False) as pipe:
             for key in index:
-                pipe.zcard(key)
+                pipe.xlen(key)
             sizes = await pipe.execute(raise_on_error=False)
         size = {key: n if isinstance(n, int) else 0 for key, n in zip(index, sizes, strict=True)}
         index.sort(key=size.__getitem__)
-    key = index[0]
-    bound: tuple[int, int] | None = None
-    inclusive = False
-    high = "+inf"
-    if start != "+":
-        check_cursor(start.lstrip("("))
-        inclusive = not start.startswith("(")
-        bound = _entry_key(start.lstrip("("))
-        high = str(run_score(start.lstrip("(")))
-    low = "-inf" if want.since_ms is None else str(want.since_ms * 4096)
+    low = "-" if want.since_ms is None else str(want.since_ms)
     out: list[tuple[str, RunRecord]] = []
     looked = 0
     while True:
         count = min(max(2 * (limit - len(out)), 64), _CHUNK, scan_max - looked)
         try:
-            raw = [str(m) for m in await redis.zrevrangebyscore(key, high, low, looked, count)]
+            found = cast(list[Entry], await redis.xrevrange(index[0], start, low, count=count))
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
                 return out, None
-            raise
-        looked += len(raw)
-        # Ids of one ms tie past the capped sequence: sorted here, and the bound applied to each.
-        raw.sort(key=_entry_key, reverse=True)
-        ids = raw
-        if bound is not None:
-            ids = [
-                i for i in raw if _entry_key(i) < bound or (inclusive and _entry_key(i) == bound)
-            ]
+            raise ValueError(f"{start.lstrip('(')!r} is not a cursor ({exc})") from None
+        ids = [entry_id for entry_id, _ in found]
+        looked += len(ids)
         async with redis.pipeline(transaction=False) as pipe:
             for entry_id in ids:
                 pipe.xrange(keys.runs, entry_id, entry_id)
@@ -383,10 +357,11 @@ async def indexed_records(
                 out.append((entry_id, record))
                 if len(out) == limit:
                     return out, entry_id
-        if len(raw) < count:
+        if len(ids) < count:
             return out, None
+        start = f"({ids[-1]}"
         if looked >= scan_max:
-            return out, raw[-1]
+            return out, ids[-1]
 
 
 async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int, RunRecord]]:
@@ -448,10 +423,9 @@ async def trim_runs(redis: Redis, keys: Keys, *, before_ms: int, max_entries: in
 async def trim_index(redis: Redis, keys: Keys, oldest: str | None) -> None:
     """Drop from each label index of the runs log (Keys.run_labels names their pairs) the
     entries older than the log's ``oldest`` record (None: the log is empty), whether the log
-    lost them by age or by size (a writer's MAXLEN ~ included); an index left empty is gone
-    (ZREMRANGEBYSCORE deletes it) and its pair leaves the set. A pipeline per 500 pairs: the
-    cost follows the pairs in use, not the records."""
-    below = f"({run_score(oldest)}" if oldest else "+inf"
+    lost them by age or by size (a writer's MAXLEN ~ included: XTRIM MINID, the index's ids
+    being the log's); an index left empty is deleted and its pair leaves the set. A pipeline
+    per 500 pairs: the cost follows the pairs in use, not the records."""
     cursor: int = 0
     while True:
         try:
@@ -467,10 +441,14 @@ async def trim_index(redis: Redis, keys: Keys, oldest: str | None) -> None:
                 indexes.append("")
         async with redis.pipeline(transaction=False) as pipe:
             for index in indexes:
+                if index and oldest:
+                    pipe.xtrim(index, minid=oldest, approximate=False)
+                elif index:
+                    pipe.xtrim(index, maxlen=0, approximate=False)
                 if index:
-                    pipe.zremrangebyscore(index, "-inf", below)
-                    pipe.exists(index)
-            left = iter(await pipe.execute(raise_on_error=False))
+                    pipe.xlen(index)
+            replies = await pipe.execute(raise_on_error=False)
+        left = iter(replies)
         gone = []
         for pair, index in zip(pairs, indexes, strict=True):
             if not index:
@@ -479,9 +457,28 @@ async def trim_index(redis: Redis, keys: Keys, oldest: str | None) -> None:
             next(left)
             if next(left) == 0:
                 gone.append(pair)
-        if gone:
-            # A record indexed since adds its pair again (run_index.lua); one that raced this
-            # SREM is trimmed once a later labelled record of the pair brings it back.
-            await redis.srem(keys.run_labels, *gone)
+        for pair in gone:
+            await _drop_index(redis, keys, pair)
         if cursor == 0:
+            return
+
+
+async def _drop_index(redis: Redis, keys: Keys, pair: str) -> None:
+    """Delete an empty label index (a stream left empty stays a key) and take its pair out of
+    the set, unless a record was indexed meanwhile (WATCH: then the next sweep looks again)."""
+    try:
+        index = keys.run_label(pair)
+    except ValueError:
+        await redis.srem(keys.run_labels, pair)
+        return
+    async with redis.pipeline(transaction=True) as pipe:
+        try:
+            await pipe.watch(index)
+            if await pipe.xlen(index) != 0:
+                return
+            pipe.multi()  # type: ignore[no-untyped-call]
+            pipe.delete(index)
+            pipe.srem(keys.run_labels, pair)
+            await pipe.execute()
+        except (WatchError, ResponseError):
             return
