@@ -211,3 +211,31 @@ async def _write_runs(redis: Redis, prefix: str, count: int) -> None:
         done.append(Done(entry_id, fields["execution_id"], None, 1, "completed", "", run=run))
     await store.complete("default", done[: count // 2])
     await store.complete("default", done[count // 2 :])
+
+
+@pytest.mark.cluster
+async def test_runs_by_label_are_gathered_across_partitions(
+    redis: Redis, settings: Settings, prefix: str
+) -> None:
+    client = Client(redis, settings.model_copy(update={"partitions": 4}))
+    base = Keys(prefix, 4)
+    want = []
+    for k in range(4):
+        keys = base.for_partition(k)
+        for i in range(5):
+            ms = 1_000_000 + 10 * i + k  # the partitions' records interleave in time
+            exec_id = f"p{k}-{i}"
+            row = [exec_id, None, "t", "default", "completed", None, None, 1, "w", 1, None, None]
+            await redis.xadd(
+                keys.runs, {"r": orjson.dumps(row).decode(), "l": "team=a"}, id=f"{ms}-0"
+            )
+            await redis.xadd(keys.run_label("team=a"), {"i": "1"}, id=f"{ms}-0")
+            want.append((ms, exec_id))
+    got, cursor = [], None
+    while True:
+        page = await client.runs(labels={"team": "a"}, status="completed", limit=3, cursor=cursor)
+        got += [r.execution_id for r in page.items]
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    assert got == [e for _, e in sorted(want, reverse=True)]
