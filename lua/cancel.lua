@@ -15,14 +15,16 @@ KEYS[6] dedup    {p}:dedup:<execution id> (optional: an enqueued job with its ow
                  of another type, the stream, when there is none but KEYS[7] is given)
 KEYS[7] runs     optional: the runs log {p}:runs, where the cancelled job is recorded
                  (run_log.lua) with ARGV[9] (its cap) and ARGV[10] (the record)
+KEYS[8] activity optional, with KEYS[7]: the partition's activity counters {p}:activity
+                 (activity.lua: counts the cancelled job)
+KEYS[9..] with KEYS[8]: the runs log's label index keys of the record's labels
+                 (runs_log.run_index_keys, run_index.lua; none for a job without labels)
 ARGV[1] group
 ARGV[2] where    'stream' | 'delayed'
 ARGV[3] entry    the stream entry id, or the delayed set's member (the job's JSON fields)
 ARGV[4] execution id   ARGV[5] attempt   ARGV[6] history cap
 ARGV[7] has history    '1' | '0'
 ARGV[8] extra    JSON fragment for the history event ('' or ',…')
-KEYS[8] activity optional, with KEYS[7]: the partition's activity counters {p}:activity
-                 (activity.lua: counts the cancelled job)
 ARGV[9] runs log cap   ARGV[10] the record (JSON array; with KEYS[7])
 
 Returns OK=5 cancelled | NOT_FOUND=-2 the job is no longer there (it ran, or was cancelled) |

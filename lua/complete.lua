@@ -23,6 +23,8 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 here; with ARGV[5]),
                 counted (optional: 1 = its schedule pauses after failed runs: a completed run
                 clears the count, failure_streak.lua) ]
+then the runs log's label index keys of the items' labelled records (runs_log.run_index_keys,
+  run_index.lua; none when no item has labels), then the runs log {p}:runs last
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 ARGV[5] optional: the index of the first of the limits' keys (rsched._core.keys.Keys.limits, 11

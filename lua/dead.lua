@@ -29,6 +29,8 @@ ARGV[10..] dead letter fields (field, value, …; dead_at is added here), or wit
 ARGV[10] runs log cap   ARGV[11] the record (JSON array, run_log.lua)   ARGV[12..] the fields
 KEYS[8] activity  optional, with KEYS[7]: the partition's activity counters {p}:activity
                   (activity.lua: counts the dead run)
+then, with KEYS[7], the runs log's label index keys of the record's labels (after the limits'
+         keys when there are any; runs_log.run_index_keys, run_index.lua; none without labels)
 KEYS[9..19] optional, with KEYS[8]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
          is then the limits the job holds ([[key, template], …], released here) and the fields start
          at ARGV[13]
@@ -66,7 +68,7 @@ local first, extra = ARGV[8], ARGV[9]
 local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
 if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
 local L, held = nil, nil
-if KEYS[9] then
+if KEYS[9] and not run_index_key(runs, KEYS[9]) then
   L = limit_keys(9)
   local ok
   ok, held = pcall(cjson.decode, ARGV[12])

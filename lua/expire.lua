@@ -13,6 +13,8 @@ then per item, in item order: 3 keys when it has a schedule id (history {p}:hist
   {p}:schedule:<id>, pending {p}:pending:<id>), then 1 key when its 6th element is 1 (dedup
   {p}:dedup:<execution id>)
 then, with ARGV[4], the limits' keys (rsched._core.keys.Keys.limits, 11 keys) from that index
+then the runs log's label index keys of the items' labelled records (runs_log.run_index_keys,
+  run_index.lua; none when no item has labels)
 last: the runs log {p}:runs
 ARGV[1] group   ARGV[2] history cap   ARGV[3] runs log cap
 ARGV[4] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,

@@ -47,9 +47,10 @@ ARGV[8]             key prefix of a queue's delayed set ("{p}:delayed:"), where 
 ARGV[9]             P, the number of plans that follow; "<P> traced" when the scheduler traces
                     (docs/tracing.md): each item then has a third arg, below
 ARGV[10..9+P]       the plans of the batch's items, one string each (FireSpec.arg):
-                    "<overlap> <queue> <max_runs> <buffer_limit> <debounce> <opts>" (max_runs
-                    '' = none, buffer_limit '' = 100, debounce '' = none, else ms, opts '' =
-                    all defaults, else the hash's JSON object): the plan fields of the version
+                    "<overlap> <queue> <max_runs> <buffer_limit> <debounce> <labels> <opts>"
+                    (max_runs '' = none, buffer_limit '' = 100, debounce '' = none, else ms,
+                    labels '' = none, else the hash's "k=v,k=v", which its jobs carry, opts ''
+                    = all defaults, else the hash's JSON object): the plan fields of the version
                     the scheduler planned with. Only an upsert writes them and it moves the
                     version, so they are the hash's whenever the item's version check passes;
                     sending them spares every fire reading six more fields.
@@ -135,7 +136,7 @@ local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = tru
 local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([^ ]+)$'
 local TRACEPARENT = '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16) .. '%-%x%x$'
-local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) (.*)$'
+local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) ([^ ]*) (.*)$'
 
 -- The batch's plans (ARGV[10..9+P]), keyed by their position as text (how items name them:
 -- looking a string up costs less than tonumber), and how many have a debounce; or nil when one
@@ -145,10 +146,11 @@ local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) (.*)$'
 local function read_plans(declared)
   local plans, ndebounced = {}, 0
   for i = 1, nplans do
-    local overlap, queue, max_runs, limit, debounce, opts = string.match(ARGV[9 + i], PLAN)
+    local overlap, queue, max_runs, limit, debounce, labels, opts = string.match(ARGV[9 + i],
+                                                                                 PLAN)
     if not OVERLAPS[overlap] then return nil end
     local p = plan_of(overlap, queue, max_runs ~= '' and max_runs, opts ~= '' and opts,
-                      limit ~= '' and limit, debounce ~= '' and debounce)
+                      limit ~= '' and limit, debounce ~= '' and debounce, labels)
     if not p or (declared and KEYS[5 + i] ~= stream_prefix .. queue) then return nil end
     if p.debounce then
       ndebounced = ndebounced + 1

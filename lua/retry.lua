@@ -26,7 +26,10 @@ ARGV[11] runs log cap (entries; with KEYS[5])
 ARGV[12] the runs log record (JSON array, run_log.lua; with KEYS[5])
 KEYS[6] activity optional, with KEYS[5]: the partition's activity counters {p}:activity
                  (activity.lua: a failed or timed-out attempt counts as failed)
-KEYS[7..17] optional: the limits' keys (rsched._core.keys.Keys.limits), with
+KEYS[7..17] optional: the limits' keys (rsched._core.keys.Keys.limits, 11), with ARGV[13];
+         then, with KEYS[5], the runs log's label index keys of the record's labels
+         (runs_log.run_index_keys, run_index.lua; none for a job without labels)
+KEYS[7..17] (the limits' keys) with
 ARGV[13] the limits the job holds ([[key, template], …]): released here, the next attempt takes them
          again when it is read
 
@@ -58,7 +61,7 @@ if not (key_is(stream, 'stream') and key_is(delayed, 'zset')) then return {WRONG
 local fields = decode_fields(member)
 if not fields then return {BAD_ARGS} end
 local L, held = nil, nil
-if KEYS[7] then
+if KEYS[7] and not run_index_key(runs, KEYS[7]) then
   L = limit_keys(7)
   local ok
   ok, held = pcall(cjson.decode, ARGV[13] or '')

@@ -51,7 +51,7 @@ local function debounce_fire(shared, hash, history, stream, sid, exec, sched, or
   end
   if not hist_first(history, shared.cap, record) then return WRONG_TYPE, exec end
   local due = now + p.debounce
-  local fields = {job_pairs(exec, sid, sched, int_text(now), origin, f, gen, p.opts, tp)}
+  local fields = {job_pairs(exec, sid, sched, int_text(now), origin, f, gen, p.opts, tp, p.labels)}
   local level = level_of(stream)
   if level then
     fields[#fields + 1] = 'priority'

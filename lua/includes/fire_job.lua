@@ -126,7 +126,7 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
         if not hist_first(history, cap, key .. head .. tail) then return WRONG_TYPE, exec end
         if keep or held < limit then
           pending_push(pending, shared.backlogs, sid, sched,
-                       {job_pairs(exec, sid, sched, at, origin, f, gen, p.opts, tp)}, run_until)
+                       {job_pairs(exec, sid, sched, at, origin, f, gen, p.opts, tp, p.labels)}, run_until)
           return BUFFERED, exec
         end
         if shared.runs then
@@ -161,7 +161,7 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
     if type(len) == 'table' and wrong_type(len) then return WRONG_TYPE, exec end
     if len > cap then rcall('LTRIM', history, 0, cap - 1) end
   end
-  rcall('XADD', stream, '*', job_pairs(exec, sid, sched, at, origin, f, gen, p.opts, tp))
+  rcall('XADD', stream, '*', job_pairs(exec, sid, sched, at, origin, f, gen, p.opts, tp, p.labels))
   local run_until = nil
   if overlap ~= 'allow' then
     -- The state and worker of an earlier (expired or cancelled) run must not survive into

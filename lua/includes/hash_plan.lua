@@ -10,5 +10,6 @@ local function hash_plan(f)
     if not debounce then return nil end
     debounce = math.floor(debounce * 1000 + 0.5)
   end
-  return plan_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS], f[F_BUFFER_LIMIT], debounce)
+  return plan_of(f[F_OVERLAP], f[F_QUEUE], f[F_MAX_RUNS], f[F_OPTS], f[F_BUFFER_LIMIT], debounce,
+                 f[F_LABELS])
 end

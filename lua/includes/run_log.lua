@@ -14,7 +14,8 @@
 -- job's stream; nil: normal, which adds none). A job with labels has them after the array, on a
 -- line of their own ("[...]\nk=v,k=v", rsched._store.runs_log.run_record): they go in a field
 -- of their own, 'l', which a reader that does not know it leaves alone; a record without labels
--- is stored as before.
+-- is stored as before. A labelled record is also indexed by its labels (run_index.lua) in the
+-- index keys the caller declared.
 --
 -- XADD runs [MAXLEN ~ cap] * r record [p level]. cap nil: no trim (the fire path's rare writes;
 -- the workers' writes and the leader's sweep keep the cap). Nothing is written when runs is nil
@@ -23,6 +24,7 @@
 -- is checked once per script call.
 -- @include rcall
 -- @include key_is
+-- @include run_index
 
 local runs_log_ok = nil
 
@@ -35,9 +37,11 @@ local function run_log(runs, cap, record, level)
   if cut then entry[3] = string.sub(record, 1, cut - 1) end
   if level then entry[#entry + 1], entry[#entry + 2] = 'p', level end
   if cut then entry[#entry + 1], entry[#entry + 2] = 'l', string.sub(record, cut + 1) end
+  local id
   if cap and cap >= 1 then
-    rcall('XADD', runs, 'MAXLEN', '~', cap, unpack(entry))
+    id = rcall('XADD', runs, 'MAXLEN', '~', cap, unpack(entry))
   else
-    rcall('XADD', runs, unpack(entry))
+    id = rcall('XADD', runs, unpack(entry))
   end
+  if cut then run_index(runs, id, string.sub(record, cut + 1)) end
 end

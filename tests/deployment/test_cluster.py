@@ -46,6 +46,7 @@ from tests.support.workload import (
     deadlines_and_failures,
     engine,
     excluded,
+    labelled_runs,
     labels_tour,
     limited_task,
     limits_tour,
@@ -116,6 +117,7 @@ async def test_every_script_runs_on_the_cluster(
             await eventually(lambda: "expire" in seen)
             await eventually(lambda: paused(client, "pf"))
             await eventually(lambda: excluded(client))
+            await eventually(lambda: labelled_runs(client))
         await client.job(ran[0])
         await client.job_logs(ran[0], attempt=1)  # a pipeline of reads in the job's slot
         first = await client.list(limit=1)

@@ -43,6 +43,7 @@ from tests.support.workload import (
     calendars_tour_end,
     deadlines_and_failures,
     excluded,
+    labelled_runs,
     labels_tour,
     limited_task,
     limits_tour,
@@ -292,6 +293,7 @@ async def test_every_script_declares_every_key_it_touches(
                 await eventually(lambda: "expire" in strict.ran)
                 await eventually(lambda: paused(client, "pf"))
                 await eventually(lambda: excluded(client))
+                await eventually(lambda: labelled_runs(client))
                 # the occurrence the end on "idle" left pending, released into "gated"
                 await eventually(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()

@@ -163,3 +163,19 @@ async def labels_tour(client: rsched.Client) -> None:
     assert {"lab", "lab-1", "lab-2"} <= set(await client.select(task="t.ok"))  # every_id
     removed = await client.remove_many(["lab", "lab-1", "lab-2"])
     assert removed.count("removed") == 3
+    # Labelled jobs through every script that logs a run (their records go into the runs log's
+    # label index): a triggered schedule's (complete), a failing one's (retry, dead), a late
+    # one's (expire) and a cancelled one's (cancel).
+    tour = {"tour": "l"}
+    await client.add({"id": "lab-run", "task": "t.ok", "every": 3600, "labels": tour})
+    await client.trigger("lab-run")
+    await client.enqueue("t.fail", max_retries=1, labels=tour)
+    await client.enqueue("t.ok", start_deadline="1ms", labels=tour)
+    queued = await client.enqueue("t.ok", queue="idle", labels=tour)
+    await client.cancel(queued.execution_id)
+
+
+async def labelled_runs(client: rsched.Client) -> bool:
+    """Whether the labels tour's runs are found by label: completed, dead, expired, cancelled."""
+    page = await client.runs(labels={"tour": "l"}, limit=50)
+    return {"completed", "dead", "expired", "cancelled"} <= {r.status for r in page.items}

@@ -408,9 +408,12 @@ async def test_retry_then_success_is_no_failure(redis: Redis, settings: Settings
 
 
 def test_the_fire_spec_names_the_stream_of_its_level() -> None:
-    assert FireSpec.from_hash({"queue": "q"}).arg() == "skip q    "
-    assert FireSpec.from_hash({"queue": "q", "priority": "high"}).arg() == "skip q#high    "
-    assert FireSpec.from_hash({"priority": "low"}).arg() == "skip default#low    "
-    assert FireSpec.from_hash({"debounce": "2.5"}).arg() == "skip default   2500 "
+    assert FireSpec.from_hash({"queue": "q"}).arg() == "skip q     "
+    assert FireSpec.from_hash({"queue": "q", "priority": "high"}).arg() == "skip q#high     "
+    assert FireSpec.from_hash({"priority": "low"}).arg() == "skip default#low     "
+    assert FireSpec.from_hash({"debounce": "2.5"}).arg() == "skip default   2500  "
+    assert FireSpec.from_hash({"labels": "team=a"}).arg() == "skip default    team=a "
+    with pytest.raises(ValueError, match="labels"):
+        FireSpec.from_hash({"labels": "team=a b"})
     with pytest.raises(ValueError, match="not a priority"):
         FireSpec.from_hash({"priority": "urgent"})

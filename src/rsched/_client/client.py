@@ -952,11 +952,13 @@ class Client:
         that were skipped.
 
         ``status`` (see ``RunRecord.status``), ``schedule_id``, ``task`` and ``labels`` (every
-        one carried: a job enqueued with them, docs/labels.md) keep matching records; ``since``
-        a duration back from now (``"1h"``, seconds, a timedelta) or an aware datetime. A read
-        looks at most 10,000 records of the log, so a rare filter may answer with fewer than
-        ``limit`` records and a cursor: pass ``cursor`` back for older runs; None means there
-        are no more. Raises InvalidArgument naming the bad argument.
+        one carried: a job enqueued with them or fired from a schedule with them,
+        docs/labels.md) keep matching records; ``since`` a duration back from now (``"1h"``,
+        seconds, a timedelta) or an aware datetime. With ``labels`` the records come from the
+        runs log's label index; otherwise a read looks at most 10,000 records of the log. Either
+        way a rare filter may answer with fewer than ``limit`` records and a cursor: pass
+        ``cursor`` back for older runs; None means there are no more. Raises InvalidArgument
+        naming the bad argument.
         """
         _argument("limit", check_page, limit)
         if status is not None:

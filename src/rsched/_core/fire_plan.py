@@ -27,7 +27,15 @@ from typing import NamedTuple, get_args
 
 from rsched._core.job import JobOptions
 from rsched._core.keys import stream_name
-from rsched._core.rules import NAME_RE, Priority, check_debounce, check_exclude, check_priority
+from rsched._core.rules import (
+    NAME_RE,
+    Priority,
+    check_debounce,
+    check_exclude,
+    check_labels,
+    check_priority,
+    labels_text,
+)
 from rsched._core.schedule import Overlap
 from rsched._core.timing import Timing
 
@@ -53,6 +61,7 @@ class FireSpec:
         "normal"  # picks the queue's stream of that level (rsched._core.keys.queue)
     )
     debounce_ms: int | None = None  # None: fired jobs go straight to the stream
+    labels: str = ""  # the hash's ``labels`` ("k=v,k=v"), which its jobs carry; '' for none
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> FireSpec:
@@ -69,18 +78,21 @@ class FireSpec:
             get("buffer_limit"),
             get("priority"),
             get("debounce"),
+            get("labels"),
         )
 
     def arg(self) -> str:
         """The spec as fire.lua reads it (its "policy"):
-        "<overlap> <queue> <max_runs> <buffer_limit> <debounce ms> <opts>". The queue part names
-        the stream of the schedule's priority level (``q`` or ``q#high``): fire.lua appends it
-        to the streams' key prefix, so a priority costs a fire nothing."""
+        "<overlap> <queue> <max_runs> <buffer_limit> <debounce ms> <labels> <opts>". The queue
+        part names the stream of the schedule's priority level (``q`` or ``q#high``): fire.lua
+        appends it to the streams' key prefix, so a priority costs a fire nothing. The labels
+        ride with the plan, parsed once a batch: a fire reads no field more for them, and a
+        schedule without labels sends an empty part."""
         max_runs = "" if self.max_runs is None else self.max_runs
         limit = "" if self.buffer_limit is None else self.buffer_limit
         debounce = "" if self.debounce_ms is None else self.debounce_ms
         queue = stream_name(self.queue, self.priority)
-        return f"{self.overlap} {queue} {max_runs} {limit} {debounce} {self.opts}"
+        return f"{self.overlap} {queue} {max_runs} {limit} {debounce} {self.labels} {self.opts}"
 
 
 DEFAULT_FIRE_SPEC = FireSpec()
@@ -95,6 +107,7 @@ def _fire_spec(
     buffer_limit: str | None = None,
     priority: str | None = None,
     debounce: str | None = None,
+    labels: str | None = None,
 ) -> FireSpec:
     overlap = "skip" if overlap is None else overlap
     queue = "default" if queue is None else queue
@@ -118,6 +131,10 @@ def _fire_spec(
             debounce_ms = math.floor(check_debounce(debounce) * 1000 + 0.5)
         except ValueError as exc:
             raise ValueError(f"debounce is not one rsched writes: {exc}") from None
+    try:
+        label_text = labels_text(check_labels(labels)) if labels else ""
+    except ValueError as exc:
+        raise ValueError(f"labels is not one rsched writes: {exc}") from None
     return FireSpec(
         overlap,
         queue,
@@ -126,6 +143,7 @@ def _fire_spec(
         None if buffer_limit is None else int(buffer_limit),
         level,
         debounce_ms,
+        label_text,
     )
 
 
@@ -158,6 +176,7 @@ PLAN_FIELDS = (
     "version", "timezone", "cron", "every", "at", "start_at", "end_at",
     "misfire", "misfire_grace_s", "catch_up_limit", "overlap", "queue", "max_runs", "opts",
     "buffer_limit", "priority", "debounce", "dst_gap", "dst_fold", "exclude", "jitter",
+    "labels",
 )  # fmt: skip
 
 

@@ -334,6 +334,22 @@ class Keys:
         every schedule and enqueued job; the entry id is when it happened."""
         return f"{self.tag}:runs"
 
+    def run_label(self, pair: str) -> str:
+        """STREAM, the runs log's label index: of each record of this partition's runs log that
+        carries the label ``pair`` (``k=v``), an entry of the same id (one constant field).
+        Written by the script that appends the record (lua/includes/run_index.lua), trimmed
+        with the log by the leader's retention, which deletes an index left empty. The pair is
+        checked as for :meth:`label`."""
+        key, _, value = pair.partition("=")
+        check_label(key, value)
+        return f"{self.tag}:runs:label:{pair}"
+
+    @property
+    def run_labels(self) -> str:
+        """SET of the label pairs that have a runs-log index (run_label) in this partition:
+        what the retention trims (added with each labelled record, dropped with the index)."""
+        return f"{self.tag}:runs:labels"
+
     @property
     def audit(self) -> str:
         """STREAM, capped: the audit trail of this partition's schedules, one record per change

@@ -20,7 +20,7 @@ from rsched._core.keys import GROUP
 from rsched._core.rules import NAME_RE, PRIORITIES, Priority, labels_text
 from rsched._core.schedule import to_ms
 from rsched._core.workers import JobInfo, WorkerInfo, fields_of, job_from_fields
-from rsched._store.runs_log import run_record
+from rsched._store.runs_log import run_index_keys, run_record
 from rsched._store.worker_registry import WorkerRegistry
 
 #: Entries read per call while walking a queue stream.
@@ -203,6 +203,7 @@ class Jobs(WorkerRegistry):
             status="cancelled",
             error_type=reason,
         )
+        keys += run_index_keys(k, run)
         res = await self.call(
             "cancel",
             keys,

@@ -22,11 +22,11 @@ from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import ResponseError, WatchError
 
 from rsched._core.keys import GROUP, Keys
 from rsched._core.page import Page
-from rsched._core.rules import PRIORITIES, check_labels
+from rsched._core.rules import PRIORITIES, check_labels, label_pairs
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")
@@ -151,6 +151,19 @@ def run_record(
     ).decode() + (f"\n{labels}" if (labels := get("labels")) else "")
 
 
+def run_index_keys(keys: Keys, run: str | None) -> list[str]:
+    """The keys a script that logs the record ``run`` (run_record) declares for its label index
+    (lua/includes/run_index.lua): each pair's ZSET and the SET of pairs; none for a record
+    without labels (one ``in`` on the worker's path of every job), or with labels rsched did
+    not write (logged, not indexed)."""
+    if not run or "\n" not in run:
+        return []
+    try:
+        return [*(keys.run_label(p) for p in label_pairs(run.rpartition("\n")[2])), keys.run_labels]
+    except ValueError:
+        return []
+
+
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -271,7 +284,10 @@ async def log_records(
 ) -> tuple[list[tuple[str, RunRecord]], str | None]:
     """The log's records that ``want`` keeps, newest first from ``start`` (an XREVRANGE bound),
     with their entry ids: at most ``limit`` of them, looking at most ``scan_max`` records; and
-    the id of the last record looked at when the log may hold more (None: it does not)."""
+    the id of the last record looked at when the log may hold more (None: it does not). With
+    labels, the records come from the label index (indexed_records)."""
+    if want.labels:
+        return await indexed_records(redis, keys, want, limit=limit, start=start, scan_max=scan_max)
     low = "-" if want.since_ms is None else str(want.since_ms)
     out: list[tuple[str, RunRecord]] = []
     scanned = 0
@@ -295,6 +311,57 @@ async def log_records(
         start = f"({page[-1][0]}"
         if scanned >= scan_max:
             return out, page[-1][0]
+
+
+async def indexed_records(
+    redis: Redis, keys: Keys, want: RunFilter, *, limit: int, start: str, scan_max: int
+) -> tuple[list[tuple[str, RunRecord]], str | None]:
+    """log_records through the runs log's label index: the entry ids of the smallest index of
+    ``want``'s pairs, newest first from ``start`` (XREVRANGE, a chunk at a time: the index's ids
+    are the log's), then their records in one pipeline of XRANGE id id, kept by ``want`` (its
+    other pairs, status, task...). An id whose record the log trimmed already is passed over.
+    Looks at most ``scan_max`` ids."""
+    try:
+        index = [keys.run_label(pair) for pair in sorted(want.labels)]
+    except ValueError:
+        return [], None
+    if len(index) > 1:
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in index:
+                pipe.xlen(key)
+            sizes = await pipe.execute(raise_on_error=False)
+        size = {key: n if isinstance(n, int) else 0 for key, n in zip(index, sizes, strict=True)}
+        index.sort(key=size.__getitem__)
+    low = "-" if want.since_ms is None else str(want.since_ms)
+    out: list[tuple[str, RunRecord]] = []
+    looked = 0
+    while True:
+        count = min(max(2 * (limit - len(out)), 64), _CHUNK, scan_max - looked)
+        try:
+            found = cast(list[Entry], await redis.xrevrange(index[0], start, low, count=count))
+        except ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                return out, None
+            raise ValueError(f"{start.lstrip('(')!r} is not a cursor ({exc})") from None
+        ids = [entry_id for entry_id, _ in found]
+        looked += len(ids)
+        async with redis.pipeline(transaction=False) as pipe:
+            for entry_id in ids:
+                pipe.xrange(keys.runs, entry_id, entry_id)
+            replies = await pipe.execute(raise_on_error=False)
+        for entry_id, reply in zip(ids, replies, strict=True):
+            if isinstance(reply, BaseException) or not reply:
+                continue  # trimmed from the log, not yet from its index
+            record = record_of(entry_id, cast(list[Entry], reply)[0][1])
+            if record is not None and want.keeps(record):
+                out.append((entry_id, record))
+                if len(out) == limit:
+                    return out, entry_id
+        if len(ids) < count:
+            return out, None
+        start = f"({ids[-1]}"
+        if looked >= scan_max:
+            return out, ids[-1]
 
 
 async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int, RunRecord]]:
@@ -340,9 +407,78 @@ async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int
 
 async def trim_runs(redis: Redis, keys: Keys, *, before_ms: int, max_entries: int) -> int:
     """Drop the records written before ``before_ms`` (XTRIM MINID: an entry id is its time) and
-    those past about ``max_entries`` (MAXLEN ~); returns how many were dropped."""
+    those past about ``max_entries`` (MAXLEN ~), then the label index entries of every record
+    the log no longer holds (trim_index); returns how many records were dropped."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.xtrim(keys.runs, minid=str(before_ms), approximate=False)
         pipe.xtrim(keys.runs, maxlen=max_entries, approximate=True)
+        pipe.xrange(keys.runs, "-", "+", count=1)
         trimmed = await pipe.execute(raise_on_error=False)
-    return sum(n for n in trimmed if isinstance(n, int))
+    oldest = trimmed[2]
+    if isinstance(oldest, list):
+        await trim_index(redis, keys, oldest[0][0] if oldest else None)
+    return sum(n for n in trimmed[:2] if isinstance(n, int))
+
+
+async def trim_index(redis: Redis, keys: Keys, oldest: str | None) -> None:
+    """Drop from each label index of the runs log (Keys.run_labels names their pairs) the
+    entries older than the log's ``oldest`` record (None: the log is empty), whether the log
+    lost them by age or by size (a writer's MAXLEN ~ included: XTRIM MINID, the index's ids
+    being the log's); an index left empty is deleted and its pair leaves the set. A pipeline
+    per 500 pairs: the cost follows the pairs in use, not the records."""
+    cursor: int = 0
+    while True:
+        try:
+            cursor, found = await redis.sscan(keys.run_labels, cursor, count=_CHUNK)
+        except ResponseError:
+            return  # another type: not rsched's
+        pairs = [str(pair) for pair in found]
+        indexes: list[str] = []
+        for pair in pairs:
+            try:
+                indexes.append(keys.run_label(pair))
+            except ValueError:
+                indexes.append("")
+        async with redis.pipeline(transaction=False) as pipe:
+            for index in indexes:
+                if index and oldest:
+                    pipe.xtrim(index, minid=oldest, approximate=False)
+                elif index:
+                    pipe.xtrim(index, maxlen=0, approximate=False)
+                if index:
+                    pipe.xlen(index)
+            replies = await pipe.execute(raise_on_error=False)
+        left = iter(replies)
+        gone = []
+        for pair, index in zip(pairs, indexes, strict=True):
+            if not index:
+                gone.append(pair)
+                continue
+            next(left)
+            if next(left) == 0:
+                gone.append(pair)
+        for pair in gone:
+            await _drop_index(redis, keys, pair)
+        if cursor == 0:
+            return
+
+
+async def _drop_index(redis: Redis, keys: Keys, pair: str) -> None:
+    """Delete an empty label index (a stream left empty stays a key) and take its pair out of
+    the set, unless a record was indexed meanwhile (WATCH: then the next sweep looks again)."""
+    try:
+        index = keys.run_label(pair)
+    except ValueError:
+        await redis.srem(keys.run_labels, pair)
+        return
+    async with redis.pipeline(transaction=True) as pipe:
+        try:
+            await pipe.watch(index)
+            if await pipe.xlen(index) != 0:
+                return
+            pipe.multi()  # type: ignore[no-untyped-call]
+            pipe.delete(index)
+            pipe.srem(keys.run_labels, pair)
+            await pipe.execute()
+        except (WatchError, ResponseError):
+            return

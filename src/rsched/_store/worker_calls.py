@@ -22,6 +22,7 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE, Priority
 from rsched._redis import scripts
 from rsched._store.alerts import EventLog
+from rsched._store.runs_log import run_index_keys
 
 log = get_logger("rsched.worker")
 #: Characters of a run's error a pause note keeps (check_pause_note allows 500 in all).
@@ -164,6 +165,11 @@ class WorkerCalls(scripts.ScriptCaller):
         args.append(len(keys) + 1 if limited else "")
         if limited:
             keys += self.keys.limits
+        indexed = [
+            key for d in done if d.run and "\n" in d.run for key in run_index_keys(self.keys, d.run)
+        ]
+        if indexed:
+            keys += dict.fromkeys(indexed)
         # The runs log, then the activity counters (ARGV[6] '1': the script counts the batch).
         keys += (self.keys.runs, self.keys.activity)
         args.append("1")
@@ -197,6 +203,11 @@ class WorkerCalls(scripts.ScriptCaller):
         args.append(len(keys) + 1 if limited else "")
         if limited:
             keys += k.limits
+        indexed = [
+            key for e in items if e.run and "\n" in e.run for key in run_index_keys(k, e.run)
+        ]
+        if indexed:
+            keys += dict.fromkeys(indexed)
         keys += (k.runs, k.activity)
         args.append("1")
         res = await self.call("expire", keys, args)
@@ -230,6 +241,7 @@ class WorkerCalls(scripts.ScriptCaller):
         keys.append(self.keys.activity)
         if limits:
             keys += self.keys.limits
+        keys += run_index_keys(self.keys, run)
         res = await self.call(
             "retry",
             keys,
@@ -295,6 +307,7 @@ class WorkerCalls(scripts.ScriptCaller):
         keys += [k.dedup(exec_id) if has_dedup else stream, k.runs, k.activity]
         if limits:
             keys += k.limits
+        keys += run_index_keys(k, run)
         job = {name: value for name, value in raw.items() if name != "priority"}
         if priority != "normal":
             job["priority"] = priority
