@@ -467,6 +467,16 @@ def check_labels(value: object) -> dict[str, str]:
     return dict(sorted(check_label(k, v) for k, v in value.items()))
 
 
+def read_labels(text: str | None) -> dict[str, str]:
+    """A stored ``labels`` field read back ({} without one, or for one rsched did not write)."""
+    if not text:
+        return {}
+    try:
+        return check_labels(text)
+    except ValueError:
+        return {}
+
+
 def labels_text(labels: dict[str, str]) -> str:
     """The stored form of checked labels: ``"k=v,k=v"`` sorted by key ('' for none)."""
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))

@@ -18,7 +18,7 @@ import orjson
 
 from rsched._core.history import HistoryEvent
 from rsched._core.job_logs import JobProgress
-from rsched._core.rules import check_labels
+from rsched._core.rules import read_labels
 
 JobState = Literal[
     "queued",
@@ -268,21 +268,11 @@ def job_from_fields(
         due_at=at_ms(due_ms) if due_ms is not None else None,
         deliveries=deliveries,
         payload=payload if isinstance(payload, dict) else None,
-        labels=_labels(fields.get("labels")),
+        labels=read_labels(fields.get("labels")),
     )
     if workers is None:
         return job
     return dataclasses.replace(job, waiting=waiting_reason(job, fields, workers))
-
-
-def _labels(text: str | None) -> dict[str, str]:
-    """A job's ``labels`` field read back ({} without one, or for one rsched did not write)."""
-    if not text:
-        return {}
-    try:
-        return check_labels(text)
-    except ValueError:
-        return {}
 
 
 def no_worker_for(queue: str, task: str, workers: Sequence[WorkerInfo]) -> str | None:

@@ -11,24 +11,21 @@ id>.<stream number>`` with several.
 from __future__ import annotations
 
 import re
-from typing import cast
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from rsched._core.audit import AuditFilter, AuditRecord, audit_record
 from rsched._core.keys import Keys
 from rsched._core.page import Page
 from rsched._core.partitions import partition_of
+from rsched._store.runs_log import scan_newest
 
 #: Records one read looks at per stream, at most.
 SCAN_MAX = 10_000
-_CHUNK = 500
 _CURSOR = re.compile(r"^(\d{1,20})-(\d{1,20})(?:\.(\d{1,3}))?$")
 
 #: A place in the merged order: (entry ms, entry sequence, stream number).
 Position = tuple[int, int, int]
-Entry = tuple[str, dict[str, str]]
 
 
 def audit_streams(keys: Keys, name: str | None = None) -> list[str]:
@@ -73,28 +70,10 @@ async def _scan(
     """The records ``want`` keeps, newest first from ``start``, at most ``limit``, looking at
     most ``scan_max``; and the id of the last record looked at when more may follow."""
     low = "-" if want.since_ms is None else str(want.since_ms)
-    out: list[tuple[str, AuditRecord]] = []
-    scanned = 0
-    while True:
-        count = min(_CHUNK, scan_max - scanned)
-        try:
-            page = cast(list[Entry], await redis.xrevrange(stream, start, low, count=count))
-        except ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                return out, None
-            raise
-        for entry_id, fields in page:
-            record = audit_record(entry_id, fields)
-            if record is not None and want.keeps(record):
-                out.append((entry_id, record))
-                if len(out) == limit:
-                    return out, entry_id
-        scanned += len(page)
-        if len(page) < count:
-            return out, None
-        start = f"({page[-1][0]}"
-        if scanned >= scan_max:
-            return out, page[-1][0]
+    return await scan_newest(
+        redis, stream, audit_record, want.keeps, low=low, limit=limit, start=start,
+        scan_max=scan_max,
+    )  # fmt: skip
 
 
 async def read_audit(

@@ -15,10 +15,10 @@ cursor to go on from. The cursor is the id of the last record looked at.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -26,7 +26,7 @@ from redis.exceptions import ResponseError, WatchError
 
 from rsched._core.keys import GROUP, Keys
 from rsched._core.page import Page
-from rsched._core.rules import PRIORITIES, check_labels, label_pairs
+from rsched._core.rules import PRIORITIES, label_pairs, read_labels
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")
@@ -47,6 +47,8 @@ EVENT_STATUS = {"retry": "retried"}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CURSOR = re.compile(r"^(\d{1,20}-\d{1,20}(\.\d{1,3})?|\+)$")
 _CHUNK = 500
+#: What a log's entry reads as (scan_newest).
+R = TypeVar("R")
 
 Entry = tuple[str, dict[str, str]]
 
@@ -210,18 +212,8 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         error=_text(row["error"]),
         reason=reason,
         priority=fields.get("p") or "normal",
-        labels=stored_labels(fields.get("l")),
+        labels=read_labels(fields.get("l")),
     )
-
-
-def stored_labels(text: str | None) -> dict[str, str]:
-    """A stored ``labels`` field read back ({} without one, or for one rsched did not write)."""
-    if not text:
-        return {}
-    try:
-        return check_labels(text)
-    except ValueError:
-        return {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,19 +281,43 @@ async def log_records(
     if want.labels:
         return await indexed_records(redis, keys, want, limit=limit, start=start, scan_max=scan_max)
     low = "-" if want.since_ms is None else str(want.since_ms)
-    out: list[tuple[str, RunRecord]] = []
+    try:
+        return await scan_newest(
+            redis, keys.runs, record_of, want.keeps, low=low, limit=limit, start=start,
+            scan_max=scan_max,
+        )  # fmt: skip
+    except ResponseError as exc:
+        raise ValueError(f"{start.lstrip('(')!r} is not a cursor ({exc})") from None
+
+
+async def scan_newest(
+    redis: Redis,
+    stream: str,
+    parse: Callable[[str, Mapping[str, str]], R | None],
+    keeps: Callable[[R], bool],
+    *,
+    low: str,
+    limit: int,
+    start: str,
+    scan_max: int,
+) -> tuple[list[tuple[str, R]], str | None]:
+    """The entries of a capped log (the runs log, the audit trail) that ``parse`` reads and
+    ``keeps`` keeps, newest first from ``start`` down to ``low`` (XREVRANGE bounds), with their
+    ids: at most ``limit``, looking at most ``scan_max`` entries; and the id of the last entry
+    looked at when the log may hold more (None: it does not, or the key holds another type)."""
+    out: list[tuple[str, R]] = []
     scanned = 0
     while True:
         count = min(_CHUNK, scan_max - scanned)
         try:
-            page = cast(list[Entry], await redis.xrevrange(keys.runs, start, low, count=count))
+            page = cast(list[Entry], await redis.xrevrange(stream, start, low, count=count))
         except ResponseError as exc:
             if "WRONGTYPE" in str(exc):
                 return out, None
-            raise ValueError(f"{start.lstrip('(')!r} is not a cursor ({exc})") from None
+            raise
         for entry_id, fields in page:
-            record = record_of(entry_id, fields)
-            if record is not None and want.keeps(record):
+            record = parse(entry_id, fields)
+            if record is not None and keeps(record):
                 out.append((entry_id, record))
                 if len(out) == limit:
                     return out, entry_id
@@ -397,7 +413,7 @@ async def live_runs(redis: Redis, keys: Keys, want: RunFilter) -> list[tuple[int
                 attempt=_int(fields.get("attempt")),
                 worker=worker,
                 priority=level,
-                labels=stored_labels(fields.get("labels")),
+                labels=read_labels(fields.get("labels")),
             )
             if want.keeps(record):
                 out.append((_int(entry_id.split("-", 1)[0]) or 0, record))
