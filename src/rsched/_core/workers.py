@@ -211,6 +211,8 @@ class JobInfo:
     history: tuple[HistoryEvent, ...] = field(default=(), hash=False)
     progress: JobProgress | None = None
     labels: dict[str, str] = field(default_factory=dict, hash=False)
+    flow_id: str | None = None
+    flow_step: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes in ISO 8601, history as event dicts."""
@@ -269,6 +271,8 @@ def job_from_fields(
         deliveries=deliveries,
         payload=payload if isinstance(payload, dict) else None,
         labels=read_labels(fields.get("labels")),
+        flow_id=fields.get("flow") or None,
+        flow_step=int(fields["step"]) if fields.get("step", "").isdigit() else None,
     )
     if workers is None:
         return job

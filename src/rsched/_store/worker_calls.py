@@ -22,6 +22,7 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE, Priority
 from rsched._redis import scripts
 from rsched._store.alerts import EventLog
+from rsched._store.flows import step_keys
 from rsched._store.runs_log import run_index_keys
 
 log = get_logger("rsched.worker")
@@ -49,6 +50,12 @@ class Done:
     home: int | None = None
     # Its schedule pauses after failed runs: a completed run clears the count.
     counted: bool = False
+    # A flow step's job: its flow id, step number, the lanes its end may release jobs into
+    # (its ``flow_next`` field), and what its children get in its place (JSON, '' = null).
+    flow: str = ""
+    step: int = 0
+    flow_next: str = ""
+    parent_result: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,13 @@ class Expiring:
     run: str  # its runs log record (runs_log.run_record)
     dedup: bool = False
     limits: tuple[tuple[str, str], ...] = ()  # the limits it holds: released when it expires
+    flow: str = ""  # a flow step's job: its flow id, step number and flow_next field
+    step: int = 0
+    flow_next: str = ""
+
+
+def _flow_fields(item: Done | Expiring) -> dict[str, str]:
+    return {"flow": item.flow, "flow_next": item.flow_next}
 
 
 def last_error(error_type: str, message: str) -> str:
@@ -142,6 +156,7 @@ class WorkerCalls(scripts.ScriptCaller):
         items: list[tuple[Any, ...]] = []
         limited = any(d.limits for d in done)
         counted = any(d.counted for d in done)
+        flows = any(d.flow for d in done)
         for d in done:
             if d.schedule_id and d.home is None:
                 sid = d.schedule_id
@@ -152,7 +167,10 @@ class WorkerCalls(scripts.ScriptCaller):
             )  # fmt: skip
             if d.dedup:
                 keys.append(self.keys.dedup(d.execution_id))
-            if counted:
+            if flows:
+                item = (*item, 1 if d.dedup else 0, d.run or "", d.limits, 1 if d.counted else 0,
+                        d.flow, d.step, d.parent_result)  # fmt: skip
+            elif counted:
                 item = (*item, 1 if d.dedup else 0, d.run or "", d.limits, 1 if d.counted else 0)
             elif limited:
                 item = (*item, 1 if d.dedup else 0, d.run or "", d.limits)
@@ -170,6 +188,10 @@ class WorkerCalls(scripts.ScriptCaller):
         ]
         if indexed:
             keys += dict.fromkeys(indexed)
+        if flows:
+            keys += dict.fromkeys(
+                key for d in done for key in step_keys(self.keys, _flow_fields(d))
+            )
         # The runs log, then the activity counters (ARGV[6] '1': the script counts the batch).
         keys += (self.keys.runs, self.keys.activity)
         args.append("1")
@@ -197,7 +219,7 @@ class WorkerCalls(scripts.ScriptCaller):
                 keys.append(k.dedup(e.execution_id))
             rows.append(
                 [e.entry_id, e.execution_id, e.schedule_id or "", e.attempt, e.start_by_ms,
-                 1 if e.dedup else 0, e.run, list(e.limits)]
+                 1 if e.dedup else 0, e.run, list(e.limits), e.flow, e.step]
             )  # fmt: skip
         args: list[Any] = [GROUP, self.history_limit, self.runs_max_entries, orjson.dumps(rows)]
         args.append(len(keys) + 1 if limited else "")
@@ -208,6 +230,7 @@ class WorkerCalls(scripts.ScriptCaller):
         ]
         if indexed:
             keys += dict.fromkeys(indexed)
+        keys += dict.fromkeys(key for e in items for key in step_keys(k, _flow_fields(e)))
         keys += (k.runs, k.activity)
         args.append("1")
         res = await self.call("expire", keys, args)
@@ -308,6 +331,7 @@ class WorkerCalls(scripts.ScriptCaller):
         if limits:
             keys += k.limits
         keys += run_index_keys(k, run)
+        keys += step_keys(k, raw)
         job = {name: value for name, value in raw.items() if name != "priority"}
         if priority != "normal":
             job["priority"] = priority
@@ -324,6 +348,8 @@ class WorkerCalls(scripts.ScriptCaller):
             "worker", worker,
             "job", orjson.dumps(flat).decode(),
         ]  # fmt: skip
+        if raw.get("flow"):  # dead.lua records the step's end in its flow
+            fields += ["flow", raw["flow"], "step", raw.get("step", "0")]
         res = await self.call(
             "dead",
             keys,

@@ -258,6 +258,12 @@ class Reader:
             if superseded:
                 await self._let_go([j for j in jobs if j.entry_id in superseded])
                 jobs = [j for j in jobs if j.entry_id not in superseded]
+        steps = [j for j in jobs if "flow" in j.fields]
+        if steps:
+            over = await self._start_steps(stream, steps)
+            if over:
+                await self._let_go([j for j in jobs if j.entry_id in over])
+                jobs = [j for j in jobs if j.entry_id not in over]
         for job in jobs:
             state.inflight.add((partition, queue, level, job.entry_id))
             self.jobs.send_nowait(job)
@@ -346,6 +352,9 @@ class Reader:
                 ),
                 "dedup" in j.fields,
                 held,
+                j.fields.get("flow", ""),
+                int(j.fields.get("step") or 0),
+                j.fields.get("flow_next", ""),
             )
             for j, held, home in zip(timed, holds, homes, strict=True)
         ]
@@ -494,6 +503,35 @@ class Reader:
                     reason="superseded",
                 )
         return superseded
+
+    async def _start_steps(self, stream: Stream, jobs: list[Job]) -> set[str]:
+        """Mark flow steps running (lua/flow_start.lua); returns the entry ids of those whose
+        flow ended meanwhile (failed or cancelled: acknowledged and recorded, not to run)."""
+        state = self.state
+        partition, queue, level = stream
+        try:
+            codes = await state.stores[partition].start_steps(
+                queue, level, [(j.entry_id, j.fields) for j in jobs]
+            )
+        except ACTOR_FAILURES as exc:
+            # Run them: a step of a flow that ended meanwhile runs once more at worst, and its
+            # end is recorded once (flow_end.lua); the job must not wait on bookkeeping.
+            log.warning("redis.error", actor="start", error=str(exc))
+            return set()
+        over: set[str] = set()
+        for job, code in zip(jobs, codes, strict=True):
+            if code == Code.OK:
+                continue
+            over.add(job.entry_id)
+            state.slots.release()
+            log.info(
+                "job.cancelled",
+                execution_id=job.execution_id,
+                task=job.task,
+                attempt=job.attempt,
+                reason="flow_ended",
+            )
+        return over
 
     async def _unknown_task(self, job: Job, fields: dict[str, str]) -> None:
         """A job whose task this worker has no handler for: while another live worker has the

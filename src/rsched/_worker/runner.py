@@ -22,6 +22,7 @@ from rsched._core.history import fragment
 from rsched._core.job import Job, retry_delay_s
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
+from rsched._store.flows import error_record
 from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Done, last_error
 from rsched._worker.acker import finish_home
@@ -182,6 +183,7 @@ class Runner:
                 limits=_keys(job),
                 home=job.home,
                 counted=job.options.pause_after_failures is not None,
+                **_flow_end(job, event, result, str(extra.get("reason", ""))),
             ),
         )
         try:
@@ -421,3 +423,20 @@ def _keys(job: Job) -> tuple[tuple[str, str], ...]:
     if not job.limits:  # most jobs: no tuple built on the hot path
         return ()
     return tuple((lim.key, lim.template) for lim in job.limits)
+
+
+def _flow_end(job: Job, event: str, result: bytes | None, reason: str) -> dict[str, Any]:
+    """What a flow step's Done carries (nothing for any other job): its flow, step, lanes, and
+    what its children get in its place (its result; a cancelled step's error record)."""
+    fields = job.fields
+    flow = fields.get("flow")
+    if not flow:
+        return {}
+    return {
+        "flow": flow,
+        "step": int(fields.get("step") or 0),
+        "flow_next": fields.get("flow_next", ""),
+        "parent_result": (
+            (result or b"").decode() if event == "completed" else error_record("cancelled", reason)
+        ),
+    }

@@ -1,0 +1,82 @@
+-- Include: flow_release(fkey, tag, fid, n, now) — step n of flow `fid` (hash `fkey`, partition
+-- tag `tag`) may start: its parents all ended. Its job is added to its stream with
+-- `parent_results` (field "parents": the parents' results in their order, a barrier's spliced
+-- in), or, for a barrier (flag 'b'), it ends at once and its children are looked at in turn.
+-- A step released or ended before is left alone (each is released once). The step's stream
+-- must be declared (the ending job names the lanes of its children, field flow_next; the
+-- creating call those of the roots): an undeclared one leaves the step waiting, for the
+-- leader's sweep (lua/flow_sweep.lua) to release.
+--
+-- flow_children(fkey, tag, fid, children, now): each of `children` ("3,4") has one parent
+-- fewer to wait for; those left with none are released.
+--
+-- The step definition (rsched._core.flows.PlannedStep.encode): [task, payload, queue, level,
+-- opts, flags, parents, children, next lanes, labels].
+-- @include rcall
+-- @include int_text
+-- @include declared
+
+local flow_children
+
+local function flow_parent_results(fkey, parents)
+  if parents == '' then return nil end
+  local fields = {}
+  for p in string.gmatch(parents, '%d+') do fields[#fields + 1] = p .. '.r' end
+  local got = rcall('HMGET', fkey, unpack(fields))
+  local out = {}
+  for i = 1, #fields do
+    local r = got[i]
+    if not r then
+      out[#out + 1] = 'null'
+    elseif string.sub(r, 1, 2) == '\0[' then  -- a barrier's: its parents' results, spliced
+      local inner = string.sub(r, 3, -2)
+      if inner ~= '' then out[#out + 1] = inner end
+    else
+      out[#out + 1] = r
+    end
+  end
+  return '[' .. table.concat(out, ',') .. ']'
+end
+
+local function flow_release(fkey, tag, fid, n, now)
+  local got = rcall('HMGET', fkey, n, n .. '.s')
+  if not got[1] or got[2] then return end
+  local ok, d = pcall(cjson.decode, got[1])
+  if not ok or type(d) ~= 'table' then return end
+  local results = flow_parent_results(fkey, d[7] or '')
+  if string.find(d[6] or '', 'b', 1, true) then
+    -- '\0' marks a barrier's result: no handler's JSON starts with it.
+    rcall('HSET', fkey, n .. '.s', 'c', n .. '.r', '\0' .. (results or '[]'))
+    rcall('HINCRBY', fkey, 'left', -1)
+    flow_children(fkey, tag, fid, d[8] or '', now)
+    return
+  end
+  local stream = tag .. ':queue:' .. d[3]
+  if d[4] ~= '' then stream = stream .. '#' .. d[4] end
+  if not declared(stream) then return end
+  local fields = {
+    'execution_id', fid .. '~' .. n, 'task', d[1], 'payload', d[2], 'attempt', '1',
+    'origin', 'flow', 'opts', d[5], 'flow', fid, 'step', n,
+  }
+  if d[4] ~= '' then fields[#fields + 1] = 'priority'; fields[#fields + 1] = d[4] end
+  if d[9] ~= '' then fields[#fields + 1] = 'flow_next'; fields[#fields + 1] = d[9] end
+  if d[10] ~= '' then fields[#fields + 1] = 'labels'; fields[#fields + 1] = d[10] end
+  if results then fields[#fields + 1] = 'parents'; fields[#fields + 1] = results end
+  local tp = rcall('HGET', fkey, 'tp')
+  if tp then fields[#fields + 1] = 'traceparent'; fields[#fields + 1] = tp end
+  fields[#fields + 1] = 'scheduled_at'
+  fields[#fields + 1] = int_text(now)
+  fields[#fields + 1] = 'fired_at'
+  fields[#fields + 1] = int_text(now)
+  rcall('XADD', stream, '*', unpack(fields))
+  rcall('HSET', fkey, n .. '.s', 'q')
+end
+
+flow_children = function(fkey, tag, fid, children, now)
+  for c in string.gmatch(children, '%d+') do
+    if rcall('HINCRBY', fkey, c .. '.w', -1) <= 0 then
+      rcall('HDEL', fkey, c .. '.w')
+      flow_release(fkey, tag, fid, c, now)
+    end
+  end
+end

@@ -1,0 +1,233 @@
+"""Flows against real servers: chains and groups run in order, a join gets its parents' results
+in order, on_failure fail / continue, cancel_flow, idempotent creation, large flows written in
+several calls, reads and listing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+import rsched
+from rsched import chain, group, step
+from rsched._core.settings import Settings
+from tests.support.waiting import eventually
+from tests.support.worker_app import fast_settings
+from tests.support.workers import running
+
+
+def etl_worker(settings: Settings, seen: list[tuple[str, Any]]) -> rsched.Worker:
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("etl.extract")
+    async def extract(job: rsched.Job) -> dict[str, Any]:
+        seen.append(("extract", job.parent_results))
+        return {"rows": 3}
+
+    @worker.task("etl.part")
+    async def part(job: rsched.Job) -> int:
+        seen.append(("part", job.parent_results))
+        i = int(job.payload["i"])
+        await anyio.sleep(0.001 * (5 - i % 5))  # end out of order
+        return i * i
+
+    @worker.task("etl.merge")
+    async def merge(job: rsched.Job) -> int:
+        seen.append(("merge", job.parent_results))
+        return sum(job.parent_results)
+
+    @worker.task("etl.fail")
+    async def fail(job: rsched.Job) -> None:
+        seen.append(("fail", job.parent_results))
+        raise ValueError("broken on purpose")
+
+    @worker.task("etl.notify")
+    async def notify(job: rsched.Job) -> str:
+        seen.append(("notify", job.parent_results))
+        return "sent"
+
+    return worker
+
+
+async def ended(client: rsched.Client, flow_id: str) -> rsched.FlowInfo | None:
+    info = await client.flow(flow_id)
+    return info if info.state != "running" else None
+
+
+async def test_a_chain_with_a_fan_out_and_a_join_runs_in_order(
+    redis: Redis, settings: Settings
+) -> None:
+    seen: list[tuple[str, Any]] = []
+    client = rsched.Client(redis, settings)
+    flow = chain(
+        step("etl.extract", {"day": "2026-11-27"}),
+        group(step("etl.part", {"i": i}) for i in range(10)),
+        step("etl.merge"),
+        step("etl.notify"),
+    )
+    run = await client.run_flow(flow)
+    assert run.created and run.steps == 13 and run.roots == 1
+    async with running(etl_worker(settings, seen), redis):
+        info = await eventually(lambda: ended(client, run.flow_id))
+    assert info.state == "completed"
+    names = [name for name, _ in seen]
+    assert names[0] == "extract" and names[-2:] == ["merge", "notify"]
+    assert sorted(names[1:11]) == ["part"] * 10
+    assert all(parents == [{"rows": 3}] for name, parents in seen if name == "part")
+    merge_parents = next(p for name, p in seen if name == "merge")
+    assert merge_parents == [i * i for i in range(10)]  # the group's order, not the end order
+    assert next(p for name, p in seen if name == "notify") == [285]
+    assert [s.state for s in info.steps] == ["completed"] * 13
+    assert info.steps[-1].result == "sent" and info.steps[0].result == {"rows": 3}
+    assert info.done_count == info.step_count == 13
+    assert info.ended_at is not None and info.ended_at >= info.created_at
+    job = await client.job(info.steps[1].execution_id)
+    assert job.flow_id == run.flow_id and job.flow_step == 2 and job.state == "completed"
+
+
+async def test_a_group_into_a_group_goes_through_a_barrier(
+    redis: Redis, settings: Settings
+) -> None:
+    seen: list[tuple[str, Any]] = []
+    client = rsched.Client(redis, settings)
+    flow = chain(
+        group(step("etl.part", {"i": i}) for i in range(3)),
+        group(step("etl.merge"), step("etl.merge")),
+    )
+    run = await client.run_flow(flow)
+    assert run.steps == 6 and run.roots == 3  # 3 parts, a barrier, 2 merges
+    async with running(etl_worker(settings, seen), redis):
+        info = await eventually(lambda: ended(client, run.flow_id))
+    assert info.state == "completed"
+    assert [p for name, p in seen if name == "merge"] == [[0, 1, 4], [0, 1, 4]]
+    assert [s.barrier for s in info.steps] == [False, False, False, True, False, False]
+
+
+async def test_a_failed_step_fails_the_flow_and_what_follows_never_runs(
+    redis: Redis, settings: Settings
+) -> None:
+    seen: list[tuple[str, Any]] = []
+    client = rsched.Client(redis, settings)
+    flow = chain(step("etl.fail", max_retries=0), step("etl.notify"))
+    run = await client.run_flow(flow)
+    async with running(etl_worker(settings, seen), redis):
+        info = await eventually(lambda: ended(client, run.flow_id))
+    assert info.state == "failed" and info.failed_step == 1
+    assert [s.state for s in info.steps] == ["dead", "cancelled"]
+    assert [name for name, _ in seen] == ["fail"]
+    [dead] = (await client.dead_letters("default")).items
+    assert dead.execution_id == info.steps[0].execution_id
+
+
+async def test_on_failure_continue_hands_an_error_record_on(
+    redis: Redis, settings: Settings
+) -> None:
+    seen: list[tuple[str, Any]] = []
+    client = rsched.Client(redis, settings)
+    flow = chain(
+        group(step("etl.fail", max_retries=0, on_failure="continue"), step("etl.part", {"i": 2})),
+        step("etl.notify"),
+    )
+    run = await client.run_flow(flow)
+    async with running(etl_worker(settings, seen), redis):
+        info = await eventually(lambda: ended(client, run.flow_id))
+    assert info.state == "completed"
+    parents = next(p for name, p in seen if name == "notify")
+    assert parents == [{"error": "ValueError", "message": "broken on purpose"}, 4]
+
+
+async def test_cancel_flow_stops_what_waits_and_what_runs(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    worker = rsched.Worker(settings=fast_settings(settings))
+    started = anyio.Event()
+
+    @worker.task("slow")
+    async def slow(job: rsched.Job) -> None:
+        started.set()
+        await anyio.sleep(60)
+
+    @worker.task("after")
+    async def after(job: rsched.Job) -> None:
+        raise AssertionError("must not run")
+
+    run = await client.run_flow(chain(step("slow"), step("after")))
+    async with running(worker, redis):
+        with anyio.fail_after(30):
+            await started.wait()
+        assert await client.cancel_flow(run.flow_id) is True
+        info = await eventually(lambda: ended(client, run.flow_id))
+        await eventually(
+            lambda: _states(client, run.flow_id, ["cancelled", "cancelled"]),
+            what="the running step's end recorded",
+        )
+    assert info.state == "cancelled"
+    assert await client.cancel_flow(run.flow_id) is False
+
+
+async def _states(client: rsched.Client, flow_id: str, want: list[str]) -> bool:
+    return [s.state for s in (await client.flow(flow_id)).steps] == want
+
+
+async def test_a_flow_id_makes_run_flow_idempotent(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    first = await client.run_flow(step("x"), flow_id="nightly-2026-11-27")
+    again = await client.run_flow(step("x"), flow_id="nightly-2026-11-27")
+    assert first.created and not again.created
+    info = await client.flow("nightly-2026-11-27")
+    assert [s.state for s in info.steps] == ["queued"]
+    assert len(await redis.xrange(f"{{{settings.prefix}}}:queue:default")) == 1
+
+
+async def test_a_large_flow_is_written_in_several_calls_and_starts_whole(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    flow = chain(group(step("p", {"i": i}) for i in range(2500)), step("join"))
+    run = await client.run_flow(flow)
+    assert run.steps == 2501 and run.roots == 2500
+    assert await redis.xlen(f"{{{settings.prefix}}}:queue:default") == 2500
+    info = await client.flow(run.flow_id)
+    assert info.steps[-1].parents == tuple(range(1, 2501))
+
+
+async def test_flows_lists_newest_first_by_state(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    ids = [(await client.run_flow(step("x"))).flow_id for _ in range(5)]
+    await client.cancel_flow(ids[0])
+    page = await client.flows(limit=3)
+    assert len(page) == 3 and page.cursor is not None
+    rest = await client.flows(limit=3, cursor=page.cursor)
+    assert [f.flow_id for f in (*page, *rest)] == ids[::-1]
+    assert [f.flow_id for f in await client.flows(state="cancelled")] == [ids[0]]
+
+
+@pytest.mark.parametrize(
+    ("flow", "field"),
+    [
+        (chain(), "flow"),
+        (group(), "flow"),
+        (step("bad task"), "steps[1]"),
+        (chain(step("a"), step("b", max_retries=-1)), "steps[2].max_retries"),
+        (step("a", colour="red"), "steps[1].colour"),
+        (step("a", on_failure="retry"), "steps[1].on_failure"),  # type: ignore[arg-type]
+        ("etl.extract", "flow"),
+    ],
+)
+async def test_a_bad_flow_is_refused_naming_the_step(
+    redis: Redis, settings: Settings, flow: Any, field: str
+) -> None:
+    client = rsched.Client(redis, settings)
+    with pytest.raises(rsched.InvalidFlow) as caught:
+        await client.run_flow(flow)
+    assert caught.value.field == field
+    assert await client.flows() == rsched.Page([])
+
+
+async def test_an_unknown_flow_is_not_found(redis: Redis, settings: Settings) -> None:
+    client = rsched.Client(redis, settings)
+    with pytest.raises(rsched.FlowNotFound):
+        await client.flow("nope")
+    with pytest.raises(rsched.FlowNotFound):
+        await client.cancel_flow("nope")
