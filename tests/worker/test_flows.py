@@ -68,23 +68,30 @@ async def test_a_chain_with_a_fan_out_and_a_join_runs_in_order(
         step("etl.notify"),
     )
     run = await client.run_flow(flow)
-    assert run.created and run.steps == 13 and run.roots == 1
+    assert run.created
+    assert run.steps == 13
+    assert run.roots == 1
     async with running(etl_worker(settings, seen), redis):
         info = await eventually(lambda: ended(client, run.flow_id))
     assert info.state == "completed"
     names = [name for name, _ in seen]
-    assert names[0] == "extract" and names[-2:] == ["merge", "notify"]
+    assert names[0] == "extract"
+    assert names[-2:] == ["merge", "notify"]
     assert sorted(names[1:11]) == ["part"] * 10
     assert all(parents == [{"rows": 3}] for name, parents in seen if name == "part")
     merge_parents = next(p for name, p in seen if name == "merge")
     assert merge_parents == [i * i for i in range(10)]  # the group's order, not the end order
     assert next(p for name, p in seen if name == "notify") == [285]
     assert [s.state for s in info.steps] == ["completed"] * 13
-    assert info.steps[-1].result == "sent" and info.steps[0].result == {"rows": 3}
+    assert info.steps[-1].result == "sent"
+    assert info.steps[0].result == {"rows": 3}
     assert info.done_count == info.step_count == 13
-    assert info.ended_at is not None and info.ended_at >= info.created_at
+    assert info.ended_at is not None
+    assert info.ended_at >= info.created_at
     job = await client.job(info.steps[1].execution_id)
-    assert job.flow_id == run.flow_id and job.flow_step == 2 and job.state == "completed"
+    assert job.flow_id == run.flow_id
+    assert job.flow_step == 2
+    assert job.state == "completed"
 
 
 async def test_a_group_into_a_group_goes_through_a_barrier(
@@ -97,7 +104,8 @@ async def test_a_group_into_a_group_goes_through_a_barrier(
         group(step("etl.merge"), step("etl.merge")),
     )
     run = await client.run_flow(flow)
-    assert run.steps == 6 and run.roots == 3  # 3 parts, a barrier, 2 merges
+    assert run.steps == 6
+    assert run.roots == 3
     async with running(etl_worker(settings, seen), redis):
         info = await eventually(lambda: ended(client, run.flow_id))
     assert info.state == "completed"
@@ -114,7 +122,8 @@ async def test_a_failed_step_fails_the_flow_and_what_follows_never_runs(
     run = await client.run_flow(flow)
     async with running(etl_worker(settings, seen), redis):
         info = await eventually(lambda: ended(client, run.flow_id))
-    assert info.state == "failed" and info.failed_step == 1
+    assert info.state == "failed"
+    assert info.failed_step == 1
     assert [s.state for s in info.steps] == ["dead", "cancelled"]
     assert [name for name, _ in seen] == ["fail"]
     [dead] = (await client.dead_letters("default")).items
@@ -174,7 +183,8 @@ async def test_a_flow_id_makes_run_flow_idempotent(redis: Redis, settings: Setti
     client = rsched.Client(redis, settings)
     first = await client.run_flow(step("x"), flow_id="nightly-2026-11-27")
     again = await client.run_flow(step("x"), flow_id="nightly-2026-11-27")
-    assert first.created and not again.created
+    assert first.created
+    assert not again.created
     info = await client.flow("nightly-2026-11-27")
     assert [s.state for s in info.steps] == ["queued"]
     assert len(await redis.xrange(f"{{{settings.prefix}}}:queue:default")) == 1
@@ -186,7 +196,8 @@ async def test_a_large_flow_is_written_in_several_calls_and_starts_whole(
     client = rsched.Client(redis, settings)
     flow = chain(group(step("p", {"i": i}) for i in range(2500)), step("join"))
     run = await client.run_flow(flow)
-    assert run.steps == 2501 and run.roots == 2500
+    assert run.steps == 2501
+    assert run.roots == 2500
     assert await redis.xlen(f"{{{settings.prefix}}}:queue:default") == 2500
     info = await client.flow(run.flow_id)
     assert info.steps[-1].parents == tuple(range(1, 2501))
@@ -197,7 +208,8 @@ async def test_flows_lists_newest_first_by_state(redis: Redis, settings: Setting
     ids = [(await client.run_flow(step("x"))).flow_id for _ in range(5)]
     await client.cancel_flow(ids[0])
     page = await client.flows(limit=3)
-    assert len(page) == 3 and page.cursor is not None
+    assert len(page) == 3
+    assert page.cursor is not None
     rest = await client.flows(limit=3, cursor=page.cursor)
     assert [f.flow_id for f in (*page, *rest)] == ids[::-1]
     assert [f.flow_id for f in await client.flows(state="cancelled")] == [ids[0]]
