@@ -15,8 +15,10 @@ KEYS[4..] the streams of the flow's root steps ({p}:queue:<queue>[#level]; last 
 ARGV[1] flow id
 ARGV[2] token     the creation's random id (the same in each of its calls)
 ARGV[3] first     '1' = the first call: ARGV[5] is the meta, a JSON object {n, ttl, queues,
-                  labels, tp, sid} (steps, expiry after the end in ms, queue names, labels text,
-                  traceparent, schedule id; the last three '' when none)
+                  labels, tp, sid, lane, hcap} (steps, expiry after the end in ms, queue names,
+                  labels text, traceparent; for a flow a schedule's occurrence started, its
+                  schedule id, the stream name of its starter job and the history's cap:
+                  flow_end.lua ends that run when the flow ends; '' when none)
 ARGV[4] roots     '' = not the last call; the last call: the root steps' numbers, "1,2"
 ARGV[5] meta (first call) or ''
 ARGV[6..] per step: number, definition (rsched._core.flows.PlannedStep.encode), parents count
@@ -50,7 +52,7 @@ if first then
   if not ok or type(meta) ~= 'table' then return {BAD_ARGS} end
   rcall('HSET', fkey, 'state', 'creating', 'token', token, 'created', int_text(now),
         'n', meta.n, 'left', meta.n, 'ttl', meta.ttl)
-  for _, name in ipairs({'labels', 'tp', 'sid'}) do
+  for _, name in ipairs({'labels', 'tp', 'sid', 'lane', 'hcap'}) do
     if meta[name] and meta[name] ~= '' then rcall('HSET', fkey, name, meta[name]) end
   end
   if type(meta.queues) == 'table' and #meta.queues > 0 then

@@ -16,27 +16,57 @@
 -- flow_stop(fkey, state, now, failed) — a running flow ends `state` ('failed', 'cancelled'):
 -- every step not released yet is marked cancelled. Returns the numbers of the steps released
 -- and not ended (queued or running: cancel_flow asks them to stop).
+--
+-- A flow a schedule's occurrence started (meta fields sid, lane, hcap: its schedule, the
+-- stream of its starter job, the history's cap) is that occurrence's run: when the flow ends,
+-- the run's end is recorded on the schedule's history (completed, dead for a failed flow,
+-- cancelled) and the run ends (finish_run: its marker cleared, an occurrence waiting behind it
+-- released), in the script that ends the flow, with the schedule's keys the caller declared.
 -- @include rcall
 -- @include int_text
+-- @include json_str
 -- @include key_is
 -- @include declared
+-- @include job_event
+-- @include schedule_live
+-- @include finish_run
 -- @include flow_release
 
 local FLOW_ENDED = {c = true, d = true, e = true, x = true}
+local FLOW_EVENTS = {completed = 'completed', failed = 'dead', cancelled = 'cancelled'}
+
+local function flow_done(fkey, state, now)
+  rcall('HSET', fkey, 'state', state, 'ended', int_text(now))
+  local meta = rcall('HMGET', fkey, 'sid', 'lane', 'hcap', 'failed')
+  local sid = meta[1]
+  if not sid then return end
+  local tag = string.match(fkey, '^(.-}):flow:')
+  local fid = string.sub(fkey, #tag + 7)
+  local history, hash = tag .. ':history:' .. sid, tag .. ':schedule:' .. sid
+  local pending, stream = tag .. ':pending:' .. sid, tag .. ':queue:' .. (meta[2] or '')
+  if not (declared(history) and declared(hash) and declared(pending) and declared(stream)) then
+    return
+  end
+  local extra = ',"flow":' .. json_str(state)
+  if meta[4] then extra = extra .. ',"reason":' .. json_str('step ' .. meta[4] .. ' failed') end
+  local cap = tonumber(meta[3] or '') or 100
+  if schedule_live(hash) and key_is(pending, 'zset')
+     and job_event(history, cap, FLOW_EVENTS[state], fid, 1, now, extra) then
+    finish_run(hash, pending, stream, history, cap, fid, now)
+  end
+end
 
 local function flow_over(fkey, now)
   local meta = rcall('HMGET', fkey, 'state', 'ttl')
-  if meta[1] == 'running' then
-    rcall('HSET', fkey, 'state', 'completed', 'ended', int_text(now))
-  end
+  if meta[1] == 'running' then flow_done(fkey, 'completed', now) end
   local ttl = tonumber(meta[2] or '')
   if ttl and ttl > 0 then rcall('PEXPIRE', fkey, ttl) end
 end
 
 local function flow_stop(fkey, state, now, failed)
   local n = tonumber(rcall('HGET', fkey, 'n') or '') or 0
-  rcall('HSET', fkey, 'state', state, 'ended', int_text(now))
   if failed then rcall('HSET', fkey, 'failed', failed) end
+  flow_done(fkey, state, now)
   local live, cancelled = {}, 0
   for first = 1, n, 1000 do
     local fields = {}

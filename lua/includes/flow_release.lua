@@ -62,8 +62,14 @@ local function flow_release(fkey, tag, fid, n, now)
   if d[9] ~= '' then fields[#fields + 1] = 'flow_next'; fields[#fields + 1] = d[9] end
   if d[10] ~= '' then fields[#fields + 1] = 'labels'; fields[#fields + 1] = d[10] end
   if results then fields[#fields + 1] = 'parents'; fields[#fields + 1] = results end
-  local tp = rcall('HGET', fkey, 'tp')
-  if tp then fields[#fields + 1] = 'traceparent'; fields[#fields + 1] = tp end
+  local meta = rcall('HMGET', fkey, 'tp', 'sid', 'lane')
+  if meta[1] then fields[#fields + 1] = 'traceparent'; fields[#fields + 1] = meta[1] end
+  if meta[2] then  -- its end may end the flow, and so its schedule's run: their keys
+    fields[#fields + 1] = 'flow_sid'
+    fields[#fields + 1] = meta[2]
+    fields[#fields + 1] = 'flow_lane'
+    fields[#fields + 1] = meta[3] or ''
+  end
   fields[#fields + 1] = 'scheduled_at'
   fields[#fields + 1] = int_text(now)
   fields[#fields + 1] = 'fired_at'

@@ -52,7 +52,10 @@ def etl_worker(settings: Settings, seen: list[tuple[str, Any]]) -> rsched.Worker
 
 
 async def ended(client: rsched.Client, flow_id: str) -> rsched.FlowInfo | None:
-    info = await client.flow(flow_id)
+    try:
+        info = await client.flow(flow_id)
+    except rsched.FlowNotFound:  # a schedule's flow: its starter job has not run yet
+        return None
     return info if info.state != "running" else None
 
 
@@ -176,7 +179,10 @@ async def test_cancel_flow_stops_what_waits_and_what_runs(redis: Redis, settings
 
 
 async def _states(client: rsched.Client, flow_id: str, want: list[str]) -> bool:
-    return [s.state for s in (await client.flow(flow_id)).steps] == want
+    try:
+        return [s.state for s in (await client.flow(flow_id)).steps] == want
+    except rsched.FlowNotFound:
+        return False
 
 
 async def test_a_flow_id_makes_run_flow_idempotent(redis: Redis, settings: Settings) -> None:
@@ -243,3 +249,71 @@ async def test_an_unknown_flow_is_not_found(redis: Redis, settings: Settings) ->
         await client.flow("nope")
     with pytest.raises(rsched.FlowNotFound):
         await client.cancel_flow("nope")
+
+
+async def test_a_schedule_starts_a_flow_per_occurrence_and_skip_spans_the_whole_flow(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    worker = rsched.Worker(settings=fast_settings(settings))
+    gate = anyio.Event()
+    ran: list[str] = []
+
+    @worker.task("first")
+    async def first(job: rsched.Job) -> int:
+        ran.append(job.execution_id)
+        return 1
+
+    @worker.task("last")
+    async def last(job: rsched.Job) -> int:
+        await gate.wait()
+        ran.append(job.execution_id)
+        return int(job.parent_results[0]) + 1
+
+    flow = chain(step("first"), step("last"))
+    await client.add(rsched.Schedule(id="etl", every="1d", flow=flow, overlap="skip"))
+    stored = await client.get("etl")
+    assert stored.flow == rsched.Schedule(id="x", every="1d", flow=flow).flow
+    fired = await client.trigger("etl")
+    flow_id = fired.execution_id
+    async with running(worker, redis):
+        await eventually(
+            lambda: _states(client, flow_id, ["completed", "running"]), what="the flow at its end"
+        )
+        again = await client.trigger("etl")  # the first occurrence's flow still runs
+        assert again.status == "skipped"
+        gate.set()
+        info = await eventually(lambda: ended(client, flow_id))
+        assert info.state == "completed"
+        assert info.schedule_id == "etl"
+        third = await client.trigger("etl")
+        assert third.status == "fired"
+        await eventually(lambda: ended(client, third.execution_id))
+    events = [(e.event, e.execution_id) for e in (await client.history("etl")).items]
+    assert ("completed", flow_id) in events
+    assert ran == [
+        f"{flow_id}~1",
+        f"{flow_id}~2",
+        f"{third.execution_id}~1",
+        f"{third.execution_id}~2",
+    ]
+
+
+async def test_a_failed_flow_ends_its_occurrence_dead(redis: Redis, settings: Settings) -> None:
+    seen: list[tuple[str, Any]] = []
+    client = rsched.Client(redis, settings)
+    flow = chain(step("etl.fail", max_retries=0), step("etl.notify"))
+    await client.add(rsched.Schedule(id="etl", every="1d", flow=flow))
+    fired = await client.trigger("etl")
+    async with running(etl_worker(settings, seen), redis):
+        info = await eventually(lambda: ended(client, fired.execution_id))
+        assert info.state == "failed"
+        history = await eventually(
+            lambda: _ended_events(client, "etl"), what="the occurrence's end in the history"
+        )
+    assert ("dead", fired.execution_id) in history
+
+
+async def _ended_events(client: rsched.Client, schedule_id: str) -> list[tuple[str, str]]:
+    events = (await client.history(schedule_id)).items
+    return [(e.event, e.execution_id) for e in events if e.event in ("completed", "dead")]

@@ -128,6 +128,60 @@ def group(*parts: Node | Iterable[Node]) -> Group:
     return Group(tuple(parts))  # type: ignore[arg-type]
 
 
+#: The task of a schedule's job that starts a flow (``Schedule(flow=...)``): every worker has
+#: it built in; its payload is ``{"flow": <the flow as a document>}``.
+FLOW_TASK = "rsched.flow"
+
+
+def to_doc(node: Node) -> dict[str, Any]:
+    """A flow as a JSON document (what a schedule stores and a schedules file writes):
+    ``{"step": task, "payload": {...}, "on_failure": ..., <options>}``, ``{"chain": [...]}``,
+    ``{"group": [...]}``."""
+    if isinstance(node, Step):
+        doc: dict[str, Any] = {"step": node.task}
+        if node.payload:
+            doc["payload"] = dict(node.payload)
+        if node.on_failure != "fail":
+            doc["on_failure"] = node.on_failure
+        for name, value in node.options.items():
+            doc[name] = [_limit_doc(v) for v in value] if name == "limits" else value
+        return doc
+    kind = "chain" if isinstance(node, Chain) else "group"
+    return {kind: [to_doc(part) for part in node.parts]}
+
+
+def _limit_doc(value: Any) -> Any:
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if callable(to_dict) else value
+
+
+def from_doc(doc: object, where: str = "flow") -> Node:
+    """The flow a document describes (:func:`to_doc`); raises InvalidFlow naming the place
+    (``flow.chain[1].group[0]``) and the fix."""
+    if not isinstance(doc, Mapping):
+        raise InvalidFlow(where, 'give {"step": task, ...}, {"chain": [...]} or {"group": [...]}')
+    kinds = [k for k in ("step", "chain", "group") if k in doc]
+    if len(kinds) != 1:
+        raise InvalidFlow(where, "give exactly one of step, chain and group")
+    kind = kinds[0]
+    if kind == "step":
+        options = {k: v for k, v in doc.items() if k not in ("step", "payload", "on_failure")}
+        return Step(
+            str(doc["step"]),
+            doc.get("payload"),
+            doc.get("on_failure", "fail"),
+            options,
+        )
+    parts = doc[kind]
+    extra = sorted(set(doc) - {kind})
+    if extra:
+        raise InvalidFlow(f"{where}.{extra[0]}", f"a {kind} takes no option: give it to its steps")
+    if not isinstance(parts, list):
+        raise InvalidFlow(f"{where}.{kind}", "give a list of parts")
+    nodes = tuple(from_doc(p, f"{where}.{kind}[{i}]") for i, p in enumerate(parts))
+    return Chain(nodes) if kind == "chain" else Group(nodes)
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedStep:
     """A step as the flow hash keeps it (``number`` from 1). A barrier runs nothing: it ends

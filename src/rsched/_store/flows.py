@@ -53,21 +53,35 @@ def lanes_of(flow_next: str) -> list[Lane]:
 
 def step_keys(keys: Keys, fields: Mapping[str, str]) -> list[str]:
     """The keys the end of a flow step's job declares (its flow's hash, the streams of the steps
-    it may release); none for a job of no flow."""
+    it may release, and for a flow a schedule started, the keys its end writes: the schedule's
+    history, hash and pending set, its starter's stream); none for a job of no flow."""
     flow_id = fields.get("flow")
     if not flow_id:
         return []
+    out = [keys.flow(flow_id)]
+    out += [keys.queue(q, p) for q, p in lanes_of(fields.get("flow_next", ""))]
+    return out + schedule_keys(keys, fields.get("flow_sid", ""), fields.get("flow_lane", ""))
+
+
+def schedule_keys(keys: Keys, schedule_id: str, lane: str) -> list[str]:
+    """The keys the end of a flow a schedule started writes (flow_end.lua, flow_done)."""
+    if not schedule_id:
+        return []
+    [(queue, level)] = lanes_of(lane) or [("default", "normal")]
     return [
-        keys.flow(flow_id),
-        *(keys.queue(q, p) for q, p in lanes_of(fields.get("flow_next", ""))),
+        keys.history(schedule_id),
+        keys.schedule(schedule_id),
+        keys.pending(schedule_id),
+        keys.queue(queue, level),
     ]
 
 
 async def declared_step_keys(redis: Any, keys: Keys, flow_id: str, step: int) -> list[str]:
     """:func:`step_keys` of a flow step known by number (its lanes read from its flow)."""
-    raw = await redis.hget(keys.flow(flow_id), str(step))
+    raw, sid, lane = await redis.hmget(keys.flow(flow_id), str(step), "sid", "lane")
     lanes = read_step(step, raw)["lanes"] if raw is not None else ""
-    return step_keys(keys, {"flow": flow_id, "flow_next": lanes})
+    fields = {"flow": flow_id, "flow_next": lanes, "flow_sid": _s(sid or "")}
+    return step_keys(keys, {**fields, "flow_lane": _s(lane or "")})
 
 
 def error_record(error_type: str, message: str) -> str:
@@ -80,6 +94,7 @@ class Flows(scripts.ScriptCaller):
 
     #: How long an ended flow is kept (ms): the runs log's retention.
     flow_ttl_ms: int = 7 * 86_400_000
+    history_limit: int
 
     async def create_flow(
         self,
@@ -89,9 +104,12 @@ class Flows(scripts.ScriptCaller):
         labels: str = "",
         traceparent: str = "",
         schedule_id: str = "",
+        lane: str = "",
     ) -> FlowRun:
         """Write ``flow`` under ``flow_id`` and start it (lua/flow_create.lua, a call per
-        STEPS_PER_CALL steps); ``created`` is False when the id was taken (nothing written)."""
+        STEPS_PER_CALL steps); ``created`` is False when the id was taken (nothing written).
+        A flow a schedule's occurrence starts names the schedule and ``lane``, the stream name
+        of its starter job: the flow's end ends that run."""
         k = self.keys
         token = uuid.uuid4().hex
         steps = flow.steps
@@ -103,6 +121,8 @@ class Flows(scripts.ScriptCaller):
             "labels": labels,
             "tp": traceparent,
             "sid": schedule_id,
+            "lane": lane,
+            "hcap": self.history_limit if schedule_id else "",
         }
         chunks = [steps[i : i + STEPS_PER_CALL] for i in range(0, len(steps), STEPS_PER_CALL)]
         released = 0
@@ -213,7 +233,9 @@ class Flows(scripts.ScriptCaller):
     async def cancel_flow(self, flow_id: str) -> list[int] | None:
         """End the flow ``cancelled`` (lua/flow_cancel.lua): returns the steps released and not
         ended, whose jobs the caller cancels; None when it had ended. Raises FlowNotFound."""
-        res = await self.call("flow_cancel", [self.keys.flow(flow_id)], [])
+        sid, lane = await self.redis.hmget(self.keys.flow(flow_id), "sid", "lane")
+        keys = [self.keys.flow(flow_id), *schedule_keys(self.keys, _s(sid or ""), _s(lane or ""))]
+        res = await self.call("flow_cancel", keys, [])
         code = int(res[0])
         if code == Code.NOT_FOUND:
             raise FlowNotFound(flow_id)

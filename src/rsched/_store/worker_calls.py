@@ -50,11 +50,11 @@ class Done:
     home: int | None = None
     # Its schedule pauses after failed runs: a completed run clears the count.
     counted: bool = False
-    # A flow step's job: its flow id, step number, the lanes its end may release jobs into
-    # (its ``flow_next`` field), and what its children get in its place (JSON, '' = null).
+    # A flow step's job: its flow id, step number, the keys its end may write (flows.step_keys)
+    # and what its children get in its place (JSON, '' = null).
     flow: str = ""
     step: int = 0
-    flow_next: str = ""
+    flow_keys: tuple[str, ...] = ()
     parent_result: str = ""
 
 
@@ -72,13 +72,9 @@ class Expiring:
     run: str  # its runs log record (runs_log.run_record)
     dedup: bool = False
     limits: tuple[tuple[str, str], ...] = ()  # the limits it holds: released when it expires
-    flow: str = ""  # a flow step's job: its flow id, step number and flow_next field
+    flow: str = ""  # a flow step's job: its flow id, step number, the keys its end may write
     step: int = 0
-    flow_next: str = ""
-
-
-def _flow_fields(item: Done | Expiring) -> dict[str, str]:
-    return {"flow": item.flow, "flow_next": item.flow_next}
+    flow_keys: tuple[str, ...] = ()
 
 
 def last_error(error_type: str, message: str) -> str:
@@ -189,9 +185,7 @@ class WorkerCalls(scripts.ScriptCaller):
         if indexed:
             keys += dict.fromkeys(indexed)
         if flows:
-            keys += dict.fromkeys(
-                key for d in done for key in step_keys(self.keys, _flow_fields(d))
-            )
+            keys += dict.fromkeys(key for d in done for key in d.flow_keys)
         # The runs log, then the activity counters (ARGV[6] '1': the script counts the batch).
         keys += (self.keys.runs, self.keys.activity)
         args.append("1")
@@ -230,7 +224,7 @@ class WorkerCalls(scripts.ScriptCaller):
         ]
         if indexed:
             keys += dict.fromkeys(indexed)
-        keys += dict.fromkeys(key for e in items for key in step_keys(k, _flow_fields(e)))
+        keys += dict.fromkeys(key for e in items for key in e.flow_keys)
         keys += (k.runs, k.activity)
         args.append("1")
         res = await self.call("expire", keys, args)
