@@ -7,6 +7,9 @@ their jobs as Client.cancel does (removed while they wait, asked to stop while t
 each such end is recorded in the flow by the script that records it.
 
 KEYS[1] flow  {p}:flow:<flow id>
+KEYS[2..5] for a flow a schedule started: its history, hash, pending set and its starter's
+          stream (flow_end.lua ends the occurrence's run)
+ARGV: none
 
 Returns {OK=5, step numbers...} | {NOT_FOUND=-2} no such flow | {FLOW_OVER=-16} it ended
 already (nothing done) | {WRONG_TYPE=-6} the key is of another type.

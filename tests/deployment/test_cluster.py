@@ -47,6 +47,8 @@ from tests.support.workload import (
     engine,
     excluded,
     labelled_runs,
+    flows_ended,
+    flows_tour,
     labels_tour,
     limited_task,
     limits_tour,
@@ -97,6 +99,7 @@ async def test_every_script_runs_on_the_cluster(
         await deadlines_and_failures(client)
         await calendars_tour(client)
         await labels_tour(client)
+        flows = await flows_tour(client)
         await client.trigger("m1")
         await client.enqueue("t.fail", max_retries=1)
         for _ in range(3):  # one at a time: two wait aside, then resume
@@ -118,6 +121,7 @@ async def test_every_script_runs_on_the_cluster(
             await eventually(lambda: paused(client, "pf"))
             await eventually(lambda: excluded(client))
             await eventually(lambda: labelled_runs(client))
+            await eventually(lambda: flows_ended(client, flows))
         await client.job(ran[0])
         await client.job_logs(ran[0], attempt=1)  # a pipeline of reads in the job's slot
         first = await client.list(limit=1)

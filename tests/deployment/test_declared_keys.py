@@ -44,6 +44,8 @@ from tests.support.workload import (
     deadlines_and_failures,
     excluded,
     labelled_runs,
+    flows_ended,
+    flows_tour,
     labels_tour,
     limited_task,
     limits_tour,
@@ -235,6 +237,7 @@ async def test_every_script_declares_every_key_it_touches(
         await deadlines_and_failures(client)
         await calendars_tour(client)
         await labels_tour(client)
+        flows = await flows_tour(client)
         # A run that ends dead releases the occurrence waiting behind it.
         await client.add({"id": "d", "task": "t.fail", "every": 3600, "overlap": "buffer_one"})
         await client.trigger("d")
@@ -294,6 +297,7 @@ async def test_every_script_declares_every_key_it_touches(
                 await eventually(lambda: paused(client, "pf"))
                 await eventually(lambda: excluded(client))
                 await eventually(lambda: labelled_runs(client))
+                await eventually(lambda: flows_ended(client, flows))
                 # the occurrence the end on "idle" left pending, released into "gated"
                 await eventually(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()

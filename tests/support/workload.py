@@ -179,3 +179,36 @@ async def labelled_runs(client: rsched.Client) -> bool:
     """Whether the labels tour's runs are found by label: completed, dead, expired, cancelled."""
     page = await client.runs(labels={"tour": "l"}, limit=50)
     return {"completed", "dead", "expired", "cancelled"} <= {r.status for r in page.items}
+
+
+async def flows_tour(client: rsched.Client) -> list[str]:
+    """Flows through every script that records a step's end (complete, dead with on_failure
+    "continue", expire), a flow a schedule starts (its end ends the occurrence's run), and a
+    cancelled flow whose waiting step is cancelled (flow_cancel, cancel); returns the flows'
+    ids, for flows_ended."""
+    flow = rsched.chain(
+        rsched.step("t.ok"),
+        rsched.group(
+            rsched.step("t.fail", max_retries=0, on_failure="continue"),
+            rsched.step("t.ok", start_deadline=0.001, on_failure="continue"),
+        ),
+        rsched.step("t.ok"),
+    )
+    ran = await client.run_flow(flow)
+    await client.add({"id": "flowed", "every": 3600, "flow": {"chain": [{"step": "t.ok"}] * 2}})
+    fired = await client.trigger("flowed")
+    idle = await client.run_flow(
+        rsched.chain(rsched.step("t.ok", queue="idle"), rsched.step("t.ok"))
+    )
+    assert await client.cancel_flow(idle.flow_id)
+    return [ran.flow_id, fired.execution_id]
+
+
+async def flows_ended(client: rsched.Client, flow_ids: list[str]) -> bool:
+    for flow_id in flow_ids:
+        try:
+            if (await client.flow(flow_id)).state == "running":
+                return False
+        except rsched.FlowNotFound:  # a schedule's: its starter job has not run yet
+            return False
+    return True
