@@ -40,7 +40,9 @@ for i = 2, #ARGV - 3, 4 do
     end
   elseif state then
     local s = rcall('HGET', fkey, n .. '.s')
-    if s == 'q' or s == 'r' then rcall('HSET', fkey, n .. '.s', 'r', n .. '.a', attempt) end
+    if s == 'q' or s == 'r' then
+      rcall('HSET', fkey, n .. '.s', 'r', n .. '.a', attempt, 'at', int_text(now))
+    end
   end
   out[#out + 1] = code
 end

@@ -4,7 +4,8 @@
 -- released exactly once: by the script that records the last of its parents' ends.
 --
 -- The end is recorded once (a re-sent call, or a requeued dead step that ends again, changes
--- nothing). In a running flow: a completed step, or a failed one of on_failure "continue"
+-- nothing). Field `at` keeps the time of the flow's last change, for the leader's sweep
+-- (lua/flow_sweep.lua). In a running flow: a completed step, or a failed one of on_failure "continue"
 -- (flag 'c'), keeps its result for its children (`result`: JSON, '' = null) and releases those
 -- it was the last parent of (flow_release.lua); a failed step of on_failure "fail" fails the
 -- flow (flow_stop: the steps not started are cancelled and never run). The flow ends when its
@@ -101,7 +102,7 @@ local function flow_end(stream, fid, n, outcome, attempt, result, now)
   local got = rcall('HMGET', fkey, 'state', n, n .. '.s')
   local state, def, was = got[1], got[2], got[3]
   if not state or not def or (was and FLOW_ENDED[was]) then return end
-  rcall('HSET', fkey, n .. '.s', outcome, n .. '.a', attempt)
+  rcall('HSET', fkey, n .. '.s', outcome, n .. '.a', attempt, 'at', int_text(now))
   local left = rcall('HINCRBY', fkey, 'left', -1)
   if state == 'running' then
     local ok, d = pcall(cjson.decode, def)

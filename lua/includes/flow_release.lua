@@ -75,7 +75,7 @@ local function flow_release(fkey, tag, fid, n, now)
   fields[#fields + 1] = 'fired_at'
   fields[#fields + 1] = int_text(now)
   rcall('XADD', stream, '*', unpack(fields))
-  rcall('HSET', fkey, n .. '.s', 'q')
+  rcall('HSET', fkey, n .. '.s', 'q', 'at', int_text(now))
 end
 
 flow_children = function(fkey, tag, fid, children, now)

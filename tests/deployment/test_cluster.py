@@ -46,9 +46,9 @@ from tests.support.workload import (
     deadlines_and_failures,
     engine,
     excluded,
-    labelled_runs,
     flows_ended,
     flows_tour,
+    labelled_runs,
     labels_tour,
     limited_task,
     limits_tour,
@@ -56,6 +56,7 @@ from tests.support.workload import (
     park_and_bring_back,
     paused,
     some_schedules,
+    stalled_flow,
 )
 
 #: Deployment keys (docs/keys.md): with partitions they carry another tag than a partition's.
@@ -138,7 +139,9 @@ async def test_every_script_runs_on_the_cluster(
     await park_and_bring_back(schedules, lease)
     await redis.zadd(keys.backlogs, {"a": 1})  # a backlog the sweep finds gone
     await firing(schedules).release_lost(lease)
-    await Retention(redis, settings, lambda: True).sweep()
+    async with rsched.Client.from_settings(settings) as client:
+        await stalled_flow(client, redis, keys)
+    assert (await Retention(redis, settings, lambda: True).sweep()).flows_repaired == 1
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])

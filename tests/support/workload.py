@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import anyio
+from redis.asyncio import Redis
 
 import rsched
+from rsched._core.keys import Keys
 from rsched._core.settings import Settings
 from rsched._redis.connection import connect
 from rsched._scheduler.scheduler import Scheduler
@@ -212,3 +214,16 @@ async def flows_ended(client: rsched.Client, flow_ids: list[str]) -> bool:
         except rsched.FlowNotFound:  # a schedule's: its starter job has not run yet
             return False
     return True
+
+
+async def stalled_flow(client: rsched.Client, redis: Redis, keys: Keys) -> str:
+    """A flow whose step's job was removed by hand and whose last change is an hour old: the
+    next retention sweep finds the step lost (lua/flow_sweep.lua) and fails the flow."""
+    run = await client.run_flow(
+        rsched.chain(rsched.step("t.ok", queue="idle"), rsched.step("t.ok"))
+    )
+    for entry_id, fields in await redis.xrange(keys.queue("idle")):
+        if fields.get("execution_id") == f"{run.flow_id}~1":
+            await redis.xdel(keys.queue("idle"), entry_id)
+    await redis.hset(keys.flow(run.flow_id), "at", "1")
+    return run.flow_id

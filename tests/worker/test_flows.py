@@ -12,7 +12,9 @@ from redis.asyncio import Redis
 
 import rsched
 from rsched import chain, group, step
+from rsched._core.keys import Keys
 from rsched._core.settings import Settings
+from rsched._scheduler.retention import Retention
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
 from tests.support.workers import running
@@ -317,3 +319,40 @@ async def test_a_failed_flow_ends_its_occurrence_dead(redis: Redis, settings: Se
 async def _ended_events(client: rsched.Client, schedule_id: str) -> list[tuple[str, str]]:
     events = (await client.history(schedule_id)).items
     return [(e.event, e.execution_id) for e in events if e.event in ("completed", "dead")]
+
+
+async def test_the_sweep_fails_a_flow_whose_step_was_lost_and_drops_expired_flows(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    keys = Keys(settings.prefix)
+    run = await client.run_flow(chain(step("a"), step("b")))
+    [(entry_id, _)] = await redis.xrange(keys.queue("default"))
+    await redis.xdel(keys.queue("default"), entry_id)  # removed by hand: found nowhere
+    sweep = Retention(redis, settings, lambda: True)
+    assert (await sweep.sweep()).flows_repaired == 0  # it changed less than flow_stall_s ago
+    await redis.hset(keys.flow(run.flow_id), "at", "1")
+    assert (await sweep.sweep()).flows_repaired == 1
+    info = await client.flow(run.flow_id)
+    assert info.state == "failed"
+    assert [s.state for s in info.steps] == ["dead", "cancelled"]
+    await redis.delete(keys.flow(run.flow_id))  # expired
+    assert (await sweep.sweep()).flows == 1
+    assert await client.flows() == rsched.Page([])
+
+
+async def test_the_sweep_releases_a_step_whose_parents_all_ended(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    keys = Keys(settings.prefix)
+    run = await client.run_flow(chain(step("a"), step("b", queue="other")))
+    # As if the release had been lost: step 1 ended, step 2 waits for nobody.
+    await redis.hset(
+        keys.flow(run.flow_id), mapping={"1.s": "c", "2.w": "0", "left": "1", "at": "1"}
+    )
+    await redis.delete(keys.queue("default"))
+    assert (await Retention(redis, settings, lambda: True).sweep()).flows_repaired == 1
+    [(_, fields)] = await redis.xrange(keys.queue("other"))
+    assert fields["execution_id"] == f"{run.flow_id}~2"
+    assert [s.state for s in (await client.flow(run.flow_id)).steps] == ["completed", "queued"]

@@ -464,6 +464,7 @@ def read_step(number: int, raw: bytes | str) -> dict[str, Any]:
         "number": number,
         "task": str(data[0]),
         "queue": str(data[2]),
+        "level": str(data[3]) if data[3] in ("high", "low") else "normal",
         "on_failure": "continue" if "c" in str(data[5]) else "fail",
         "barrier": "b" in str(data[5]),
         "parents": ints(data[6]),

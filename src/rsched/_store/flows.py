@@ -31,66 +31,25 @@ from rsched._core.flows import (
     step_id,
 )
 from rsched._core.job import Lane
-from rsched._core.keys import GROUP, Keys
+from rsched._core.keys import GROUP
+from rsched._core.log import get_logger
 from rsched._core.rules import Priority, read_labels
-from rsched._redis import scripts
+from rsched._store.flow_keys import lanes_of, schedule_keys, step_keys
+from rsched._store.jobs import Jobs
 
 #: Flows a listing looks at for one page when it filters by state.
 LIST_SCAN_MAX = 10_000
 #: Steps whose results one read of a flow fetches (results of bigger flows: Client.job).
 RESULTS_MAX = 1_000
+#: Steps one repair of a stalled flow looks up or releases (the next sweep does more).
+REPAIR_MAX = 100
+
+log = get_logger("rsched.retention")
 
 
-def lanes_of(flow_next: str) -> list[Lane]:
-    """The lanes (queue, level) of a job's ``flow_next`` field: where its end may release jobs."""
-    out: list[Lane] = []
-    for name in flow_next.split(","):
-        queue, _, level = name.partition("#")
-        if queue:
-            out.append((queue, level if level in ("high", "low") else "normal"))  # type: ignore[arg-type]
-    return out
-
-
-def step_keys(keys: Keys, fields: Mapping[str, str]) -> list[str]:
-    """The keys the end of a flow step's job declares (its flow's hash, the streams of the steps
-    it may release, and for a flow a schedule started, the keys its end writes: the schedule's
-    history, hash and pending set, its starter's stream); none for a job of no flow."""
-    flow_id = fields.get("flow")
-    if not flow_id:
-        return []
-    out = [keys.flow(flow_id)]
-    out += [keys.queue(q, p) for q, p in lanes_of(fields.get("flow_next", ""))]
-    return out + schedule_keys(keys, fields.get("flow_sid", ""), fields.get("flow_lane", ""))
-
-
-def schedule_keys(keys: Keys, schedule_id: str, lane: str) -> list[str]:
-    """The keys the end of a flow a schedule started writes (flow_end.lua, flow_done)."""
-    if not schedule_id:
-        return []
-    [(queue, level)] = lanes_of(lane) or [("default", "normal")]
-    return [
-        keys.history(schedule_id),
-        keys.schedule(schedule_id),
-        keys.pending(schedule_id),
-        keys.queue(queue, level),
-    ]
-
-
-async def declared_step_keys(redis: Any, keys: Keys, flow_id: str, step: int) -> list[str]:
-    """:func:`step_keys` of a flow step known by number (its lanes read from its flow)."""
-    raw, sid, lane = await redis.hmget(keys.flow(flow_id), str(step), "sid", "lane")
-    lanes = read_step(step, raw)["lanes"] if raw is not None else ""
-    fields = {"flow": flow_id, "flow_next": lanes, "flow_sid": _s(sid or "")}
-    return step_keys(keys, {**fields, "flow_lane": _s(lane or "")})
-
-
-def error_record(error_type: str, message: str) -> str:
-    """A failed step's place in its children's ``parent_results`` (on_failure="continue")."""
-    return orjson.dumps({"error": error_type, "message": message[:2000]}).decode()
-
-
-class Flows(scripts.ScriptCaller):
-    """The flows of one partition (a part of rsched._store.queues.QueueStore)."""
+class Flows(Jobs):
+    """The flows of one partition (a part of rsched._store.queues.QueueStore; its sweep looks
+    for lost steps' jobs as Client.job does)."""
 
     #: How long an ended flow is kept (ms): the runs log's retention.
     flow_ttl_ms: int = 7 * 86_400_000
@@ -259,6 +218,73 @@ class Flows(scripts.ScriptCaller):
             args += [entry_id, fields["flow"], fields.get("step", "0"), fields.get("attempt", "1")]
         res = await self.call("flow_start", list(dict.fromkeys(keys)), args)
         return [Code(int(c)) for c in res]
+
+    async def sweep_flows(
+        self, queues: Sequence[str], now_ms: int, stall_ms: int, before_ms: int
+    ) -> tuple[int, int]:
+        """The leader's sweep of this partition's flows: index entries of flows gone (expired
+        with the runs log's retention) or created before ``before_ms`` and ended are dropped;
+        a running flow that did not change for ``stall_ms`` is repaired (lua/flow_sweep.lua):
+        steps whose jobs are found nowhere end dead (``lost``), steps whose parents all ended
+        are released. Returns (index entries dropped, flows repaired)."""
+        dropped = repaired = 0
+        cursor = 0
+        while True:
+            cursor, batch = await self.redis.zscan(self.keys.flows, cursor, count=500)
+            ids = [_s(member) for member, _ in batch]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for flow_id in ids:
+                    pipe.hmget(self.keys.flow(flow_id), "state", "at", "created")
+                rows = await pipe.execute()
+            gone = []
+            for flow_id, (state, at, created) in zip(ids, rows, strict=True):
+                if state is None or (_s(state) != "running" and _int(_opt(created)) < before_ms):
+                    gone.append(flow_id)
+                elif _s(state) == "running" and at is not None and _int(_s(at)) < now_ms - stall_ms:
+                    repaired += await self._repair(flow_id, _s(at), queues)
+            if gone:
+                dropped += int(await self.redis.zrem(self.keys.flows, *gone))
+            if cursor == 0:
+                return dropped, repaired
+
+    async def _repair(self, flow_id: str, at: str, queues: Sequence[str]) -> int:
+        """Repair one stalled flow (see :meth:`sweep_flows`); 1 when something changed."""
+        fields = await self.flow_fields(flow_id)
+        lost: list[int] = []
+        release: list[int] = []
+        lanes: list[Lane] = []
+        for number in range(1, _int(fields.get("n")) + 1):
+            raw = fields.get(str(number))
+            if raw is None:
+                continue
+            code = fields.get(f"{number}.s")
+            if code in ("q", "r") and len(lost) < REPAIR_MAX:
+                if await self.find_job(step_id(flow_id, number), queues) is None:
+                    lost.append(number)
+                    lanes += lanes_of(read_step(number, raw)["lanes"])
+            elif (
+                code is None and _int(fields.get(f"{number}.w")) <= 0 and len(release) < REPAIR_MAX
+            ):
+                release.append(number)
+                d = read_step(number, raw)
+                lanes.append((d["queue"], d["level"]))
+        if not lost and not release and _int(fields.get("left")) > 0:
+            return 0
+        k = self.keys
+        keys = [
+            k.flow(flow_id),
+            k.queue("default"),
+            *(k.queue(q, p) for q, p in dict.fromkeys(lanes)),
+        ]
+        keys += schedule_keys(k, fields.get("sid", ""), fields.get("lane", ""))
+        args = [flow_id, at, ",".join(map(str, lost)), ",".join(map(str, release))]
+        res = await self.call("flow_sweep", list(dict.fromkeys(keys)), args)
+        if int(res[0]) == Code.CONFLICT:
+            return 0
+        check(res, script="flow_sweep")
+        if int(res[1]):
+            log.warning("flow.repaired", flow_id=flow_id, lost=len(lost), released=len(release))
+        return 1 if int(res[1]) else 0
 
 
 _LIST_FIELDS = ("state", "created", "ended", "n", "left", "sid", "failed", "labels")

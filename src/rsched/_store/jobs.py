@@ -20,7 +20,7 @@ from rsched._core.keys import GROUP
 from rsched._core.rules import NAME_RE, PRIORITIES, Priority, labels_text
 from rsched._core.schedule import to_ms
 from rsched._core.workers import JobInfo, WorkerInfo, fields_of, job_from_fields
-from rsched._store.flows import declared_step_keys
+from rsched._store.flow_keys import declared_step_keys
 from rsched._store.runs_log import run_index_keys, run_record
 from rsched._store.worker_registry import WorkerRegistry
 

@@ -50,14 +50,13 @@ from rsched._store.alerts import EventLog
 from rsched._store.dead_letters import DeadLetters
 from rsched._store.flows import Flows
 from rsched._store.job_logs import JobLogs
-from rsched._store.jobs import Jobs
 from rsched._store.limits import Limits
 from rsched._store.worker_calls import WorkerCalls
 
 T = TypeVar("T")
 
 
-class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs, Flows):
+class QueueStore(WorkerCalls, DeadLetters, Flows, Limits, JobLogs):
     """Every script call and read on the queues of one partition, for one Redis client."""
 
     def __init__(

@@ -22,7 +22,7 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE, Priority
 from rsched._redis import scripts
 from rsched._store.alerts import EventLog
-from rsched._store.flows import step_keys
+from rsched._store.flow_keys import step_keys
 from rsched._store.runs_log import run_index_keys
 
 log = get_logger("rsched.worker")

@@ -30,7 +30,7 @@ from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._core.partitions import partition_of
 from rsched._core.rules import PRIORITIES, Priority
-from rsched._store.flows import step_keys
+from rsched._store.flow_keys import step_keys
 from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Expiring
 from rsched._worker.acker import finish_home

@@ -23,7 +23,7 @@ from rsched._core.history import fragment
 from rsched._core.job import Job, retry_delay_s
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
-from rsched._store.flows import error_record, step_keys
+from rsched._store.flow_keys import error_record, step_keys
 from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Done, last_error
 from rsched._worker.acker import finish_home
