@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 from redis.asyncio import Redis
@@ -222,7 +223,8 @@ async def stalled_flow(client: rsched.Client, redis: Redis, keys: Keys) -> str:
     run = await client.run_flow(
         rsched.chain(rsched.step("t.ok", queue="idle"), rsched.step("t.ok"))
     )
-    for entry_id, fields in await redis.xrange(keys.queue("idle")):
+    entries: Any = await redis.xrange(keys.queue("idle"))
+    for entry_id, fields in entries:
         if fields.get("execution_id") == f"{run.flow_id}~1":
             await redis.xdel(keys.queue("idle"), entry_id)
     await redis.hset(keys.flow(run.flow_id), "at", "1")
