@@ -33,6 +33,14 @@ def etl_worker(settings: Settings) -> rsched.Worker:
     return worker
 
 
+async def shown(cli: Cli, flow_id: str) -> tuple[str, list[str]]:
+    """``rsched flow ID``: its fields, and its tree's lines."""
+    code, out, err = await anyio.to_thread.run_sync(cli, "flow", flow_id)
+    assert code == 0, err
+    head, tree = out.split("\n\n", 1)
+    return head, tree.splitlines()
+
+
 async def test_a_finished_flow_is_listed_and_drawn_as_a_tree(
     redis: Redis, settings: Settings, cli: Cli
 ) -> None:
@@ -55,10 +63,8 @@ async def test_a_finished_flow_is_listed_and_drawn_as_a_tree(
     header, row = out.splitlines()
     assert header.split() == ["ID", "STATE", "STEPS", "CREATED", "ENDED", "SCHEDULE"]
     assert row.split()[:3] == ["etl-day", "completed", "6/6"]
-    code, out, err = await anyio.to_thread.run_sync(cli, "flow", "etl-day")
-    assert code == 0, err
-    assert "state     completed" in out
-    tree = out.split("\n\n", 1)[1].splitlines()
+    head, tree = await shown(cli, "etl-day")
+    assert "state     completed" in head
     assert tree == [
         "#1 etl.extract  completed  1 attempt",
         "├─ #2 etl.part  completed  1 attempt",
@@ -88,10 +94,8 @@ async def test_cancel_a_running_flow_and_a_join_between_groups(
         group(step("etl.merge"), chain(step("etl.merge"), step("etl.merge"))),
     )
     await client.run_flow(flow, flow_id="wide", labels={"team": "data"})
-    code, out, err = await anyio.to_thread.run_sync(cli, "flow", "wide")
-    assert code == 0, err
-    assert "labels    team=data" in out
-    tree = out.split("\n\n", 1)[1].splitlines()
+    head, tree = await shown(cli, "wide")
+    assert "labels    team=data" in head
     assert tree == [
         "#1 etl.part  queued  0 attempts",
         "#2 etl.part  queued  0 attempts",
