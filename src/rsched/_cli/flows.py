@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,13 +19,6 @@ from rsched._core.schedule import to_ms
 JOIN = "⋈"
 #: A join lists at most this many of the steps it follows by number.
 PARENTS_SHOWN = 5
-
-
-def flow_dict(info: FlowInfo) -> dict[str, Any]:
-    """A flow as JSON (``--json``): its fields, and each step's when it was read whole."""
-    data = dataclasses.asdict(info)
-    data["duration_s"] = info.duration.total_seconds() if info.duration is not None else None
-    return data
 
 
 async def cmd_flows(client: Client, args: argparse.Namespace) -> None:
@@ -47,7 +39,7 @@ async def cmd_flows(client: Client, args: argparse.Namespace) -> None:
     text = fmt.table(headers, rows) if rows else "no flows"
     if page.cursor:
         text += f"\nmore: rsched flows --cursor {page.cursor} (with the same filters)"
-    out(args, {"flows": [flow_dict(f) for f in page], "cursor": page.cursor}, text)
+    out(args, {"flows": [f.as_dict() for f in page], "cursor": page.cursor}, text)
 
 
 async def cmd_flow(client: Client, args: argparse.Namespace) -> None:
@@ -60,7 +52,7 @@ async def cmd_flow(client: Client, args: argparse.Namespace) -> None:
         raise UsageError("give a flow id (rsched flow ID) or rsched flow cancel ID")
     info = await client.flow(words[0])
     now = to_ms(await client.server_time())
-    out(args, flow_dict(info), flow_text(info, now))
+    out(args, info.as_dict(), flow_text(info, now))
 
 
 async def _cancel(client: Client, args: argparse.Namespace, flow_id: str) -> None:

@@ -15,6 +15,7 @@ lives in its flow's partition (rsched._core.partitions.job_partition).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -444,6 +445,16 @@ class FlowInfo:
     @property
     def duration(self) -> timedelta | None:
         return None if self.ended_at is None else self.ended_at - self.created_at
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: its fields (``steps`` empty in a listing), times in ISO 8601, and
+        ``duration_s``."""
+        data = dataclasses.asdict(self)
+        for name in ("created_at", "ended_at"):
+            value = data[name]
+            data[name] = value.isoformat() if value is not None else None
+        data["duration_s"] = self.duration.total_seconds() if self.duration is not None else None
+        return data
 
 
 def read_step(number: int, raw: bytes | str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ disagree on what is valid.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -22,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rsched import (
     DeadLetter,
     DeadLetterNotFound,
-    FlowInfo,
     InvalidArgument,
     InvalidCalendar,
     InvalidJob,
@@ -602,13 +600,6 @@ async def cancel_job(sdk: SdkDep, execution_id: str) -> dict[str, str]:
     return {"execution_id": execution_id, "cancelled": await sdk.cancel(execution_id)}
 
 
-def flow_json(info: FlowInfo) -> dict[str, Any]:
-    """A flow as JSON: FlowInfo's fields (``steps`` empty in a listing), times in ISO 8601."""
-    data = dataclasses.asdict(info)
-    data["duration_s"] = info.duration.total_seconds() if info.duration is not None else None
-    return data
-
-
 @router.get("/flows", tags=["flows"])
 async def list_flows(
     sdk: SdkDep,
@@ -623,7 +614,7 @@ async def list_flows(
     "state", "created_at", "ended_at", "schedule_id", "step_count", "done_count",
     "failed_step", "labels", …}], "cursor"}``; GET /flows/{flow_id} reads one whole."""
     page = await sdk.flows(state=state, limit=limit, cursor=cursor)
-    return {"items": [flow_json(f) for f in page.items], "cursor": page.cursor}
+    return {"items": [f.as_dict() for f in page.items], "cursor": page.cursor}
 
 
 @router.get("/flows/{flow_id}", tags=["flows"])
@@ -631,7 +622,7 @@ async def get_flow(sdk: SdkDep, flow_id: str) -> dict[str, Any]:
     """One flow with its steps (``Client.flow``): each step's ``number``, ``task``,
     ``execution_id`` (GET /jobs/{execution_id}), ``state``, ``queue``, ``parents``,
     ``children``, ``on_failure``, ``attempts``, ``result`` and ``barrier``; 404 FlowNotFound."""
-    return flow_json(await sdk.flow(flow_id))
+    return (await sdk.flow(flow_id)).as_dict()
 
 
 @router.post("/flows/{flow_id}/cancel", tags=["flows"])
