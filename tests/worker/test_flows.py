@@ -356,3 +356,57 @@ async def test_the_sweep_releases_a_step_whose_parents_all_ended(
     [(_, fields)] = await any_(redis).xrange(keys.queue("other"))
     assert fields["execution_id"] == f"{run.flow_id}~2"
     assert [s.state for s in (await client.flow(run.flow_id)).steps] == ["completed", "queued"]
+
+
+async def test_each_join_is_released_once_when_its_parents_end_together_on_two_workers(
+    redis: Redis, settings: Settings
+) -> None:
+    client = rsched.Client(redis, settings)
+    release = anyio.Event()
+    joins: list[tuple[str, str]] = []
+
+    def worker_of() -> rsched.Worker:
+        worker = rsched.Worker(settings=fast_settings(settings), concurrency=50)
+
+        @worker.task("pair")
+        async def pair(job: rsched.Job) -> str:
+            await release.wait()  # every part ends at the same instant, on either worker
+            return job.execution_id
+
+        @worker.task("join")
+        async def join(job: rsched.Job) -> None:
+            joins.append((job.execution_id, job.entry_id))
+
+        return worker
+
+    flow = chain(group(step("pair"), step("pair")), step("join"))
+    ids = [(await client.run_flow(flow)).flow_id for _ in range(40)]
+    async with running(worker_of(), redis), running(worker_of(), redis):
+        await eventually(lambda: _all_running(client, ids), what="every part running")
+        release.set()
+        await eventually(lambda: len(joins) >= 40, what="every join run")
+        for flow_id in ids:
+            await eventually(lambda f=flow_id: ended(client, f))
+    assert sorted(e for e, _ in joins) == sorted(f"{f}~3" for f in ids)  # once each
+
+
+async def _all_running(client: rsched.Client, ids: list[str]) -> bool:
+    for flow_id in ids:
+        steps = (await client.flow(flow_id)).steps
+        if [s.state for s in steps[:2]] != ["running", "running"]:
+            return False
+    return True
+
+
+async def test_an_ended_flow_expires_with_the_runs_log_retention(
+    redis: Redis, settings: Settings
+) -> None:
+    from rsched._core.settings import RetentionSettings
+
+    kept = settings.model_copy(update={"retention": RetentionSettings(runs_max_age_s=120)})
+    client = rsched.Client(redis, kept)
+    run = await client.run_flow(step("x"))
+    key = Keys(settings.prefix).flow(run.flow_id)
+    assert await redis.pttl(key) == -1  # kept while it runs
+    await client.cancel_flow(run.flow_id)
+    assert 0 < await redis.pttl(key) <= 120_000
