@@ -283,6 +283,11 @@ class Reader:
             except ValueError as exc:
                 await self._refuse(stream, job.entry_id, dict(job.fields), "bad_limit", str(exc))
                 continue
+            if held and stream[0] != 0 and "flow" in job.fields:
+                # Its flow is in this partition: moved to partition 0 it could not record its
+                # end there (docs/flows.md). It runs here, without the task's limits.
+                log.warning("flow.limits_not_held", execution_id=job.execution_id, task=job.task)
+                held = ()
             if held:
                 # Set on the job just parsed (cheaper than a copy on this path; nobody else
                 # holds it yet).
