@@ -48,6 +48,13 @@ def sdk(request: Request) -> Sdk:
 SdkDep = Annotated[Sdk, Depends(sdk)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 Cursor = Annotated[str | None, Query(description="the cursor of the previous page")]
+Since = Annotated[
+    str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
+]
+AuditKind = Annotated[
+    Literal["schedule", "calendar", "limit"] | None,
+    Query(description="only the changes of schedules, of calendars or of limit overrides"),
+]
 LabelFilter = Annotated[
     list[str] | None, Query(description="k=v; repeat for several (all must match)")
 ]
@@ -360,20 +367,31 @@ async def backfill_schedule(sdk: SdkDep, schedule_id: str, body: BackfillRequest
     return {"counts": counts, "outcomes": result.outcomes}
 
 
+async def audit_page(
+    sdk: Sdk,
+    kind: str | None,
+    id: str | None,
+    actor: str | None,
+    since: str | None,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """A page of the audit trail as JSON: of one kind of target and one id when given."""
+    page = await sdk.audit(id, kind=kind, actor=actor, since=since, limit=limit, cursor=cursor)
+    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+
+
 @router.get("/schedules/{schedule_id}/audit", tags=["schedules"])
 async def schedule_audit(
     sdk: SdkDep,
     schedule_id: str,
     actor: str | None = None,
-    since: Annotated[
-        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
-    ] = None,
+    since: Since = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """The schedule's changes, newest first: who, when, from where, the fields changed."""
-    page = await sdk.audit(schedule_id, actor=actor, since=since, limit=limit, cursor=cursor)
-    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+    return await audit_page(sdk, "schedule", schedule_id, actor, since, limit, cursor)
 
 
 @router.get("/schedules/{schedule_id}/specs", tags=["schedules"])
@@ -615,9 +633,7 @@ async def list_runs(
     ] = None,
     schedule: Annotated[str | None, Query(description="a schedule id")] = None,
     task: str | None = None,
-    since: Annotated[
-        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
-    ] = None,
+    since: Since = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 50,
     cursor: Cursor = None,
     label: LabelFilter = None,
@@ -644,16 +660,15 @@ async def list_audit(
         str | None, Query(description="a schedule id, calendar name or limit key")
     ] = None,
     actor: str | None = None,
-    since: Annotated[
-        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
-    ] = None,
+    since: Since = None,
+    kind: AuditKind = None,
     limit: Limit = 50,
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """The audit trail, newest first (``Client.audit``): every change of a schedule, calendar
-    or limit override, who made it, when and from where."""
-    page = await sdk.audit(id, actor=actor, since=since, limit=limit, cursor=cursor)
-    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+    or limit override, who made it, when and from where; ``kind`` keeps those of one kind of
+    target (a schedule and a calendar may share a name)."""
+    return await audit_page(sdk, kind, id, actor, since, limit, cursor)
 
 
 # --- flow-control limits ----------------------------------------------------------------------
@@ -673,6 +688,20 @@ async def list_limits(
     than ``limit`` and still have a cursor."""
     page = await sdk.limits(match=match or None, limit=limit, cursor=cursor)
     return {"items": [r.to_dict() for r in page.items], "cursor": page.cursor}
+
+
+@router.get("/limits/{key:path}/audit", tags=["limits"])
+async def limit_audit(
+    sdk: SdkDep,
+    key: str,
+    actor: str | None = None,
+    since: Since = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """The changes of a limit key's (or a ``*`` pattern's) override, newest first: who, when,
+    from where, its numbers before and after (``limit_set``, ``limit_clear``)."""
+    return await audit_page(sdk, "limit", key, actor, since, limit, cursor)
 
 
 @router.get("/limits/{key:path}/waiting", tags=["limits"])
@@ -774,6 +803,20 @@ async def list_calendars(sdk: SdkDep) -> dict[str, list[dict[str, Any]]]:
 async def get_calendar(sdk: SdkDep, name: str) -> dict[str, Any]:
     """One exclusion calendar (404 CalendarNotFound)."""
     return (await sdk.calendar(name)).as_dict()
+
+
+@router.get("/calendars/{name}/audit", tags=["calendars"])
+async def calendar_audit(
+    sdk: SdkDep,
+    name: str,
+    actor: str | None = None,
+    since: Since = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """The calendar's changes, newest first: who, when, from where, each key of its document
+    before and after (``calendar_set``, ``calendar_remove``; kept after a removal)."""
+    return await audit_page(sdk, "calendar", name, actor, since, limit, cursor)
 
 
 @router.put(

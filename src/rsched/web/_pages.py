@@ -24,7 +24,15 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import pass_context
 from jinja2.runtime import Context
 
-from rsched import Health, HistoryEvent, InvalidArgument, RschedError, Schedule, ScheduleNotFound
+from rsched import (
+    AuditRecord,
+    Health,
+    HistoryEvent,
+    InvalidArgument,
+    RschedError,
+    Schedule,
+    ScheduleNotFound,
+)
 from rsched._core import humanize as fmt
 from rsched._core.errors import CsrfError
 from rsched._core.rules import DST_FOLDS, DST_GAPS, RUN_STATUSES
@@ -347,16 +355,22 @@ def _spec(s: Schedule) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in ("id", "task") or v != default(k)}
 
 
-#: Changes the schedule's page shows (the API pages the rest).
+#: Changes a schedule's, calendar's or limit key's page shows (the API pages the rest).
 CHANGES_SHOWN = 10
+
+
+async def changes_of(sdk: Sdk, kind: str, id: str) -> list[AuditRecord]:
+    """The newest changes of one schedule, calendar or limit key (``kind``: _sdk.AUDIT_KINDS),
+    for its page's Changes card (templates/_audit.html). Read once per page view, not in the
+    live part's refreshes."""
+    return (await sdk.audit(id, kind=kind, limit=CHANGES_SHOWN)).items
 
 
 @router.get("/schedules/{schedule_id}", response_class=HTMLResponse)
 async def schedule(request: Request, schedule_id: str) -> Response:
     sdk = sdk_of(request)
     context = await schedule_context(request, schedule_id)
-    # Read once per page view, not in the live part's refreshes.
-    changes = (await sdk.audit(schedule_id, limit=CHANGES_SHOWN)).items
+    changes = await changes_of(sdk, "schedule", schedule_id)
     specs = await sdk.spec_history(schedule_id)
     return render(request, "schedule.html", changes=changes, specs=specs, **context)
 
@@ -786,8 +800,10 @@ async def limit_context(request: Request, key: str) -> dict[str, Any]:
 @router.get("/limits/{key:path}", response_class=HTMLResponse)
 async def limit_page(request: Request, key: str) -> Response:
     """One limit key: its numbers, holders, and the jobs waiting on it in the order they will
-    start (``Client.limit``, ``Client.waiting``)."""
-    return render(request, "limit.html", **await limit_context(request, key))
+    start (``Client.limit``, ``Client.waiting``); the changes of its override."""
+    context = await limit_context(request, key)
+    changes = await changes_of(sdk_of(request), "limit", key)
+    return render(request, "limit.html", changes=changes, **context)
 
 
 @router.get("/_live/limits/{key:path}", response_class=HTMLResponse)
