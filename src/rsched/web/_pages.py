@@ -71,8 +71,12 @@ LIMITS_PAGE = 200
 WAITING_SHOWN = 100
 #: Coming occurrences a schedule's page previews, those its calendars exclude included.
 NEXT_SHOWN = 10
-#: Runs a schedule's page draws and lists, at most (its history keeps ``history_limit``).
+#: Runs a schedule's page draws, at most: its run chart's places (views.run_chart). The page
+#: lists those its history keeps (``history_limit``, 15 by default).
 RUNS_CHARTED = 50
+#: Records of the runs log a schedule's page reads for the runs its history no longer keeps,
+#: at most: a run retried has a record per attempt, so twice the runs the chart draws.
+RUNS_LOGGED = 2 * RUNS_CHARTED
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
@@ -329,6 +333,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
     events = await sdk.history(schedule_id)
     tz, _ = _zone(request)
     found = views.runs(events)[:RUNS_CHARTED]
+    charted = found + await older_runs(sdk, schedule_id, found)
     return {
         "s": s,
         "health": await sdk.schedule_health(schedule_id),
@@ -337,10 +342,32 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
         "state": views.status_text(s),
         "next_runs": views.next_runs(coming, s.timezone, tz, sdk.now_ms()),
         "runs": found,
-        "run_chart": views.run_chart(found, tz, sdk.now_ms()),
+        "run_chart": views.run_chart(charted, tz, sdk.now_ms()),
+        "charted": len(charted),
         "streak": views.failure_streak(found),
         "spec": _spec(s),
     }
+
+
+async def older_runs(sdk: Sdk, schedule_id: str, kept: Sequence[views.Run]) -> list[views.Run]:
+    """The schedule's runs older than those its history keeps (``kept``), newest first, from
+    the runs log, so that its run chart fills its RUNS_CHARTED places: none when the history
+    has them all (it holds fewer runs than ``history_limit``, or the chart is full).
+
+    The read is bounded: one page of at most RUNS_LOGGED records of the schedule, and, as any
+    read of the log by schedule, looking at most 10,000 records of the log (``Client.runs``),
+    so a schedule that runs rarely in a busy deployment draws the runs found among them. It
+    starts at the cursor "+" (the log's newest record): the runs in progress, which a first
+    page would read from every queue, are in the history already."""
+    if len(kept) >= RUNS_CHARTED or len(kept) < sdk.settings.history_limit:
+        return []
+    page = await sdk.runs(schedule_id=schedule_id, limit=RUNS_LOGGED, cursor="+")
+    older = views.logged_runs(page.items, (r.execution_id for r in kept))
+    oldest = min((r.fired_ms for r in kept if r.fired_ms is not None), default=None)
+    if oldest is not None:
+        # Only runs older than the history's oldest: one the history dropped is older.
+        older = [r for r in older if r.fired_ms is None or r.fired_ms <= oldest]
+    return older[: RUNS_CHARTED - len(kept)]
 
 
 def _spec(s: Schedule) -> dict[str, Any]:
