@@ -92,6 +92,12 @@ def test_read_only_shows_changes_without_rollback(web: Web, settings: Settings) 
     assert "Roll back to" not in page.text
     r = httpx.post(base + "/api/v1/schedules/a/rollback", json={"generation": 1})
     assert r.status_code == 403
+    with httpx.Client(base_url=base) as browser:  # the page's form too, with its token
+        token = browser.get("/schedules/a").cookies["rsched_csrf"]
+        r = browser.post("/schedules/a/rollback", data={"generation": "1", "csrf_token": token})
+        assert r.status_code == 403
+    with rsched.SyncClient.from_settings(settings) as c:
+        assert (c.get("a").generation, c.audit("a", limit=1).items[0].action) == (2, "update")
 
 
 def actions(html: str) -> list[str]:
