@@ -3,6 +3,7 @@ SVG built on the server, failure streaks, events and dead letters grouped. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from xml.etree import ElementTree
@@ -126,6 +127,28 @@ def test_runs_from_the_log_one_per_execution_its_newest_record_first() -> None:
         "bar o-dead", "bar o-skipped", "bar o-completed",
     ]  # fmt: skip
     assert "skipped, excluded by holidays" in svg
+
+
+async def test_older_runs_are_read_once_per_oldest_kept_run() -> None:
+    from rsched.web._pages import OlderRuns
+
+    reads: list[str] = []
+
+    def reader(name: str) -> Callable[[], Awaitable[list[views.Run]]]:
+        async def read() -> list[views.Run]:
+            reads.append(name)
+            return [run(name, "completed", T0)]
+
+        return read
+
+    cache = OlderRuns(size=2)
+    for _ in range(3):  # a page and its refreshes: one read
+        assert [r.execution_id for r in await cache.get(("s", "s@1"), reader("a"))] == ["a"]
+    await cache.get(("s", "s@2"), reader("b"))  # a new run pushed s@1 out of the history
+    await cache.get(("t", "t@1"), reader("c"))  # a third schedule: the first read is dropped
+    await cache.get(("s", "s@2"), reader("b"))
+    await cache.get(("s", "s@1"), reader("a"))
+    assert reads == ["a", "b", "c", "a"]
 
 
 def event(kind: str, at: datetime, **fields: Any) -> HealthEvent:

@@ -333,7 +333,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
     events = await sdk.history(schedule_id)
     tz, _ = _zone(request)
     found = views.runs(events)[:RUNS_CHARTED]
-    charted = found + await older_runs(sdk, schedule_id, found)
+    charted = found + await older_runs(request, sdk, schedule_id, found)
     return {
         "s": s,
         "health": await sdk.schedule_health(schedule_id),
@@ -349,25 +349,57 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
     }
 
 
-async def older_runs(sdk: Sdk, schedule_id: str, kept: Sequence[views.Run]) -> list[views.Run]:
-    """The schedule's runs older than those its history keeps (``kept``), newest first, from
-    the runs log, so that its run chart fills its RUNS_CHARTED places: none when the history
-    has them all (it holds fewer runs than ``history_limit``, or the chart is full).
+class OlderRuns:
+    """The runs older than its history keeps read for each schedule's page (older_runs), by
+    schedule and oldest kept run: they change only when a new run pushes a kept one out, so
+    the page's refreshes in between (every few seconds, for each viewer) do not read the log
+    again. At most ``size`` schedules, the first read the first dropped."""
 
-    The read is bounded: one page of at most RUNS_LOGGED records of the schedule, and, as any
-    read of the log by schedule, looking at most 10,000 records of the log (``Client.runs``),
-    so a schedule that runs rarely in a busy deployment draws the runs found among them. It
-    starts at the cursor "+" (the log's newest record): the runs in progress, which a first
-    page would read from every queue, are in the history already."""
-    if len(kept) >= RUNS_CHARTED or len(kept) < sdk.settings.history_limit:
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._items: dict[tuple[str, str], list[views.Run]] = {}
+
+    async def get(
+        self, key: tuple[str, str], read: Callable[[], Awaitable[list[views.Run]]]
+    ) -> list[views.Run]:
+        found = self._items.get(key)
+        if found is None:
+            found = self._items[key] = await read()
+            while len(self._items) > self.size:
+                del self._items[next(iter(self._items))]
+        return found
+
+
+async def older_runs(
+    request: Request, sdk: Sdk, schedule_id: str, kept: Sequence[views.Run]
+) -> list[views.Run]:
+    """The schedule's runs older than those its history keeps (``kept``, newest first), newest
+    first, from the runs log, so that its run chart fills its RUNS_CHARTED places: none when
+    the history has them all (it holds fewer runs than ``history_limit``) or the chart is full.
+
+    The read is bounded: one page of at most RUNS_LOGGED records of the schedule, looking at
+    most 10,000 records of the log, as any read of the log by schedule (``Client.runs``), so a
+    schedule that runs rarely in a busy deployment draws those found among them. It starts at
+    the oldest kept run's fire time (an entry id is a cursor of the log: its records are
+    ordered by when they were written), skipping the newer records of every schedule: the
+    runs drawn are those that ended before it fired. Once per new run (OlderRuns)."""
+    oldest = kept[-1] if kept else None
+    if (
+        oldest is None
+        or oldest.fired_ms is None
+        or len(kept) >= RUNS_CHARTED
+        or len(kept) < sdk.settings.history_limit
+    ):
         return []
-    page = await sdk.runs(schedule_id=schedule_id, limit=RUNS_LOGGED, cursor="+")
-    older = views.logged_runs(page.items, (r.execution_id for r in kept))
-    oldest = min((r.fired_ms for r in kept if r.fired_ms is not None), default=None)
-    if oldest is not None:
-        # Only runs older than the history's oldest: one the history dropped is older.
-        older = [r for r in older if r.fired_ms is None or r.fired_ms <= oldest]
-    return older[: RUNS_CHARTED - len(kept)]
+    fired_ms = oldest.fired_ms
+
+    async def read() -> list[views.Run]:
+        page = await sdk.runs(schedule_id=schedule_id, limit=RUNS_LOGGED, cursor=f"{fired_ms}-0")
+        older = views.logged_runs(page.items, (r.execution_id for r in kept))
+        return older[: RUNS_CHARTED - len(kept)]
+
+    cache: OlderRuns = request.app.state.older_runs
+    return await cache.get((schedule_id, oldest.execution_id), read)
 
 
 def _spec(s: Schedule) -> dict[str, Any]:
