@@ -10,6 +10,7 @@ disagree on what is valid.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -367,31 +368,36 @@ async def backfill_schedule(sdk: SdkDep, schedule_id: str, body: BackfillRequest
     return {"counts": counts, "outcomes": result.outcomes}
 
 
-async def audit_page(
-    sdk: Sdk,
-    kind: str | None,
-    id: str | None,
-    actor: str | None,
-    since: str | None,
-    limit: int,
-    cursor: str | None,
-) -> dict[str, Any]:
-    """A page of the audit trail as JSON: of one kind of target and one id when given."""
-    page = await sdk.audit(id, kind=kind, actor=actor, since=since, limit=limit, cursor=cursor)
-    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """What every audit route takes besides its target: who, since when, the page."""
+
+    actor: str | None
+    since: str | None
+    limit: int
+    cursor: str | None
+
+    async def page(self, sdk: Sdk, kind: str | None, id: str | None) -> dict[str, Any]:
+        """A page of the audit trail as JSON: of one kind of target and one id when given."""
+        found = await sdk.audit(
+            id, kind=kind, actor=self.actor, since=self.since, limit=self.limit, cursor=self.cursor
+        )
+        return {"items": [r.as_dict() for r in found.items], "cursor": found.cursor}
+
+
+def audit_query(
+    actor: str | None = None, since: Since = None, limit: Limit = 50, cursor: Cursor = None
+) -> AuditQuery:
+    return AuditQuery(actor, since, limit, cursor)
+
+
+AuditDep = Annotated[AuditQuery, Depends(audit_query)]
 
 
 @router.get("/schedules/{schedule_id}/audit", tags=["schedules"])
-async def schedule_audit(
-    sdk: SdkDep,
-    schedule_id: str,
-    actor: str | None = None,
-    since: Since = None,
-    limit: Limit = 50,
-    cursor: Cursor = None,
-) -> dict[str, Any]:
+async def schedule_audit(sdk: SdkDep, schedule_id: str, query: AuditDep) -> dict[str, Any]:
     """The schedule's changes, newest first: who, when, from where, the fields changed."""
-    return await audit_page(sdk, "schedule", schedule_id, actor, since, limit, cursor)
+    return await query.page(sdk, "schedule", schedule_id)
 
 
 @router.get("/schedules/{schedule_id}/specs", tags=["schedules"])
@@ -656,19 +662,16 @@ async def list_runs(
 @router.get("/audit", tags=["deployment"])
 async def list_audit(
     sdk: SdkDep,
+    query: AuditDep,
     id: Annotated[
         str | None, Query(description="a schedule id, calendar name or limit key")
     ] = None,
-    actor: str | None = None,
-    since: Since = None,
     kind: AuditKind = None,
-    limit: Limit = 50,
-    cursor: Cursor = None,
 ) -> dict[str, Any]:
     """The audit trail, newest first (``Client.audit``): every change of a schedule, calendar
     or limit override, who made it, when and from where; ``kind`` keeps those of one kind of
     target (a schedule and a calendar may share a name)."""
-    return await audit_page(sdk, kind, id, actor, since, limit, cursor)
+    return await query.page(sdk, kind, id)
 
 
 # --- flow-control limits ----------------------------------------------------------------------
@@ -691,17 +694,10 @@ async def list_limits(
 
 
 @router.get("/limits/{key:path}/audit", tags=["limits"])
-async def limit_audit(
-    sdk: SdkDep,
-    key: str,
-    actor: str | None = None,
-    since: Since = None,
-    limit: Limit = 50,
-    cursor: Cursor = None,
-) -> dict[str, Any]:
+async def limit_audit(sdk: SdkDep, key: str, query: AuditDep) -> dict[str, Any]:
     """The changes of a limit key's (or a ``*`` pattern's) override, newest first: who, when,
     from where, its numbers before and after (``limit_set``, ``limit_clear``)."""
-    return await audit_page(sdk, "limit", key, actor, since, limit, cursor)
+    return await query.page(sdk, "limit", key)
 
 
 @router.get("/limits/{key:path}/waiting", tags=["limits"])
@@ -806,17 +802,10 @@ async def get_calendar(sdk: SdkDep, name: str) -> dict[str, Any]:
 
 
 @router.get("/calendars/{name}/audit", tags=["calendars"])
-async def calendar_audit(
-    sdk: SdkDep,
-    name: str,
-    actor: str | None = None,
-    since: Since = None,
-    limit: Limit = 50,
-    cursor: Cursor = None,
-) -> dict[str, Any]:
+async def calendar_audit(sdk: SdkDep, name: str, query: AuditDep) -> dict[str, Any]:
     """The calendar's changes, newest first: who, when, from where, each key of its document
     before and after (``calendar_set``, ``calendar_remove``; kept after a removal)."""
-    return await audit_page(sdk, "calendar", name, actor, since, limit, cursor)
+    return await query.page(sdk, "calendar", name)
 
 
 @router.put(
