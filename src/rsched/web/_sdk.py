@@ -26,6 +26,7 @@ from rsched import (
     Health,
     HealthEvent,
     HistoryEvent,
+    InvalidArgument,
     JobInfo,
     JobLogRecord,
     LimitInfo,
@@ -184,7 +185,10 @@ class Sdk:
         calendar name or limit key (``id``), of one kind of target (``kind``, AUDIT_KINDS; the
         records of a calendar named as a schedule are not the schedule's); ``since`` as in
         :meth:`runs`. With ``kind``, pages are read until ``limit`` records match or
-        AUDIT_KIND_READS pages were read; the cursor goes on from there."""
+        AUDIT_KIND_READS pages were read; the cursor goes on from there. Raises
+        InvalidArgument naming ``kind`` or what ``Client.audit`` names."""
+        if kind is not None and kind not in AUDIT_KINDS:
+            raise InvalidArgument("kind", f"{kind!r} is not a kind; give {', '.join(AUDIT_KINDS)}")
         when = _since(since)
         found: list[AuditRecord] = []
         for _ in range(AUDIT_KIND_READS):
