@@ -8,6 +8,10 @@ skips is recorded)  KEYS[11] delayed ({p}:delayed:<queue of the schedule>, where
 schedule with a debounce waits)  KEYS[12] audit ({p}:audit, docs/audit.md)
 KEYS[13] activity (optional: the partition's activity counters {p}:activity, activity.lua: a
 manual run counts as fired, or skipped by the policy)
+KEYS[14..] (optional, after KEYS[13]) the runs log's label index keys of the schedule's labels
+(runs_log.label_index_keys, run_index.lua), where a skipped trigger's record, which carries the
+labels, is indexed: the caller read them before the call, and a pair it did not declare (the
+labels changed meanwhile) is not indexed
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 ARGV[5] audit  who and from where (lua/includes/audit_ctx.lua)
 ARGV[6] optional: the W3C traceparent the job carries ("00-<trace id>-<span id>-<flags>",

@@ -47,6 +47,7 @@ from rsched._redis import scripts
 from rsched._redis.durability import Durability
 from rsched._store import parking
 from rsched._store.calendars import CalendarStore
+from rsched._store.runs_log import label_index_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,8 +547,8 @@ class ScheduleStore(scripts.ScriptCaller):
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
-        stored_queue, stored_priority = await self.redis.hmget(
-            k.schedule(schedule_id), ["queue", "priority"]
+        stored_queue, stored_priority, labels = await self.redis.hmget(
+            k.schedule(schedule_id), ["queue", "priority", "labels"]
         )
         if queue is None:
             queue = str(stored_queue or "default")
@@ -569,6 +570,8 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.delayed_queue(queue),
                 k.audit,
                 k.activity,
+                # Where a skipped trigger's record is indexed by the schedule's labels.
+                *label_index_keys(k, str(labels or "")),
             ],
             [schedule_id, self.history_limit, k.cancel, op_id, self.audit_arg()]
             + ([traced(queue)] if traced is not None else []),
