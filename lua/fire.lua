@@ -121,6 +121,7 @@ index is not a sorted set.
 -- @include advance
 -- @include activity
 -- @include activity_lag
+-- @include traceparent
 
 local started = rcall('TIME')
 local leader_key, schedules_key, backlogs_key, runs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -141,7 +142,6 @@ local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = tru
 -- Character sets rather than %S/%d classes, and the long form only when needed.
 local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([^ ]+)$'
-local TRACEPARENT = '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16) .. '%-%x%x$'
 local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) ([^ ]*) (.*)$'
 
 -- The batch's plans (ARGV[10..9+P]), keyed by their position as text (how items name them:

@@ -46,18 +46,15 @@ id is its own).
 -- @include audit_ctx
 -- @include audit
 -- @include activity
+-- @include traceparent
 
 local schedules_key, hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op_key, backlogs_key, bucket_key, parked_key, runs_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9],
   KEYS[10]
 local delayed, audit_key = KEYS[11], KEYS[12]
 local sid, cap, cancel_channel, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local tp = ARGV[6]
-if tp == '' then tp = nil end
-if tp and not string.match(tp, '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16)
-                           .. '%-%x%x$') then
-  return {BAD_ARGS}
-end
+local tp = traceparent(ARGV[6])
+if tp == false then return {BAD_ARGS} end
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end

@@ -579,12 +579,14 @@ class ScheduleStore(scripts.ScriptCaller):
         code = check(res, script="trigger", schedule_id=schedule_id)
         return code, str(res[1])
 
-    async def backfill(self, schedule: Schedule, times: Sequence[int]) -> list[Code]:
+    async def backfill(
+        self, schedule: Schedule, times: Sequence[int], traceparent: str = ""
+    ) -> list[Code]:
         """Fire past occurrences of the schedule as of its ``generation``; a code per time
         (FIRED, BUFFERED to run after the schedule's unfinished run, DEBOUNCED merged into its
-        debounce window, or STALE when fired before). Raises ScheduleNotFound,
-        Conflict when the generation moved, InvalidArgument (``end``) for a time in the future
-        by Redis TIME."""
+        debounce window, or STALE when fired before). ``traceparent`` (a client that traces):
+        the W3C traceparent its jobs carry. Raises ScheduleNotFound, Conflict when the
+        generation moved, InvalidArgument (``end``) for a time in the future by Redis TIME."""
         k, sid = self.keys, schedule.id
         op_key, op_id = k.new_op()
         res = await self.call(
@@ -607,6 +609,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.cancel,
                 op_id,
                 self.audit_arg(),
+                traceparent,
                 *times,
             ],
         )
