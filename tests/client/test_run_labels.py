@@ -55,13 +55,8 @@ async def test_fired_jobs_carry_their_schedules_labels(
     assert {f["origin"] for f in labelled} >= {"schedule", "manual", "backfill"}
     assert all(f["labels"] == "env=prod,team=a" for f in labelled)
 
-    worker = Worker(queues=["default"], settings=fast_settings(settings))
     ran: list[str] = []
-
-    @worker.task("t")
-    async def handle(job: Job) -> None:
-        ran.append(job.execution_id)
-
+    worker = _recording(settings, ran)
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, None)
         await eventually(lambda: len(ran) == len(queued))
@@ -71,6 +66,17 @@ async def test_fired_jobs_carry_their_schedules_labels(
     page = await client.runs(labels={"team": "a"}, status="completed")
     assert all(r.labels == {"env": "prod", "team": "a"} for r in page.items)
     assert all(r.schedule_id == "s1" for r in page.items)
+
+
+def _recording(settings: Settings, ran: list[str]) -> Worker:
+    """A worker of the queue ``default`` whose task ``t`` records each execution id it runs."""
+    worker = Worker(queues=["default"], settings=fast_settings(settings))
+
+    @worker.task("t")
+    async def handle(job: Job) -> None:
+        ran.append(job.execution_id)
+
+    return worker
 
 
 async def _fired(store: Any) -> bool:
@@ -322,13 +328,8 @@ async def test_a_superseded_job_is_found_by_its_labels(
     """A labelled cancel_previous schedule triggered twice before a worker reads its jobs: the
     first is superseded (start.lua), and its record carries the labels the job carried."""
     client = Client(redis, settings)
-    worker = Worker(queues=["default"], settings=fast_settings(settings))
     ran: list[str] = []
-
-    @worker.task("t")
-    async def handle(job: Job) -> None:
-        ran.append(job.execution_id)
-
+    worker = _recording(settings, ran)
     spec = {"task": "t", "every": 3600, "overlap": "cancel_previous"}
     await client.add({"id": "lab", **spec, "labels": {"team": "a"}})
     await client.add({"id": "plain", **spec})
