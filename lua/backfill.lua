@@ -28,7 +28,10 @@ ARGV[3] cap         history length cap
 ARGV[4] cancel      pub/sub channel for cancel_previous
 ARGV[5] op_id       request id of this call
 ARGV[6] audit       who and from where (lua/includes/audit_ctx.lua)
-ARGV[7..] sched     occurrences to fire (ms), oldest first
+ARGV[7] traceparent the W3C traceparent every job of the call carries, the client's producer
+                    span ("00-<trace id>-<span id>-<flags>", lowercase hex; '': none, a client
+                    that does not trace)
+ARGV[8..] sched     occurrences to fire (ms), oldest first
 
 Appends one record to the audit trail when it fires anything (action backfill; its note: the
 occurrences asked for, first and last, and how many were fired).
@@ -39,7 +42,8 @@ window), STALE=0 already fired before (nothing done);
 {NOT_FOUND=-2} | {CONFLICT=-3, generation} the spec changed since the client read it (nothing
 done) | {NOT_DUE=-5} an occurrence is in the future by Redis TIME (nothing done) |
 {WRONG_TYPE=-6} a key has the wrong type or the schedule's stored fields are unusable (edited by
-hand; nothing done) | {BAD_ARGS=-7} the audit argument is malformed (nothing done)
+hand; nothing done) | {BAD_ARGS=-7} the audit argument or the traceparent is malformed (nothing
+done)
 ]]
 -- @include codes
 -- @include rcall
@@ -57,13 +61,16 @@ hand; nothing done) | {BAD_ARGS=-7} the audit argument is malformed (nothing don
 -- @include fire_job
 -- @include audit_ctx
 -- @include audit
+-- @include traceparent
 
 local hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local backfilled_key, op_key, backlogs_key, delayed = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local sid, generation, cap, cancel_channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local op_id = ARGV[5]
-local FIRST = 7
+local tp = traceparent(ARGV[7])
+local FIRST = 8
 
+if tp == false then return {BAD_ARGS} end
 local replay = op_replay(op_key, op_id)
 if replay then return replay end
 if not (key_is(hash, 'hash') and key_is(history, 'list') and key_is(pending, 'zset')
@@ -106,7 +113,7 @@ for i = FIRST, #ARGV do
   if not done[exec] and rcall('SISMEMBER', backfilled_key, exec) == 0 then
     local run, run_until
     code, run, run_until = fire_job(shared, hash, history, pending, stream, sid, sched, 'backfill',
-                                    nil, f, gen, p, true)
+                                    nil, f, gen, p, true, nil, tp)
     if code == FIRED or code == BUFFERED or code == DEBOUNCED then
       rcall('SADD', backfilled_key, exec)
       fired = fired + 1

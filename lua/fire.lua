@@ -15,8 +15,8 @@ KEYS[1] leader      STRING lease value "<token>:<owner>"
 KEYS[2] schedules   ZSET of schedules by next run
 KEYS[3] backlogs    ZSET of schedules holding pending occurrences (pending_push.lua)
 KEYS[4] runs        the runs log {p}:runs, where skipped occurrences (overlap,
-                    misfire=skip, catch_up_limit) are recorded (run_log.lua); on-time fires
-                    never write to it
+                    misfire=skip, catch_up_limit, excluded, debounced) are recorded
+                    (run_log.lua), with their plan's labels; on-time fires never write to it
 KEYS[5] activity    HASH, the partition's activity counters {p}:activity (activity.lua): the
                     call's fires, skips and fire lags, counted once per call
 With 5 KEYS, that is all (a single server). On a cluster every key the script touches is
@@ -32,6 +32,11 @@ KEYS[6+P+D..]       3 keys per item, in item order: its hash, history and pendin
 so #KEYS = 5 + P + D + 3 x items. The script still builds every name from the prefixes (on a
 single server, where no slot moves, the batch carries no names: they would cost the herd's fires
 more than noise) and refuses the call as BAD_ARGS when a declared name is not the one it builds.
+Last, on a single server too, when a plan has labels: the runs log's label index keys of the
+batch's labelled plans (each pair's {p}:runs:label:<k>=<v>, then {p}:runs:labels once;
+rsched._store.runs_log.label_index_keys), where a skipped occurrence's record is indexed
+(run_index.lua). They are told from what comes before them by their names (the runs log's name
+followed by ':'); a batch without labels declares none and pays one comparison a call.
 
 ARGV[1] lease       the caller's lease value "<token>:<owner>"
 ARGV[2] cap         history length cap
@@ -110,11 +115,13 @@ index is not a sorted set.
 -- @include plan_of
 -- @include job_state
 -- @include esc
+-- @include run_index
 -- @include run_skipped
 -- @include fire_job
 -- @include advance
 -- @include activity
 -- @include activity_lag
+-- @include traceparent
 
 local started = rcall('TIME')
 local leader_key, schedules_key, backlogs_key, runs_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -135,7 +142,6 @@ local OVERLAPS = {allow = true, skip = true, buffer_one = true, buffer_all = tru
 -- Character sets rather than %S/%d classes, and the long form only when needed.
 local GROUP = '^([0-9]+) (%-?[0-9]+) (%-?[0-9]*) ([0-9]+)(.*)$'
 local TAIL = '^ (%-?[0-9]+) ([a-z_]+) ([^ ]+)$'
-local TRACEPARENT = '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16) .. '%-%x%x$'
 local PLAN = '^([a-z_]+) ([^ ]+) ([0-9]*) ([0-9]*) ([0-9]*) ([^ ]*) (.*)$'
 
 -- The batch's plans (ARGV[10..9+P]), keyed by their position as text (how items name them:
@@ -268,7 +274,7 @@ local function record_misfire(shared, sid, hash, sched, ms, nxt, action, missed,
   if not rec_first(history_prefix .. sid, cap, sched, token) then return WRONG_TYPE end
   local score = advance(hash, sched, nxt, false, true, p, runs)
   run_skipped(runs_key, sid, f[F_TASK], p.queue, sched,
-              action == 'limit' and 'catch_up_limit' or 'misfire')
+              action == 'limit' and 'catch_up_limit' or 'misfire', nil, p.labels)
   return MISFIRE_SKIPPED, score
 end
 
@@ -278,7 +284,8 @@ local function record_excluded(shared, sid, hash, sched, ms, nxt, calendar, f, p
   local token = 's' .. b62(shared.now - ms) .. ',excluded,,,,,' .. esc(calendar)
   if not rec_first(history_prefix .. sid, cap, sched, token) then return WRONG_TYPE end
   local score = advance(hash, sched, nxt, false, true, p, runs)
-  run_skipped(runs_key, sid, f[F_TASK], p.queue, sched, 'excluded', 'calendar ' .. calendar)
+  run_skipped(runs_key, sid, f[F_TASK], p.queue, sched, 'excluded', 'calendar ' .. calendar,
+              p.labels)
   return EXCLUDED, score
 end
 
@@ -403,17 +410,25 @@ local function took_us(started_at)
                        tonumber(ended[2]) - tonumber(started_at[2]))
 end
 
+-- The label index keys end KEYS (run_index reads them from there): how many there are.
+local function index_keys()
+  local n = 0
+  while #KEYS - n > 5 and run_index_key(runs_key, KEYS[#KEYS - n]) do n = n + 1 end
+  return n
+end
+
 if #KEYS < 5 or not cap or cap < 1 or not nplans or not stride or #ARGV < 9 + nplans then
   return tostring(BAD_ARGS)
 end
+local nkeys = #KEYS - index_keys()
 -- On a cluster every key is declared: the plans' streams, their delayed sets (debounce), then
 -- each item's keys.
-local declared = #KEYS > 5
+local declared = nkeys > 5
 local plans, ndebounced = read_plans(declared)
 if not plans then return tostring(BAD_ARGS) end
 local first_declared = declared and 6 + nplans + ndebounced or nil
 local groups, sids = read_groups(plans, first_declared)
-if not groups or (declared and #KEYS ~= first_declared - 1 + 3 * #sids) then
+if not groups or (declared and nkeys ~= first_declared - 1 + 3 * #sids) then
   return tostring(BAD_ARGS)
 end
 if #sids == 0 then return '' end

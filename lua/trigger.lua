@@ -8,6 +8,10 @@ skips is recorded)  KEYS[11] delayed ({p}:delayed:<queue of the schedule>, where
 schedule with a debounce waits)  KEYS[12] audit ({p}:audit, docs/audit.md)
 KEYS[13] activity (optional: the partition's activity counters {p}:activity, activity.lua: a
 manual run counts as fired, or skipped by the policy)
+KEYS[14..] (optional, after KEYS[13]) the runs log's label index keys of the schedule's labels
+(runs_log.label_index_keys, run_index.lua), where a skipped trigger's record, which carries the
+labels, is indexed: the caller read them before the call, and a pair it did not declare (the
+labels changed meanwhile) is not indexed
 ARGV[1] id  ARGV[2] history cap  ARGV[3] cancel channel  ARGV[4] op_id (request id)
 ARGV[5] audit  who and from where (lua/includes/audit_ctx.lua)
 ARGV[6] optional: the W3C traceparent the job carries ("00-<trace id>-<span id>-<flags>",
@@ -42,18 +46,15 @@ id is its own).
 -- @include audit_ctx
 -- @include audit
 -- @include activity
+-- @include traceparent
 
 local schedules_key, hash, history, pending, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op_key, backlogs_key, bucket_key, parked_key, runs_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9],
   KEYS[10]
 local delayed, audit_key = KEYS[11], KEYS[12]
 local sid, cap, cancel_channel, op_id = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local tp = ARGV[6]
-if tp == '' then tp = nil end
-if tp and not string.match(tp, '^%x%x%-' .. string.rep('%x', 32) .. '%-' .. string.rep('%x', 16)
-                           .. '%-%x%x$') then
-  return {BAD_ARGS}
-end
+local tp = traceparent(ARGV[6])
+if tp == false then return {BAD_ARGS} end
 
 local replay = op_replay(op_key, op_id)
 if replay then return replay end

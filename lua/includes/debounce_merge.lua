@@ -33,7 +33,7 @@ local function debounce_merge(shared, history, sid, sched, origin, missed, f, p,
   local due = now + p.debounce
   rcall('ZADD', p.delayed, 'XX', due, member)
   if shared.runs then
-    run_skipped(shared.runs, sid, f[F_TASK], p.queue, sched, 'debounced')
+    run_skipped(shared.runs, sid, f[F_TASK], p.queue, sched, 'debounced', nil, p.labels)
   end
   local run_until = nil
   if p.overlap ~= 'allow' then run_until = int_text(due + p.ttl) end

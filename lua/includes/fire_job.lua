@@ -131,7 +131,7 @@ local function fire_job(shared, hash, history, pending, stream, sid, sched, orig
         end
         if shared.runs then
           run_skipped(shared.runs, sid, f[F_TASK], p.queue, sched,
-                      limit > 0 and 'buffer_full' or 'overlap')
+                      limit > 0 and 'buffer_full' or 'overlap', nil, p.labels)
         end
         return SKIPPED, exec
       end

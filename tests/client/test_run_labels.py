@@ -1,5 +1,6 @@
 """Runs of labelled schedules: fired, triggered and backfilled jobs carry their schedule's
-labels, and their runs are found by them (docs/labels.md)."""
+labels, and their runs are found by them (docs/labels.md), skipped occurrences and superseded
+jobs included."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import pytest
 from redis.asyncio import Redis
 
 from rsched import Client, InvalidArgument, Job, Settings, Worker
+from rsched._core.codes import Code
+from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import GROUP, Keys
 from rsched._store.queues import QueueStore
 from rsched._store.runs_log import run_record, trim_runs
+from rsched._store.schedules import ScheduleStore
 from rsched._store.worker_calls import Done
+from tests.support.leading import firing, leases
 from tests.support.schedulers import jobs, scheduling
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
@@ -50,13 +55,8 @@ async def test_fired_jobs_carry_their_schedules_labels(
     assert {f["origin"] for f in labelled} >= {"schedule", "manual", "backfill"}
     assert all(f["labels"] == "env=prod,team=a" for f in labelled)
 
-    worker = Worker(queues=["default"], settings=fast_settings(settings))
     ran: list[str] = []
-
-    @worker.task("t")
-    async def handle(job: Job) -> None:
-        ran.append(job.execution_id)
-
+    worker = _recording(settings, ran)
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, None)
         await eventually(lambda: len(ran) == len(queued))
@@ -66,6 +66,17 @@ async def test_fired_jobs_carry_their_schedules_labels(
     page = await client.runs(labels={"team": "a"}, status="completed")
     assert all(r.labels == {"env": "prod", "team": "a"} for r in page.items)
     assert all(r.schedule_id == "s1" for r in page.items)
+
+
+def _recording(settings: Settings, ran: list[str]) -> Worker:
+    """A worker of the queue ``default`` whose task ``t`` records each execution id it runs."""
+    worker = Worker(queues=["default"], settings=fast_settings(settings))
+
+    @worker.task("t")
+    async def handle(job: Job) -> None:
+        ran.append(job.execution_id)
+
+    return worker
 
 
 async def _fired(store: Any) -> bool:
@@ -239,3 +250,113 @@ async def test_runs_by_label_are_gathered_across_partitions(
             break
         cursor = page.cursor
     assert got == [e for _, e in sorted(want, reverse=True)]
+
+
+async def _skip_item(store: ScheduleStore, sid: str, action: str, calendar: str = "") -> FireItem:
+    """An occurrence of ``sid`` due 10 ms ago (the index moved to it), to fire as ``action``."""
+    now = await store.time_ms()
+    await store.redis.zadd(store.keys.schedules, {sid: now - 10})
+    (fields,) = await store.fields([sid])
+    spec = FireSpec.from_hash(fields)
+    return FireItem(
+        sid, fields["version"], now - 10, now - 10, now + 3_600_000, action, 1, spec, calendar
+    )
+
+
+@pytest.mark.cluster
+async def test_skipped_occurrences_are_found_by_their_schedules_labels(
+    redis: Redis, settings: Settings, prefix: str
+) -> None:
+    """Every way an occurrence is skipped (overlap on a trigger and on a fire, misfire=skip,
+    an exclusion calendar) logs a record that carries the schedule's labels and is in the runs
+    index; a schedule without labels beside it in the same fire call stays out of it."""
+    client = Client(redis, settings)
+    team = {"team": "a", "env": "prod"}
+    await client.add({"id": "lab", "task": "t", "every": 3600, "labels": team})  # overlap=skip
+    await client.add({"id": "plain", "task": "t", "every": 3600})
+    for sid in ("lab", "plain"):
+        assert (await client.trigger(sid)).status == "fired"  # its run stays unfinished
+    await anyio.sleep(0.003)  # a manual run's execution id is its ms: one each
+    for sid in ("lab", "plain"):
+        assert (await client.trigger(sid)).status == "skipped"  # trigger.lua
+    store = ScheduleStore(redis, Keys(prefix))
+    fires = firing(store)
+    lease, _ = await leases(store).acquire("test-owner", 60_000)
+    assert lease is not None
+    for action, code in (("fire", Code.SKIPPED), ("skip", Code.MISFIRE_SKIPPED)):
+        await anyio.sleep(0.003)
+        batch = [await _skip_item(store, sid, action) for sid in ("lab", "plain")]
+        assert await fires.fire(lease, batch) == [code, code]
+    await anyio.sleep(0.003)
+    batch = [await _skip_item(store, sid, "exclude", "hols") for sid in ("lab", "plain")]
+    assert await fires.fire(lease, batch) == [Code.EXCLUDED, Code.EXCLUDED]
+
+    page = await client.runs(labels={"team": "a"}, status="skipped", limit=50)
+    reasons = sorted(r.reason or "" for r in page.items)
+    assert reasons == ["excluded", "misfire", "overlap", "overlap"]
+    assert all(r.schedule_id == "lab" and r.labels == team for r in page.items)
+    (excluded,) = [r for r in page.items if r.reason == "excluded"]
+    assert excluded.error == "calendar hols"
+    both = await client.runs(labels=team, status="skipped", limit=50)
+    assert [r.execution_id for r in both.items] == [r.execution_id for r in page.items]
+    plain = (await client.runs(schedule_id="plain", status="skipped", limit=50)).items
+    assert len(plain) == 4
+    assert all(r.labels == {} for r in plain)
+    assert await redis.smembers(Keys(prefix).run_labels) == {"env=prod", "team=a"}
+
+
+async def test_a_scheduler_fire_skipped_by_overlap_is_found_by_label(
+    redis: Redis, settings: Settings
+) -> None:
+    """A labelled schedule whose run never ends (no worker): the scheduler's next fires are
+    skipped by overlap, and found by its labels."""
+    client = Client(redis, settings)
+    async with scheduling(redis, settings, every=0.2, labels={"team": "a"}):
+        await eventually(lambda: _skipped_by_label(client))
+    (skipped, *_) = (await client.runs(labels={"team": "a"}, status="skipped")).items
+    assert (skipped.schedule_id, skipped.reason, skipped.labels) == ("s1", "overlap", {"team": "a"})
+
+
+async def _skipped_by_label(client: Client) -> bool:
+    return bool((await client.runs(labels={"team": "a"}, status="skipped")).items)
+
+
+@pytest.mark.cluster
+async def test_a_superseded_job_is_found_by_its_labels(
+    redis: Redis, settings: Settings, prefix: str
+) -> None:
+    """A labelled cancel_previous schedule triggered twice before a worker reads its jobs: the
+    first is superseded (start.lua), and its record carries the labels the job carried."""
+    client = Client(redis, settings)
+    ran: list[str] = []
+    worker = _recording(settings, ran)
+    spec = {"task": "t", "every": 3600, "overlap": "cancel_previous"}
+    await client.add({"id": "lab", **spec, "labels": {"team": "a"}})
+    await client.add({"id": "plain", **spec})
+    first = {}
+    for sid in ("lab", "plain"):
+        first[sid] = (await client.trigger(sid)).execution_id
+        await anyio.sleep(0.003)
+        await client.trigger(sid)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, None)
+        await eventually(lambda: len(ran) == 2)
+        await eventually(lambda: _superseded(client, 2))
+        worker.stop()
+    assert first["lab"] not in ran
+    (gone,) = (await client.runs(labels={"team": "a"}, status="cancelled")).items
+    assert (gone.execution_id, gone.reason) == (first["lab"], "superseded")
+    assert gone.labels == {"team": "a"}
+    # The run that replaced it, and nothing of the schedule without labels.
+    labelled = (await client.runs(labels={"team": "a"})).items
+    assert sorted(r.status for r in labelled) == ["cancelled", "completed"]
+    assert len(await _index(redis, prefix, "team=a")) == 2
+    plain = await client.runs(schedule_id="plain", status="cancelled")
+    assert [(r.execution_id, r.reason, r.labels) for r in plain] == [
+        (first["plain"], "superseded", {})
+    ]
+
+
+async def _superseded(client: Client, count: int) -> bool:
+    page = await client.runs(status="cancelled", limit=50)
+    return sum(r.reason == "superseded" for r in page.items) == count

@@ -5,6 +5,7 @@ SDK itself and hands its spans back as JSON lines; and nothing at all without a 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -227,21 +228,55 @@ async def test_a_scheduler_fire_is_the_parent_of_its_run(
     assert producer.parent is None  # each fired job is a trace of its own
 
 
+@pytest.mark.cluster
+async def test_a_backfill_is_one_producer_span_whose_jobs_carry_its_traceparent(
+    redis: Redis, settings: Settings, traced: Traced
+) -> None:
+    """One span per backfill call, whatever the number of occurrences: each job it writes
+    carries its traceparent, those queued behind the schedule's run too; on a cluster too."""
+    client = rsched.Client(redis, settings)
+    await client.add(rsched.Schedule(id="bf", task="t", every="1h", queue="bq"))  # overlap=skip
+    now = await client.server_time()
+    with traced.provider.get_tracer("test").start_as_current_span("caller") as caller:
+        done = await client.backfill("bf", now - timedelta(hours=3.5), now - timedelta(minutes=1))
+    assert sorted(done.outcomes.values()) == ["buffered", "buffered", "fired"]
+    (producer,) = traced.named("backfill bq")
+    assert producer.parent is not None
+    assert producer.parent.span_id == caller.get_span_context().span_id
+    attrs = producer.attributes or {}
+    assert attrs["messaging.operation.type"] == "send"
+    assert attrs["messaging.operation.name"] == "backfill"
+    assert attrs["messaging.destination.name"] == "bq"
+    assert attrs["messaging.batch.message_count"] == 3
+    assert (attrs["rsched.fired"], attrs["rsched.buffered"]) == (1, 2)
+    assert attrs["rsched.schedule_id"] == "bf"
+    trace_id, span_id = _hex(producer)
+    (job,) = await _fields(redis, settings, "bq")
+    parent = job[tracing.PARENT]
+    assert parent.startswith(f"00-{trace_id}-{span_id}-")
+    pending: Any = await redis.zrange(Keys(settings.prefix).pending("bf"), 0, -1)
+    assert len(pending) == 2
+    assert all(parent in member for member in pending)  # the job's fields, as JSON
+
+
 async def test_without_a_provider_jobs_carry_no_trace(redis: Redis, settings: Settings) -> None:
     assert not tracing.decide("auto")
     client = rsched.Client(redis, settings)
     await client.enqueue("t.plain")
     await client.add(rsched.Schedule(id="s", task="t.plain", every="1d"))
     await client.trigger("s")
+    await client.add(rsched.Schedule(id="b", task="t.plain", every="1h", overlap="allow"))
+    now = await client.server_time()
+    await client.backfill("b", now - timedelta(hours=2), now - timedelta(minutes=1))
     async with scheduling(_quick(settings)):
         await client.add(rsched.Schedule(id="f", task="t.plain", every="1s"))
 
         async def fired() -> bool:
-            return len(await _fields(redis, settings)) >= 3
+            return any(f.get("schedule_id") == "f" for f in await _fields(redis, settings))
 
         await eventually(fired)
     jobs = await _fields(redis, settings)
-    assert {f.get("schedule_id", "") for f in jobs} >= {"", "s", "f"}
+    assert {f.get("schedule_id", "") for f in jobs} >= {"", "s", "b", "f"}
     assert not [f for f in jobs if tracing.PARENT in f or tracing.LINK in f]
 
 
@@ -276,6 +311,9 @@ async def test_fire_and_trigger_refuse_a_malformed_traceparent(
     store = ScheduleStore(redis, Keys(settings.prefix))
     with pytest.raises(InvalidSchedule):
         await store.trigger("m", traced=lambda queue: "not-a-traceparent")
+    schedule = await client.get("m")
+    with pytest.raises(InvalidSchedule):
+        await store.backfill(schedule, [await store.time_ms() - 1000], "00-zz-yy-01")
     firing = FiringStore(redis, Keys(settings.prefix))
     item = FireItem("m", "1:0", 0, 0, None, "fire")
     with pytest.raises(StateError):

@@ -131,14 +131,16 @@ async def deadlines_and_failures(client: rsched.Client) -> None:
 
 
 async def calendars_tour(client: rsched.Client) -> None:
-    """A calendar that excludes every day (calendar_write) and a jittered schedule naming it:
-    once a scheduler runs, its occurrences are recorded excluded (fire's exclude items)."""
+    """A calendar that excludes every day (calendar_write) and a jittered, labelled schedule
+    naming it: once a scheduler runs, its occurrences are recorded excluded (fire's exclude
+    items), and their records indexed by its labels (the label index keys fire declares)."""
     await client.set_calendar(
         "tour-cal", weekdays=["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
     )
     await client.add(
-        {"id": "excl", "task": "t.ok", "every": 0.2, "exclude": ["tour-cal"], "jitter": "50ms"}
-    )
+        {"id": "excl", "task": "t.ok", "every": 0.2, "exclude": ["tour-cal"], "jitter": "50ms",
+         "labels": {"tour": "l"}}
+    )  # fmt: skip
 
 
 async def excluded(client: rsched.Client) -> bool:
@@ -167,11 +169,19 @@ async def labels_tour(client: rsched.Client) -> None:
     removed = await client.remove_many(["lab", "lab-1", "lab-2"])
     assert removed.count("removed") == 3
     # Labelled jobs through every script that logs a run (their records go into the runs log's
-    # label index): a triggered schedule's (complete), a failing one's (retry, dead), a late
-    # one's (expire) and a cancelled one's (cancel).
+    # label index): a triggered schedule's (complete), a trigger its overlap policy skips
+    # (trigger), a job superseded before it starts (start), a failing one's (retry, dead), a
+    # late one's (expire) and a cancelled one's (cancel).
     tour = {"tour": "l"}
     await client.add({"id": "lab-run", "task": "t.ok", "every": 3600, "labels": tour})
     await client.trigger("lab-run")
+    await client.trigger("lab-run")  # its run unfinished: skipped (overlap=skip)
+    await client.add(
+        {"id": "lab-sup", "task": "t.ok", "every": 3600, "labels": tour,
+         "overlap": "cancel_previous"}
+    )  # fmt: skip
+    await client.trigger("lab-sup")
+    await client.trigger("lab-sup")
     await client.enqueue("t.fail", max_retries=1, labels=tour)
     await client.enqueue("t.ok", start_deadline="1ms", labels=tour)
     queued = await client.enqueue("t.ok", queue="idle", labels=tour)
@@ -179,9 +189,18 @@ async def labels_tour(client: rsched.Client) -> None:
 
 
 async def labelled_runs(client: rsched.Client) -> bool:
-    """Whether the labels tour's runs are found by label: completed, dead, expired, cancelled."""
-    page = await client.runs(labels={"tour": "l"}, limit=50)
-    return {"completed", "dead", "expired", "cancelled"} <= {r.status for r in page.items}
+    """Whether the labels tour's runs are found by label: completed, dead, expired, cancelled
+    (by cancel, and superseded), skipped (by a trigger's overlap policy, and excluded: the
+    calendars tour's)."""
+    want: dict[str, set[str | None]] = {
+        "completed": {None}, "dead": {None}, "expired": {None},
+        "cancelled": {"cancelled", "superseded"}, "skipped": {"overlap", "excluded"},
+    }  # fmt: skip
+    for status, reasons in want.items():
+        page = await client.runs(labels={"tour": "l"}, status=status, limit=200)
+        if not reasons <= {r.reason for r in page.items}:
+            return False
+    return True
 
 
 async def flows_tour(client: rsched.Client) -> list[str]:

@@ -4,6 +4,7 @@ button), read-only (docs/audit.md)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -91,3 +92,69 @@ def test_read_only_shows_changes_without_rollback(web: Web, settings: Settings) 
     assert "Roll back to" not in page.text
     r = httpx.post(base + "/api/v1/schedules/a/rollback", json={"generation": 1})
     assert r.status_code == 403
+    with httpx.Client(base_url=base) as browser:  # the page's form too, with its token
+        token = browser.get("/schedules/a").cookies["rsched_csrf"]
+        r = browser.post("/schedules/a/rollback", data={"generation": "1", "csrf_token": token})
+        assert r.status_code == 403
+    with rsched.SyncClient.from_settings(settings) as c:
+        assert (c.get("a").generation, c.audit("a", limit=1).items[0].action) == (2, "update")
+
+
+def actions(html: str) -> list[str]:
+    """The actions of a page's Changes card, newest first (templates/_audit.html)."""
+    return re.findall(r'<td class="action">([a-z_]+)</td>', html)
+
+
+def test_calendar_and_limit_pages_show_their_own_changes(web: Web, settings: Settings) -> None:
+    # A schedule and a calendar named alike: each page shows only its own changes.
+    with rsched.SyncClient.from_settings(settings) as c:
+        c.add(spec("closing"))
+        c.set_calendar("closing", dates=["2026-12-25"])
+        c.set_calendar("closing", dates=["2026-12-25", "2026-12-26"], description="year end")
+        c.set_limit("customer:1", concurrency=2)
+        c.set_limit("customer:1", concurrency=3, rate="10/m")
+        c.set_limit("customer:2", concurrency=1)
+    base = web(auth="admin:s3cret")
+    with httpx.Client(base_url=base, auth=BASIC) as http:
+        page = http.get("/calendars/closing")
+        assert page.status_code == 200
+        assert actions(page.text) == ["calendar_set", "calendar_set"]
+        # Each key of the calendar's document before and after, as recorded (JSON).
+        assert "description - -&gt; &#34;year end&#34;" in page.text
+        assert "/api/v1/calendars/closing/audit" in page.text
+        assert "Generation" not in page.text  # a calendar has none
+        page = http.get("/limits/customer:1")
+        assert actions(page.text) == ["limit_set", "limit_set"]
+        assert page.text.count("<td>admin</td>") == 0  # written by the SDK: nobody named
+        assert "/api/v1/limits/customer%3A1/audit" in page.text
+        assert actions(http.get("/schedules/closing").text) == ["add"]
+        assert actions(http.get("/limits/customer:3").text) == []
+        assert "no changes recorded" in http.get("/limits/customer:3").text
+
+        # The HTTP API: the same, by target.
+        got = http.get("/api/v1/calendars/closing/audit").json()
+        assert [r["action"] for r in got["items"]] == ["calendar_set", "calendar_set"]
+        assert got["items"][0]["changes"]["description"] == [None, '"year end"']
+        got = http.get("/api/v1/limits/customer:1/audit", params={"limit": 1}).json()
+        assert [(r["action"], r["id"]) for r in got["items"]] == [("limit_set", "customer:1")]
+        more = http.get("/api/v1/limits/customer:1/audit", params={"cursor": got["cursor"]})
+        assert [r["action"] for r in more.json()["items"]] == ["limit_set"]
+        got = http.get("/api/v1/schedules/closing/audit").json()
+        assert [r["action"] for r in got["items"]] == ["add"]
+        got = http.get("/api/v1/audit", params={"id": "closing", "kind": "calendar"}).json()
+        assert [r["action"] for r in got["items"]] == ["calendar_set", "calendar_set"]
+        got = http.get("/api/v1/audit", params={"kind": "limit"}).json()
+        assert [r["id"] for r in got["items"]] == ["customer:2", "customer:1", "customer:1"]
+        r = http.get("/api/v1/audit", params={"kind": "queue"})
+        assert (r.status_code, r.json()["field"]) == (400, "kind")
+
+        # A change made from the dashboard is the signed-in user's, and shows on the page.
+        http.get("/calendars/closing")
+        token = http.cookies["rsched_csrf"]
+        r = http.post(
+            "/limits/clear", data={"csrf_token": token, "key": "customer:1", "from": "key"}
+        )
+        assert r.status_code == 303
+        page = http.get("/limits/customer:1")
+        assert actions(page.text) == ["limit_clear", "limit_set", "limit_set"]
+        assert "<td>admin</td>" in page.text

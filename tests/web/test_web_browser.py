@@ -457,3 +457,96 @@ def test_a_flow_page_draws_its_steps_live_and_cancels_it(
         expect(page.locator(".flash.ok")).to_contain_text("cancelled flow etl-nightly")
         expect(page.locator("#live")).to_contain_text("cancelled")
         expect(page.get_by_role("button", name="Cancel flow")).to_have_count(0)
+
+
+def log_in(page: Page, url: str) -> None:
+    """Open ``url`` of an app served with auth="admin:s3cret": its login form first."""
+    page.goto(url)
+    page.get_by_label("User").fill("admin")
+    page.get_by_label("Password").fill("s3cret")
+    page.get_by_role("button", name="Log in").click()
+
+
+def answer(asked: list[str], accept: bool) -> Callable[[Dialog], None]:
+    """A dialog handler that notes the question and accepts or dismisses it."""
+
+    def on(d: Dialog) -> None:
+        asked.append(d.message)
+        if accept:
+            d.accept()
+        else:
+            d.dismiss()
+
+    return on
+
+
+def test_rollback_button_on_a_schedule_page(
+    page: Page, browser: Browser, web: Web, settings: Settings
+) -> None:
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        c.add({"id": "nightly", "task": "app.noop", "cron": "0 2 * * *"})
+        c.update("nightly", cron="0 5 * * *")  # generations 1 and 2 kept
+    base = web(auth="admin:s3cret")
+    log_in(page, base + "/schedules/nightly")
+    expect(page.get_by_role("heading", name=re.compile("nightly"))).to_be_visible()
+    changes = page.locator("#changes table.changes tbody tr")
+    expect(changes).to_have_count(2)
+    expect(changes.first).to_contain_text("cron 0 2 * * * -> 0 5 * * *")
+    expect(page.get_by_role("button", name="Roll back to 2")).to_have_count(0)  # the current one
+
+    # The button asks first: dismissed, nothing is written.
+    asked: list[str] = []
+    page.once("dialog", answer(asked, False))
+    page.get_by_role("button", name="Roll back to 1").click()
+    expect(changes).to_have_count(2)
+    assert asked == [
+        "Roll back nightly to the spec of generation 1? It is written as a new generation."
+    ]
+
+    page.once("dialog", answer(asked, True))
+    page.get_by_role("button", name="Roll back to 1").click()
+    expect(page.locator(".flash.ok")).to_contain_text(
+        "rolled back nightly to the spec of generation 1: now generation 3"
+    )
+    expect(changes).to_have_count(3)
+    newest = changes.first
+    expect(newest.locator(".action")).to_have_text("rollback")
+    expect(newest).to_contain_text("admin")
+    expect(newest).to_contain_text("2 → 3")
+    expect(newest).to_contain_text("cron 0 5 * * * -> 0 2 * * *")
+    expect(page.locator("table.specs tbody tr").first).to_contain_text("3 (current)")
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        s = c.get("nightly")
+        assert (s.cron, s.generation) == ("0 2 * * *", 3)
+        last = c.audit("nightly", limit=1).items[0]
+        assert (last.action, last.actor, last.source) == ("rollback", "admin", "web")
+        assert (last.generation_before, last.generation_after) == (2, 3)
+
+    # A form whose CSRF token is not the page's is refused (403), nothing written. In a page
+    # of its own: the refusal is an error the browser logs, which `page` counts as a failure.
+    context = browser.new_context()
+    try:
+        forged = context.new_page()
+        log_in(forged, base + "/schedules/nightly")
+        forged.locator("#changes form input[name=csrf_token]").first.evaluate(
+            "field => { field.value = 'x'.repeat(32) }"
+        )
+        forged.once("dialog", answer(asked, True))
+        with forged.expect_navigation() as refused:
+            forged.get_by_role("button", name="Roll back to 2").click()
+        response = refused.value
+        assert response is not None
+        assert response.status == 403
+        expect(forged.locator("main")).to_contain_text("CSRF")
+    finally:
+        context.close()
+    with rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        assert c.get("nightly").generation == 3
+        assert c.audit("nightly", limit=1).items[0].action == "rollback"
+
+    # Read-only: the changes and kept specs shown, no button (the POST's refusal:
+    # tests/web/test_web_audit.py).
+    page.goto(web(read_only=True) + "/schedules/nightly")
+    expect(changes).to_have_count(3)
+    expect(page.locator("table.specs tbody tr")).to_have_count(3)
+    expect(page.get_by_role("button", name=re.compile("Roll back"))).to_have_count(0)

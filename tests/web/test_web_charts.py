@@ -3,6 +3,7 @@ SVG built on the server, failure streaks, events and dead letters grouped. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from xml.etree import ElementTree
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the web extra is not installed")
 
-from rsched import DeadLetter, HealthEvent
+from rsched import DeadLetter, HealthEvent, RunRecord
 from rsched._core.activity import activity_of
 from rsched.web import _charts as charts
 from rsched.web import _views as views
@@ -94,6 +95,60 @@ def test_failure_streak_starts_at_the_oldest_failure_in_a_row() -> None:
     assert every.at_least  # reaches the oldest run kept
     svg = views.run_chart([run("e1", "completed", T0, 120.0), run("e0", "dead", T0)], "UTC", 0)
     assert "completed, 120ms" in svg or "completed, 0.12s" in svg or "completed, 120 ms" in svg
+
+
+def logged(exec_id: str, status: str, ended: datetime, took_ms: int, **fields: Any) -> RunRecord:
+    return RunRecord(
+        exec_id, status, "t", "default", schedule_id="s", fired_at=ended - timedelta(seconds=1),
+        started_at=ended - timedelta(milliseconds=took_ms), ended_at=ended, **fields,
+    )  # fmt: skip
+
+
+def test_runs_from_the_log_one_per_execution_its_newest_record_first() -> None:
+    records = [  # newest first, as the runs log reads
+        logged("s@3", "completed", T0 + timedelta(minutes=3), 40),
+        logged("s@2", "completed", T0 + timedelta(minutes=2, seconds=30), 250, attempt=2),
+        logged("s@2", "failed", T0 + timedelta(minutes=2), 900, attempt=1,
+               error_type="ValueError", error="down"),
+        logged("s@1", "skipped", T0 + timedelta(minutes=1), 0, reason="excluded",
+               error="calendar holidays"),
+        logged("s@0", "dead", T0, 10, error_type="KeyError", error="k"),
+    ]  # fmt: skip
+    found = views.logged_runs(records, known=["s@3"])  # s@3: the history has it
+    assert [(r.execution_id, r.status, r.duration_ms) for r in found] == [
+        ("s@2", "completed", 250.0),  # how it ended, its last attempt's time
+        ("s@1", "skipped (excluded)", 0.0),
+        ("s@0", "dead", 10.0),
+    ]
+    assert (found[1].excluded_by, found[1].error) == ("holidays", "")
+    assert found[2].error == "KeyError: k"
+    svg = views.run_chart(found, "UTC", 0)
+    assert [r.get("class") for r in parse(svg).iter(f"{NS}rect")] == [
+        "bar o-dead", "bar o-skipped", "bar o-completed",
+    ]  # fmt: skip
+    assert "skipped, excluded by holidays" in svg
+
+
+async def test_older_runs_are_read_once_per_oldest_kept_run() -> None:
+    from rsched.web._pages import OlderRuns
+
+    reads: list[str] = []
+
+    def reader(name: str) -> Callable[[], Awaitable[list[views.Run]]]:
+        async def read() -> list[views.Run]:
+            reads.append(name)
+            return [run(name, "completed", T0)]
+
+        return read
+
+    cache = OlderRuns(size=2)
+    for _ in range(3):  # a page and its refreshes: one read
+        assert [r.execution_id for r in await cache.get(("s", "s@1"), reader("a"))] == ["a"]
+    await cache.get(("s", "s@2"), reader("b"))  # a new run pushed s@1 out of the history
+    await cache.get(("t", "t@1"), reader("c"))  # a third schedule: the first read is dropped
+    await cache.get(("s", "s@2"), reader("b"))
+    await cache.get(("s", "s@1"), reader("a"))
+    assert reads == ["a", "b", "c", "a"]
 
 
 def event(kind: str, at: datetime, **fields: Any) -> HealthEvent:

@@ -196,3 +196,38 @@ async def test_the_new_schedule_form_creates_one_and_previews_its_runs(
         r = await http.post("/new-schedule", data={"csrf_token": token.group(1), "spec": spec})
         assert r.status_code == 303, r.text
         assert (await client.get("from-json")).cron == "0 2 * * *"
+
+
+async def test_the_run_chart_draws_runs_the_history_no_longer_keeps(
+    web: Web, client: rsched.Client, settings: Settings
+) -> None:
+    # The history keeps history_limit (15) runs; the chart has 50 places: the older runs come
+    # from the runs log, each once.
+    assert settings.history_limit == 15
+    worker = rsched.Worker(settings=fast_settings(settings))
+
+    @worker.task("web.quick")
+    async def quick(job: rsched.Job) -> None:
+        pass
+
+    await client.add({"id": "often", "task": "web.quick", "every": 3600})
+    await client.add({"id": "other", "task": "web.quick", "every": 3600})
+
+    async def ended(sid: str, n: int) -> bool:
+        return len((await client.runs(schedule_id=sid, status="completed", limit=100)).items) == n
+
+    async with running(worker, None):
+        for n in range(1, 21):
+            await client.trigger("often")
+            await eventually(lambda n=n: ended("often", n))
+        await client.trigger("other")  # another schedule's run in the log: not drawn
+        await eventually(lambda: ended("other", 1))
+    async with httpx.AsyncClient(base_url=web()) as http:
+        page = (await http.get("/schedules/often")).text
+        live = (await http.get("/_live/schedules/often")).text
+    chart = page[page.index('<svg class="chart"') : page.index("</svg>")]
+    assert chart.count('<rect class="bar o-completed"') == 20
+    assert "the last 20 run(s) (the older ones from the runs log)" in page
+    rows = page[page.index('<table class="history"') :]
+    assert rows[: rows.index("</table>")].count("<tr>") == 1 + 15  # the listed: those kept
+    assert live.count('<rect class="bar o-completed"') == 20  # the live part draws it alike

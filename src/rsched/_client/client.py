@@ -646,6 +646,9 @@ class Client:
         """
 
         store = await self._store(schedule_id)
+        # A client that traces (docs/tracing.md): names the span's queue, and returns the
+        # traceparent the jobs carry.
+        traced: Callable[[str], str] | None = None
 
         async def write() -> BackfillResult:
             schedule = await store.load(schedule_id)
@@ -673,12 +676,20 @@ class Client:
                     f"{start.isoformat()} to {end.isoformat()} holds no occurrence of "
                     f"{schedule_id!r} (within its start_at/end_at); nothing was fired",
                 )
-            codes = await store.backfill(schedule, times)
+            parent = "" if traced is None else traced(schedule.queue)
+            codes = await store.backfill(schedule, times, parent)
             return BackfillResult(
                 {f"{schedule_id}@{t}": _OUTCOMES[c] for t, c in zip(times, codes, strict=True)}
             )
 
-        return await _until_no_conflict(write)
+        if not self._traced:
+            return await _until_no_conflict(write)
+        with tracing.producing("backfill", None, schedule_id=schedule_id) as span:
+            traced = functools.partial(tracing.destination, span, "backfill")
+            done = await _until_no_conflict(write)
+            outcomes = {status: done.count(status) for status in set(done.outcomes.values())}
+            tracing.produced_many(span, len(done.outcomes), **outcomes)
+        return done
 
     # --- reading schedules ------------------------------------------------------------------
 

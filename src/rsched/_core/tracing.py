@@ -167,6 +167,14 @@ def produced(span: Span, execution_id: str, **attributes: Any) -> None:
         span.set_attribute(f"rsched.{name}", value)
 
 
+def produced_many(span: Span, count: int, **attributes: int) -> None:
+    """What a write of several jobs did (a backfill): ``count`` occurrences sent, and how many
+    had each outcome (``rsched.<outcome>``)."""
+    span.set_attribute("messaging.batch.message_count", count)
+    for name, value in attributes.items():
+        span.set_attribute(f"rsched.{name}", value)
+
+
 class FireSpans:
     """The PRODUCER spans of one fire call: one per item that writes a job (a root span each:
     every fired job is a trace of its own), with the traceparents fire.lua writes into the

@@ -20,6 +20,7 @@ from rsched._core.rules import PRIORITIES, Priority
 from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._redis import scripts
 from rsched._redis.durability import Durability
+from rsched._store.runs_log import label_index_keys
 from rsched._store.schedules import state_fields, unpack_fields
 
 # The codes fire.lua returns alone, about the whole call; never the code of an item.
@@ -151,6 +152,9 @@ class FiringStore(scripts.ScriptCaller):
             for item in items:
                 sid = item.schedule_id
                 keys += (k.schedule(sid), k.history(sid), k.pending(sid))
+        # Where a labelled plan's skipped occurrences are indexed (on a single server too; none
+        # without labels).
+        keys += label_index_keys(k, *(spec.labels for spec in positions))
         reply, _, took = str(await self.call_packed("fire", keys, args)).partition(";")
         codes = [int(c) for c in reply.split(",")] if reply else []
         # Per-item codes are never NOT_LEADER, BAD_ARGS or BAD_INDEX: a lone one of those is

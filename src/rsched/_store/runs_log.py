@@ -155,15 +155,26 @@ def run_record(
 
 def run_index_keys(keys: Keys, run: str | None) -> list[str]:
     """The keys a script that logs the record ``run`` (run_record) declares for its label index
-    (lua/includes/run_index.lua): each pair's ZSET and the SET of pairs; none for a record
-    without labels (one ``in`` on the worker's path of every job), or with labels rsched did
-    not write (logged, not indexed)."""
+    (lua/includes/run_index.lua); none for a record without labels (one ``in`` on the worker's
+    path of every job)."""
     if not run or "\n" not in run:
         return []
-    try:
-        return [*(keys.run_label(p) for p in label_pairs(run.rpartition("\n")[2])), keys.run_labels]
-    except ValueError:
-        return []
+    return label_index_keys(keys, run.rpartition("\n")[2])
+
+
+def label_index_keys(keys: Keys, *labels: str | None) -> list[str]:
+    """The label index keys (lua/includes/run_index.lua) a script declares to index records
+    carrying any of ``labels`` (stored texts "k=v,k=v"; None or '' for none): each pair's STREAM
+    once, then the SET of pairs; none when none has labels, and none for labels rsched did not
+    write (logged, not indexed)."""
+    pairs: dict[str, None] = {}
+    for text in labels:
+        if text:
+            try:
+                pairs.update(dict.fromkeys([keys.run_label(p) for p in label_pairs(text)]))
+            except ValueError:
+                continue
+    return [*pairs, keys.run_labels] if pairs else []
 
 
 def _text(value: object) -> str | None:

@@ -47,6 +47,7 @@ from rsched._redis import scripts
 from rsched._redis.durability import Durability
 from rsched._store import parking
 from rsched._store.calendars import CalendarStore
+from rsched._store.runs_log import label_index_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,8 +547,8 @@ class ScheduleStore(scripts.ScriptCaller):
         if not NAME_RE.match(schedule_id):
             raise ScheduleNotFound(schedule_id)  # rsched never created it (the script needs one)
         k = self.keys
-        stored_queue, stored_priority = await self.redis.hmget(
-            k.schedule(schedule_id), ["queue", "priority"]
+        stored_queue, stored_priority, labels = await self.redis.hmget(
+            k.schedule(schedule_id), ["queue", "priority", "labels"]
         )
         if queue is None:
             queue = str(stored_queue or "default")
@@ -569,6 +570,8 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.delayed_queue(queue),
                 k.audit,
                 k.activity,
+                # Where a skipped trigger's record is indexed by the schedule's labels.
+                *label_index_keys(k, str(labels or "")),
             ],
             [schedule_id, self.history_limit, k.cancel, op_id, self.audit_arg()]
             + ([traced(queue)] if traced is not None else []),
@@ -576,12 +579,14 @@ class ScheduleStore(scripts.ScriptCaller):
         code = check(res, script="trigger", schedule_id=schedule_id)
         return code, str(res[1])
 
-    async def backfill(self, schedule: Schedule, times: Sequence[int]) -> list[Code]:
+    async def backfill(
+        self, schedule: Schedule, times: Sequence[int], traceparent: str = ""
+    ) -> list[Code]:
         """Fire past occurrences of the schedule as of its ``generation``; a code per time
         (FIRED, BUFFERED to run after the schedule's unfinished run, DEBOUNCED merged into its
-        debounce window, or STALE when fired before). Raises ScheduleNotFound,
-        Conflict when the generation moved, InvalidArgument (``end``) for a time in the future
-        by Redis TIME."""
+        debounce window, or STALE when fired before). ``traceparent`` (a client that traces):
+        the W3C traceparent its jobs carry. Raises ScheduleNotFound, Conflict when the
+        generation moved, InvalidArgument (``end``) for a time in the future by Redis TIME."""
         k, sid = self.keys, schedule.id
         op_key, op_id = k.new_op()
         res = await self.call(
@@ -604,6 +609,7 @@ class ScheduleStore(scripts.ScriptCaller):
                 k.cancel,
                 op_id,
                 self.audit_arg(),
+                traceparent,
                 *times,
             ],
         )

@@ -23,7 +23,7 @@ from rsched._core.rules import NAME_RE, Priority
 from rsched._redis import scripts
 from rsched._store.alerts import EventLog
 from rsched._store.flow_keys import step_keys
-from rsched._store.runs_log import run_index_keys
+from rsched._store.runs_log import label_index_keys, run_index_keys
 
 log = get_logger("rsched.worker")
 #: Characters of a run's error a pause note keeps (check_pause_note allows 500 in all).
@@ -132,15 +132,18 @@ class WorkerCalls(scripts.ScriptCaller):
         worker: str,
         items: Sequence[tuple[str, str, str, int, str]],
         priority: Priority = "normal",
+        labels: Sequence[str] = (),
     ) -> list[Code]:
         """Mark schedule jobs running; items (entry id, exec id, schedule id, attempt, extra).
-        Returns OK (run it) or SUPERSEDED (already acknowledged, do not run) per item."""
+        Returns OK (run it) or SUPERSEDED (already acknowledged, do not run) per item.
+        ``labels``: the items' jobs' labels fields, where a superseded job's record is indexed."""
         keys = [self.keys.queue(queue, priority)]
         args: list[Any] = [GROUP, self.history_limit, worker]
         for entry_id, exec_id, sid, attempt, extra in items:
             keys += [self.keys.history(sid), self.keys.schedule(sid)]
             args += [entry_id, exec_id, attempt, extra]
         keys.append(self.keys.runs)  # where a superseded job is recorded as cancelled
+        keys += label_index_keys(self.keys, *labels)
         return [Code(int(c)) for c in await self.call("start", keys, args)]
 
     async def complete(

@@ -489,8 +489,9 @@ class Reader:
                 )
                 for j in group
             ]
+            labels = [text for j in group if (text := j.fields.get("labels"))]
             try:
-                codes = await state.stores[home].start(queue, state.consumer, items, level)
+                codes = await state.stores[home].start(queue, state.consumer, items, level, labels)
                 gone = [j for j, c in zip(group, codes, strict=True) if c == Code.SUPERSEDED]
                 if gone and home != partition:  # acknowledged in its schedule's partition only
                     await state.stores[partition].drop(queue, level, [j.entry_id for j in gone])

@@ -10,6 +10,7 @@ disagree on what is valid.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -48,6 +49,13 @@ def sdk(request: Request) -> Sdk:
 SdkDep = Annotated[Sdk, Depends(sdk)]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 Cursor = Annotated[str | None, Query(description="the cursor of the previous page")]
+Since = Annotated[
+    str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
+]
+AuditKind = Annotated[
+    Literal["schedule", "calendar", "limit"] | None,
+    Query(description="only the changes of schedules, of calendars or of limit overrides"),
+]
 LabelFilter = Annotated[
     list[str] | None, Query(description="k=v; repeat for several (all must match)")
 ]
@@ -360,20 +368,36 @@ async def backfill_schedule(sdk: SdkDep, schedule_id: str, body: BackfillRequest
     return {"counts": counts, "outcomes": result.outcomes}
 
 
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """What every audit route takes besides its target: who, since when, the page."""
+
+    actor: str | None
+    since: str | None
+    limit: int
+    cursor: str | None
+
+    async def page(self, sdk: Sdk, kind: str | None, id: str | None) -> dict[str, Any]:
+        """A page of the audit trail as JSON: of one kind of target and one id when given."""
+        found = await sdk.audit(
+            id, kind=kind, actor=self.actor, since=self.since, limit=self.limit, cursor=self.cursor
+        )
+        return {"items": [r.as_dict() for r in found.items], "cursor": found.cursor}
+
+
+def audit_query(
+    actor: str | None = None, since: Since = None, limit: Limit = 50, cursor: Cursor = None
+) -> AuditQuery:
+    return AuditQuery(actor, since, limit, cursor)
+
+
+AuditDep = Annotated[AuditQuery, Depends(audit_query)]
+
+
 @router.get("/schedules/{schedule_id}/audit", tags=["schedules"])
-async def schedule_audit(
-    sdk: SdkDep,
-    schedule_id: str,
-    actor: str | None = None,
-    since: Annotated[
-        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
-    ] = None,
-    limit: Limit = 50,
-    cursor: Cursor = None,
-) -> dict[str, Any]:
+async def schedule_audit(sdk: SdkDep, schedule_id: str, query: AuditDep) -> dict[str, Any]:
     """The schedule's changes, newest first: who, when, from where, the fields changed."""
-    page = await sdk.audit(schedule_id, actor=actor, since=since, limit=limit, cursor=cursor)
-    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+    return await query.page(sdk, "schedule", schedule_id)
 
 
 @router.get("/schedules/{schedule_id}/specs", tags=["schedules"])
@@ -648,9 +672,7 @@ async def list_runs(
     ] = None,
     schedule: Annotated[str | None, Query(description="a schedule id")] = None,
     task: str | None = None,
-    since: Annotated[
-        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
-    ] = None,
+    since: Since = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 50,
     cursor: Cursor = None,
     label: LabelFilter = None,
@@ -673,20 +695,16 @@ async def list_runs(
 @router.get("/audit", tags=["deployment"])
 async def list_audit(
     sdk: SdkDep,
+    query: AuditDep,
     id: Annotated[
         str | None, Query(description="a schedule id, calendar name or limit key")
     ] = None,
-    actor: str | None = None,
-    since: Annotated[
-        str | None, Query(description='a duration back from now ("1h") or an aware ISO time')
-    ] = None,
-    limit: Limit = 50,
-    cursor: Cursor = None,
+    kind: AuditKind = None,
 ) -> dict[str, Any]:
     """The audit trail, newest first (``Client.audit``): every change of a schedule, calendar
-    or limit override, who made it, when and from where."""
-    page = await sdk.audit(id, actor=actor, since=since, limit=limit, cursor=cursor)
-    return {"items": [r.as_dict() for r in page.items], "cursor": page.cursor}
+    or limit override, who made it, when and from where; ``kind`` keeps those of one kind of
+    target (a schedule and a calendar may share a name)."""
+    return await query.page(sdk, kind, id)
 
 
 # --- flow-control limits ----------------------------------------------------------------------
@@ -706,6 +724,13 @@ async def list_limits(
     than ``limit`` and still have a cursor."""
     page = await sdk.limits(match=match or None, limit=limit, cursor=cursor)
     return {"items": [r.to_dict() for r in page.items], "cursor": page.cursor}
+
+
+@router.get("/limits/{key:path}/audit", tags=["limits"])
+async def limit_audit(sdk: SdkDep, key: str, query: AuditDep) -> dict[str, Any]:
+    """The changes of a limit key's (or a ``*`` pattern's) override, newest first: who, when,
+    from where, its numbers before and after (``limit_set``, ``limit_clear``)."""
+    return await query.page(sdk, "limit", key)
 
 
 @router.get("/limits/{key:path}/waiting", tags=["limits"])
@@ -807,6 +832,13 @@ async def list_calendars(sdk: SdkDep) -> dict[str, list[dict[str, Any]]]:
 async def get_calendar(sdk: SdkDep, name: str) -> dict[str, Any]:
     """One exclusion calendar (404 CalendarNotFound)."""
     return (await sdk.calendar(name)).as_dict()
+
+
+@router.get("/calendars/{name}/audit", tags=["calendars"])
+async def calendar_audit(sdk: SdkDep, name: str, query: AuditDep) -> dict[str, Any]:
+    """The calendar's changes, newest first: who, when, from where, each key of its document
+    before and after (``calendar_set``, ``calendar_remove``; kept after a removal)."""
+    return await query.page(sdk, "calendar", name)
 
 
 @router.put(

@@ -75,6 +75,7 @@ def create_app(
     app.state.refresh_s = refresh_s
     app.state.auth = credentials
     app.state.cache = _pages._Cache(ttl_s=2.0)
+    app.state.older_runs = _pages.OlderRuns()
     app.include_router(_api.router)
     app.include_router(_pages.router)
     app.include_router(_schedule_form.router)

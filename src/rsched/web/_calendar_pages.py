@@ -18,7 +18,8 @@ from fastapi.responses import HTMLResponse, Response
 from rsched import Calendar, CalendarNotFound, InvalidArgument, InvalidCalendar, RschedError
 from rsched._core.calendars import WEEKDAYS
 from rsched.web._errors import error_body, http_words, message_of
-from rsched.web._pages import back, first, form, render, sdk_of
+from rsched.web._pages import back, changes_of, first, form, render, sdk_of
+from rsched.web._sdk import Sdk
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(http_words)])
 
@@ -89,12 +90,21 @@ async def calendar(request: Request, name: str) -> Response:
     return render(
         request,
         "calendar.html",
-        c=found,
-        users=await sdk.calendar_users(name),
+        **await _about(sdk, found),
         weekdays=WEEKDAYS,
         form=_form_of(found),
         error=None,
     )
+
+
+async def _about(sdk: Sdk, found: Calendar) -> dict[str, Any]:
+    """What a calendar's page shows besides its form: the calendar, the schedules naming it,
+    its changes."""
+    return {
+        "c": found,
+        "users": await sdk.calendar_users(found.name),
+        "changes": await changes_of(sdk, "calendar", found.name),
+    }
 
 
 @router.post("/calendars/set")
@@ -132,9 +142,8 @@ async def _refused(
     name = first(fields, "name")
     if first(fields, "from") == "calendar":
         with contextlib.suppress(CalendarNotFound, InvalidArgument):  # removed meanwhile
-            existing = await sdk.calendar(name)
-            users = await sdk.calendar_users(name)
-            return render(request, "calendar.html", 400, c=existing, users=users, **context)
+            about = await _about(sdk, await sdk.calendar(name))
+            return render(request, "calendar.html", 400, **about, **context)
     return render(request, "calendars.html", 400, calendars=await sdk.calendars(), **context)
 
 

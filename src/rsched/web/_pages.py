@@ -25,6 +25,7 @@ from jinja2 import pass_context
 from jinja2.runtime import Context
 
 from rsched import (
+    AuditRecord,
     Health,
     HistoryEvent,
     InvalidArgument,
@@ -72,8 +73,12 @@ LIMITS_PAGE = 200
 WAITING_SHOWN = 100
 #: Coming occurrences a schedule's page previews, those its calendars exclude included.
 NEXT_SHOWN = 10
-#: Runs a schedule's page draws and lists, at most (its history keeps ``history_limit``).
+#: Runs a schedule's page draws, at most: its run chart's places (views.run_chart). The page
+#: lists those its history keeps (``history_limit``, 15 by default).
 RUNS_CHARTED = 50
+#: Records of the runs log a schedule's page reads for the runs its history no longer keeps,
+#: at most: a run retried has a record per attempt, so twice the runs the chart draws.
+RUNS_LOGGED = 2 * RUNS_CHARTED
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
 #: The states a flow can be in (the Flows page's filter).
 FLOW_STATES = ("running", "completed", "failed", "cancelled")
@@ -336,6 +341,7 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
     events = await sdk.history(schedule_id)
     tz, _ = _zone(request)
     found = views.runs(events)[:RUNS_CHARTED]
+    charted = found + await older_runs(request, sdk, schedule_id, found)
     return {
         "s": s,
         "health": await sdk.schedule_health(schedule_id),
@@ -344,10 +350,64 @@ async def schedule_context(request: Request, schedule_id: str) -> dict[str, Any]
         "state": views.status_text(s),
         "next_runs": views.next_runs(coming, s.timezone, tz, sdk.now_ms()),
         "runs": found,
-        "run_chart": views.run_chart(found, tz, sdk.now_ms()),
+        "run_chart": views.run_chart(charted, tz, sdk.now_ms()),
+        "charted": len(charted),
         "streak": views.failure_streak(found),
         "spec": _spec(s),
     }
+
+
+class OlderRuns:
+    """The runs older than its history keeps read for each schedule's page (older_runs), by
+    schedule and oldest kept run: they change only when a new run pushes a kept one out, so
+    the page's refreshes in between (every few seconds, for each viewer) do not read the log
+    again. At most ``size`` schedules, the first read the first dropped."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._items: dict[tuple[str, str], list[views.Run]] = {}
+
+    async def get(
+        self, key: tuple[str, str], read: Callable[[], Awaitable[list[views.Run]]]
+    ) -> list[views.Run]:
+        found = self._items.get(key)
+        if found is None:
+            found = self._items[key] = await read()
+            while len(self._items) > self.size:
+                del self._items[next(iter(self._items))]
+        return found
+
+
+async def older_runs(
+    request: Request, sdk: Sdk, schedule_id: str, kept: Sequence[views.Run]
+) -> list[views.Run]:
+    """The schedule's runs older than those its history keeps (``kept``, newest first), newest
+    first, from the runs log, so that its run chart fills its RUNS_CHARTED places: none when
+    the history has them all (it holds fewer runs than ``history_limit``) or the chart is full.
+
+    The read is bounded: one page of at most RUNS_LOGGED records of the schedule, looking at
+    most 10,000 records of the log, as any read of the log by schedule (``Client.runs``), so a
+    schedule that runs rarely in a busy deployment draws those found among them. It starts at
+    the oldest kept run's fire time (an entry id is a cursor of the log: its records are
+    ordered by when they were written), skipping the newer records of every schedule: the
+    runs drawn are those that ended before it fired. Once per new run (OlderRuns)."""
+    oldest = kept[-1] if kept else None
+    if (
+        oldest is None
+        or oldest.fired_ms is None
+        or len(kept) >= RUNS_CHARTED
+        or len(kept) < sdk.settings.history_limit
+    ):
+        return []
+    fired_ms = oldest.fired_ms
+
+    async def read() -> list[views.Run]:
+        page = await sdk.runs(schedule_id=schedule_id, limit=RUNS_LOGGED, cursor=f"{fired_ms}-0")
+        older = views.logged_runs(page.items, (r.execution_id for r in kept))
+        return older[: RUNS_CHARTED - len(kept)]
+
+    cache: OlderRuns = request.app.state.older_runs
+    return await cache.get((schedule_id, oldest.execution_id), read)
 
 
 def _spec(s: Schedule) -> dict[str, Any]:
@@ -362,16 +422,22 @@ def _spec(s: Schedule) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in ("id", "task") or v != default(k)}
 
 
-#: Changes the schedule's page shows (the API pages the rest).
+#: Changes a schedule's, calendar's or limit key's page shows (the API pages the rest).
 CHANGES_SHOWN = 10
+
+
+async def changes_of(sdk: Sdk, kind: str, id: str) -> list[AuditRecord]:
+    """The newest changes of one schedule, calendar or limit key (``kind``: _sdk.AUDIT_KINDS),
+    for its page's Changes card (templates/_audit.html). Read once per page view, not in the
+    live part's refreshes."""
+    return (await sdk.audit(id, kind=kind, limit=CHANGES_SHOWN)).items
 
 
 @router.get("/schedules/{schedule_id}", response_class=HTMLResponse)
 async def schedule(request: Request, schedule_id: str) -> Response:
     sdk = sdk_of(request)
     context = await schedule_context(request, schedule_id)
-    # Read once per page view, not in the live part's refreshes.
-    changes = (await sdk.audit(schedule_id, limit=CHANGES_SHOWN)).items
+    changes = await changes_of(sdk, "schedule", schedule_id)
     specs = await sdk.spec_history(schedule_id)
     # The flows its occurrences started, among the newest flows (no index by schedule).
     newest = await sdk.flows(limit=SCHEDULE_FLOWS_LOOK)
@@ -878,8 +944,10 @@ async def limit_context(request: Request, key: str) -> dict[str, Any]:
 @router.get("/limits/{key:path}", response_class=HTMLResponse)
 async def limit_page(request: Request, key: str) -> Response:
     """One limit key: its numbers, holders, and the jobs waiting on it in the order they will
-    start (``Client.limit``, ``Client.waiting``)."""
-    return render(request, "limit.html", **await limit_context(request, key))
+    start (``Client.limit``, ``Client.waiting``); the changes of its override."""
+    context = await limit_context(request, key)
+    changes = await changes_of(sdk_of(request), "limit", key)
+    return render(request, "limit.html", changes=changes, **context)
 
 
 @router.get("/_live/limits/{key:path}", response_class=HTMLResponse)

@@ -27,6 +27,7 @@ from rsched import (
     Health,
     HealthEvent,
     HistoryEvent,
+    InvalidArgument,
     JobInfo,
     JobLogRecord,
     LimitInfo,
@@ -48,6 +49,18 @@ HISTORY_EVENTS = 1_000
 #: record's time and this much after (the two are written by one script).
 DEAD_LETTER_LOOK = 50
 DEAD_LETTER_SLACK_MS = 1_000
+#: What an audit record can be about (audit_kind).
+AUDIT_KINDS = ("schedule", "calendar", "limit")
+#: Pages of the audit trail one read of a kind looks at, at most: a schedule and a calendar
+#: may share a name, and each page looks at up to 10,000 records of each stream.
+AUDIT_KIND_READS = 5
+
+
+def audit_kind(record: AuditRecord) -> str:
+    """What the record is about, by its action: a calendar's (``calendar_*``), a limit key's
+    or pattern's (``limit_*``), else a schedule's."""
+    head = record.action.partition("_")[0]
+    return head if head in ("calendar", "limit") else "schedule"
 
 
 class Sdk:
@@ -161,18 +174,35 @@ class Sdk:
 
     async def audit(
         self,
-        schedule_id: str | None = None,
+        id: str | None = None,
         *,
+        kind: str | None = None,
         actor: str | None = None,
         since: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[AuditRecord]:
-        """A page of the audit trail, newest first (``Client.audit``); ``since`` as in
-        :meth:`runs`."""
-        return await self.client.audit(
-            schedule_id, actor=actor, since=_since(since), limit=limit, cursor=cursor
-        )
+        """A page of the audit trail, newest first (``Client.audit``): of one schedule id,
+        calendar name or limit key (``id``), of one kind of target (``kind``, AUDIT_KINDS; the
+        records of a calendar named as a schedule are not the schedule's); ``since`` as in
+        :meth:`runs`. With ``kind``, pages are read until ``limit`` records match or
+        AUDIT_KIND_READS pages were read; the cursor goes on from there. Raises
+        InvalidArgument naming ``kind`` or what ``Client.audit`` names."""
+        if kind is not None and kind not in AUDIT_KINDS:
+            raise InvalidArgument("kind", f"{kind!r} is not a kind; give {', '.join(AUDIT_KINDS)}")
+        when = _since(since)
+        found: list[AuditRecord] = []
+        for _ in range(AUDIT_KIND_READS):
+            # Never more than the page still needs: the cursor of each read is then right for
+            # the records kept (nothing read is left out of the answer).
+            page = await self.client.audit(
+                id, actor=actor, since=when, limit=limit - len(found), cursor=cursor
+            )
+            found += [r for r in page.items if kind is None or audit_kind(r) == kind]
+            cursor = page.cursor
+            if kind is None or cursor is None or len(found) == limit:
+                break
+        return Page(found, cursor)
 
     async def spec_history(self, schedule_id: str) -> list[SpecVersion]:
         return await self.client.spec_history(schedule_id)

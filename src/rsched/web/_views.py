@@ -61,6 +61,7 @@ __all__ = (
     "letter_groups",
     "limit_glob",
     "limit_text",
+    "logged_runs",
     "moment",
     "next_runs",
     "override_text",
@@ -264,6 +265,42 @@ def runs(events: Iterable[HistoryEvent]) -> list[Run]:
         if run.duration_ms is None and event.duration_ms is not None:
             run.duration_ms = event.duration_ms
     return list(by_id.values())
+
+
+def logged_runs(records: Iterable[RunRecord], known: Iterable[str] = ()) -> list[Run]:
+    """Runs from the runs log's records (newest first) of one schedule, newest first, as
+    :func:`runs` makes them from its history; those whose execution id is in ``known`` (runs
+    its history has) left out. A run that was retried has a record per attempt: its newest
+    says how it ended and how long its last attempt took."""
+    seen = set(known)
+    out: list[Run] = []
+    for record in records:
+        if record.execution_id in seen:
+            continue
+        seen.add(record.execution_id)
+        status = record.status
+        if status == "skipped" and record.reason:
+            status = f"skipped ({record.reason})"
+        took = None
+        if record.started_at is not None and record.ended_at is not None:
+            took = (record.ended_at - record.started_at).total_seconds() * 1000
+        out.append(
+            Run(
+                record.execution_id,
+                status=status,
+                scheduled_ms=_ms(record.scheduled_at),
+                # A skipped occurrence was never fired: when it was dropped.
+                fired_ms=_ms(record.fired_at or record.ended_at),
+                excluded_by=excluded_by(record),
+                attempt=record.attempt,
+                # A skipped or cancelled run's error text is its reason's detail, not an error.
+                error=f"{record.error_type or 'error'}: {record.error}"
+                if record.error and not record.reason
+                else "",
+                duration_ms=took,
+            )
+        )
+    return out
 
 
 def last_outcome(events: Sequence[HistoryEvent]) -> str:
