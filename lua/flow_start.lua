@@ -4,7 +4,9 @@ For each item: while its flow runs, the step is marked running (its attempt kept
 runs (OK). When the flow ended meanwhile (failed, cancelled: a step released before that), the
 job is acknowledged, deleted from the stream and its step recorded cancelled
 (lua/includes/flow_end.lua): it must not run (FLOW_OVER). A flow that is gone (expired, or never
-written: a hand-made entry) does not stop its job. Running it twice marks "running" twice and
+written: a hand-made entry) does not stop its job, nor does a step that ended (its dead letter
+requeued by an operator: it runs, and its end changes nothing in the flow). Running it twice
+marks "running" twice and
 cancels once (the entry is no longer pending the second time: NOT_PENDING, do not run).
 
 KEYS[1] stream  {p}:queue:<queue>[#level]
@@ -30,6 +32,10 @@ for i = 2, #ARGV - 3, 4 do
   local fkey = (tag or '') .. ':flow:' .. fid
   local state = declared(fkey) and key_is(fkey, 'hash') and rcall('HGET', fkey, 'state')
   local code = OK
+  local s = state and rcall('HGET', fkey, n .. '.s')
+  if s and FLOW_ENDED[s] then
+    state = nil  -- a job of a step that ended (a requeued dead letter): it runs, as asked
+  end
   if state and state ~= 'running' and state ~= 'creating' then
     if rcall('XACK', stream, group, id) == 1 then
       rcall('XDEL', stream, id)
@@ -39,7 +45,6 @@ for i = 2, #ARGV - 3, 4 do
       code = NOT_PENDING
     end
   elseif state then
-    local s = rcall('HGET', fkey, n .. '.s')
     if s == 'q' or s == 'r' then
       rcall('HSET', fkey, n .. '.s', 'r', n .. '.a', attempt, 'at', int_text(now))
     end

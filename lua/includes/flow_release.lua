@@ -22,7 +22,12 @@ local function flow_parent_results(fkey, parents)
   if parents == '' then return nil end
   local fields = {}
   for p in string.gmatch(parents, '%d+') do fields[#fields + 1] = p .. '.r' end
-  local got = rcall('HMGET', fkey, unpack(fields))
+  -- In slices: unpack() takes at most ~8,000 values, and a join may follow up to 100,000.
+  local got = {}
+  for first = 1, #fields, 1000 do
+    local part = rcall('HMGET', fkey, unpack(fields, first, math.min(#fields, first + 999)))
+    for i = 1, #part do got[first + i - 1] = part[i] end
+  end
   local out = {}
   for i = 1, #fields do
     local r = got[i]

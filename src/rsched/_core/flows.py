@@ -263,6 +263,7 @@ class _Builder:
         self.queue = queue
         self.max_payload_bytes = max_payload_bytes
         self.steps: list[dict[str, Any]] = []
+        self.written = 0
 
     def add(self, node: object, parents: tuple[int, ...], where: str) -> tuple[int, ...]:
         """Add ``node`` after ``parents``; returns its tails (what follows it waits for)."""
@@ -297,7 +298,8 @@ class _Builder:
 
     def _step(self, s: Step, parents: tuple[int, ...]) -> int:
         number = len(self.steps) + 1
-        where = f"steps[{sum(1 for x in self.steps if not x.get('barrier')) + 1}]"
+        self.written += 1  # steps as the user wrote them (barriers are not)
+        where = f"steps[{self.written}]"
         self.steps.append({"number": number, "parents": parents, **self._checked(s, where)})
         return number
 
@@ -344,7 +346,7 @@ class _Builder:
         out = []
         for s in self.steps:
             kids = tuple(children.get(s["number"], ()))
-            lanes = _lanes(kids, by_number)
+            lanes = _lanes(kids, by_number, children)
             if s.get("barrier"):
                 out.append(
                     PlannedStep(s["number"], "", "", "", "normal", "", "fail", "", s["parents"],
@@ -355,14 +357,16 @@ class _Builder:
         return FlowPlan(tuple(out))
 
 
-def _lanes(kids: Sequence[int], steps: Mapping[int, dict[str, Any]]) -> tuple[Lane, ...]:
+def _lanes(
+    kids: Sequence[int], steps: Mapping[int, dict[str, Any]], children: Mapping[int, list[int]]
+) -> tuple[Lane, ...]:
     """The lanes a step's end may release jobs into: its children's, through barriers."""
     seen: dict[Lane, None] = {}
     todo = list(kids)
     while todo:
         s = steps[todo.pop()]
         if s.get("barrier"):
-            todo += [n for n, t in steps.items() if s["number"] in t["parents"]]
+            todo += children.get(s["number"], [])
         else:
             seen[(s["queue"], s["priority"])] = None
     return tuple(seen)
