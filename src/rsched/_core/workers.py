@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
+from rsched._core.flows import FLOW_TASK
 from rsched._core.history import HistoryEvent
 from rsched._core.job_logs import JobProgress
 from rsched._core.rules import read_labels
@@ -284,7 +285,7 @@ def no_worker_for(queue: str, task: str, workers: Sequence[WorkerInfo]) -> str |
     readers = [w for w in workers if queue in w.queues]
     if not readers:
         return f"no live worker reads queue {queue!r}" + ("" if workers else " (none is live)")
-    if not any(task in w.tasks for w in readers):
+    if task != FLOW_TASK and not any(task in w.tasks for w in readers):  # every worker has it
         return f"no live worker of queue {queue!r} has task {task!r}"
     return None
 
