@@ -12,7 +12,7 @@ chain and the release of a join.
    ``MEMORY USAGE`` (``SAMPLES 0``: every field). Then one worker process runs that flow to its
    end with ``SLOWLOG`` on (commands of 1 ms or more): the extract step's end releases the
    9,998 parts in one script call.
-2. Overhead: N no-op jobs (20,000) written to the queue stream as plain jobs (as bench.worker
+2. Overhead: N no-op jobs (5,000) written to the queue stream as plain jobs (as bench.worker
    does), then run by one ``rsched-worker`` process; and the same N as a flow,
    ``chain(group(N no-op steps), join)``, created first, then run by a fresh worker process.
    The rate is from the first job taken to the last one acknowledged (plain) or the flow
@@ -144,16 +144,35 @@ class Bench:
         return int((await self.redis.info("memory"))["used_memory"])
 
 
-async def _wait(what: str, done: Callable[[], Awaitable[bool]], timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
+class Stalled(RuntimeError):
+    """What the run waits for made no progress for a while."""
+
+
+async def _wait(
+    what: str,
+    done: Callable[[], Awaitable[bool]],
+    progress: Callable[[], Awaitable[object]] | None = None,
+    stall_s: float = 20,
+) -> None:
+    """Until ``done``; raises Stalled when ``progress`` (a reading) stays the same ``stall_s``."""
+    seen, since = None, time.monotonic()
     while not await done():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not done within {timeout_s:.0f} s")
+        if progress is not None:
+            now = await progress()
+            if now != seen:
+                seen, since = now, time.monotonic()
+            elif time.monotonic() - since > stall_s:
+                raise Stalled(f"{what}: no progress for {stall_s:.0f} s (at {now!r})")
+        elif time.monotonic() - since > 600:
+            raise RuntimeError(f"{what}: not done within 600 s")
         await anyio.sleep(0.02)  # light polling: the bench must not compete for CPU
 
 
 async def _timed_run(
-    b: Bench, n: int, done: Callable[[], Awaitable[bool]]
+    b: Bench,
+    n: int,
+    done: Callable[[], Awaitable[bool]],
+    progress: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[float, float, float]:
     """A fresh worker process runs what waits in the stream (``n`` jobs at first) until
     ``done``: seconds from the first job taken, and the worker's and the server's CPU s."""
@@ -165,7 +184,7 @@ async def _timed_run(
                 raise RuntimeError("the worker took no job within 120 s")
             await anyio.sleep(0.005)
         first, cpu0, srv0 = time.perf_counter(), _cpu_s(proc.pid), _cpu_s(b.server.pid())
-        await _wait("the run", done)
+        await _wait("the run", done, progress)
         took = time.perf_counter() - first
         return took, _cpu_s(proc.pid) - cpu0, _cpu_s(b.server.pid()) - srv0
     finally:
@@ -265,16 +284,29 @@ async def creation(server: BenchServer, steps: int, repeat: int, concurrency: in
         await node.config_set("slowlog-log-slower-than", SLOW_US)
         await node.config_set("slowlog-max-len", 10_000)
         await node.slowlog_reset()
-        took, wcpu, scpu = await _timed_run(b, 1, lambda: _ended(b, run.flow_id))
+        stalled = ""
+        try:
+            took, wcpu, scpu = await _timed_run(
+                b, 1, lambda: _ended(b, run.flow_id), lambda: b.redis.hget(fkey, "left")
+            )
+        except Stalled as exc:
+            stalled, took, wcpu, scpu = str(exc), float("nan"), float("nan"), float("nan")
         slow = await _slowlog(node)
         await node.config_set("slowlog-log-slower-than", 10_000)
         await node.aclose()
         worst = max(slow, default=(0, "-"))
+        last = str(run.steps)
+        left, merge_s, merge_w = [
+            None if v is None else str(v)
+            for v in await b.redis.hmget(fkey, ["left", f"{last}.s", f"{last}.w"])
+        ]
         row = {
             "steps": run.steps,
             "state": await b.state(run.flow_id),
+            "left": left,
+            "merge": f"{merge_s or 'waiting'} (waits for {merge_w or 0})",
             "seconds": round(took, 3),
-            "steps_per_s": round(run.steps / took),
+            "steps_per_s": round(run.steps / took) if took == took else "-",
             "worker_cpu_s": round(wcpu, 2),
             "server_cpu_s": round(scpu, 2),
             f"cmds_>=_{SLOW_US // 1000}ms": len(slow),
@@ -283,6 +315,8 @@ async def creation(server: BenchServer, steps: int, repeat: int, concurrency: in
         }
         print(f"\nthe {steps:,}-step flow run by one worker (concurrency {concurrency})")
         print(_table([row], list(row)), flush=True)
+        if stalled:
+            print(f"STALLED: {stalled}; pending jobs {await b.redis.xpending(b.stream, GROUP)}")
     finally:
         await b.aclose()
 
@@ -317,7 +351,10 @@ async def _plain(b: Bench, n: int) -> dict[str, Any]:
 async def _as_flow(b: Bench, n: int) -> dict[str, Any]:
     flow = chain(group(step("bench.noop") for _ in range(n)), step("bench.noop"))
     run = await b.client.run_flow(flow, queue=QUEUE)
-    took, wcpu, scpu = await _timed_run(b, n, lambda: _ended(b, run.flow_id))
+    fkey = b.keys.flow(run.flow_id)
+    took, wcpu, scpu = await _timed_run(
+        b, n, lambda: _ended(b, run.flow_id), lambda: b.redis.hget(fkey, "left")
+    )
     assert await b.state(run.flow_id) == "completed", await b.state(run.flow_id)
     return _rate_row(f"flow: group of {n:,} + join", n + 1, took, wcpu, scpu)
 
@@ -464,9 +501,9 @@ async def _main(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.flows", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="5,000 jobs, 1 run, a chain of 200")
+    parser.add_argument("--quick", action="store_true", help="2,000 jobs, 1 run, a chain of 200")
     parser.add_argument("--steps", type=int, default=10_000, help="creation: the flow's steps")
-    parser.add_argument("--jobs", type=int, default=20_000, help="overhead: jobs and steps")
+    parser.add_argument("--jobs", type=int, default=5_000, help="overhead: jobs and steps")
     parser.add_argument("--chain", type=int, default=1_000, help="the chain's steps")
     parser.add_argument("--fan-in", type=int, default=100, help="a join's parents")
     parser.add_argument("--joins", type=int, default=5, help="fan-ins run at once")
@@ -478,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
     if args.quick:
-        args.jobs, args.chain, args.repeat = min(args.jobs, 5_000), min(args.chain, 200), 1
+        args.jobs, args.chain, args.repeat = min(args.jobs, 2_000), min(args.chain, 200), 1
     if args.steps < 3:
         parser.error("--steps: at least 3 (an extract, a part and a merge)")
     anyio.run(_main, args)
