@@ -33,7 +33,6 @@ Every run uses a private server (bench._servers); port 6379 is never touched.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import platform
 import statistics
@@ -51,13 +50,12 @@ from redis.exceptions import ResponseError
 
 import rsched
 from bench._servers import BenchServer
+from bench.engine import read_slowlog
 from bench.worker import _cpu_s, _fill, _pct, _spawn_worker, _stop, _table
 from rsched import chain, group, step
-from rsched._core.flows import Chain
+from rsched._core.flows import STATE_CODES, Chain
 from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
-from rsched._redis.scripts import names as script_names
-from rsched._redis.scripts import source
 
 QUEUE = "bench"
 APP = "bench.flows:worker"
@@ -291,7 +289,7 @@ async def creation(server: BenchServer, steps: int, repeat: int, concurrency: in
             )
         except Stalled as exc:
             stalled, took, wcpu, scpu = str(exc), float("nan"), float("nan"), float("nan")
-        slow = await _slowlog(node)
+        slow = [(us, name) for us, name, _ in await read_slowlog(node)]
         await node.config_set("slowlog-log-slower-than", 10_000)
         await node.aclose()
         worst = max(slow, default=(0, "-"))
@@ -304,7 +302,7 @@ async def creation(server: BenchServer, steps: int, repeat: int, concurrency: in
             "steps": run.steps,
             "state": await b.state(run.flow_id),
             "left": left,
-            "merge": f"{merge_s or 'waiting'} (waits for {merge_w or 0})",
+            "merge": f"{STATE_CODES.get(merge_s or '', 'waiting')} (waits for {merge_w or 0})",
             "seconds": round(took, 3),
             "steps_per_s": round(run.steps / took) if took == took else "-",
             "worker_cpu_s": round(wcpu, 2),
@@ -323,20 +321,6 @@ async def creation(server: BenchServer, steps: int, repeat: int, concurrency: in
 
 async def _ended(b: Bench, flow_id: str) -> bool:
     return await b.state(flow_id) not in (None, "creating", "running")
-
-
-async def _slowlog(node: Redis) -> list[tuple[int, str]]:
-    """(µs, command) of each SLOWLOG entry; a script by its name."""
-    entries = await node.execute_command("SLOWLOG", "GET", "10000")  # type: ignore[no-untyped-call]
-    names = {hashlib.sha1(source(n).encode()).hexdigest(): n for n in script_names()}
-    out = []
-    for entry in entries:
-        args = [str(a) for a in entry[3]]
-        name = args[0].upper()
-        if name == "EVALSHA" and len(args) > 1:
-            name = f"EVALSHA {names.get(args[1], args[1][:8])}"
-        out.append((int(entry[2]), name))
-    return out
 
 
 # --- 2. overhead against plain jobs, and a chain's hop -----------------------------------------
