@@ -15,13 +15,16 @@ KEYS[4..] the streams of the flow's root steps ({p}:queue:<queue>[#level]; last 
 ARGV[1] flow id
 ARGV[2] token     the creation's random id (the same in each of its calls)
 ARGV[3] first     '1' = the first call: ARGV[5] is the meta, a JSON object {n, ttl, queues,
-                  labels, tp, sid, lane, hcap} (steps, expiry after the end in ms, queue names,
-                  labels text, traceparent; for a flow a schedule's occurrence started, its
+                  queue, labels, tp, sid, lane, hcap} (steps, expiry after the end in ms, queue
+                  names, the queue of the steps whose definition names none, labels text,
+                  traceparent; for a flow a schedule's occurrence started, its
                   schedule id, the stream name of its starter job and the history's cap:
                   flow_end.lua ends that run when the flow ends; '' when none)
 ARGV[4] roots     '' = not the last call; the last call: the root steps' numbers, "1,2"
 ARGV[5] meta (first call) or ''
 ARGV[6..] per step: number, definition (rsched._core.flows.PlannedStep.encode), parents count
+          (kept, as the step's field <n>.w, only for a step of several parents: one of one
+          parent is released when that parent ends, flow_release.lua)
 
 Returns {OK=5, roots released} | {EXISTS=-9} the flow id is taken (another creation or a flow)
 | {NOT_FOUND=-2} a later call found no flow being created (the first call's hour passed) |
@@ -52,7 +55,7 @@ if first then
   if not ok or type(meta) ~= 'table' then return {BAD_ARGS} end
   rcall('HSET', fkey, 'state', 'creating', 'token', token, 'created', int_text(now),
         'n', meta.n, 'left', meta.n, 'ttl', meta.ttl)
-  for _, name in ipairs({'labels', 'tp', 'sid', 'lane', 'hcap'}) do
+  for _, name in ipairs({'queue', 'labels', 'tp', 'sid', 'lane', 'hcap'}) do
     if meta[name] and meta[name] ~= '' then rcall('HSET', fkey, name, meta[name]) end
   end
   if type(meta.queues) == 'table' and #meta.queues > 0 then
@@ -64,7 +67,7 @@ elseif not got[1] then
 end
 for i = 6, #ARGV - 2, 3 do
   rcall('HSET', fkey, ARGV[i], ARGV[i + 1])
-  if ARGV[i + 2] ~= '0' then rcall('HSET', fkey, ARGV[i] .. '.w', ARGV[i + 2]) end
+  if tonumber(ARGV[i + 2]) > 1 then rcall('HSET', fkey, ARGV[i] .. '.w', ARGV[i + 2]) end
 end
 if roots == '' then return {OK, 0} end
 rcall('HSET', fkey, 'state', 'running')

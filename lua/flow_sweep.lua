@@ -4,7 +4,8 @@ A flow whose last change (field `at`) is the one the caller read, and so has not
 gets: each step of `lost` still queued or running (its job found nowhere: its stream, delayed
 set or limit waits) recorded dead, with the error record {"error": "lost", ...}
 (lua/includes/flow_end.lua: the flow fails, or goes on past a step of on_failure "continue");
-each step of `release` not released yet whose parents all ended released (flow_release.lua);
+each step of `release` not released yet whose parents all ended (by their states) released
+(flow_release.lua);
 and a flow whose steps all ended, ended. A flow that moved meanwhile is left alone (the caller
 looks again at the next sweep).
 
@@ -40,9 +41,19 @@ for n in string.gmatch(lost, '%d+') do
     changed = changed + 1
   end
 end
+-- Whether every parent of step n ended (its definition names them).
+local function parents_ended(def)
+  local ok, d = pcall(cjson.decode, def)
+  if not ok or type(d) ~= 'table' then return false end
+  for p in string.gmatch(d[7] or '', '%d+') do
+    if not FLOW_ENDED[rcall('HGET', fkey, p .. '.s') or ''] then return false end
+  end
+  return true
+end
+
 for n in string.gmatch(release, '%d+') do
-  local s = rcall('HMGET', fkey, n .. '.s', n .. '.w')
-  if not s[1] and (tonumber(s[2] or '0') or 0) <= 0 and rcall('HGET', fkey, 'state') == 'running' then
+  local s = rcall('HMGET', fkey, n, n .. '.s')
+  if s[1] and not s[2] and rcall('HGET', fkey, 'state') == 'running' and parents_ended(s[1]) then
     rcall('HDEL', fkey, n .. '.w')
     flow_release(fkey, tag, fid, n, now)
     changed = changed + 1

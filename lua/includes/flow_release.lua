@@ -8,10 +8,13 @@
 -- leader's sweep (lua/flow_sweep.lua) to release.
 --
 -- flow_children(fkey, tag, fid, children, now): each of `children` ("3,4") has one parent
--- fewer to wait for; those left with none are released.
+-- fewer to wait for (field <n>.w, kept for a step of several parents only: a step without it
+-- has one, this one); those left with none are released.
 --
 -- The step definition (rsched._core.flows.PlannedStep.encode): [task, payload, queue, level,
--- opts, flags, parents, children, next lanes, labels].
+-- opts, flags, parents, children, next lanes, labels], the empty parts at the end left out; an
+-- empty payload is '{}', an empty queue the flow's (field `queue`), empty next lanes with
+-- children that queue's.
 -- @include rcall
 -- @include int_text
 -- @include declared
@@ -56,18 +59,22 @@ local function flow_release(fkey, tag, fid, n, now)
     flow_children(fkey, tag, fid, d[8] or '', now)
     return
   end
-  local stream = tag .. ':queue:' .. d[3]
+  for i = 2, 10 do d[i] = d[i] or '' end
+  local meta = rcall('HMGET', fkey, 'tp', 'sid', 'lane', 'queue')
+  local queue = meta[4] or 'default'
+  local stream = tag .. ':queue:' .. (d[3] ~= '' and d[3] or queue)
   if d[4] ~= '' then stream = stream .. '#' .. d[4] end
   if not declared(stream) then return end
   local fields = {
-    'execution_id', fid .. '~' .. n, 'task', d[1], 'payload', d[2], 'attempt', '1',
-    'origin', 'flow', 'opts', d[5], 'flow', fid, 'step', n,
+    'execution_id', fid .. '~' .. n, 'task', d[1], 'payload', d[2] ~= '' and d[2] or '{}',
+    'attempt', '1', 'origin', 'flow', 'flow', fid, 'step', n,
   }
+  local lanes = d[9] ~= '' and d[9] or (d[8] ~= '' and queue or '')
+  if d[5] ~= '' then fields[#fields + 1] = 'opts'; fields[#fields + 1] = d[5] end
   if d[4] ~= '' then fields[#fields + 1] = 'priority'; fields[#fields + 1] = d[4] end
-  if d[9] ~= '' then fields[#fields + 1] = 'flow_next'; fields[#fields + 1] = d[9] end
+  if lanes ~= '' then fields[#fields + 1] = 'flow_next'; fields[#fields + 1] = lanes end
   if d[10] ~= '' then fields[#fields + 1] = 'labels'; fields[#fields + 1] = d[10] end
   if results then fields[#fields + 1] = 'parents'; fields[#fields + 1] = results end
-  local meta = rcall('HMGET', fkey, 'tp', 'sid', 'lane')
   if meta[1] then fields[#fields + 1] = 'traceparent'; fields[#fields + 1] = meta[1] end
   if meta[2] then  -- its end may end the flow, and so its schedule's run: their keys
     fields[#fields + 1] = 'flow_sid'

@@ -63,6 +63,8 @@ STEP_OPTIONS = frozenset(
 )  # fmt: skip
 
 # Step states as the flow hash stores them (field "<n>.s"); no field: waiting.
+#: The codes of a step that ended.
+ENDED_CODES = frozenset("cdex")
 STATE_CODES: dict[str, StepState] = {
     "q": "queued", "r": "running", "c": "completed", "d": "dead", "e": "expired",
     "x": "cancelled",
@@ -202,31 +204,37 @@ class PlannedStep:
     # The streams (queue or queue#level) its children go to: the keys its end may write.
     lanes: tuple[Lane, ...] = ()
 
-    def encode(self) -> bytes:
-        """The hash field's value (lua/includes/flow_release.lua reads it):
-        [task, payload, queue, level, opts, flags, parents, children, next lanes, labels]."""
+    def encode(self, queue: str) -> bytes:
+        """The hash field's value (lua/includes/flow_release.lua reads it): [task, payload,
+        queue, level, opts, flags, parents, children, next lanes, labels], as short as it can
+        be, for a flow of thousands of steps: the flow's ``queue`` (its default), an empty
+        payload or default options as '', and the empty parts at the end left out."""
         flags = ("c" if self.on_failure == "continue" else "") + ("b" if self.barrier else "")
-        return orjson.dumps(
-            [
-                self.task,
-                self.payload,
-                self.queue,
-                "" if self.priority == "normal" else self.priority,
-                self.opts,
-                flags,
-                ",".join(map(str, self.parents)),
-                ",".join(map(str, self.children)),
-                ",".join(stream_name(q, p) for q, p in self.lanes),
-                self.labels,
-            ]
-        )
+        lanes = ",".join(stream_name(q, p) for q, p in self.lanes)
+        parts = [
+            self.task,
+            "" if self.payload == "{}" else self.payload,
+            "" if self.queue == queue else self.queue,
+            "" if self.priority == "normal" else self.priority,
+            "" if self.opts == "{}" else self.opts,
+            flags,
+            ",".join(map(str, self.parents)),
+            ",".join(map(str, self.children)),
+            "" if lanes == queue else lanes,
+            self.labels,
+        ]
+        while parts and parts[-1] == "":
+            parts.pop()
+        return orjson.dumps(parts)
 
 
 @dataclass(frozen=True, slots=True)
 class FlowPlan:
-    """A flow's steps, numbered, with the roots (steps without parents) that start it."""
+    """A flow's steps, numbered, with the roots (steps without parents) that start it, and the
+    queue of those that name none."""
 
     steps: tuple[PlannedStep, ...]
+    queue: str = "default"
 
     @property
     def roots(self) -> list[int]:
@@ -354,7 +362,7 @@ class _Builder:
                 )  # fmt: skip
             else:
                 out.append(PlannedStep(**s, children=kids, lanes=lanes))
-        return FlowPlan(tuple(out))
+        return FlowPlan(tuple(out), self.queue)
 
 
 def _lanes(
@@ -461,9 +469,9 @@ class FlowInfo:
         return data
 
 
-def read_step(number: int, raw: bytes | str) -> dict[str, Any]:
-    """A step's stored definition (PlannedStep.encode) as a dict; tolerant of a hand-written
-    one (missing parts read as empty)."""
+def read_step(number: int, raw: bytes | str, queue: str = "default") -> dict[str, Any]:
+    """A step's stored definition (PlannedStep.encode) as a dict, ``queue`` the flow's;
+    tolerant of a hand-written one (missing parts read as empty)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -475,16 +483,17 @@ def read_step(number: int, raw: bytes | str) -> dict[str, Any]:
     def ints(text: object) -> tuple[int, ...]:
         return tuple(int(x) for x in str(text).split(",") if x.isdigit())
 
+    children = ints(data[7])
     return {
         "number": number,
         "task": str(data[0]),
-        "queue": str(data[2]),
+        "queue": str(data[2]) or queue,
         "level": str(data[3]) if data[3] in ("high", "low") else "normal",
         "on_failure": "continue" if "c" in str(data[5]) else "fail",
         "barrier": "b" in str(data[5]),
         "parents": ints(data[6]),
-        "children": ints(data[7]),
-        "lanes": str(data[8]),
+        "children": children,
+        "lanes": str(data[8]) or (queue if children else ""),
     }
 
 

@@ -54,8 +54,8 @@ def schedule_keys(keys: Keys, schedule_id: str, lane: str) -> list[str]:
 
 async def declared_step_keys(redis: Any, keys: Keys, flow_id: str, step: int) -> list[str]:
     """:func:`step_keys` of a flow step known by number (its lanes read from its flow)."""
-    raw, sid, lane = await redis.hmget(keys.flow(flow_id), str(step), "sid", "lane")
-    lanes = read_step(step, raw)["lanes"] if raw is not None else ""
+    raw, sid, lane, queue = await redis.hmget(keys.flow(flow_id), str(step), "sid", "lane", "queue")
+    lanes = read_step(step, raw, _text(queue) or "default")["lanes"] if raw is not None else ""
     fields = {"flow": flow_id, "flow_next": lanes, "flow_sid": _text(sid)}
     return step_keys(keys, {**fields, "flow_lane": _text(lane)})
 

@@ -18,6 +18,7 @@ import orjson
 from rsched._core.codes import Code, check
 from rsched._core.errors import FlowNotFound
 from rsched._core.flows import (
+    ENDED_CODES,
     STATE_CODES,
     STEPS_PER_CALL,
     FlowInfo,
@@ -79,6 +80,7 @@ class Flows(Jobs):
             "queues": sorted({s.queue for s in steps if not s.barrier}),
             "labels": labels,
             "tp": traceparent,
+            "queue": flow.queue,
             "sid": schedule_id,
             "lane": lane,
             "hcap": self.history_limit if schedule_id else "",
@@ -99,7 +101,7 @@ class Flows(Jobs):
                 orjson.dumps(meta).decode() if index == 0 else "",
             ]
             for s in chunk:
-                args += [s.number, s.encode(), len(s.parents)]
+                args += [s.number, s.encode(flow.queue), len(s.parents)]
             res = await self.call("flow_create", keys, args)
             if int(res[0]) == Code.EXISTS:
                 return FlowRun(flow_id, len(steps), len(roots), created=False)
@@ -125,7 +127,7 @@ class Flows(Jobs):
             raw = fields.get(str(number))
             if raw is None:
                 continue
-            d = read_step(number, raw)
+            d = read_step(number, raw, fields.get("queue") or "default")
             code = fields.get(f"{number}.s")
             state: StepState = STATE_CODES.get(code, "waiting") if code else "waiting"
             steps.append(
@@ -250,6 +252,7 @@ class Flows(Jobs):
     async def _repair(self, flow_id: str, at: str, queues: Sequence[str]) -> int:
         """Repair one stalled flow (see :meth:`sweep_flows`); 1 when something changed."""
         fields = await self.flow_fields(flow_id)
+        queue = fields.get("queue") or "default"
         lost: list[int] = []
         release: list[int] = []
         lanes: list[Lane] = []
@@ -258,22 +261,24 @@ class Flows(Jobs):
             if raw is None:
                 continue
             code = fields.get(f"{number}.s")
+            d = read_step(number, raw, queue)
             if code in ("q", "r") and len(lost) < REPAIR_MAX:
                 if await self.find_job(step_id(flow_id, number), queues) is None:
                     lost.append(number)
-                    lanes += lanes_of(read_step(number, raw)["lanes"])
+                    lanes += lanes_of(d["lanes"])
             elif (
-                code is None and _int(fields.get(f"{number}.w")) <= 0 and len(release) < REPAIR_MAX
+                code is None
+                and len(release) < REPAIR_MAX
+                and all(fields.get(f"{p}.s") in ENDED_CODES for p in d["parents"])
             ):
                 release.append(number)
-                d = read_step(number, raw)
                 lanes.append((d["queue"], d["level"]))
         if not lost and not release and _int(fields.get("left")) > 0:
             return 0
         k = self.keys
         keys = [
             k.flow(flow_id),
-            k.queue("default"),
+            k.queue(queue),
             *(k.queue(q, p) for q, p in dict.fromkeys(lanes)),
         ]
         keys += schedule_keys(k, fields.get("sid", ""), fields.get("lane", ""))
