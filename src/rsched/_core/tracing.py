@@ -101,7 +101,7 @@ def _current() -> tuple[object, Tracer, bool]:
     parent was not sampled (:func:`_drops_unsampled`); looked up again only when the provider
     changed."""
     global _tracer_of
-    ot = _ot()
+    ot = _loaded or _ot()
     owner = _provider if _provider is not None else ot.get_tracer_provider()
     if _tracer_of is None or _tracer_of[0] is not owner:
         tracer = ot.get_tracer("rsched", tracer_provider=owner)
@@ -148,7 +148,7 @@ def span_context(text: str | None) -> SpanContext | None:
     span_id = int(text[36:52], 16)
     if not (trace_id and span_id):  # all zeros: an invalid id
         return None
-    ot = _ot()
+    ot = _loaded or _ot()
     return ot.SpanContext(trace_id, span_id, True, ot.FLAGS[int(text[53:55], 16) & 1])
 
 
@@ -282,7 +282,7 @@ def consuming(job: Job) -> Span:
     would record nothing either, and the handler's spans, and the traceparent of whatever it
     enqueues, carry the trace and its decision the same (only the SDK's own count of spans
     started, a metric of its own, misses these)."""
-    ot = _ot()
+    ot = _loaded or _ot()
     _, tracer, drops_unsampled = _current()
     fields = job.fields
     parent = span_context(fields.get(PARENT))
@@ -377,13 +377,13 @@ def interrupted(span: Span) -> None:
 def enter(span: Span) -> Token[Context]:
     """Make ``span`` the current span (handlers' own spans nest under it; a sync handler's
     thread runs in a copy of this context); returns the token :func:`leave` takes."""
-    ot = _ot()
+    ot = _loaded or _ot()
     return ot.attach(ot.with_span(span))
 
 
 def leave(token: Token[Context], span: Span) -> None:
     """Restore the context :func:`enter` replaced and end ``span``."""
-    _ot().detach(token)
+    (_loaded or _ot()).detach(token)
     span.end()
 
 
@@ -405,6 +405,7 @@ class _OpenTelemetry:
         self.get_tracer, self.get_tracer_provider = trace.get_tracer, trace.get_tracer_provider
 
 
+# Read as ``_loaded or _ot()`` on a worker's per-job path: a global's read, not a call.
 _loaded: _OpenTelemetry | None = None
 
 
