@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from bench.worker import nowhere_provider
 from rsched._core import tracing
 from rsched._core.job import Job, parse_entry
 from rsched._core.settings import Settings
@@ -33,25 +34,6 @@ from rsched._worker.traced import TracedRunner
 
 SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 NOT_SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
-
-
-def _provider(ratio: float | None = None) -> Any:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
-    from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
-
-    class Nowhere(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    sampler = None if ratio is None else ParentBasedTraceIdRatio(ratio)
-    provider = TracerProvider(sampler=sampler)
-    provider.add_span_processor(BatchSpanProcessor(Nowhere()))
-    return provider
 
 
 def _jobs(n: int, parent: Callable[[int], str | None]) -> Iterator[Job]:
@@ -111,7 +93,7 @@ def _sdk_spans(jobs: Iterable[Job]) -> float:
     """The consumer span's attributes and parent, made directly with the SDK."""
     from opentelemetry import context, trace
 
-    tracer = _provider().get_tracer("bench")
+    tracer = nowhere_provider().get_tracer("bench")
     root = context.Context()
     t0 = time.process_time()
     for job in jobs:
@@ -148,7 +130,7 @@ def _cases(n: int) -> dict[str, Callable[[], float]]:
         parent: Callable[[int], str | None], ratio: float | None = None
     ) -> Callable[[], float]:
         def case() -> float:
-            tracing.set_provider(_provider(ratio))
+            tracing.set_provider(nowhere_provider(ratio))
             try:
                 return anyio.run(_run_jobs, TracedRunner, _jobs(n, parent))
             finally:

@@ -84,24 +84,31 @@ def _traceparent(i: int, sampled: float) -> str:
     return f"00-{uuid.uuid4().hex}-b7ad6b7169203331-{flags}"
 
 
-def _trace_to_nowhere() -> None:
+def nowhere_provider(ratio: float | None = None) -> Any:
     """The SDK's provider with a BatchSpanProcessor whose exporter drops every span: the cost
-    of making the spans, as with a real exporter short of sending them."""
-    from opentelemetry import trace
+    of making the spans, as with a real exporter short of sending them. Its sampler is
+    ``ParentBasedTraceIdRatio(ratio)``, else the SDK's default (or OTEL_TRACES_SAMPLER's)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
         SpanExporter,
         SpanExportResult,
     )
+    from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 
     class Nowhere(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=None if ratio is None else ParentBasedTraceIdRatio(ratio))
     provider.add_span_processor(BatchSpanProcessor(Nowhere()))
-    trace.set_tracer_provider(provider)
+    return provider
+
+
+def _trace_to_nowhere() -> None:
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(nowhere_provider())
 
 
 if os.environ.get("RSCHED_BENCH_TRACING") == "1":  # the worker process of a --tracing run
