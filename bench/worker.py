@@ -19,10 +19,13 @@ one at a time) and measures how soon after the first start every small key's fir
 each of 1,000 keys, the jobs' keys in turn, and one rate over all), in turns, ``--repeat`` times.
 ``--start-deadline`` runs them without and then with a start deadline they never reach (its
 check by ``lua/expire.lua`` is what is measured), in turns, ``--repeat`` times.
-``--tracing`` runs them without and then with OpenTelemetry tracing (docs/tracing.md), in
-turns, ``--repeat`` times: the worker then configures the SDK's TracerProvider with a
-BatchSpanProcessor and an exporter that drops the spans, and every job carries a traceparent
-(as one enqueued by a client that traces): what is measured is the consumer span of each job.
+``--tracing`` runs them without OpenTelemetry tracing (docs/tracing.md), with it, and with it
+sampled at 1 %, in turns, ``--repeat`` times: the worker then configures the SDK's
+TracerProvider with a BatchSpanProcessor and an exporter that drops the spans, and every job
+carries a traceparent (as one enqueued by a client that traces): what is measured is the
+consumer span of each job. Sampled at 1 %, the traceparents are those a client sampling 1 % of
+its traces writes (a trace of its own per job, one in 100 sampled), and the worker's sampler is
+the one docs/tracing.md suggests (``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, 0.01).
 
 ``python -m bench.worker [--quick] [--jobs N] [--concurrency N] [--seconds S] [--kind K]
 [--priorities] [--scheduled] [--limits] [--start-deadline] [--tracing] [--repeat N]``
@@ -69,26 +72,43 @@ worker = rsched.Worker(queues=["bench"])
 _client: Redis | None = None
 # A traceparent as a client that traces writes it (--tracing).
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+# The tracing runs of --tracing: off, every job's producer sampled, 1 % of them sampled.
+TRACING_RUNS: tuple[float | None, ...] = (None, 1.0, 0.01)
 
 
-def _trace_to_nowhere() -> None:
+def _traceparent(i: int, sampled: float) -> str:
+    """The traceparent of the ``i``-th job of a producer sampling ``sampled`` of its traces."""
+    if sampled >= 1:
+        return TRACEPARENT
+    flags = "01" if i % round(1 / sampled) == 0 else "00"
+    return f"00-{uuid.uuid4().hex}-b7ad6b7169203331-{flags}"
+
+
+def nowhere_provider(ratio: float | None = None) -> Any:
     """The SDK's provider with a BatchSpanProcessor whose exporter drops every span: the cost
-    of making the spans, as with a real exporter short of sending them."""
-    from opentelemetry import trace
+    of making the spans, as with a real exporter short of sending them. Its sampler is
+    ``ParentBasedTraceIdRatio(ratio)``, else the SDK's default (or OTEL_TRACES_SAMPLER's)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
         SpanExporter,
         SpanExportResult,
     )
+    from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 
     class Nowhere(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=None if ratio is None else ParentBasedTraceIdRatio(ratio))
     provider.add_span_processor(BatchSpanProcessor(Nowhere()))
-    trace.set_tracer_provider(provider)
+    return provider
+
+
+def _trace_to_nowhere() -> None:
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(nowhere_provider())
 
 
 if os.environ.get("RSCHED_BENCH_TRACING") == "1":  # the worker process of a --tracing run
@@ -159,7 +179,7 @@ def _spawn_worker(
     metrics: bool = False,
     cluster: bool = False,
     app: str = "bench.worker:worker",
-    tracing: bool = False,
+    tracing: float | None = None,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -172,8 +192,11 @@ def _spawn_worker(
         env["RSCHED_CLUSTER"] = "true"
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
-    if tracing:
+    if tracing is not None:
         env["RSCHED_BENCH_TRACING"] = "1"
+        if tracing < 1:  # as docs/tracing.md suggests: the provider reads it
+            env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+            env["OTEL_TRACES_SAMPLER_ARG"] = str(tracing)
     return subprocess.Popen(
         [sys.executable, "-m", "rsched._cli.worker_process", app,
          "--queues", "bench", "--concurrency", str(concurrency), "--log-level", log_level],
@@ -198,12 +221,11 @@ async def _fill(
     *,
     keyed: bool = False,
     opts: str = "{}",
-    traced: bool = False,
+    traced: float | None = None,
 ) -> None:
     """``n`` no-op jobs; ``keyed``: each with a payload ``k`` of LIMIT_KEYS keys in turn;
-    ``traced``: each with a traceparent."""
+    ``traced``: each with the traceparent of a producer sampling that share of its traces."""
     now = str(int(time.time() * 1000))
-    extra: dict[Any, Any] = {"traceparent": TRACEPARENT} if traced else {}
     for start in range(0, n, 5000):
         async with redis.pipeline(transaction=False) as pipe:
             for i in range(start, min(n, start + 5000)):
@@ -218,7 +240,7 @@ async def _fill(
                         "opts": opts,
                         "scheduled_at": now,
                         "fired_at": now,
-                        **extra,
+                        **({} if traced is None else {"traceparent": _traceparent(i, traced)}),
                     },
                 )
             await pipe.execute()
@@ -270,7 +292,7 @@ async def throughput(
     scheduled: bool = False,
     limits: bool = False,
     timed: bool = False,
-    tracing: bool = False,
+    tracing: float | None = None,
 ) -> dict[str, Any]:
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
@@ -319,7 +341,7 @@ async def throughput(
                 "origin": "schedules" if scheduled else "enqueued",
                 "limits": "1,000 keys x concurrency 1 + a rate" if limits else "none",
                 "start_deadline": "1h" if timed else "none",
-                "tracing": "on" if tracing else "off",
+                "tracing": _tracing_label(tracing),
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
                 "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
@@ -329,6 +351,12 @@ async def throughput(
             _stop(proc)
     finally:
         await redis.aclose()
+
+
+def _tracing_label(tracing: float | None) -> str:
+    if tracing is None:
+        return "off"
+    return "on" if tracing >= 1 else f"on, {tracing:.0%} sampled"
 
 
 async def fairness(server: BenchServer, big: int, small_keys: int, each: int) -> dict[str, Any]:
@@ -484,8 +512,8 @@ async def _main(args: argparse.Namespace) -> None:
                     print(_table([row], list(row)), flush=True)
             return
         if args.tracing:
-            for _ in range(args.repeat):  # in turns: without, then with tracing
-                for traced in (False, True):
+            for _ in range(args.repeat):  # in turns: off, on, on sampled at 1 %
+                for traced in TRACING_RUNS:
                     row = await throughput(
                         server, args.jobs, args.concurrency, "warning", tracing=traced
                     )
@@ -549,7 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tracing",
         action="store_true",
-        help="only throughput, without and with OpenTelemetry tracing (SDK, no export), in turns",
+        help="only throughput, without and with OpenTelemetry tracing (SDK, no export), and "
+        "with it sampled at 1 %%, in turns",
     )
     parser.add_argument(
         "--repeat",

@@ -14,7 +14,8 @@ from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.job import Job
 
 pytest.importorskip("opentelemetry.sdk.trace")
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
@@ -185,3 +186,78 @@ def test_on_without_opentelemetry_says_how_to_install_it(monkeypatch: pytest.Mon
     with pytest.raises(ConfigError, match=r"rsched\[otel\]"):
         tracing.decide("on")
     assert not tracing.decide("off")
+
+
+NOT_SAMPLED = PARENT[:-2] + "00"
+
+
+def _provider_with(sampler: object) -> tuple[TracerProvider, InMemorySpanExporter]:
+    found = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)  # type: ignore[arg-type]
+    provider.add_span_processor(SimpleSpanProcessor(found))
+    return provider, found
+
+
+def test_an_attempt_whose_producer_was_not_sampled_records_nothing_and_carries_the_trace(
+    exporter: InMemorySpanExporter,
+) -> None:
+    # The SDK's default sampler (ParentBased): no span, the producer's context passed on.
+    span = tracing.consuming(_job(traceparent=NOT_SAMPLED))
+    assert not span.is_recording()
+    assert tracing.traceparent(span) == NOT_SAMPLED
+    token = tracing.enter(span)
+    with TracerProvider().get_tracer("handler").start_as_current_span("handler's own") as inner:
+        assert not inner.is_recording()
+        assert inner.get_span_context().trace_id == int(NOT_SAMPLED[3:35], 16)
+    tracing.finished(span, "completed")
+    retry = tracing.linked(_job(traceparent=NOT_SAMPLED), span)
+    tracing.leave(token, span)
+    assert retry.fields[tracing.LINK] == NOT_SAMPLED
+    assert exporter.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize(
+    ("sampler", "recorded"),
+    [
+        # OTEL_TRACES_SAMPLER's parentbased_*: what the producer decided.
+        (sampling.ParentBasedTraceIdRatio(0.01), []),
+        # Samplers that may record what the producer did not: the SDK is asked for each span.
+        (sampling.ALWAYS_ON, ["inner", "process q"]),
+        (
+            sampling.ParentBased(sampling.ALWAYS_ON, remote_parent_not_sampled=sampling.ALWAYS_ON),
+            ["inner", "process q"],
+        ),
+        (
+            sampling.ParentBased(sampling.ALWAYS_ON, local_parent_not_sampled=sampling.ALWAYS_ON),
+            ["inner"],
+        ),
+    ],
+)
+def test_an_unsampled_producer_is_followed_as_the_sampler_says(
+    sampler: sampling.Sampler, recorded: list[str]
+) -> None:
+    provider, found = _provider_with(sampler)
+    tracing.set_provider(provider)
+    try:
+        span = tracing.consuming(_job(traceparent=NOT_SAMPLED))
+        recording = span.is_recording()
+        token = tracing.enter(span)
+        # A handler's span under it: its parent, the attempt's span, was not sampled.
+        inner = trace.get_tracer("handler", tracer_provider=provider).start_span("inner")
+        inner.end()
+        tracing.finished(span, "completed")
+        tracing.leave(token, span)
+    finally:
+        tracing.set_provider(None)
+    assert recording is ("process q" in recorded)
+    assert span.get_span_context().trace_id == int(NOT_SAMPLED[3:35], 16)
+    assert [s.name for s in found.get_finished_spans()] == recorded
+
+
+@pytest.mark.parametrize(
+    ("flags", "sampled"), [("00", False), ("01", True), ("02", False), ("03", True)]
+)
+def test_a_traceparent_says_whether_it_was_sampled(flags: str, sampled: bool) -> None:
+    ctx = tracing.span_context(PARENT[:-2] + flags)
+    assert ctx is not None
+    assert ctx.trace_flags.sampled is sampled

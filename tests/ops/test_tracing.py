@@ -29,6 +29,7 @@ from tests.support.waiting import eventually
 from tests.support.worker_app import fast_env
 
 sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
@@ -159,6 +160,32 @@ async def test_an_enqueued_job_runs_in_the_trace_of_its_caller(
         mine = await _span(path, _named(handler), handler)
         assert mine["trace_id"] == trace_id
         assert mine["parent_id"] == consumer["span_id"]
+
+
+@pytest.mark.slow
+async def test_a_job_whose_producer_was_not_sampled_is_traced_nowhere(
+    redis: Redis, settings: Settings, spawn: Spawn, traced: Traced, tmp_path: Path
+) -> None:
+    # The caller's trace was not sampled (its flags 00): the producer follows it, and so does
+    # the worker (the SDK's default sampler), handler's span included; the trace id carries on.
+    trace_id = 0x0AF7651916CD43DD8448EB211C80319C
+    caller = trace.NonRecordingSpan(trace.SpanContext(trace_id, 0xB7AD6B7169203331, False))
+    client = rsched.Client(redis, settings)
+    with trace.use_span(caller):
+        done = await client.enqueue("trace.async", {"n": 1})
+    (fields,) = await _fields(redis, settings)
+    assert fields[tracing.PARENT].startswith(f"00-{trace_id:032x}-")
+    assert fields[tracing.PARENT].endswith("-00")
+    assert traced.exporter.get_finished_spans() == ()
+
+    path = tmp_path / "spans.jsonl"
+    _worker(spawn, settings, path)
+
+    async def completed() -> bool:
+        return (await client.job(done.execution_id)).state == "completed"
+
+    await eventually(completed, what=f"{done.execution_id} completed")
+    assert [s for s in read_spans(path) if s["trace_id"] == f"{trace_id:032x}"] == []
 
 
 @pytest.mark.slow

@@ -51,11 +51,12 @@ SYSTEM = "rsched"
 # The fire actions that write a job (the others record history only).
 _RUNS = frozenset({"fire", "misfire", "catch_up"})
 _CODES = frozenset(c.value for c in Code)
-_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
 # A provider given to rsched alone (set_provider), before the global one.
 _provider: TracerProvider | None = None
-_tracer_of: tuple[object, Tracer] | None = None
+# (provider, its tracer, whether that tracer drops every span whose parent was not sampled).
+_tracer_of: tuple[object, Tracer, bool] | None = None
 
 
 def decide(mode: TracingMode) -> bool:
@@ -92,12 +93,41 @@ def set_provider(provider: TracerProvider | None) -> None:
 
 
 def _tracer() -> Tracer:
+    return _current()[1]
+
+
+def _current() -> tuple[object, Tracer, bool]:
+    """The provider rsched's spans go to, its tracer, and whether that drops every span whose
+    parent was not sampled (:func:`_drops_unsampled`); looked up again only when the provider
+    changed."""
     global _tracer_of
-    ot = _ot()
+    ot = _loaded or _ot()
     owner = _provider if _provider is not None else ot.get_tracer_provider()
     if _tracer_of is None or _tracer_of[0] is not owner:
-        _tracer_of = (owner, ot.get_tracer("rsched", tracer_provider=owner))
-    return _tracer_of[1]
+        tracer = ot.get_tracer("rsched", tracer_provider=owner)
+        _tracer_of = (owner, tracer, _drops_unsampled(tracer))
+    return _tracer_of
+
+
+def _drops_unsampled(tracer: Tracer) -> bool:
+    """Whether ``tracer`` records no span whose parent was not sampled: the SDK's tracer with the
+    SDK's default sampler, ``ParentBased`` (``parentbased_*`` of OTEL_TRACES_SAMPLER), as long as
+    its samplers for a parent not sampled, remote and local, are the SDK's ALWAYS_OFF (their
+    defaults). For such a tracer the span of an attempt whose producer was not sampled is known
+    in advance to record nothing, and :func:`consuming` does not ask the SDK for it. Any other
+    tracer or sampler (another SDK, a sampler of the user's own) is asked for every span."""
+    sampling = sys.modules.get("opentelemetry.sdk.trace.sampling")
+    sampler = getattr(tracer, "sampler", None)
+    if sampling is None or not isinstance(sampler, sampling.ParentBased):
+        return False
+    if type(sampler).should_sample is not sampling.ParentBased.should_sample:
+        return False
+    # The SDK keeps them as private fields (the defaults are the module's ALWAYS_OFF); a version
+    # that names them otherwise only loses the shortcut.
+    return all(
+        getattr(sampler, name, None) is sampling.ALWAYS_OFF
+        for name in ("_remote_parent_not_sampled", "_local_parent_not_sampled")
+    )
 
 
 def traceparent(span: Span) -> str:
@@ -110,17 +140,16 @@ def traceparent(span: Span) -> str:
 
 def span_context(text: str | None) -> SpanContext | None:
     """The remote span context of a traceparent written by someone else; None when absent or
-    malformed (a job is never refused for it)."""
-    if not text:
+    malformed (a job is never refused for it). Read by hand rather than by OpenTelemetry's
+    propagator (which takes a carrier and returns a whole context): a worker reads one per job."""
+    if not text or _TRACEPARENT.match(text) is None or text[:2] == "ff":
         return None
-    match = _TRACEPARENT.match(text)
-    if match is None or match[1] == "ff":
+    trace_id = int(text[3:35], 16)
+    span_id = int(text[36:52], 16)
+    if not (trace_id and span_id):  # all zeros: an invalid id
         return None
-    ot = _ot()
-    ctx = ot.SpanContext(
-        int(match[2], 16), int(match[3], 16), True, ot.TraceFlags(int(match[4], 16) & 1)
-    )
-    return ctx if ctx.is_valid else None
+    ot = _loaded or _ot()
+    return ot.SpanContext(trace_id, span_id, True, ot.FLAGS[int(text[53:55], 16) & 1])
 
 
 def _messaging(operation_type: str, operation: str, queue: str) -> dict[str, Any]:
@@ -245,24 +274,39 @@ def consuming(job: Job) -> Span:
     """Start the CONSUMER span of one attempt of ``job`` (not ended, not yet current): child of
     the job's producer span, linked to the attempt before (a retry). Run for every job of a
     worker that traces: the SDK's cost per attribute is most of it, so only those of
-    docs/tracing.md are set."""
-    ot = _ot()
+    docs/tracing.md are set, all in the one call that starts the span.
+
+    A producer that was not sampled (its traceparent's flags ``00``) under a tracer that drops
+    such spans (the SDK's default sampler: :func:`_drops_unsampled`) gives the producer's own
+    span context back as a non-recording span, without a call to the SDK: the SDK's answer
+    would record nothing either, and the handler's spans, and the traceparent of whatever it
+    enqueues, carry the trace and its decision the same (only the SDK's own count of spans
+    started, a metric of its own, misses these)."""
+    ot = _loaded or _ot()
+    _, tracer, drops_unsampled = _current()
     fields = job.fields
     parent = span_context(fields.get(PARENT))
-    ctx = ot.root if parent is None else ot.with_parent(ot.remote(parent), ot.root)
+    if parent is None:
+        ctx = ot.root
+    else:
+        remote = ot.remote(parent)
+        if drops_unsampled and not parent.trace_flags & 1:
+            return remote
+        ctx = ot.with_parent(remote, ot.root)
     links = None
     if LINK in fields:
         before = span_context(fields[LINK])
         links = [ot.Link(before)] if before is not None else None
     queue = job.queue
+    execution_id = job.execution_id
     attrs: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
         "messaging.operation.name": "process",
         "messaging.destination.name": queue,
         "messaging.consumer.group.name": GROUP,
-        "messaging.message.id": job.execution_id,
-        "rsched.execution_id": job.execution_id,
+        "messaging.message.id": execution_id,
+        "rsched.execution_id": execution_id,
         "rsched.task": job.task,
         "rsched.attempt": job.attempt,
     }
@@ -272,7 +316,7 @@ def consuming(job: Job) -> Span:
     due = job.scheduled_ms if job.scheduled_ms is not None else job.fired_ms
     if due is not None:
         attrs["rsched.start_lag_ms"] = now // 1_000_000 - due
-    return _tracer().start_span(
+    return tracer.start_span(
         f"process {queue}",
         context=ctx,
         kind=ot.CONSUMER,
@@ -333,13 +377,13 @@ def interrupted(span: Span) -> None:
 def enter(span: Span) -> Token[Context]:
     """Make ``span`` the current span (handlers' own spans nest under it; a sync handler's
     thread runs in a copy of this context); returns the token :func:`leave` takes."""
-    ot = _ot()
+    ot = _loaded or _ot()
     return ot.attach(ot.with_span(span))
 
 
 def leave(token: Token[Context], span: Span) -> None:
     """Restore the context :func:`enter` replaced and end ``span``."""
-    _ot().detach(token)
+    (_loaded or _ot()).detach(token)
     span.end()
 
 
@@ -355,10 +399,13 @@ class _OpenTelemetry:
         self.remote = trace.NonRecordingSpan
         self.Link = trace.Link
         self.CONSUMER = trace.SpanKind.CONSUMER
-        self.SpanContext, self.TraceFlags = trace.SpanContext, trace.TraceFlags
+        self.SpanContext = trace.SpanContext
+        # A traceparent's flags as rsched reads them: sampled or not (other bits ignored).
+        self.FLAGS = (trace.TraceFlags(0), trace.TraceFlags(trace.TraceFlags.SAMPLED))
         self.get_tracer, self.get_tracer_provider = trace.get_tracer, trace.get_tracer_provider
 
 
+# Read as ``_loaded or _ot()`` on a worker's per-job path: a global's read, not a call.
 _loaded: _OpenTelemetry | None = None
 
 

@@ -9,7 +9,6 @@ under it; its outcome is set where the Runner decides it.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from rsched._core import tracing
@@ -19,16 +18,15 @@ from rsched._worker.runner import Runner
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-# The span of the attempt the runner task runs (each runner task has its own context).
-_SPAN: ContextVar[Span | None] = ContextVar("rsched_consumer_span", default=None)
-
 
 class TracedRunner(Runner):
     """A :class:`Runner` whose attempts each run in a CONSUMER span."""
 
+    # The span of the attempt this runner runs (a runner runs one job at a time).
+    _span: Span | None = None
+
     async def run_job(self, job: Job) -> None:
-        span = tracing.consuming(job)
-        mine = _SPAN.set(span)
+        span = self._span = tracing.consuming(job)
         token = tracing.enter(span)
         try:
             await super().run_job(job)
@@ -36,11 +34,11 @@ class TracedRunner(Runner):
             tracing.interrupted(span)
             raise
         finally:
+            self._span = None
             tracing.leave(token, span)
-            _SPAN.reset(mine)
 
     async def _finish(self, job: Job, event: str, *args: Any, **kwargs: Any) -> None:
-        span = _SPAN.get()
+        span = self._span
         if span is not None:
             extra = args[1] if len(args) > 1 else kwargs.get("extra", {})
             tracing.finished(span, event, str(extra.get("reason") or ""))
@@ -54,7 +52,7 @@ class TracedRunner(Runner):
         *,
         timed_out: bool = False,
     ) -> None:
-        span = _SPAN.get()
+        span = self._span
         if span is not None:
             tracing.failed(span, job, error, timed_out)
             if not job.is_last_attempt:
