@@ -1,7 +1,8 @@
 """``python -m bench [--quick] [...]``: run every benchmark and print its tables.
 
-Arguments are passed through to each benchmark's ``main(args)``; the engine benchmark
-(bench.engine) runs first, then the worker benchmark (bench.worker) when it exists.
+Arguments are passed through to each benchmark's ``main(args)``, in the order of BENCHES (each
+when it exists): the engine benchmark (bench.engine) first, the flows benchmark (bench.flows)
+last.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import importlib
 import sys
 import time
 from types import ModuleType
+
+BENCHES = ("engine", "bulk", "worker", "web", "flows")
 
 
 def _load(name: str) -> ModuleType | None:
@@ -26,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(__doc__)
-        for name in ("engine", "bulk", "worker", "web"):
+        for name in BENCHES:
             module = _load(name)
             if module is not None:
                 print(f"\n--- bench.{name} ---")
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                     module.main(["--help"])
         return 0
     status = 0
-    for name in ("engine", "bulk", "worker", "web"):
+    for name in BENCHES:
         module = _load(name)
         if module is None:
             print(f"\n=== bench.{name}: not present, skipped ===", flush=True)

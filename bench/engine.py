@@ -159,6 +159,21 @@ def _cell(value: Any) -> str:
 # --- a bench run's Redis side -----------------------------------------------------------------
 
 
+async def read_slowlog(node: Redis) -> list[tuple[int, str, int]]:
+    """(µs, command, unix time s) of each SLOWLOG entry since the last reset, oldest first;
+    a script by its name."""
+    entries = await node.execute_command("SLOWLOG", "GET", "10000")  # type: ignore[no-untyped-call]
+    names = {hashlib.sha1(source(n).encode()).hexdigest(): n for n in script_names()}
+    out = []
+    for entry in entries:
+        args = [str(a) for a in entry[3]]
+        name = args[0].upper()
+        if name == "EVALSHA" and len(args) > 1:
+            name = f"EVALSHA {names.get(args[1], args[1][:8])}"
+        out.append((int(entry[2]), name, int(entry[1])))
+    return out[::-1]
+
+
 @dataclass
 class Ctx:
     server: BenchServer
@@ -275,18 +290,7 @@ class Ctx:
         await self.node.slowlog_reset()
 
     async def slowlog(self) -> list[tuple[int, str, int]]:
-        """(µs, command, unix time s) of each SLOWLOG entry since the last reset, oldest first;
-        a script by its name."""
-        entries = await self.node.execute_command("SLOWLOG", "GET", "10000")  # type: ignore[no-untyped-call]
-        names = {hashlib.sha1(source(n).encode()).hexdigest(): n for n in script_names()}
-        out = []
-        for entry in entries:
-            args = [str(a) for a in entry[3]]
-            name = args[0].upper()
-            if name == "EVALSHA" and len(args) > 1:
-                name = f"EVALSHA {names.get(args[1], args[1][:8])}"
-            out.append((int(entry[2]), name, int(entry[1])))
-        return out[::-1]
+        return await read_slowlog(self.node)
 
     async def first_entry_ms(self) -> int | None:
         """The millisecond part of the default queue stream's first entry id."""

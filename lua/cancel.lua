@@ -26,6 +26,10 @@ ARGV[4] execution id   ARGV[5] attempt   ARGV[6] history cap
 ARGV[7] has history    '1' | '0'
 ARGV[8] extra    JSON fragment for the history event ('' or ',…')
 ARGV[9] runs log cap   ARGV[10] the record (JSON array; with KEYS[7])
+ARGV[11], ARGV[12] optional: a flow step's flow id and step number; its flow's hash
+                 {p}:flow:<id> and the streams of the steps its end may release are then among
+                 the keys after KEYS[8] (flow_end.lua: the cancelled step fails its flow, or with
+                 on_failure "continue" leaves an error record to its children)
 
 Returns OK=5 cancelled | NOT_FOUND=-2 the job is no longer there (it ran, or was cancelled) |
 RUNNING=-12 a worker holds it (nothing done) | WRONG_TYPE=-6 a key holds another type.
@@ -42,6 +46,7 @@ RUNNING=-12 a worker holds it (nothing done) | WRONG_TYPE=-6 a key holds another
 -- @include level_of
 -- @include run_log
 -- @include activity
+-- @include flow_end
 
 local stream, delayed = KEYS[1], KEYS[2]
 local history, hash, pending, dedup = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -66,4 +71,7 @@ if has_history and schedule_keys_ok(history, hash, pending) and schedule_exists(
 end
 if KEYS[7] then run_log(KEYS[7], tonumber(ARGV[9]), ARGV[10], level_of(stream)) end
 activity(KEYS[8], now, {cancelled = 1})
+if ARGV[11] and ARGV[11] ~= '' then
+  flow_end(stream, ARGV[11], ARGV[12], 'x', attempt, '{"error":"cancelled","message":""}', now)
+end
 return OK

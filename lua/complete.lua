@@ -22,9 +22,14 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 limits (optional: the limits the job holds, [[key, template], …], released
                 here; with ARGV[5]),
                 counted (optional: 1 = its schedule pauses after failed runs: a completed run
-                clears the count, failure_streak.lua) ]
+                clears the count, failure_streak.lua),
+                flow, step (optional: a flow step's job: its flow id and step number),
+                parent result (optional, with flow: what the step's children get in its place
+                in their parent_results, JSON; '' = null) ]
 then the runs log's label index keys of the items' labelled records (runs_log.run_index_keys,
-  run_index.lua; none when no item has labels), then the runs log {p}:runs last
+  run_index.lua; none when no item has labels), then the flows' hashes {p}:flow:<id> of the
+  items that are flow steps with the streams of the steps their ends may release
+  (flow_end.lua), then the runs log {p}:runs last
 ARGV[4] runs log cap (entries; optional, with the runs key)
                 (one argument: a batch of thousands costs the client one encode, not 6 per item)
 ARGV[5] optional: the index of the first of the limits' keys (rsched._core.keys.Keys.limits, 11
@@ -53,6 +58,7 @@ integers would cost the client more than the whole script.)
 -- @include limit_release
 -- @include failure_streak
 -- @include activity
+-- @include flow_end
 
 local stream = KEYS[1]
 local group, cap = ARGV[1], tonumber(ARGV[2])
@@ -95,6 +101,10 @@ for i = 1, #items do
     end
     if runs and it[8] and it[8] ~= '' then run_log(runs, runs_cap, it[8], level) end
     if L and type(it[9]) == 'table' then limit_release(L, now, exec, it[9], lcache) end
+    if it[11] and it[11] ~= '' then
+      flow_end(stream, it[11], it[12], event == 'completed' and 'c' or 'x', attempt,
+               it[13] or '', now)
+    end
     recorded = recorded + 1
     if counts[event] then counts[event] = counts[event] + 1 end
   end

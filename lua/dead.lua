@@ -34,6 +34,9 @@ then, with KEYS[7], the runs log's label index keys of the record's labels (afte
 KEYS[9..19] optional, with KEYS[8]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
          is then the limits the job holds ([[key, template], …], released here) and the fields start
          at ARGV[13]
+then, for a flow step's job (its dead letter fields name its 'flow' and 'step'), its flow's hash
+         {p}:flow:<id> and the streams of the steps its end may release (flow_end.lua: with
+         on_failure "fail" the flow fails, with "continue" its children get the error record)
 With ARGV[5] '2', the argument where the fields would start is the run's error (for the pause
 note, at most 300 characters) and the fields start after it.
 
@@ -58,6 +61,7 @@ count failed runs in a row) | {NOT_PENDING=-10} the entry was not pending (nothi
 -- @include limit_release
 -- @include failure_streak
 -- @include activity
+-- @include flow_end
 
 local stream, dead, history, hash, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local dedup = KEYS[6]
@@ -68,7 +72,7 @@ local first, extra = ARGV[8], ARGV[9]
 local runs, runs_cap, run, from = KEYS[7], nil, nil, 10
 if runs then runs_cap, run, from = tonumber(ARGV[10]), ARGV[11], 12 end
 local L, held = nil, nil
-if KEYS[9] and not run_index_key(runs, KEYS[9]) then
+if KEYS[9] and string.find(KEYS[9], '}:limits:', 1, true) then
   L = limit_keys(9)
   local ok
   ok, held = pcall(cjson.decode, ARGV[12])
@@ -102,5 +106,16 @@ end
 if runs then run_log(runs, runs_cap, run, level_of(stream)) end
 if L then limit_release(L, now, exec, held) end
 activity(KEYS[8], now, {dead = 1})
+local flow, step, etype, emsg
+for i = from, #ARGV - 1, 2 do
+  local name = ARGV[i]
+  if name == 'flow' then flow = ARGV[i + 1]
+  elseif name == 'step' then step = ARGV[i + 1]
+  elseif name == 'error_type' then etype = ARGV[i + 1]
+  elseif name == 'error_message' then emsg = ARGV[i + 1] end
+end
+if flow and flow ~= '' and step then
+  flow_end(stream, flow, step, 'd', attempt, cjson.encode({error = etype or '', message = emsg or ''}), now)
+end
 if paused then return {OK, dead_id, paused} end
 return {OK, dead_id}

@@ -15,12 +15,16 @@ then per item, in item order: 3 keys when it has a schedule id (history {p}:hist
 then, with ARGV[4], the limits' keys (rsched._core.keys.Keys.limits, 11 keys) from that index
 then the runs log's label index keys of the items' labelled records (runs_log.run_index_keys,
   run_index.lua; none when no item has labels)
+then the flows' hashes {p}:flow:<id> of the items that are flow steps, with the streams of the
+  steps their ends may release (flow_end.lua: an expired step fails its flow, or with
+  on_failure "continue" leaves an error record to its children)
 last: the runs log {p}:runs
 ARGV[1] group   ARGV[2] history cap   ARGV[3] runs log cap
 ARGV[4] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
                 deadline (ms: the latest Redis time the job may start at), dedup (1 = a dedup key
                 follows, 0 = none), run (the runs log record, run_log.lua; '' = none),
-                limits (the limits the job holds, [[key, template], …]; [] = none)]
+                limits (the limits the job holds, [[key, template], …]; [] = none),
+                flow, step (optional: a flow step's job: its flow id and step number)]
 ARGV[5] optional: the index of the first of the limits' keys, when an item holds limits ('' =
         none)
 ARGV[6] optional: '1' = the last key is the partition's activity counters {p}:activity
@@ -49,6 +53,7 @@ whose deadline is far off by it.)
 -- @include limit_keys_ok
 -- @include limit_release
 -- @include activity
+-- @include flow_end
 
 local stream = KEYS[1]
 local group, cap, runs_cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -100,6 +105,10 @@ for i = 1, #items do
       if sid ~= '' then end_run(history, hash, pending, exec, attempt) end
       run_log(runs, runs_cap, it[7], level)
       if L and type(it[8]) == 'table' then limit_release(L, now, exec, it[8], lcache) end
+      if it[9] and it[9] ~= '' then
+        flow_end(stream, it[9], it[10], 'e', attempt,
+                 '{"error":"expired","message":"not started within its start deadline"}', now)
+      end
     end
   end
   out[#out + 1] = code

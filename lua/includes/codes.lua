@@ -30,3 +30,4 @@ local NOT_PENDING = -10 -- the queue entry is no longer pending
 local SUPERSEDED = -11 -- start: a newer run of the schedule replaced this job
 local RUNNING = -12 -- cancel: a worker holds the job
 local LABELS_MOVED = -15 -- the stored labels are not those the caller named the index keys of
+local FLOW_OVER = -16 -- the flow ended (completed, failed or cancelled): its step must not run

@@ -16,8 +16,10 @@ from rsched._core.errors import (
     CalendarNotFound,
     ConfigError,
     DeadLetterNotFound,
+    FlowNotFound,
     InvalidArgument,
     InvalidCalendar,
+    InvalidFlow,
     InvalidJob,
     InvalidSchedule,
     InvalidSchedules,
@@ -39,6 +41,7 @@ from rsched._core.errors import (
     WriteNotReplicated,
     WrongNode,
 )
+from rsched._core.flows import FlowInfo, FlowRun, FlowStep, chain, group, step
 from rsched._core.health import Health, HealthProblem, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DeadLetter, Enqueued, Job
@@ -73,12 +76,17 @@ __all__ = (
     "DepthPoint",
     "Enqueued",
     "Fired",
+    "FlowInfo",
+    "FlowNotFound",
+    "FlowRun",
+    "FlowStep",
     "Health",
     "HealthEvent",
     "HealthProblem",
     "HistoryEvent",
     "InvalidArgument",
     "InvalidCalendar",
+    "InvalidFlow",
     "InvalidJob",
     "InvalidSchedule",
     "InvalidSchedules",
@@ -120,7 +128,10 @@ __all__ = (
     "WriteNotReplicated",
     "WrongNode",
     "__version__",
+    "chain",
+    "group",
     "next_fire_times",
+    "step",
 )
 
 # The public names print as rsched.X (not rsched._core.errors.X): where they are defined is private.

@@ -582,3 +582,45 @@ async def test_exclude_and_jitter_in_a_file(
     path.write_text(CALENDARED.replace('"5m"', '"30s"'))
     (line,) = (await sync_file(redis, settings, path, dry_run=True)).lines()[1:]
     assert line.endswith("jitter: 5m -> 30s"), line
+
+
+FLOW_FILE = """
+[[schedule]]
+id = "etl"
+cron = "0 2 * * *"
+timezone = "Europe/Rome"
+
+[schedule.flow]
+chain = [
+  { step = "etl.extract", payload = { day = "yesterday" } },
+  { group = [
+    { step = "etl.part", payload = { i = 0 } },
+    { step = "etl.part", payload = { i = 1 } },
+  ] },
+  { step = "etl.merge", max_retries = 5 },
+  { step = "etl.notify", on_failure = "continue" },
+]
+"""
+
+
+async def test_a_schedules_file_declares_a_flow(
+    tmp_path: Path, redis: Redis, settings: Settings
+) -> None:
+    import rsched
+
+    path = write(tmp_path, FLOW_FILE)
+    plan = await sync_file(redis, settings, path)
+    assert plan.ids("add") == ["etl"]
+    stored = await Client(redis, settings).get("etl")
+    expected = rsched.chain(
+        rsched.step("etl.extract", {"day": "yesterday"}),
+        rsched.group(rsched.step("etl.part", {"i": i}) for i in range(2)),
+        rsched.step("etl.merge", max_retries=5),
+        rsched.step("etl.notify", on_failure="continue"),
+    )
+    assert stored.flow == Schedule(id="x", cron="0 2 * * *", flow=expected).flow
+    assert stored.task == "rsched.flow"
+    assert (await sync_file(redis, settings, path)).changes == []
+    bad = write(tmp_path, FLOW_FILE.replace('step = "etl.merge"', 'step = "etl merge"'), "bad.toml")
+    with pytest.raises(ScheduleFileError, match=r"flow.*steps\[4\]"):
+        load_file(bad)

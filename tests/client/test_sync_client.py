@@ -164,3 +164,24 @@ def test_sync_client_waiting(sync_client: SyncClient, settings: Settings) -> Non
     with pytest.raises(rsched.InvalidArgument) as bad:
         sync_client.limit("a{b")
     assert bad.value.field == "key"
+
+
+def test_sync_client_flows(sync_client: SyncClient) -> None:
+    flow = rsched.chain(rsched.step("etl.extract"), rsched.step("etl.load"))
+    run = sync_client.run_flow(flow, flow_id="etl-1", labels={"team": "data"})
+    assert (run.flow_id, run.steps, run.roots, run.created) == ("etl-1", 2, 1, True)
+    assert not sync_client.run_flow(flow, flow_id="etl-1").created
+    info = sync_client.flow("etl-1")
+    assert info.state == "running"
+    assert [(s.task, s.state) for s in info.steps] == [
+        ("etl.extract", "queued"),
+        ("etl.load", "waiting"),
+    ]
+    assert info.labels == {"team": "data"}
+    assert [f.flow_id for f in sync_client.flows(state="running")] == ["etl-1"]
+    assert sync_client.cancel_flow("etl-1")
+    assert not sync_client.cancel_flow("etl-1")
+    assert sync_client.flow("etl-1").state == "cancelled"
+    assert [f.flow_id for f in sync_client.flows(state="cancelled", limit=5)] == ["etl-1"]
+    with pytest.raises(rsched.FlowNotFound):
+        sync_client.flow("nope")

@@ -34,6 +34,7 @@ NOT_ERRORS = {
     Code.SUPERSEDED,
     Code.RUNNING,
     Code.LABELS_MOVED,  # the store reads the labels again and retries
+    Code.FLOW_OVER,  # the caller acts on it (a step not run, a flow cancelled before)
 }
 
 

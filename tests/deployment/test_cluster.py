@@ -46,6 +46,8 @@ from tests.support.workload import (
     deadlines_and_failures,
     engine,
     excluded,
+    flows_ended,
+    flows_tour,
     labelled_runs,
     labels_tour,
     limited_task,
@@ -54,6 +56,7 @@ from tests.support.workload import (
     park_and_bring_back,
     paused,
     some_schedules,
+    stalled_flow,
 )
 
 #: Deployment keys (docs/keys.md): with partitions they carry another tag than a partition's.
@@ -97,6 +100,7 @@ async def test_every_script_runs_on_the_cluster(
         await deadlines_and_failures(client)
         await calendars_tour(client)
         await labels_tour(client)
+        flows = await flows_tour(client)
         await client.trigger("m1")
         await client.enqueue("t.fail", max_retries=1)
         for _ in range(3):  # one at a time: two wait aside, then resume
@@ -118,6 +122,7 @@ async def test_every_script_runs_on_the_cluster(
             await eventually(lambda: paused(client, "pf"))
             await eventually(lambda: excluded(client))
             await eventually(lambda: labelled_runs(client))
+            await eventually(lambda: flows_ended(client, flows))
         await client.job(ran[0])
         await client.job_logs(ran[0], attempt=1)  # a pipeline of reads in the job's slot
         first = await client.list(limit=1)
@@ -134,7 +139,9 @@ async def test_every_script_runs_on_the_cluster(
     await park_and_bring_back(schedules, lease)
     await redis.zadd(keys.backlogs, {"a": 1})  # a backlog the sweep finds gone
     await firing(schedules).release_lost(lease)
-    await Retention(redis, settings, lambda: True).sweep()
+    async with rsched.Client.from_settings(settings) as client:
+        await stalled_flow(client, redis, keys)
+    assert (await Retention(redis, settings, lambda: True).sweep()).flows_repaired == 1
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])

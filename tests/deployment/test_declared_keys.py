@@ -43,6 +43,8 @@ from tests.support.workload import (
     calendars_tour_end,
     deadlines_and_failures,
     excluded,
+    flows_ended,
+    flows_tour,
     labelled_runs,
     labels_tour,
     limited_task,
@@ -51,6 +53,7 @@ from tests.support.workload import (
     park_and_bring_back,
     paused,
     some_schedules,
+    stalled_flow,
 )
 
 pytestmark = pytest.mark.cluster
@@ -240,6 +243,7 @@ async def test_every_script_declares_every_key_it_touches(
         await deadlines_and_failures(client)
         await calendars_tour(client)
         await labels_tour(client)
+        flows = await flows_tour(client)
         # A run that ends dead releases the occurrence waiting behind it.
         await client.add({"id": "d", "task": "t.fail", "every": 3600, "overlap": "buffer_one"})
         await client.trigger("d")
@@ -299,6 +303,7 @@ async def test_every_script_declares_every_key_it_touches(
                 await eventually(lambda: paused(client, "pf"))
                 await eventually(lambda: excluded(client))
                 await eventually(lambda: labelled_runs(client))
+                await eventually(lambda: flows_ended(client, flows))
                 # the occurrence the end on "idle" left pending, released into "gated"
                 await eventually(lambda: any(e.startswith("x@") for e in ran))
                 gate.set()
@@ -314,7 +319,11 @@ async def test_every_script_declares_every_key_it_touches(
         await calendars_tour_end(client)
     old = f"{int_b62(await store.time_ms() - 400 * 86_400_000)}|f5|c2,1"
     await redis.rpush(keys.history("m1"), old)
-    assert (await Retention(redis, settings, lambda: True).sweep()).history >= 1
+    async with rsched.Client.from_settings(settings) as client:
+        await stalled_flow(client, redis, keys)
+    swept = await Retention(redis, settings, lambda: True).sweep()
+    assert swept.history >= 1
+    assert swept.flows_repaired == 1
     await queues.reclaim([(("default", "normal"), "0-0")], "nobody", 0, 10)
     await queues.hand_back("default", "nobody", ["0-1"], 0)
     await queues.heartbeat("default", "nobody", ["0-1"])

@@ -381,3 +381,50 @@ async def test_a_rare_filter_pages_on_where_each_partition_stopped(
         if cursor is None:
             break
     assert seen == [x for _, x, status in written if status == "dead"]
+
+
+@pytest.mark.cluster
+async def test_flows_live_in_one_partition_each_and_list_across_them(
+    pclient: Client, psettings: Settings, redis: Redis, prefix: str
+) -> None:
+    from tests.support.waiting import eventually
+    from tests.support.worker_app import fast_settings
+    from tests.support.workers import running
+
+    worker = rsched.Worker(settings=fast_settings(psettings))
+
+    @worker.task("p.part")
+    async def part(job: rsched.Job) -> int:
+        return int(job.payload["i"])
+
+    @worker.task("p.join")
+    async def join(job: rsched.Job) -> int:
+        return sum(job.parent_results)
+
+    flow = rsched.chain(
+        rsched.group(rsched.step("p.part", {"i": i}) for i in range(3)), rsched.step("p.join")
+    )
+    ids = [(await pclient.run_flow(flow)).flow_id for _ in range(8)]
+    await pclient.add(Schedule(id="pf", every="1d", flow=flow))
+    started = (await pclient.trigger("pf")).execution_id
+    limited = await pclient.run_flow(
+        rsched.step("p.join", limits=[rsched.Limit("flow-lim", concurrency=1)])
+    )
+    assert job_partition(limited.flow_id, N) == 0  # where every limit lives
+    for flow_id in ids:
+        assert await redis.exists(keys_of(prefix, job_partition(flow_id, N)).flow(flow_id))
+
+    async def all_completed() -> bool:
+        page = await pclient.flows(state="completed", limit=100)
+        return len(page.items) == 10
+
+    async with running(worker, None):
+        await eventually(all_completed, what="every flow completed")
+    home = partition_of("pf", N)  # a schedule's flow lives in its schedule's partition
+    assert await redis.exists(keys_of(prefix, home).flow(started))
+    listed = (await pclient.flows(limit=100)).items
+    assert {f.flow_id for f in listed} == {*ids, started, limited.flow_id}
+    # Newest first, merged over the partitions (flows of one millisecond in two partitions
+    # may come in either order).
+    assert [f.created_at for f in listed] == sorted((f.created_at for f in listed), reverse=True)
+    assert (await pclient.flow(ids[0])).steps[-1].result == 3

@@ -319,6 +319,19 @@ async def test_scheduler_worker_and_cli_run_under_their_own_users(
         await sdk.cancel("later")
         burst = [await sdk.enqueue("sec.ok", debounce_key="burst", debounce="50ms") for _ in "ab"]
         assert [e.created for e in burst] == [True, False]
+        # Flows: one run by hand, one a schedule starts (the worker's starter job), one
+        # cancelled while its step waits on a queue no worker reads.
+        flow = rsched.chain(
+            rsched.group(rsched.step("sec.ok"), rsched.step("sec.ok")), rsched.step("sec.ok")
+        )
+        ran = await sdk.run_flow(flow)
+        await sdk.add(rsched.Schedule(id="flowed", every="1h", flow=flow))
+        started = await sdk.trigger("flowed")
+        idle = await sdk.run_flow(rsched.step("sec.ok", queue="idle"))
+        assert await sdk.cancel_flow(idle.flow_id)
+        for flow_id in (ran.flow_id, started.execution_id):
+            await eventually(lambda f=flow_id: _flow_completed(sdk, f), what="a flow's end")
+        await sdk.remove("flowed")
         await sdk.purge("default")
         await sdk.remove("tick")
         await sdk.remove_calendar("holidays")
@@ -806,3 +819,10 @@ def test_no_output_shows_the_password(make_server: MakeServer, spawn: Spawn, pre
     assert "leader.acquired" in text  # the right server was used
     assert "worker.start" in text
     assert SECRET not in text
+
+
+async def _flow_completed(sdk: rsched.Client, flow_id: str) -> bool:
+    try:
+        return (await sdk.flow(flow_id)).state == "completed"
+    except rsched.FlowNotFound:  # a schedule's: its starter job has not run yet
+        return False

@@ -386,3 +386,18 @@ async def test_a_traced_fire_call_writes_each_jobs_traceparent(
     jobs = {f["schedule_id"]: f for f in await _fields(redis, settings)}
     assert jobs["a"][tracing.PARENT] == parent
     assert tracing.PARENT not in jobs["b"]
+
+
+async def test_a_flow_s_steps_carry_the_trace_of_its_run(
+    redis: Redis, settings: Settings, traced: Traced
+) -> None:
+    client = rsched.Client(redis, settings)
+    with traced.provider.get_tracer("test").start_as_current_span("caller"):
+        run = await client.run_flow(rsched.group(rsched.step("a"), rsched.step("b")))
+    [producer] = traced.named("run_flow default")
+    trace_id, span_id = _hex(producer)
+    assert (producer.attributes or {})["messaging.message.id"] == run.flow_id
+    jobs = await _fields(redis, settings)
+    assert len(jobs) == 2
+    for fields in jobs:  # every step, released now or later, continues the run's trace
+        assert fields[tracing.PARENT].startswith(f"00-{trace_id}-{span_id}-")

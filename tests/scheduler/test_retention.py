@@ -87,6 +87,8 @@ async def test_sweep_trims_runs_dead_letters_and_histories_by_age(
         "dead_letters": 3,
         "history": 4,
         "audit": 0,
+        "flows": 0,
+        "flows_repaired": 0,
     }
 
 

@@ -14,7 +14,7 @@ from rsched._redis import scripts
 ENGINE_SCRIPTS = (
     "due", "fire", "upsert", "upsert_many", "remove", "pause", "resume", "trigger",
     "lease_acquire", "lease_renew", "lease_release", "enqueue", "debounce", "expire",
-    "every_id",
+    "every_id", "flow_create", "flow_start", "flow_cancel", "flow_sweep",
 )  # fmt: skip
 
 

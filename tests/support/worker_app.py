@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import anyio
+import orjson
 from redis import Redis, RedisCluster
 
 import rsched
@@ -137,3 +138,29 @@ def chatty(job: rsched.Job) -> None:
     logging.getLogger("app").info("chatty info")
     logging.getLogger("app").warning("chatty warning")
     job.set_progress(1.0, "said it")
+
+
+def merges_key(prefix: str) -> str:
+    return "{" + prefix + "}:test-merges"
+
+
+@worker.task("app.part")
+async def part(job: rsched.Job) -> int:
+    """A part of a fan-out: returns its ``i`` after a short while (the kills land mid-run)."""
+    await anyio.sleep(0.05 + (int(job.payload["i"]) % 7) * 0.02)
+    return int(job.payload["i"])
+
+
+@worker.task("app.merge")
+async def merge(job: rsched.Job) -> int:
+    """A fan-in: records each of its runs (entry id, delivery, the results it got), then takes
+    a while, so that a killed worker may leave it to another."""
+    url = os.environ["RSCHED_REDIS_URL"]
+    cluster = os.environ.get("RSCHED_CLUSTER") == "true"
+    with (RedisCluster if cluster else Redis).from_url(url, decode_responses=True) as client:
+        client.rpush(
+            merges_key(os.environ["RSCHED_PREFIX"]),
+            orjson.dumps([job.execution_id, job.entry_id, job.parent_results]).decode(),
+        )
+    await anyio.sleep(0.3)
+    return sum(job.parent_results)

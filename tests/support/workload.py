@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
+from redis.asyncio import Redis
 
 import rsched
+from rsched._core.keys import Keys
 from rsched._core.settings import Settings
 from rsched._redis.connection import connect
 from rsched._scheduler.scheduler import Scheduler
@@ -198,3 +201,50 @@ async def labelled_runs(client: rsched.Client) -> bool:
         if not reasons <= {r.reason for r in page.items}:
             return False
     return True
+
+
+async def flows_tour(client: rsched.Client) -> list[str]:
+    """Flows through every script that records a step's end (complete, dead with on_failure
+    "continue", expire), a flow a schedule starts (its end ends the occurrence's run), and a
+    cancelled flow whose waiting step is cancelled (flow_cancel, cancel); returns the flows'
+    ids, for flows_ended."""
+    flow = rsched.chain(
+        rsched.step("t.ok"),
+        rsched.group(
+            rsched.step("t.fail", max_retries=0, on_failure="continue"),
+            rsched.step("t.ok", start_deadline=0.001, on_failure="continue"),
+        ),
+        rsched.step("t.ok"),
+    )
+    ran = await client.run_flow(flow)
+    await client.add({"id": "flowed", "every": 3600, "flow": {"chain": [{"step": "t.ok"}] * 2}})
+    fired = await client.trigger("flowed")
+    idle = await client.run_flow(
+        rsched.chain(rsched.step("t.ok", queue="idle"), rsched.step("t.ok"))
+    )
+    assert await client.cancel_flow(idle.flow_id)
+    return [ran.flow_id, fired.execution_id]
+
+
+async def flows_ended(client: rsched.Client, flow_ids: list[str]) -> bool:
+    for flow_id in flow_ids:
+        try:
+            if (await client.flow(flow_id)).state == "running":
+                return False
+        except rsched.FlowNotFound:  # a schedule's: its starter job has not run yet
+            return False
+    return True
+
+
+async def stalled_flow(client: rsched.Client, redis: Redis, keys: Keys) -> str:
+    """A flow whose step's job was removed by hand and whose last change is an hour old: the
+    next retention sweep finds the step lost (lua/flow_sweep.lua) and fails the flow."""
+    run = await client.run_flow(
+        rsched.chain(rsched.step("t.ok", queue="idle"), rsched.step("t.ok"))
+    )
+    entries: Any = await redis.xrange(keys.queue("idle"))
+    for entry_id, fields in entries:
+        if fields.get("execution_id") == f"{run.flow_id}~1":
+            await redis.xdel(keys.queue("idle"), entry_id)
+    await redis.hset(keys.flow(run.flow_id), "at", "1")
+    return run.flow_id

@@ -426,6 +426,39 @@ def test_new_schedule_form_previews_and_adds(page: Page, web: Web, settings: Set
     expect(page.get_by_role("heading", name=re.compile("weekday-digest"))).to_be_visible()
 
 
+def test_a_flow_page_draws_its_steps_live_and_cancels_it(
+    page: Page, web: Web, settings: Settings
+) -> None:
+    base = web()
+    flow = rsched.chain(
+        rsched.step("web.wait", {"s": 0}),
+        rsched.group(rsched.step("web.wait", {"s": 0}) for _ in range(3)),
+        rsched.step("web.wait", {"s": 60}),
+    )
+    with worker_thread(settings) as _, rsched.SyncClient(settings.url, prefix=settings.prefix) as c:
+        c.run_flow(flow, flow_id="etl-nightly")
+        page.goto(base + "/")
+        page.get_by_role("link", name="Flows", exact=True).click()
+        page.get_by_role("link", name="etl-nightly").click()
+        boxes = page.locator("svg.flow-graph a.step")
+        expect(boxes).to_have_count(5)
+        expect(boxes.first).to_contain_text("#1 web.wait")
+        # The page follows the flow: the last step, after the join, starts running.
+        expect(page.locator('svg.flow-graph a.step[data-step="5"]')).to_have_class(
+            re.compile("f-running")
+        )
+        expect(page.locator("svg.flow-graph a.step.f-completed")).to_have_count(4)
+        shot(page, "flow")
+        page.locator('svg.flow-graph a.step[data-step="2"]').click()
+        expect(page.locator("h1")).to_contain_text("etl-nightly~2")
+        page.get_by_role("link", name="etl-nightly").click()
+        page.once("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="Cancel flow").click()
+        expect(page.locator(".flash.ok")).to_contain_text("cancelled flow etl-nightly")
+        expect(page.locator("#live")).to_contain_text("cancelled")
+        expect(page.get_by_role("button", name="Cancel flow")).to_have_count(0)
+
+
 def log_in(page: Page, url: str) -> None:
     """Open ``url`` of an app served with auth="admin:s3cret": its login form first."""
     page.goto(url)

@@ -5,9 +5,9 @@ default, ``--json`` for scripts. ``rsched scheduler`` and ``rsched worker`` run 
 processes (the same as ``rsched-scheduler`` and ``rsched-worker``), ``rsched demo`` the demo,
 ``rsched web`` the dashboard. The parser is in rsched._cli.parser, the commands in
 rsched._cli.schedules, rsched._cli.queues, rsched._cli.health, rsched._cli.workers,
-rsched._cli.limits and rsched._cli.runs. A command with a ``local`` handler (``rsched cron``)
-needs no Redis. Messages are built in the command line's words (rsched._cli.common.CLI_WORDS):
-they name commands and flags, not SDK calls.
+rsched._cli.limits, rsched._cli.runs and rsched._cli.flows. A command with a ``local`` handler
+(``rsched cron``) needs no Redis. Messages are built in the command line's words
+(rsched._cli.common.CLI_WORDS): they name commands and flags, not SDK calls.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Any, NoReturn, get_args
 from rsched._cli import audit as audit
 from rsched._cli import bulk as bulk_commands
 from rsched._cli import calendars as calendars
+from rsched._cli import flows as flows
 from rsched._cli import health as health
 from rsched._cli import limits as limits
 from rsched._cli import partitions as partitions
@@ -846,6 +847,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _limit(p, 20, "how many changes (default 20)")
     audit.add_parser(p)
+
+    flows.add_parsers(subs, _sub, _limit)
 
     p = _sub(
         subs,

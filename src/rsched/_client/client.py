@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from rsched._client import bulk_actions, job_lookup
+from rsched._client import flows as flow_calls
 from rsched._client.stats import Stats, read_stats
 from rsched._core import tracing
 from rsched._core.activity import HOURS, MINUTES, Activity, DepthPoint, activity_of, depth_of
@@ -49,6 +50,8 @@ from rsched._core.errors import (
     ScheduleCompleted,
     ScheduleNotFound,
 )
+from rsched._core.flows import FlowInfo, FlowRun, FlowState, Node
+from rsched._core.flows import plan as flows_plan
 from rsched._core.health import Health, ScheduleHealth, Thresholds
 from rsched._core.history import HistoryEvent, page_events
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
@@ -1368,6 +1371,63 @@ class Client:
         return await job_lookup.cancel(
             await self._queues(execution_id), self._registry, execution_id
         )
+
+    # --- flows ---------------------------------------------------------------------------------
+
+    @_redis_errors
+    async def run_flow(
+        self,
+        flow: Node,
+        *,
+        queue: str = "default",
+        flow_id: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+    ) -> FlowRun:
+        """Run a flow of steps (``rsched.step``, ``chain``, ``group``; docs/flows.md): its steps
+        with no step before them start at once, each other one when every step it follows
+        ended. ``queue`` is the queue of the steps that name none. With your own ``flow_id`` the
+        call is idempotent: a flow with that id exists already, nothing is written and
+        ``created`` is False. A flow of many steps is written in one call per 1,000 steps, and
+        starts only once all of it is written. Raises InvalidFlow naming the step and field.
+        Since 0.1.0."""
+        parts = await self._partitions()
+        planned = flows_plan(flow, queue=queue, max_payload_bytes=self.settings.max_payload_bytes)
+        tags = None if labels is None else bulk_actions.as_labels(labels)
+        run = functools.partial(flow_calls.run, parts, planned, flow_id=flow_id, labels=tags)
+        if not self._traced:
+            return await run()
+        with tracing.producing("run_flow", queue, steps=len(planned.steps)) as span:
+            done = await run(traceparent=tracing.traceparent(span))
+            tracing.produced(span, done.flow_id, created=done.created)
+        return done
+
+    @_redis_errors
+    async def flow(self, flow_id: str) -> FlowInfo:
+        """A flow with each step's task, execution id, state, attempts and result (kept
+        ``result_ttl_s``; those of the first 1,000 completed steps). Raises FlowNotFound (never
+        run, or expired with the runs log's retention after it ended). Since 0.1.0."""
+        _argument("flow_id", check_execution_id, flow_id)
+        return await flow_calls.store_of(await self._partitions(), flow_id).read_flow(flow_id)
+
+    @_redis_errors
+    async def flows(
+        self, *, state: FlowState | None = None, limit: int = 50, cursor: str | None = None
+    ) -> Page[FlowInfo]:
+        """Flows, newest first, without their steps (:meth:`flow` reads one whole); ``state``
+        (``running``, ``completed``, ``failed``, ``cancelled``) keeps those in it. Pass
+        ``page.cursor`` back for the next page. Since 0.1.0."""
+        _argument("limit", check_page, limit)
+        return await flow_calls.listing(
+            await self._partitions(), state=state, limit=limit, cursor=cursor
+        )
+
+    @_redis_errors
+    async def cancel_flow(self, flow_id: str) -> bool:
+        """Cancel a running flow: its steps not started never run, its running ones are asked
+        to stop as :meth:`cancel` does. Returns False when it had ended already (nothing done).
+        Raises FlowNotFound. Since 0.1.0."""
+        _argument("flow_id", check_execution_id, flow_id)
+        return await flow_calls.cancel(await self._partitions(), self._registry, flow_id)
 
     # --- operations overview ----------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import orjson
 
 from rsched._core.codes import Code
 from rsched._core.errors import JobNotFound
+from rsched._core.flows import flow_of
 from rsched._core.history import HistoryEvent, page_events
 from rsched._core.rules import PAGE_MAX
 from rsched._core.schedule import from_ms
@@ -75,7 +76,15 @@ async def find(
             "kept result)",
         )
     progress = await store.job_progress(execution_id)
-    return dataclasses.replace(job, history=history, result=result, progress=progress)
+    step = flow_of(execution_id)  # an ended step's record does not name its flow: its id does
+    return dataclasses.replace(
+        job,
+        history=history,
+        result=result,
+        progress=progress,
+        flow_id=step[0] if step else None,
+        flow_step=step[1] if step else None,
+    )
 
 
 async def cancel(store: QueueStore, registry: QueueStore, execution_id: str) -> str:

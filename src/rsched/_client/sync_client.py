@@ -30,6 +30,7 @@ from rsched._core.activity import HOURS, MINUTES, Activity, DepthPoint
 from rsched._core.audit import AuditRecord, SpecVersion
 from rsched._core.bulk import BulkResult
 from rsched._core.calendars import Calendar
+from rsched._core.flows import FlowInfo, FlowRun, FlowState, Node
 from rsched._core.health import Health, ScheduleHealth
 from rsched._core.history import HistoryEvent
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
@@ -498,6 +499,31 @@ class SyncClient:
     def cancel(self, execution_id: str) -> str:
         """See :meth:`rsched.Client.cancel`."""
         return self._run(self._client.cancel, execution_id)
+
+    def run_flow(
+        self,
+        flow: Node,
+        *,
+        queue: str = "default",
+        flow_id: str | None = None,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+    ) -> FlowRun:
+        """See :meth:`rsched.Client.run_flow`."""
+        return self._run(self._client.run_flow, flow, queue=queue, flow_id=flow_id, labels=labels)
+
+    def flow(self, flow_id: str) -> FlowInfo:
+        """See :meth:`rsched.Client.flow`."""
+        return self._run(self._client.flow, flow_id)
+
+    def flows(
+        self, *, state: FlowState | None = None, limit: int = 50, cursor: str | None = None
+    ) -> Page[FlowInfo]:
+        """See :meth:`rsched.Client.flows`."""
+        return self._run(self._client.flows, state=state, limit=limit, cursor=cursor)
+
+    def cancel_flow(self, flow_id: str) -> bool:
+        """See :meth:`rsched.Client.cancel_flow`."""
+        return self._run(self._client.cancel_flow, flow_id)
 
     def stats(self) -> Stats:
         """See :meth:`rsched.Client.stats`."""

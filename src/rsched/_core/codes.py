@@ -59,6 +59,9 @@ class Code(IntEnum):
     RUNNING = -12  # cancel: a worker holds the job (it is cancelled on that worker instead)
     # The schedule's stored labels are not those the caller named the index keys of (read again).
     LABELS_MOVED = -15
+    # The flow ended (completed, failed or cancelled): flow_start does not run its step,
+    # flow_cancel has nothing to cancel.
+    FLOW_OVER = -16
 
 
 def error(

@@ -294,6 +294,31 @@ class InvalidJob(RschedError, ValueError):
         super().__init__(f"{words().job_field(field)}: {message}")
 
 
+class InvalidFlow(RschedError, ValueError):
+    """Raised when a flow to run fails validation: ``field`` names the step as written
+    (``steps[3]``, numbered from 1, then the option: ``steps[3].max_retries``) or ``flow``;
+    nothing was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class FlowNotFound(RschedError, KeyError):
+    """Raised when no flow has that id (never run, or expired with the runs log's retention
+    after it ended)."""
+
+    def __init__(self, flow_id: str) -> None:
+        self.flow_id = flow_id
+        super().__init__(flow_id)
+
+    def __str__(self) -> str:
+        return (
+            f"no flow {self.flow_id!r} (never run, or expired after it ended): "
+            "rsched flows lists them"
+        )
+
+
 class DeadLetterNotFound(RschedError, KeyError):
     """Raised when a dead-letter entry id (or each of several, ``entry_ids``) does not exist in
     that queue's dead-letter stream."""

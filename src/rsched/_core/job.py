@@ -245,6 +245,26 @@ class Job:
         return None if self.fired_ms is None else _dt(self.fired_ms)
 
     @property
+    def flow_id(self) -> str | None:
+        """The flow this job is a step of (docs/flows.md); None for any other job."""
+        return self.fields.get("flow") or None
+
+    @property
+    def parent_results(self) -> list[Any]:
+        """For a flow's step: the results of the steps it directly follows, in their order (a
+        group's in the group's order); a failed step of ``on_failure="continue"`` is there as
+        ``{"error": type, "message": ...}``, one that returned nothing as None. Empty for a
+        step that follows none, and for any other job."""
+        raw = self.fields.get("parents")
+        if not raw:
+            return []
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return []
+        return value if isinstance(value, list) else []
+
+    @property
     def max_retries(self) -> int:
         return self.options.max_retries
 

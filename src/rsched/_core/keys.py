@@ -350,6 +350,20 @@ class Keys:
         what the retention trims (added with each labelled record, dropped with the index)."""
         return f"{self.tag}:runs:labels"
 
+    def flow(self, flow_id: str) -> str:
+        """HASH: a flow (rsched._core.flows): its state, times and counts, and per step n its
+        definition (field ``<n>``), state (``<n>.s``), attempt (``<n>.a``), parents not yet
+        ended (``<n>.w``) and, for a step others follow, its result or error (``<n>.r``).
+        Expires ``retention.flow_ttl_s`` after the flow ended. The scripts that end a step
+        (lua/includes/flow_end.lua) build this name from their stream's tag."""
+        return f"{self.tag}:flow:{flow_id}"
+
+    @property
+    def flows(self) -> str:
+        """ZSET of this partition's flows, scored by creation time (ms): their listing and the
+        leader's sweep (an entry whose flow expired is dropped by the retention)."""
+        return f"{self.tag}:flows"
+
     @property
     def audit(self) -> str:
         """STREAM, capped: the audit trail of this partition's schedules, one record per change

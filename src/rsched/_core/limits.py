@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from rsched._core.errors import InvalidArgument
+from rsched._core.errors import InvalidArgument, InvalidJob
 from rsched._core.rules import parse_duration_s
 from rsched._core.words import words
 
@@ -428,3 +428,15 @@ def limits_of(
     its ``opts`` (given to enqueue or to its schedule). Raises ValueError naming the payload
     field a key needs, or what is wrong with the carried ones."""
     return merge(fill_all(task_limits, payload), carried(opts))
+
+
+def job_limits(limits: object, payload: Any) -> list[JobLimit]:
+    """The limits a job given ``limits`` carries, filled from its payload; raises InvalidJob
+    naming ``limits`` (or the field a key needs)."""
+    try:
+        declared = coerce_limits(limits)
+        return fill_all(declared, payload) if declared else []
+    except InvalidArgument as exc:
+        raise InvalidJob(exc.field, exc.message) from None
+    except ValueError as exc:
+        raise InvalidJob("limits", str(exc)) from None

@@ -41,7 +41,9 @@ def partition_of(name: str, partitions: int) -> int:
 
 def job_partition(execution_id: str, partitions: int) -> int:
     """The partition of a job: a fired occurrence (``<schedule id>@<ms>``, '@' being no
-    character of an id) is in its schedule's, an enqueued job in its execution id's."""
+    character of an id) is in its schedule's, an enqueued job in its execution id's, a flow's
+    step (``<flow id>~<n>``, rsched._core.flows) in its flow's."""
+    execution_id = execution_id.split("~", 1)[0]
     schedule_id, at, _ = execution_id.rpartition("@")
     return partition_of(schedule_id if at else execution_id, partitions)
 

@@ -28,7 +28,15 @@ from pydantic import (
 )
 
 from rsched._core.cron import Cron
-from rsched._core.errors import InvalidArgument, InvalidSchedule, MalformedJob, StateError
+from rsched._core.errors import (
+    InvalidArgument,
+    InvalidFlow,
+    InvalidSchedule,
+    MalformedJob,
+    StateError,
+)
+from rsched._core.flows import FLOW_TASK, Chain, Group, Step, from_doc, to_doc
+from rsched._core.flows import plan as flows_plan
 from rsched._core.job import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_BASE_S,
@@ -158,6 +166,7 @@ class Schedule(BaseModel):
     queue: str = "default"
     payload: dict[str, Any] = Field(default_factory=dict)
     priority: Priority = "normal"
+    flow: dict[str, Any] | None = None
 
     cron: str | None = None
     every: float | None = Field(default=None, json_schema_extra=_duration_schema)
@@ -232,6 +241,33 @@ class Schedule(BaseModel):
             )
         except ValidationError as exc:
             raise invalid(data, exc) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flow_task(cls, data: Any) -> Any:
+        # A schedule of a flow names no task of its own: its job is the flow's starter.
+        if isinstance(data, dict) and data.get("flow") is not None and "task" not in data:
+            return {**data, "task": FLOW_TASK}
+        return data
+
+    @field_validator("flow", mode="before")
+    @classmethod
+    def _flow(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, str | bytes):
+            try:
+                v = orjson.loads(v)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"flow is not valid JSON ({exc})") from None
+        doc = v if isinstance(v, dict) else to_doc(v) if isinstance(v, Step | Chain | Group) else v
+        limit = (info.context or {}).get("max_payload_bytes", _payload_limit.get())
+        try:
+            flows_plan(from_doc(doc), max_payload_bytes=limit)
+            encode_payload({"flow": doc}, limit)
+        except InvalidFlow as exc:
+            raise ValueError(str(exc)) from None
+        return doc
 
     @field_validator("id")
     @classmethod
@@ -356,6 +392,8 @@ class Schedule(BaseModel):
             w = words()
             raise ValueError(f"{w.field('end_at')} must be later than {w.field('start_at')}")
         check_retry_window(self.retry_base_s, self.retry_max_s)
+        if self.flow is not None:
+            _flow_alone(self)
         if self.start_deadline is not None and self.debounce is not None:
             w = words()
             # A debounced job keeps its first occurrence's time while later ones move it on.
@@ -383,6 +421,10 @@ class Schedule(BaseModel):
             if name == "payload":
                 if value:
                     out[name] = orjson.dumps(value).decode()
+                continue
+            if name == "flow":  # the payload of its starter job (FLOW_TASK)
+                if value is not None:
+                    out["payload"] = orjson.dumps({"flow": value}).decode()
                 continue
             if name in OPTION_NAMES:
                 continue
@@ -428,6 +470,8 @@ class Schedule(BaseModel):
                 continue  # a field from a newer rsched: ignore rather than fail to read
             else:
                 data[name] = raw
+        if data.get("task") == FLOW_TASK and "payload" in data:
+            data["flow"] = _stored_flow(schedule_id, data.pop("payload"))
         data["paused"] = status == "paused"
         data["completed"] = status == "completed"
         if "updated_at" not in data and "created_at" in data:
@@ -459,6 +503,27 @@ class Schedule(BaseModel):
     def public_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of spec and state (datetimes as ISO 8601 strings)."""
         return self.model_dump(mode="json")
+
+
+def _flow_alone(schedule: Schedule) -> None:
+    """A schedule of a flow gives no task, payload or limits of its own: its steps do."""
+    w = words()
+    if schedule.task != FLOW_TASK:
+        raise ValueError(f"give {w.field('task')} or {w.field('flow')}, not both")
+    if schedule.payload:
+        raise ValueError(f"a flow's steps carry their payloads: give no {w.field('payload')}")
+    if schedule.limits:
+        raise ValueError(f"a flow's steps hold limits: give no {w.field('limits')}")
+
+
+def _stored_flow(schedule_id: str, payload: str) -> Any:
+    try:
+        return orjson.loads(payload)["flow"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise StateError(
+            f"stored schedule {schedule_id!r} of a flow has no readable flow in its payload; it "
+            "was not written by this version of rsched or was edited by hand"
+        ) from None
 
 
 def _decode_opts(schedule_id: str, raw: str) -> dict[str, Any]:

@@ -232,6 +232,10 @@ class RetentionSettings(BaseModel):
     # every write keeps about audit_max_entries newest per partition, whichever is less.
     audit_max_age_s: float = Field(default=90 * 86_400, ge=60)
     audit_max_entries: int = Field(default=100_000, ge=100, le=100_000_000)
+    # A running flow that did not change for this long is looked at by the sweep: a step whose
+    # job is found nowhere ends dead ("lost"), a step whose parents all ended is released
+    # (docs/flows.md). Flows themselves expire runs_max_age_s after they ended.
+    flow_stall_s: float = Field(default=600.0, ge=1, le=86_400 * 30)
 
 
 #: The help of every command's ``--cluster`` flag.

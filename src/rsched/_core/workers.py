@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
+from rsched._core.flows import FLOW_TASK
 from rsched._core.history import HistoryEvent
 from rsched._core.job_logs import JobProgress
 from rsched._core.rules import read_labels
@@ -211,6 +212,8 @@ class JobInfo:
     history: tuple[HistoryEvent, ...] = field(default=(), hash=False)
     progress: JobProgress | None = None
     labels: dict[str, str] = field(default_factory=dict, hash=False)
+    flow_id: str | None = None
+    flow_step: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes in ISO 8601, history as event dicts."""
@@ -269,6 +272,8 @@ def job_from_fields(
         deliveries=deliveries,
         payload=payload if isinstance(payload, dict) else None,
         labels=read_labels(fields.get("labels")),
+        flow_id=fields.get("flow") or None,
+        flow_step=int(fields["step"]) if fields.get("step", "").isdigit() else None,
     )
     if workers is None:
         return job
@@ -280,7 +285,7 @@ def no_worker_for(queue: str, task: str, workers: Sequence[WorkerInfo]) -> str |
     readers = [w for w in workers if queue in w.queues]
     if not readers:
         return f"no live worker reads queue {queue!r}" + ("" if workers else " (none is live)")
-    if not any(task in w.tasks for w in readers):
+    if task != FLOW_TASK and not any(task in w.tasks for w in readers):  # every worker has it
         return f"no live worker of queue {queue!r} has task {task!r}"
     return None
 

@@ -48,6 +48,8 @@ class Sweep:
     dead_letters: int = 0
     history: int = 0
     audit: int = 0
+    flows: int = 0  # index entries of flows that expired
+    flows_repaired: int = 0  # stalled flows the sweep moved on (docs/flows.md)
 
 
 class Retention:
@@ -122,12 +124,20 @@ class Retention:
                 before_ms=now - round(cfg.audit_max_age_s * 1000),
                 max_entries=cfg.audit_max_entries,
             )
+        done.flows, done.flows_repaired = await self._queues.sweep_flows(
+            await self._queues.queue_names(),
+            now,
+            round(cfg.flow_stall_s * 1000),
+            now - round(cfg.runs_max_age_s * 1000),
+        )
         log.info(
             "retention.sweep",
             runs=done.runs,
             dead_letters=done.dead_letters,
             history=done.history,
             audit=done.audit,
+            flows=done.flows,
+            flows_repaired=done.flows_repaired,
         )
         if METRICS.on:
             for kind in RETENTION_KINDS:

@@ -20,6 +20,7 @@ from rsched._core.keys import GROUP
 from rsched._core.rules import NAME_RE, PRIORITIES, Priority, labels_text
 from rsched._core.schedule import to_ms
 from rsched._core.workers import JobInfo, WorkerInfo, fields_of, job_from_fields
+from rsched._store.flow_keys import declared_step_keys
 from rsched._store.runs_log import run_index_keys, run_record
 from rsched._store.worker_registry import WorkerRegistry
 
@@ -204,6 +205,10 @@ class Jobs(WorkerRegistry):
             error_type=reason,
         )
         keys += run_index_keys(k, run)
+        flow: list[Any] = []
+        if job.flow_id and job.flow_step is not None:
+            keys += await declared_step_keys(self.redis, k, job.flow_id, job.flow_step)
+            flow = [job.flow_id, job.flow_step]
         res = await self.call(
             "cancel",
             keys,
@@ -218,6 +223,7 @@ class Jobs(WorkerRegistry):
                 fragment({"reason": reason}),
                 self.runs_max_entries,
                 run,
+                *flow,
             ],
         )
         code = Code(int(res))

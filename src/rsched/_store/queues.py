@@ -5,7 +5,8 @@ The worker, the client SDK and the CLI all go through QueueStore, so the layout 
 (stream, consumer group, delayed set, dead-letter stream) lives in one place on the Python side.
 Its calls are grouped by what they touch and who makes them: the worker's
 (rsched._store.worker_calls), dead letters (rsched._store.dead_letters), single jobs
-(rsched._store.jobs) and the worker registry (rsched._store.worker_registry). Every write is a
+(rsched._store.jobs), the worker registry (rsched._store.worker_registry) and flows
+(rsched._store.flows). Every write is a
 Lua script in lua/ that is safe to run twice.
 """
 
@@ -22,10 +23,10 @@ from redis.exceptions import ResponseError
 
 from rsched._core import tracing
 from rsched._core.codes import Code, check
-from rsched._core.errors import InvalidArgument, InvalidJob
+from rsched._core.errors import InvalidJob
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, Enqueued, JobOptions
 from rsched._core.keys import GROUP, Keys
-from rsched._core.limits import JobLimit, Limit, coerce_limits, fill_all, with_limits
+from rsched._core.limits import Limit, job_limits, with_limits
 from rsched._core.partitions import job_partition
 from rsched._core.rules import (
     DEFAULT_DEDUP_WINDOW_S,
@@ -47,15 +48,15 @@ from rsched._redis.cluster import is_cluster
 from rsched._redis.durability import Durability
 from rsched._store.alerts import EventLog
 from rsched._store.dead_letters import DeadLetters
+from rsched._store.flows import Flows
 from rsched._store.job_logs import JobLogs
-from rsched._store.jobs import Jobs
 from rsched._store.limits import Limits
 from rsched._store.worker_calls import WorkerCalls
 
 T = TypeVar("T")
 
 
-class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
+class QueueStore(WorkerCalls, DeadLetters, Flows, Limits, JobLogs):
     """Every script call and read on the queues of one partition, for one Redis client."""
 
     def __init__(
@@ -98,6 +99,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
         store.events.max_len = settings.health.events_max_len
         store.durability = Durability.from_settings(settings)
         store.audit_cap = settings.retention.audit_max_entries
+        store.flow_ttl_ms = round(settings.retention.runs_max_age_s * 1000)
         return store
 
     async def enqueue(
@@ -155,7 +157,7 @@ class QueueStore(WorkerCalls, DeadLetters, Jobs, Limits, JobLogs):
             dedup_ms = round(_job_field("dedup_window_s", check_dedup_window, window) * 1000)
         limit = self.max_payload_bytes
         body = _job_field("payload", encode_payload, {} if payload is None else payload, limit)
-        declared = _limits(limits, {} if payload is None else payload)
+        declared = job_limits(limits, {} if payload is None else payload)
         options = JobOptions.checked(
             max_retries=max_retries,
             timeout_s=timeout_s,
@@ -383,18 +385,6 @@ def _job_field(field: str, check: Callable[..., T], *args: Any) -> T:
         return check(*args)
     except ValueError as exc:
         raise InvalidJob(field, str(exc)) from None
-
-
-def _limits(limits: object, payload: Any) -> list[JobLimit]:
-    """The limits an enqueued job carries, filled from its payload; raises InvalidJob naming
-    ``limits`` (a field a key needs, or a malformed limit)."""
-    try:
-        declared = coerce_limits(limits)
-        return fill_all(declared, payload) if declared else []
-    except InvalidArgument as exc:
-        raise InvalidJob(exc.field, exc.message) from None
-    except ValueError as exc:
-        raise InvalidJob("limits", str(exc)) from None
 
 
 def _group(info: Any) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from rsched._core.metrics import METRICS
 from rsched._core.rules import NAME_RE, Priority
 from rsched._redis import scripts
 from rsched._store.alerts import EventLog
+from rsched._store.flow_keys import step_keys
 from rsched._store.runs_log import label_index_keys, run_index_keys
 
 log = get_logger("rsched.worker")
@@ -49,6 +50,12 @@ class Done:
     home: int | None = None
     # Its schedule pauses after failed runs: a completed run clears the count.
     counted: bool = False
+    # A flow step's job: its flow id, step number, the keys its end may write (flows.step_keys)
+    # and what its children get in its place (JSON, '' = null).
+    flow: str = ""
+    step: int = 0
+    flow_keys: tuple[str, ...] = ()
+    parent_result: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,9 @@ class Expiring:
     run: str  # its runs log record (runs_log.run_record)
     dedup: bool = False
     limits: tuple[tuple[str, str], ...] = ()  # the limits it holds: released when it expires
+    flow: str = ""  # a flow step's job: its flow id, step number, the keys its end may write
+    step: int = 0
+    flow_keys: tuple[str, ...] = ()
 
 
 def last_error(error_type: str, message: str) -> str:
@@ -145,6 +155,7 @@ class WorkerCalls(scripts.ScriptCaller):
         items: list[tuple[Any, ...]] = []
         limited = any(d.limits for d in done)
         counted = any(d.counted for d in done)
+        flows = any(d.flow for d in done)
         for d in done:
             if d.schedule_id and d.home is None:
                 sid = d.schedule_id
@@ -155,7 +166,10 @@ class WorkerCalls(scripts.ScriptCaller):
             )  # fmt: skip
             if d.dedup:
                 keys.append(self.keys.dedup(d.execution_id))
-            if counted:
+            if flows:
+                item = (*item, 1 if d.dedup else 0, d.run or "", d.limits, 1 if d.counted else 0,
+                        d.flow, d.step, d.parent_result)  # fmt: skip
+            elif counted:
                 item = (*item, 1 if d.dedup else 0, d.run or "", d.limits, 1 if d.counted else 0)
             elif limited:
                 item = (*item, 1 if d.dedup else 0, d.run or "", d.limits)
@@ -173,6 +187,8 @@ class WorkerCalls(scripts.ScriptCaller):
         ]
         if indexed:
             keys += dict.fromkeys(indexed)
+        if flows:
+            keys += dict.fromkeys(key for d in done for key in d.flow_keys)
         # The runs log, then the activity counters (ARGV[6] '1': the script counts the batch).
         keys += (self.keys.runs, self.keys.activity)
         args.append("1")
@@ -200,7 +216,7 @@ class WorkerCalls(scripts.ScriptCaller):
                 keys.append(k.dedup(e.execution_id))
             rows.append(
                 [e.entry_id, e.execution_id, e.schedule_id or "", e.attempt, e.start_by_ms,
-                 1 if e.dedup else 0, e.run, list(e.limits)]
+                 1 if e.dedup else 0, e.run, list(e.limits), e.flow, e.step]
             )  # fmt: skip
         args: list[Any] = [GROUP, self.history_limit, self.runs_max_entries, orjson.dumps(rows)]
         args.append(len(keys) + 1 if limited else "")
@@ -211,6 +227,7 @@ class WorkerCalls(scripts.ScriptCaller):
         ]
         if indexed:
             keys += dict.fromkeys(indexed)
+        keys += dict.fromkeys(key for e in items for key in e.flow_keys)
         keys += (k.runs, k.activity)
         args.append("1")
         res = await self.call("expire", keys, args)
@@ -311,6 +328,7 @@ class WorkerCalls(scripts.ScriptCaller):
         if limits:
             keys += k.limits
         keys += run_index_keys(k, run)
+        keys += step_keys(k, raw)
         job = {name: value for name, value in raw.items() if name != "priority"}
         if priority != "normal":
             job["priority"] = priority
@@ -327,6 +345,8 @@ class WorkerCalls(scripts.ScriptCaller):
             "worker", worker,
             "job", orjson.dumps(flat).decode(),
         ]  # fmt: skip
+        if raw.get("flow"):  # dead.lua records the step's end in its flow
+            fields += ["flow", raw["flow"], "step", raw.get("step", "0")]
         res = await self.call(
             "dead",
             keys,

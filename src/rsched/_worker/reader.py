@@ -30,6 +30,7 @@ from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
 from rsched._core.partitions import partition_of
 from rsched._core.rules import PRIORITIES, Priority
+from rsched._store.flow_keys import step_keys
 from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Expiring
 from rsched._worker.acker import finish_home
@@ -258,6 +259,12 @@ class Reader:
             if superseded:
                 await self._let_go([j for j in jobs if j.entry_id in superseded])
                 jobs = [j for j in jobs if j.entry_id not in superseded]
+        steps = [j for j in jobs if "flow" in j.fields]
+        if steps:
+            over = await self._start_steps(stream, steps)
+            if over:
+                await self._let_go([j for j in jobs if j.entry_id in over])
+                jobs = [j for j in jobs if j.entry_id not in over]
         for job in jobs:
             state.inflight.add((partition, queue, level, job.entry_id))
             self.jobs.send_nowait(job)
@@ -276,6 +283,11 @@ class Reader:
             except ValueError as exc:
                 await self._refuse(stream, job.entry_id, dict(job.fields), "bad_limit", str(exc))
                 continue
+            if held and stream[0] != 0 and "flow" in job.fields:
+                # Its flow is in this partition: moved to partition 0 it could not record its
+                # end there (docs/flows.md). It runs here, without the task's limits.
+                log.warning("flow.limits_not_held", execution_id=job.execution_id, task=job.task)
+                held = ()
             if held:
                 # Set on the job just parsed (cheaper than a copy on this path; nobody else
                 # holds it yet).
@@ -346,6 +358,9 @@ class Reader:
                 ),
                 "dedup" in j.fields,
                 held,
+                j.fields.get("flow", ""),
+                int(j.fields.get("step") or 0),
+                tuple(step_keys(state.stores[partition].keys, j.fields)),
             )
             for j, held, home in zip(timed, holds, homes, strict=True)
         ]
@@ -495,6 +510,35 @@ class Reader:
                     reason="superseded",
                 )
         return superseded
+
+    async def _start_steps(self, stream: Stream, jobs: list[Job]) -> set[str]:
+        """Mark flow steps running (lua/flow_start.lua); returns the entry ids of those whose
+        flow ended meanwhile (failed or cancelled: acknowledged and recorded, not to run)."""
+        state = self.state
+        partition, queue, level = stream
+        try:
+            codes = await state.stores[partition].start_steps(
+                queue, level, [(j.entry_id, j.fields) for j in jobs]
+            )
+        except ACTOR_FAILURES as exc:
+            # Run them: a step of a flow that ended meanwhile runs once more at worst, and its
+            # end is recorded once (flow_end.lua); the job must not wait on bookkeeping.
+            log.warning("redis.error", actor="start", error=str(exc))
+            return set()
+        over: set[str] = set()
+        for job, code in zip(jobs, codes, strict=True):
+            if code == Code.OK:
+                continue
+            over.add(job.entry_id)
+            state.slots.release()
+            log.info(
+                "job.cancelled",
+                execution_id=job.execution_id,
+                task=job.task,
+                attempt=job.attempt,
+                reason="flow_ended",
+            )
+        return over
 
     async def _unknown_task(self, job: Job, fields: dict[str, str]) -> None:
         """A job whose task this worker has no handler for: while another live worker has the

@@ -18,10 +18,12 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rsched._core.errors import Retry
+from rsched._core.flows import FLOW_TASK
 from rsched._core.history import fragment
 from rsched._core.job import Job, retry_delay_s
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
+from rsched._store.flow_keys import error_record, step_keys
 from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Done, last_error
 from rsched._worker.acker import finish_home
@@ -165,7 +167,8 @@ class Runner:
             Done(
                 job.entry_id,
                 job.execution_id,
-                job.schedule_id,
+                # A flow's starter does not end its occurrence's run: the flow's end does.
+                None if job.task == FLOW_TASK and event == "completed" else job.schedule_id,
                 job.attempt,
                 event,
                 fragment({"duration_ms": duration_ms, **extra}) if job.schedule_id else "",
@@ -182,12 +185,31 @@ class Runner:
                 limits=_keys(job),
                 home=job.home,
                 counted=job.options.pause_after_failures is not None,
+                **self._flow_end(job, event, result, str(extra.get("reason", ""))),
             ),
         )
         try:
             self.acks.send_nowait(item)  # no checkpoint per job on the hot path
         except anyio.WouldBlock:
             await self.acks.send(item)
+
+    def _flow_end(self, job: Job, event: str, result: bytes | None, reason: str) -> dict[str, Any]:
+        """What a flow step's Done carries (nothing for any other job): its flow, step, the
+        keys its end may write, and what its children get in its place (its result; a
+        cancelled step's error record)."""
+        flow = job.fields.get("flow")
+        if not flow:
+            return {}
+        return {
+            "flow": flow,
+            "step": int(job.fields.get("step") or 0),
+            "flow_keys": tuple(step_keys(self.state.stores[job.partition].keys, job.fields)),
+            "parent_result": (
+                (result or b"").decode()
+                if event == "completed"
+                else error_record("cancelled", reason)
+            ),
+        }
 
     async def _fail(
         self, job: Job, duration_ms: float, error: BaseException | None, *, timed_out: bool = False

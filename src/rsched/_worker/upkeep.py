@@ -12,6 +12,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from rsched._core.backoff import Backoff
+from rsched._core.flows import FLOW_TASK
 from rsched._core.job import Lane
 from rsched._core.log import get_logger
 from rsched._core.metrics import METRICS
@@ -308,7 +309,8 @@ class Upkeep:
             host=socket.gethostname(),
             pid=os.getpid(),
             queues=list(state.cfg.queues),
-            tasks=sorted(state.handlers),
+            # Every worker has the built-in task that starts schedules' flows: not listed.
+            tasks=sorted(t for t in state.handlers if t != FLOW_TASK),
             concurrency=state.cfg.concurrency,
             started_ms=state.started_ms,
             heartbeat_s=state.cfg.heartbeat_s,

@@ -50,6 +50,7 @@ from redis.asyncio import Redis
 from rsched._core import tracing
 from rsched._core.backoff import Backoff
 from rsched._core.errors import ConfigError, InvalidArgument
+from rsched._core.flows import FLOW_TASK
 from rsched._core.job import Job
 from rsched._core.limits import Limit, coerce_limits
 from rsched._core.log import get_logger
@@ -62,6 +63,7 @@ from rsched._store.queues import QueueStore
 from rsched._store.worker_calls import Done
 from rsched._worker.acker import Acker
 from rsched._worker.failures import ACTOR_FAILURES
+from rsched._worker.flow_starter import flow_starter
 from rsched._worker.journal import Journal, capture
 from rsched._worker.reader import Reader
 from rsched._worker.runner import Runner
@@ -380,8 +382,10 @@ class Worker:
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
+        # Every worker starts schedules' flows (rsched._worker.flow_starter).
+        handlers = {**self._handlers, FLOW_TASK: (flow_starter(stores), True)}
         state = self._state = WorkerState(
-            self._handlers, self.consumer, stores, settings, task_limits=self._limits
+            handlers, self.consumer, stores, settings, task_limits=self._limits
         )
         reader = Reader(state, jobs)
         journal = Journal(state)

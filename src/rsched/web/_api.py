@@ -1,5 +1,5 @@
-"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, workers, runs, flow-control
-limits, exclusion calendars, stats, health and events.
+"""The HTTP API, ``/api/v1``: schedules, queues, dead letters, jobs, flows, workers, runs,
+flow-control limits, exclusion calendars, stats, health and events.
 
 Every route is one SDK call (or a few reads) through ``_sdk``; errors are rsched's own, turned
 into JSON by ``_app``. Bodies that are a schedule, a job or a calendar are validated by rsched
@@ -622,6 +622,39 @@ async def cancel_job(sdk: SdkDep, execution_id: str) -> dict[str, str]:
     ``{"execution_id", "cancelled": <the state it was in>}``; 404 when it neither waits nor
     runs."""
     return {"execution_id": execution_id, "cancelled": await sdk.cancel(execution_id)}
+
+
+@router.get("/flows", tags=["flows"])
+async def list_flows(
+    sdk: SdkDep,
+    state: Annotated[
+        Literal["running", "completed", "failed", "cancelled"] | None,
+        Query(description="only flows in this state"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Flows, newest first, without their steps (``Client.flows``): ``{"items": [{"flow_id",
+    "state", "created_at", "ended_at", "schedule_id", "step_count", "done_count",
+    "failed_step", "labels", …}], "cursor"}``; GET /flows/{flow_id} reads one whole."""
+    page = await sdk.flows(state=state, limit=limit, cursor=cursor)
+    return {"items": [f.as_dict() for f in page.items], "cursor": page.cursor}
+
+
+@router.get("/flows/{flow_id}", tags=["flows"])
+async def get_flow(sdk: SdkDep, flow_id: str) -> dict[str, Any]:
+    """One flow with its steps (``Client.flow``): each step's ``number``, ``task``,
+    ``execution_id`` (GET /jobs/{execution_id}), ``state``, ``queue``, ``parents``,
+    ``children``, ``on_failure``, ``attempts``, ``result`` and ``barrier``; 404 FlowNotFound."""
+    return (await sdk.flow(flow_id)).as_dict()
+
+
+@router.post("/flows/{flow_id}/cancel", tags=["flows"])
+async def cancel_flow(sdk: SdkDep, flow_id: str) -> dict[str, Any]:
+    """Cancel a running flow: its steps not started never run, its running ones are stopped by
+    their workers. ``{"flow_id", "cancelled": true}``, or false when it had ended (nothing
+    done); 404 FlowNotFound."""
+    return {"flow_id": flow_id, "cancelled": await sdk.cancel_flow(flow_id)}
 
 
 @router.get("/workers", tags=["deployment"])

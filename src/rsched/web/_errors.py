@@ -14,8 +14,10 @@ from rsched import (
     CalendarInUse,
     CalendarNotFound,
     DeadLetterNotFound,
+    FlowNotFound,
     InvalidArgument,
     InvalidCalendar,
+    InvalidFlow,
     InvalidJob,
     InvalidSchedule,
     JobNotFound,
@@ -60,12 +62,14 @@ _STATUS: tuple[tuple[type[RschedError], int], ...] = (
     (DeadLetterNotFound, 404),
     (JobNotFound, 404),
     (CalendarNotFound, 404),
+    (FlowNotFound, 404),
     (ScheduleExists, 409),
     (ScheduleCompleted, 409),
     (CalendarInUse, 409),
     (InvalidSchedule, 422),
     (InvalidCalendar, 422),
     (InvalidJob, 422),
+    (InvalidFlow, 422),
     (RedisUnavailable, 503),
     (PoolExhausted, 503),  # every connection busy: try again shortly
     (ServerError, 503),  # the server refuses rsched (password, replica, memory, cluster node)
@@ -82,7 +86,7 @@ def status_of(exc: RschedError) -> int:
 
 
 def field_of(exc: RschedError) -> str | None:
-    if isinstance(exc, InvalidArgument | InvalidJob):
+    if isinstance(exc, InvalidArgument | InvalidJob | InvalidFlow):
         return exc.field
     if isinstance(exc, InvalidSchedule | InvalidCalendar):
         return exc.errors[0][0] or None if exc.errors else None
@@ -92,6 +96,8 @@ def field_of(exc: RschedError) -> str | None:
         return "entry_id"
     if isinstance(exc, JobNotFound):
         return "execution_id"
+    if isinstance(exc, FlowNotFound):
+        return "flow_id"
     if isinstance(exc, CalendarNotFound | CalendarInUse):
         return "name"
     return None
@@ -104,6 +110,12 @@ def message_of(exc: RschedError) -> str:
         return (
             f"calendar {exc.name!r} does not exist; create it first with PUT "
             f"/api/v1/calendars/{exc.name} or the dashboard's Calendars page"
+        )
+    if isinstance(exc, FlowNotFound):
+        # The SDK's message names the CLI command that lists them; here, the API's.
+        return (
+            f"no flow {exc.flow_id!r} (never run, or expired after it ended): GET /api/v1/flows "
+            "or the dashboard's Flows page lists them"
         )
     return str(exc)
 

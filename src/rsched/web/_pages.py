@@ -29,6 +29,7 @@ from rsched import (
     Health,
     HistoryEvent,
     InvalidArgument,
+    InvalidFlow,
     RschedError,
     Schedule,
     ScheduleNotFound,
@@ -37,6 +38,7 @@ from rsched._core import humanize as fmt
 from rsched._core.errors import CsrfError
 from rsched._core.rules import DST_FOLDS, DST_GAPS, RUN_STATUSES
 from rsched._core.schedule import STATE_FIELDS
+from rsched.web import _flow_graph as flow_graph
 from rsched.web import _views as views
 from rsched.web._errors import error_body, http_words
 from rsched.web._listing import SCAN_BUDGET, State, find
@@ -78,6 +80,12 @@ RUNS_CHARTED = 50
 #: at most: a run retried has a record per attempt, so twice the runs the chart draws.
 RUNS_LOGGED = 2 * RUNS_CHARTED
 _STATES: tuple[State, ...] = ("active", "paused", "completed")
+#: The states a flow can be in (the Flows page's filter).
+FLOW_STATES = ("running", "completed", "failed", "cancelled")
+#: Flows the Flows page lists per page.
+FLOWS_PAGE = 50
+#: A schedule's page lists the flows it started among this many of the newest flows.
+SCHEDULE_FLOWS_LOOK = 100
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32}$")
 
 
@@ -431,7 +439,10 @@ async def schedule(request: Request, schedule_id: str) -> Response:
     context = await schedule_context(request, schedule_id)
     changes = await changes_of(sdk, "schedule", schedule_id)
     specs = await sdk.spec_history(schedule_id)
-    return render(request, "schedule.html", changes=changes, specs=specs, **context)
+    # The flows its occurrences started, among the newest flows (no index by schedule).
+    newest = await sdk.flows(limit=SCHEDULE_FLOWS_LOOK)
+    started = [f for f in newest.items if f.schedule_id == schedule_id]
+    return render(request, "schedule.html", changes=changes, specs=specs, flows=started, **context)
 
 
 @router.get("/_live/schedules/{schedule_id}", response_class=HTMLResponse)
@@ -815,6 +826,80 @@ async def cancel_job(request: Request, execution_id: str) -> Response:
     if was == "running":
         return back(request, page, f"cancelling {execution_id}: its worker stops it")
     return back(request, page, f"cancelled {execution_id} ({was})")
+
+
+# --- flows --------------------------------------------------------------------------------------
+
+
+async def flows_context(request: Request) -> dict[str, Any]:
+    p = request.query_params
+    state = p.get("state", "").strip()
+    cursor = p.get("cursor") or None
+    try:
+        page = await sdk_of(request).flows(state=state or None, limit=FLOWS_PAGE, cursor=cursor)
+        found, more, problem = page.items, page.cursor, None
+    except (InvalidFlow, InvalidArgument) as exc:
+        found, more, problem = [], None, error_body(exc)
+    return {
+        "flows": found,
+        "cursor": more,
+        "state": state,
+        "states": FLOW_STATES,
+        "params": {"state": state} if state else {},
+        "at_cursor": cursor or "",
+        "problem": problem,
+    }
+
+
+@router.get("/flows", response_class=HTMLResponse)
+async def flows(request: Request) -> Response:
+    return render(request, "flows.html", **await flows_context(request))
+
+
+@router.get("/_live/flows", response_class=HTMLResponse)
+async def flows_live(request: Request) -> Response:
+    return render(request, "_flows.html", **await flows_context(request))
+
+
+async def flow_context(request: Request, flow_id: str) -> dict[str, Any]:
+    """One flow (``Client.flow``) and its steps drawn as a graph."""
+    info = await sdk_of(request).flow(flow_id)
+    graph = flow_graph.draw(info.steps, prefix(request), f"the steps of flow {flow_id}")
+    return {
+        "flow": info,
+        "graph": graph,
+        "large": len(info.steps) > flow_graph.COLLAPSE_FLOW,
+        "collapse_column": flow_graph.COLLAPSE_COLUMN,
+        "ended": info.state != "running",
+    }
+
+
+@router.get("/flows/{flow_id}", response_class=HTMLResponse)
+async def flow_page(request: Request, flow_id: str) -> Response:
+    return render(request, "flow.html", **await flow_context(request, flow_id))
+
+
+@router.get("/_live/flows/{flow_id}", response_class=HTMLResponse)
+async def flow_live(request: Request, flow_id: str) -> Response:
+    return render(request, "_flow.html", **await flow_context(request, flow_id))
+
+
+@router.post("/flows/{flow_id}/cancel")
+async def cancel_flow(request: Request, flow_id: str) -> Response:
+    await form(request)
+    page = f"/flows/{_quoted(flow_id)}"
+    try:
+        done = await sdk_of(request).cancel_flow(flow_id)
+    except RschedError as exc:
+        return back(request, page, str(exc), ok=False)
+    if not done:
+        return back(request, page, f"flow {flow_id} had ended: nothing to cancel", ok=False)
+    return back(
+        request,
+        page,
+        f"cancelled flow {flow_id}: its steps not started never run, its running ones are "
+        "stopped by their workers",
+    )
 
 
 # --- flow-control limits ------------------------------------------------------------------------

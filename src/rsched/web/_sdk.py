@@ -23,6 +23,7 @@ from rsched import (
     DepthPoint,
     Enqueued,
     Fired,
+    FlowInfo,
     Health,
     HealthEvent,
     HistoryEvent,
@@ -342,6 +343,23 @@ class Sdk:
     async def cancel(self, execution_id: str) -> str:
         """Cancels a waiting or running job; returns the state it was cancelled in."""
         return await self.client.cancel(execution_id)
+
+    # --- flows ---------------------------------------------------------------------------
+
+    async def flows(
+        self, *, state: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> Page[FlowInfo]:
+        return await self.client.flows(
+            state=state,  # type: ignore[arg-type]  # checked by the SDK (InvalidFlow naming it)
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def flow(self, flow_id: str) -> FlowInfo:
+        return await self.client.flow(flow_id)
+
+    async def cancel_flow(self, flow_id: str) -> bool:
+        return await self.client.cancel_flow(flow_id)
 
     async def job_logs(self, execution_id: str, attempt: int | None = None) -> list[JobLogRecord]:
         return await self.client.job_logs(execution_id, attempt)
