@@ -38,7 +38,7 @@ CONFIRMED = frozenset(
         # client
         "upsert", "upsert_many", "remove", "pause", "resume", "trigger", "backfill",
         "enqueue", "debounce", "requeue", "cancel", "limit_set", "limit_cancel",
-        "calendar_write",
+        "calendar_write", "flow_create", "flow_cancel",
         # scheduler
         "fire",
         # worker

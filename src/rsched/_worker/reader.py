@@ -501,15 +501,19 @@ class Reader:
                 continue
             for job in gone:
                 superseded.add(job.entry_id)
-                state.slots.release()
-                log.info(
-                    "job.cancelled",
-                    execution_id=job.execution_id,
-                    task=job.task,
-                    attempt=job.attempt,
-                    reason="superseded",
-                )
+                self._not_run(job, "superseded")
         return superseded
+
+    def _not_run(self, job: Job, reason: str) -> None:
+        """A job acknowledged and recorded cancelled by the script that was to start it."""
+        self.state.slots.release()
+        log.info(
+            "job.cancelled",
+            execution_id=job.execution_id,
+            task=job.task,
+            attempt=job.attempt,
+            reason=reason,
+        )
 
     async def _start_steps(self, stream: Stream, jobs: list[Job]) -> set[str]:
         """Mark flow steps running (lua/flow_start.lua); returns the entry ids of those whose
@@ -530,14 +534,7 @@ class Reader:
             if code == Code.OK:
                 continue
             over.add(job.entry_id)
-            state.slots.release()
-            log.info(
-                "job.cancelled",
-                execution_id=job.execution_id,
-                task=job.task,
-                attempt=job.attempt,
-                reason="flow_ended",
-            )
+            self._not_run(job, "flow_ended")
         return over
 
     async def _unknown_task(self, job: Job, fields: dict[str, str]) -> None:
