@@ -852,6 +852,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(
         subs,
+        "script",
+        "Print a Lua script as rsched runs it (includes inlined), for a worker in another "
+        "language (docs/protocol.md); needs no Redis",
+        "  rsched script            (the names)\n  rsched script complete > complete.lua\n"
+        "  rsched script complete --sha",
+        None,
+    )
+    script_local: LocalHandler = workers.cmd_script
+    p.set_defaults(local=script_local)
+    p.add_argument("name", nargs="?", metavar="NAME", help="a script of lua/ (none: list them)")
+    p.add_argument("--sha", action="store_true", help="print its SHA1 (the EVALSHA name)")
+
+    p = _sub(
+        subs,
         "sync",
         "Make Redis match a TOML schedules file",
         "  rsched sync schedules.toml --dry-run\n  rsched sync schedules.toml\n"

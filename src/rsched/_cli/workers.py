@@ -1,8 +1,10 @@
-"""``rsched`` commands on workers and jobs: ``workers``, ``jobs``, ``job`` and ``cancel``."""
+"""``rsched`` commands on workers and jobs: ``workers``, ``jobs``, ``job``, ``cancel``, and
+``script`` (the scripts a worker written in another language loads, docs/protocol.md)."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from datetime import datetime
 
@@ -13,9 +15,11 @@ from rsched._cli import bulk
 from rsched._cli.common import out
 from rsched._client.client import Client
 from rsched._core import humanize as fmt
+from rsched._core.errors import UsageError
 from rsched._core.job_logs import JobLogRecord
 from rsched._core.schedule import to_ms
 from rsched._core.workers import JobInfo, no_worker_for
+from rsched._redis import scripts
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -240,3 +244,19 @@ async def warn_if_no_worker_has(client: Client, task: str, queue: str) -> None:
             "its worker.unknown_task_grace_s (rsched workers lists them; rsched job ID says "
             "why a job waits)\n"
         )
+
+
+def cmd_script(args: argparse.Namespace) -> None:
+    """Print a script of lua/ as rsched sends it (includes inlined, under its shebang), byte for
+    byte, or its SHA1 (``--sha``: the EVALSHA name rsched uses), or with no name the names of
+    every script. A worker written in another language ships these texts (docs/protocol.md).
+    Needs no Redis."""
+    available = scripts.names()
+    if args.name is None:
+        sys.stdout.write("".join(f"{name}\n" for name in available))
+        return
+    if args.name not in available:
+        raise UsageError(f"NAME: no script {args.name!r}; give one of {', '.join(available)}")
+    text = scripts.source(args.name)
+    # Unchanged (no newline added): the printed text loads under rsched's own SHA1.
+    sys.stdout.write(hashlib.sha1(text.encode()).hexdigest() + "\n" if args.sha else text)
