@@ -71,10 +71,7 @@ def _doc_meanings() -> dict[str, str]:
 
 
 def _default(info: Any) -> str:
-    if info.default_factory is not None:
-        value = info.default_factory()
-    else:
-        value = info.default
+    value = info.default_factory() if info.default_factory is not None else info.default
     if value is None:
         return "unset"
     if isinstance(value, BaseModel):
