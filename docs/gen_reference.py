@@ -50,10 +50,11 @@ def _field_comments(model: type[BaseModel]) -> dict[str, str]:
     return found
 
 
-def _doc_meanings() -> dict[str, str]:
-    """The ``meaning`` column of the hand-written settings tables in docs/*.md (``| setting |
-    env | default | meaning |``), by setting name: they say more than the code's comments."""
-    meanings: dict[str, str] = {}
+def _doc_meanings() -> dict[str, tuple[str, str]]:
+    """The ``default`` and ``meaning`` columns of the hand-written settings tables in docs/*.md
+    (``| setting | env | default | meaning |``), by setting name: they say more than the code's
+    comments, and what an unset default means."""
+    meanings: dict[str, tuple[str, str]] = {}
     for page in sorted(DOCS.glob("*.md")):
         in_table = False
         for line in page.read_text().splitlines():
@@ -66,21 +67,22 @@ def _doc_meanings() -> dict[str, str]:
                 # Their links are relative to docs/; the reference pages sit one level down.
                 text = re.sub(r"\]\((?!https?:|#)", "](../", cells[-1])
                 for name in re.findall(r"`([\w.]+)`", cells[0]):
-                    meanings.setdefault(name, text)
+                    meanings.setdefault(name, (cells[2], text))
     return meanings
 
 
-def _default(info: Any) -> str:
+def _default(info: Any, documented: str) -> str:
     value = info.default_factory() if info.default_factory is not None else info.default
     if value is None:
-        return "unset"
-    if isinstance(value, BaseModel):
-        return "(section)"
+        # What unset means (a URL, the system's CAs, off) is in the hand-written table.
+        return documented or "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
     return f"`{value!r}`" if not isinstance(value, str) else f"`{value}`"
 
 
 def _settings_rows(
-    model: type[BaseModel], path: str, env: str, meanings: dict[str, str]
+    model: type[BaseModel], path: str, env: str, meanings: dict[str, tuple[str, str]]
 ) -> Iterator[str]:
     comments = _field_comments(model)
     for name, info in model.model_fields.items():
@@ -89,14 +91,19 @@ def _settings_rows(
             yield from _settings_rows(kind, f"{path}{name}.", f"{env}{name.upper()}__", meanings)
             continue
         setting = f"{path}{name}"
-        text = meanings.get(setting) or meanings.get(name if not path else setting)
+        documented, text = meanings.get(setting, ("", ""))
         text = text or comments.get(name, "")
+        if not text:
+            raise ValueError(
+                f"setting {setting} has no description: add a comment above the field in "
+                "rsched/_core/settings.py, or a row to a settings table in docs/"
+            )
         signs = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
         bounds = [f"{signs[k]} {getattr(m, k)}" for m in info.metadata for k in signs
                   if getattr(m, k, None) is not None]  # fmt: skip
         if bounds:
             text = f"{text} ({', '.join(bounds)})" if text else ", ".join(bounds)
-        yield f"| `{setting}` | `{env}{name.upper()}` | {_default(info)} | {text} |"
+        yield f"| `{setting}` | `{env}{name.upper()}` | {_default(info, documented)} | {text} |"
 
 
 def settings_page() -> str:
@@ -239,6 +246,16 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/http.md": http_page,
     "reference/metrics.md": metrics_page,
 }
+
+
+# Docstrings cross-reference in reST roles (:class:`X`), which mkdocstrings shows as written:
+# keep the name, drop the role.
+_ROLE = re.compile(r":(?:class|meth|func|attr|data|exc|mod|obj):(?=<code>)")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """mkdocs hook: the SDK reference's reST roles, as plain code."""
+    return _ROLE.sub("", html)
 
 
 def on_files(files: Any, config: Any) -> Any:
