@@ -142,15 +142,23 @@ def _commands(
 def cli_page() -> str:
     from rsched._cli.parser import build_parser
 
-    os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal: make it one width
     parts = [
         "# Command line\n",
         "Each command's `--help`, read from its parser when this site was built. "
         "`rsched-scheduler` and `rsched-worker` are `rsched scheduler` and `rsched worker`.\n",
     ]
-    for path, parser in _commands(build_parser(), "rsched"):
-        level = "#" * min(2 + path.count(" ") - 1, 4) if " " in path else "##"
-        parts.append(f"{level} `{path}`\n\n```text\n{parser.format_help().rstrip()}\n```\n")
+    # argparse wraps help to the terminal's width: make it one width, whatever builds the site.
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        for path, parser in _commands(build_parser(), "rsched"):
+            level = "#" * min(2 + path.count(" ") - 1, 4) if " " in path else "##"
+            parts.append(f"{level} `{path}`\n\n```text\n{parser.format_help().rstrip()}\n```\n")
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
     return "\n".join(parts)
 
 
