@@ -180,7 +180,9 @@ def http_page() -> str:
     rows = []
     for route, methods in schema["paths"].items():
         for method, op in methods.items():
-            summary = (op.get("summary") or "").replace("|", "\\|")
+            # The route's docstring where it has one, else the name FastAPI derives from it.
+            text = " ".join((op.get("description") or op.get("summary") or "").split())
+            summary = text.replace("|", "\\|")
             params = ", ".join(
                 f"`{p['name']}`" for p in op.get("parameters", []) if p.get("in") == "query"
             )
@@ -192,7 +194,7 @@ The routes of `rsched web`'s API ({schema["info"]["title"]}), read from its Open
 this site was built; a running dashboard serves the same schema at `/api/v1/openapi.json`.
 [Web dashboard](../dashboard.md) says how to start it, authenticate and what errors look like.
 
-| method | path | summary | query | body |
+| method | path | what it does | query | body |
 |---|---|---|---|---|
 {chr(10).join(rows)}
 """
