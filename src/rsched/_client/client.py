@@ -1499,7 +1499,7 @@ class Client:
         ``dead_letter_window_s`` (0 turns that check off), or any unhealthy schedule (late,
         stuck, failing; ``Health.schedules`` lists them). The limits default to the
         ``health.*`` settings; the two durations take seconds or text ("5m"). Reads are bounded
-        (README "Health and alerts"). Raises InvalidArgument for a negative limit.
+        (docs/health.md). Raises InvalidArgument for a negative limit.
         """
         given: dict[str, float | None] = {}
         if max_due is not None:

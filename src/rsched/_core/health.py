@@ -78,7 +78,7 @@ class Health:
     """A deployment's health (see :meth:`rsched.Client.health`).
 
     ``ok`` is true when no check failed; ``problems`` lists the failed checks; ``schedules``
-    the unhealthy schedules (late, stuck, failing) found by the bounded reads the README
+    the unhealthy schedules (late, stuck, failing) found by the bounded reads docs/health.md
     describes, ``truncated`` telling that more late schedules exist than were read.
     ``leader`` is the lease owner or None (of partition 0; ``leaders`` has each partition's),
     ``due`` how many schedules are due now and ``oldest_overdue_ms`` how late the most overdue

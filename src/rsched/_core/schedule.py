@@ -134,7 +134,7 @@ class Schedule(BaseModel):
     ``cron`` schedule may choose what a daylight-saving change does to it: ``dst_gap`` for a wall
     time the spring-forward gap skips (``shift``: at the first instant after the gap; ``skip``: no
     run that day) and ``dst_fold`` for one the fall-back fold repeats (``first``, ``last`` or
-    ``both`` occurrences); unset, cron's rule applies (README "Time rules (DST)"). ``every``
+    ``both`` occurrences); unset, cron's rule applies (docs/dst.md). ``every``
     (elapsed time) and ``at`` (one instant) have no wall times, so both fields leave them as
     they are, as ``buffer_limit`` leaves a schedule without ``overlap="buffer_all"``. The
     durations (``every``, ``retry_base_s``, ``retry_max_s``, ``timeout_s``, ``misfire_grace_s``,

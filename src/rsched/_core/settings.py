@@ -185,7 +185,7 @@ class WorkerSettings(BaseModel):
 
 class HealthSettings(BaseModel):
     """Health checks, the events stream and alerts (``rsched health``, ``rsched monitor``, the
-    leading scheduler's health watch). README "Health and alerts" describes each."""
+    leading scheduler's health watch). docs/health.md describes each."""
 
     # A schedule is failing when this many of its last finished runs failed or died.
     failing_runs: int = Field(default=3, ge=1, le=50)
@@ -214,7 +214,7 @@ class HealthSettings(BaseModel):
 
 class RetentionSettings(BaseModel):
     """How long what runs leave behind is kept; the leading scheduler enforces it every
-    ``interval_s`` (README, Runs log and retention)."""
+    ``interval_s`` (docs/runs-log.md)."""
 
     # The runs log: records older than this are trimmed (XTRIM MINID), and every write keeps
     # about runs_max_entries newest (MAXLEN ~), whichever is less.
