@@ -6,7 +6,8 @@ The private subpackages form layers; a module may import its own subpackage and 
     _core <- _redis <- _store <- _ops <- {_scheduler, _worker, _client} <- _cli <- _devtools
 
 The three in braces never import one another. ``web`` (the dashboard, public) imports the public
-``rsched`` API and ``_core`` only, as an application would.
+``rsched`` API and ``_core`` only, as an application would; ``contrib`` (the frameworks'
+integrations, public) the public API and the dashboard.
 """
 
 from __future__ import annotations
@@ -79,13 +80,18 @@ def _package(module: str) -> str:
 
 def test_every_module_is_in_a_layer_or_web() -> None:
     for module in MODULES:
-        assert _package(module) in {*RANK, "web", "lua"}, f"{module} is in no layer"
+        assert _package(module) in {*RANK, "web", "contrib", "lua"}, f"{module} is in no layer"
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_imports_go_down(module: str) -> None:
     package = _package(module)
     for target in _targets(module) - {package}:
+        if package == "contrib":
+            assert target in {"rsched", "web"}, (
+                f"contrib/{module} imports {target}: integrations use the public API"
+            )
+            continue
         if package == "web":
             assert target in {"rsched", "_core"}, (
                 f"web/{module} imports {target}: the dashboard uses the public rsched API and _core"

@@ -34,6 +34,7 @@ def create_app(
     token: str | None = None,
     allowed_hosts: Sequence[str] | None = None,
     refresh_s: float = 5.0,
+    dependencies: Sequence[Any] = (),
 ) -> ASGIApp:
     """The rsched dashboard and HTTP API (``/api/v1``) as an ASGI app.
 
@@ -44,7 +45,9 @@ def create_app(
     it empty and mount it (``parent.mount("/rsched", create_app(...))``): links follow the
     mount point. ``auth`` (``"user:password"``) and/or ``token`` (bearer) require
     authentication; ``allowed_hosts`` limits the accepted ``Host`` names (None: any).
-    ``refresh_s`` is how often an open page reloads its live part.
+    ``refresh_s`` is how often an open page reloads its live part. ``dependencies``
+    (``Depends(...)`` of the application the app is mounted in) guard every page and route, as
+    FastAPI runs them for the application's own (``rsched.contrib.fastapi``).
     Raises ValueError for a malformed ``auth`` or ``base_path``.
     """
     credentials = Auth(basic=auth, token=token)
@@ -69,6 +72,7 @@ def create_app(
         redoc_url=None,
         separate_input_output_schemas=False,
         lifespan=lifespan,
+        dependencies=list(dependencies),
     )
     app.state.sdk = sdk
     app.state.read_only = read_only
