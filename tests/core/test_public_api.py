@@ -9,7 +9,7 @@ import pytest
 import rsched
 
 #: Documented public subpackages: an attribute of ``rsched`` once imported, not in __all__.
-PUBLIC_SUBPACKAGES = {"web"}
+PUBLIC_SUBPACKAGES = {"web", "contrib"}
 
 
 def test_all_matches_exports() -> None:
