@@ -28,9 +28,8 @@ local now = now_ms()
 local out = {}
 for i = 2, #ARGV - 3, 4 do
   local id, fid, n, attempt = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local tag = string.match(stream, '^(.-}):queue:')
-  local fkey = (tag or '') .. ':flow:' .. fid
-  local state = declared(fkey) and key_is(fkey, 'hash') and rcall('HGET', fkey, 'state')
+  local _, fkey = flow_key(stream, fid)
+  local state = fkey and rcall('HGET', fkey, 'state')
   local code = OK
   local s = state and rcall('HGET', fkey, n .. '.s')
   if s and FLOW_ENDED[s] then

@@ -14,7 +14,8 @@
 -- The flow's hash is found by name ({p}:flow:<id>, with the stream's tag) and written only when
 -- the caller declared it; one that is gone (expired) or of another type is left alone.
 --
--- flow_stop(fkey, state, now, failed) — a running flow ends `state` ('failed', 'cancelled'):
+-- flow_stop(fkey, state, now, failed) — a running flow ends `state` ('failed', 'cancelled'),
+-- and expires its `ttl` from now:
 -- every step not released yet is marked cancelled. Returns the numbers of the steps released
 -- and not ended (queued or running: cancel_flow asks them to stop).
 --
@@ -85,19 +86,24 @@ local function flow_stop(fkey, state, now, failed)
       end
     end
   end
-  local left = tonumber(rcall('HGET', fkey, 'left')) or 0
-  if cancelled > 0 then left = rcall('HINCRBY', fkey, 'left', -cancelled) end
-  if left <= 0 then flow_over(fkey, now) end
-  local ttl = tonumber(rcall('HGET', fkey, 'ttl') or '')
-  if ttl and ttl > 0 then rcall('PEXPIRE', fkey, ttl) end
+  if cancelled > 0 then rcall('HINCRBY', fkey, 'left', -cancelled) end
+  flow_over(fkey, now)  -- the state is no longer running: it sets the expiry only
   return live
 end
 
-local function flow_end(stream, fid, n, outcome, attempt, result, now)
+-- flow_key(stream, fid): the partition tag of `stream` and the key of flow `fid` there, when the
+-- caller declared it and it is a hash or absent (nil otherwise).
+local function flow_key(stream, fid)
   local tag = string.match(stream, '^(.-}):queue:')
-  if not tag then return end
+  if not tag then return nil end
   local fkey = tag .. ':flow:' .. fid
-  if not declared(fkey) or not key_is(fkey, 'hash') then return end
+  if not declared(fkey) or not key_is(fkey, 'hash') then return nil end
+  return tag, fkey
+end
+
+local function flow_end(stream, fid, n, outcome, attempt, result, now)
+  local tag, fkey = flow_key(stream, fid)
+  if not tag then return end
   n = tostring(n)
   local got = rcall('HMGET', fkey, 'state', n, n .. '.s')
   local state, def, was = got[1], got[2], got[3]

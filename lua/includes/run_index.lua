@@ -14,19 +14,14 @@
 -- run_index_key(runs, key): whether `key` is one of those index keys (a script whose optional
 -- keys follow the runs log tells them from what else may follow).
 -- @include rcall
-
-local run_index_declared = nil
+-- @include declared
 
 local function run_index(runs, id, labels)
-  if run_index_declared == nil then
-    run_index_declared = {}
-    for i = 1, #KEYS do run_index_declared[KEYS[i]] = true end
-  end
   local pairs_key = runs .. ':labels'
-  local registry = run_index_declared[pairs_key]
+  local registry = declared(pairs_key)
   for pair in string.gmatch(labels, '[^,]+') do
     local key = runs .. ':label:' .. pair
-    if run_index_declared[key] then
+    if declared(key) then
       redis.pcall('XADD', key, id, 'i', '1')
       if registry then redis.pcall('SADD', pairs_key, pair) end
     end

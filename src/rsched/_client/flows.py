@@ -8,6 +8,7 @@ partition 0, where every limit is (docs/limits.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import uuid
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from rsched._core.flows import FLOW_ID_MAX, FlowInfo, FlowPlan, FlowRun, FlowSta
 from rsched._core.page import Page
 from rsched._core.partitions import job_partition
 from rsched._core.rules import check_labels, check_name, labels_text
-from rsched._store.partitions import Partitions
+from rsched._store.partitions import Partitions, gather
 from rsched._store.queues import QueueStore
 
 _STATES = ("running", "completed", "failed", "cancelled")
@@ -80,7 +81,12 @@ async def listing(
             float(cursor)
         except ValueError:
             raise InvalidFlow("cursor", "give the cursor of the page before, as returned") from None
-    pages = [await q.list_flows(state=state, limit=limit, cursor=cursor) for q in parts.queues]
+    pages = await gather(
+        [
+            functools.partial(q.list_flows, state=state, limit=limit, cursor=cursor)
+            for q in parts.queues
+        ]
+    )
     merged = list(heapq.merge(*(items for items, _ in pages), key=lambda f: -f[0]))[:limit]
     more = len(merged) == limit and any(more for _, more in pages)
     return Page([info for _, info in merged], cursor=repr(merged[-1][0]) if more else None)

@@ -55,9 +55,9 @@ def schedule_keys(keys: Keys, schedule_id: str, lane: str) -> list[str]:
 async def declared_step_keys(redis: Any, keys: Keys, flow_id: str, step: int) -> list[str]:
     """:func:`step_keys` of a flow step known by number (its lanes read from its flow)."""
     raw, sid, lane, queue = await redis.hmget(keys.flow(flow_id), str(step), "sid", "lane", "queue")
-    lanes = read_step(step, raw, _text(queue) or "default")["lanes"] if raw is not None else ""
-    fields = {"flow": flow_id, "flow_next": lanes, "flow_sid": _text(sid)}
-    return step_keys(keys, {**fields, "flow_lane": _text(lane)})
+    lanes = read_step(step, raw, text(queue) or "default")["lanes"] if raw is not None else ""
+    fields = {"flow": flow_id, "flow_next": lanes, "flow_sid": text(sid)}
+    return step_keys(keys, {**fields, "flow_lane": text(lane)})
 
 
 def error_record(error_type: str, message: str) -> str:
@@ -65,7 +65,8 @@ def error_record(error_type: str, message: str) -> str:
     return orjson.dumps({"error": error_type, "message": message[:2000]}).decode()
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A reply's value as text ('' for none): the stores read flows with either client."""
     if value is None:
         return ""
     return value.decode() if isinstance(value, bytes) else str(value)

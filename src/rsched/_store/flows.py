@@ -35,7 +35,7 @@ from rsched._core.job import Lane
 from rsched._core.keys import GROUP
 from rsched._core.log import get_logger
 from rsched._core.rules import Priority, read_labels
-from rsched._store.flow_keys import lanes_of, schedule_keys, step_keys
+from rsched._store.flow_keys import lanes_of, schedule_keys, step_keys, text
 from rsched._store.jobs import Jobs
 
 #: Flows a listing looks at for one page when it filters by state.
@@ -113,7 +113,7 @@ class Flows(Jobs):
 
     async def flow_fields(self, flow_id: str) -> dict[str, str]:
         raw = await self.redis.hgetall(self.keys.flow(flow_id))
-        return {_s(f): _s(v) for f, v in raw.items()}
+        return {text(f): text(v) for f, v in raw.items()}
 
     async def read_flow(self, flow_id: str, *, results: bool = True) -> FlowInfo:
         """The flow with its steps; raises FlowNotFound."""
@@ -179,12 +179,12 @@ class Flows(Jobs):
                 return out, False
             async with self.redis.pipeline(transaction=False) as pipe:
                 for member, _ in batch:
-                    pipe.hmget(self.keys.flow(_s(member)), *_LIST_FIELDS)
+                    pipe.hmget(self.keys.flow(text(member)), *_LIST_FIELDS)
                 rows = await pipe.execute()
             for (member, score), row in zip(batch, rows, strict=True):
                 looked += 1
                 top = f"({score!r}"
-                info = _info(_s(member), dict(zip(_LIST_FIELDS, map(_opt, row), strict=True)))
+                info = _info(text(member), dict(zip(_LIST_FIELDS, map(_opt, row), strict=True)))
                 if info is not None and (state is None or info.state == state):
                     out.append((float(score), info))
                     if len(out) == limit:
@@ -195,7 +195,7 @@ class Flows(Jobs):
         """End the flow ``cancelled`` (lua/flow_cancel.lua): returns the steps released and not
         ended, whose jobs the caller cancels; None when it had ended. Raises FlowNotFound."""
         sid, lane = await self.redis.hmget(self.keys.flow(flow_id), "sid", "lane")
-        keys = [self.keys.flow(flow_id), *schedule_keys(self.keys, _s(sid or ""), _s(lane or ""))]
+        keys = [self.keys.flow(flow_id), *schedule_keys(self.keys, text(sid), text(lane))]
         res = await self.call("flow_cancel", keys, [])
         code = int(res[0])
         if code == Code.NOT_FOUND:
@@ -233,17 +233,21 @@ class Flows(Jobs):
         cursor = 0
         while True:
             cursor, batch = await self.redis.zscan(self.keys.flows, cursor, count=500)
-            ids = [_s(member) for member, _ in batch]
+            ids = [text(member) for member, _ in batch]
             async with self.redis.pipeline(transaction=False) as pipe:
                 for flow_id in ids:
                     pipe.hmget(self.keys.flow(flow_id), "state", "at", "created")
                 rows = await pipe.execute()
             gone = []
             for flow_id, (state, at, created) in zip(ids, rows, strict=True):
-                if state is None or (_s(state) != "running" and _int(_opt(created)) < before_ms):
+                if state is None or (text(state) != "running" and _int(_opt(created)) < before_ms):
                     gone.append(flow_id)
-                elif _s(state) == "running" and at is not None and _int(_s(at)) < now_ms - stall_ms:
-                    repaired += await self._repair(flow_id, _s(at), queues)
+                elif (
+                    text(state) == "running"
+                    and at is not None
+                    and _int(text(at)) < now_ms - stall_ms
+                ):
+                    repaired += await self._repair(flow_id, text(at), queues)
             if gone:
                 dropped += int(await self.redis.zrem(self.keys.flows, *gone))
             if cursor == 0:
@@ -315,12 +319,8 @@ def _info(flow_id: str, fields: Mapping[str, str | None]) -> FlowInfo | None:
     )
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _opt(value: Any) -> str | None:
-    return None if value is None else _s(value)
+    return None if value is None else text(value)
 
 
 def _int(text: str | None) -> int:
