@@ -371,6 +371,12 @@ class Worker:
                     await self._stopping.wait()
         return []
 
+    def _new_state(self, stores: list[QueueStore], settings: Settings) -> WorkerState:
+        """The state the actors of one run share (rsched.testing drives them from it too)."""
+        # Every worker starts schedules' flows (rsched._worker.flow_starter).
+        handlers = {**self._handlers, FLOW_TASK: (flow_starter(stores), True)}
+        return WorkerState(handlers, self.consumer, stores, settings, task_limits=self._limits)
+
     async def _serve(
         self,
         stores: list[QueueStore],
@@ -382,11 +388,7 @@ class Worker:
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
-        # Every worker starts schedules' flows (rsched._worker.flow_starter).
-        handlers = {**self._handlers, FLOW_TASK: (flow_starter(stores), True)}
-        state = self._state = WorkerState(
-            handlers, self.consumer, stores, settings, task_limits=self._limits
-        )
+        state = self._state = self._new_state(stores, settings)
         reader = Reader(state, jobs)
         journal = Journal(state)
         runner = runner_class(state, send, journal)
