@@ -228,6 +228,13 @@ def virtual_clock(redis: Redis) -> VirtualClock | None:
     return _VIRTUAL_CLOCKS.get(redis)
 
 
+async def entry_id(redis: Redis) -> str:
+    """The id of a stream entry Python adds now: ``*`` (the server's time), or the time of the
+    client's virtual clock."""
+    clock = _VIRTUAL_CLOCKS.get(redis)
+    return "*" if clock is None else f"{await clock.time_ms(redis)}-*"
+
+
 async def server_time_ms(redis: Redis, keys: Keys | None) -> int:
     """Redis TIME in epoch ms. On a cluster, the clock of the primary serving the partition of
     ``keys``: the one its scripts read (each node has its own clock). A client with a

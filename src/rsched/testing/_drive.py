@@ -78,6 +78,7 @@ class Drive:
         self.worker = worker
         self.queues: list[str] = list(settings.worker.queues)
         self._last: Probe | None = None  # what the last step of settle saw
+        self.now_ms = 0  # the virtual time of the step under way
         self.state: WorkerState | None = None
         if worker is not None:
             self.state = worker._new_state([self.store], settings)
@@ -88,6 +89,7 @@ class Drive:
             )
             self.reader = Reader(self.state, self._jobs_in)
             self.journal = Journal(self.state)
+            self.journal.clock = lambda: self.now_ms  # what handlers say, at the virtual time
             self.runner = runner_class(self.state, self._acks_in, self.journal)
             self.acker = Acker(self.state)
 
@@ -121,6 +123,7 @@ class Drive:
         """Do everything due at ``now_ms`` (the clock set there): fire, promote, run; again
         until a step does nothing. Each step starts with a look at what is due (one round trip)
         and calls only what has something to do."""
+        self.now_ms = now_ms
         # The chores are paced by the wall clock: once per virtual time is their pace here.
         self.ticker.chores_now()
         last: Probe | None = None
@@ -194,8 +197,8 @@ class Drive:
 
     async def _work(self) -> int:
         """The reader's take of everything waiting (as many entries as the worker has slots),
-        its jobs run by the runners at once, their outcomes recorded; how many entries it
-        took."""
+        its jobs run by the runner one after the other, their outcomes recorded; how many
+        entries it took."""
         state = self.state
         if state is None:
             return 0
@@ -207,9 +210,10 @@ class Drive:
         state.slots.take(taken)
         for lane, entries in got:
             await self.reader.dispatch(lane, [(eid, fields, 1) for eid, fields in entries])
-        async with anyio.create_task_group() as runners:
-            for job in _drain(self._jobs):
-                runners.start_soon(self.runner.run_job, job)
+        # One at a time, in the order taken: the same test writes the same records in the same
+        # order on every run (runners side by side would interleave them by chance).
+        for job in _drain(self._jobs):
+            await self.runner.run_job(job)
         batch = _drain(self._acks)
         if batch:
             await self.acker.ack(batch)
