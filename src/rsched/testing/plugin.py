@@ -1,6 +1,7 @@
-"""The ``rsched`` pytest plugin (registered by the ``testing`` extra's entry point): the
-``rsched_env`` fixture, a :class:`~rsched.testing.TestEnv` per test, open for the test's
-duration.
+"""rsched's pytest plugin: the ``rsched_env`` fixture, a :class:`~rsched.testing.TestEnv` per
+test, open for the test's duration. A project loads it from its top conftest.py with
+``pytest_plugins = ["rsched.testing.plugin"]``: it is not registered for every pytest run of an
+environment where rsched is installed.
 
 A project says which worker the environment runs by defining the fixture ``rsched_worker`` (in
 its conftest.py), and may define ``rsched_start`` (where the clock starts) and
