@@ -225,8 +225,10 @@ async def test_fakeredis_runs_the_tour_as_the_server_does(
 def test_every_script_compiles_in_fakeredis_lua(name: str) -> None:
     """fakeredis runs scripts with lupa's Lua 5.1, which refuses some text Redis takes (a
     ``[[`` inside a ``--[[`` comment)."""
-    runtime = lupa.lua51.LuaRuntime(encoding=None)  # type: ignore[attr-defined]
-    load: Callable[[bytes], Any] = runtime.eval("function(s) local f, e = loadstring(s); return e end")
+    runtime = lupa.lua51.LuaRuntime(encoding=None)
+    load: Callable[[bytes], Any] = runtime.eval(
+        "function(s) local f, e = loadstring(s); return e end"
+    )
     text = VirtualClock("{p}:virtual_clock", shebang=False).source(name)
     assert load(text.encode()) is None
 
@@ -245,4 +247,3 @@ def test_the_virtual_scripts_read_no_server_clock(name: str) -> None:
 def test_production_scripts_are_untouched() -> None:
     for name in scripts.names():
         assert "virtual_clock" not in scripts.source(name)
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -216,7 +216,10 @@ class TestEnv:
         key = self._driving().keys.runs
         out: list[RunRecord] = []
         while True:
-            entries = await self.redis.xrange(key, min=f"({mark}", max="+", count=_RUNS_CHUNK)
+            entries = cast(
+                list[tuple[str, dict[str, str]]],
+                await self.redis.xrange(key, min=f"({mark}", max="+", count=_RUNS_CHUNK),
+            )
             for entry_id, fields in entries:
                 record = record_of(str(entry_id), fields)
                 if record is not None:

@@ -54,7 +54,7 @@ def _correct_xreadgroup() -> None:
         return original(self, res)
 
     reply.rsched_corrected = True  # type: ignore[attr-defined]
-    StreamsCommandsMixin._xreadgroup_reply = reply
+    StreamsCommandsMixin._xreadgroup_reply = reply  # type: ignore[method-assign]
 
 
 #: Compiled chunks kept per runtime: rsched's scripts and a few more.
@@ -67,7 +67,7 @@ def _keep_compiled() -> None:
     module = scripting.LUA_MODULE
     if isinstance(module, _KeepingModule):
         return
-    scripting.LUA_MODULE = _KeepingModule(module)
+    scripting.LUA_MODULE = _KeepingModule(module)  # type: ignore[assignment]
 
 
 class _KeepingModule:
@@ -76,7 +76,7 @@ class _KeepingModule:
     def __init__(self, module: Any) -> None:
         self._module = module
 
-        class Runtime(module.LuaRuntime):  # type: ignore[misc, name-defined]
+        class Runtime(module.LuaRuntime):  # type: ignore[misc]
             def execute(self, code: bytes | str, *args: Any) -> Any:
                 kept = self.__dict__.setdefault("kept", {})
                 chunk = kept.get(code)
