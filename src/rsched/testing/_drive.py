@@ -58,7 +58,6 @@ class Drive:
 
     def __init__(self, redis: Redis, settings: Settings, worker: Worker | None) -> None:
         self.redis = redis
-        self.settings = settings
         self.keys = Keys(settings.prefix)
         cfg = settings.scheduler
         self.firing = FiringStore.from_settings(redis, settings, self.keys)
@@ -75,7 +74,6 @@ class Drive:
         )
         self.lease: str | None = None
         self.store = QueueStore.from_settings(redis, settings, self.keys)
-        self.worker = worker
         self.queues: list[str] = list(settings.worker.queues)
         self._last: Probe | None = None  # what the last step of settle saw
         self.now_ms = 0  # the virtual time of the step under way
