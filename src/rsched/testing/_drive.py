@@ -134,7 +134,9 @@ class Drive:
                 moved = await self._promote()
             if probe.limits <= now_ms:
                 moved += await self._resume()
-            taken = await self._work()
+            # An entry fired, promoted or resumed now, or written by the handlers of the step
+            # before (an enqueue, a pending occurrence released), is in a stream.
+            taken = await self._work() if fired or moved or probe.entries else 0
             if not (fired or moved or taken):
                 if probe.schedules > now_ms:
                     return
@@ -150,19 +152,26 @@ class Drive:
         )
 
     async def _probe(self) -> Probe:
-        """When the earliest schedule, delayed job and limit of the partition are due."""
+        """When the earliest schedule, delayed job and limit of the partition are due, and
+        how many entries the worker's streams hold (a stream keeps only entries not yet
+        acknowledged: waiting, or taken and not ended)."""
         k = self.keys
+        streams = [s for q in self.queues for s in k.streams(q)] if self.state else []
         async with self.redis.pipeline(transaction=False) as pipe:
             for key in (k.schedules, k.parked, *map(k.delayed_queue, self.queues)):
                 pipe.zrange(key, 0, 0, withscores=True)
             for key in k.limits[1], k.limits[6]:  # holds (their lapse), ready
                 pipe.zrange(key, 0, 0, withscores=True)
-            heads = [found[0][1] if found else math.inf for found in await pipe.execute()]
+            for key in streams:
+                pipe.xlen(key)
+            found = await pipe.execute()
+        heads = [f[0][1] if f else math.inf for f in found[: len(found) - len(streams)]]
         index, parked, *delayed = heads[: 2 + len(self.queues)]
         return Probe(
             min(index, parked - UNPARK_WITHIN_MS),
             min(delayed, default=math.inf),
             min(heads[-2:]) if self.state is not None else math.inf,
+            sum(found[len(heads) :]),
         )
 
     async def _fire(self) -> int:
@@ -228,11 +237,12 @@ class Drive:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """When the first of each kind of work is due (ms; inf: none)."""
+    """When the first of each kind of work is due (ms; inf: none), and the entries waiting."""
 
     schedules: float
     delayed: float
     limits: float
+    entries: int
 
 
 def _drain(stream: MemoryObjectReceiveStream[T]) -> list[T]:
