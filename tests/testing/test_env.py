@@ -208,3 +208,13 @@ async def test_advance_refuses_a_bad_duration() -> None:
             await env.advance("soon")
         with pytest.raises(rsched.InvalidArgument, match="by"):
             await env.advance(-1)
+
+
+async def test_on_a_real_server_one_environment_per_prefix(redis_url: str, prefix: str) -> None:
+    seen: list[rsched.Job] = []
+    async with TestEnv(reports_worker(seen), server=redis_url, prefix=prefix) as env:
+        await env.client.add({"id": "n", "task": "reports.nightly", "cron": "0 2 * * *"})
+        assert [r.status for r in await env.advance("1d")] == ["completed"]
+        with pytest.raises(rsched.StateError, match="prefix of its own"):
+            async with TestEnv(None, server=redis_url, prefix=prefix):
+                pass

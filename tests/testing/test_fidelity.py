@@ -22,9 +22,10 @@ from rsched.testing import TestEnv
 
 START = datetime(2030, 3, 1, 8, tzinfo=UTC)
 # What differs between two runs of the same tour whatever the server: random ids (request ids,
-# enqueued jobs' execution ids) and measured durations.
+# enqueued jobs' execution ids, the lease's owner) and measured durations.
 _RANDOM = (
     (re.compile(r"[0-9a-f]{32}"), "<hex>"),
+    (re.compile(r"rsched\.testing:[0-9a-f]{6}"), "rsched.testing:<owner>"),
     (re.compile(r'("duration_ms":|"dur":)\s*[0-9.]+'), r"\1 <ms>"),
     (re.compile(r'("tour-worker",)[0-9.]+,'), r"\1<ms>,"),  # a run record's duration
     # A history record's run outcome: its time (the end less the duration) and duration.
@@ -165,8 +166,9 @@ async def every_key(redis: Redis) -> dict[str, Any]:
 def recording(monkeypatch: pytest.MonkeyPatch) -> Calls:
     """Record the name and reply of every script call, in order."""
     calls: Calls = []
-    # A read-only call falls back to a plain one on a server without EVALSHA_RO (fakeredis):
-    # one call, recorded once.
+    # A call may go through another (a read-only one falls back to a plain one on a server
+    # without EVALSHA_RO, as fakeredis; a packed one to a plain one when the script is not
+    # loaded yet): one call, recorded once.
     depth = [0]
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -182,18 +184,8 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> Calls:
 
         return call
 
-    for name in ("call", "call_read"):
+    for name in ("call", "call_read", "call_packed"):
         monkeypatch.setattr(ScriptCaller, name, wrap(getattr(ScriptCaller, name)))
-    # The fire path's packed calls: recorded where they end (call, or the raw exchange).
-    original = ScriptCaller._exchange
-
-    async def exchange(self: ScriptCaller, name: str, data: bytes, count: int) -> Any:
-        replies = await original(self, name, data, count)
-        if replies is not None:
-            calls.append((name, replies[0]))
-        return replies
-
-    monkeypatch.setattr(ScriptCaller, "_exchange", exchange)
     return calls
 
 

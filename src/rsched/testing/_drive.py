@@ -12,6 +12,7 @@ T; :meth:`Drive.next_due` says when something is due next.
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -93,7 +94,7 @@ class Drive:
 
     async def open(self) -> None:
         """Take the partition's lease and create the worker's consumer groups."""
-        owner = f"rsched.testing:{self.keys.prefix}"
+        owner = f"rsched.testing:{uuid.uuid4().hex[:6]}"  # as a scheduler's: one per process
         self.lease, _ = await self.leases.acquire(owner, LEASE_TTL_MS)
         if self.lease is None:
             raise StateError(

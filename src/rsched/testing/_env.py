@@ -79,7 +79,11 @@ class TestEnv:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> TestEnv:
-        await self.open()
+        try:
+            await self.open()
+        except BaseException:
+            await self.aclose()  # what was opened (a server started) before the failure
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
