@@ -258,3 +258,42 @@ def test_the_class_path_of_a_traceback() -> None:
     assert class_path(tb, "E") == "my.mod.E"
     assert class_path("Traceback ...\nValueError: bad\n", "ValueError") == "builtins.ValueError"
     assert class_path("Traceback ...\nother.Thing: x\n", "E") is None
+
+
+# --- the worker's command -------------------------------------------------------------------
+
+
+def test_the_worker_command_wants_a_worker_or_a_project(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rsched._cli.worker_process import main
+
+    assert main([]) == 2
+    assert (
+        "give a Worker as module:attribute, or --django SETTINGS_MODULE" in capsys.readouterr().err
+    )
+    both = ["tests.support.worker_app:worker", "--django", SETTINGS_MODULE]
+    assert main(both) == 2
+
+
+@pytest.mark.slow
+def test_a_project_that_cannot_be_set_up_is_a_config_error(redis_url: str, prefix: str) -> None:
+    env = {"RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix}
+    proc = Proc("rsched._cli.worker_process", "--django", "no_such.settings", env=env)
+    assert proc.wait() == 2
+    assert "cannot set Django up (DJANGO_SETTINGS_MODULE='no_such.settings')" in proc.output()
+    proc.close()
+
+
+@pytest.mark.slow
+def test_manage_py_rsched_worker_runs_the_worker(redis_url: str, prefix: str) -> None:
+    env = {"RSCHED_REDIS_URL": redis_url, "RSCHED_PREFIX": prefix}
+    # manage.py's --settings is Django's; the other flags are rsched-worker's.
+    args = ("rsched_worker", "--settings", SETTINGS_MODULE, "--concurrency", "2")
+    proc = Proc("django", *args, env={**env, "DJANGO_SETTINGS_MODULE": ""})
+    try:
+        proc.wait_for("worker.start")
+        assert "concurrency=2" in proc.output()
+        assert "tests.contrib.django_app.tasks.whoami" in proc.output()
+    finally:
+        proc.close()

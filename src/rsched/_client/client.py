@@ -398,11 +398,11 @@ class Client:
         repeated id, an id another source or the SDK created (unless ``adopt``)."""
         _argument("source", lambda s: check_name(s, "source name"), source)
         label = f"schedules of source {source!r}"
-        valid: list[Schedule] = []
+        valid: list[tuple[int, Schedule]] = []
         errors: list[tuple[str, str]] = []
         for index, entry in enumerate(schedules):
             try:
-                valid.append(self._validated(entry))
+                valid.append((index, self._validated(entry)))
             except InvalidSchedule as exc:
                 where = f"schedule[{index}]"
                 errors.extend((f"{where}.{f}" if f else where, m) for f, m in exc.errors)

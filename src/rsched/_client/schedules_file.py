@@ -505,11 +505,14 @@ async def sync_file(
     )
 
 
-def read_schedules(label: str, source: str, schedules: Sequence[Schedule]) -> ParsedFile:
-    """Schedules built in code (an application's settings) as a file of ``source`` named
-    ``label`` in messages; a repeated id is one of its problems."""
+def read_schedules(
+    label: str, source: str, schedules: Sequence[tuple[int, Schedule]]
+) -> ParsedFile:
+    """Schedules built in code (an application's settings), each with its index in the list
+    given, as a file of ``source`` named ``label`` in messages; a repeated id is one of its
+    problems."""
     parsed = ParsedFile(label, "", source, explicit_source=True)
-    for index, s in enumerate(schedules):
+    for index, s in schedules:
         where = f"schedule[{index}] (id {s.id!r})"
         if s.id in parsed.where:
             parsed.errors.append(

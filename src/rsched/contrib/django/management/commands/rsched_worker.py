@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+
+#: manage.py's own options, already applied when the command runs (settings are loaded).
+_MANAGE_OPTIONS = ("--settings", "--pythonpath")
 
 
 class Command(BaseCommand):  # type: ignore[misc]  # Django ships no annotations
@@ -24,9 +27,19 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no annotations
             "args", nargs=argparse.REMAINDER, help="flags of rsched-worker (--queues, ...)"
         )
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        module = settings.SETTINGS_MODULE
-        command = [sys.executable, "-m", "rsched._cli.worker_process", "--django", module]
+    def run_from_argv(self, argv: list[str]) -> NoReturn:
+        # rsched-worker parses its own flags: Django's parser would refuse them.
+        flags: list[str] = []
+        rest = iter(argv[2:])
+        for arg in rest:
+            if arg in _MANAGE_OPTIONS:
+                next(rest, None)
+            elif not arg.startswith(tuple(f"{o}=" for o in _MANAGE_OPTIONS)):
+                flags.append(arg)
+        self.handle(*flags)
+
+    def handle(self, *args: Any, **options: Any) -> NoReturn:
+        command = [sys.executable, "-m", "rsched._cli.worker_process"]
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execv(sys.executable, [*command, *args])
+        os.execv(sys.executable, [*command, "--django", settings.SETTINGS_MODULE, *args])
