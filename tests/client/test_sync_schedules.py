@@ -4,6 +4,8 @@ changes under ``sync:<source>``."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from redis.asyncio import Redis
 
@@ -53,7 +55,7 @@ async def test_every_problem_is_listed_and_nothing_is_applied(
                 {"id": "b", "task": "t.b", "every": 60},
                 {"id": "b", "task": "t.b", "every": 60},
                 {"id": "mine", "task": "t", "every": 60},
-                "not a schedule",
+                cast(Schedule, "not a schedule"),
             ],
             source="app",
         )
