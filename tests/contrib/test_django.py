@@ -297,3 +297,25 @@ def test_manage_py_rsched_worker_runs_the_worker(redis_url: str, prefix: str) ->
         assert "tests.contrib.django_app.tasks.whoami" in proc.output()
     finally:
         proc.close()
+
+
+async def test_bad_schedules_in_settings_stop_the_worker_before_it_reads(
+    redis_url: str, prefix: str
+) -> None:
+    from rsched.contrib.django import build_worker
+
+    schedules = [
+        {"id": "ok", "task": tasks.tick, "every": 60, "kwargs": {"note": "n"}},
+        {"id": "bad", "task": "tests.contrib.django_app.tasks.tick", "every": -1},
+    ]
+    with override_settings(TASKS=tasks_setting(redis_url, prefix), RSCHED_SCHEDULES=schedules):
+        worker = build_worker()
+        assert "tests.contrib.django_app.tasks.urgent" in worker.tasks
+        with pytest.raises(
+            rsched.ConfigError, match=r"(?s)RSCHED_SCHEDULES: .*schedule\[1\]\.every"
+        ):
+            await worker.run()
+    async with rsched.Client.from_settings(
+        rsched.Settings(redis_url=redis_url, prefix=prefix)
+    ) as client:
+        assert (await client.list()).items == []

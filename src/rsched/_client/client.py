@@ -390,7 +390,7 @@ class Client:
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """Make the schedules of ``source`` match ``schedules``, as a schedules file's sync
-        does (docs/schedules-file.md): new ones added, changed ones replaced, unchanged ones
+        does (docs/schedules-files.md): new ones added, changed ones replaced, unchanged ones
         untouched, and (with ``prune``) the ones this source created earlier and no longer
         lists removed. The audit trail records the changes as from ``sync:<source>``. Returns
         the plan as JSON-ready data (``applied``, ``changes``, ``unchanged``). Raises

@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.module_loading import module_has_submodule
 from redis.asyncio import Redis
 
-from rsched import Client, ConfigError, Job, Schedule, Worker
+from rsched import Client, ConfigError, Job, Schedule, ScheduleFileError, Worker
 from rsched.contrib.django._backend import RschedBackend, rsched_priority
 from rsched.contrib.django._framework import (
     RUNNING,
@@ -64,13 +64,18 @@ class DjangoWorker(Worker):
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Sync the schedules, then :meth:`rsched.Worker.run`. Raises ScheduleFileError listing
-        every problem of RSCHED_SCHEDULES (nothing synced, the worker does not start)."""
+        """Sync the schedules, then :meth:`rsched.Worker.run`. Raises ConfigError listing every
+        problem of RSCHED_SCHEDULES (nothing synced, the worker does not start)."""
         if self.schedules or self.prune:
             settings = self.resolve_settings()
             client = Client.from_settings(settings) if redis is None else Client(redis, settings)
             async with client:
-                await client.sync_schedules(self.schedules, source=self.source, prune=self.prune)
+                try:
+                    await client.sync_schedules(
+                        self.schedules, source=self.source, prune=self.prune
+                    )
+                except ScheduleFileError as exc:
+                    raise ConfigError(f"RSCHED_SCHEDULES: {exc}") from None
         await super().run(redis, task_status=task_status)
 
 
