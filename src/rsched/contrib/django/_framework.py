@@ -5,9 +5,14 @@ between the two stay in this one place."""
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, cast
 
-if TYPE_CHECKING:  # typed against the backport, which ships its annotations
+#: Whether Django has the framework built in (6.0 and later).
+BUILT_IN = find_spec("django.tasks") is not None
+
+# Typed against the backport, which ships its annotations.
+if TYPE_CHECKING or not BUILT_IN:
     from django_tasks import task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import (
@@ -20,38 +25,22 @@ if TYPE_CHECKING:  # typed against the backport, which ships its annotations
     )
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.signals import task_enqueued
     from django_tasks.utils import normalize_json
 else:
-    try:
-        from django.tasks import task_backends
-        from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import (
-            DEFAULT_TASK_QUEUE_NAME,
-            Task,
-            TaskContext,
-            TaskError,
-            TaskResult,
-            TaskResultStatus,
-        )
-        from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-        from django.tasks.signals import task_enqueued, task_finished, task_started
-        from django.utils.json import normalize_json
-    except ImportError:
-        from django_tasks import task_backends
-        from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import (
-            DEFAULT_TASK_QUEUE_NAME,
-            Task,
-            TaskContext,
-            TaskError,
-            TaskResult,
-            TaskResultStatus,
-        )
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist
-        from django_tasks.signals import task_enqueued, task_finished, task_started
-        from django_tasks.utils import normalize_json
+    from django.tasks import task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import (
+        DEFAULT_TASK_QUEUE_NAME,
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued
+    from django.utils.json import normalize_json
 
 # The statuses, typed as members (a TextChoices member reads as its (value, label) tuple to
 # mypy without Django's plugin).
@@ -66,6 +55,7 @@ if SUCCESSFUL is None:
 CANCELLED = cast(TaskResultStatus, getattr(TaskResultStatus, "CANCELLED", FAILED))
 
 __all__ = (
+    "BUILT_IN",
     "CANCELLED",
     "DEFAULT_TASK_QUEUE_NAME",
     "FAILED",
@@ -83,6 +73,4 @@ __all__ = (
     "normalize_json",
     "task_backends",
     "task_enqueued",
-    "task_finished",
-    "task_started",
 )
