@@ -42,13 +42,14 @@ DEFAULT_SOURCE = "django"
 
 
 class DjangoWorker(Worker):
-    """A Worker that syncs the project's schedules (``RSCHED_SCHEDULES``) before it reads."""
+    """A Worker that syncs the project's schedules (``RSCHED_SCHEDULES``) before it reads;
+    ``schedules`` None (the setting is absent) syncs nothing."""
 
     def __init__(
         self,
         backend: RschedBackend,
         queues: Sequence[str],
-        schedules: list[Schedule | dict[str, Any]],
+        schedules: list[Schedule | dict[str, Any]] | None,
         *,
         source: str,
         prune: bool,
@@ -66,7 +67,7 @@ class DjangoWorker(Worker):
     ) -> None:
         """Sync the schedules, then :meth:`rsched.Worker.run`. Raises ConfigError listing every
         problem of RSCHED_SCHEDULES (nothing synced, the worker does not start)."""
-        if self.schedules or self.prune:
+        if self.schedules is not None:
             settings = self.resolve_settings()
             client = Client.from_settings(settings) if redis is None else Client(redis, settings)
             async with client:
@@ -107,10 +108,12 @@ def build_worker(alias: str | None = None) -> DjangoWorker:
     prune = getattr(django_settings, "RSCHED_SCHEDULES_PRUNE", True)
     if not isinstance(prune, bool):
         raise ConfigError("RSCHED_SCHEDULES_PRUNE: True or False")
-    entries = getattr(django_settings, "RSCHED_SCHEDULES", [])
-    if isinstance(entries, str | Mapping) or not isinstance(entries, Sequence):
+    entries = getattr(django_settings, "RSCHED_SCHEDULES", None)
+    if entries is not None and (
+        isinstance(entries, str | Mapping) or not isinstance(entries, Sequence)
+    ):
         raise ConfigError("RSCHED_SCHEDULES: a list of schedules (dicts or rsched.Schedule)")
-    schedules = [_schedule(entry, tasks, backend) for entry in entries]
+    schedules = None if entries is None else [_schedule(e, tasks, backend) for e in entries]
     worker = DjangoWorker(
         backend, queues or [backend.rsched.default_queue], schedules, source=source, prune=prune
     )
