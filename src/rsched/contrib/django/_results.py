@@ -40,7 +40,9 @@ _STATUS = {
 #: The runs log's records of an attempt that ended in an error.
 _FAILED_RUNS = frozenset({"failed", "timed_out", "dead"})
 #: The runs log's records of an attempt that a worker ran.
-_RAN = frozenset({"started", "completed", "failed", "timed_out", "retried", "dead", "cancelled"})
+_RAN = frozenset({"completed", "failed", "timed_out", "retried", "dead", "cancelled"})
+#: The job states of a job that ended (each of its attempts has its record in the runs log).
+_ENDED = frozenset({"completed", "failed", "dead", "expired", "cancelled"})
 #: How many of a queue's newest dead letters of the task are searched for the job's traceback.
 DEAD_LETTERS_SEARCHED = 200
 
@@ -49,8 +51,12 @@ def task_result(
     client: SyncClient, task: Task[Any, Any], alias: str, info: JobInfo
 ) -> TaskResult[Any]:
     """The TaskResult of the job ``info`` of ``task`` run by backend ``alias``."""
-    records = [r for r in client.job_attempts(info.execution_id) if r.status in _RAN]
-    records.reverse()  # oldest first
+    # The runs log holds one record per attempt that ended: asking for no more than that many
+    # ends the newest-first scan at the oldest of them, instead of reading the whole log.
+    attempt = info.attempt or 1
+    ended_attempts = attempt if info.state in _ENDED else attempt - 1
+    found = client.job_attempts(info.execution_id, ended_attempts) if ended_attempts else []
+    records = [r for r in reversed(found) if r.status in _RAN]  # oldest first
     ended = [r for r in records if r.ended_at is not None]
     starts = [r.started_at for r in records if r.started_at is not None]
     if info.started_at is not None and info.started_at not in starts:
