@@ -29,8 +29,6 @@ The ``worker`` attribute of this module is the worker of the project Django is s
 
 from __future__ import annotations
 
-from typing import Any
-
 from rsched.contrib.django._backend import RschedBackend
 from rsched.contrib.django._worker import DjangoWorker, build_worker
 
@@ -39,7 +37,7 @@ __all__ = ("DjangoWorker", "RschedBackend", "build_worker")
 _built: list[DjangoWorker] = []
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> DjangoWorker:
     # The worker is built on first use: importing the package (for the backend, in settings)
     # must not set Django up.
     if name != "worker":
