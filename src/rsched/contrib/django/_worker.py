@@ -198,12 +198,12 @@ def _arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
     return args, kwargs
 
 
-def _context(task: Task[Any, Any], job: Job, worker: Worker) -> TaskContext:
+def _context(
+    task: Task[Any, Any], job: Job, worker: Worker, args: list[Any], kwargs: dict[str, Any]
+) -> TaskContext:
     """What a ``takes_context`` task gets: its TaskResult as it runs (one worker id per
     attempt: this worker's, as the earlier attempts' are not at hand)."""
-    args, kwargs = _arguments(job)
     now = timezone.now()
-    backend = task.backend
     return TaskContext(
         task_result=TaskResult(
             task=task,
@@ -215,7 +215,7 @@ def _context(task: Task[Any, Any], job: Job, worker: Worker) -> TaskContext:
             last_attempted_at=now,
             args=args,
             kwargs=kwargs,
-            backend=backend,
+            backend=task.backend,
             errors=[],
             worker_ids=[worker.consumer] * job.attempt,
         )
@@ -232,7 +232,7 @@ def _handler(task: Task[Any, Any], worker: Worker) -> Callable[[Job], Any]:
     def call(job: Job) -> tuple[list[Any], dict[str, Any]]:
         args, kwargs = _arguments(job)
         if task.takes_context:
-            args = [_context(task, job, worker), *args]
+            args = [_context(task, job, worker, args, kwargs), *args]
         return args, kwargs
 
     if iscoroutinefunction(task.func):
