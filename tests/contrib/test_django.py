@@ -319,3 +319,19 @@ async def test_bad_schedules_in_settings_stop_the_worker_before_it_reads(
         rsched.Settings(redis_url=redis_url, prefix=prefix)
     ) as client:
         assert (await client.list()).items == []
+
+
+def test_a_cancelled_task_has_the_framework_s_cancelled_status(redis_url: str, prefix: str) -> None:
+    from rsched.contrib.django._framework import CANCELLED
+
+    with (
+        override_settings(TASKS=tasks_setting(redis_url, prefix)),
+        rsched.SyncClient(redis_url, prefix) as client,
+    ):
+        result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+        assert client.cancel(result.id) == "delayed"
+        result.refresh()
+        # The backport has no CANCELLED: FAILED then, with no error (it never ran).
+        expected = getattr(TaskResultStatus, "CANCELLED", TaskResultStatus.FAILED)
+        assert result.status == CANCELLED == expected
+        assert (result.errors, result.worker_ids) == ([], [])

@@ -87,10 +87,12 @@ def _first(times: Iterable[datetime | None]) -> datetime | None:
 
 
 def _workers(records: list[RunRecord], info: JobInfo) -> list[str]:
-    """One worker id per attempt that ran (the attempt running now included)."""
+    """One worker id per attempt that ran (the attempt running now included; not one
+    cancelled before it started)."""
     attempts: dict[int | None, str] = {}
     for r in records:
-        attempts[r.attempt] = r.worker or ""
+        if r.worker:
+            attempts[r.attempt] = r.worker
     if info.state == "running":
         attempts[info.attempt] = info.worker or ""
     return list(attempts.values())
