@@ -335,3 +335,46 @@ def test_a_cancelled_task_has_the_framework_s_cancelled_status(redis_url: str, p
         expected = getattr(TaskResultStatus, "CANCELLED", TaskResultStatus.FAILED)
         assert result.status == CANCELLED == expected
         assert (result.errors, result.worker_ids) == ([], [])
+
+
+async def test_the_worker_in_process_sends_the_framework_s_signals(
+    redis_url: str, prefix: str
+) -> None:
+    """build_worker (what --django runs) in this process: the task_started and task_finished
+    signals reach the project's receivers, with the running and the ended TaskResult."""
+    import anyio
+
+    from rsched.contrib.django import build_worker
+    from rsched.contrib.django._framework import FAILED, RUNNING, task_finished, task_started
+
+    seen: list[tuple[str, str, str, Any]] = []
+
+    def started(sender: Any, task_result: TaskResult[Any], **_: Any) -> None:
+        seen.append(("started", task_result.id, task_result.status, None))
+
+    def ended(sender: Any, task_result: TaskResult[Any], **_: Any) -> None:
+        error = task_result.errors[0].exception_class_path if task_result.errors else None
+        seen.append(("finished", task_result.id, task_result.status, error))
+
+    task_started.connect(started)
+    task_finished.connect(ended)
+    try:
+        with override_settings(TASKS=tasks_setting(redis_url, prefix)):
+            worker = build_worker()
+            good = await tasks.greet.aenqueue("bo")
+            bad = await tasks.explode.aenqueue("oops")
+            async with anyio.create_task_group() as tg:
+                await tg.start(worker.run)
+                await eventually(lambda: len(seen) == 4, what=lambda: f"4 signals in {seen}")
+                worker.stop()
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(ended)
+    assert sorted(seen) == sorted(
+        [
+            ("started", good.id, RUNNING, None),
+            ("finished", good.id, SUCCESSFUL, None),
+            ("started", bad.id, RUNNING, None),
+            ("finished", bad.id, FAILED, "tests.contrib.django_app.tasks.Boom"),
+        ]
+    )

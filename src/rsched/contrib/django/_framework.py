@@ -25,7 +25,7 @@ if TYPE_CHECKING or not BUILT_IN:
     )
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued
+    from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 else:
     from django.tasks import task_backends
@@ -39,7 +39,7 @@ else:
         TaskResultStatus,
     )
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued
+    from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
 # The statuses, typed as members (a TextChoices member reads as its (value, label) tuple to
@@ -73,4 +73,6 @@ __all__ = (
     "normalize_json",
     "task_backends",
     "task_enqueued",
+    "task_finished",
+    "task_started",
 )

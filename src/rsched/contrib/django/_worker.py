@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from inspect import iscoroutinefunction
 from types import ModuleType
@@ -29,12 +30,17 @@ from redis.asyncio import Redis
 from rsched import Client, ConfigError, Job, Schedule, ScheduleFileError, Worker
 from rsched.contrib.django._backend import RschedBackend, rsched_priority
 from rsched.contrib.django._framework import (
+    FAILED,
     RUNNING,
+    SUCCESSFUL,
     Task,
     TaskContext,
+    TaskError,
     TaskResult,
     normalize_json,
     task_backends,
+    task_finished,
+    task_started,
 )
 
 #: The source of the schedules of RSCHED_SCHEDULES (the audit trail says ``sync:django``).
@@ -198,62 +204,93 @@ def _arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
     return args, kwargs
 
 
-def _context(
-    task: Task[Any, Any], job: Job, worker: Worker, args: list[Any], kwargs: dict[str, Any]
-) -> TaskContext:
-    """What a ``takes_context`` task gets: its TaskResult as it runs (one worker id per
-    attempt: this worker's, as the earlier attempts' are not at hand)."""
+def _running(
+    task: Task[Any, Any], job: Job, worker: Worker
+) -> tuple[TaskResult[Any], list[Any], dict[str, Any]]:
+    """The job's TaskResult as it starts (one worker id per attempt: this worker's, as the
+    earlier attempts' are not at hand), and the function's arguments: the job's, after a
+    TaskContext for a ``takes_context`` task."""
+    args, kwargs = _arguments(job)
     now = timezone.now()
-    return TaskContext(
-        task_result=TaskResult(
-            task=task,
-            id=job.execution_id,
-            status=RUNNING,
-            enqueued_at=job.fired_at,
-            started_at=now,
-            finished_at=None,
-            last_attempted_at=now,
-            args=args,
-            kwargs=kwargs,
-            backend=task.backend,
-            errors=[],
-            worker_ids=[worker.consumer] * job.attempt,
-        )
+    result: TaskResult[Any] = TaskResult(
+        task=task,
+        id=job.execution_id,
+        status=RUNNING,
+        enqueued_at=job.fired_at,
+        started_at=now,
+        finished_at=None,
+        last_attempted_at=now,
+        args=args,
+        kwargs=kwargs,
+        backend=task.backend,
+        errors=[],
+        worker_ids=[worker.consumer] * job.attempt,
     )
+    if task.takes_context:
+        args = [TaskContext(task_result=result), *args]
+    return result, args, kwargs
+
+
+def _ended(
+    result: TaskResult[Any], value: Any = None, error: BaseException | None = None
+) -> TaskResult[Any]:
+    """``result`` as its run ended: SUCCESSFUL with ``value``, or FAILED with ``error``."""
+    object.__setattr__(result, "finished_at", timezone.now())
+    if error is None:
+        object.__setattr__(result, "status", SUCCESSFUL)
+        object.__setattr__(result, "_return_value", value)
+    else:
+        object.__setattr__(result, "status", FAILED)
+        kind = type(error)
+        result.errors.append(
+            TaskError(
+                exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+                traceback="".join(traceback.format_exception(error)),
+            )
+        )
+    return result
 
 
 def _handler(task: Task[Any, Any], worker: Worker) -> Callable[[Job], Any]:
     """The rsched handler of ``task``: calls its function with the job's arguments (an async
     one awaited, a plain one in rsched's worker threads), with Django's stale database
-    connections closed before and after, as Django's request cycle does. The return value
-    must be JSON (the framework's rule)."""
+    connections closed before and after, as Django's request cycle does, and the framework's
+    ``task_started`` and ``task_finished`` signals sent around it. The return value must be
+    JSON (the framework's rule)."""
     from django.db import close_old_connections
 
-    def call(job: Job) -> tuple[list[Any], dict[str, Any]]:
-        args, kwargs = _arguments(job)
-        if task.takes_context:
-            args = [_context(task, job, worker, args, kwargs), *args]
-        return args, kwargs
-
+    sender = RschedBackend
     if iscoroutinefunction(task.func):
         close = sync_to_async(close_old_connections)
 
         async def run_async(job: Job) -> Any:
-            args, kwargs = call(job)
+            result, args, kwargs = _running(task, job, worker)
             await close()
             try:
-                return normalize_json(await task.func(*args, **kwargs))
+                await task_started.asend(sender, task_result=result)
+                value = normalize_json(await task.func(*args, **kwargs))
+            except Exception as exc:
+                await task_finished.asend(sender, task_result=_ended(result, error=exc))
+                raise
             finally:
                 await close()
+            await task_finished.asend(sender, task_result=_ended(result, value))
+            return value
 
         return run_async
 
     def run(job: Job) -> Any:
-        args, kwargs = call(job)
+        result, args, kwargs = _running(task, job, worker)
         close_old_connections()
         try:
-            return normalize_json(task.func(*args, **kwargs))
+            task_started.send(sender, task_result=result)
+            value = normalize_json(task.func(*args, **kwargs))
+        except Exception as exc:
+            task_finished.send(sender, task_result=_ended(result, error=exc))
+            raise
         finally:
             close_old_connections()
+        task_finished.send(sender, task_result=_ended(result, value))
+        return value
 
     return run
