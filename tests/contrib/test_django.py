@@ -315,6 +315,15 @@ async def test_bad_schedules_in_settings_stop_the_worker_before_it_reads(
             rsched.ConfigError, match=r"(?s)RSCHED_SCHEDULES: .*schedule\[1\]\.every"
         ):
             await worker.run()
+    with (
+        override_settings(
+            TASKS=tasks_setting(redis_url, prefix),
+            RSCHED_SCHEDULES=schedules[:1],
+            RSCHED_SCHEDULES_SOURCE="not a name",
+        ),
+        pytest.raises(rsched.ConfigError, match="RSCHED_SCHEDULES_SOURCE: "),
+    ):
+        await build_worker().run()
     async with rsched.Client.from_settings(
         rsched.Settings(redis_url=redis_url, prefix=prefix)
     ) as client:

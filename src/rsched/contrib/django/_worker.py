@@ -27,7 +27,15 @@ from django.utils import timezone
 from django.utils.module_loading import module_has_submodule
 from redis.asyncio import Redis
 
-from rsched import Client, ConfigError, Job, Schedule, ScheduleFileError, Worker
+from rsched import (
+    Client,
+    ConfigError,
+    InvalidArgument,
+    Job,
+    Schedule,
+    ScheduleFileError,
+    Worker,
+)
 from rsched.contrib.django._backend import RschedBackend, rsched_priority
 from rsched.contrib.django._framework import (
     FAILED,
@@ -83,6 +91,8 @@ class DjangoWorker(Worker):
                     )
                 except ScheduleFileError as exc:
                     raise ConfigError(f"RSCHED_SCHEDULES: {exc}") from None
+                except InvalidArgument as exc:  # the source's name
+                    raise ConfigError(f"RSCHED_SCHEDULES_SOURCE: {exc.message}") from None
         await super().run(redis, task_status=task_status)
 
 
@@ -101,7 +111,10 @@ def build_worker(alias: str | None = None) -> DjangoWorker:
             f"cannot set Django up (DJANGO_SETTINGS_MODULE="
             f"{os.environ.get('DJANGO_SETTINGS_MODULE')!r}): {exc}"
         ) from None
-    backend = _backend(alias)
+    try:
+        backend = _backend(alias)
+    except ImproperlyConfigured as exc:  # a backend of TASKS that cannot be loaded
+        raise ConfigError(f"TASKS: {exc}") from None
     tasks = _tasks(backend)
     if not tasks:
         where = ", ".join(_modules(backend)) or "no module"
