@@ -34,6 +34,8 @@ log = get_logger("rsched.worker")
 
 #: The longest wait for a connection to close (a hung server cannot hold the exit).
 CLOSE_TIMEOUT_S = 2.0
+#: What ``--django`` runs: the worker of the project Django is set up with.
+DJANGO_WORKER = "rsched.contrib.django:worker"
 
 
 def load_worker(spec: str) -> Worker:
@@ -63,7 +65,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="rsched-worker",
         description="Run the task handlers of an rsched.Worker on jobs from its queues.",
     )
-    parser.add_argument("worker", help="the Worker object, as module:attribute")
+    parser.add_argument("worker", nargs="?", help="the Worker object, as module:attribute")
+    parser.add_argument(
+        "--django",
+        metavar="SETTINGS_MODULE",
+        help="run the tasks of this Django project (its DJANGO_SETTINGS_MODULE) instead of a "
+        "Worker object: the worker of rsched.contrib.django (docs/django.md)",
+    )
     parser.add_argument("--queues", help="comma-separated queue names (RSCHED_WORKER__QUEUES)")
     parser.add_argument("--concurrency", type=int, help="jobs run at once (default 10)")
     parser.add_argument("--redis-url", help="redis://host:port/db (RSCHED_REDIS_URL)")
@@ -143,6 +151,11 @@ async def serve(worker: Worker, settings: Settings | None = None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if (args.worker is None) == (args.django is None):
+            raise ConfigError("give a Worker as module:attribute, or --django SETTINGS_MODULE")
+        if args.django is not None:
+            os.environ["DJANGO_SETTINGS_MODULE"] = args.django
+            args.worker = DJANGO_WORKER
         worker = load_worker(args.worker)
         queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
         worker.configure(

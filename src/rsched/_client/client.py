@@ -26,7 +26,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._client import bulk_actions, job_lookup
+from rsched._client import bulk_actions, job_lookup, schedules_file
 from rsched._client import flows as flow_calls
 from rsched._client.stats import Stats, read_stats
 from rsched._core import tracing
@@ -378,6 +378,48 @@ class Client:
         store = await self._store(valid.id)
         await store.save(valid, mode="upsert")
         return await store.load(valid.id)
+
+    @_redis_errors
+    async def sync_schedules(
+        self,
+        schedules: Iterable[Schedule | Mapping[str, Any]],
+        *,
+        source: str,
+        prune: bool = True,
+        adopt: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Make the schedules of ``source`` match ``schedules``, as a schedules file's sync
+        does (docs/schedules-files.md): new ones added, changed ones replaced, unchanged ones
+        untouched, and (with ``prune``) the ones this source created earlier and no longer
+        lists removed. The audit trail records the changes as from ``sync:<source>``. Returns
+        the plan as JSON-ready data (``applied``, ``changes``, ``unchanged``). Raises
+        ScheduleFileError listing every problem (nothing applied): an invalid entry, a
+        repeated id, an id another source or the SDK created (unless ``adopt``)."""
+        _argument("source", lambda s: check_name(s, "source name"), source)
+        label = f"schedules of source {source!r}"
+        valid: list[tuple[int, Schedule]] = []
+        errors: list[tuple[str, str]] = []
+        for index, entry in enumerate(schedules):
+            try:
+                valid.append((index, self._validated(entry)))
+            except InvalidSchedule as exc:
+                where = f"schedule[{index}]"
+                errors.extend((f"{where}.{f}" if f else where, m) for f, m in exc.errors)
+            except InvalidArgument as exc:  # neither a Schedule nor a dict
+                errors.append((f"schedule[{index}]", exc.message))
+        parsed = schedules_file.read_schedules(label, source, valid)
+        parsed.errors[:0] = errors
+        plan = await schedules_file.sync_parsed(
+            await self._partitions(),
+            self.settings,
+            parsed,
+            dry_run=dry_run,
+            adopt=adopt,
+            prune=prune,
+            actor=self.author.actor,
+        )
+        return plan.as_dict()
 
     @_redis_errors
     async def add_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:

@@ -499,12 +499,50 @@ async def sync_file(
     trail records its changes as from ``sync:<source>``, by ``actor`` (default: the settings'
     ``actor``).
     """
-    log = log or _log
     parts = await Partitions.of(redis, settings)
-    parsed = read_file(path)
+    return await sync_parsed(
+        parts, settings, read_file(path), dry_run=dry_run, adopt=adopt, log=log, actor=actor
+    )
+
+
+def read_schedules(
+    label: str, source: str, schedules: Sequence[tuple[int, Schedule]]
+) -> ParsedFile:
+    """Schedules built in code (an application's settings), each with its index in the list
+    given, as a file of ``source`` named ``label`` in messages; a repeated id is one of its
+    problems."""
+    parsed = ParsedFile(label, "", source, explicit_source=True)
+    for index, s in schedules:
+        where = f"schedule[{index}] (id {s.id!r})"
+        if s.id in parsed.where:
+            parsed.errors.append(
+                (f"{where}.id", f"duplicate id, also used by {parsed.where[s.id]}")
+            )
+            continue
+        parsed.where[s.id] = where
+        parsed.schedules.append(s.model_copy(update={"source": source}))
+    return parsed
+
+
+async def sync_parsed(
+    parts: Partitions,
+    settings: Settings,
+    parsed: ParsedFile,
+    *,
+    dry_run: bool = False,
+    adopt: bool = False,
+    prune: bool = True,
+    log: EventLogger | None = None,
+    actor: str | None = None,
+) -> SyncPlan:
+    """:func:`sync_file` of schedules already read; ``prune=False`` keeps the schedules the
+    source created earlier and no longer lists (they are neither removed nor forgotten)."""
+    log = log or _log
     source = parsed.source
     for attempt in range(APPLY_ATTEMPTS):
         plan = await plan_sync(parts, parsed, adopt=adopt)
+        if not prune:
+            plan.changes = [c for c in plan.changes if c.action != "remove"]
         for change in plan.changes:
             log.info(
                 f"sync.{change.action}",
@@ -524,7 +562,7 @@ async def sync_file(
                 raise
             log.info("sync.retry", source=source, reason="changed meanwhile")
             continue
-        log.info("sync.done", source=source, path=str(path), summary=plan.summary())
+        log.info("sync.done", source=source, path=parsed.path, summary=plan.summary())
         return plan
     raise AssertionError("unreachable")
 

@@ -131,6 +131,25 @@ class SyncClient:
         """See :meth:`rsched.Client.upsert`."""
         return self._run(self._client.upsert, schedule)
 
+    def sync_schedules(
+        self,
+        schedules: Iterable[Schedule | Mapping[str, Any]],
+        *,
+        source: str,
+        prune: bool = True,
+        adopt: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """See :meth:`rsched.Client.sync_schedules`."""
+        return self._run(
+            self._client.sync_schedules,
+            schedules,
+            source=source,
+            prune=prune,
+            adopt=adopt,
+            dry_run=dry_run,
+        )
+
     def add_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
         """See :meth:`rsched.Client.add_many`."""
         return self._run(self._client.add_many, schedules)
