@@ -210,6 +210,11 @@ def display(target: Mapping[str, Any]) -> str:
     return f"{target.get('method', DEFAULT_METHOD)} {target.get('url', '?')}"
 
 
+def masked(target: Mapping[str, Any]) -> dict[str, Any]:
+    """The target with its secret hidden: what the CLI prints (never the secret itself)."""
+    return {**target, "secret": "***"} if "secret" in target else dict(target)
+
+
 def retry_after_s(value: str | None, now_s: float) -> float | None:
     """The seconds a ``Retry-After`` header asks to wait (a number of seconds or an HTTP date,
     RFC 9110), or None when it is missing or unreadable; never below 0."""
@@ -246,7 +251,7 @@ def refusal(address: str) -> str | None:
         if ip in _NAT64:
             why = refusal(str(ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)))
             return None if why is None else f"{ip} reaches {why}"
-    for kind in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved"):
+    for kind in ("unspecified", "loopback", "link_local", "multicast", "reserved", "private"):
         if getattr(ip, f"is_{kind}"):
             return f"{ip} is a {kind.replace('_', '-')} address"
     if not ip.is_global:  # shared (100.64/10), benchmarking, documentation, ...
