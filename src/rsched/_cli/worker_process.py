@@ -60,7 +60,8 @@ def load_worker(spec: str) -> Worker:
     return obj
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``rsched-worker`` (``rsched worker``); the CLI reference prints its help."""
     parser = argparse.ArgumentParser(
         prog="rsched-worker",
         description="Run the task handlers of an rsched.Worker on jobs from its queues.",
@@ -99,6 +100,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
     durability_flag(parser)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.http_only and args.worker is not None:
         parser.error("--http-only runs no Python tasks: give no worker, or --http instead")
