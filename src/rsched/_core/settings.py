@@ -226,7 +226,7 @@ class HttpSettings(BaseModel):
     max_response_bytes: int = Field(default=4_096, ge=0, le=1024 * 1024)
     # The longest wait a Retry-After header may ask for before the next attempt.
     max_retry_after_s: float = Field(default=3_600.0, ge=0, le=86_400 * 7)
-    # Connections each worker keeps open to targets (one pool for all its calls).
+    # The most connections each worker opens to targets at once (one pool for all its calls).
     max_connections: int = Field(default=100, ge=1, le=10_000)
 
 
