@@ -58,9 +58,6 @@ RETRYABLE_STATUSES = frozenset({408, 429})
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 #: Response headers a run's result keeps, when the answer has them.
 KEPT_HEADERS = ("content-type", "location", "retry-after", "x-request-id")
-#: Idle connections kept open: httpcore's pool looks at each of them for every request, so
-#: keeping many costs more CPU per call than the connections it saves (httpx's default).
-KEEPALIVE = 20
 #: Characters of the answer's text a failed attempt's error message quotes.
 EXCERPT_CHARS = 200
 
@@ -145,9 +142,10 @@ class HttpCaller:
 
     def __init__(self, cfg: HttpSettings) -> None:
         self.cfg = cfg
+        # Every connection stays open between calls: a worker's calls in flight (at most its
+        # concurrency) reuse them instead of opening new ones.
         limits = httpx.Limits(
-            max_connections=cfg.max_connections,
-            max_keepalive_connections=min(cfg.max_connections, KEEPALIVE),
+            max_connections=cfg.max_connections, max_keepalive_connections=cfg.max_connections
         )
         # No proxy from the environment (trust_env): a proxy would connect for us, unguarded.
         self.client = httpx.AsyncClient(
