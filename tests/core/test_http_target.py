@@ -3,6 +3,8 @@ file, Retry-After, and the SSRF guard's rule over many addresses."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +251,11 @@ def test_the_guard_refuses_what_is_not_public(address: str, kind: str) -> None:
 )
 def test_the_guard_allows_public_addresses(address: str) -> None:
     assert refusal(address) is None
+
+
+def test_a_worker_without_http_never_imports_httpx() -> None:
+    code = (
+        "import sys, rsched, rsched._cli.worker_process\n"
+        "assert 'httpx' not in sys.modules and 'httpcore' not in sys.modules, 'imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
