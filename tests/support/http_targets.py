@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def serving() -> Iterator[TargetServer]:
-    """A target server serving in a thread until the generator is closed (a fixture's body)."""
-    server = TargetServer()
+S = TypeVar("S", bound=http.server.HTTPServer)
+
+
+def in_thread(server: S) -> Iterator[S]:
+    """``server`` serving in a thread until the generator is closed (a fixture's body)."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
     server.shutdown()
     server.server_close()
+
+
+def serving() -> Iterator[TargetServer]:
+    """A target server serving in a thread until the generator is closed (a fixture's body)."""
+    return in_thread(TargetServer())
 
 
 def closed_port() -> int:
