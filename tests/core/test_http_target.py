@@ -110,6 +110,15 @@ def test_a_job_to_enqueue_gives_a_task_or_a_target() -> None:
         target_job(None, {"a": 1}, {"url": URL})
     with pytest.raises(InvalidJob, match=r"http\.method"):
         target_job(None, None, {"url": URL, "method": "BREW"})
+    # The built-in task named with its payload (rsched enqueue, the HTTP API): checked the same.
+    assert target_job(HTTP_TASK, {"http": {"url": URL}}, None) == (
+        HTTP_TASK,
+        {"http": {"url": URL}},
+    )
+    with pytest.raises(InvalidJob, match=r"rsched\.http takes"):
+        target_job(HTTP_TASK, {"url": URL}, None)
+    with pytest.raises(InvalidJob, match=r"http\.url"):
+        target_job(HTTP_TASK, {"http": {"url": "ftp://x"}}, None)
 
 
 def test_a_schedule_of_a_target_runs_the_built_in_task_and_round_trips() -> None:
@@ -131,6 +140,8 @@ def test_a_schedule_of_a_target_runs_the_built_in_task_and_round_trips() -> None
         ({"http": {"url": URL, "headers": {"A": 1}}}, "http.headers.A", "text"),
         ({"http": {"url": URL}, "task": "mine"}, "", "give task or http, not both"),
         ({"http": {"url": URL}, "payload": {"a": 1}}, "", "http.body, not payload"),
+        ({"task": HTTP_TASK}, "", "give http (the URL and its options) instead"),
+        ({"task": HTTP_TASK, "payload": {"http": {"url": URL}}}, "", "give http"),
     ],
 )
 def test_a_schedule_names_its_targets_bad_key(

@@ -183,7 +183,15 @@ def target_job(
     if http is None:
         if task is None:
             raise InvalidJob("task", "give a task name, or http={...} to call a URL")
-        return task, None if payload is None else dict(payload)
+        if task != HTTP_TASK:
+            return task, None if payload is None else dict(payload)
+        # The built-in task named with its payload (rsched enqueue, the HTTP API): checked
+        # as the target it must hold.
+        if not isinstance(payload, Mapping) or set(payload) != {"http"}:
+            raise InvalidJob(
+                "payload", f'{HTTP_TASK} takes {{"http": {{"url": ...}}}}, or give http='
+            )
+        task, http, payload = None, payload["http"], None
     if task is not None:
         raise InvalidJob("task", "give a task or http, not both")
     if payload is not None:

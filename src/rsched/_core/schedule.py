@@ -417,7 +417,7 @@ class Schedule(BaseModel):
         check_retry_window(self.retry_base_s, self.retry_max_s)
         if self.flow is not None:
             _flow_alone(self)
-        if self.http is not None:
+        if self.http is not None or self.task == HTTP_TASK:
             _http_alone(self)
         if self.start_deadline is not None and self.debounce is not None:
             w = words()
@@ -545,6 +545,11 @@ def _flow_alone(schedule: Schedule) -> None:
 def _http_alone(schedule: Schedule) -> None:
     """A schedule of an HTTP target gives no task or payload: its job calls the URL."""
     w = words()
+    if schedule.task == HTTP_TASK and schedule.http is None:
+        raise ValueError(
+            f"{HTTP_TASK} is the built-in task of HTTP targets: give {w.field('http')} (the "
+            "URL and its options) instead"
+        )
     if schedule.task != HTTP_TASK:
         raise ValueError(f"give {w.field('task')} or {w.field('http')}, not both")
     if schedule.flow is not None:
@@ -603,6 +608,9 @@ def _passed_fields(data: Mapping[str, Any], failed: Collection[str]) -> dict[str
     for name in ("id", "task"):
         if name in failed or name not in rest:
             rest[name] = "invalid"
+    for name, task in _TARGETS.items():  # its built-in task without it: its own error
+        if name in failed and rest["task"] == task:
+            rest["task"] = "invalid"
     return rest
 
 
