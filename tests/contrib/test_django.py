@@ -268,12 +268,16 @@ def test_the_worker_command_wants_a_worker_or_a_project(
 ) -> None:
     from rsched._cli.worker_process import main
 
-    assert main([]) == 2
-    assert (
-        "give a Worker as module:attribute, or --django SETTINGS_MODULE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        main([])
+    assert caught.value.code == 2
+    assert "give a Worker as module:attribute, or --django SETTINGS_MODULE" in (
+        capsys.readouterr().err
     )
-    both = ["tests.support.worker_app:worker", "--django", SETTINGS_MODULE]
-    assert main(both) == 2
+    with pytest.raises(SystemExit) as caught:
+        main(["tests.support.worker_app:worker", "--django", SETTINGS_MODULE])
+    assert caught.value.code == 2
+    assert "not both" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -54,6 +54,7 @@ from rsched._core.flows import FlowInfo, FlowRun, FlowState, Node
 from rsched._core.flows import plan as flows_plan
 from rsched._core.health import Health, ScheduleHealth, Thresholds
 from rsched._core.history import HistoryEvent, page_events
+from rsched._core.http_target import target_job
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._core.job_logs import JobLogRecord
 from rsched._core.limits import Limit, LimitInfo, check_key, override_doc
@@ -1064,7 +1065,7 @@ class Client:
     @_redis_errors
     async def enqueue(
         self,
-        task: str,
+        task: str | None = None,
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
@@ -1079,9 +1080,15 @@ class Client:
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
         labels: Mapping[str, str] | Iterable[str] | None = None,
+        http: Mapping[str, Any] | None = None,
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
+
+        ``http`` (instead of ``task`` and ``payload``) makes a job that calls a URL: a dict
+        with ``url`` and optionally ``method``, ``headers``, ``body``, ``timeout_s``, ``secret``
+        and ``follow_redirects``, delivered by a worker started with ``--http``
+        (docs/http-targets.md).
 
         ``limits`` (rsched.Limit) are held by the job while it runs, with those its task
         declares (docs/limits.md); their keys are filled from ``payload`` here.
@@ -1100,8 +1107,9 @@ class Client:
         ``labels`` (a dict of short strings, as a schedule's) tag the job: :meth:`jobs` and
         :meth:`select_jobs` find it by them (docs/labels.md).
         Raises InvalidJob naming the bad field (task, queue, payload, delay_s, priority,
-        debounce, start_deadline, …).
+        debounce, start_deadline, http.url, …).
         """
+        task, payload = target_job(task, payload, http)
         if isinstance(debounce_key, str):  # every call of a key in its partition, its job too
             parts = await self._partitions()
             partition = partition_of(debounce_key, parts.count)

@@ -62,6 +62,7 @@ from rsched._core.errors import (
     ScheduleFileError,
     ScheduleNotFound,
 )
+from rsched._core.http_target import masked
 from rsched._core.log import EventLogger, get_logger
 from rsched._core.partitions import partition_of
 from rsched._core.rules import check_name, encode_payload
@@ -571,7 +572,7 @@ def _summary(s: Schedule) -> str:
     every = f"every {fmt.duration(s.every * 1000)}" if s.every else ""
     trigger = f"cron {s.cron!r}" if s.cron else every or f"at {s.at}"
     zone = f" {s.timezone}" if s.timezone != "UTC" else ""
-    return f"{trigger}{zone} -> {s.task} (queue {s.queue})"
+    return f"{trigger}{zone} -> {fmt.task_text(s)} (queue {s.queue})"
 
 
 def _show(value: Any, name: str) -> str:
@@ -585,6 +586,8 @@ def _show(value: Any, name: str) -> str:
             if isinstance(lim, dict)
         )
         return "[" + ", ".join(f"{{ {t} }}" for t in tables) + "]"
+    if name == "http" and isinstance(value, dict):
+        value = masked(value)
     return repr(_json(value))
 
 

@@ -379,7 +379,7 @@ class SyncClient:
 
     def enqueue(
         self,
-        task: str,
+        task: str | None = None,
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
@@ -394,6 +394,7 @@ class SyncClient:
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
         labels: Mapping[str, str] | Iterable[str] | None = None,
+        http: Mapping[str, Any] | None = None,
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -412,6 +413,7 @@ class SyncClient:
             debounce=debounce,
             start_deadline=start_deadline,
             labels=labels,
+            http=http,
         )
 
     def set_limit(
