@@ -9,7 +9,7 @@ STAMP      := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: help venv docs test test-core test-fast test-min-deps lint fmt bench demo check-rules clean
+.PHONY: help venv docs test test-core test-fast test-min-deps lint fmt bench bench-million demo check-rules clean
 
 help:
 	@echo "make demo   run scheduler + worker + demo schedules (embedded server unless RSCHED_REDIS_URL is set);"
@@ -103,6 +103,11 @@ fmt: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# A million schedules on one private server: created, at rest, steady state, one herd (minutes;
+# not part of make bench). BENCH_ARGS=--n 100000 for a smaller fleet.
+bench-million: $(STAMP)
+	$(BIN)/python -m bench.million $(BENCH_ARGS)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/rsched demo $(DEMO_ARGS)

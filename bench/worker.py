@@ -27,8 +27,13 @@ consumer span of each job. Sampled at 1 %, the traceparents are those a client s
 its traces writes (a trace of its own per job, one in 100 sampled), and the worker's sampler is
 the one docs/tracing.md suggests (``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, 0.01).
 
+``--http`` runs them with a worker without and then with ``--http`` (docs/http-targets.md), in
+turns, ``--repeat`` times; then as many HTTP targets (a POST of a small JSON body) against a
+local uvicorn server answering 200 at once (``target_app``), run by an ``--http-only`` worker:
+calls per second, server included (it shares the machine).
+
 ``python -m bench.worker [--quick] [--jobs N] [--concurrency N] [--seconds S] [--kind K]
-[--priorities] [--scheduled] [--limits] [--start-deadline] [--tracing] [--repeat N]``
+[--priorities] [--scheduled] [--limits] [--start-deadline] [--tracing] [--http] [--repeat N]``
 Every run uses a private server (bench._servers); port 6379 is never touched. With
 ``PYTHONPATH=<another tree>/src`` the benchmark and its worker run that tree's rsched (a
 comparison with another commit).
@@ -49,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 from redis.asyncio import Redis
 
 import rsched
@@ -162,6 +168,43 @@ def _lat_key(prefix: str) -> str:
 # --- measurement -------------------------------------------------------------------------------
 
 
+async def target_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The ``--http`` benchmark's target: an ASGI app answering 200 at once."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _serve_target() -> tuple[subprocess.Popen[bytes], str]:
+    """A uvicorn process serving ``target_app`` on a free loopback port, once it answers."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "bench.worker:target_app", "--port", str(port),
+         "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/hook"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    _stop(proc)
+    raise RuntimeError("the benchmark's HTTP target did not start within 30 s")
+
+
 def _cpu_s(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -180,7 +223,10 @@ def _spawn_worker(
     cluster: bool = False,
     app: str = "bench.worker:worker",
     tracing: float | None = None,
+    http: bool = False,
 ) -> subprocess.Popen[bytes]:
+    """An ``rsched-worker`` process of ``app`` on the bench queue (``app`` empty: ``--http-only``;
+    ``http``: it also delivers HTTP targets, loopback allowed)."""
     env = {
         **os.environ,
         "RSCHED_REDIS_URL": url,
@@ -192,13 +238,16 @@ def _spawn_worker(
         env["RSCHED_CLUSTER"] = "true"
     if metrics:  # served on a free port: the cost of counting every job
         env["RSCHED_METRICS_PORT"] = "0"
+    if http:
+        env["RSCHED_WORKER__HTTP"] = "true"
+        env["RSCHED_HTTP__ALLOW_PRIVATE"] = "true"  # the bench's target is on loopback
     if tracing is not None:
         env["RSCHED_BENCH_TRACING"] = "1"
         if tracing < 1:  # as docs/tracing.md suggests: the provider reads it
             env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
             env["OTEL_TRACES_SAMPLER_ARG"] = str(tracing)
     return subprocess.Popen(
-        [sys.executable, "-m", "rsched._cli.worker_process", app,
+        [sys.executable, "-m", "rsched._cli.worker_process", *([app] if app else ["--http-only"]),
          "--queues", "bench", "--concurrency", str(concurrency), "--log-level", log_level],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -222,9 +271,15 @@ async def _fill(
     keyed: bool = False,
     opts: str = "{}",
     traced: float | None = None,
+    target: str | None = None,
 ) -> None:
     """``n`` no-op jobs; ``keyed``: each with a payload ``k`` of LIMIT_KEYS keys in turn;
-    ``traced``: each with the traceparent of a producer sampling that share of its traces."""
+    ``traced``: each with the traceparent of a producer sampling that share of its traces;
+    ``target``: HTTP targets instead (a POST of a small JSON body to that URL)."""
+    task, payload = "bench.noop", "{}"
+    if target is not None:
+        task = "rsched.http"
+        payload = orjson.dumps({"http": {"url": target, "body": {"bench": True}}}).decode()
     now = str(int(time.time() * 1000))
     for start in range(0, n, 5000):
         async with redis.pipeline(transaction=False) as pipe:
@@ -233,8 +288,8 @@ async def _fill(
                     stream,
                     {
                         "execution_id": f"job-{uuid.uuid4().hex}",
-                        "task": "bench.noop",
-                        "payload": f'{{"k":{i % LIMIT_KEYS}}}' if keyed else "{}",
+                        "task": task,
+                        "payload": f'{{"k":{i % LIMIT_KEYS}}}' if keyed else payload,
                         "attempt": "1",
                         "origin": "enqueue",
                         "opts": opts,
@@ -293,7 +348,11 @@ async def throughput(
     limits: bool = False,
     timed: bool = False,
     tracing: float | None = None,
+    http: bool = False,
+    target: str | None = None,
 ) -> dict[str, Any]:
+    """``http``: the worker also delivers HTTP targets; ``target``: the jobs are HTTP targets
+    calling that URL, run by an ``--http-only`` worker."""
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
     levels: tuple[Priority, ...] = PRIORITIES if priorities else ("normal",)
@@ -307,11 +366,14 @@ async def throughput(
                 n = jobs // len(streams) + (i < jobs % len(streams))
                 # A start deadline never reached: what its check costs is measured.
                 opts = '{"start_deadline":3600}' if timed else "{}"
-                await _fill(redis, stream, n, keyed=limits, opts=opts, traced=tracing)
+                await _fill(
+                    redis, stream, n, keyed=limits, opts=opts, traced=tracing, target=target
+                )
         app = "bench.worker:limited" if limits else "bench.worker:worker"
         proc = _spawn_worker(
-            server.url, prefix, concurrency, log_level, metrics=metrics, app=app, tracing=tracing
-        )
+            server.url, prefix, concurrency, log_level, metrics=metrics,
+            app="" if target else app, tracing=tracing, http=http or target is not None,
+        )  # fmt: skip
         try:
             first: float | None = None
             cpu0 = 0.0
@@ -342,6 +404,7 @@ async def throughput(
                 "limits": "1,000 keys x concurrency 1 + a rate" if limits else "none",
                 "start_deadline": "1h" if timed else "none",
                 "tracing": _tracing_label(tracing),
+                "http": "calls " + target if target else "--http" if http else "off",
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
                 "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
@@ -519,6 +582,23 @@ async def _main(args: argparse.Namespace) -> None:
                     )
                     print(_table([row], list(row)), flush=True)
             return
+        if args.http:
+            for _ in range(args.repeat):  # in turns: without, then with --http
+                for http in (False, True):
+                    row = await throughput(
+                        server, args.jobs, args.concurrency, "warning", http=http
+                    )
+                    print(_table([row], list(row)), flush=True)
+            target, url = _serve_target()
+            try:
+                for _ in range(args.repeat):
+                    row = await throughput(
+                        server, args.http_jobs, args.concurrency, "warning", target=url
+                    )
+                    print(_table([row], list(row)), flush=True)
+            finally:
+                _stop(target)
+            return
         if args.scheduled:
             for _ in range(args.repeat):
                 row = await throughput(
@@ -581,10 +661,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "with it sampled at 1 %%, in turns",
     )
     parser.add_argument(
+        "--http",
+        action="store_true",
+        help="only throughput, without and with --http, in turns; then HTTP calls per second",
+    )
+    parser.add_argument("--http-jobs", type=int, default=10_000, help="--http: HTTP calls made")
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
-        help="--scheduled, --limits, --fairness, --start-deadline, --tracing: runs",
+        help="--scheduled, --limits, --fairness, --start-deadline, --tracing, --http: runs",
     )
     args, _ = parser.parse_known_args(argv)  # options of the other benchmarks are ignored
     if args.quick:

@@ -140,6 +140,7 @@ def _commands(
 
 
 def cli_page() -> str:
+    from rsched._cli import worker_process
     from rsched._cli.parser import build_parser
 
     parts = [
@@ -154,6 +155,8 @@ def cli_page() -> str:
         for path, parser in _commands(build_parser(), "rsched"):
             level = "#" * min(2 + path.count(" ") - 1, 4) if " " in path else "##"
             parts.append(f"{level} `{path}`\n\n```text\n{parser.format_help().rstrip()}\n```\n")
+        worker = worker_process.build_parser().format_help().rstrip()
+        parts.append(f"## `rsched-worker`\n\n```text\n{worker}\n```\n")
     finally:
         if columns is None:
             del os.environ["COLUMNS"]

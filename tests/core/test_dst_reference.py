@@ -256,7 +256,10 @@ def _check(
     return runs
 
 
+# CPU-bound and deterministic (~80 s alone): beside the suite's other processes on two cores it
+# can take twice that, past the suite's 120 s timeout.
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_every_change_of_every_zone() -> None:
     # Each distinct change with the two specs aimed at it, forward, in the 6 hours around it.
     changes = all_changes()
@@ -271,6 +274,7 @@ def test_every_change_of_every_zone() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_every_kind_of_change_both_ways() -> None:
     # One change per kind (offsets before and after, the wall time it happens at): the specs
     # of SPECS and the two aimed at it, forward and backward, in the 12 hours around it, and

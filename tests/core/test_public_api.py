@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import pytest
 
@@ -30,6 +31,18 @@ def test_public_subpackages() -> None:
     public = {name for name in vars(web) if not name.startswith("_")} - {"annotations"}
     assert public == set(web.__all__)
     assert web.create_app.__doc__
+    django = pytest.importorskip(
+        "rsched.contrib.django", reason="the django extra is not installed"
+    )
+    assert django.__all__ == ("DjangoWorker", "RschedBackend", "build_worker")
+    # Its submodules (apps, management) appear once Django has loaded the app.
+    public = {
+        name
+        for name, value in vars(django).items()
+        if not name.startswith("_") and not inspect.ismodule(value)
+    } - {"annotations"}
+    assert public == set(django.__all__)
+    assert all(getattr(django, name).__doc__ for name in django.__all__)
 
 
 def test_every_error_derives_from_the_base() -> None:

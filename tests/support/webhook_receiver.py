@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.server
-import threading
 from collections.abc import Iterator
 
 from rsched._ops.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from tests.support.http_targets import in_thread
 
 
 class Receiver(http.server.ThreadingHTTPServer):
@@ -42,12 +42,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 def receiving() -> Iterator[Receiver]:
     """A receiver serving in a thread until the generator is closed (a fixture's body)."""
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    return in_thread(Receiver())
 
 
 def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:

@@ -29,6 +29,7 @@ from rsched._core import humanize as fmt
 from rsched._core.bulk import BulkResult
 from rsched._core.errors import InvalidArgument, InvalidSchedule, ScheduleNotFound, UsageError
 from rsched._core.history import HistoryEvent
+from rsched._core.http_target import DEFAULT_TIMEOUT_S, display, masked, request_body
 from rsched._core.rules import PAGE_MAX, check_page
 from rsched._core.schedule import STATE_FIELDS, Schedule, to_ms
 from rsched._core.timezones import canonical_timezone, resolve_timezone
@@ -296,7 +297,7 @@ async def cmd_ls(client: Client, args: argparse.Namespace) -> None:
     rows = [
         (
             s.id,
-            s.task,
+            fmt.task_text(s),
             s.queue,
             fmt.trigger_text(s),
             fmt.status_text(s),
@@ -369,7 +370,11 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
         ("queue", s.queue),
         ("trigger", fmt.trigger_text(s)),
         ("timezone", zone),
-        ("payload", orjson.dumps(s.payload).decode()),
+        (
+            ("payload", orjson.dumps(s.payload).decode())
+            if s.http is None
+            else ("http", _target_text(s.http))
+        ),
         ("status", fmt.status_text(s) + (f" ({s.pause_note})" if s.pause_note else "")),
         ("next run", when(s.next_run, zone, now) if not s.paused else "-"),
         ("last run", when(s.last_run, zone, now)),
@@ -418,13 +423,28 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> None:
     out(
         args,
         {
-            "schedule": s.public_dict(),
+            "schedule": {**s.public_dict(), "http": None if s.http is None else masked(s.http)},
             "next": [o.fires_at.isoformat() for o in coming if not o.excluded_by],
             "upcoming": [_occurrence_data(o) for o in coming],
             "runs": run_data,
         },
         text,
     )
+
+
+def _target_text(target: dict[str, Any]) -> str:
+    """An HTTP target for ``rsched show``: method, URL, then its options (never the secret)."""
+    timeout = fmt.duration(float(target.get("timeout_s", DEFAULT_TIMEOUT_S)) * 1000)
+    parts = [display(target), f"timeout {timeout}"]
+    if target.get("headers"):
+        parts.append("headers " + ", ".join(sorted(target["headers"])))
+    if "body" in target:
+        parts.append(f"body {len(request_body(target)[0])} bytes")
+    if target.get("secret"):
+        parts.append("own secret")
+    if target.get("follow_redirects"):
+        parts.append("follows redirects")
+    return "; ".join(parts)
 
 
 def _occurrence_text(o: Occurrence, zone: str, now: int) -> str:

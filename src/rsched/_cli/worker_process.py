@@ -1,4 +1,6 @@
-"""``rsched-worker module:attribute``: load a :class:`rsched.Worker` and run it until signalled.
+"""``rsched-worker module:attribute``: load a :class:`rsched.Worker` and run it until signalled
+(``--http`` also delivers HTTP targets; ``rsched-worker --http-only`` runs a worker of HTTP
+targets alone, with no module of tasks).
 
 At start it waits for a Redis that is down, silent, loading or full (rsched._cli.startup). SIGTERM
 or SIGINT stops reading and gives running jobs ``shutdown_grace_period_s`` to finish; the rest
@@ -34,6 +36,8 @@ log = get_logger("rsched.worker")
 
 #: The longest wait for a connection to close (a hung server cannot hold the exit).
 CLOSE_TIMEOUT_S = 2.0
+#: What ``--django`` runs: the worker of the project Django is set up with.
+DJANGO_WORKER = "rsched.contrib.django:worker"
 
 
 def load_worker(spec: str) -> Worker:
@@ -58,12 +62,35 @@ def load_worker(spec: str) -> Worker:
     return obj
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``rsched-worker`` (``rsched worker``); the CLI reference prints its help."""
     parser = argparse.ArgumentParser(
         prog="rsched-worker",
         description="Run the task handlers of an rsched.Worker on jobs from its queues.",
     )
-    parser.add_argument("worker", help="the Worker object, as module:attribute")
+    parser.add_argument(
+        "worker",
+        nargs="?",
+        help="the Worker object, as module:attribute (none with --django or --http-only)",
+    )
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        default=None,
+        help="also deliver HTTP targets, task rsched.http (RSCHED_WORKER__HTTP; needs the http "
+        "extra; docs/http-targets.md)",
+    )
+    parser.add_argument(
+        "--http-only",
+        action="store_true",
+        help="deliver HTTP targets only: a worker with no Python tasks (give no worker)",
+    )
+    parser.add_argument(
+        "--django",
+        metavar="SETTINGS_MODULE",
+        help="run the tasks of this Django project (its DJANGO_SETTINGS_MODULE) instead of a "
+        "Worker object: the worker of rsched.contrib.django (docs/django.md)",
+    )
     parser.add_argument("--queues", help="comma-separated queue names (RSCHED_WORKER__QUEUES)")
     parser.add_argument("--concurrency", type=int, help="jobs run at once (default 10)")
     parser.add_argument("--redis-url", help="redis://host:port/db (RSCHED_REDIS_URL)")
@@ -81,7 +108,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
     durability_flag(parser)
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.http_only and (args.worker is not None or args.django is not None):
+        parser.error("--http-only runs no Python tasks: give no worker, or --http instead")
+    if args.worker is not None and args.django is not None:
+        parser.error("give a Worker as module:attribute or --django SETTINGS_MODULE, not both")
+    if not args.http_only and args.worker is None and args.django is None:
+        parser.error(
+            "give a Worker as module:attribute, or --django SETTINGS_MODULE, or --http-only"
+        )
+    return args
 
 
 async def check_start(settings: Settings) -> None:
@@ -143,7 +184,10 @@ async def serve(worker: Worker, settings: Settings | None = None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        worker = load_worker(args.worker)
+        if args.django is not None:
+            os.environ["DJANGO_SETTINGS_MODULE"] = args.django
+            args.worker = DJANGO_WORKER
+        worker = Worker(http=True) if args.http_only else load_worker(args.worker)
         queues = [q.strip() for q in args.queues.split(",") if q.strip()] if args.queues else None
         worker.configure(
             queues=queues,
@@ -154,9 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
             durability=args.durability,
+            http=True if args.http_only else args.http,
         )
         settings = worker.resolve_settings()
-        if not worker.tasks:
+        if not worker.tasks and not settings.worker.http:
             raise ConfigError(
                 f"worker {args.worker!r} has no tasks registered: register handlers with "
                 "@worker.task(name) in that module"

@@ -26,7 +26,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from rsched._client import bulk_actions, job_lookup
+from rsched._client import bulk_actions, job_lookup, schedules_file
 from rsched._client import flows as flow_calls
 from rsched._client.stats import Stats, read_stats
 from rsched._core import tracing
@@ -54,6 +54,7 @@ from rsched._core.flows import FlowInfo, FlowRun, FlowState, Node
 from rsched._core.flows import plan as flows_plan
 from rsched._core.health import Health, ScheduleHealth, Thresholds
 from rsched._core.history import HistoryEvent, page_events
+from rsched._core.http_target import target_job
 from rsched._core.job import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S, DeadLetter, Enqueued
 from rsched._core.job_logs import JobLogRecord
 from rsched._core.limits import Limit, LimitInfo, check_key, override_doc
@@ -378,6 +379,48 @@ class Client:
         store = await self._store(valid.id)
         await store.save(valid, mode="upsert")
         return await store.load(valid.id)
+
+    @_redis_errors
+    async def sync_schedules(
+        self,
+        schedules: Iterable[Schedule | Mapping[str, Any]],
+        *,
+        source: str,
+        prune: bool = True,
+        adopt: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Make the schedules of ``source`` match ``schedules``, as a schedules file's sync
+        does (docs/schedules-files.md): new ones added, changed ones replaced, unchanged ones
+        untouched, and (with ``prune``) the ones this source created earlier and no longer
+        lists removed. The audit trail records the changes as from ``sync:<source>``. Returns
+        the plan as JSON-ready data (``applied``, ``changes``, ``unchanged``). Raises
+        ScheduleFileError listing every problem (nothing applied): an invalid entry, a
+        repeated id, an id another source or the SDK created (unless ``adopt``)."""
+        _argument("source", lambda s: check_name(s, "source name"), source)
+        label = f"schedules of source {source!r}"
+        valid: list[tuple[int, Schedule]] = []
+        errors: list[tuple[str, str]] = []
+        for index, entry in enumerate(schedules):
+            try:
+                valid.append((index, self._validated(entry)))
+            except InvalidSchedule as exc:
+                where = f"schedule[{index}]"
+                errors.extend((f"{where}.{f}" if f else where, m) for f, m in exc.errors)
+            except InvalidArgument as exc:  # neither a Schedule nor a dict
+                errors.append((f"schedule[{index}]", exc.message))
+        parsed = schedules_file.read_schedules(label, source, valid)
+        parsed.errors[:0] = errors
+        plan = await schedules_file.sync_parsed(
+            await self._partitions(),
+            self.settings,
+            parsed,
+            dry_run=dry_run,
+            adopt=adopt,
+            prune=prune,
+            actor=self.author.actor,
+        )
+        return plan.as_dict()
 
     @_redis_errors
     async def add_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
@@ -1022,7 +1065,7 @@ class Client:
     @_redis_errors
     async def enqueue(
         self,
-        task: str,
+        task: str | None = None,
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
@@ -1037,9 +1080,15 @@ class Client:
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
         labels: Mapping[str, str] | Iterable[str] | None = None,
+        http: Mapping[str, Any] | None = None,
     ) -> Enqueued:
         """Add a one-off job outside any schedule; returns :class:`Enqueued` (its execution id,
         and whether this call created it).
+
+        ``http`` (instead of ``task`` and ``payload``) makes a job that calls a URL: a dict
+        with ``url`` and optionally ``method``, ``headers``, ``body``, ``timeout_s``, ``secret``
+        and ``follow_redirects``, delivered by a worker started with ``--http``
+        (docs/http-targets.md).
 
         ``limits`` (rsched.Limit) are held by the job while it runs, with those its task
         declares (docs/limits.md); their keys are filled from ``payload`` here.
@@ -1058,8 +1107,9 @@ class Client:
         ``labels`` (a dict of short strings, as a schedule's) tag the job: :meth:`jobs` and
         :meth:`select_jobs` find it by them (docs/labels.md).
         Raises InvalidJob naming the bad field (task, queue, payload, delay_s, priority,
-        debounce, start_deadline, …).
+        debounce, start_deadline, http.url, …).
         """
+        task, payload = target_job(task, payload, http)
         if isinstance(debounce_key, str):  # every call of a key in its partition, its job too
             parts = await self._partitions()
             partition = partition_of(debounce_key, parts.count)

@@ -62,6 +62,7 @@ from rsched._core.errors import (
     ScheduleFileError,
     ScheduleNotFound,
 )
+from rsched._core.http_target import masked
 from rsched._core.log import EventLogger, get_logger
 from rsched._core.partitions import partition_of
 from rsched._core.rules import check_name, encode_payload
@@ -499,12 +500,50 @@ async def sync_file(
     trail records its changes as from ``sync:<source>``, by ``actor`` (default: the settings'
     ``actor``).
     """
-    log = log or _log
     parts = await Partitions.of(redis, settings)
-    parsed = read_file(path)
+    return await sync_parsed(
+        parts, settings, read_file(path), dry_run=dry_run, adopt=adopt, log=log, actor=actor
+    )
+
+
+def read_schedules(
+    label: str, source: str, schedules: Sequence[tuple[int, Schedule]]
+) -> ParsedFile:
+    """Schedules built in code (an application's settings), each with its index in the list
+    given, as a file of ``source`` named ``label`` in messages; a repeated id is one of its
+    problems."""
+    parsed = ParsedFile(label, "", source, explicit_source=True)
+    for index, s in schedules:
+        where = f"schedule[{index}] (id {s.id!r})"
+        if s.id in parsed.where:
+            parsed.errors.append(
+                (f"{where}.id", f"duplicate id, also used by {parsed.where[s.id]}")
+            )
+            continue
+        parsed.where[s.id] = where
+        parsed.schedules.append(s.model_copy(update={"source": source}))
+    return parsed
+
+
+async def sync_parsed(
+    parts: Partitions,
+    settings: Settings,
+    parsed: ParsedFile,
+    *,
+    dry_run: bool = False,
+    adopt: bool = False,
+    prune: bool = True,
+    log: EventLogger | None = None,
+    actor: str | None = None,
+) -> SyncPlan:
+    """:func:`sync_file` of schedules already read; ``prune=False`` keeps the schedules the
+    source created earlier and no longer lists (they are neither removed nor forgotten)."""
+    log = log or _log
     source = parsed.source
     for attempt in range(APPLY_ATTEMPTS):
         plan = await plan_sync(parts, parsed, adopt=adopt)
+        if not prune:
+            plan.changes = [c for c in plan.changes if c.action != "remove"]
         for change in plan.changes:
             log.info(
                 f"sync.{change.action}",
@@ -524,7 +563,7 @@ async def sync_file(
                 raise
             log.info("sync.retry", source=source, reason="changed meanwhile")
             continue
-        log.info("sync.done", source=source, path=str(path), summary=plan.summary())
+        log.info("sync.done", source=source, path=parsed.path, summary=plan.summary())
         return plan
     raise AssertionError("unreachable")
 
@@ -533,7 +572,7 @@ def _summary(s: Schedule) -> str:
     every = f"every {fmt.duration(s.every * 1000)}" if s.every else ""
     trigger = f"cron {s.cron!r}" if s.cron else every or f"at {s.at}"
     zone = f" {s.timezone}" if s.timezone != "UTC" else ""
-    return f"{trigger}{zone} -> {s.task} (queue {s.queue})"
+    return f"{trigger}{zone} -> {fmt.task_text(s)} (queue {s.queue})"
 
 
 def _show(value: Any, name: str) -> str:
@@ -547,6 +586,8 @@ def _show(value: Any, name: str) -> str:
             if isinstance(lim, dict)
         )
         return "[" + ", ".join(f"{{ {t} }}" for t in tables) + "]"
+    if name == "http" and isinstance(value, dict):
+        value = masked(value)
     return repr(_json(value))
 
 

@@ -131,6 +131,25 @@ class SyncClient:
         """See :meth:`rsched.Client.upsert`."""
         return self._run(self._client.upsert, schedule)
 
+    def sync_schedules(
+        self,
+        schedules: Iterable[Schedule | Mapping[str, Any]],
+        *,
+        source: str,
+        prune: bool = True,
+        adopt: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """See :meth:`rsched.Client.sync_schedules`."""
+        return self._run(
+            self._client.sync_schedules,
+            schedules,
+            source=source,
+            prune=prune,
+            adopt=adopt,
+            dry_run=dry_run,
+        )
+
     def add_many(self, schedules: Iterable[Schedule | Mapping[str, Any]]) -> BulkResult:
         """See :meth:`rsched.Client.add_many`."""
         return self._run(self._client.add_many, schedules)
@@ -360,7 +379,7 @@ class SyncClient:
 
     def enqueue(
         self,
-        task: str,
+        task: str | None = None,
         payload: dict[str, Any] | None = None,
         *,
         queue: str = "default",
@@ -375,6 +394,7 @@ class SyncClient:
         debounce: float | str | timedelta | None = None,
         start_deadline: float | str | timedelta | None = None,
         labels: Mapping[str, str] | Iterable[str] | None = None,
+        http: Mapping[str, Any] | None = None,
     ) -> Enqueued:
         """See :meth:`rsched.Client.enqueue`."""
         return self._run(
@@ -393,6 +413,7 @@ class SyncClient:
             debounce=debounce,
             start_deadline=start_deadline,
             labels=labels,
+            http=http,
         )
 
     def set_limit(

@@ -5,7 +5,7 @@ Validating a schedule with pydantic costs ~15 µs and turning it into hash field
 at 100k schedules is most of a bulk create's budget. The schedules of one bulk call mostly share
 everything but their id and payload, so each distinct *shape* (every other field) is validated
 once and its hash fields reused; the id and payload of each entry are still checked by the same
-rules (rsched._core.rules). Pure: no Redis here (bench/README.md has the costs).
+rules (rsched._core.rules). Pure: no Redis here (docs/results.md has the costs).
 """
 
 from __future__ import annotations

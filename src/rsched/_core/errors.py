@@ -257,6 +257,38 @@ class Retry(RschedError):
         super().__init__(reason or (f"retry in {delay_s}s" if delay_s is not None else "retry"))
 
 
+class JobFailed(RschedError):
+    """Raised by a built-in handler (an HTTP target's) for a failed attempt that says what
+    follows it: ``retryable=False`` dead-letters the job at once (reason ``not_retryable``:
+    another attempt would fail the same way); ``retry_after_s`` makes the next attempt wait at
+    least that long (else the job's backoff). The attempt counts towards ``max_retries``.
+    """
+
+    def __init__(
+        self, message: str, *, retryable: bool = True, retry_after_s: float | None = None
+    ) -> None:
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class HttpTargetError(JobFailed):
+    """Raised by the ``rsched.http`` task when a call to a target failed: an error status
+    (``status``), no answer in time, no connection, or an address the SSRF guard refuses
+    (``status`` None)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = True,
+        retry_after_s: float | None = None,
+    ) -> None:
+        self.status = status
+        super().__init__(message, retryable=retryable, retry_after_s=retry_after_s)
+
+
 class InvalidArgument(RschedError, ValueError):
     """Raised when an argument of a client call (a limit, a cursor, a time range) is invalid.
 

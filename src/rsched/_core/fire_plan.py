@@ -149,7 +149,7 @@ def _fire_spec(
 
 class FireItem(NamedTuple):
     """One occurrence handed to the fire script (see lua/fire.lua for the meaning of each).
-    A tuple rather than a dataclass: a herd creates one per schedule (bench/README.md)."""
+    A tuple rather than a dataclass: a herd creates one per schedule (docs/results.md)."""
 
     schedule_id: str
     version: str  # "<generation>:<created_at>" of the hash the plan was computed from

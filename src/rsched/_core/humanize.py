@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rsched._core.cron import Cron
+from rsched._core.http_target import display
 from rsched._core.limits import Limit, Rate
 from rsched._core.schedule import Schedule, to_ms
 from rsched._core.timezones import resolve_timezone
@@ -86,6 +87,11 @@ def fields(pairs: Sequence[tuple[str, object]]) -> str:
     """``name:  value`` lines with the values aligned."""
     width = max((len(k) for k, _ in pairs), default=0) + 1
     return "\n".join(f"{(k + ':').ljust(width)}  {'-' if v is None else v}" for k, v in pairs)
+
+
+def task_text(s: Schedule) -> str:
+    """What a schedule's job runs: its task, or an HTTP target's method and URL."""
+    return display(s.http) if s.http is not None else s.task
 
 
 def trigger_text(s: Schedule) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from rsched._core.errors import InvalidArgument, InvalidJob, MalformedJob
+from rsched._core.errors import InvalidArgument, InvalidJob, JobFailed, MalformedJob
 from rsched._core.job_logs import (
     LEVELS,
     MESSAGE_MAX_CHARS,
@@ -294,6 +294,11 @@ class Job:
         """True when a failure of this attempt goes to the dead-letter stream."""
         return self.attempt > self.options.max_retries
 
+    def ends_with(self, error: BaseException | None) -> bool:
+        """True when this attempt failing with ``error`` goes to the dead-letter stream: its
+        last attempt, or a failure no other attempt would mend (JobFailed, not retryable)."""
+        return self.is_last_attempt or (isinstance(error, JobFailed) and not error.retryable)
+
     def next_attempt_fields(self) -> list[str]:
         """The stream fields of the retry of this job (attempt + 1), as a flat list; they name
         the job's level (lua/promote.lua puts it back in that level's stream)."""
@@ -380,7 +385,8 @@ class DeadLetter:
     """A job in a queue's dead-letter stream, with why and when it got there.
 
     ``reason`` is one of ``max_retries``, ``poison`` (delivered more than ``max_deliveries``
-    times), ``unknown_task``, ``malformed``, ``timeout``. ``job_fields`` holds the job's raw
+    times), ``unknown_task``, ``malformed``, ``timeout``, ``not_retryable`` (a failure another
+    attempt would not mend, such as an HTTP target's 404). ``job_fields`` holds the job's raw
     stream fields, which ``requeue`` writes back (as attempt 1).
     """
 

@@ -425,7 +425,7 @@ class Metrics:
         reg.register(self.deployment)
         Gauge(
             "rsched_build_info", "rsched's version (always 1).", ["version"], registry=reg
-        ).labels(_version()).set(1)
+        ).labels(package_version()).set(1)
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)
 
@@ -559,7 +559,7 @@ class Metrics:
             how = "completed"
         else:
             how = _failure(cancelled=cancelled, timed_out=timed_out, error=error)
-            if how != "cancelled" and not job.is_last_attempt:
+            if how != "cancelled" and not job.ends_with(error):
                 self.retries.labels(job.task).inc()
         self._ended.append((job, how, duration_s))
         if len(self._ended) >= JOBS_FLUSH:
@@ -599,7 +599,8 @@ def _failure(*, cancelled: bool, timed_out: bool, error: BaseException | None) -
     return "retry" if isinstance(error, Retry) else "failed"
 
 
-def _version() -> str:
+def package_version() -> str:
+    """The installed rsched's version (the build_info series, the User-Agent of HTTP calls)."""
     try:
         return importlib.metadata.version("rsched")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed

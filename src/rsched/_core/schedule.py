@@ -37,6 +37,7 @@ from rsched._core.errors import (
 )
 from rsched._core.flows import FLOW_TASK, Chain, Group, Step, from_doc, to_doc
 from rsched._core.flows import plan as flows_plan
+from rsched._core.http_target import HTTP_TASK, check_target
 from rsched._core.job import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_BASE_S,
@@ -93,6 +94,10 @@ DURATION_FIELDS = frozenset(
 _OPTIONAL_DURATIONS = ("every", "debounce", "start_deadline", "jitter")
 #: A limit's own problem in the message of ``limits``: ``limits[1].rate: <message>``.
 _LIMIT_PART = re.compile(r"^(limits\[\d+\](?:\.\w+)?|limits): (.*)$", re.DOTALL)
+#: A target's own problem in the message of ``http``: ``http.url: <message>``.
+_HTTP_PART = re.compile(r"^(http(?:\.[\w.-]+)?): (.*)$", re.DOTALL)
+#: The built-in tasks whose target a schedule gives in a field of its own, by field.
+_TARGETS = {"flow": FLOW_TASK, "http": HTTP_TASK}
 #: The shortest interval ``every`` may give.
 MIN_EVERY_S = 0.001
 #: A schedule gives exactly one of them.
@@ -167,6 +172,7 @@ class Schedule(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict)
     priority: Priority = "normal"
     flow: dict[str, Any] | None = None
+    http: dict[str, Any] | None = None
 
     cron: str | None = None
     every: float | None = Field(default=None, json_schema_extra=_duration_schema)
@@ -244,11 +250,28 @@ class Schedule(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _flow_task(cls, data: Any) -> Any:
-        # A schedule of a flow names no task of its own: its job is the flow's starter.
-        if isinstance(data, dict) and data.get("flow") is not None and "task" not in data:
-            return {**data, "task": FLOW_TASK}
+    def _target_task(cls, data: Any) -> Any:
+        # A schedule of a flow or an HTTP target names no task of its own: its job is the
+        # built-in task that starts the flow or calls the URL.
+        if isinstance(data, dict) and "task" not in data:
+            for name, task in _TARGETS.items():
+                if data.get(name) is not None:
+                    return {**data, "task": task}
         return data
+
+    @field_validator("http", mode="before")
+    @classmethod
+    def _http(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None:
+            return None
+        try:
+            target = check_target(v)
+        except InvalidArgument as exc:
+            raise ValueError(f"{exc.field}: {exc.message}") from None
+        encode_payload(
+            {"http": target}, (info.context or {}).get("max_payload_bytes", _payload_limit.get())
+        )
+        return target
 
     @field_validator("flow", mode="before")
     @classmethod
@@ -394,6 +417,8 @@ class Schedule(BaseModel):
         check_retry_window(self.retry_base_s, self.retry_max_s)
         if self.flow is not None:
             _flow_alone(self)
+        if self.http is not None or self.task == HTTP_TASK:
+            _http_alone(self)
         if self.start_deadline is not None and self.debounce is not None:
             w = words()
             # A debounced job keeps its first occurrence's time while later ones move it on.
@@ -422,9 +447,9 @@ class Schedule(BaseModel):
                 if value:
                     out[name] = orjson.dumps(value).decode()
                 continue
-            if name == "flow":  # the payload of its starter job (FLOW_TASK)
+            if name in _TARGETS:  # the payload of its built-in task's job (FLOW_TASK, HTTP_TASK)
                 if value is not None:
-                    out["payload"] = orjson.dumps({"flow": value}).decode()
+                    out["payload"] = orjson.dumps({name: value}).decode()
                 continue
             if name in OPTION_NAMES:
                 continue
@@ -470,8 +495,9 @@ class Schedule(BaseModel):
                 continue  # a field from a newer rsched: ignore rather than fail to read
             else:
                 data[name] = raw
-        if data.get("task") == FLOW_TASK and "payload" in data:
-            data["flow"] = _stored_flow(schedule_id, data.pop("payload"))
+        for name, task in _TARGETS.items():
+            if data.get("task") == task and "payload" in data:
+                data[name] = _stored_target(schedule_id, name, data.pop("payload"))
         data["paused"] = status == "paused"
         data["completed"] = status == "completed"
         if "updated_at" not in data and "created_at" in data:
@@ -516,13 +542,31 @@ def _flow_alone(schedule: Schedule) -> None:
         raise ValueError(f"a flow's steps hold limits: give no {w.field('limits')}")
 
 
-def _stored_flow(schedule_id: str, payload: str) -> Any:
+def _http_alone(schedule: Schedule) -> None:
+    """A schedule of an HTTP target gives no task or payload: its job calls the URL."""
+    w = words()
+    if schedule.task == HTTP_TASK and schedule.http is None:
+        raise ValueError(
+            f"{HTTP_TASK} is the built-in task of HTTP targets: give {w.field('http')} (the "
+            "URL and its options) instead"
+        )
+    if schedule.task != HTTP_TASK:
+        raise ValueError(f"give {w.field('task')} or {w.field('http')}, not both")
+    if schedule.flow is not None:
+        raise ValueError(f"give {w.field('flow')} or {w.field('http')}, not both")
+    if schedule.payload:
+        raise ValueError(
+            f"an HTTP target sends its body: give {w.field('http')}.body, not {w.field('payload')}"
+        )
+
+
+def _stored_target(schedule_id: str, name: str, payload: str) -> Any:
     try:
-        return orjson.loads(payload)["flow"]
+        return orjson.loads(payload)[name]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         raise StateError(
-            f"stored schedule {schedule_id!r} of a flow has no readable flow in its payload; it "
-            "was not written by this version of rsched or was edited by hand"
+            f"stored schedule {schedule_id!r} of a {name} target has no readable {name} in its "
+            "payload; it was not written by this version of rsched or was edited by hand"
         ) from None
 
 
@@ -564,6 +608,9 @@ def _passed_fields(data: Mapping[str, Any], failed: Collection[str]) -> dict[str
     for name in ("id", "task"):
         if name in failed or name not in rest:
             rest[name] = "invalid"
+    for name, task in _TARGETS.items():  # its built-in task without it: its own error
+        if name in failed and rest["task"] == task:
+            rest["task"] = "invalid"
     return rest
 
 
@@ -610,6 +657,8 @@ def invalid(data: Mapping[str, Any], exc: ValidationError) -> InvalidSchedule:
             msg = "required"
         elif field == "limits" and (part := _LIMIT_PART.match(msg)):
             field, msg = part.group(1), part.group(2)  # the limit and its field: limits[1].rate
+        elif field == "http" and (part := _HTTP_PART.match(msg)):
+            field, msg = part.group(1), part.group(2)  # the target's key: http.url
         errors.append((field, msg))
     if all(err["loc"] for err in exc.errors()):  # only fields failed: the whole was not checked
         errors += _across_fields(data, {str(err["loc"][0]) for err in exc.errors()})

@@ -143,6 +143,8 @@ class WorkerSettings(BaseModel):
     job_log_level: JobLogLevel = "info"
     # Share of reads each priority level leads (see DEFAULT_PRIORITY_WEIGHTS).
     priority_weights: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PRIORITY_WEIGHTS))
+    # Deliver HTTP targets (task rsched.http, docs/http-targets.md): rsched-worker --http.
+    http: bool = False
 
     @model_validator(mode="after")
     def _weights(self) -> WorkerSettings:
@@ -210,6 +212,22 @@ class HealthSettings(BaseModel):
     webhook_queue_size: int = Field(default=1_000, ge=1)
     webhook_timeout_s: float = Field(default=5.0, gt=0)
     webhook_attempts: int = Field(default=5, ge=1, le=100)
+
+
+class HttpSettings(BaseModel):
+    """How workers started with ``--http`` call HTTP targets (docs/http-targets.md)."""
+
+    # Signs every call whose target has no secret of its own (X-Rsched-Signature).
+    secret: SecretStr | None = None
+    # Off: a target whose host resolves to a private, loopback, link-local, multicast, reserved
+    # or unspecified address is refused (the SSRF guard); on: any address may be called.
+    allow_private: bool = False
+    # A run keeps this much of the answer's text in its result (the rest is cut, marked).
+    max_response_bytes: int = Field(default=4_096, ge=0, le=1024 * 1024)
+    # The longest wait a Retry-After header may ask for before the next attempt.
+    max_retry_after_s: float = Field(default=3_600.0, ge=0, le=86_400 * 7)
+    # The most connections each worker opens to targets at once (one pool for all its calls).
+    max_connections: int = Field(default=100, ge=1, le=10_000)
 
 
 class RetentionSettings(BaseModel):
@@ -283,6 +301,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
     # Metrics and health endpoints (docs/monitoring.md): served on this port when it is set
     # (0 picks a free one), from this address; the leading scheduler refreshes the gauges of the
     # whole deployment every metrics_interval_s, counting a schedule due longer than

@@ -339,7 +339,7 @@ def failed(span: Span, job: Job, error: BaseException | None, timed_out: bool) -
     ERROR and the exception recorded (but for :class:`Retry`, an outcome of its own)."""
     from opentelemetry.trace import StatusCode
 
-    if job.is_last_attempt:
+    if job.ends_with(error):
         outcome = "dead"
     elif isinstance(error, Retry):
         outcome = "retry"

@@ -4,7 +4,7 @@ Redis, no event loop.
 
 Batches are sized by time from the server µs each fired item cost in the calls before. Before
 the first measurement an item is assumed to cost ITEM_US_START (a herd's items took 15-35 µs
-inside Redis 7.0 on the VMs of bench/README.md): the first batches err on the small side.
+inside Redis 7.0 on the VMs of docs/results.md): the first batches err on the small side.
 """
 
 from __future__ import annotations

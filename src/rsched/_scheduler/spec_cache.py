@@ -101,7 +101,7 @@ class SpecCache:
         """Move the cached specs out of the garbage collector's reach once the cache has grown.
 
         Python's full collections traverse every live object, the whole cache included, and a
-        herd allocates enough to set off several, each a pause of every fire (bench/README.md
+        herd allocates enough to set off several, each a pause of every fire (docs/results.md
         has the numbers). The cache holds no reference cycles, so frozen specs are still
         freed by reference counting when dropped. Collected first (nothing cyclic gets frozen),
         and only with time to spare before the next run is due.

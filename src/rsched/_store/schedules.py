@@ -74,7 +74,7 @@ class DueSummary:
 
 
 #: Ids read per call of the bulk check, and schedules written per upsert_many.lua call (a call
-#: blocks the server: ~10 ms at 1,000; bench/README.md), BULK_IN_FLIGHT calls at once.
+#: blocks the server: ~10 ms at 1,000; docs/results.md), BULK_IN_FLIGHT calls at once.
 BULK_READ = 5_000
 BULK_WRITE = 1_000
 BULK_IN_FLIGHT = 3

@@ -17,7 +17,7 @@ import anyio
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from rsched._core.errors import Retry
+from rsched._core.errors import JobFailed, Retry
 from rsched._core.flows import FLOW_TASK
 from rsched._core.history import fragment
 from rsched._core.job import Job, retry_delay_s
@@ -218,10 +218,13 @@ class Runner:
         :class:`Retry` (an outcome of its own, not a failure, but an attempt all the same: past
         ``max_retries`` the job is dead-lettered, as in Celery and arq)."""
         error_type, message, tb = self._describe(job, error, timed_out)
-        if job.is_last_attempt:
+        if job.ends_with(error):
             if isinstance(error, Retry):
                 message = _exhausted(job, message)
-            await self._dead(job, duration_ms, error_type, message, tb, timed_out=timed_out)
+            final = isinstance(error, JobFailed) and not error.retryable
+            await self._dead(
+                job, duration_ms, error_type, message, tb, timed_out=timed_out, final=final
+            )
             return
         delay_ms = round(_next_delay_s(job, error) * 1000)
         if isinstance(error, Retry):
@@ -240,6 +243,8 @@ class Runner:
             return "TimeoutError", f"timed out after {job.timeout_s}s", ""
         if isinstance(error, Retry):
             return "Retry", str(error), ""
+        if isinstance(error, JobFailed):  # a built-in task's failure: its message says it all
+            return type(error).__name__, str(error), ""
         assert error is not None
         tb = "".join(traceback.format_exception(error))[-self.state.cfg.traceback_max_chars :]
         return type(error).__name__, str(error), tb
@@ -253,11 +258,13 @@ class Runner:
         tb: str,
         *,
         timed_out: bool,
+        final: bool = False,
     ) -> None:
-        """Dead-letter a job whose last attempt did not complete."""
+        """Dead-letter a job whose last attempt did not complete, or whose failure no other
+        attempt would mend (``final``)."""
         state = self.state
         state.failed += 1
-        reason = "timeout" if timed_out else "max_retries"
+        reason = "timeout" if timed_out else "not_retryable" if final else "max_retries"
         extra = {"duration_ms": duration_ms, "error_type": error_type, "error": message[:500]}
         _log_end(
             jobs_log.error,
@@ -418,11 +425,15 @@ def _exhausted(job: Job, message: str) -> str:
 
 def _next_delay_s(job: Job, error: BaseException | None) -> float:
     """How long the next attempt waits: what the handler's :class:`Retry` asked for (bounded),
-    else the job's backoff."""
+    else the job's backoff, or more when the failure asks to wait longer (an HTTP target's
+    Retry-After: a server that said when to come back is not called sooner)."""
     requested = error.delay_s if isinstance(error, Retry) else None
     if isinstance(requested, int | float) and not math.isnan(requested):
         return min(max(float(requested), 0.0), MAX_RETRY_DELAY_S)
-    return retry_delay_s(job.options, job.attempt)
+    backoff = retry_delay_s(job.options, job.attempt)
+    if isinstance(error, JobFailed) and error.retry_after_s is not None:
+        return min(max(error.retry_after_s, backoff), MAX_RETRY_DELAY_S)
+    return backoff
 
 
 def _log_end(log_at: Callable[..., None], job: Job, outcome: str, **fields: Any) -> None:

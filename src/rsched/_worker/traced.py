@@ -55,6 +55,6 @@ class TracedRunner(Runner):
         span = self._span
         if span is not None:
             tracing.failed(span, job, error, timed_out)
-            if not job.is_last_attempt:
+            if not job.ends_with(error):
                 job = tracing.linked(job, span)  # the retry links to this attempt
         await super()._fail(job, duration_ms, error, timed_out=timed_out)

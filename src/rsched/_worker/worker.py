@@ -40,7 +40,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import anyio
 from anyio.abc import TaskStatus
@@ -51,6 +51,7 @@ from rsched._core import tracing
 from rsched._core.backoff import Backoff
 from rsched._core.errors import ConfigError, InvalidArgument
 from rsched._core.flows import FLOW_TASK
+from rsched._core.http_target import HTTP_TASK
 from rsched._core.job import Job
 from rsched._core.limits import Limit, coerce_limits
 from rsched._core.log import get_logger
@@ -70,6 +71,9 @@ from rsched._worker.runner import Runner
 from rsched._worker.state import Stream, WorkerState
 from rsched._worker.traced import TracedRunner
 from rsched._worker.upkeep import Upkeep, hand_back
+
+if TYPE_CHECKING:
+    from rsched._worker.http_caller import HttpCaller
 
 log = get_logger("rsched.worker")
 
@@ -95,6 +99,10 @@ class Worker:
     a long sync handler should watch ``job.should_stop`` (or wait on ``job.stop_event``).
     An async handler must not block the event loop for longer than ``visibility_timeout_s``:
     heartbeats stop meanwhile and another worker would take its job over.
+
+    With ``http=True`` (or ``RSCHED_WORKER__HTTP``, ``rsched-worker --http``) it also delivers
+    HTTP targets (the built-in task ``rsched.http``, docs/http-targets.md; needs the ``http``
+    extra); such a worker may register no task of its own.
     Since 0.1.0.
     """
 
@@ -104,8 +112,10 @@ class Worker:
         concurrency: int | None = None,
         *,
         settings: Settings | None = None,
+        http: bool | None = None,
     ) -> None:
         self._handlers: dict[str, tuple[Handler, bool]] = {}
+        self._http_arg = http
         self._limits: dict[str, tuple[Limit, ...]] = {}
         self._queues_arg = list(queues) if queues is not None else None
         self._concurrency_arg = concurrency
@@ -174,8 +184,11 @@ class Worker:
         metrics_host: str | None = None,
         durability: DurabilityLevel | None = None,
         cluster: bool | None = None,
+        http: bool | None = None,
     ) -> None:
         """Override settings (the ``rsched-worker`` flags); wins over env and constructor."""
+        if http is not None:
+            self._overrides["http"] = http
         if cluster is not None:
             self._root_overrides["cluster"] = cluster
         if queues is not None:
@@ -216,6 +229,8 @@ class Worker:
             worker["queues"] = self._queues_arg
         if self._concurrency_arg is not None and "concurrency" not in given:
             worker["concurrency"] = self._concurrency_arg
+        if self._http_arg is not None and "http" not in given:
+            worker["http"] = self._http_arg
         worker.update(self._overrides)
         try:
             cfg = WorkerSettings.model_validate(worker)
@@ -286,10 +301,11 @@ class Worker:
         """
         settings = self.resolve_settings()
         cfg = settings.worker
-        if not self._handlers:
+        if not self._handlers and not cfg.http:
             raise ConfigError(
                 "no tasks registered: register a handler with @worker.task(name) before "
-                "running the worker (a worker without tasks would only turn jobs away)"
+                "running the worker, or deliver HTTP targets (http=True, --http) (a worker "
+                "without tasks would only turn jobs away)"
             )
         # Decided once, at start (docs/tracing.md): a worker that does not trace runs the plain
         # Runner, with nothing added per job.
@@ -307,6 +323,7 @@ class Worker:
             queues=",".join(cfg.queues),
             concurrency=cfg.concurrency,
             tasks=",".join(self.tasks),
+            http=cfg.http,
             prefix=settings.prefix,
         )
         handed_back = 0
@@ -371,10 +388,18 @@ class Worker:
                     await self._stopping.wait()
         return []
 
-    def _new_state(self, stores: list[QueueStore], settings: Settings) -> WorkerState:
+    def _run_handlers(self, stores: list[QueueStore]) -> dict[str, tuple[Handler, bool]]:
+        """The handlers of one run: the tasks registered, and the start of schedules' flows
+        that every worker has (rsched._worker.flow_starter)."""
+        return {**self._handlers, FLOW_TASK: (flow_starter(stores), True)}
+
+    def _new_state(
+        self,
+        handlers: dict[str, tuple[Handler, bool]],
+        stores: list[QueueStore],
+        settings: Settings,
+    ) -> WorkerState:
         """The state the actors of one run share (rsched.testing drives them from it too)."""
-        # Every worker starts schedules' flows (rsched._worker.flow_starter).
-        handlers = {**self._handlers, FLOW_TASK: (flow_starter(stores), True)}
         return WorkerState(handlers, self.consumer, stores, settings, task_limits=self._limits)
 
     async def _serve(
@@ -384,11 +409,30 @@ class Worker:
         runner_class: type[Runner],
         task_status: TaskStatus[None],
     ) -> None:
+        handlers = self._run_handlers(stores)
+        caller = _http_caller(settings)
+        if caller is not None:
+            handlers[HTTP_TASK] = (caller, True)
+        try:
+            await self._serve_jobs(handlers, stores, settings, runner_class, task_status)
+        finally:
+            if caller is not None:
+                with anyio.CancelScope(shield=True):
+                    await caller.aclose()
+
+    async def _serve_jobs(
+        self,
+        handlers: dict[str, tuple[Handler, bool]],
+        stores: list[QueueStore],
+        settings: Settings,
+        runner_class: type[Runner],
+        task_status: TaskStatus[None],
+    ) -> None:
         cfg = settings.worker
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
-        state = self._state = self._new_state(stores, settings)
+        state = self._state = self._new_state(handlers, stores, settings)
         reader = Reader(state, jobs)
         journal = Journal(state)
         runner = runner_class(state, send, journal)
@@ -436,6 +480,20 @@ class Worker:
                 with anyio.move_on_after(ACK_FLUSH_S):
                     await journal.flush()  # what the last handlers said
             services.cancel_scope.cancel()
+
+
+def _http_caller(settings: Settings) -> HttpCaller | None:
+    """The handler of HTTP targets of a worker started with ``--http`` (None for the others,
+    which never import httpx). Raises ConfigError when httpx is missing."""
+    if not settings.worker.http:
+        return None
+    try:
+        from rsched._worker.http_caller import HttpCaller
+    except ImportError as exc:
+        raise ConfigError(
+            f"worker.http (--http) needs httpx ({exc}): pip install 'rsched[http]'"
+        ) from None
+    return HttpCaller(settings.http)
 
 
 def _worker_problems(exc: ValidationError) -> str:

@@ -80,7 +80,8 @@ class Drive:
         self.now_ms = 0  # the virtual time of the step under way
         self.state: WorkerState | None = None
         if worker is not None:
-            self.state = worker._new_state([self.store], settings)
+            stores = [self.store]
+            self.state = worker._new_state(worker._run_handlers(stores), stores, settings)
             runner_class = TracedRunner if tracing.decide(settings.tracing) else Runner
             self._jobs_in, self._jobs = anyio.create_memory_object_stream[Job](math.inf)
             self._acks_in, self._acks = anyio.create_memory_object_stream[tuple[Stream, Done]](

@@ -76,6 +76,7 @@ _DEAD_REASONS = {
     "unknown_task": "no handler for this task",
     "malformed": "not a valid job",
     "timeout": "timed out",
+    "not_retryable": "failed for good",
 }
 
 
