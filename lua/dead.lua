@@ -32,7 +32,7 @@ KEYS[8] activity  optional, with KEYS[7]: the partition's activity counters {p}:
 then, with KEYS[7], the runs log's label index keys of the record's labels (after the limits'
          keys when there are any; runs_log.run_index_keys, run_index.lua; none without labels)
 KEYS[9..19] optional, with KEYS[8]: the limits' keys (rsched._core.keys.Keys.limits); ARGV[12]
-         is then the limits the job holds ([[key, template], …], released here) and the fields start
+         is then the limits the job holds ([ [key, template], … ], released here) and the fields start
          at ARGV[13]
 then, for a flow step's job (its dead letter fields name its 'flow' and 'step'), its flow's hash
          {p}:flow:<id> and the streams of the steps its end may release (flow_end.lua: with

@@ -23,7 +23,7 @@ ARGV[1] group   ARGV[2] history cap   ARGV[3] runs log cap
 ARGV[4] items   JSON array of [entry id, execution id, schedule id ('' = none), attempt,
                 deadline (ms: the latest Redis time the job may start at), dedup (1 = a dedup key
                 follows, 0 = none), run (the runs log record, run_log.lua; '' = none),
-                limits (the limits the job holds, [[key, template], …]; [] = none),
+                limits (the limits the job holds, [ [key, template], … ]; [] = none),
                 flow, step (optional: a flow step's job: its flow id and step number)]
 ARGV[5] optional: the index of the first of the limits' keys, when an item holds limits ('' =
         none)

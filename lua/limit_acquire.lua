@@ -17,7 +17,7 @@ KEYS[12..]        the streams the items were read from ({p}:queue:<queue>[#level
 ARGV[1] group   ARGV[2] hold ms (a hold lapses this long after its grant or last renewal)
 ARGV[3] items   JSON array of [stream (index into KEYS from 12 = 1), entry id, execution id,
                 order ('' = a job not parked before: its level and entry id), limits
-                [[template, key, concurrency|null, rate count, rate ms], …] ]
+                [ [template, key, concurrency|null, rate count, rate ms], …] ]
 
 Returns a JSON array of the items that may not run, each [item index (1-based), code, key]:
 LIMITED=8 it waits on key (out of the stream) | NOT_PENDING=-10 the entry is gone (do not run

@@ -12,7 +12,7 @@ KEYS[1]..KEYS[11] the limits' keys (rsched._core.keys.Keys.limits; lua/includes/
 ARGV[1] cursor (HSCAN's; '0' first)   ARGV[2] rows per page (about)   ARGV[3] glob ('' = all)
 ARGV[4] one key ('' = a page; ARGV[1..3] are then not used)
 
-Returns JSON [next cursor ('0': last page), [[key, template, concurrency|null, rate count,
+Returns JSON [next cursor ('0': last page), [ [key, template, concurrency|null, rate count,
 rate ms, holders, waiting, starts, override object|null], …] ].
 ]]
 -- @include rcall

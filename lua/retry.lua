@@ -30,7 +30,7 @@ KEYS[7..17] optional: the limits' keys (rsched._core.keys.Keys.limits, 11), with
          then, with KEYS[5], the runs log's label index keys of the record's labels
          (runs_log.run_index_keys, run_index.lua; none for a job without labels)
 KEYS[7..17] (the limits' keys) with
-ARGV[13] the limits the job holds ([[key, template], …]): released here, the next attempt takes them
+ARGV[13] the limits the job holds ([ [key, template], … ]): released here, the next attempt takes them
          again when it is read
 
 Returns {OK=5, due ms} | {NOT_PENDING=-10} the entry was not pending (nothing done) |

@@ -23,6 +23,9 @@ from tests.support.command import Cli
 from tests.support.processes import Proc
 from tests.support.servers import Server, env_kinds
 
+# rsched.testing's fixture (rsched_env), as a project using it loads it (docs/testing.md).
+pytest_plugins = ("rsched.testing.plugin",)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:

@@ -4,10 +4,12 @@ talk to Redis or call a script, and where exception classes live.
 The private subpackages form layers; a module may import its own subpackage and the ones below::
 
     _core <- _redis <- _store <- _ops <- {_scheduler, _worker, _client} <- _cli <- _devtools
+        <- testing
 
 The three in braces never import one another. ``web`` (the dashboard, public) imports the public
 ``rsched`` API and ``_core`` only, as an application would; ``contrib`` (the frameworks'
-integrations, public) the public API and the dashboard.
+integrations, public) the public API and the dashboard. ``testing`` (the test kit, public) is
+the top layer: it drives the scheduler's and the worker's own actors.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_scheduler", "_worker", "_client"),
     ("_cli",),
     ("_devtools",),
+    ("testing",),
 )
 RANK = {pkg: rank for rank, layer in enumerate(LAYERS) for pkg in layer}
 # Every module as a dotted name below rsched (``_store.queues``, ``web._api``); not the package's

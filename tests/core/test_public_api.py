@@ -10,7 +10,7 @@ import pytest
 import rsched
 
 #: Documented public subpackages: an attribute of ``rsched`` once imported, not in __all__.
-PUBLIC_SUBPACKAGES = {"web", "contrib"}
+PUBLIC_SUBPACKAGES = {"web", "contrib", "testing"}
 
 
 def test_all_matches_exports() -> None:

@@ -80,6 +80,12 @@ class Keys:
         return f"{self.deployment_tag}:meta"
 
     @property
+    def virtual_clock(self) -> str:
+        """HASH ``s``, ``us``: the time that rsched.testing's scripts and stores read instead of
+        Redis TIME (rsched._redis.scripts.VirtualClock); never written in production."""
+        return f"{self.deployment_tag}:virtual_clock"
+
+    @property
     def schedulers(self) -> str:
         """ZSET of live scheduler ids scored by their last heartbeat (ms, Redis time): the
         schedulers that share the partitions' leases."""

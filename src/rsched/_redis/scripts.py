@@ -21,7 +21,9 @@ import contextlib
 import functools
 import importlib.resources
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -169,9 +171,77 @@ def _text(arg: Any) -> str:
     return arg.decode() if isinstance(arg, bytes) else str(arg)
 
 
+#: What the scripts read the server's time with (lua/includes/now_ms.lua, lua/fire.lua).
+_TIME_CALL = "rcall('TIME')"
+#: The ``*`` of an XADD (a stream entry's id, the server's time by its own clock), and not the
+#: one ``limit_set.lua`` looks for in a key pattern.
+_AUTO_ID = re.compile(r"(?<!string\.find\(key, )'\*'")
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualClock:
+    """A clock that the scripts and stores of one client read instead of the server's: the hash
+    ``key`` holds ``s`` and ``us`` (as TIME answers) and ``id`` (``<ms>-*``, the id of a stream
+    entry added at that time). rsched.testing sets one on its own client
+    (:func:`use_virtual_clock`) to move time by hand; production clients have none.
+
+    Its scripts are the same files with each TIME call replaced by a read of ``s`` and ``us``,
+    and each XADD's ``*`` by ``id`` (a run's end, a dead letter's time are entry ids): their
+    SHAs differ from production's, so a production client never runs one. ``shebang`` False
+    leaves out the ``#!lua`` line, for a server that does not take it (fakeredis).
+    """
+
+    key: str
+    shebang: bool = True
+
+    def source(self, name: str) -> str:
+        text = source(name).replace(_TIME_CALL, f"rcall('HMGET', '{self.key}', 's', 'us')")
+        text = _AUTO_ID.sub(f"redis.call('HGET', '{self.key}', 'id')", text)
+        return text if self.shebang else text.split("\n", 1)[1]
+
+    async def time_ms(self, redis: Redis) -> int:
+        seconds, micros = await redis.hmget(self.key, ["s", "us"])
+        if seconds is None or micros is None:
+            raise StateError(f"the virtual clock {self.key!r} is not set")
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def set_ms(self, redis: Redis, ms: int) -> None:
+        """Set the clock to ``ms`` (epoch ms); it must never go back (stream ids only grow)."""
+        await redis.hset(
+            self.key, mapping={"s": ms // 1000, "us": ms % 1000 * 1000, "id": f"{ms}-*"}
+        )
+
+
+# Only clients given a virtual clock are here: looked up when a script is registered and when
+# the clock is read, never per job.
+_VIRTUAL_CLOCKS: weakref.WeakKeyDictionary[Redis, VirtualClock] = weakref.WeakKeyDictionary()
+
+
+def use_virtual_clock(redis: Redis, clock: VirtualClock) -> None:
+    """Have the scripts and stores of ``redis`` (a client made for this, whose scripts are not
+    registered yet) read ``clock`` instead of Redis TIME."""
+    _VIRTUAL_CLOCKS[redis] = clock
+
+
+def virtual_clock(redis: Redis) -> VirtualClock | None:
+    """The virtual clock of ``redis``, None (production) when it reads Redis TIME."""
+    return _VIRTUAL_CLOCKS.get(redis)
+
+
+async def entry_id(redis: Redis) -> str:
+    """The id of a stream entry Python adds now: ``*`` (the server's time), or the time of the
+    client's virtual clock."""
+    clock = _VIRTUAL_CLOCKS.get(redis)
+    return "*" if clock is None else f"{await clock.time_ms(redis)}-*"
+
+
 async def server_time_ms(redis: Redis, keys: Keys | None) -> int:
     """Redis TIME in epoch ms. On a cluster, the clock of the primary serving the partition of
-    ``keys``: the one its scripts read (each node has its own clock)."""
+    ``keys``: the one its scripts read (each node has its own clock). A client with a
+    :class:`VirtualClock` reads that."""
+    clock = _VIRTUAL_CLOCKS.get(redis)
+    if clock is not None:
+        return await clock.time_ms(redis)
     if keys is None or not is_cluster(redis):
         seconds, micros = await redis.time()
     else:
@@ -248,7 +318,9 @@ class ScriptCaller:
     def script(self, name: str) -> AsyncScript:
         found = self._scripts.get(name)
         if found is None:
-            found = self._scripts[name] = self.redis.register_script(source(name))
+            clock = _VIRTUAL_CLOCKS.get(self.redis)
+            text = source(name) if clock is None else clock.source(name)
+            found = self._scripts[name] = self.redis.register_script(text)
         return found
 
     async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:

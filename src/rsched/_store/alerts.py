@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 
 from rsched._core.keys import Keys
 from rsched._core.log import get_logger
+from rsched._redis.scripts import entry_id
 
 log = get_logger("rsched.events")
 
@@ -95,7 +96,11 @@ class EventLog:
         flat.update({k: str(v) for k, v in fields.items() if v is not None and v != ""})
         try:
             eid = await self.redis.xadd(
-                self.keys.events, flat, maxlen=self.max_len, approximate=True
+                self.keys.events,
+                flat,
+                id=await entry_id(self.redis),
+                maxlen=self.max_len,
+                approximate=True,
             )
         except (RedisError, OSError) as exc:
             log.warning("event.not_recorded", kind=kind, error=str(exc))

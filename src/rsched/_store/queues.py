@@ -46,6 +46,7 @@ from rsched._core.settings import DEFAULT_HISTORY_LIMIT, Settings
 from rsched._core.words import words
 from rsched._redis.cluster import is_cluster
 from rsched._redis.durability import Durability
+from rsched._redis.scripts import virtual_clock
 from rsched._store.alerts import EventLog
 from rsched._store.dead_letters import DeadLetters
 from rsched._store.flows import Flows
@@ -230,9 +231,10 @@ class QueueStore(WorkerCalls, DeadLetters, Flows, Limits, JobLogs):
         length wait in those levels' streams; consumers are those of the normal stream (a worker
         reads all levels of its queues)."""
         names = await self.queue_names()
-        cluster = is_cluster(self.redis)
+        # A cluster pipeline takes commands on keys only; a virtual clock is no TIME.
+        apart = is_cluster(self.redis) or virtual_clock(self.redis) is not None
         async with self.redis.pipeline(transaction=False) as pipe:
-            if not cluster:  # a cluster pipeline takes commands on keys only
+            if not apart:
                 pipe.time()
             for name in names:
                 for level in PRIORITIES:
@@ -240,7 +242,7 @@ class QueueStore(WorkerCalls, DeadLetters, Flows, Limits, JobLogs):
                 pipe.zcard(self.keys.delayed_queue(name))
                 pipe.xlen(self.keys.dead(name))
             head = await pipe.execute(raise_on_error=False)
-        if cluster:  # the clock of the partition's node
+        if apart:  # the clock of the partition's node, or the virtual one
             now_ms = await self.time_ms()
         else:
             seconds, micros = head.pop(0)

@@ -36,11 +36,12 @@ class Acker:
                             batch.append(inbox.receive_nowait())
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
-                    await self._ack(batch)
+                    await self.ack(batch)
         finally:
             done.set()
 
-    async def _ack(self, batch: list[tuple[Stream, Done]]) -> None:
+    async def ack(self, batch: list[tuple[Stream, Done]]) -> None:
+        """Record ``batch``: the results kept, then the runs (one script call per stream)."""
         state = self.state
         by_stream: dict[Stream, list[Done]] = {}
         results: dict[int, list[tuple[str, bytes]]] = {}

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -65,6 +65,10 @@ class _Pending:
             self.size -= len(self.lines.popleft())
 
 
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class Journal:
     """The worker's journal (the ``journal`` of the jobs it runs): see the module."""
 
@@ -79,16 +83,19 @@ class Journal:
         # The actor's rounds and a runner's flush at a run's end take turns: a partition's
         # writes stay in order.
         self._flushing = anyio.Lock()
+        # What lines and progress are stamped with (epoch ms): the wall clock, or the virtual
+        # clock of rsched.testing.
+        self.clock: Callable[[], int] = _wall_ms
 
     # --- what handlers call (any thread; never blocks on Redis, never raises) ---------------
 
     def progress(self, job: Job, fraction: float, note: str) -> None:
-        at = time.time_ns() // 1_000_000
+        at = self.clock()
         with self._lock:
             self._pending(job).progress = (fraction, note, at)
 
     def line(self, job: Job, level: str, message: str) -> None:
-        encoded = encode_line(time.time_ns() // 1_000_000, level, message)
+        encoded = encode_line(self.clock(), level, message)
         with self._lock:
             self._pending(job).add(encoded)
 

@@ -388,6 +388,20 @@ class Worker:
                     await self._stopping.wait()
         return []
 
+    def _run_handlers(self, stores: list[QueueStore]) -> dict[str, tuple[Handler, bool]]:
+        """The handlers of one run: the tasks registered, and the start of schedules' flows
+        that every worker has (rsched._worker.flow_starter)."""
+        return {**self._handlers, FLOW_TASK: (flow_starter(stores), True)}
+
+    def _new_state(
+        self,
+        handlers: dict[str, tuple[Handler, bool]],
+        stores: list[QueueStore],
+        settings: Settings,
+    ) -> WorkerState:
+        """The state the actors of one run share (rsched.testing drives them from it too)."""
+        return WorkerState(handlers, self.consumer, stores, settings, task_limits=self._limits)
+
     async def _serve(
         self,
         stores: list[QueueStore],
@@ -395,8 +409,7 @@ class Worker:
         runner_class: type[Runner],
         task_status: TaskStatus[None],
     ) -> None:
-        # Every worker starts schedules' flows (rsched._worker.flow_starter).
-        handlers = {**self._handlers, FLOW_TASK: (flow_starter(stores), True)}
+        handlers = self._run_handlers(stores)
         caller = _http_caller(settings)
         if caller is not None:
             handlers[HTTP_TASK] = (caller, True)
@@ -419,9 +432,7 @@ class Worker:
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
         # Unbounded only in type: the slots bound what the reader hands over.
         jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
-        state = self._state = WorkerState(
-            handlers, self.consumer, stores, settings, task_limits=self._limits
-        )
+        state = self._state = self._new_state(handlers, stores, settings)
         reader = Reader(state, jobs)
         journal = Journal(state)
         runner = runner_class(state, send, journal)
