@@ -11,7 +11,11 @@ command. tests/testing/test_fidelity.py holds fakeredis to a real server script 
 fakeredis compiles a script's source at every call (about 5 ms for lua/fire.lua, more than
 running it); its Lua runtime here keeps each compiled chunk, by source, as Redis keeps a
 script's function by SHA. Running a compiled chunk again is running the source again: its
-locals are made afresh at each run.
+locals are made afresh at each run. Two more of its costs per call go, with what they guard
+kept: after each script it runs a full Lua garbage collection (every compiled script is then
+walked again; Lua's own incremental collector frees the call's KEYS and ARGV all the same), and
+before each ``redis.call`` it lists every Lua global to find one a script set (here a count of
+them is compared first, and fakeredis's own check runs when it differs).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ def fake_redis() -> Redis:
         ) from None
     _correct_xreadgroup()
     _keep_compiled()
+    _count_globals()
     redis: Redis = fakeredis.FakeAsyncRedis(
         server=fakeredis.FakeServer(), decode_responses=True, encoding_errors="replace"
     )
@@ -59,6 +64,10 @@ def _correct_xreadgroup() -> None:
 
 #: Compiled chunks kept per runtime: rsched's scripts and a few more.
 _KEPT = 512
+#: What fakeredis runs after every script.
+_FULL_COLLECTION = "collectgarbage()"
+#: A Lua function counting the globals.
+_COUNT = "function() local n = 0 for _ in pairs(_G) do n = n + 1 end return n end"
 
 
 def _keep_compiled() -> None:
@@ -78,6 +87,8 @@ class _KeepingModule:
 
         class Runtime(module.LuaRuntime):  # type: ignore[misc]
             def execute(self, code: bytes | str, *args: Any) -> Any:
+                if code == _FULL_COLLECTION:
+                    return None
                 kept = self.__dict__.setdefault("kept", {})
                 chunk = kept.get(code)
                 if chunk is None:
@@ -90,3 +101,22 @@ class _KeepingModule:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
+
+
+def _count_globals() -> None:
+    import fakeredis.commands_mixins.scripting_mixin as scripting
+
+    original = scripting._check_for_lua_globals
+    if getattr(original, "rsched_counted", False):
+        return
+    counters: dict[int, Any] = {}
+
+    def check(lua_runtime: Any, expected_globals: set[Any]) -> None:
+        count = counters.get(id(lua_runtime))
+        if count is None:
+            count = counters[id(lua_runtime)] = lua_runtime.eval(_COUNT)
+        if count() != len(expected_globals):
+            original(lua_runtime, expected_globals)
+
+    check.rsched_counted = True  # type: ignore[attr-defined]
+    scripting._check_for_lua_globals = check
