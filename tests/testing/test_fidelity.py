@@ -30,6 +30,8 @@ _RANDOM = (
     (re.compile(r'("tour-worker",)[0-9.]+,'), r"\1<ms>,"),  # a run record's duration
     # A history record's run outcome: its time (the end less the duration) and duration.
     (re.compile(r"\|([a-z])-?[0-9A-Za-z]+,[0-9A-Za-z]+"), r"|\1<d>"),
+    # The same of a retried, failed, timed-out or dead attempt (its duration can be 0 ms).
+    (re.compile(r"\|([CFTRDWE])-?[0-9A-Za-z]+,[0-9A-Za-z]*"), r"|\1<d>"),
     (re.compile(r"\d+\.\d+"), "<float>"),
     # A run's start is its end less its duration; a lease's age and time left its key's TTL.
     (re.compile(r"started_at=datetime\.datetime\([^)]*\)"), "started_at=<t>"),

@@ -66,8 +66,8 @@ def _correct_xreadgroup() -> None:
 _KEPT = 512
 #: What fakeredis runs after every script.
 _FULL_COLLECTION = "collectgarbage()"
-#: A Lua function counting the globals.
-_COUNT = "function() local n = 0 for _ in pairs(_G) do n = n + 1 end return n end"
+#: A Lua chunk returning a function that counts the globals.
+_COUNT = "return function() local n = 0 for _ in pairs(_G) do n = n + 1 end return n end"
 
 
 def _keep_compiled() -> None:
@@ -114,7 +114,7 @@ def _count_globals() -> None:
     def check(lua_runtime: Any, expected_globals: set[Any]) -> None:
         count = counters.get(id(lua_runtime))
         if count is None:
-            count = counters[id(lua_runtime)] = lua_runtime.eval(_COUNT)
+            count = counters[id(lua_runtime)] = lua_runtime.execute(_COUNT)
         if count() != len(expected_globals):
             original(lua_runtime, expected_globals)
 
