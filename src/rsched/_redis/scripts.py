@@ -178,7 +178,7 @@ _TIME_CALL = "rcall('TIME')"
 _AUTO_ID = re.compile(r"(?<!string\.find\(key, )'\*'")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class VirtualClock:
     """A clock that the scripts and stores of one client read instead of the server's: the hash
     ``key`` holds ``s`` and ``us`` (as TIME answers) and ``id`` (``<ms>-*``, the id of a stream
@@ -189,10 +189,14 @@ class VirtualClock:
     and each XADD's ``*`` by ``id`` (a run's end, a dead letter's time are entry ids): their
     SHAs differ from production's, so a production client never runs one. ``shebang`` False
     leaves out the ``#!lua`` line, for a server that does not take it (fakeredis).
+
+    Only :meth:`set_ms` moves the clock, so the stores' reads answer from the time it last set
+    (``ms``) without a round trip; the key is read only when this object did not set it.
     """
 
     key: str
     shebang: bool = True
+    ms: int | None = None
 
     def source(self, name: str) -> str:
         text = source(name).replace(_TIME_CALL, f"rcall('HMGET', '{self.key}', 's', 'us')")
@@ -200,6 +204,8 @@ class VirtualClock:
         return text if self.shebang else text.split("\n", 1)[1]
 
     async def time_ms(self, redis: Redis) -> int:
+        if self.ms is not None:
+            return self.ms
         seconds, micros = await redis.hmget(self.key, ["s", "us"])
         if seconds is None or micros is None:
             raise StateError(f"the virtual clock {self.key!r} is not set")
@@ -210,6 +216,7 @@ class VirtualClock:
         await redis.hset(
             self.key, mapping={"s": ms // 1000, "us": ms % 1000 * 1000, "id": f"{ms}-*"}
         )
+        self.ms = ms
 
 
 # Only clients given a virtual clock are here: looked up when a script is registered and when

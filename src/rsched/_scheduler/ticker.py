@@ -89,10 +89,11 @@ class Ticker:
         self.calendars = calendars  # shared by the partitions this process leads
 
     def chores_now(self) -> None:
-        """Have the next tick do each idle chore (lost runs' backlogs, parking, the depth
-        sample) whatever its pace: for a clock moved by hand (rsched.testing), where the wall
-        clock that paces them says nothing of the time the schedules see."""
-        self._release_at = self._park_at = self._depth_at = 0.0
+        """Have the next tick do the idle chores the schedules depend on (lost runs' backlogs,
+        parking) whatever their pace: for a clock moved by hand (rsched.testing), where the
+        wall clock that paces them says nothing of the time the schedules see. The depth sample
+        keeps its wall-clock pace: it only feeds the dashboard's chart of the last hour."""
+        self._release_at = self._park_at = 0.0
 
     async def run(self, lease: str) -> None:
         """Fire rounds under ``lease`` until the fire script refuses its token (then return)."""

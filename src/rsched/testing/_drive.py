@@ -3,7 +3,7 @@ driven step by step at one virtual time instead of by their loops and sleeps.
 
 Each step at time T goes through the production code: the ticker's tick (due read by the
 scripts' clock, the misfire planning, fire.lua in batches, the leader's chores: lost backlogs,
-parking, depth samples), the promoter's calls (promote.lua, limit_resume.lua), the reader's take
+parking), the promoter's calls (promote.lua, limit_resume.lua), the reader's take
 and dispatch (take.lua, expire.lua, limit_acquire.lua, start.lua), the runners (the handlers,
 retry.lua, dead.lua) and the acker (complete.lua). A step repeats until nothing is left to do at
 T; :meth:`Drive.next_due` says when something is due next.
