@@ -46,3 +46,59 @@ def test_json_lines_parse(stream: io.StringIO) -> None:
     assert doc["count"] == 3
     assert doc["ok"] is True
     assert doc["logger"] == "rsched.test"
+
+
+def _parts(line: str) -> list[str]:
+    """A logfmt line without its time."""
+    return line.split(" ", 1)[1].split()
+
+
+def test_a_line_written_directly_matches_the_logging_path(stream: io.StringIO) -> None:
+    """The direct path (rsched's handler alone, as configured) and logging's own path (a
+    filter on the handler sends every record through it) write the same line."""
+    configure_logging("debug", "text")
+    handler = logging.getLogger("rsched").handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+    log = get_logger("rsched.worker.jobs")
+    fields = {"execution_id": "s1:abc", "task": "t", "attempt": 1, "note": "two words"}
+    log.info("job.start", **fields)
+    seen: list[str] = []
+
+    def note(record: logging.LogRecord) -> bool:
+        seen.append(record.getMessage())
+        return True
+
+    handler.addFilter(note)
+    log.info("job.start", **fields)
+    direct, through_logging = stream.getvalue().splitlines()
+    assert seen == ["job.start"]
+    assert _parts(direct) == _parts(through_logging)
+    assert direct.startswith("ts=")
+    assert direct.split()[0].endswith("Z")
+
+
+def test_an_applications_handler_gets_every_record(stream: io.StringIO) -> None:
+    """A handler added below rsched's (or a filter on the way) turns the direct path off."""
+    configure_logging("info", "json")
+    handler = logging.getLogger("rsched").handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    handler.setStream(stream)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    worker = logging.getLogger("rsched.worker")
+    keep = Keep()
+    worker.addHandler(keep)
+    try:
+        get_logger("rsched.worker.jobs").info("job.end", outcome="completed")
+        get_logger("rsched.worker.jobs").debug("job.detail")  # below the level: nowhere
+    finally:
+        worker.removeHandler(keep)
+    assert [r.getMessage() for r in records] == ["job.end"]
+    assert records[0].rsched_fields == {"outcome": "completed"}  # type: ignore[attr-defined]
+    [line] = stream.getvalue().splitlines()
+    assert orjson.loads(line)["outcome"] == "completed"

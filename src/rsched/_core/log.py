@@ -22,13 +22,27 @@ class EventLogger:
         self._logger = logging.getLogger(name)
 
     def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
-        if self._logger.isEnabledFor(level):
-            # makeRecord + handle skips Logger.findCaller's stack walk: source lines are not
-            # logged, and a worker writes two lines per job.
-            record = self._logger.makeRecord(
-                self._logger.name, level, "", 0, event, (), None, extra={"rsched_fields": fields}
-            )
-            self._logger.handle(record)
+        logger = self._logger
+        if not logger.isEnabledFor(level):
+            return
+        handler = _direct_handler(logger, level)
+        if handler is not None:
+            # The line rsched's own handler would write, without the LogRecord and the
+            # logging machinery around it: half of a line's cost, and a worker writes two
+            # lines per job.
+            line = handler.formatter.render(time.time(), level, logger.name, event, fields)
+            try:
+                with handler.lock:  # type: ignore[union-attr]  # a handler's lock is set
+                    handler.stream.write(line + "\n")
+                    handler.stream.flush()
+                return
+            except Exception:  # the slow path reports it (handleError)
+                pass
+        # makeRecord + handle skips Logger.findCaller's stack walk: source lines are not logged.
+        record = logger.makeRecord(
+            logger.name, level, "", 0, event, (), None, extra={"rsched_fields": fields}
+        )
+        logger.handle(record)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit(logging.DEBUG, event, fields)
@@ -50,13 +64,13 @@ def get_logger(name: str) -> EventLogger:
 _second_cache: tuple[int, str] = (-1, "")
 
 
-def _timestamp(record: logging.LogRecord) -> str:
+def _timestamp(created: float) -> str:
     # Formatting the date part once per second keeps a busy worker's log lines cheap.
     global _second_cache
-    second = int(record.created)
+    second = int(created)
     if _second_cache[0] != second:
         _second_cache = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return f"{_second_cache[1]}.{int(record.msecs):03d}Z"
+    return f"{_second_cache[1]}.{int((created - second) * 1000):03d}Z"
 
 
 _NEEDS_QUOTES = re.compile(r'[\s="]')
@@ -74,39 +88,117 @@ def _logfmt_value(value: Any) -> str:
     return text
 
 
-class LogfmtFormatter(logging.Formatter):
+_LEVELS = {level: logging.getLevelName(level).lower() for level in range(0, 60, 10)}
+
+
+class _EventFormatter(logging.Formatter):
+    """Renders an event line from its parts, for a LogRecord (format) or without one
+    (EventLogger's direct path, render)."""
+
     def format(self, record: logging.LogRecord) -> str:
+        exc = self.formatException(record.exc_info) if record.exc_info else None
         fields: dict[str, Any] = getattr(record, "rsched_fields", {})
+        return self.render(
+            record.created, record.levelno, record.name, record.getMessage(), fields, exc
+        )
+
+    def render(
+        self,
+        created: float,
+        level: int,
+        name: str,
+        event: str,
+        fields: dict[str, Any],
+        exc: str | None = None,
+    ) -> str:
+        raise NotImplementedError
+
+
+class LogfmtFormatter(_EventFormatter):
+    def render(
+        self,
+        created: float,
+        level: int,
+        name: str,
+        event: str,
+        fields: dict[str, Any],
+        exc: str | None = None,
+    ) -> str:
         line = (
-            f"ts={_timestamp(record)} level={record.levelname.lower()} logger={record.name} "
-            f"event={_logfmt_value(record.getMessage())}"
+            f"ts={_timestamp(created)} level={_level_name(level)} logger={name} "
+            f"event={_logfmt_value(event)}"
         )
         if fields:
             line += " " + " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
-        if record.exc_info:
-            line += f" exc={_logfmt_value(self.formatException(record.exc_info))}"
+        if exc:
+            line += f" exc={_logfmt_value(exc)}"
         return line
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
+class JsonFormatter(_EventFormatter):
+    def render(
+        self,
+        created: float,
+        level: int,
+        name: str,
+        event: str,
+        fields: dict[str, Any],
+        exc: str | None = None,
+    ) -> str:
         doc: dict[str, Any] = {
-            "ts": _timestamp(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "event": record.getMessage(),
-            **getattr(record, "rsched_fields", {}),
+            "ts": _timestamp(created),
+            "level": _level_name(level),
+            "logger": name,
+            "event": event,
+            **fields,
         }
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
+        if exc:
+            doc["exc"] = exc
         return orjson.dumps(doc, default=str).decode()
+
+
+def _level_name(level: int) -> str:
+    return _LEVELS.get(level) or logging.getLevelName(level).lower()
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler configure_logging installs on the ``rsched`` logger."""
+
+    formatter: _EventFormatter
+
+
+#: The handler configure_logging installed, and the logger it is on.
+_installed: tuple[logging.Logger, _Handler] | None = None
+
+
+def _direct_handler(logger: logging.Logger, level: int) -> _Handler | None:
+    """rsched's own handler when a record of ``logger`` at ``level`` would go to it alone, as
+    configure_logging left things: no handler or filter on the way up, none added beside it.
+    None otherwise (an application's logging setup, a test's capture): then the record goes
+    through logging as usual."""
+    if _installed is None:
+        return None
+    root, handler = _installed
+    node: logging.Logger | None = logger
+    while node is not root:
+        if node is None or node.handlers or node.filters or not node.propagate:
+            return None
+        node = node.parent
+    handlers = root.handlers
+    if len(handlers) != 1 or handlers[0] is not handler or root.filters or handler.filters:
+        return None
+    if level < handler.level:
+        return None
+    return handler
 
 
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
     """Send rsched's log lines to stderr in the chosen format (called by the entry points)."""
-    handler = logging.StreamHandler(sys.stderr)
+    global _installed
+    handler = _Handler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
     root = logging.getLogger("rsched")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    _installed = (root, handler)

@@ -34,6 +34,8 @@ from rsched._worker.state import Running, Stream, WorkerState
 log = get_logger("rsched.worker")
 # The per-job lines (job.start, job.end) under their own name, so that a busy deployment can
 # quiet them (logging.getLogger("rsched.worker.jobs").setLevel("WARNING")) and keep the rest.
+# At the default level a job writes one line, when it ends: job.start is a debug line (a line
+# costs a no-op job a quarter of its CPU; where a job is while it runs, the SDK says).
 jobs_log = get_logger("rsched.worker.jobs")
 
 MAX_RETRY_DELAY_S = 365 * 86_400.0
@@ -64,7 +66,7 @@ class Runner:
         fn, is_async = state.handlers[job.task]
         run = Running(job)
         state.running[job.execution_id] = run
-        jobs_log.info(
+        jobs_log.debug(
             "job.start",
             execution_id=job.execution_id,
             task=job.task,
@@ -443,6 +445,7 @@ def _log_end(log_at: Callable[..., None], job: Job, outcome: str, **fields: Any)
         execution_id=job.execution_id,
         task=job.task,
         attempt=job.attempt,
+        queue=job.queue,
         outcome=outcome,
         **fields,
     )
