@@ -23,7 +23,11 @@ from rsched._core.settings import SchedulerSettings, Settings
 from rsched._core.timing import first_run_ms
 from rsched._redis.connection import connect
 from rsched._scheduler import batching, ticker
+from rsched._scheduler.batching import Batching
+from rsched._scheduler.calendar_cache import CalendarCache
 from rsched._scheduler.fire import batches
+from rsched._scheduler.spec_cache import SpecCache
+from rsched._store.calendars import CalendarStore
 from rsched._store.firing import FiringStore
 from rsched._store.schedules import ScheduleStore
 from tests.support.leading import firing, leases
@@ -581,3 +585,32 @@ async def test_seconds_cron_fires_on_whole_seconds(store: ScheduleStore, fast: S
     assert to_ms(loaded.next_run) == times[-1] + 1000
     preview = next_fire_times(loaded, from_ms(times[0] - 1), len(times))
     assert [to_ms(t) for t in preview] == times
+
+
+@pytest.mark.parametrize("busy", [True, False])
+async def test_a_steady_stream_wakes_with_its_slack_and_an_idle_stretch_on_time(
+    store: ScheduleStore, busy: bool
+) -> None:
+    """The wake after a round that fired a moment ago comes steady_slack_ms after the next run
+    is due (the fires of a steady stream go out a few per round); after an idle stretch (a
+    herd's instant) it comes when the run is due."""
+    cfg = SchedulerSettings(steady_slack_ms=300)
+    sizing = Batching(cfg)
+    fire_store = firing(store)
+    _, wakes = anyio.create_memory_object_stream[object](1)
+    calendars = CalendarCache(CalendarStore(store.redis, store.keys))
+    tick = ticker.Ticker(
+        fire_store, cfg, SpecCache(fire_store, store.redis, cfg, sizing), sizing, wakes, calendars
+    )
+    lease, _ = await leases(store).acquire("test-owner", 60_000)
+    assert lease is not None
+    if busy:
+        tick._fired_at = time.monotonic()
+    now = await store.time_ms()
+    sent = wall = time.monotonic()
+    delay = await tick._idle(lease, wall, sent, now, [], next_ms=now + 50)
+    if busy:  # 50 ms to the next run, 300 more of slack (less what _idle took)
+        assert 0.2 < delay <= 0.35
+    else:
+        assert delay <= 0.05
+    wakes.close()
