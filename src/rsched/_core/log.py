@@ -28,8 +28,8 @@ class EventLogger:
         handler = _direct_handler(logger, level)
         if handler is not None:
             # The line rsched's own handler would write, without the LogRecord and the
-            # logging machinery around it: half of a line's cost, and a worker writes two
-            # lines per job.
+            # logging machinery around it: half of a line's cost, and a worker writes a line
+            # per job.
             line = handler.formatter.render(time.time(), level, logger.name, event, fields)
             try:
                 with handler.lock:  # type: ignore[union-attr]  # a handler's lock is set

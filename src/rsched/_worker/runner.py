@@ -34,8 +34,8 @@ from rsched._worker.state import Running, Stream, WorkerState
 log = get_logger("rsched.worker")
 # The per-job lines (job.start, job.end) under their own name, so that a busy deployment can
 # quiet them (logging.getLogger("rsched.worker.jobs").setLevel("WARNING")) and keep the rest.
-# At the default level a job writes one line, when it ends: job.start is a debug line (a line
-# costs a no-op job a quarter of its CPU; where a job is while it runs, the SDK says).
+# At the default level a job writes one line, when it ends: job.start is a debug line (the two
+# lines cost a no-op job a quarter of its CPU; where a job is while it runs, the SDK says).
 jobs_log = get_logger("rsched.worker.jobs")
 
 MAX_RETRY_DELAY_S = 365 * 86_400.0
