@@ -10,6 +10,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -30,7 +31,7 @@ class EventLogger:
             # The line rsched's own handler would write, without the LogRecord and the
             # logging machinery around it: half of a line's cost, and a worker writes a line
             # per job.
-            line = handler.formatter.render(time.time(), level, logger.name, event, fields)
+            line = handler.formatter.render(time.time(), level, logger.name, event, fields, None)
             try:
                 with handler.lock:  # type: ignore[union-attr]  # a handler's lock is set
                     handler.stream.write(line + "\n")
@@ -91,9 +92,45 @@ def _logfmt_value(value: Any) -> str:
 _LEVELS = {level: logging.getLevelName(level).lower() for level in range(0, 60, 10)}
 
 
+def _logfmt(
+    created: float, level: int, name: str, event: str, fields: dict[str, Any], exc: str | None
+) -> str:
+    line = (
+        f"ts={_timestamp(created)} level={_level_name(level)} logger={name} "
+        f"event={_logfmt_value(event)}"
+    )
+    if fields:
+        line += " " + " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
+    if exc:
+        line += f" exc={_logfmt_value(exc)}"
+    return line
+
+
+def _json(
+    created: float, level: int, name: str, event: str, fields: dict[str, Any], exc: str | None
+) -> str:
+    doc: dict[str, Any] = {
+        "ts": _timestamp(created),
+        "level": _level_name(level),
+        "logger": name,
+        "event": event,
+        **fields,
+    }
+    if exc:
+        doc["exc"] = exc
+    return orjson.dumps(doc, default=str).decode()
+
+
+Render = Callable[[float, int, str, str, dict[str, Any], str | None], str]
+
+
 class _EventFormatter(logging.Formatter):
-    """Renders an event line from its parts, for a LogRecord (format) or without one
-    (EventLogger's direct path, render)."""
+    """Renders a record's event line with ``render`` (logfmt or JSON), which EventLogger's
+    direct path calls without a record."""
+
+    def __init__(self, render: Render) -> None:
+        super().__init__()
+        self.render = render
 
     def format(self, record: logging.LogRecord) -> str:
         exc = self.formatException(record.exc_info) if record.exc_info else None
@@ -101,60 +138,6 @@ class _EventFormatter(logging.Formatter):
         return self.render(
             record.created, record.levelno, record.name, record.getMessage(), fields, exc
         )
-
-    def render(
-        self,
-        created: float,
-        level: int,
-        name: str,
-        event: str,
-        fields: dict[str, Any],
-        exc: str | None = None,
-    ) -> str:
-        raise NotImplementedError
-
-
-class LogfmtFormatter(_EventFormatter):
-    def render(
-        self,
-        created: float,
-        level: int,
-        name: str,
-        event: str,
-        fields: dict[str, Any],
-        exc: str | None = None,
-    ) -> str:
-        line = (
-            f"ts={_timestamp(created)} level={_level_name(level)} logger={name} "
-            f"event={_logfmt_value(event)}"
-        )
-        if fields:
-            line += " " + " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
-        if exc:
-            line += f" exc={_logfmt_value(exc)}"
-        return line
-
-
-class JsonFormatter(_EventFormatter):
-    def render(
-        self,
-        created: float,
-        level: int,
-        name: str,
-        event: str,
-        fields: dict[str, Any],
-        exc: str | None = None,
-    ) -> str:
-        doc: dict[str, Any] = {
-            "ts": _timestamp(created),
-            "level": _level_name(level),
-            "logger": name,
-            "event": event,
-            **fields,
-        }
-        if exc:
-            doc["exc"] = exc
-        return orjson.dumps(doc, default=str).decode()
 
 
 def _level_name(level: int) -> str:
@@ -196,7 +179,7 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     """Send rsched's log lines to stderr in the chosen format (called by the entry points)."""
     global _installed
     handler = _Handler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    handler.setFormatter(_EventFormatter(_json if fmt == "json" else _logfmt))
     root = logging.getLogger("rsched")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
