@@ -4,8 +4,10 @@ signals twice does not want to wait)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 
 import anyio
 from anyio.abc import TaskStatus
@@ -32,3 +34,23 @@ async def two_signal_stop(
                 return
             stopping = True
             graceful(name)
+
+
+async def interruptible(fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn()``; a Ctrl-C (SIGINT) cancels it and raises KeyboardInterrupt, for a command
+    that waits (``--follow``). asyncio's own handling of a first Ctrl-C cancels the main task
+    natively, which a cancellation caught on the way can leave running, and does nothing in a
+    process started with SIGINT ignored; a handler of the event loop's own does both. In a
+    thread other than the main one (no signal handler can be set there) ``fn`` just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        await fn()
+        return
+    loop = asyncio.get_running_loop()  # the command line runs on asyncio
+    with anyio.CancelScope() as scope:
+        loop.add_signal_handler(signal.SIGINT, scope.cancel)
+        try:
+            await fn()
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+    if scope.cancelled_caught:
+        raise KeyboardInterrupt
