@@ -1,6 +1,7 @@
-"""Two-signal shutdown, shared by ``rsched-scheduler``, ``rsched-worker`` and the demo: the first
-SIGTERM or SIGINT asks for a graceful stop, a second one for an immediate exit (an operator who
-signals twice does not want to wait)."""
+"""Signals in rsched's processes. The two-signal shutdown of ``rsched-scheduler``,
+``rsched-worker`` and the demo: the first SIGTERM or SIGINT asks for a graceful stop, a second
+one for an immediate exit (an operator who signals twice does not want to wait). And a CLI
+command's Ctrl-C (interruptible)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ async def interruptible(fn: Callable[[], Awaitable[None]]) -> None:
     """Run ``fn()``; a Ctrl-C (SIGINT) cancels it and raises KeyboardInterrupt, for a command
     that waits (``--follow``). asyncio's own handling of a first Ctrl-C cancels the main task
     natively, which a cancellation caught on the way can leave running, and does nothing in a
-    process started with SIGINT ignored; a handler of the event loop's own does both. In a
-    thread other than the main one (no signal handler can be set there) ``fn`` just runs."""
+    process started with SIGINT ignored; the event loop's own handler, set here, stops ``fn``
+    in both cases. In a thread other than the main one (no signal handler can be set there)
+    ``fn`` just runs."""
     if threading.current_thread() is not threading.main_thread():
         await fn()
         return
