@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.support.waiting import WAIT_S, eventually, eventually_blocking
@@ -19,7 +22,7 @@ class Proc:
     def __init__(self, module: str, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = Path(tempfile.mkstemp(prefix="rsched-proc-", suffix=".log")[1])
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        with self.log.open("wb") as out:
+        with self.log.open("wb") as out, _sigint_default():
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", module, *args],
                 stdin=subprocess.DEVNULL,
@@ -63,6 +66,25 @@ class Proc:
             self.proc.kill()
             self.proc.wait(5)
         self.log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _sigint_default() -> Iterator[None]:
+    """A child started in here gets SIGINT as a terminal user's command does, whatever this
+    process inherited: a test run started in the background of a script (``make test &`` in a
+    non-interactive shell) has SIGINT ignored, a child inherits that, and a command that honours
+    it, as rsched's CLI does, would not stop at a test's Ctrl-C."""
+    ignored = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    )
+    if ignored:  # a handler of Python's own is reset to the default by the child's exec
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def start_up_s() -> float:

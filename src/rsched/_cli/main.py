@@ -26,7 +26,6 @@ from redis.exceptions import RedisError
 from rsched._cli.audit import default_actor
 from rsched._cli.common import CLI_WORDS, Handler, LocalHandler, duration_s
 from rsched._cli.parser import DELEGATES, build_parser
-from rsched._cli.signals import interruptible
 from rsched._client.client import Client
 from rsched._core.errors import RschedError, UsageError
 from rsched._core.log import configure_logging
@@ -69,7 +68,7 @@ async def _run(handler: Handler, args: argparse.Namespace, settings: Settings) -
         # The command's changes are recorded as by RSCHED_ACTOR, else user@host (docs/audit.md).
         client = owner.acting_as(settings.actor or default_actor(), source="cli")
         try:
-            await interruptible(lambda: handler(client, args))
+            await handler(client, args)
         except RedisError as exc:  # a command that talks to Redis beside the Client (sync)
             raise (await explain(exc, settings)) from exc
 
