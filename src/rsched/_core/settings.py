@@ -84,10 +84,9 @@ class SchedulerSettings(BaseModel):
     window_size: int = Field(default=10_000, ge=1, le=100_000)
     max_in_flight: int = Field(default=4, ge=1, le=32)
     max_idle_ms: int = Field(default=10_000, ge=100)
-    # While fires follow each other closely (a round ended less than STEADY_GAP_S ago), the
-    # leader wakes this long after the next run is due rather than at it, so that a steady
-    # stream of small fires goes out a few per round; 0 wakes on time always. A wake after an
-    # idle stretch (a herd's instant) is always on time.
+    # After a round that fired everything due, the leader waits this long before it looks
+    # again, so that a steady stream of small fires goes out a few per round; 0 looks again at
+    # once. A wake for a run due later (a herd's instant) is always on time.
     steady_slack_ms: float = Field(default=1.0, ge=0, le=1_000)
     prefetch_ms: int = Field(default=5_000, ge=0)
     # Park schedules due far off in small buckets (rsched._store.parking, docs/keys.md). False

@@ -60,10 +60,6 @@ PARK_EVERY_S = 1.0
 UNPARK_CALLS = 8
 PARK_CALLS = 8
 PARK_IDLE_MS = 200
-# Fires this close after a round's end are a steady stream: the next wake takes the scheduler's
-# steady_slack_ms (a round's own costs, two due reads, a fire call and the idle bookkeeping,
-# were ~90 % of a steady fire's CPU when each fire was a round of its own).
-STEADY_GAP_S = 0.02
 
 
 class Ticker:
@@ -90,7 +86,6 @@ class Ticker:
         self._release_at = 0.0  # monotonic time of the next look for lost runs' backlogs
         self._park_at = 0.0  # monotonic time of the next look at parked schedules
         self._depth_at = 0.0  # monotonic time of the next sample of the queues' depth
-        self._fired_at = -math.inf  # monotonic time the last round that fired ended
         self.calendars = calendars  # shared by the partitions this process leads
 
     def chores_now(self) -> None:
@@ -147,7 +142,6 @@ class Ticker:
             return await self._idle(lease, wall, sent, now, due, next_ms)
         # `due` lists the oldest first: its lateness is the round's.
         counts = await self._fire(lease, ready, now, full, late_ms=max(0, now - ready[0][1]))
-        self._fired_at = time.monotonic()
         if self._read_ahead is None:  # between herds' rounds it would hold the next one up
             await self._release_lost(lease)
             await self._tidy_index(lease, 0)  # brings back only: a herd may go on
@@ -159,7 +153,8 @@ class Ticker:
         if self._read_ahead is not None:  # a herd goes on at once
             return 0.0
         # Everything due at the last read went out: a steady stream's next fires, due within
-        # the slack, wait for it and go out together (rather than a round each).
+        # the slack, wait for it and go out together, rather than a round each (a round's own
+        # costs, a due read and a fire call, were most of a steady fire's CPU).
         return self.cfg.steady_slack_ms / 1000
 
     async def _idle(
@@ -187,8 +182,6 @@ class Ticker:
         # From when the read was sent: Redis read its clock after that, so waking at this
         # time is never late by the read's way back (at worst early by it: one more read).
         until = sent + (next_ms - now) / 1000 if next_ms is not None else math.inf
-        if wall - self._fired_at < STEADY_GAP_S:  # a steady stream: the next few go together
-            until += self.cfg.steady_slack_ms / 1000
         await self.cache.prefetch(now, until)
         if due:  # only quarantined entries are due: look again when the first is released
             until = min(until, min(self.cache.quarantine[sid] for sid, _ in due))
