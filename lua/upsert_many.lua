@@ -3,7 +3,8 @@
 Per schedule exactly what upsert.lua does (the shared lua/includes/upsert_one.lua): checks, then
 its writes, or nothing for that schedule with its code. The schedules index and the queues set
 are checked once, and written with one ZADD and one SADD per queue after the hashes (a script
-runs whole: nobody sees the hashes without their index entries); the scheduler is woken once,
+runs whole: nobody sees the hashes without their index entries), the parked ones with one ZADD
+per bucket (the client sends the items of a few buckets a call); the scheduler is woken once,
 about the earliest new score, when that comes before the index's head as it was before the
 call.
 
@@ -75,13 +76,16 @@ while a <= #ARGV do
       or not (ARGV[a + 3] == '' or tonumber(ARGV[a + 3])) then
     return tostring(BAD_ARGS)
   end
+  local labels = NO_LABELS  -- most schedules have none: no tables of their own
+  if ARGV[a + 6] ~= '' or n_old + n_new > 0 then
+    labels = {stored = ARGV[a + 6], old = {unpack(KEYS, k + 4, k + 3 + n_old)},
+              new = {unpack(KEYS, k + 4 + n_old, k + 3 + n_old + n_new)}}
+  end
   items[#items + 1] = {
     hash = KEYS[k], pending = KEYS[k + 1], parked = KEYS[k + 2], id = ARGV[a], mode = ARGV[a + 1],
     expect_gen = ARGV[a + 2], next_ms = ARGV[a + 3], paused = ARGV[a + 4], queue = ARGV[a + 5],
     created_ms = created_ms, args = ARGV, from = a + 10, to = a + 9 + n, specs = KEYS[k + 3],
-    audit = ctx, created = created,
-    labels = {stored = ARGV[a + 6], old = {unpack(KEYS, k + 4, k + 3 + n_old)},
-              new = {unpack(KEYS, k + 4 + n_old, k + 3 + n_old + n_new)}},
+    audit = ctx, created = created, labels = labels,
   }
   a, k = a + 10 + n, k + 4 + n_old + n_new
 end
@@ -107,6 +111,7 @@ local horizon = park_after and now_ms() + park_after
 local any_parked = rcall('EXISTS', parked_key) == 1
 local earliest = nil
 local out, index, queues, unindexed, bounds = {}, {}, {}, {}, {}
+local buckets, in_bucket = {}, {}  -- bucket key -> its new entries (score, id, ...), their items
 
 -- Writes of the whole call in one command each where they can be (in bounded groups: unpack has
 -- a stack limit): index entries, ids out of the index, buckets' bounds.
@@ -124,12 +129,16 @@ for i, item in ipairs(items) do
   if score then
     queues[item.queue] = true
     local value = score == 'inf' and math.huge or tonumber(score)
-    -- A bucket key of another type (not rsched's) refuses the entry: the index takes it.
-    if horizon and value > horizon
-        and type(redis.pcall('ZADD', item.parked, score, item.id)) == 'number' then
-      unindexed[#unindexed + 1] = item.id
-      local n = string.match(item.parked, '([0-9]+)$')
-      if not bounds[n] or value < bounds[n][1] then bounds[n] = {value, score} end
+    item.score, item.value = score, value
+    if horizon and value > horizon then
+      local entries = buckets[item.parked]
+      if not entries then
+        entries = {}
+        buckets[item.parked], in_bucket[item.parked] = entries, {}
+      end
+      entries[#entries + 1], entries[#entries + 2] = score, item.id
+      local its = in_bucket[item.parked]
+      its[#its + 1] = item
     else
       index[#index + 1], index[#index + 2] = score, item.id
       if any_parked then unpark_one(item.parked, parked_key, item.id) end
@@ -137,6 +146,28 @@ for i, item in ipairs(items) do
     end
   end
   out[i] = table.concat(reply, ':')
+end
+-- The parked ones, one ZADD a bucket (the client sends a call's items grouped by bucket). A
+-- bucket key of another type (not rsched's) refuses its entries: the index takes them.
+for bucket, entries in pairs(buckets) do
+  local n = string.match(bucket, '([0-9]+)$')
+  local parked = true
+  for first = 1, #entries, 2000 do
+    local last = math.min(#entries, first + 1999)
+    parked = type(redis.pcall('ZADD', bucket, unpack(entries, first, last))) == 'number'
+    if not parked then break end
+  end
+  for _, item in ipairs(in_bucket[bucket]) do
+    if parked then
+      unindexed[#unindexed + 1] = item.id
+      if not bounds[n] or item.value < bounds[n][1] then bounds[n] = {item.value, item.score} end
+    else
+      index[#index + 1], index[#index + 2] = item.score, item.id
+      if item.score ~= 'inf' and (not earliest or item.value < tonumber(earliest)) then
+        earliest = item.score
+      end
+    end
+  end
 end
 flush('ZADD', schedules_key, index)
 flush('ZREM', schedules_key, unindexed)

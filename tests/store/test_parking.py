@@ -289,3 +289,31 @@ async def test_a_bucket_key_of_another_type_is_left_alone(store: ScheduleStore) 
     assert await parking.unpark(store, held) == (0, None)
     assert await store.redis.zcard(store.keys.parked) == 0
     assert await store.redis.get(store.keys.parked_of("a")) == "not rsched's"
+
+
+async def test_a_bulk_write_parks_each_schedule_in_its_bucket_and_keeps_the_order_given(
+    fast: Settings, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rsched._store.schedules.BULK_WRITE", 16)  # calls of a few buckets
+    ids = [f"b{i:03d}" for i in range(200)]
+    # A bucket of another type refuses its schedules: they go to the index instead.
+    refused = parked_bucket(ids[0])
+    await store.redis.set(store.keys.parked_at(refused), "not rsched's")
+    async with Client.from_settings(fast) as client:
+        specs = [{"id": sid, "task": "t", "every": 3600 + i} for i, sid in enumerate(ids)]
+        await client.add_many(specs)
+        k = store.keys
+        indexed = {str(m) for m in await store.redis.zrange(k.schedules, 0, -1)}
+        assert indexed == {sid for sid in ids if parked_bucket(sid) == refused}
+        assert await parked_ids(store) == set(ids) - indexed
+        for sid in set(ids) - indexed:
+            bound = await store.redis.zscore(k.parked, str(parked_bucket(sid)))
+            score = await store.redis.zscore(k.parked_of(sid), sid)
+            assert bound is not None
+            assert score is not None
+            assert bound <= score
+        # Each call's audit record names its schedules in the order given.
+        named = [sid for rec in reversed((await client.audit()).items) for sid in rec.ids]
+        assert sorted(named) == ids
+        for rec in (await client.audit()).items:
+            assert list(rec.ids) == sorted(rec.ids)

@@ -39,7 +39,7 @@ from rsched._core.audit import (
     authored,
     check_source,
 )
-from rsched._core.bulk import BulkResult, Validator, hash_fields
+from rsched._core.bulk import BulkResult, Validator, collector_spared, hash_fields
 from rsched._core.calendars import Calendar
 from rsched._core.codes import Code
 from rsched._core.errors import (
@@ -456,17 +456,19 @@ class Client:
                 "schedules", "give a list of rsched.Schedule or dicts, not a single one"
             )
         entries = list(schedules)
-        validator = Validator(self.settings.max_payload_bytes)
-        items, problems = validator.validate(entries, mode=mode)
         if not entries:
             return BulkResult({})
-        outcomes = await save_many(
-            await self._partitions(),
-            items,
-            upsert=mode == "upsert",
-            problems=problems,
-            total=len(entries),
-        )
+        with collector_spared() as settled:
+            validator = Validator(self.settings.max_payload_bytes)
+            items, problems = validator.validate(entries, mode=mode)
+            settled()
+            outcomes = await save_many(
+                await self._partitions(),
+                items,
+                upsert=mode == "upsert",
+                problems=problems,
+                total=len(entries),
+            )
         return BulkResult(outcomes)
 
     @_redis_errors

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rsched._core.partitions import check_partitions, partition_tags
 from rsched._core.rules import Priority, check_label, check_prefix
@@ -48,17 +48,17 @@ class Keys:
     prefix: str = "rsched"
     partitions: int = 1
     partition: int = 0
+    #: The hash tag of this partition's keys, in braces: worked out once, as every key of the
+    #: hot paths (a fire's, a bulk write's) starts with it.
+    tag: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_prefix(self.prefix)
         check_partitions(self.partitions)
         if not 0 <= self.partition < self.partitions:
             raise ValueError(f"partition {self.partition} is not in 0..{self.partitions - 1}")
-
-    @property
-    def tag(self) -> str:
-        """The hash tag of this partition's keys."""
-        return "{" + partition_tags(self.prefix, self.partitions)[self.partition] + "}"
+        tag = "{" + partition_tags(self.prefix, self.partitions)[self.partition] + "}"
+        object.__setattr__(self, "tag", tag)
 
     @property
     def deployment_tag(self) -> str:

@@ -149,21 +149,24 @@ def pack_command(args: Sequence[str], cache: dict[str, bytes] | None = None) -> 
     cost in a herd. Every argument here is already a str. ``cache`` keeps the packed form of
     each argument for a caller whose arguments repeat (a bulk write's field names and values).
     """
-    out = [b"*%d\r\n" % len(args)]
+    head = b"*%d\r\n" % len(args)
     if cache is None:
-        for arg in args:
-            data = arg.encode()
-            out.append(b"$%d\r\n%b\r\n" % (len(data), data))
-        return b"".join(out)
-    for arg in args:
-        packed = cache.get(arg)
-        if packed is None:
-            data = arg.encode()
-            packed = b"$%d\r\n%b\r\n" % (len(data), data)
-            if len(cache) < 100_000:
-                cache[arg] = packed
-        out.append(packed)
-    return b"".join(out)
+        return head + b"".join([_packed(arg) for arg in args])
+    get = cache.get
+    # (A packed argument is never empty, so ``or`` packs exactly the ones not cached.)
+    return head + b"".join([get(arg) or _cached(arg, cache) for arg in args])
+
+
+def _packed(arg: str) -> bytes:
+    data = arg.encode()
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _cached(arg: str, cache: dict[str, bytes]) -> bytes:
+    packed = _packed(arg)
+    if len(cache) < 100_000:
+        cache[arg] = packed
+    return packed
 
 
 def _text(arg: Any) -> str:

@@ -30,7 +30,7 @@ from rsched._core.errors import (
     WriteNotReplicated,
 )
 from rsched._core.history import stored_events
-from rsched._core.keys import Keys
+from rsched._core.keys import Keys, parked_bucket
 from rsched._core.rules import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NAME_RE,
@@ -356,8 +356,12 @@ class ScheduleStore(scripts.ScriptCaller):
         """Write what :meth:`check_many` found to send: upsert_many.lua, up to BULK_WRITE items
         (BULK_WRITE_BYTES of spec) a call, at most BULK_IN_FLIGHT calls at once (or as
         ``limiter`` allows); returns each item's outcome (rsched._store.partitions.save_many)."""
-        sends, outcomes, now = checked.sends, dict(checked.outcomes), checked.now
-        chunks = _chunks(sends)
+        outcomes, now = dict(checked.outcomes), checked.now
+        # Each call takes the items of a few parked buckets (the script adds a call's parked
+        # schedules one ZADD a bucket), in the order given within it (its audit record's).
+        by_bucket = sorted(checked.sends, key=lambda send: parked_bucket(send[0].schedule_id))
+        chunks = [sorted(chunk, key=lambda send: send[0].index) for chunk in _chunks(by_bucket)]
+        sends = [send for chunk in chunks for send in chunk]
         replies: list[list[str]] = [[] for _ in chunks]
 
         async def send(n: int, chunk: Sequence[tuple[BulkItem, int | None]]) -> None:
