@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from rsched import Schedule, Scheduler, next_fire_times
+from rsched import Client, Schedule, Scheduler, next_fire_times
 from rsched._core.errors import LostLease
 from rsched._core.fire_plan import FireItem
 from rsched._core.keys import Keys
@@ -610,4 +610,37 @@ async def test_a_round_that_fired_waits_its_slack_and_an_idle_wake_is_on_time(
     await set_next_run(store, "due", await store.time_ms() + 50)
     delay = await tick.tick(lease)  # nothing due: wakes when it is, not a slack later
     assert delay <= 0.05
+    wakes.close()
+
+
+async def test_the_spec_cache_stays_within_its_size_and_a_fleet_larger_fires_whole(
+    store: ScheduleStore,
+) -> None:
+    """With more schedules due than the spec cache holds, the leader reads specs again as it
+    goes: the cache never holds more than spec_cache_size, and every schedule fires once,
+    none dropped from the index (a spec that went while its schedule was being planned would
+    read as a schedule whose hash is gone)."""
+    cfg = SchedulerSettings(spec_cache_size=1_000, batch_size=300)
+    sizing = Batching(cfg)
+    fire_store = firing(store)
+    _, wakes = anyio.create_memory_object_stream[object](1)
+    cache = SpecCache(fire_store, store.redis, cfg, sizing)
+    calendars = CalendarCache(CalendarStore(store.redis, store.keys))
+    tick = ticker.Ticker(fire_store, cfg, cache, sizing, wakes, calendars)
+    lease, _ = await leases(store).acquire("test-owner", 60_000)
+    assert lease is not None
+    ids = [f"s{i:04d}" for i in range(2_500)]
+    client = Client(store.redis, Settings(prefix=store.keys.prefix))
+    await client.add_many([{"id": sid, "task": "t", "every": 60} for sid in ids])
+    due = await store.time_ms() - 10
+    await store.redis.zadd(store.keys.schedules, dict.fromkeys(ids, due))
+    sizes = []
+    with anyio.fail_after(60):
+        while len(await jobs(store)) < len(ids):
+            await tick.tick(lease)
+            sizes.append(len(cache.specs))
+    assert max(sizes) <= 1_000
+    assert len(await jobs(store)) == len(ids)
+    scores = await store.redis.zmscore(store.keys.schedules, ids)
+    assert all(score is not None and score > due for score in scores)
     wakes.close()

@@ -35,6 +35,33 @@ def _cron_next_ms(
     return to_ms(nxt) if nxt else None
 
 
+@functools.lru_cache(maxsize=4_096)
+def _cron_timing(
+    tz: str,
+    cron: str | None,
+    start: str | None,
+    end: str | None,
+    dst_gap: str | None,
+    dst_fold: str | None,
+    jitter: str | None,
+) -> Timing:
+    """The timing of a stored cron schedule: one instance for all that share their expression,
+    zone and window (an interval's depends on its creation too). The scheduler's spec cache
+    holds one timing per schedule: a million crons in a dozen zones share a few thousand."""
+    return Timing._build(
+        tz=resolve_timezone(tz),
+        cron=cron,
+        every_ms=None,
+        at_ms=None,
+        start_ms=_int(start),
+        end_ms=_int(end),
+        created_ms=None,
+        dst_gap=dst_gap,
+        dst_fold=dst_fold,
+        jitter_ms=None if jitter is None else max(1, round(float(jitter) * 1000)),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """The time part of a schedule, compiled. All times are epoch ms."""
@@ -69,6 +96,12 @@ class Timing:
     def from_hash(cls, fields: dict[str, str]) -> Timing:
         """Build straight from a stored hash (the scheduler's hot path: no model validation)."""
         every, jitter = fields.get("every"), fields.get("jitter")
+        if every is None and "at" not in fields:
+            get = fields.get
+            return _cron_timing(
+                get("timezone", "UTC"), get("cron"), get("start_at"), get("end_at"),
+                get("dst_gap"), get("dst_fold"), jitter,
+            )  # fmt: skip
         return cls._build(
             tz=resolve_timezone(fields.get("timezone", "UTC")),
             cron=fields.get("cron"),

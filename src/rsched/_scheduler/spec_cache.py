@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import time
 
 import anyio
@@ -22,7 +23,6 @@ from rsched._store.firing import FiringStore
 log = get_logger("rsched.scheduler")
 
 QUARANTINE_S = 30.0
-SPEC_CACHE_MAX = 1_000_000
 # The spec cache is frozen (see freeze) each time it grew by this many, given this much idle
 # time before the next run.
 FREEZE_GROWTH = 10_000
@@ -49,10 +49,15 @@ class SpecCache:
         """Leave schedule ``sid`` out of the rounds for QUARANTINE_S."""
         self.quarantine[sid] = time.monotonic() + QUARANTINE_S
 
-    async def load(self, ids: list[str]) -> None:
+    async def cache(self, ids: list[str]) -> None:
+        """Have the specs of ``ids`` in the cache: room is made for all of them first (so none
+        of those cached already goes), then those missing are read. After it,
+        an id without a spec is one whose hash is gone, or set aside."""
+        self._make_room(len(ids))
+        await self._load([sid for sid in ids if sid not in self.specs])
+
+    async def _load(self, ids: list[str]) -> None:
         """Read and cache the specs of ``ids``; set aside those that cannot be read."""
-        if len(self.specs) > SPEC_CACHE_MAX:
-            self.specs.clear()
         step = self.sizing.load_chunk()
         for start in range(0, len(ids), step):
             chunk = ids[start : start + step]
@@ -86,9 +91,10 @@ class SpecCache:
         after, offset = self.prefetched
         if after < now:  # what lies before now is due: the due read covers it
             after, offset = now, 0
-        while len(self.specs) < SPEC_CACHE_MAX and time.monotonic() < until - 0.05:
+        # Never past a full cache: what it read first (due first) would make room for the rest.
+        while len(self.specs) < self.cfg.spec_cache_size and time.monotonic() < until - 0.05:
             ids = await self.store.upcoming(after, horizon, size, offset)
-            await self.load([sid for sid in ids if sid not in self.specs])
+            await self.cache(ids)
             if len(ids) < size:
                 self.prefetched = (horizon, 0)
                 self.freeze(until)
@@ -96,6 +102,23 @@ class SpecCache:
             offset += size
             self.prefetched = (after, offset)
         self.freeze(until)
+
+    def _make_room(self, coming: int) -> None:
+        """Drop the specs read longest ago (a tenth of the cache more), when ``coming`` more
+        would not fit: the cache is bounded whatever the size of the fleet.
+
+        The oldest read, not the least used: a hit costs nothing that way, and what a steady
+        stream keeps firing is read again soon after it goes, once. A dict keeps its order of
+        insertion, and is rebuilt in place (the fire path holds it), once per tenth at most.
+        """
+        size = self.cfg.spec_cache_size
+        if len(self.specs) + coming <= size:
+            return
+        drop = len(self.specs) + coming - size + size // 10
+        kept = list(itertools.islice(self.specs.items(), drop, None))
+        self.specs.clear()
+        self.specs.update(kept)
+        self._frozen = min(self._frozen, len(self.specs))
 
     def freeze(self, until: float) -> None:
         """Move the cached specs out of the garbage collector's reach once the cache has grown.

@@ -258,7 +258,7 @@ class Ticker:
         for index, (sid, score) in enumerate(ready):
             if index % step == 0:
                 chunk = ready[index : index + step]
-                await cache.load([s for s, _ in chunk if s not in specs])
+                await cache.cache([s for s, _ in chunk])
             # Misfire arithmetic after a long outage can be slow (counting a year of a
             # per-second cron): fire what is planned and leave the rest, still due, for the
             # next round, so every round makes progress and none runs into its timeout.
