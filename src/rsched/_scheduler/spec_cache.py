@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import time
+from collections import OrderedDict
 
 import anyio
 from redis.asyncio import Redis
@@ -37,7 +37,8 @@ class SpecCache:
         self.redis = redis
         self.cfg = cfg
         self.sizing = sizing
-        self.specs: dict[str, PlannedSpec] = {}
+        # In the order read (the oldest go first when it is full: _make_room).
+        self.specs: OrderedDict[str, PlannedSpec] = OrderedDict()
         # Schedule id -> monotonic time until which it is left out of every round.
         self.quarantine: dict[str, float] = {}
         # (score, offset) up to which the prefetch has read the index; reset by a wake.
@@ -104,21 +105,14 @@ class SpecCache:
         self.freeze(until)
 
     def _make_room(self, coming: int) -> None:
-        """Drop the specs read longest ago (a tenth of the cache more), when ``coming`` more
-        would not fit: the cache is bounded whatever the size of the fleet.
-
-        The oldest read, not the least used: a hit costs nothing that way, and what a steady
-        stream keeps firing is read again soon after it goes, once. A dict keeps its order of
-        insertion, and is rebuilt in place (the fire path holds it), once per tenth at most.
-        """
-        size = self.cfg.spec_cache_size
-        if len(self.specs) + coming <= size:
-            return
-        drop = len(self.specs) + coming - size + size // 10
-        kept = list(itertools.islice(self.specs.items(), drop, None))
-        self.specs.clear()
-        self.specs.update(kept)
-        self._frozen = min(self._frozen, len(self.specs))
+        """Drop the specs read longest ago when ``coming`` more would not fit: the cache is
+        bounded whatever the size of the fleet. The oldest read, not the least used: a hit
+        costs nothing that way, and what a steady stream keeps firing is read again soon after
+        it goes, once."""
+        specs, room = self.specs, self.cfg.spec_cache_size - coming
+        while len(specs) > room and specs:
+            specs.popitem(last=False)
+        self._frozen = min(self._frozen, len(specs))
 
     def freeze(self, until: float) -> None:
         """Move the cached specs out of the garbage collector's reach once the cache has grown.
