@@ -151,7 +151,11 @@ def pack_command(args: Sequence[str], cache: dict[str, bytes] | None = None) -> 
     """
     head = b"*%d\r\n" % len(args)
     if cache is None:
-        return head + b"".join([_packed(arg) for arg in args])
+        out = [head]
+        for arg in args:
+            data = arg.encode()
+            out.append(b"$%d\r\n%b\r\n" % (len(data), data))
+        return b"".join(out)
     get = cache.get
     # (A packed argument is never empty, so ``or`` packs exactly the ones not cached.)
     return head + b"".join([get(arg) or _cached(arg, cache) for arg in args])
