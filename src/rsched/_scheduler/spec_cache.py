@@ -51,11 +51,13 @@ class SpecCache:
         self.quarantine[sid] = time.monotonic() + QUARANTINE_S
 
     async def cache(self, ids: list[str]) -> None:
-        """Have the specs of ``ids`` in the cache: room is made for all of them first (so none
-        of those cached already goes), then those missing are read. After it,
-        an id without a spec is one whose hash is gone, or set aside."""
-        self._make_room(len(ids))
-        await self._load([sid for sid in ids if sid not in self.specs])
+        """Have the specs of ``ids`` in the cache: those missing are read, after room is made
+        for them among the others (none of ``ids`` goes). After it, an id without a spec is
+        one whose hash is gone, or set aside."""
+        missing = [sid for sid in ids if sid not in self.specs]
+        if missing:
+            self._make_room(len(missing), keep=ids)
+            await self._load(missing)
 
     async def _load(self, ids: list[str]) -> None:
         """Read and cache the specs of ``ids``; set aside those that cannot be read."""
@@ -104,14 +106,18 @@ class SpecCache:
             self.prefetched = (after, offset)
         self.freeze(until)
 
-    def _make_room(self, coming: int) -> None:
+    def _make_room(self, coming: int, keep: list[str]) -> None:
         """Drop the specs read longest ago when ``coming`` more would not fit: the cache is
         bounded whatever the size of the fleet. The oldest read, not the least used: a hit
         costs nothing that way, and what a steady stream keeps firing is read again soon after
-        it goes, once."""
+        it goes, once. The specs of ``keep`` (the ids being planned) stay, as the newest."""
         specs, room = self.specs, self.cfg.spec_cache_size - coming
-        while len(specs) > room and specs:
-            specs.popitem(last=False)
+        kept: set[str] | None = None
+        while len(specs) > room and len(specs) > (len(kept) if kept else 0):
+            sid, spec = specs.popitem(last=False)
+            kept = kept if kept is not None else set(keep)
+            if sid in kept:
+                specs[sid] = spec
         self._frozen = min(self._frozen, len(specs))
 
     def freeze(self, until: float) -> None:
