@@ -25,7 +25,7 @@ from rsched._redis.connection import connect
 from rsched._scheduler.membership import owned, owner_of
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import ScheduleStore
-from tests.support.partitions import N, fired, lease_owners, led_by, once_each
+from tests.support.partitions import N, fired, lease_owners, led_by, once_each, shared_by
 from tests.support.processes import Proc
 from tests.support.waiting import eventually
 from tests.support.worker_app import fast_settings
@@ -338,7 +338,7 @@ async def test_a_joining_scheduler_process_takes_its_share_without_double_fires(
     second = start_scheduler(spawn, parted)
     third = start_scheduler(spawn, parted)
     pids = {first.proc.pid, second.proc.pid, third.proc.pid}
-    await eventually(lambda: led_by(redis, prefix, pids))
+    await eventually(lambda: shared_by(redis, prefix, pids))
     await anyio.sleep(0.5)
     jobs = await fired(redis, prefix)
     once_each(jobs, 100)

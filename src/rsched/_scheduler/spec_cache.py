@@ -112,11 +112,14 @@ class SpecCache:
         costs nothing that way, and what a steady stream keeps firing is read again soon after
         it goes, once. The specs of ``keep`` (the ids being planned) stay, as the newest."""
         specs, room = self.specs, self.cfg.spec_cache_size - coming
-        kept: set[str] | None = None
-        while len(specs) > room and len(specs) > (len(kept) if kept else 0):
+        if len(specs) <= room:
+            return
+        planned = set(keep)
+        for _ in range(len(specs)):  # each entry once at most
+            if len(specs) <= room:
+                break
             sid, spec = specs.popitem(last=False)
-            kept = kept if kept is not None else set(keep)
-            if sid in kept:
+            if sid in planned:
                 specs[sid] = spec
         self._frozen = min(self._frozen, len(specs))
 
