@@ -161,13 +161,9 @@ def pack_command(args: Sequence[str], cache: dict[str, bytes] | None = None) -> 
     return head + b"".join([get(arg) or _cached(arg, cache) for arg in args])
 
 
-def _packed(arg: str) -> bytes:
-    data = arg.encode()
-    return b"$%d\r\n%b\r\n" % (len(data), data)
-
-
 def _cached(arg: str, cache: dict[str, bytes]) -> bytes:
-    packed = _packed(arg)
+    data = arg.encode()
+    packed = b"$%d\r\n%b\r\n" % (len(data), data)
     if len(cache) < 100_000:
         cache[arg] = packed
     return packed
