@@ -111,7 +111,14 @@ local horizon = park_after and now_ms() + park_after
 local any_parked = rcall('EXISTS', parked_key) == 1
 local earliest = nil
 local out, index, queues, unindexed, bounds = {}, {}, {}, {}, {}
-local buckets, in_bucket = {}, {}  -- bucket key -> its new entries (score, id, ...), their items
+-- bucket key -> {its new entries (score, id, ...), their items}
+local buckets = {}
+local function to_index(item)
+  index[#index + 1], index[#index + 2] = item.score, item.id
+  if item.score ~= 'inf' and (not earliest or item.value < tonumber(earliest)) then
+    earliest = item.score
+  end
+end
 
 -- Writes of the whole call in one command each where they can be (in bounded groups: unpack has
 -- a stack limit): index entries, ids out of the index, buckets' bounds.
@@ -131,41 +138,37 @@ for i, item in ipairs(items) do
     local value = score == 'inf' and math.huge or tonumber(score)
     item.score, item.value = score, value
     if horizon and value > horizon then
-      local entries = buckets[item.parked]
-      if not entries then
-        entries = {}
-        buckets[item.parked], in_bucket[item.parked] = entries, {}
+      local bucket = buckets[item.parked]
+      if not bucket then
+        bucket = {entries = {}, items = {}}
+        buckets[item.parked] = bucket
       end
+      local entries = bucket.entries
       entries[#entries + 1], entries[#entries + 2] = score, item.id
-      local its = in_bucket[item.parked]
-      its[#its + 1] = item
+      bucket.items[#bucket.items + 1] = item
     else
-      index[#index + 1], index[#index + 2] = score, item.id
+      to_index(item)
       if any_parked then unpark_one(item.parked, parked_key, item.id) end
-      if score ~= 'inf' and (not earliest or value < tonumber(earliest)) then earliest = score end
     end
   end
   out[i] = table.concat(reply, ':')
 end
 -- The parked ones, one ZADD a bucket (the client sends a call's items grouped by bucket). A
 -- bucket key of another type (not rsched's) refuses its entries: the index takes them.
-for bucket, entries in pairs(buckets) do
-  local n = string.match(bucket, '([0-9]+)$')
-  local parked = true
+for key, bucket in pairs(buckets) do
+  local n = string.match(key, '([0-9]+)$')
+  local entries, parked = bucket.entries, true
   for first = 1, #entries, 2000 do
     local last = math.min(#entries, first + 1999)
-    parked = type(redis.pcall('ZADD', bucket, unpack(entries, first, last))) == 'number'
+    parked = type(redis.pcall('ZADD', key, unpack(entries, first, last))) == 'number'
     if not parked then break end
   end
-  for _, item in ipairs(in_bucket[bucket]) do
+  for _, item in ipairs(bucket.items) do
     if parked then
       unindexed[#unindexed + 1] = item.id
       if not bounds[n] or item.value < bounds[n][1] then bounds[n] = {item.value, item.score} end
     else
-      index[#index + 1], index[#index + 2] = item.score, item.id
-      if item.score ~= 'inf' and (not earliest or item.value < tonumber(earliest)) then
-        earliest = item.score
-      end
+      to_index(item)
     end
   end
 end

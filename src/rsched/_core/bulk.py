@@ -123,15 +123,20 @@ def hash_fields(schedule: Schedule) -> dict[str, str]:
 
 
 def item_of(
-    schedule: Schedule, *, index: int = 0, mode: str = "upsert", expect_gen: int | None = None
+    schedule: Schedule,
+    *,
+    index: int = 0,
+    mode: str = "upsert",
+    expect_gen: int | None = None,
+    spec: dict[str, str] | None = None,
 ) -> BulkItem:
-    """A validated schedule as a bulk item."""
+    """A validated schedule as a bulk item (``spec``: its hash_fields, when known already)."""
     return BulkItem(
         index=index,
         schedule_id=schedule.id,
         queue=schedule.queue,
         paused=schedule.paused,
-        spec=hash_fields(schedule),
+        spec=hash_fields(schedule) if spec is None else spec,
         timing=schedule,
         mode=mode,
         expect_gen=expect_gen,
@@ -183,9 +188,7 @@ class Validator:
                 # most entries in full, and compute each one's first run alone).
                 shared = {k: v for k, v in spec.items() if k != "payload"}
                 self._shapes[shape] = (schedule, shared)
-            return BulkItem(
-                index, schedule.id, schedule.queue, schedule.paused, spec, schedule, mode
-            )
+            return item_of(schedule, index=index, mode=mode, spec=spec)
         template, template_spec = known
         sid, payload = _id_of(entry), _payload_of(entry)
         errors: list[tuple[str, str]] = []

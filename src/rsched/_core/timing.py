@@ -35,31 +35,18 @@ def _cron_next_ms(
     return to_ms(nxt) if nxt else None
 
 
+#: The hash fields a stored cron schedule's timing is built from.
+_CRON_TIMING_FIELDS = ("timezone", "cron", "start_at", "end_at", "dst_gap", "dst_fold", "jitter")
+
+
 @functools.lru_cache(maxsize=4_096)
-def _cron_timing(
-    tz: str,
-    cron: str | None,
-    start: str | None,
-    end: str | None,
-    dst_gap: str | None,
-    dst_fold: str | None,
-    jitter: str | None,
-) -> Timing:
-    """The timing of a stored cron schedule: one instance for all that share their expression,
-    zone and window (an interval's depends on its creation too). The scheduler's spec cache
-    holds one timing per schedule: a million crons in a dozen zones share a few thousand."""
-    return Timing._build(
-        tz=resolve_timezone(tz),
-        cron=cron,
-        every_ms=None,
-        at_ms=None,
-        start_ms=_int(start),
-        end_ms=_int(end),
-        created_ms=None,
-        dst_gap=dst_gap,
-        dst_fold=dst_fold,
-        jitter_ms=None if jitter is None else max(1, round(float(jitter) * 1000)),
-    )
+def _cron_timing(*values: str | None) -> Timing:
+    """The timing of a stored cron schedule (the values of _CRON_TIMING_FIELDS): one instance
+    for all that share their expression, zone and window (an interval's depends on its creation
+    too). The scheduler's spec cache holds one timing per schedule: a million crons in a dozen
+    zones share a few thousand."""
+    fields = {k: v for k, v in zip(_CRON_TIMING_FIELDS, values, strict=True) if v is not None}
+    return Timing._from_hash_fields(fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +81,16 @@ class Timing:
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Timing:
-        """Build straight from a stored hash (the scheduler's hot path: no model validation)."""
+        """Build straight from a stored hash (the scheduler's hot path: no model validation);
+        a cron schedule's is shared with those of the same timing fields."""
+        if "every" in fields or "at" in fields:
+            return cls._from_hash_fields(fields)
+        return _cron_timing(*map(fields.get, _CRON_TIMING_FIELDS))
+
+    @classmethod
+    def _from_hash_fields(cls, fields: dict[str, str]) -> Timing:
+        """:meth:`from_hash`, always a new instance."""
         every, jitter = fields.get("every"), fields.get("jitter")
-        if every is None and "at" not in fields:
-            get = fields.get
-            return _cron_timing(
-                get("timezone", "UTC"), get("cron"), get("start_at"), get("end_at"),
-                get("dst_gap"), get("dst_fold"), jitter,
-            )  # fmt: skip
         return cls._build(
             tz=resolve_timezone(fields.get("timezone", "UTC")),
             cron=fields.get("cron"),
