@@ -32,7 +32,7 @@ from rsched._store.firing import FiringStore
 from rsched._store.schedules import ScheduleStore
 from tests.support.leading import firing, leases
 from tests.support.placement import move_to, next_score
-from tests.support.schedulers import jobs, quick, running
+from tests.support.schedulers import daily_far_from_now, jobs, quick, running
 from tests.support.waiting import eventually
 
 DAY_MS = 86_400_000
@@ -269,11 +269,6 @@ async def test_standby_takes_over(store: ScheduleStore, fast: Settings) -> None:
 
 
 # --- misfire policies after an outage --------------------------------------------------------
-
-
-def daily_far_from_now() -> str:
-    """A daily cron whose latest occurrence is about 12 hours ago, whatever the time now."""
-    return f"0 {(datetime.now(UTC).hour + 12) % 24} * * *"
 
 
 async def outage(store: ScheduleStore, sid: str, days: int, **spec: Any) -> tuple[int, int]:

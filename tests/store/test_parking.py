@@ -24,7 +24,7 @@ from rsched._store.schedules import ScheduleStore
 from tests.support.history import int_b62
 from tests.support.leading import leases
 from tests.support.placement import parked_ids
-from tests.support.schedulers import jobs, quick, running
+from tests.support.schedulers import daily_far_from_now, jobs, quick, running
 from tests.support.waiting import eventually
 
 HOUR_MS = 3_600_000
@@ -71,12 +71,6 @@ async def hourly_and_held(client: Client) -> None:
     await client.pause("held")
 
 
-def far_off_daily() -> str:
-    """A daily cron twelve hours from now: a fixed hour is due within the parking horizon for
-    a quarter of an hour every day, and a test run then would wait for it in vain."""
-    return f"0 {(datetime.now(UTC).hour + 12) % 24} * * *"
-
-
 async def everything(client: Client, page_size: int = 7) -> list[Schedule]:
     return [s async for s in client.iter_schedules(page_size=page_size)]
 
@@ -89,7 +83,7 @@ async def test_the_leader_parks_what_is_due_far_off_and_every_reader_sees_it_as_
     off = fast.model_copy(update={"scheduler": fast.scheduler.model_copy(update={"park": False})})
     async with Client.from_settings(off) as client:
         await client.add({"id": "minutely", "task": "t", "every": 60})
-        await client.add({"id": "daily", "task": "t", "cron": far_off_daily()})
+        await client.add({"id": "daily", "task": "t", "cron": daily_far_from_now()})
         await hourly_and_held(client)
         assert not await parked_ids(store)
         got = {sid: await client.get(sid) for sid in ("minutely", "hourly", "daily", "held")}

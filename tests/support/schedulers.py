@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -25,6 +26,12 @@ def quick(redis_url: str, prefix: str, topology: str) -> Settings:
         cluster=topology == "cluster",
         scheduler=SchedulerSettings(lease_ttl_ms=1000, lease_renew_ms=200, max_idle_ms=500),
     )
+
+
+def daily_far_from_now() -> str:
+    """A daily cron about twelve hours from now, whatever the time: a fixed hour would be due
+    within the parking horizon, or just fired, for part of every day."""
+    return f"0 {(datetime.now(UTC).hour + 12) % 24} * * *"
 
 
 @asynccontextmanager
