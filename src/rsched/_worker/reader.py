@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
 from redis.exceptions import ResponseError
 
 from rsched._core.backoff import Backoff
@@ -35,6 +34,7 @@ from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Expiring
 from rsched._worker.acker import finish_home
 from rsched._worker.failures import ACTOR_FAILURES, back_off
+from rsched._worker.inbox import Inbox
 from rsched._worker.state import Stream, WorkerState
 
 log = get_logger("rsched.worker")
@@ -80,7 +80,7 @@ class Reader:
     """Reads the worker's queues into ``jobs`` (the runners' inbox), as many entries as there
     are free slots."""
 
-    def __init__(self, state: WorkerState, jobs: MemoryObjectSendStream[Job]) -> None:
+    def __init__(self, state: WorkerState, jobs: Inbox) -> None:
         self.state = state
         self.jobs = jobs
         self.turns = LevelTurns(state.cfg.priority_weights)
@@ -267,7 +267,7 @@ class Reader:
                 jobs = [j for j in jobs if j.entry_id not in over]
         for job in jobs:
             state.inflight.add((partition, queue, level, job.entry_id))
-            self.jobs.send_nowait(job)
+            self.jobs.put(job)
 
     async def _limit(self, stream: Stream, jobs: list[Job]) -> list[Job]:
         """Jobs that hold limits take them or wait aside (lua/limit_acquire.lua); the others pass.

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 import orjson
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from rsched._core.errors import JobFailed, Retry
 from rsched._core.flows import FLOW_TASK
@@ -28,6 +28,7 @@ from rsched._store.runs_log import run_record
 from rsched._store.worker_calls import Done, last_error
 from rsched._worker.acker import finish_home
 from rsched._worker.failures import until_taken
+from rsched._worker.inbox import Inbox
 from rsched._worker.journal import RUNNING, Journal
 from rsched._worker.state import Running, Stream, WorkerState
 
@@ -56,10 +57,9 @@ class Runner:
         self.journal = journal
         self.threads = anyio.CapacityLimiter(state.cfg.concurrency)
 
-    async def run(self, inbox: MemoryObjectReceiveStream[Job]) -> None:
-        async with inbox:
-            async for job in inbox:
-                await self.run_job(job)
+    async def run(self, inbox: Inbox) -> None:
+        while (job := await inbox.get()) is not None:
+            await self.run_job(job)
 
     async def run_job(self, job: Job) -> None:
         state = self.state

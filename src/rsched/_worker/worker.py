@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import socket
 import uuid
@@ -65,6 +64,7 @@ from rsched._store.worker_calls import Done
 from rsched._worker.acker import Acker
 from rsched._worker.failures import ACTOR_FAILURES
 from rsched._worker.flow_starter import flow_starter
+from rsched._worker.inbox import Inbox
 from rsched._worker.journal import Journal, capture
 from rsched._worker.reader import Reader
 from rsched._worker.runner import Runner
@@ -430,8 +430,7 @@ class Worker:
     ) -> None:
         cfg = settings.worker
         send, recv = anyio.create_memory_object_stream[tuple[Stream, Done]](ACK_BUFFER)
-        # Unbounded only in type: the slots bound what the reader hands over.
-        jobs, jobs_out = anyio.create_memory_object_stream[Job](math.inf)
+        jobs = Inbox()
         state = self._state = self._new_state(handlers, stores, settings)
         reader = Reader(state, jobs)
         journal = Journal(state)
@@ -449,9 +448,8 @@ class Worker:
                 if self._hard:
                     runners_scope.cancel()
                 async with anyio.create_task_group() as runners:
-                    with jobs_out:
-                        for _ in range(cfg.concurrency):
-                            runners.start_soon(runner.run, jobs_out.clone())
+                    for _ in range(cfg.concurrency):
+                        runners.start_soon(runner.run, jobs)
                     async with anyio.create_task_group() as intake:
                         intake.start_soon(reader.run)
                         intake.start_soon(upkeep.reclaimer)
