@@ -26,7 +26,8 @@ def _lines(stream: io.StringIO, fmt: str) -> list[str]:
     assert isinstance(handler, logging.StreamHandler)
     handler.setStream(stream)
     log = get_logger("rsched.test")
-    log.info("fired", count=3, ok=True, none=None, text="two words", quote='a"b', empty="")
+    log.info("fired", count=3, ok=True, none=None, text="two words", quote='a"b', empty="",
+             tab="a\tb", line="a\nb", esc="a\x1bb", eq="a=b", ok_id="job-1@17")  # fmt: skip
     log.debug("detail", items=[1, 2])
     return stream.getvalue().splitlines()
 
@@ -35,6 +36,8 @@ def test_logfmt_quotes_only_what_needs_it(stream: io.StringIO) -> None:
     first, second = _lines(stream, "text")
     assert " level=info logger=rsched.test event=fired count=3 ok=true none=null " in first
     assert 'text="two words" quote="a\\"b" empty=""' in first
+    # Whitespace and control characters never break a line or a terminal.
+    assert 'tab="a\\tb" line="a\\nb" esc="a\\u001bb" eq="a=b" ok_id=job-1@17' in first
     assert first.startswith("ts=")
     assert first.split()[0].endswith("Z")
     assert second.endswith("event=detail items=[1,2]")

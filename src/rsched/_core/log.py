@@ -7,7 +7,6 @@ Every line has an ``event`` name and key/value fields, as logfmt (default, reada
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -74,9 +73,6 @@ def _timestamp(created: float) -> str:
     return f"{_second_cache[1]}.{int((created - second) * 1000):03d}Z"
 
 
-_NEEDS_QUOTES = re.compile(r'[\s="]')
-
-
 def _logfmt_value(value: Any) -> str:
     if isinstance(value, str):
         text = value
@@ -84,9 +80,12 @@ def _logfmt_value(value: Any) -> str:
         return "true" if value is True else "false" if value is False else str(value)
     else:
         text = orjson.dumps(value, default=str).decode()
-    if not text or _NEEDS_QUOTES.search(text):
-        return orjson.dumps(text).decode()
-    return text
+    # Quoted when it holds a space, '=' or '"', or any other character that is not printable
+    # (whitespace, control characters: a value never breaks its line); str methods rather
+    # than a regex, on the path of every job's line.
+    if text and text.isprintable() and " " not in text and "=" not in text and '"' not in text:
+        return text
+    return orjson.dumps(text).decode()
 
 
 _LEVELS = {level: logging.getLevelName(level).lower() for level in range(0, 60, 10)}
@@ -100,7 +99,7 @@ def _logfmt(
         f"event={_logfmt_value(event)}"
     )
     if fields:
-        line += " " + " ".join(f"{k}={_logfmt_value(v)}" for k, v in fields.items())
+        line += " " + " ".join([f"{k}={_logfmt_value(v)}" for k, v in fields.items()])
     if exc:
         line += f" exc={_logfmt_value(exc)}"
     return line
