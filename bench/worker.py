@@ -350,9 +350,11 @@ async def throughput(
     tracing: float | None = None,
     http: bool = False,
     target: str | None = None,
+    processes: int = 1,
 ) -> dict[str, Any]:
     """``http``: the worker also delivers HTTP targets; ``target``: the jobs are HTTP targets
-    calling that URL, run by an ``--http-only`` worker."""
+    calling that URL, run by an ``--http-only`` worker; ``processes``: that many worker
+    processes share the queue (a node), their CPU added up."""
     prefix = f"bw{uuid.uuid4().hex[:8]}"
     keys = Keys(prefix)
     levels: tuple[Priority, ...] = PRIORITIES if priorities else ("normal",)
@@ -370,10 +372,23 @@ async def throughput(
                     redis, stream, n, keyed=limits, opts=opts, traced=tracing, target=target
                 )
         app = "bench.worker:limited" if limits else "bench.worker:worker"
-        proc = _spawn_worker(
-            server.url, prefix, concurrency, log_level, metrics=metrics,
-            app="" if target else app, tracing=tracing, http=http or target is not None,
-        )  # fmt: skip
+        procs = [
+            _spawn_worker(
+                server.url,
+                prefix,
+                concurrency,
+                log_level,
+                metrics=metrics,
+                app="" if target else app,
+                tracing=tracing,
+                http=http or target is not None,
+            )
+            for _ in range(processes)
+        ]
+
+        def workers_cpu_s() -> float:
+            return sum(_cpu_s(proc.pid) for proc in procs)
+
         try:
             first: float | None = None
             cpu0 = 0.0
@@ -383,7 +398,7 @@ async def throughput(
                 left = sum([int(await redis.xlen(stream)) for stream in streams])
                 now = time.perf_counter()
                 if first is None and left < jobs:
-                    first, cpu0, srv0 = now, _cpu_s(proc.pid), _cpu_s(server.pid())
+                    first, cpu0, srv0 = now, workers_cpu_s(), _cpu_s(server.pid())
                 if left == 0:
                     pending = [await redis.xpending(stream, GROUP) for stream in streams]
                     if sum(int(p["pending"]) for p in pending) == 0:
@@ -405,13 +420,15 @@ async def throughput(
                 "start_deadline": "1h" if timed else "none",
                 "tracing": _tracing_label(tracing),
                 "http": "calls " + target if target else "--http" if http else "off",
+                "processes": processes,
                 "seconds": round(took, 3),
                 "jobs_per_s": round(jobs / took),
-                "worker_cpu_s": round(_cpu_s(proc.pid) - cpu0, 2),
+                "worker_cpu_s": round(workers_cpu_s() - cpu0, 2),
                 "server_cpu_s": round(_cpu_s(server.pid()) - srv0, 2),
             }
         finally:
-            _stop(proc)
+            for proc in procs:
+                _stop(proc)
     finally:
         await redis.aclose()
 
@@ -607,18 +624,23 @@ async def _main(args: argparse.Namespace) -> None:
                 print(_table([row], list(row)), flush=True)
             return
         rows = []
+        node = {"processes": args.processes}
         for level in ("warning", "info"):
             rows.append(
-                await throughput(server, args.jobs, args.concurrency, level, metrics=args.metrics)
+                await throughput(
+                    server, args.jobs, args.concurrency, level, metrics=args.metrics, **node
+                )
             )
             print(_table(rows[-1:], list(rows[-1])), flush=True)
         rows.append(
-            await throughput(server, args.jobs, args.concurrency, "warning", priorities=True)
+            await throughput(
+                server, args.jobs, args.concurrency, "warning", priorities=True, **node
+            )
         )
         print(_table(rows[-1:], list(rows[-1])), flush=True)
         if args.only_throughput:
             return
-        print("\nno-op throughput, one worker process (bar: >= 10,000 jobs/s)")
+        print(f"\nno-op throughput, {args.processes} worker process(es) (bar: >= 10,000 jobs/s)")
         print(_table(rows, list(rows[0])))
         lat = await fire_to_start(server, args.seconds, args.schedules)
         print("\nfire -> handler start, scheduler + one worker, idle (bar: p99 <= 20 ms)")
@@ -637,6 +659,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--priorities", action="store_true", help="only throughput with and without priorities"
     )
     parser.add_argument("--metrics", action="store_true", help="the worker serves /metrics")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="throughput: worker processes sharing the queue"
+    )
     parser.add_argument("--only-throughput", action="store_true", help="skip the latency run")
     parser.add_argument(
         "--scheduled", action="store_true", help="only throughput, jobs fired from schedules"
