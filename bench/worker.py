@@ -1,7 +1,8 @@
 """The worker benchmark: no-op throughput of one worker process, and fire-to-start latency.
 
 1. Throughput: N no-op jobs (50k) are written to a queue first, then one ``rsched-worker``
-   process runs them; the rate is N over the time from the first job taken to the last one
+   process runs them (``--processes P``: P of them share the queue, a node, their CPU added
+   up); the rate is N over the time from the first job taken to the last one
    acknowledged (the stream is empty and nothing is pending). Run with per-job log lines on
    (``info``) and off (``warning``), and with priorities in use: the same jobs spread evenly
    over the high, normal and low streams, so that every read goes through the weighted turns
