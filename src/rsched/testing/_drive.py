@@ -22,7 +22,6 @@ from redis.asyncio import Redis
 
 from rsched._core import tracing
 from rsched._core.errors import StateError
-from rsched._core.job import Job
 from rsched._core.keys import Keys
 from rsched._core.settings import Settings
 from rsched._scheduler.batching import Batching
@@ -36,6 +35,7 @@ from rsched._store.parking import UNPARK_WITHIN_MS
 from rsched._store.queues import QueueStore
 from rsched._store.worker_calls import Done
 from rsched._worker.acker import Acker
+from rsched._worker.inbox import Inbox
 from rsched._worker.journal import Journal
 from rsched._worker.reader import Reader
 from rsched._worker.runner import Runner
@@ -83,11 +83,11 @@ class Drive:
             stores = [self.store]
             self.state = worker._new_state(worker._run_handlers(stores), stores, settings)
             runner_class = TracedRunner if tracing.decide(settings.tracing) else Runner
-            self._jobs_in, self._jobs = anyio.create_memory_object_stream[Job](math.inf)
+            self._jobs = Inbox()
             self._acks_in, self._acks = anyio.create_memory_object_stream[tuple[Stream, Done]](
                 math.inf
             )
-            self.reader = Reader(self.state, self._jobs_in)
+            self.reader = Reader(self.state, self._jobs)
             self.journal = Journal(self.state)
             self.journal.clock = lambda: self.now_ms  # what handlers say, at the virtual time
             self.runner = runner_class(self.state, self._acks_in, self.journal)
@@ -111,7 +111,8 @@ class Drive:
             self.lease = None
         self._wakes_in.close()
         if self.state is not None:
-            for stream in (self._jobs_in, self._jobs, self._acks_in, self._acks):
+            self._jobs.close()
+            for stream in (self._acks_in, self._acks):
                 stream.close()
 
     async def renew(self) -> None:
@@ -221,7 +222,7 @@ class Drive:
             await self.reader.dispatch(lane, [(eid, fields, 1) for eid, fields in entries])
         # One at a time, in the order taken: the same test writes the same records in the same
         # order on every run (runners side by side would interleave them by chance).
-        for job in _drain(self._jobs):
+        for job in self._jobs.drain():
             await self.runner.run_job(job)
         batch = _drain(self._acks)
         if batch:
