@@ -22,11 +22,20 @@
     return false;
   }
 
+  function polling(elt) {
+    return elt && elt.hasAttribute && elt.hasAttribute("data-poll");
+  }
+
   document.addEventListener("htmx:beforeRequest", function (evt) {
     var elt = evt.detail.elt;
-    if (elt && elt.hasAttribute && elt.hasAttribute("data-poll")) {
-      if (document.hidden || busy(elt)) evt.preventDefault();
-    }
+    if (polling(elt) && (document.hidden || busy(elt))) evt.preventDefault();
+  });
+
+  // A reload already on its way when the viewer started typing is dropped when it arrives:
+  // the next one, once the form is left, brings the news.
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    var elt = evt.detail.elt;
+    if (polling(elt) && busy(elt)) evt.detail.shouldSwap = false;
   });
 
   // Buttons and forms with data-confirm ask first.
