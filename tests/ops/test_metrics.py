@@ -413,7 +413,10 @@ async def test_misfire_counted(redis: Redis, settings: Settings) -> None:
         await eventually(fired)
         s = await scrape(port)
     runs = value(s, "rsched_misfires_total", policy="run_once", action="run")
-    assert runs == value(before, "rsched_misfires_total", policy="run_once", action="run") + 1
+    # The counter is the process's, across prefixes: another scheduler of this test process (an
+    # earlier test's, still winding down) may count its own misfires in the meantime. That this
+    # one ran once is the fires counter of its own queue, above.
+    assert runs >= value(before, "rsched_misfires_total", policy="run_once", action="run") + 1
 
 
 # --- a worker ---------------------------------------------------------------------------------
