@@ -148,6 +148,25 @@ def test_the_outcome_of_an_attempt_that_did_not_complete(
     assert done.status.status_code.name == status
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-00",
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-00",
+    ],
+)
+def test_a_malformed_traceparent_not_sampled_is_no_parent_either(
+    exporter: InMemorySpanExporter, text: str
+) -> None:
+    # Not taken for a producer's decision not to sample: the attempt starts a trace.
+    span = tracing.consuming(_job(traceparent=text))
+    assert span.is_recording()
+    span.end()
+    (done,) = exporter.get_finished_spans()
+    assert done.parent is None
+
+
 def test_a_job_without_a_traceparent_starts_a_trace(exporter: InMemorySpanExporter) -> None:
     span = tracing.consuming(_job(traceparent="nonsense", tracelink="nonsense"))
     span.end()
@@ -205,6 +224,7 @@ def test_an_attempt_whose_producer_was_not_sampled_records_nothing_and_carries_t
     span = tracing.consuming(_job(traceparent=NOT_SAMPLED))
     assert not span.is_recording()
     assert tracing.traceparent(span) == NOT_SAMPLED
+    assert span.get_span_context() is span.get_span_context()  # read once
     token = tracing.enter(span)
     with TracerProvider().get_tracer("handler").start_as_current_span("handler's own") as inner:
         assert not inner.is_recording()

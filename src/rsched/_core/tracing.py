@@ -23,7 +23,7 @@ import dataclasses
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from contextvars import Token
 
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
+    from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Tracer, TracerProvider
 
     from rsched._core.fire_plan import FireItem
     from rsched._core.job import Job
@@ -51,7 +51,11 @@ SYSTEM = "rsched"
 # The fire actions that write a job (the others record history only).
 _RUNS = frozenset({"fire", "misfire", "catch_up"})
 _CODES = frozenset(c.value for c in Code)
-_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
+# A traceparent rsched follows: W3C's form, a version other than ff, ids other than all zeros.
+_TRACEPARENT = re.compile(
+    r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\Z"
+)
+_ODD = frozenset("13579bdf")
 
 # A provider given to rsched alone (set_provider), before the global one.
 _provider: TracerProvider | None = None
@@ -142,14 +146,18 @@ def span_context(text: str | None) -> SpanContext | None:
     """The remote span context of a traceparent written by someone else; None when absent or
     malformed (a job is never refused for it). Read by hand rather than by OpenTelemetry's
     propagator (which takes a carrier and returns a whole context): a worker reads one per job."""
-    if not text or _TRACEPARENT.match(text) is None or text[:2] == "ff":
+    if text is None or _TRACEPARENT.match(text) is None:
         return None
-    trace_id = int(text[3:35], 16)
-    span_id = int(text[36:52], 16)
-    if not (trace_id and span_id):  # all zeros: an invalid id
-        return None
+    return _read(text)
+
+
+def _read(text: str) -> SpanContext:
+    """The span context of a traceparent :data:`_TRACEPARENT` matched."""
     ot = _loaded or _ot()
-    return ot.SpanContext(trace_id, span_id, True, ot.FLAGS[int(text[53:55], 16) & 1])
+    # The flags' last hex digit holds the sampled bit (the other bits are not rsched's).
+    return ot.SpanContext(
+        int(text[3:35], 16), int(text[36:52], 16), True, ot.FLAGS[text[54] in _ODD]
+    )
 
 
 def _messaging(operation_type: str, operation: str, queue: str) -> dict[str, Any]:
@@ -278,21 +286,21 @@ def consuming(job: Job) -> Span:
 
     A producer that was not sampled (its traceparent's flags ``00``) under a tracer that drops
     such spans (the SDK's default sampler: :func:`_drops_unsampled`) gives the producer's own
-    span context back as a non-recording span, without a call to the SDK: the SDK's answer
-    would record nothing either, and the handler's spans, and the traceparent of whatever it
-    enqueues, carry the trace and its decision the same (only the SDK's own count of spans
-    started, a metric of its own, misses these)."""
+    span context back as a non-recording span (read from the traceparent only when something
+    asks for it), without a call to the SDK: the SDK's answer would record nothing either, and
+    the handler's spans, and the traceparent of whatever it enqueues, carry the trace and its
+    decision the same (only the SDK's own count of spans started, a metric of its own, misses
+    these)."""
     ot = _loaded or _ot()
     _, tracer, drops_unsampled = _current()
     fields = job.fields
-    parent = span_context(fields.get(PARENT))
-    if parent is None:
+    text = fields.get(PARENT)
+    if text is None or _TRACEPARENT.match(text) is None:
         ctx = ot.root
+    elif drops_unsampled and text[54] not in _ODD:
+        return ot.Unsampled(text)
     else:
-        remote = ot.remote(parent)
-        if drops_unsampled and not parent.trace_flags & 1:
-            return remote
-        ctx = ot.with_parent(remote, ot.root)
+        ctx = ot.with_parent(ot.remote(_read(text)), ot.root)
     links = None
     if LINK in fields:
         before = span_context(fields[LINK])
@@ -376,9 +384,11 @@ def interrupted(span: Span) -> None:
 
 def enter(span: Span) -> Token[Context]:
     """Make ``span`` the current span (handlers' own spans nest under it; a sync handler's
-    thread runs in a copy of this context); returns the token :func:`leave` takes."""
+    thread runs in a copy of this context); returns the token :func:`leave` takes. The context
+    holds the attempt's span alone: a job runs in its producer's trace, nothing of the worker's
+    own context (as the span's parent is read from the job, not from the worker)."""
     ot = _loaded or _ot()
-    return ot.attach(ot.with_span(span))
+    return ot.attach(ot.with_span(span, ot.root))
 
 
 def leave(token: Token[Context], span: Span) -> None:
@@ -403,6 +413,28 @@ class _OpenTelemetry:
         # A traceparent's flags as rsched reads them: sampled or not (other bits ignored).
         self.FLAGS = (trace.TraceFlags(0), trace.TraceFlags(trace.TraceFlags.SAMPLED))
         self.get_tracer, self.get_tracer_provider = trace.get_tracer, trace.get_tracer_provider
+        self.Unsampled = _unsampled(trace.NonRecordingSpan)
+
+
+def _unsampled(base: type[NonRecordingSpan]) -> Callable[[str], Span]:
+    """The class of :func:`consuming`'s span for an attempt whose producer was not sampled."""
+
+    class Unsampled(base):  # type: ignore[valid-type,misc]  # a class known only at run time
+        """The producer's span context, not recording, read from its traceparent the first
+        time something asks for it (a handler's own span, a traceparent it passes on): most
+        attempts of a worker sampling 1 % are these, and most never ask."""
+
+        _context: SpanContext | None = None
+
+        def __init__(self, text: str) -> None:
+            self._text = text
+
+        def get_span_context(self) -> SpanContext:
+            if self._context is None:
+                self._context = _read(self._text)
+            return self._context
+
+    return Unsampled
 
 
 # Read as ``_loaded or _ot()`` on a worker's per-job path: a global's read, not a call.

@@ -9,6 +9,7 @@ under it; its outcome is set where the Runner decides it.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from rsched._core import tracing
@@ -22,27 +23,37 @@ if TYPE_CHECKING:
 class TracedRunner(Runner):
     """A :class:`Runner` whose attempts each run in a CONSUMER span."""
 
-    # The span of the attempt this runner runs (a runner runs one job at a time).
+    # The span of the attempt this runner runs (a runner runs one job at a time), None when it
+    # records nothing (its producer not sampled): no outcome to set, no link for its retry.
     _span: Span | None = None
 
     async def run_job(self, job: Job) -> None:
-        span = self._span = tracing.consuming(job)
+        span = tracing.consuming(job)
         token = tracing.enter(span)
+        recording = self._span = span if span.is_recording() else None
         try:
             await super().run_job(job)
         except BaseException:  # stopped by shutdown, its outcome not recorded
-            tracing.interrupted(span)
+            if recording is not None:
+                tracing.interrupted(span)
             raise
         finally:
             self._span = None
             tracing.leave(token, span)
 
-    async def _finish(self, job: Job, event: str, *args: Any, **kwargs: Any) -> None:
+    def _finish(
+        self,
+        job: Job,
+        event: str,
+        duration_ms: float,
+        extra: dict[str, Any],
+        result: bytes | None = None,
+    ) -> Coroutine[Any, Any, None]:
+        # Not a coroutine of its own: the Runner's is returned, awaited by the caller.
         span = self._span
         if span is not None:
-            extra = args[1] if len(args) > 1 else kwargs.get("extra", {})
             tracing.finished(span, event, str(extra.get("reason") or ""))
-        await super()._finish(job, event, *args, **kwargs)
+        return super()._finish(job, event, duration_ms, extra, result)
 
     async def _fail(
         self,
