@@ -4,6 +4,7 @@ excludes, and ``rsched cron --exclude FILE``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,9 @@ import orjson
 
 from rsched._cli.main import main
 from tests.support.command import Cli, as_json
+from tests.support.schedulers import daily_far_from_now
+
+_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 ICS = """BEGIN:VCALENDAR
 VERSION:2.0
@@ -85,27 +89,31 @@ def test_import_an_ics_or_a_dates_file(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_show_marks_excluded_and_jittered_occurrences(cli: Cli) -> None:
-    every_day_but_sunday = ["mon", "tue", "wed", "thu", "fri", "sat"]
-    weekdays = [arg for day in every_day_but_sunday for arg in ("--weekday", day)]
-    assert cli("calendar", "set", "not-sunday", *weekdays)[0] == 0
+    # `show` lists the next five occurrences: a daily cron twelve hours away, and a calendar of
+    # the weekdays of its first four, so that whatever the day four are excluded and one runs.
+    cron = daily_far_from_now()
+    now = datetime.now(UTC)
+    first = now.date() + timedelta(days=int(int(cron.split()[1]) < now.hour))
+    days = [_WEEKDAYS[(first + timedelta(days=i)).weekday()] for i in range(4)]
+    assert cli("calendar", "set", "four-days", *(a for d in days for a in ("--weekday", d)))[0] == 0
     code, _, err = cli(
-        "add", "p", "--task", "t", "--cron", "0 9 * * *", "--tz", "Europe/Rome",
-        "--exclude", "not-sunday", "--jitter", "10m",
+        "add", "p", "--task", "t", "--cron", cron, "--tz", "UTC",
+        "--exclude", "four-days", "--jitter", "10m",
     )  # fmt: skip
     assert code == 0, err
     code, out, _ = cli("show", "p")
     assert "exclude:" in out
     assert "jitter:" in out
-    assert out.count("excluded by not-sunday: not run") >= 4
+    assert out.count("excluded by four-days: not run") == 4
     assert "jitter +" in out
     shown = as_json(cli("show", "p", "--json"))
-    assert shown["schedule"]["exclude"] == ["not-sunday"]
+    assert shown["schedule"]["exclude"] == ["four-days"]
     assert shown["schedule"]["jitter"] == 600
     upcoming = shown["upcoming"]
-    assert [o["excluded_by"] for o in upcoming].count("not-sunday") >= 4
+    assert [o["excluded_by"] for o in upcoming].count("four-days") == 4
     assert len(shown["next"]) == sum(1 for o in upcoming if o["excluded_by"] is None)
     times = as_json(cli("next", "p", "-n", "3", "--json"))
-    assert len(times) == 3  # every one a Sunday, each at its jittered time
+    assert len(times) == 3  # on the days the calendar leaves, each at its jittered time
     code, _, err = cli("add", "q", "--task", "t", "--every", "60", "--exclude", "missing")
     assert code != 0
     assert "--exclude" in err
