@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 
 import anyio
-import orjson
 
 from bench._servers import BenchServer
 from bench.labels import best_and_median
 from rsched import Client, Settings
 from rsched._core.keys import Keys
 from rsched._redis.connection import connect
+from rsched._store.runs_log import run_record
 
 PREFIX = "bench"
 CUSTOMERS = 1_000
@@ -45,9 +45,9 @@ return 0
 
 
 def record(i: int) -> tuple[str, str]:
-    row = [f"job-{i}", None, "bench.task", "default", "completed", None, None, 1, "w", 5, None,
-           None]  # fmt: skip
-    return orjson.dumps(row).decode(), f"customer=c{i % CUSTOMERS},team=t{i % TEAMS}"
+    fields = {"execution_id": f"job-{i}", "task": "bench.task", "attempt": "1"}
+    row = run_record(fields, queue="default", status="completed", worker="w", duration_ms=5)
+    return row, f"customer=c{i % CUSTOMERS},team=t{i % TEAMS}"
 
 
 async def run(kind: str, size: int, repeat: int) -> None:

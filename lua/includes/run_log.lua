@@ -3,19 +3,21 @@
 -- (docs/keys.md).
 --
 -- A record is one field, 'r', holding a JSON array built by the caller (the worker encodes it
--- with the rest of its call): [execution id, schedule id, task, queue, status, scheduled ms,
--- fired ms, attempt, worker, duration ms, error type (a skip: its reason), error message], null
--- for what does not apply. A scheduled run's schedule id and scheduled ms are null: its
--- execution id, <schedule id>@<scheduled ms>, names them (rsched._store.runs_log.record_of). One
--- field rather than twelve: the script hands Redis 6 arguments instead of 28, which halves what
--- a record adds to a completed run's script, and Redis stores the value much as it would the
--- twelve (names once per stream node). The entry id is the record's time (the run's end, or the
--- drop). A job of the high or low level adds a second field, 'p', naming it (level: level_of the
--- job's stream; nil: normal, which adds none). A job with labels has them after the array, on a
--- line of their own ("[...]\nk=v,k=v", rsched._store.runs_log.run_record): they go in a field
--- of their own, 'l', which a reader that does not know it leaves alone; a record without labels
--- is stored as before. A labelled record is also indexed by its labels (run_index.lua) in the
--- index keys the caller declared.
+-- with the rest of its call): [execution id, status, task, worker, duration ms, fired (ms after
+-- the scheduled time; since the epoch when there is none), attempt (null: 1; 0: none), queue
+-- (null: default), error type (a skip: its reason), error message, [schedule id, scheduled ms]],
+-- trailing nulls left out (a completed first attempt on the default queue ends at fired). A
+-- scheduled run's execution id, <schedule id>@<scheduled ms>, names its schedule and time, so the
+-- last value is written only for another (rsched._store.runs_log.record_of, which also reads the
+-- twelve values of earlier versions). One field rather than eleven: the script hands Redis 6
+-- arguments instead of 26, which halves what a record adds to a completed run's script, and
+-- Redis stores the value much as it would the eleven (names once per stream node).
+-- The entry id is the record's time (the run's end, or the drop). A job of the high or low level
+-- adds a second field, 'p', naming it (level: level_of the job's stream; nil: normal, which adds
+-- none). A job with labels has them after the array, on a line of their own ("[...]\nk=v,k=v",
+-- rsched._store.runs_log.run_record): they go in a field of their own, 'l', which a reader that
+-- does not know it leaves alone; a record without labels is stored as before. A labelled record
+-- is also indexed by its labels (run_index.lua) in the index keys the caller declared.
 --
 -- XADD runs [MAXLEN ~ cap] * r record [p level]. cap nil: no trim (the fire path's rare writes;
 -- the workers' writes and the leader's sweep keep the cap). Nothing is written when runs is nil

@@ -10,11 +10,11 @@
 -- @include run_log
 
 local function run_skipped(runs, sid, task, queue, sched, reason, note, labels)
-  -- A priority level's stream name (q#high) names the queue q.
-  local record = '[' .. json_str(sid .. '@' .. sched) .. ',null,' .. json_str(task or '') ..
-                 ',' .. json_str(string.match(queue, '^[^#]*')) ..
-                 ',"skipped",null,null,null,null,null,"' .. reason .. '",' ..
-                 (note and json_str(note) or 'null') .. ']'
+  -- A priority level's stream name (q#high) names the queue q; the default queue is left out.
+  local name = string.match(queue, '^[^#]*')
+  local record = '[' .. json_str(sid .. '@' .. sched) .. ',"skipped",' .. json_str(task or '') ..
+                 ',null,null,null,0,' .. (name == 'default' and 'null' or json_str(name)) ..
+                 ',"' .. reason .. '"' .. (note and ',' .. json_str(note) or '') .. ']'
   if labels then record = record .. '\n' .. labels end
   run_log(runs, nil, record, level_of(queue))
 end

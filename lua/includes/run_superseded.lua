@@ -10,9 +10,10 @@
 
 local function run_superseded(runs, stream, exec, task, attempt, worker, labels)
   local queue = string.match(stream, '}:queue:([^#]*)') or ''
-  local record = '[' .. json_str(exec) .. ',null,' .. json_str(task or '') .. ',' ..
-                 json_str(queue) .. ',"cancelled",null,null,' .. (tonumber(attempt) or 'null') ..
-                 ',' .. json_str(worker) .. ',null,"superseded",null]'
+  local n = tonumber(attempt)
+  local record = '[' .. json_str(exec) .. ',"cancelled",' .. json_str(task or '') .. ',' ..
+                 json_str(worker) .. ',null,null,' .. (n == 1 and 'null' or (n or 0)) .. ',' ..
+                 (queue == 'default' and 'null' or json_str(queue)) .. ',"superseded"]'
   if labels then record = record .. '\n' .. labels end
   run_log(runs, nil, record, level_of(stream))
 end

@@ -17,7 +17,7 @@ from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import GROUP, Keys
 from rsched._store.queues import QueueStore
-from rsched._store.runs_log import run_record, trim_runs
+from rsched._store.runs_log import record_of, run_record, trim_runs
 from rsched._store.schedules import ScheduleStore
 from rsched._store.worker_calls import Done
 from tests.support.leading import firing, leases
@@ -134,8 +134,9 @@ async def test_every_record_of_a_labelled_job_is_indexed(
     by_status: dict[str, set[str]] = {}
     for entry_id in await _index(redis, prefix, "team=a"):
         entries: Any = await redis.xrange(Keys(prefix).runs, entry_id, entry_id)
-        row = orjson.loads(entries[0][1]["r"])
-        by_status.setdefault(row[4], set()).add(row[0])
+        record = record_of(entry_id, entries[0][1])
+        assert record is not None
+        by_status.setdefault(record.status, set()).add(record.execution_id)
     assert by_status == {
         "completed": {"ok-1", "re-1"}, "failed": {"re-1"}, "dead": {"dead-1"},
         "expired": {"late-1"}, "cancelled": {"gone-1"},

@@ -19,8 +19,9 @@ from rsched._core.codes import Code
 from rsched._core.fire_plan import FireItem, FireSpec
 from rsched._core.keys import GROUP, Keys
 from rsched._core.settings import Settings
+from rsched._store import runs_log
 from rsched._store.queues import QueueStore
-from rsched._store.runs_log import record_of, run_record
+from rsched._store.runs_log import RunFilter, record_of, run_record
 from rsched._store.schedules import ScheduleStore
 from tests.support.leading import firing, leases
 from tests.support.waiting import eventually
@@ -177,6 +178,30 @@ async def test_filters_cursor_and_scan_bound(redis: Redis, settings: Settings) -
     assert [r.execution_id for r in more] == ["e20", "e15", "e10", "e5", "e0"]
 
 
+async def test_a_filtered_read_looks_a_few_records_a_call(
+    redis: Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runs_log, "_CHUNK", 4)  # lua/runs_scan.lua's calls: 4 records each
+    keys = Keys(settings.prefix)
+    fields = {"task": "t", "attempt": "1"}
+    for i in range(30):
+        status = "dead" if i % 5 == 0 else "completed"
+        record = run_record({**fields, "execution_id": f"e{i}"}, queue="default", status=status)
+        await redis.xadd(keys.runs, {"r": record})
+    client = rsched.Client(redis, settings)
+    assert [r.execution_id for r in await client.runs(status="dead")] == [
+        "e25", "e20", "e15", "e10", "e5", "e0",
+    ]  # fmt: skip
+    first = await client.runs(status="dead", limit=4)
+    assert first.cursor is not None
+    rest = await client.runs(status="dead", limit=4, cursor=first.cursor)
+    assert [r.execution_id for r in rest] == ["e5", "e0"]
+    assert (await client.runs(status="dead", task="other")).items == []
+    await redis.delete(keys.runs)
+    await redis.set(keys.runs, "someone else's")  # not a stream: nothing to read
+    assert (await client.runs(status="dead")).items == []
+
+
 async def test_skipped_occurrences_are_logged(redis: Redis, settings: Settings) -> None:
     client = rsched.Client(redis, settings)
     await client.add({"id": "s", "task": "t.s", "every": 3600, "queue": "q2"})  # overlap=skip
@@ -201,6 +226,7 @@ async def test_skipped_occurrences_are_logged(redis: Redis, settings: Settings) 
         ("b", "t.b", "default", "buffer_full"),
     }
     assert all(r.scheduled_at and r.ended_at and r.error_type is None for r in skipped)
+    assert all(r.attempt is None and r.fired_at is None for r in skipped)
     # The two runs fired are in progress (queued).
     fired = (await client.runs(status="fired")).items
     assert sorted(r.schedule_id or "" for r in fired) == ["b", "s"]
@@ -226,7 +252,7 @@ async def test_cancelled_runs_say_why(redis: Redis, settings: Settings) -> None:
         "superseded",
         "t.ok",
     )
-    assert cancelled.queue == "default"
+    assert (cancelled.queue, cancelled.attempt) == ("default", 1)
     assert cancelled.worker
     assert cancelled.error_type is None
     assert cancelled.scheduled_at is not None
@@ -332,16 +358,120 @@ def test_a_scheduled_runs_record_names_its_schedule_by_its_execution_id() -> Non
         "attempt": "1",
     }
     record = run_record(fields, queue="default", status="completed", worker="w", duration_ms=47)
-    assert orjson.loads(record)[1] is None  # schedule id and scheduled ms: in the execution id
-    assert orjson.loads(record)[5] is None
+    # Schedule and scheduled time named by the execution id, fired 3 ms after it, the first
+    # attempt, the default queue and no error: left out.
+    assert record == '["nightly@1767229200000","completed","t","w",47,3]'
     read = record_of("1767229200051-0", {"r": record})
     assert read is not None
     assert read.schedule_id == "nightly"
     assert read.scheduled_at == datetime(2026, 1, 1, 1, tzinfo=UTC)
+    assert read.fired_at == datetime(2026, 1, 1, 1, 0, 0, 3000, tzinfo=UTC)
+    assert (read.attempt, read.queue, read.worker) == (1, "default", "w")
     older = orjson.dumps(["nightly@1767229200000", "nightly", "t", "default", "completed",
                           1767229200000, 1767229200003, 1, "w", 47, None, None])  # fmt: skip
     assert record_of("1767229200051-0", {"r": older.decode()}) == read
     job = run_record({"execution_id": "job-1", "task": "t"}, queue="q", status="completed")
+    assert job == '["job-1","completed","t",null,null,null,0,"q"]'
     enqueued = record_of("1767229200051-0", {"r": job})
     assert enqueued is not None
-    assert (enqueued.schedule_id, enqueued.scheduled_at) == (None, None)
+    assert (enqueued.schedule_id, enqueued.scheduled_at, enqueued.attempt) == (None, None, None)
+
+
+def _older(fields: dict[str, str], queue: str, status: str, **kw: object) -> str:
+    """The twelve values an earlier version wrote for the same run."""
+    get = fields.get
+
+    def num(value: str | None) -> int | None:
+        return int(value) if value and value.isdigit() else None
+
+    exec_id, sid, sched = get("execution_id", ""), get("schedule_id"), get("scheduled_at")
+    named = exec_id == f"{sid}@{sched}"
+    return orjson.dumps([
+        exec_id, None if named else sid, get("task", ""), queue,
+        {"retry": "retried"}.get(status, status), None if named else num(sched),
+        num(get("fired_at")), num(get("attempt")), kw.get("worker") or None,
+        kw.get("duration_ms"), kw.get("error_type") or None, kw.get("error") or None,
+    ]).decode()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "queue", "status", "kw"),
+    [
+        ({"execution_id": "s@1767229200000", "schedule_id": "s", "task": "t",
+          "scheduled_at": "1767229200000", "fired_at": "1767229200002", "attempt": "3"},
+         "mail", "failed", {"worker": "h:1:a", "duration_ms": 12, "error_type": "ValueError",
+                            "error": "bad"}),
+        # A manual run of a schedule: its execution id does not name its scheduled time.
+        ({"execution_id": "s@1767229200000~m", "schedule_id": "s", "task": "t",
+          "scheduled_at": "1767229200000", "fired_at": "1767229199990", "attempt": "1"},
+         "default", "retry", {"worker": "w", "duration_ms": 5}),
+        # An enqueued job's own id that looks like a scheduled run's: read as it is.
+        ({"execution_id": "order@42", "task": "t", "fired_at": "1767229200001"},
+         "default", "dead", {"error_type": "KeyError"}),
+        # A delayed enqueued job, fired (written) before its scheduled time.
+        ({"execution_id": "j", "task": "t", "scheduled_at": "1767229260000",
+          "fired_at": "1767229200000", "attempt": "1"}, "default", "completed", {"worker": "w"}),
+        ({"execution_id": "c", "task": "t", "attempt": "2"}, "q", "cancelled",
+         {"error_type": "cancelled"}),
+    ],
+)  # fmt: skip
+def test_compact_records_read_as_the_twelve_values_did(
+    fields: dict[str, str], queue: str, status: str, kw: dict[str, object]
+) -> None:
+    record = run_record(fields, queue=queue, status=status, **kw)  # type: ignore[arg-type]
+    older = _older(fields, queue, status, **kw)
+    assert len(record) < len(older)
+    read = record_of("1767229200051-0", {"r": record})
+    assert read is not None
+    if fields["execution_id"] != "order@42":
+        assert read == record_of("1767229200051-0", {"r": older})
+    else:  # the earlier layout took it for a schedule's run
+        assert (read.schedule_id, read.scheduled_at) == (None, None)
+        assert read.fired_at == datetime(2026, 1, 1, 1, 0, 0, 1000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("value", ["", "{}", "[]", '["x"' + ",null" * 12 + "]", '"text"'])
+def test_entries_that_are_no_record_are_passed_over(value: str) -> None:
+    assert record_of("1767229200051-0", {"r": value}) is None
+
+
+def test_a_filter_passes_over_only_records_it_would_not_keep() -> None:
+    """What a filtered read looks for in a record's text before reading it (RunFilter.needles):
+    found in every layout of a record the filter keeps, so no record it keeps is passed over."""
+    fields = {
+        "execution_id": "s.1@1767229200000",
+        "schedule_id": "s.1",
+        "task": "t.a",
+        "scheduled_at": "1767229200000",
+        "fired_at": "1767229200003",
+        "attempt": "2",
+    }
+    manual = {**fields, "execution_id": "s.1@1767229200000~m"}
+    texts = [
+        run_record(fields, queue="q", status="dead", worker="w", error_type="E", error='"dead"'),
+        run_record(manual, queue="default", status="retry", worker="w"),
+        run_record({"execution_id": "job-1", "task": "t.a"}, queue="q", status="completed"),
+        _older(fields, "q", "failed", worker="w"),
+        _older({**fields, "execution_id": "x"}, "q", "completed"),
+        '["s.1@1767229200000","skipped","t.a",null,null,null,0,"q","overlap"]',  # run_skipped.lua
+        '["s.1@1767229200000","cancelled","t.a","w",null,null,null,null,"superseded"]',
+    ]
+    for text in texts:
+        record = record_of("1767229200051-0", {"r": text})
+        assert record is not None
+        sid, task = record.schedule_id, record.task
+        kept = [
+            RunFilter(status=record.status),
+            RunFilter(execution_id=record.execution_id),
+            RunFilter(schedule_id=sid),
+            RunFilter(task=task),
+            RunFilter(status=record.status, schedule_id=sid, task=task),
+        ]
+        for want in kept:
+            assert want.keeps(record)
+            assert all(n in text for n in want.needles()), (want, text)
+        assert len(kept[0].needles()) == 1
+        others = (RunFilter(status="timed_out"), RunFilter(task="t"), RunFilter(schedule_id="s"))
+        assert not any(other.keeps(record) for other in others)
+    # A name a JSON encoder might write escaped is left to keeps.
+    assert RunFilter(execution_id="a/b", task="t").needles() == ('"t"',)

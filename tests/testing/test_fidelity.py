@@ -60,8 +60,8 @@ def normal(value: Any) -> Any:
             value = pattern.sub(replacement, value)
         return value
     if isinstance(value, list | tuple):
-        if len(value) == 12 and value[8] == "tour-worker":  # a run record: its duration
-            value = [*value[:9], "<ms>", *value[10:]]
+        if len(value) > 4 and value[3] == "tour-worker":  # a run record: its duration
+            value = [*value[:4], "<ms>", *value[5:]]
         return [normal(v) for v in value]
     if isinstance(value, dict):
         out = {normal(k): "<ms>" if k in _DURATIONS else normal(v) for k, v in value.items()}

@@ -76,6 +76,7 @@ READ_ONLY = frozenset(
         "parked_after",
         "parked_counts",
         "plan_fields",
+        "runs_scan",
     }
 )
 #: How long a script whose keys are half migrated to another cluster node (TRYAGAIN) is retried.

@@ -27,14 +27,23 @@ from redis.exceptions import ResponseError, WatchError
 from rsched._core.keys import GROUP, Keys
 from rsched._core.page import Page
 from rsched._core.rules import PRIORITIES, label_pairs, read_labels
+from rsched._redis.scripts import ScriptCaller
 
 #: Statuses of runs in progress, read from the queue streams rather than the log.
 LIVE_STATUSES = ("fired", "started")
-#: The record's values, in the order of its JSON array (lua/includes/run_log.lua).
+#: The record's values, in the order of its JSON array (lua/includes/run_log.lua); trailing
+#: nulls are left out, so a record has 1 to 11 values.
 RUN_FIELDS = (
+    "exec", "status", "task", "worker", "dur", "fired", "attempt", "queue", "etype", "error",
+    "named",
+)  # fmt: skip
+#: The twelve values of a record as earlier versions wrote it (still read).
+OLD_RUN_FIELDS = (
     "exec", "sid", "task", "queue", "status", "sched", "fired", "attempt", "worker", "dur",
     "etype", "error",
 )  # fmt: skip
+#: The queue a record leaves out (null).
+DEFAULT_QUEUE = "default"
 #: Records one read looks at, at most (the bound of a filtered scan).
 SCAN_MAX = 10_000
 #: Entries of each queue stream a read looks at for runs in progress, at most.
@@ -46,6 +55,9 @@ EVENT_STATUS = {"retry": "retried"}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CURSOR = re.compile(r"^(\d{1,20}-\d{1,20}(\.\d{1,3})?|\+)$")
+#: Characters every JSON encoder writes as they are (RunFilter.needles).
+_PLAIN = re.compile(r"^[A-Za-z0-9 ._:@~#+-]*$")
+#: Entries one read of a scan looks at (XREVRANGE, or lua/runs_scan.lua: 1-1.5 ms of the server).
 _CHUNK = 500
 #: What a log's entry reads as (scan_newest).
 R = TypeVar("R")
@@ -133,24 +145,29 @@ def run_record(
     On the worker's path of every job: ~2 µs."""
     get = fields.get
     exec_id, sid, sched = get("execution_id", ""), get("schedule_id") or None, get("scheduled_at")
-    if exec_id == f"{sid}@{sched}":  # named by the execution id: left out (record_of)
-        sid = sched = None
-    return orjson.dumps(
-        [
-            exec_id,
-            sid,
-            get("task", ""),
-            queue,
-            EVENT_STATUS.get(status, status),
-            _num(sched),
-            _num(get("fired_at")),
-            _num(get("attempt")),
-            worker or None,
-            None if duration_ms is None else round(duration_ms),
-            error_type or None,
-            error[:ERROR_MAX] or None,
-        ]
-    ).decode() + (f"\n{labels}" if (labels := get("labels")) else "")
+    at = _num(sched)
+    fired = _num(get("fired_at"))
+    attempt = _num(get("attempt"))
+    row = [
+        exec_id,
+        EVENT_STATUS.get(status, status),
+        get("task", ""),
+        worker or None,
+        None if duration_ms is None else round(duration_ms),
+        fired if at is None or fired is None else fired - at,
+        0 if attempt is None else None if attempt == 1 else attempt,
+        None if queue == DEFAULT_QUEUE else queue,
+        error_type or None,
+        error[:ERROR_MAX] or None,
+        # A scheduled run's execution id, <schedule id>@<scheduled ms>, names both; another
+        # id that looks like one must not be read as one.
+        None
+        if exec_id == f"{sid}@{sched}" or (sid is None and at is None and "@" not in exec_id)
+        else [sid, at],
+    ]
+    while row[-1] is None:
+        row.pop()
+    return orjson.dumps(row).decode() + (f"\n{labels}" if (labels := get("labels")) else "")
 
 
 def run_index_keys(keys: Keys, run: str | None) -> list[str]:
@@ -185,6 +202,33 @@ def _whole(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _named(exec_id: object) -> tuple[str | None, int | None]:
+    """The schedule id and scheduled ms a scheduled run's execution id names (<id>@<ms>)."""
+    named, at, ms = exec_id.rpartition("@") if isinstance(exec_id, str) else ("", "", "")
+    return (named, int(ms)) if at and ms.isdigit() else (None, None)
+
+
+def _row(data: list[Any]) -> dict[str, Any]:
+    """A stored array's values by name (an earlier version's twelve, or today's 1 to 11):
+    defaults filled in, the schedule read from the execution id, times made absolute."""
+    if len(data) == len(OLD_RUN_FIELDS):
+        row = dict(zip(OLD_RUN_FIELDS, data, strict=True))
+        if row["sid"] is None and row["sched"] is None:
+            row["sid"], row["sched"] = _named(row["exec"])
+        return row
+    row = dict(zip(RUN_FIELDS, data + [None] * (len(RUN_FIELDS) - len(data)), strict=True))
+    named = row.pop("named")
+    sid, sched = named if isinstance(named, list) and len(named) == 2 else _named(row["exec"])
+    row["sid"], row["sched"] = sid, sched
+    fired = row["fired"]
+    if _whole(fired) is not None and _whole(sched) is not None:  # ms after the occurrence
+        row["fired"] = fired + sched
+    attempt = row["attempt"]
+    row["attempt"] = 1 if attempt is None else attempt or None  # null: the first; 0: none
+    row["queue"] = row["queue"] or DEFAULT_QUEUE
+    return row
+
+
 def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
     """A stored record (its entry id is when it ended or was dropped; a job of another level
     than normal names it in the field ``p``), or None when the entry is not one (someone else
@@ -193,14 +237,10 @@ def record_of(entry_id: str, fields: Mapping[str, str]) -> RunRecord | None:
         data = orjson.loads(fields.get("r", ""))
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(data, list) or len(data) != len(RUN_FIELDS):
+    if not isinstance(data, list) or not 0 < len(data) <= len(OLD_RUN_FIELDS):
         return None
-    row = dict(zip(RUN_FIELDS, data, strict=True))
+    row = _row(data)
     exec_id, sid, sched = _text(row["exec"]) or "", _text(row["sid"]), _whole(row["sched"])
-    if sid is None and sched is None:  # a scheduled run's record names them by its execution id
-        named, at, ms = exec_id.rpartition("@")
-        if at and ms.isdigit():
-            sid, sched = named, int(ms)
     end = _int(entry_id.split("-", 1)[0])
     dur = _whole(row["dur"])
     status = _text(row["status"]) or ""
@@ -237,6 +277,18 @@ class RunFilter:
     task: str | None = None
     execution_id: str | None = None
     labels: frozenset[str] = frozenset()  # k=v pairs, every one carried
+
+    def needles(self) -> tuple[str, ...]:
+        """Texts that the ``r`` field of every record this filter keeps holds, in either layout
+        (record_of): the server passes over the others (lua/runs_scan.lua). A value of
+        characters a JSON encoder might escape gives none (keeps decides)."""
+        texts = (
+            (self.status, '"{}"'),
+            (self.execution_id, '"{}"'),
+            (self.schedule_id, '"{}'),  # "<id>@<ms>" (named by the execution id) or "<id>"
+            (self.task, '"{}"'),
+        )
+        return tuple(form.format(v) for v, form in texts if v is not None and _PLAIN.match(v))
 
     def keeps(self, record: RunRecord) -> bool:
         return (
@@ -295,7 +347,7 @@ async def log_records(
     try:
         return await scan_newest(
             redis, keys.runs, record_of, want.keeps, low=low, limit=limit, start=start,
-            scan_max=scan_max,
+            scan_max=scan_max, texts=want.needles(),
         )  # fmt: skip
     except ResponseError as exc:
         raise ValueError(f"{start.lstrip('(')!r} is not a cursor ({exc})") from None
@@ -311,33 +363,47 @@ async def scan_newest(
     limit: int,
     start: str,
     scan_max: int,
+    texts: tuple[str, ...] = (),
 ) -> tuple[list[tuple[str, R]], str | None]:
     """The entries of a capped log (the runs log, the audit trail) that ``parse`` reads and
     ``keeps`` keeps, newest first from ``start`` down to ``low`` (XREVRANGE bounds), with their
     ids: at most ``limit``, looking at most ``scan_max`` entries; and the id of the last entry
-    looked at when the log may hold more (None: it does not, or the key holds another type)."""
+    looked at when the log may hold more (None: it does not, or the key holds another type).
+    With ``texts`` (the runs log: RunFilter.needles), the server passes over the entries whose
+    record lacks any of them (lua/runs_scan.lua), so only those that may be kept travel."""
+    caller = ScriptCaller(redis) if texts else None
     out: list[tuple[str, R]] = []
     scanned = 0
     while True:
         count = min(_CHUNK, scan_max - scanned)
-        try:
-            page = cast(list[Entry], await redis.xrevrange(stream, start, low, count=count))
-        except ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                return out, None
-            raise
+        if caller is not None:
+            reply = await caller.call_read("runs_scan", [stream], [start, low, count, *texts])
+            looked, last = int(reply[0]), str(reply[1])
+            page = [(e, _pairs(f)) for e, f in zip(reply[2::2], reply[3::2], strict=True)]
+        else:
+            try:
+                page = cast(list[Entry], await redis.xrevrange(stream, start, low, count=count))
+            except ResponseError as exc:
+                if "WRONGTYPE" in str(exc):
+                    return out, None
+                raise
+            looked, last = len(page), page[-1][0] if page else ""
         for entry_id, fields in page:
             record = parse(entry_id, fields)
             if record is not None and keeps(record):
                 out.append((entry_id, record))
                 if len(out) == limit:
                     return out, entry_id
-        scanned += len(page)
-        if len(page) < count:
+        scanned += looked
+        if looked < count:
             return out, None
-        start = f"({page[-1][0]}"
+        start = f"({last}"
         if scanned >= scan_max:
-            return out, page[-1][0]
+            return out, last
+
+
+def _pairs(flat: list[str]) -> dict[str, str]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 async def indexed_records(
