@@ -1,16 +1,18 @@
-"""The runners: ``concurrency`` tasks taking jobs from the reader, each job under its timeout and
-its own cancel scope (async handlers in the loop, plain functions in worker threads); a run's
-outcome goes to the acker (completed, cancelled) or is recorded at once (a retry, a dead letter).
+"""The runners: ``concurrency`` tasks taking jobs from the reader, each job in its own cancel
+scope, which its timeout (Timeouts) or a cancel cancels (async handlers in the loop, plain
+functions in worker threads); a run's outcome goes to the acker (completed, cancelled) or is
+recorded at once (a retry, a dead letter).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -42,6 +44,45 @@ jobs_log = get_logger("rsched.worker.jobs")
 MAX_RETRY_DELAY_S = 365 * 86_400.0
 
 
+class Timeouts:
+    """The running jobs' timeouts: one timer of the loop, at the earliest deadline among them,
+    which cancels the scopes of those whose deadline passed and sets itself again.
+
+    A cancel scope with a deadline of its own made a timer per job and cost a no-op job ~20,000
+    instructions (~7 % of its CPU); the jobs of a worker mostly share one timeout, so a new
+    job's deadline is later than the timer's and costs a comparison. The timer is asyncio's:
+    rsched runs on asyncio only (redis-py's asyncio client).
+    """
+
+    def __init__(self, running: Mapping[str, Running]) -> None:
+        self._running = running
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = math.inf
+
+    def watch(self, run: Running, timeout_s: float) -> None:
+        """Time ``run`` out ``timeout_s`` from now (it is in ``running`` until it ends)."""
+        loop = asyncio.get_running_loop()
+        run.deadline = loop.time() + timeout_s
+        if run.deadline < self._at:
+            self._arm(loop, run.deadline)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._at = loop.call_at(at, self._due, loop), at
+
+    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer, self._at = None, math.inf
+        now, soonest = loop.time(), math.inf
+        for run in self._running.values():
+            if run.deadline <= now:
+                run.scope.cancel()  # timed out (Runner.run_job tells it from a cancel)
+            else:
+                soonest = min(soonest, run.deadline)
+        if soonest < math.inf:
+            self._arm(loop, soonest)
+
+
 class Runner:
     """Runs the jobs of its inbox one at a time; the worker starts ``concurrency`` of them, which
     share one limit of worker threads."""
@@ -56,6 +97,7 @@ class Runner:
         self.acks = acks
         self.journal = journal
         self.threads = anyio.CapacityLimiter(state.cfg.concurrency)
+        self.timeouts = Timeouts(state.running)
 
     async def run(self, inbox: Inbox) -> None:
         while (job := await inbox.get()) is not None:
@@ -79,9 +121,9 @@ class Runner:
         error: BaseException | None = None
         timed_out = False
         value: Any = None
-        # One scope serves both the job's timeout (its deadline) and cancel_previous (cancel());
+        # One scope serves both the job's timeout (Timeouts) and cancel_previous (cancel());
         # run.cancel_requested tells them apart.
-        run.scope.deadline = anyio.current_time() + job.timeout_s
+        self.timeouts.watch(run, job.timeout_s)
         # Where job.set_progress and job.log go (set in place: no copy of the job per run).
         object.__setattr__(job, "journal", self.journal)
         if not is_async:

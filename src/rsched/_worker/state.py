@@ -33,6 +33,7 @@ class Running:
     cancel_requested: bool = False
     cancel_reason: str = "cancel_previous"
     started: float = 0.0  # time.perf_counter() at the handler's start (no clock read per job)
+    deadline: float = math.inf  # the loop's time at which it times out (runner.Timeouts)
 
 
 class Slots:
