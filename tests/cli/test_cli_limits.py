@@ -135,7 +135,9 @@ def test_enqueue_with_limits_and_a_job_waiting_on_its_key(cli: Cli, settings: Se
     assert (
         "--limit: limit key 'customer:{customer_id}' needs the payload field 'customer_id'" in err
     )
-    with worker_thread(settings, concurrency=2):
+    # The holding job keeps its hold however slowly the machine runs (a hold lapses after the
+    # visibility timeout without a heartbeat, and the waiting job would start).
+    with worker_thread(settings, concurrency=2, visibility_timeout_s=30):
         for job_id in ("first", "second"):
             code, out, err = cli(
                 "enqueue", "web.wait", "--id", job_id, "--payload", '{"s": 30, "c": 7}',
@@ -219,7 +221,7 @@ def test_limit_waiting_lists_a_keys_jobs_in_the_order_they_will_start(
         ],
     )
     assert as_json(cli("--json", "limit", "waiting", "c:7")) == []
-    with worker_thread(settings, concurrency=4):
+    with worker_thread(settings, concurrency=4, visibility_timeout_s=30):  # as above
         assert cli("enqueue", "web.wait", "--id", "first", "--payload", '{"c": 7}', *limit)[0] == 0
 
         def is_(job_id: str, state: str) -> bool:

@@ -105,3 +105,40 @@ def test_an_applications_handler_gets_every_record(stream: io.StringIO) -> None:
     assert records[0].rsched_fields == {"outcome": "completed"}  # type: ignore[attr-defined]
     [line] = stream.getvalue().splitlines()
     assert orjson.loads(line)["outcome"] == "completed"
+
+
+def test_values_render_the_same_the_first_time_and_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rendered strings are kept (a worker's lines repeat them), a bounded number of them;
+    # a subclass of str or int is rendered as its kind, never kept.
+    import enum
+
+    from rsched._core import log
+
+    class Level(enum.IntEnum):
+        ONE = 1
+
+    class Name(str):
+        pass
+
+    monkeypatch.setattr(log, "_rendered", {})
+    monkeypatch.setattr(log, "_RENDERED_MOST", 3)
+    values = [
+        "plain", "two words", "", 'a"b', Name("x y"), 7, -0.5, True, False, Level.ONE,
+        float("nan"), None, {"a": 1},
+    ]  # fmt: skip
+    first = [log._logfmt_value(v) for v in values]
+    assert first == [
+        "plain", '"two words"', '""', '"a\\"b"', '"x y"', "7", "-0.5", "true", "false", "1",
+        "nan", "null", '"{\\"a\\":1}"',
+    ]  # fmt: skip
+    assert [log._logfmt_value(v) for v in values] == first
+    assert len(log._rendered) <= 3
+    assert all(type(k) is str for k in log._rendered)
+
+
+def test_a_timestamp_has_its_milliseconds() -> None:
+    from rsched._core import log
+
+    assert log._timestamp(1767229200.0) == "2026-01-01T01:00:00.000Z"
+    assert log._timestamp(1767229200.0456) == "2026-01-01T01:00:00.045Z"
+    assert log._timestamp(1767229201.9999) == "2026-01-01T01:00:01.999Z"

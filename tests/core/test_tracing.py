@@ -21,19 +21,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
+from tests.support.spans import spans_kept
+
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
-    found = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(found))
-    tracing.set_provider(provider)
-    try:
+    with spans_kept() as found:
         yield found
-    finally:
-        tracing.set_provider(None)
 
 
 def test_off_never_traces_and_auto_needs_a_provider() -> None:
@@ -65,6 +61,52 @@ def test_a_malformed_traceparent_is_no_parent(text: str | None) -> None:
     assert tracing.span_context(text) is None
 
 
+@pytest.mark.parametrize("runtime", ["the API's own", "another"])
+def test_an_attempts_span_is_current_until_detached(
+    monkeypatch: pytest.MonkeyPatch, runtime: str
+) -> None:
+    # The API's own runtime context is set directly; another (OTEL_PYTHON_CONTEXT) through
+    # attach and detach: either way the span is current, alone, and the context restored.
+    from opentelemetry import context
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+    if runtime == "another":
+
+        class Another(ContextVarsRuntimeContext):
+            pass
+
+        monkeypatch.setattr(context, "_RUNTIME_CONTEXT", Another())
+    monkeypatch.setattr(tracing, "_loaded", None)  # bound again, with this runtime
+    span = trace.NonRecordingSpan(tracing.span_context(PARENT))  # type: ignore[arg-type]
+    outer = context.attach(context.set_value("caller's", 1))
+    try:
+        enter, detach = tracing.context_setters()
+        token = enter(span)
+        assert trace.get_current_span() is span
+        assert context.get_value("caller's") is None  # nothing of the worker's context
+        detach(token)
+        assert trace.get_current_span() is trace.INVALID_SPAN
+        assert context.get_value("caller's") == 1
+    finally:
+        context.detach(outer)
+
+
+def test_the_tracer_is_looked_up_again_only_when_the_provider_changes() -> None:
+    first, second = TracerProvider(), TracerProvider()
+    tracing.set_provider(first)
+    try:
+        tracer = tracing._tracer()
+        assert tracing._settled  # not looked up per job
+        assert tracing._tracer() is tracer
+        tracing.set_provider(second)
+        assert tracing._current()[0] is second
+    finally:
+        tracing.set_provider(None)
+    # The API's proxy again, looked up each time: a global provider may be set later.
+    assert not isinstance(tracing._current()[0], TracerProvider)
+    assert not tracing._settled
+
+
 def test_a_traceparent_reads_back() -> None:
     ctx = tracing.span_context(PARENT)
     assert ctx is not None
@@ -91,10 +133,12 @@ def test_an_attempt_continues_its_producer_and_links_the_attempt_before(
     exporter: InMemorySpanExporter,
 ) -> None:
     first = tracing.consuming(_job(traceparent=PARENT))
-    token = tracing.enter(first)
+    enter, detach = tracing.context_setters()
+    token = enter(first)
     outcome = tracing.failed(first, _job(traceparent=PARENT), ValueError("boom"), False)
     retry = tracing.linked(_job(traceparent=PARENT), first)
-    tracing.leave(token, first)
+    detach(token)
+    first.end()
     assert outcome == "failed"
     assert retry.fields[tracing.PARENT] == PARENT
     assert retry.fields[tracing.LINK] == tracing.traceparent(first)
@@ -225,13 +269,14 @@ def test_an_attempt_whose_producer_was_not_sampled_records_nothing_and_carries_t
     assert not span.is_recording()
     assert tracing.traceparent(span) == NOT_SAMPLED
     assert span.get_span_context() is span.get_span_context()  # read once
-    token = tracing.enter(span)
+    enter, detach = tracing.context_setters()
+    token = enter(span)
     with TracerProvider().get_tracer("handler").start_as_current_span("handler's own") as inner:
         assert not inner.is_recording()
         assert inner.get_span_context().trace_id == int(NOT_SAMPLED[3:35], 16)
     tracing.finished(span, "completed")
     retry = tracing.linked(_job(traceparent=NOT_SAMPLED), span)
-    tracing.leave(token, span)
+    detach(token)
     assert retry.fields[tracing.LINK] == NOT_SAMPLED
     assert exporter.get_finished_spans() == ()
 
@@ -261,12 +306,14 @@ def test_an_unsampled_producer_is_followed_as_the_sampler_says(
     try:
         span = tracing.consuming(_job(traceparent=NOT_SAMPLED))
         recording = span.is_recording()
-        token = tracing.enter(span)
+        enter, detach = tracing.context_setters()
+        token = enter(span)
         # A handler's span under it: its parent, the attempt's span, was not sampled.
         inner = trace.get_tracer("handler", tracer_provider=provider).start_span("inner")
         inner.end()
         tracing.finished(span, "completed")
-        tracing.leave(token, span)
+        detach(token)
+        span.end()
     finally:
         tracing.set_provider(None)
     assert recording is ("process q" in recorded)

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
 from rsched._core.codes import Code
@@ -61,6 +62,10 @@ _ODD = frozenset("13579bdf")
 _provider: TracerProvider | None = None
 # (provider, its tracer, whether that tracer drops every span whose parent was not sampled).
 _tracer_of: tuple[object, Tracer, bool] | None = None
+# Whether _tracer_of is the one for good: a provider other than the API's proxy, which only
+# set_provider replaces (the API sets its global provider once), so a worker's job does not
+# look it up again.
+_settled = False
 
 
 def decide(mode: TracingMode) -> bool:
@@ -92,8 +97,8 @@ def set_provider(provider: TracerProvider | None) -> None:
     """Make rsched's spans in this process go to ``provider`` rather than the global one (None:
     the global one again); ``auto`` then traces. For programs (and tests) that keep a provider
     of their own."""
-    global _provider
-    _provider = provider
+    global _provider, _settled
+    _provider, _settled = provider, False
 
 
 def _tracer() -> Tracer:
@@ -104,12 +109,15 @@ def _current() -> tuple[object, Tracer, bool]:
     """The provider rsched's spans go to, its tracer, and whether that drops every span whose
     parent was not sampled (:func:`_drops_unsampled`); looked up again only when the provider
     changed."""
-    global _tracer_of
+    global _tracer_of, _settled
+    if _settled and _tracer_of is not None:
+        return _tracer_of
     ot = _loaded or _ot()
     owner = _provider if _provider is not None else ot.get_tracer_provider()
     if _tracer_of is None or _tracer_of[0] is not owner:
         tracer = ot.get_tracer("rsched", tracer_provider=owner)
         _tracer_of = (owner, tracer, _drops_unsampled(tracer))
+    _settled = not isinstance(owner, ot.Proxy)
     return _tracer_of
 
 
@@ -291,8 +299,8 @@ def consuming(job: Job) -> Span:
     the handler's spans, and the traceparent of whatever it enqueues, carry the trace and its
     decision the same (only the SDK's own count of spans started, a metric of its own, misses
     these)."""
+    _, tracer, drops_unsampled = _tracer_of if _settled and _tracer_of else _current()
     ot = _loaded or _ot()
-    _, tracer, drops_unsampled = _current()
     fields = job.fields
     text = fields.get(PARENT)
     if text is None or _TRACEPARENT.match(text) is None:
@@ -382,19 +390,14 @@ def interrupted(span: Span) -> None:
     span.set_attribute("rsched.outcome", "abandoned")
 
 
-def enter(span: Span) -> Token[Context]:
-    """Make ``span`` the current span (handlers' own spans nest under it; a sync handler's
-    thread runs in a copy of this context); returns the token :func:`leave` takes. The context
-    holds the attempt's span alone: a job runs in its producer's trace, nothing of the worker's
-    own context (as the span's parent is read from the job, not from the worker)."""
+def context_setters() -> tuple[Callable[[Span], Token[Context]], Callable[[Token[Context]], None]]:
+    """(enter, detach): ``enter(span)`` makes ``span`` the current span (handlers' own spans
+    nest under it; a sync handler's thread runs in a copy of this context) and returns the token
+    that ``detach`` takes to restore the context before. The context holds the attempt's span
+    alone: a job runs in its producer's trace, nothing of the worker's own context (as the
+    span's parent is read from the job, not from the worker). Bound once by a runner."""
     ot = _loaded or _ot()
-    return ot.attach(ot.with_span(span, ot.root))
-
-
-def leave(token: Token[Context], span: Span) -> None:
-    """Restore the context :func:`enter` replaced and end ``span``."""
-    (_loaded or _ot()).detach(token)
-    span.end()
+    return ot.enter, ot.detach
 
 
 class _OpenTelemetry:
@@ -403,9 +406,10 @@ class _OpenTelemetry:
     def __init__(self) -> None:
         from opentelemetry import context, trace
 
-        self.root = context.Context()
-        self.attach, self.detach = context.attach, context.detach
-        self.with_parent = self.with_span = trace.set_span_in_context
+        self.root = root = context.Context()
+        self.enter, self.detach = _entering(root)
+        self.with_parent = trace.set_span_in_context
+        self.Proxy = trace.ProxyTracerProvider
         self.remote = trace.NonRecordingSpan
         self.Link = trace.Link
         self.CONSUMER = trace.SpanKind.CONSUMER
@@ -414,6 +418,36 @@ class _OpenTelemetry:
         self.FLAGS = (trace.TraceFlags(0), trace.TraceFlags(trace.TraceFlags.SAMPLED))
         self.get_tracer, self.get_tracer_provider = trace.get_tracer, trace.get_tracer_provider
         self.Unsampled = _unsampled(trace.NonRecordingSpan)
+
+
+def _entering(
+    root: Context,
+) -> tuple[Callable[[Span], Token[Context]], Callable[[Token[Context]], None]]:
+    """:func:`context_setters`. With the API's own runtime context (a
+    ContextVar, unless OTEL_PYTHON_CONTEXT names another), the context holding the span is set
+    on that variable directly: a worker sets one per job, and ``attach(set_span_in_context(span,
+    root))`` costs twice as much (a copy of the empty context, two layers of calls, a ``try``
+    each way). The two names it needs are the API's private ones; where a version of it names
+    them otherwise, it calls the API."""
+    from opentelemetry import context, trace
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
+    current = getattr(runtime, "_current_context", None)
+    key = getattr(trace.propagation, "_SPAN_KEY", None)
+    if (
+        type(runtime) is ContextVarsRuntimeContext
+        and isinstance(current, ContextVar)
+        and isinstance(key, str)
+    ):
+        context_of, set_context = context.Context, current.set
+
+        def enter(span: Span) -> Token[Context]:
+            return set_context(context_of({key: span}))
+
+        return enter, current.reset
+    attach, with_span = context.attach, trace.set_span_in_context
+    return (lambda span: attach(with_span(span, root))), context.detach
 
 
 def _unsampled(base: type[NonRecordingSpan]) -> Callable[[str], Span]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import math
 import threading
 import time
@@ -87,6 +88,10 @@ class Runner:
     """Runs the jobs of its inbox one at a time; the worker starts ``concurrency`` of them, which
     share one limit of worker threads."""
 
+    # Whether each attempt runs in a span (TracedRunner, its _span_* steps): tested rather than
+    # a layer around run_job, so that neither runner pays a call per job for the other's sake.
+    traced = False
+
     def __init__(
         self,
         state: WorkerState,
@@ -108,13 +113,14 @@ class Runner:
         fn, is_async = state.handlers[job.task]
         run = Running(job)
         state.running[job.execution_id] = run
-        jobs_log.debug(
-            "job.start",
-            execution_id=job.execution_id,
-            task=job.task,
-            attempt=job.attempt,
-            queue=job.queue,
-        )
+        if jobs_log.enabled_for(logging.DEBUG):
+            jobs_log.debug(
+                "job.start",
+                execution_id=job.execution_id,
+                task=job.task,
+                attempt=job.attempt,
+                queue=job.queue,
+            )
         if METRICS.on:
             METRICS.job_started(job)
         started = run.started = time.perf_counter()
@@ -130,6 +136,8 @@ class Runner:
             job = dataclasses.replace(job, stop_event=threading.Event())
         # Marks the logging records made inside the handler (its thread copies the context).
         running = RUNNING.set(job)
+        if self.traced:
+            self._span_starts(job)
         try:
             with run.scope:
                 if is_async:
@@ -147,6 +155,8 @@ class Runner:
             held = (job.partition, job.queue, job.priority, job.entry_id)
             state.inflight.discard(held)
             state.abandoned.add(held)
+            if self.traced:
+                self._span_abandoned()
             raise
         finally:
             RUNNING.reset(running)
@@ -157,6 +167,8 @@ class Runner:
             if job.stop_event is not None:  # a thread still running is told to stop
                 job.stop_event.set()
         duration_ms = round((time.perf_counter() - started) * 1000, 1)
+        if self.traced:  # before any await: the span ends whatever comes next
+            job = self._span_ends(job, run, timed_out, error)
         if self.journal.said(job):
             # Its last words before its outcome: whoever sees the run ended sees all it said.
             await self.journal.flush()
@@ -173,6 +185,21 @@ class Runner:
             await self._fail(job, duration_ms, error)
         else:
             await self._finish(job, "completed", duration_ms, {}, self._result(job, value))
+
+    # The steps of a TracedRunner's span (rsched._worker.traced), run only when ``traced``: it
+    # starts and becomes current before the handler runs; it ends, with the attempt's outcome,
+    # once that is known, before it is recorded; a shutdown abandons it.
+
+    def _span_starts(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def _span_ends(
+        self, job: Job, run: Running, timed_out: bool, error: BaseException | None
+    ) -> Job:
+        raise NotImplementedError
+
+    def _span_abandoned(self) -> None:
+        raise NotImplementedError
 
     def _result(self, job: Job, value: Any) -> bytes | None:
         """The JSON of a handler's return value to keep, or None (None returned, too large,
