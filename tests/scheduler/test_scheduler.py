@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -9,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,7 +27,7 @@ from rsched._redis.connection import connect
 from rsched._scheduler import batching, ticker
 from rsched._scheduler.batching import Batching
 from rsched._scheduler.calendar_cache import CalendarCache
-from rsched._scheduler.fire import batches
+from rsched._scheduler.fire import FireRound, batches
 from rsched._scheduler.spec_cache import SpecCache
 from rsched._store.calendars import CalendarStore
 from rsched._store.firing import FiringStore
@@ -638,4 +640,48 @@ async def test_the_spec_cache_stays_within_its_size_and_a_fleet_larger_fires_who
     assert len(await jobs(store)) == len(ids)
     scores = await store.redis.zmscore(store.keys.schedules, ids)
     assert all(score is not None and score > due for score in scores)
+    wakes.close()
+
+
+async def test_the_next_chunks_specs_are_read_while_this_one_is_planned(
+    store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Specs the cache lacks are read a chunk ahead, beside the round's calls: the read of each
+    next chunk runs while this chunk is planned, keeps this chunk's specs in the cache (a full
+    cache makes room for it), and every schedule is planned once with its spec."""
+    cfg = SchedulerSettings(spec_cache_size=1_000)
+    sizing = Batching(cfg)
+    monkeypatch.setattr(sizing, "load_chunk", lambda: 400)
+    fire_store = firing(store)
+    _, wakes = anyio.create_memory_object_stream[object](1)
+    cache = SpecCache(fire_store, store.redis, cfg, sizing)
+    calendars = CalendarCache(CalendarStore(store.redis, store.keys))
+    tick = ticker.Ticker(fire_store, cfg, cache, sizing, wakes, calendars)
+    ids = [f"s{i:04d}" for i in range(1_800)]
+    client = Client(store.redis, Settings(prefix=store.keys.prefix))
+    await client.add_many([{"id": sid, "task": "t", "every": 60} for sid in ids])
+    now = await store.time_ms()
+    events: list[tuple[str, list[str]]] = []
+    read = cache.cache
+
+    async def cache_recorded(wanted: list[str]) -> None:
+        events.append(("read", list(wanted)))
+        await read(wanted)
+
+    monkeypatch.setattr(cache, "cache", cache_recorded)
+    fire = FireRound(fire_store, "no-lease", cache, sizing, tick._read_due)
+    sizes = []
+    async with anyio.create_task_group() as fire._tg:
+        async for group in tick._plan([(sid, now - 10) for sid in ids], now, fire):
+            assert group[0].version  # planned with its spec, not as a schedule gone
+            events.append(("plan", [group[0].schedule_id]))
+            sizes.append(len(cache.specs))
+            await anyio.lowlevel.checkpoint()  # the read ahead runs beside the planning
+    assert [e[1][0] for e in events if e[0] == "plan"] == ids
+    assert max(sizes) <= 1_000
+    chunks = [ids[i : i + 400] for i in range(0, len(ids), 400)]
+    for this, following in itertools.pairwise(chunks):
+        # The read ahead keeps this chunk's ids and reads the next, while this is planned.
+        ahead = events.index(("read", this + following))
+        assert events.index(("plan", [this[0]])) < ahead < events.index(("plan", [this[-1]]))
     wakes.close()

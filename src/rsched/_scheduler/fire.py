@@ -109,6 +109,22 @@ class FireRound:
         self._tg.start_soon(self._read_ahead, exclude, done)
         return done
 
+    def read_specs(self, ids: list[str]) -> anyio.Event:
+        """Have the specs of ``ids`` cached (SpecCache.cache) beside the round's calls; the
+        event is set once that is done, or failed: the planner reads what is still missing
+        itself, and a failure is then its own."""
+        assert self._tg is not None, "read_specs is called while the round runs"
+        done = anyio.Event()
+        self._tg.start_soon(self._read_specs, ids, done)
+        return done
+
+    async def _read_specs(self, ids: list[str], done: anyio.Event) -> None:
+        try:
+            with contextlib.suppress(RedisError, OSError, RschedError):
+                await self.cache.cache(ids)
+        finally:
+            done.set()
+
     def take_ahead(self) -> DueRead | None:
         """The due read the last :meth:`read_next` found (once: it is the caller's now)."""
         ahead, self._ahead = self._ahead, None

@@ -223,7 +223,7 @@ class Ticker:
             read_after = len(ready) - READ_AHEAD_BATCHES * self.sizing.batch_size()
             done: anyio.Event | None = None
             count = 0
-            async for group in self._plan(ready, now):
+            async for group in self._plan(ready, now, fire):
                 yield group
                 count += 1
                 # Never before the round's first batch is out: the read would go first.
@@ -246,19 +246,33 @@ class Ticker:
             ready = [(sid, score) for sid, score in due if quarantine.get(sid, 0) <= wall]
             recent.append(ids)
 
-    async def _plan(self, ready: list[tuple[str, int]], now: int) -> AsyncIterator[list[FireItem]]:
+    async def _plan(
+        self, ready: list[tuple[str, int]], now: int, fire: FireRound
+    ) -> AsyncIterator[list[FireItem]]:
         """The fire items of each ready schedule, as a group per schedule. Lazy, a chunk of
         specs at a time (those the prefetch did not cache are read here): the first batches are
-        on their way to Redis while the rest are still being read and planned."""
+        on their way to Redis while the rest are still being read and planned. The next chunk's
+        specs are read while this one is planned and fired (``fire.read_specs``): read only
+        when its turn came, the scheduler waited for the read and parsed it while Redis, done
+        with the batches sent, waited in turn (a herd larger than the spec cache took their
+        sum)."""
         cache = self.cache
         specs = cache.specs
         budget_end = time.monotonic() + PLAN_BUDGET_S
         planned = calendars_read = False
         step = self.sizing.load_chunk()
+        ahead: anyio.Event | None = None
         for index, (sid, score) in enumerate(ready):
             if index % step == 0:
-                chunk = ready[index : index + step]
-                await cache.cache([s for s, _ in chunk])
+                if ahead is not None:
+                    await ahead.wait()
+                chunk = [s for s, _ in ready[index : index + step]]
+                await cache.cache(chunk)  # what the read ahead did not find (or all of it)
+                following = [s for s, _ in ready[index + step : index + 2 * step]]
+                ahead = None
+                if any(s not in specs for s in following):
+                    # This chunk's ids are kept too: making room for the next must not drop them.
+                    ahead = fire.read_specs(chunk + following)
             # Misfire arithmetic after a long outage can be slow (counting a year of a
             # per-second cron): fire what is planned and leave the rest, still due, for the
             # next round, so every round makes progress and none runs into its timeout.
