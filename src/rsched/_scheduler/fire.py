@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -104,26 +105,35 @@ class FireRound:
     def read_next(self, exclude: set[str]) -> anyio.Event:
         """Queue the next due read (leaving out ``exclude``); the event is set once it is back
         (its entries, if any, in :meth:`take_ahead`)."""
-        assert self._tg is not None, "read_next is called while the round runs"
-        done = anyio.Event()
-        self._tg.start_soon(self._read_ahead, exclude, done)
-        return done
+        return self._beside(self._read_ahead, exclude)
 
     def read_specs(self, ids: list[str]) -> anyio.Event:
         """Have the specs of ``ids`` cached (SpecCache.cache) beside the round's calls; the
         event is set once that is done, or failed: the planner reads what is still missing
         itself, and a failure is then its own."""
-        assert self._tg is not None, "read_specs is called while the round runs"
-        done = anyio.Event()
-        self._tg.start_soon(self._read_specs, ids, done)
-        return done
+        return self._beside(self.cache.cache, ids, also=(RschedError,))
 
-    async def _read_specs(self, ids: list[str], done: anyio.Event) -> None:
-        try:
-            with contextlib.suppress(RedisError, OSError, RschedError):
-                await self.cache.cache(ids)
-        finally:
-            done.set()
+    def _beside(
+        self,
+        work: Callable[[Any], Awaitable[None]],
+        arg: Any,
+        also: tuple[type[Exception], ...] = (),
+    ) -> anyio.Event:
+        """Run ``work(arg)`` in the round's task group, beside its calls; the event is set once
+        it is done, or failed on Redis (or on ``also``): what it did is a head start, never
+        the round's outcome."""
+        assert self._tg is not None, "called while the round runs"
+        done = anyio.Event()
+
+        async def run() -> None:
+            try:
+                with contextlib.suppress(RedisError, OSError, *also):
+                    await work(arg)
+            finally:
+                done.set()
+
+        self._tg.start_soon(run)
+        return done
 
     def take_ahead(self) -> DueRead | None:
         """The due read the last :meth:`read_next` found (once: it is the caller's now)."""
@@ -206,20 +216,16 @@ class FireRound:
         elif code == NOT_DUE:
             log.warning("schedule.not_due", schedule=sid, scheduled_at=item.sched)
 
-    async def _read_ahead(self, exclude: set[str], done: anyio.Event) -> None:
+    async def _read_ahead(self, exclude: set[str]) -> None:
         # Queued behind the batches planned so far (the limiter is first come, first served),
         # so it goes out with this round's last few batches still to run: Redis fires those
         # while the reply travels and is parsed, instead of waiting for the next round's first
         # batch. Entries of this round are due in the read too: left out, they are this
         # round's. One that did not fire after all is found by a later read.
-        try:
-            with contextlib.suppress(RedisError, OSError):
-                async with self._limiter:
-                    read = await self.read_due(exclude)
-                if read[2] and not (self.lost or self.failures):
-                    self._ahead = read
-        finally:
-            done.set()
+        async with self._limiter:
+            read = await self.read_due(exclude)
+        if read[2] and not (self.lost or self.failures):
+            self._ahead = read
 
     def _report(self, late_ms: int, started: float, calls: int) -> None:
         counts = self.counts
