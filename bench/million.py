@@ -18,7 +18,8 @@ processes with default settings, so their CPU and memory are their own.
 - *herd*: N ``every=3600`` schedules whose first occurrence is one instant T. From T until every
   job is in the stream: the time, the first job's lag, the slowest command, and the latency of
   the readers an operator would use meanwhile (``list`` first page, ``stats``, ``health``,
-  ``get``), each called in a loop while the herd fires.
+  ``get``), called in turn, 10 ms apart, from a process of their own (``bench._readers``)
+  while the herd fires.
 """
 
 from __future__ import annotations
@@ -123,6 +124,15 @@ def spawn(server: BenchServer, what: str, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             cmd, cwd=ROOT, env=_env(server), stdin=subprocess.DEVNULL, stdout=out, stderr=out
         )
+
+
+def spawn_readers(server: BenchServer, schedule_id: str) -> subprocess.Popen[bytes]:
+    """The readers an operator would use during the herd, in a process of their own
+    (bench._readers), as a dashboard's or the CLI's would be."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench._readers", server.url, PREFIX, schedule_id],
+        cwd=ROOT, env=_env(server), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -242,15 +252,6 @@ async def steady(
     }
 
 
-async def _reader_loop(name: str, call: Any, out: dict[str, list[float]], done: list[bool]) -> None:
-    """Calls ``call`` again and again until ``done[0]``, keeping each call's ms under ``name``."""
-    while not done[0]:
-        t = time.perf_counter()
-        await call()
-        out.setdefault(name, []).append((time.perf_counter() - t) * 1000)
-        await anyio.sleep(0.01)
-
-
 async def herd(
     server: BenchServer, client: rsched.Client, redis: Redis, keys: Keys, n: int, lead_s: float
 ) -> dict[str, Any]:
@@ -262,7 +263,7 @@ async def herd(
         raise RuntimeError("the herd was not created whole")
     sched = spawn(server, "scheduler", RESULTS_DIR / "million-herd-scheduler.log")
     stream = keys.queue(QUEUE)
-    reads: dict[str, list[float]] = {}
+    readers = spawn_readers(server, f"h-{n // 2:07d}")
     try:
         await wait_led(redis, keys, sched)
         left_s = (t_ms - await client_time_ms(redis)) / 1000
@@ -272,25 +273,26 @@ async def herd(
         await redis.config_set("slowlog-log-slower-than", SLOW_US // 2)
         await redis.slowlog_reset()
         rcpu0, cpu0 = proc_cpu_s(server.pid()), proc_cpu_s(sched.pid)
-        done = [False]
+        assert readers.stdin is not None
+        assert readers.stdout is not None
+        readers.stdin.write(b"go\n")
+        readers.stdin.flush()
         seen_ms = 0
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_reader_loop, "list", lambda: client.list(limit=50), reads, done)
-            tg.start_soon(_reader_loop, "stats", client.stats, reads, done)
-            tg.start_soon(_reader_loop, "health", client.health, reads, done)
-            tg.start_soon(_reader_loop, "get", lambda: client.get(f"h-{n // 2:07d}"), reads, done)
-            with anyio.move_on_after(120):
-                # Polling: the jobs are written by another process.
-                while await redis.xlen(stream) < n:  # noqa: ASYNC110
-                    await anyio.sleep(0.005)
-                seen_ms = await client_time_ms(redis)
-            done[0] = True
+        with anyio.move_on_after(120):
+            # Polling: the jobs are written by another process.
+            while await redis.xlen(stream) < n:  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+            seen_ms = await client_time_ms(redis)
+        readers.stdin.close()
+        reads = orjson.loads(await anyio.to_thread.run_sync(readers.stdout.read))
         cpu, rcpu = proc_cpu_s(sched.pid) - cpu0, proc_cpu_s(server.pid()) - rcpu0
         rss = peak_rss_mb(sched.pid)
         slow = await read_slowlog(redis)
         load = os.getloadavg()[0]
     finally:
         stop(sched)
+        readers.kill()
+        readers.wait()
     first = await redis.xrange(stream, count=1)
     first_ms = int(str(first[0][0]).split("-")[0]) - t_ms if first else None
     return {

@@ -132,6 +132,34 @@ async def test_late_without_any_scheduler(settings: Settings, redis: Redis) -> N
     assert "no_leader" in err
 
 
+async def test_a_herds_due_range_is_read_whole_not_a_command_a_schedule(
+    settings: Settings, redis: Redis
+) -> None:
+    """A herd puts thousands of schedules in the due range for a moment: health reads the
+    oldest max_schedules of them and their fields in a few replies (the due read's runs, one
+    JSON document), and reads the next run again only of those it finds late."""
+    async with rsched.Client.from_settings(settings) as client:
+        await client.add_many(
+            [{"id": f"h-{i:04d}", "task": "t", "every": 1} for i in range(1_200)]
+            + [{"id": f"a-{i}", "task": "t", "every": 1, "misfire_grace_s": 0} for i in range(3)]
+        )
+
+        async def all_due() -> bool:
+            return (await client.health()).due == 1_203
+
+        await eventually(all_due)
+        await redis.config_resetstat()
+        health = await client.health()
+    # The ones with no grace are late as soon as they are due; the others, due for a second
+    # at most, are within their minute of grace.
+    assert sorted(s.id for s in health.schedules) == ["a-0", "a-1", "a-2"]
+    assert health.truncated  # 1,203 due, max_schedules 1,000 read
+    # The next runs came with the due read: read again only for the three late ones (it was
+    # two ZSCOREs for each of the 1,000).
+    stats = await redis.info("commandstats")
+    assert stats.get("cmdstat_zscore", {}).get("calls", 0) <= 2 * 3
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
 async def test_killing_the_scheduler_turns_a_schedule_late(

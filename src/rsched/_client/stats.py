@@ -14,7 +14,7 @@ from typing import Any, cast
 from typing_extensions import TypedDict
 
 from rsched._store.leases import LeaseStore
-from rsched._store.partitions import Partitions, merge_queue_stats
+from rsched._store.partitions import Partitions, at_once, merge_queue_stats
 from rsched._store.queues import QueueStore
 from rsched._store.schedules import IndexStats, ScheduleStore
 
@@ -101,7 +101,13 @@ async def read_stats(
     """The deployment's stats now (by Redis TIME, read through ``clock``); ``lease_ttl_ms`` is
     the lease's TTL where a leader stored none beside its lease."""
     now = await clock.time_ms()
-    indexes = await parts.each(lambda k: parts.schedules[k].index_stats(now))
+    # The reads at once, their round trips overlapping (one after another, they were nine).
+    indexes, per_partition, live, members = await at_once(
+        parts.each(lambda k: parts.schedules[k].index_stats(now)),
+        parts.each(lambda k: parts.queues[k].queue_stats()),
+        registry.workers(),
+        LeaseStore(clock.redis, parts.keys).members(),
+    )
     oldest = min(
         (i.oldest for i in indexes if i.oldest is not None), key=lambda o: o[1], default=None
     )
@@ -110,15 +116,10 @@ async def read_stats(
         sid, score = oldest
         oldest_overdue = {"id": sid, "next_run_ms": score, "late_ms": now - score}
     leaders = [_lease(index, lease_ttl_ms) for index in indexes]
-    queues = cast(
-        dict[str, QueueStats],
-        merge_queue_stats(await parts.each(lambda k: parts.queues[k].queue_stats())),
-    )
-    live = await registry.workers()
+    queues = cast(dict[str, QueueStats], merge_queue_stats(per_partition))
     for name, q in queues.items():
         q["workers"] = sum(name in w.queues for w in live)
     total = sum(i.total for i in indexes)
-    members = await LeaseStore(clock.redis, parts.keys).members()
     active = sum(i.active for i in indexes)
     paused = sum(i.paused for i in indexes)
     return Stats(

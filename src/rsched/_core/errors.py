@@ -103,6 +103,15 @@ class InvalidSchedules(InvalidSchedule):
 _SHOWN = 50
 
 
+def first_error(exc: BaseException) -> BaseException:
+    """``exc``, or the first error inside it when it is an exception group (nested or not): what
+    a task group of concurrent reads or writes raises, given back as itself so that callers
+    translate it as they would the error of one call."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _where(index: int, schedule_id: str | None, field: str) -> str:
     head = f"[{index}] {schedule_id}" if schedule_id else f"[{index}]"
     return f"{head}: {field}" if field else head

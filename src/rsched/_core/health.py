@@ -143,7 +143,7 @@ class Facts:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _late_ms(facts: Facts, now_ms: int) -> int | None:
+def late_by_ms(facts: Facts, now_ms: int) -> int | None:
     """How late the schedule is past its misfire grace's start, or None when it is not late."""
     score = facts.score
     if score is None or not math.isfinite(score):
@@ -154,7 +154,7 @@ def _late_ms(facts: Facts, now_ms: int) -> int | None:
 
 def decided(facts: Facts, now_ms: int) -> bool:
     """Whether the state is known without the history (paused, completed or late)."""
-    return facts.status in ("paused", "completed") or _late_ms(facts, now_ms) is not None
+    return facts.status in ("paused", "completed") or late_by_ms(facts, now_ms) is not None
 
 
 def classify(
@@ -163,7 +163,7 @@ def classify(
     """The state of one schedule: late before stuck before failing (the first that applies)."""
     if facts.status in ("paused", "completed"):
         return ScheduleHealth(sid, facts.status)
-    late_ms = _late_ms(facts, now_ms)
+    late_ms = late_by_ms(facts, now_ms)
     if late_ms is not None:
         return ScheduleHealth(
             sid,

@@ -18,10 +18,9 @@ check looks at (so that its cost does not grow with the number of schedules):
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -39,6 +38,7 @@ from rsched._core.health import (
     as_float,
     classify,
     decided,
+    late_by_ms,
     timeout_of,
     to_datetime,
 )
@@ -49,11 +49,16 @@ from rsched._core.rules import NAME_RE, PRIORITIES
 from rsched._core.settings import Settings
 from rsched._redis.scripts import server_time_ms
 from rsched._store import parking
-from rsched._store.partitions import gather
+from rsched._store.firing import FiringStore
+from rsched._store.partitions import at_once, gather
 from rsched._store.queues import QueueStore
+from rsched._store.schedules import ScheduleStore
 
 # Schedules read per round trip.
 _CHUNK = 500
+# The hash fields a schedule's health is decided from ("version" first: a hash without it is
+# not one rsched wrote).
+_FACT_FIELDS = ("version", "status", "misfire_grace_s", "run", "run_state", "opts")
 
 
 async def announced_counts(redis: Redis, keys: Keys) -> dict[str, int]:
@@ -92,6 +97,8 @@ class HealthReader:
         self.cfg = settings.health
         self.keys = keys or Keys(settings.prefix)
         self._queues = QueueStore.from_settings(redis, settings, self.keys)
+        self._schedules = ScheduleStore.from_settings(redis, settings, self.keys)
+        self._firing = FiringStore.from_settings(redis, settings, self.keys)
 
     async def now_ms(self) -> int:
         return await server_time_ms(self.redis, self.keys)
@@ -112,49 +119,53 @@ class HealthReader:
         """
         late, truncated = await self.late_candidates(now_ms)
         wanted = list(extra)
-        others = [
-            *await self.failing_candidates(dead_cursors),
-            *await self.stuck_candidates(),
-            *wanted,
-        ]
-        ids = dict.fromkeys(late)
+        failing, stuck = await at_once(
+            self.failing_candidates(dead_cursors), self.stuck_candidates()
+        )
+        others = [*failing, *stuck, *wanted]
+        ids = dict.fromkeys(sid for sid, _ in late)
         for sid in others:
             ids.setdefault(sid)
         # A due schedule that is neither late nor a candidate is ok as far as this check goes:
         # its history is not read (a herd puts thousands in the due range for a moment).
-        found = await self.classify(list(ids), now_ms, history_of=set(others))
+        found = await self.classify(list(ids), now_ms, history_of=set(others), scores=dict(late))
         keep = set(wanted)
         return [h for h in found if not h.healthy or h.id in keep], truncated
 
-    async def late_candidates(self, now_ms: int) -> tuple[list[str], bool]:
-        """Ids due before now, oldest first (at most ``max_schedules``); paused and completed
-        ones sit at +inf and are never among them."""
+    async def late_candidates(self, now_ms: int) -> tuple[list[tuple[str, float]], bool]:
+        """(id, next run) of the schedules due before now, oldest first (at most
+        ``max_schedules``); paused and completed ones sit at +inf and are never among them."""
         limit = self.cfg.max_schedules
-        found: list[tuple[str, float]] = await self.redis.zrangebyscore(  # type: ignore[assignment]
-            self.keys.schedules, "-inf", f"({now_ms}", start=0, num=limit + 1, withscores=True
-        )
+        # The scheduler's due read (lua/due.lua): a herd's entries, which share a score, come
+        # as one string to split rather than a reply element each (hundreds of ms of parsing
+        # in Python while a herd fires). Due by the server's clock as it reads, ms after now_ms:
+        # an entry due in between is not late anyway.
         # Parked ones are due only when no scheduler brought them back (rsched._store.parking).
-        parked = await parking.due_ids(self.redis, self.keys, now_ms, limit + 1)
-        entries = sorted(
-            [(float(score), str(sid)) for sid, score in found] + [(s, m) for m, s in parked]
+        (_, found, _), parked = await at_once(
+            self._firing.due(limit + 1), parking.due_ids(self.redis, self.keys, now_ms, limit + 1)
         )
-        names = [sid for _, sid in entries]
-        return names[:limit], len(names) > limit
+        entries = sorted(
+            [(float(score), sid) for sid, score in found] + [(s, m) for m, s in parked]
+        )
+        return [(sid, score) for score, sid in entries[:limit]], len(entries) > limit
 
     async def failing_candidates(self, cursors: dict[str, str] | None = None) -> list[str]:
         """Schedules of the newest dead letters of each queue; with ``cursors`` (queue -> the
         newest dead letter id seen, updated here), of those added since (at most
         ``dead_scan`` a queue): a watcher that checks often then reads each dead letter once."""
         out: dict[str, None] = {}
-        for queue in await self._queue_names():
-            key, seen = self.keys.dead(queue), (cursors or {}).get(queue)
-            try:
+        queues = await self._queue_names()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                key, seen = self.keys.dead(queue), (cursors or {}).get(queue)
                 if seen is None:
-                    raw = await self.redis.xrevrange(key, count=self.cfg.dead_scan)
+                    pipe.xrevrange(key, count=self.cfg.dead_scan)
                 else:
-                    raw = await self.redis.xrange(key, min=f"({seen}", count=self.cfg.dead_scan)
-            except ResponseError:
-                continue
+                    pipe.xrange(key, min=f"({seen}", count=self.cfg.dead_scan)
+            replies = await pipe.execute(raise_on_error=False)
+        for queue, raw in zip(queues, replies, strict=True):
+            if isinstance(raw, Exception):
+                continue  # a key of another type: not rsched's
             entries = cast(list[tuple[str, dict[str, str]]], raw)
             if cursors is not None and entries:
                 cursors[queue] = max((str(i) for i, _ in entries), key=_stream_id)
@@ -167,12 +178,11 @@ class HealthReader:
     async def stuck_candidates(self) -> list[str]:
         """Schedules of the oldest pending (delivered, not yet acknowledged) entries of each
         queue's streams (one per priority level)."""
-        out: dict[str, None] = {}
-        for queue in await self._queue_names():
-            for level in PRIORITIES:
-                for sid in await self._pending_schedules(self.keys.queue(queue, level)):
-                    out.setdefault(sid)
-        return list(out)
+        streams = [
+            self.keys.queue(q, level) for q in await self._queue_names() for level in PRIORITIES
+        ]
+        found = await gather([functools.partial(self._pending_schedules, key) for key in streams])
+        return list(dict.fromkeys(sid for some in found for sid in some))
 
     async def _pending_schedules(self, key: str) -> list[str]:
         try:
@@ -197,14 +207,21 @@ class HealthReader:
         return out
 
     async def classify(
-        self, ids: Sequence[str], now_ms: int, history_of: set[str] | None = None
+        self,
+        ids: Sequence[str],
+        now_ms: int,
+        history_of: set[str] | None = None,
+        scores: Mapping[str, float] | None = None,
     ) -> list[ScheduleHealth]:
         """The health of each id that names an existing schedule, in the order given. Only the
-        ids in ``history_of`` (all when None) can turn out stuck or failing."""
+        ids in ``history_of`` (all when None) can turn out stuck or failing. ``scores``: the
+        next runs already read (the late candidates'), read again only for those they make
+        late."""
         ids = [sid for sid in ids if NAME_RE.match(sid)]
         facts: dict[str, Facts] = {}
         for start in range(0, len(ids), _CHUNK):
-            facts.update(await self._facts(ids[start : start + _CHUNK], now_ms, history_of))
+            chunk = ids[start : start + _CHUNK]
+            facts.update(await self._facts(chunk, now_ms, history_of, scores or {}))
         out = []
         for sid in ids:
             f = facts.get(sid)
@@ -213,36 +230,48 @@ class HealthReader:
         return out
 
     async def _facts(
-        self, ids: Sequence[str], now_ms: int, history_of: set[str] | None
+        self,
+        ids: Sequence[str],
+        now_ms: int,
+        history_of: set[str] | None,
+        scores: Mapping[str, float],
     ) -> dict[str, Facts]:
-        """Each schedule's fields and score in one round trip, then the history (~0.3 KB
-        each) in a second one, only of those neither late, paused nor completed already."""
+        """Each schedule's fields (one script call and one JSON reply: a herd's due range
+        puts hundreds here, and a reply element each, parsed in Python, took health
+        hundreds of ms) and next run (``scores``, or read), then the history (~0.3 KB each),
+        only of those neither late, paused nor completed already."""
         k = self.keys
-        fields = ("version", "status", "misfire_grace_s", "run", "run_state", "opts")
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for sid in ids:
-                pipe.hmget(k.schedule(sid), fields)
-                pipe.zscore(k.schedules, sid)
-                pipe.zscore(k.parked_of(sid), sid)
-            replies = await pipe.execute(raise_on_error=False)
         out: dict[str, Facts] = {}
-        for sid, values, score, parked in zip(
-            ids, replies[::3], replies[1::3], replies[2::3], strict=True
+        for sid, fields in zip(
+            ids, await self._schedules.some_fields(ids, _FACT_FIELDS), strict=True
         ):
-            if not isinstance(score, float):
-                score = parked
-            if isinstance(values, Exception) or not values or values[0] is None:
+            if not fields or "version" not in fields:
                 continue  # gone, or not a hash rsched wrote
-            _, status, grace, run, run_state, opts = values
+            grace = fields.get("misfire_grace_s")
             out[sid] = Facts(
                 exists=True,
-                status=str(status or ""),
-                score=score if isinstance(score, float) else None,
+                status=fields.get("status", ""),
+                score=scores.get(sid),
                 grace_s=as_float(grace, DEFAULT_GRACE_S) if grace is not None else DEFAULT_GRACE_S,
-                run=str(run or ""),
-                run_state=str(run_state or ""),
-                timeout_s=timeout_of(opts),
+                run=fields.get("run", ""),
+                run_state=fields.get("run_state", ""),
+                timeout_s=timeout_of(fields.get("opts")),
             )
+        # The next run of the others, and again of those a score read before makes late (it may
+        # have fired since): in the index, or in its parked bucket.
+        unread = [
+            sid for sid, f in out.items() if f.score is None or late_by_ms(f, now_ms) is not None
+        ]
+        if unread:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in unread:
+                    pipe.zscore(k.schedules, sid)
+                    pipe.zscore(k.parked_of(sid), sid)
+                replies = await pipe.execute(raise_on_error=False)
+            for sid, score, parked in zip(unread, replies[::2], replies[1::2], strict=True):
+                if not isinstance(score, float):
+                    score = parked
+                out[sid].score = score if isinstance(score, float) else None
         undecided = [
             sid
             for sid, f in out.items()
@@ -288,14 +317,20 @@ class HealthReader:
             pipe.zrangebyscore(k.schedules, "-inf", f"({now_ms}", start=0, num=1, withscores=True)
             leader, due, oldest = await pipe.execute()
         first = (str(oldest[0][0]), float(oldest[0][1])) if oldest else None
-        parked, parked_oldest = await parking.due(self.redis, self.keys, now_ms - 1)
-        first = parking.earliest(first, parked_oldest)
-        schedules, truncated = await self.schedules(now_ms)
+        # The three reads at once, their round trips overlapping: one after another, a health
+        # check made some twenty, each waiting for the server and the process in turn (on a
+        # busy machine, a few ms each).
+        parked, (schedules, truncated), queues = await at_once(
+            parking.due(self.redis, self.keys, now_ms - 1),
+            self.schedules(now_ms),
+            self._queue_facts(),
+        )
+        parked_due, parked_oldest = parked
         return _Found(
             owner=str(leader).partition(":")[2] if leader else None,
-            due=int(due) + parked,
-            oldest=first,
-            queues=await self._queue_facts(),
+            due=int(due) + parked_due,
+            oldest=parking.earliest(first, parked_oldest),
+            queues=queues,
             schedules=schedules,
             truncated=truncated,
         )
@@ -303,22 +338,30 @@ class HealthReader:
     async def _queue_facts(self) -> dict[str, tuple[int, int, int | None]]:
         """Per queue: jobs waiting or running, orphaned jobs (at most ORPHANS_SHOWN a stream)
         and the time (ms) of its newest dead letter."""
+        queues = await self._queue_names()
+        idle = orphan_ms(self.settings)
+        # One round trip for every queue: per level its length and orphans, then its newest
+        # dead letter (an error in place: no stream or group yet, or a key not rsched's).
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for level in PRIORITIES:
+                    stream = self.keys.queue(queue, level)
+                    pipe.xlen(stream)
+                    pipe.xpending_range(stream, GROUP, "-", "+", ORPHANS_SHOWN, idle=idle)
+                pipe.xrevrange(self.keys.dead(queue), count=1)
+            replies = iter(await pipe.execute(raise_on_error=False))
         out: dict[str, tuple[int, int, int | None]] = {}
-        for queue in await self._queue_names():
+        for queue in queues:
             length, orphans, newest_ms = 0, 0, None
-            for level in PRIORITIES:
-                stream = self.keys.queue(queue, level)
-                with contextlib.suppress(ResponseError):
-                    length += int(await self.redis.xlen(stream))
-                    orphans += len(
-                        await self.redis.xpending_range(
-                            stream, GROUP, "-", "+", ORPHANS_SHOWN, idle=orphan_ms(self.settings)
-                        )
-                    )
-            with contextlib.suppress(ResponseError):
-                newest = await self.redis.xrevrange(self.keys.dead(queue), count=1)
-                if newest:
-                    newest_ms = int(str(newest[0][0]).split("-")[0])
+            for _ in PRIORITIES:
+                size, pending = next(replies), next(replies)
+                if not isinstance(size, Exception):
+                    length += int(size)
+                    if not isinstance(pending, Exception):
+                        orphans += len(pending)
+            newest = next(replies)
+            if newest and not isinstance(newest, Exception):
+                newest_ms = int(str(newest[0][0]).split("-")[0])
             out[queue] = (length, orphans, newest_ms)
         return out
 
@@ -337,7 +380,9 @@ async def check_deployment(readers: Sequence[HealthReader], thresholds: Threshol
     Redis time) and the unhealthy schedules of all of them."""
     first = readers[0]
     now = await first.now_ms()
-    found = await gather([functools.partial(r.partition_facts, now) for r in readers])
+    live, found = await at_once(
+        first.live_workers(), gather([functools.partial(r.partition_facts, now) for r in readers])
+    )
     problems: list[HealthProblem] = []
     owners = [f.owner for f in found]
     lost = [str(k) for k, owner in enumerate(owners) if owner is None]
@@ -366,9 +411,7 @@ async def check_deployment(readers: Sequence[HealthReader], thresholds: Threshol
                 f"(limit {duration(thresholds.max_overdue_s * 1000)})",
             )
         )
-    problems += _queue_problems(
-        [f.queues for f in found], now, thresholds, await first.live_workers(), first.settings
-    )
+    problems += _queue_problems([f.queues for f in found], now, thresholds, live, first.settings)
     schedules = [s for f in found for s in f.schedules]
     truncated = any(f.truncated for f in found)
     stuck = [s for s in schedules if s.state == "stuck"]

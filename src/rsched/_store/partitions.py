@@ -23,7 +23,7 @@ import anyio
 from redis.asyncio import Redis
 
 from rsched._core.bulk import BulkItem, Problem
-from rsched._core.errors import DeadLetterNotFound, InvalidSchedules
+from rsched._core.errors import DeadLetterNotFound, InvalidSchedules, first_error
 from rsched._core.job import DeadLetter
 from rsched._core.keys import Keys
 from rsched._core.page import Page
@@ -58,6 +58,24 @@ _POSITION = re.compile(r"^(\d{1,20})-(\d{1,20})(?:\.(\d{1,3}))?$")
 IN_FLIGHT = 16
 #: Records of the runs log a read looks at in each partition at least (SCAN_MAX is shared).
 SCAN_MIN = 500
+
+
+async def at_once(*works: Awaitable[Any]) -> list[Any]:
+    """The results of ``works`` (reads of one partition), run concurrently so that their round
+    trips overlap. A failure is raised as itself, not in an exception group: callers translate
+    Redis errors as they would those of one read."""
+    out: list[Any] = [None] * len(works)
+
+    async def one(n: int, work: Awaitable[Any]) -> None:
+        out[n] = await work
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for n, work in enumerate(works):
+                tg.start_soon(one, n, work)
+    except BaseExceptionGroup as group:
+        raise first_error(group) from None
+    return out
 
 
 async def gather(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:

@@ -28,6 +28,7 @@ from rsched._core.errors import (
     ScheduleNotFound,
     StateError,
     WriteNotReplicated,
+    first_error,
 )
 from rsched._core.history import stored_events
 from rsched._core.keys import Keys, parked_bucket
@@ -382,10 +383,7 @@ class ScheduleStore(scripts.ScriptCaller):
         except BaseExceptionGroup as group:
             # A chunk's failure (a lost connection, a user the ACL refuses) is the call's: raise
             # it as such, so that callers translate it as they do any other Redis error.
-            first: BaseException = group
-            while isinstance(first, BaseExceptionGroup):
-                first = first.exceptions[0]
-            raise first from None
+            raise first_error(group) from None
         if unconfirmed:
             raise unconfirmed[0]
         wrong: list[str] = []
