@@ -331,3 +331,33 @@ async def test_due_reads_runs_of_a_shared_score(store: ScheduleStore) -> None:
     _, due, _ = await firing(store).due(1_500)
     assert due[0] == ("early", now - 20)
     assert len(due) == 1_498
+
+
+async def test_read_hashes_gives_each_hash_with_its_next_run_in_one_reply(
+    store: ScheduleStore,
+) -> None:
+    """lua/read_hashes.lua: in the index or parked, missing, of another type, paused; in pages
+    of READ_HASHES, in the order asked."""
+    await store.save(Schedule(id="soon", task="t", every=60, payload={"k": "v é"}))
+    await store.save(Schedule(id="far", task="t", cron="0 3 1 1 *"))  # parked: a year off
+    await store.save(Schedule(id="held", task="t", every=60, paused=True))
+    await store.redis.set(store.keys.schedule("odd"), "not a hash")
+    assert await store.redis.zscore(store.keys.parked_of("far"), "far") is not None
+    soon, missing, odd, far, held = await store.read_hashes(
+        ["soon", "missing", "odd", "far", "held"]
+    )
+    assert soon is not None
+    assert float(soon["next_run"]) == await next_score(store.redis, store.keys, "soon")
+    assert orjson.loads(soon["payload"]) == {"k": "v é"}
+    assert (missing, odd) == ({}, None)
+    assert far is not None
+    assert float(far["next_run"]) == await next_score(store.redis, store.keys, "far")
+    assert held is not None
+    assert "next_run" not in held
+    assert held["status"] == "paused"
+    assert await store.read_hashes([]) == []
+    many = [f"m{i:04d}" for i in range(1_050)]  # past one call's READ_HASHES
+    for sid in many:
+        await store.save(Schedule(id=sid, task="t", every=60))
+    read = await store.read_hashes([*many[::-1], "missing"])
+    assert [h and h.get("task") for h in read] == ["t"] * 1_050 + [{}]

@@ -240,8 +240,8 @@ RUN_BY_A_TEST_ENV = {
     "every_id", "expire", "find_job", "fire", "flow_cancel", "flow_create", "flow_start",
     "job_log", "lease_acquire", "lease_release", "lease_renew", "limit_acquire", "limit_cancel",
     "limit_resume", "limit_set", "limits_read", "pause", "plan_fields", "promote",
-    "release_lost", "remove", "requeue", "resume", "retry", "start", "take", "trigger",
-    "upsert", "upsert_many",
+    "read_hashes", "release_lost", "remove", "requeue", "resume", "retry", "start", "take",
+    "trigger", "upsert", "upsert_many",
 }  # fmt: skip
 
 

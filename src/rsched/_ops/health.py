@@ -142,7 +142,8 @@ class HealthReader:
         # an entry due in between is not late anyway.
         # Parked ones are due only when no scheduler brought them back (rsched._store.parking).
         (_, found, _), parked = await at_once(
-            self._firing.due(limit + 1), parking.due_ids(self.redis, self.keys, now_ms, limit + 1)
+            self._firing.due(limit + 1, reader=True),
+            parking.due_ids(self.redis, self.keys, now_ms, limit + 1),
         )
         entries = sorted(
             [(float(score), sid) for sid, score in found] + [(s, m) for m, s in parked]

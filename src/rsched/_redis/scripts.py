@@ -76,6 +76,7 @@ READ_ONLY = frozenset(
         "parked_after",
         "parked_counts",
         "plan_fields",
+        "read_hashes",
         "runs_scan",
     }
 )

@@ -57,9 +57,14 @@ class FiringStore(scripts.ScriptCaller):
         store.traced = tracing.decide(settings.tracing)
         return store
 
-    async def due(self, limit: int) -> tuple[int, list[tuple[str, int]], int | None]:
-        """(Redis now ms, due (id, score) pairs oldest first, next future score or None)."""
-        now, runs, nxt = await self.call("due", [self.keys.schedules], [limit])
+    async def due(
+        self, limit: int, *, reader: bool = False
+    ) -> tuple[int, list[tuple[str, int]], int | None]:
+        """(Redis now ms, due (id, score) pairs oldest first, next future score or None).
+        ``reader``: called for a reader (health), as EVALSHA_RO, which a read-only user may
+        run (ScriptCaller.call_read)."""
+        call = self.call_read if reader else self.call
+        now, runs, nxt = await call("due", [self.keys.schedules], [limit])
         pairs: list[tuple[str, int]] = []
         for run in runs:
             text, *ids = run.split(" ")

@@ -77,6 +77,8 @@ class DueSummary:
 #: Ids read per call of the bulk check, and schedules written per upsert_many.lua call (a call
 #: blocks the server: ~10 ms at 1,000; docs/results.md), BULK_IN_FLIGHT calls at once.
 BULK_READ = 5_000
+#: Whole hashes read per call of lua/read_hashes.lua (a page of ``list`` is at most 1,000).
+READ_HASHES = 1_000
 BULK_WRITE = 1_000
 BULK_IN_FLIGHT = 3
 #: Large payloads end a call sooner: a call never carries much more than this many bytes.
@@ -637,26 +639,24 @@ class ScheduleStore(scripts.ScriptCaller):
         """Like :meth:`fields`, with None for a key of the wrong type instead of raising.
 
         An active schedule's ``next_run`` is stored only as its score in the index or in its
-        parked bucket, so it is read from there (two ZSCOREs in the same round trip) and added
-        to the fields.
+        parked bucket, so it is read from there and added to the fields. READ_HASHES schedules
+        a call of lua/read_hashes.lua (one JSON reply: far cheaper to parse than a reply
+        element per field).
         """
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for sid in schedule_ids:
-                pipe.hgetall(k.schedule(sid))
-                pipe.zscore(k.schedules, sid)
-                pipe.zscore(k.parked_of(sid), sid)
-            results = await pipe.execute(raise_on_error=False)
         out: list[dict[str, str] | None] = []
-        for result, score, parked in zip(results[::3], results[1::3], results[2::3], strict=True):
-            if score is None or isinstance(score, Exception):
-                score = parked
-            if isinstance(result, ResponseError) and "WRONGTYPE" in str(result):
-                out.append(None)
-            elif isinstance(result, Exception):
-                raise result
-            else:
-                out.append(_with_next_run(result, score))
+        for start in range(0, len(schedule_ids), READ_HASHES):
+            ids = schedule_ids[start : start + READ_HASHES]
+            keys = [k.schedules]
+            for sid in ids:
+                keys += (k.schedule(sid), k.parked_of(sid))
+            for entry in orjson.loads(await self.call_read("read_hashes", keys, ids)):
+                if entry == "!":
+                    out.append(None)
+                    continue
+                flat, score = entry
+                fields = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
+                out.append(_with_next_run(fields, float(score) if score else None))
         return out
 
     async def load(self, schedule_id: str) -> Schedule:
