@@ -114,3 +114,21 @@ def test_planned_spec_from_hash(misfire: str) -> None:
 def test_fire_spec_refuses_hand_edited_fields(field: str, value: str, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         FireSpec.from_hash({field: value})
+
+
+def test_schedules_of_the_same_fields_share_one_spec() -> None:
+    # A fleet created together (one add_many) has the same fields, version included: the
+    # scheduler's cache then holds one spec for all of them, not one each.
+    fields = {"version": "1:5", "every": "60", "queue": "q", "misfire_grace_s": "2.5"}
+    spec = PlannedSpec.from_hash(dict(fields))
+    assert PlannedSpec.from_hash(dict(fields)) is spec
+    assert (spec.version, spec.timing.every_ms, spec.fire_spec.queue, spec.grace_ms) == (
+        "1:5", 60_000, "q", 2_500,
+    )  # fmt: skip
+    other = PlannedSpec.from_hash({**fields, "version": "2:5"})  # changed since: its own
+    assert other is not spec
+    assert other.version == "2:5"
+    with pytest.raises(ValueError, match="overlap"):  # a bad hash is refused every time
+        PlannedSpec.from_hash({**fields, "overlap": "sometimes"})
+    with pytest.raises(ValueError, match="overlap"):
+        PlannedSpec.from_hash({**fields, "overlap": "sometimes"})

@@ -198,16 +198,31 @@ class PlannedSpec:
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> PlannedSpec:
-        exclude = fields.get("exclude")
-        return cls(
-            version=fields["version"],
-            timing=Timing.from_hash(fields),
-            fire_spec=FireSpec.from_hash(fields),
-            misfire=fields.get("misfire", "run_once"),
-            grace_ms=round(float(fields.get("misfire_grace_s", "60")) * 1000),
-            catch_up_limit=int(fields.get("catch_up_limit", "100")),
-            exclude=() if not exclude else _calendar_names(exclude),
-        )
+        """The spec of a stored hash's fields: one instance for the schedules whose fields are
+        all the same (those created by one ``add_many`` share even their version), so that the
+        scheduler's spec cache costs little more than its dict's entries for such a fleet
+        (~100 bytes a schedule, ~450 when none is shared; docs/results.md)."""
+        return _planned_spec(*fields.items())
+
+
+#: The last distinct specs kept for sharing: a herd's schedules come in due order, those created
+#: together side by side; a few MB when none repeats.
+SHARED_SPECS = 4_096
+
+
+@functools.lru_cache(maxsize=SHARED_SPECS)
+def _planned_spec(*items: tuple[str, str]) -> PlannedSpec:
+    fields = dict(items)
+    exclude, grace = fields.get("exclude"), fields.get("misfire_grace_s")
+    return PlannedSpec(
+        version=fields["version"],
+        timing=Timing.from_hash(fields),
+        fire_spec=FireSpec.from_hash(fields),
+        misfire=fields.get("misfire", "run_once"),
+        grace_ms=60_000 if grace is None else round(float(grace) * 1000),
+        catch_up_limit=int(fields.get("catch_up_limit", "100")),
+        exclude=() if not exclude else _calendar_names(exclude),
+    )
 
 
 @functools.lru_cache(maxsize=1024)
