@@ -464,6 +464,7 @@ async def test_the_read_only_user_writes_nothing(users: Server, prefix: str) -> 
         assert (await client.job("waiting")).state == "delayed"
         await client.stats()
         await client.health()
+        await client.schedule_health("nightly")  # its next run read with the index's ZMSCORE
         await client.runs()
         await client.workers()
         await client.jobs()
@@ -559,6 +560,7 @@ async def test_every_role_of_the_sdk_under_its_user_on_a_cluster(
         assert (await readonly.job(ids[0])).state == "completed"
         await readonly.stats()
         await readonly.health()
+        await readonly.schedule_health("s1")
         await readonly.runs()
         await readonly.jobs()
     assert cluster_denials(cluster) == []

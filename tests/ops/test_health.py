@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 import rsched
 from rsched import Scheduler
 from rsched._core.health import Facts, classify, last_outcomes
+from rsched._core.keys import Keys, parked_bucket
 from rsched._core.settings import HealthSettings, SchedulerSettings, Settings
 from rsched._redis.connection import connect
 from tests.support.command import cli
@@ -158,6 +159,37 @@ async def test_a_herds_due_range_is_read_whole_not_a_command_a_schedule(
     # two ZSCOREs for each of the 1,000).
     stats = await redis.info("commandstats")
     assert stats.get("cmdstat_zscore", {}).get("calls", 0) <= 2 * 3
+
+
+async def test_the_late_ones_next_runs_are_read_again_in_one_command(
+    settings: Settings, redis: Redis
+) -> None:
+    """Each late schedule's next run is read again (it may have fired since the due read): one
+    ZMSCORE of the index for all of them, and a ZSCORE of its parked bucket only for one that
+    is not in the index."""
+    keys = Keys(settings.prefix)
+    async with rsched.Client.from_settings(settings) as client:
+        late = {"task": "t", "every": 1, "misfire_grace_s": 0}
+        await client.add_many([{**late, "id": f"l-{i:03d}"} for i in range(300)])
+
+        async def all_late() -> bool:
+            return len((await client.health()).schedules) == 300
+
+        await eventually(all_late)
+        # One of them sits in its parked bucket instead (due, and no scheduler brought it
+        # back): it is late all the same.
+        score = await redis.zscore(keys.schedules, "l-007")
+        assert score is not None
+        await redis.zrem(keys.schedules, "l-007")
+        await redis.zadd(keys.parked_of("l-007"), {"l-007": score})
+        await redis.zadd(keys.parked, {str(parked_bucket("l-007")): score})  # its bucket's bound
+        await redis.config_resetstat()
+        health = await client.health()
+    assert [s.id for s in health.schedules] == [f"l-{i:03d}" for i in range(300)]
+    assert all(s.state == "late" for s in health.schedules)
+    stats = await redis.info("commandstats")
+    assert stats["cmdstat_zmscore"]["calls"] == 1
+    assert stats["cmdstat_zscore"]["calls"] == 1
 
 
 @pytest.mark.slow

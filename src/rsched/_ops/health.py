@@ -264,14 +264,16 @@ class HealthReader:
             sid for sid, f in out.items() if f.score is None or late_by_ms(f, now_ms) is not None
         ]
         if unread:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for sid in unread:
-                    pipe.zscore(k.schedules, sid)
-                    pipe.zscore(k.parked_of(sid), sid)
-                replies = await pipe.execute(raise_on_error=False)
-            for sid, score, parked in zip(unread, replies[::2], replies[1::2], strict=True):
-                if not isinstance(score, float):
-                    score = parked
+            # One reply for the index (a thousand late schedules were two thousand replies
+            # parsed in Python); a bucket's only for those not in it.
+            found = dict(zip(unread, await self.redis.zmscore(k.schedules, unread), strict=True))
+            parked = [sid for sid, score in found.items() if score is None]
+            if parked:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for sid in parked:
+                        pipe.zscore(k.parked_of(sid), sid)
+                    found.update(zip(parked, await pipe.execute(raise_on_error=False), strict=True))
+            for sid, score in found.items():
                 out[sid].score = score if isinstance(score, float) else None
         undecided = [
             sid
