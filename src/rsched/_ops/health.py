@@ -215,9 +215,9 @@ class HealthReader:
         scores: Mapping[str, float] | None = None,
     ) -> list[ScheduleHealth]:
         """The health of each id that names an existing schedule, in the order given. Only the
-        ids in ``history_of`` (all when None) can turn out stuck or failing. ``scores``: the
-        next runs already read (the late candidates'), read again only for those they make
-        late."""
+        ids in ``history_of`` (all when None) can turn out stuck or failing; the others are
+        left out when they are ok (a herd's due within their grace). ``scores``: the next runs
+        already read (the late candidates'), read again only for those they make late."""
         ids = [sid for sid in ids if NAME_RE.match(sid)]
         facts: dict[str, Facts] = {}
         for start in range(0, len(ids), _CHUNK):
@@ -249,7 +249,7 @@ class HealthReader:
             if not fields or "version" not in fields:
                 continue  # gone, or not a hash rsched wrote
             grace = fields.get("misfire_grace_s")
-            out[sid] = Facts(
+            facts = Facts(
                 exists=True,
                 status=fields.get("status", ""),
                 score=scores.get(sid),
@@ -258,6 +258,14 @@ class HealthReader:
                 run_state=fields.get("run_state", ""),
                 timeout_s=timeout_of(fields.get("opts")),
             )
+            if (
+                history_of is not None
+                and sid not in history_of
+                and facts.score is not None
+                and not decided(facts, now_ms)
+            ):
+                continue  # ok: due within its grace (a herd's), and no candidate of another state
+            out[sid] = facts
         # The next run of the others, and again of those a score read before makes late (it may
         # have fired since): in the index, or in its parked bucket.
         unread = [
